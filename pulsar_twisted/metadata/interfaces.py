@@ -1,0 +1,91 @@
+"""
+The metadata store contract shared by the embedded and ZooKeeper backends.
+
+Paths are absolute, ``/``-separated, without a trailing slash (``/ledgers/L0000000001``).
+Values are bytes. Every node carries a version that starts at 0 on creation and grows by one
+on each write, so that callers can do compare-and-set (``expected_version``).
+"""
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+from zope.interface import Attribute, Interface
+
+
+class MetadataStoreError(Exception):
+    """Base class of the errors a metadata store returns (as Deferred failures)."""
+
+
+class NotFoundError(MetadataStoreError):
+    """The path does not exist."""
+
+
+class BadVersionError(MetadataStoreError):
+    """``expected_version`` did not match the node's current version."""
+
+
+class AlreadyExistsError(MetadataStoreError):
+    """A create (``expected_version=-1``) found the node already there."""
+
+
+class NotEmptyError(MetadataStoreError):
+    """A delete found children under the node."""
+
+
+@dataclass(frozen=True)
+class Stat:
+    """What the store knows about one node."""
+
+    path: str
+    version: int
+    created_ms: int
+    modified_ms: int
+    ephemeral: bool = False
+
+
+@dataclass(frozen=True)
+class Notification:
+    """A change seen by a listener: ``kind`` is "created", "modified", "deleted" or "children"."""
+
+    kind: str
+    path: str
+
+
+class IMetadataStore(Interface):
+    """
+    A hierarchical, versioned key-value store (ZooKeeper's model). All methods return Deferreds.
+    Parents are created implicitly by ``put`` (as persistent empty nodes).
+    """
+
+    def get(path: str):
+        """Deferred firing with ``(value: bytes, stat: Stat)`` or ``None`` when absent."""
+
+    def exists(path: str):
+        """Deferred firing with a ``Stat`` or ``None``."""
+
+    def get_children(path: str):
+        """Deferred firing with the sorted child names (not paths); [] when absent."""
+
+    def put(path: str, value: bytes, expected_version: Optional[int] = None,
+            ephemeral: bool = False, sequential: bool = False):
+        """
+        Write ``value``. ``expected_version`` None: unconditional; -1: must not exist
+        (AlreadyExistsError); n >= 0: must be at version n (BadVersionError / NotFoundError).
+        ``sequential`` appends a 10-digit zero-padded counter to the last path segment (the
+        final path is in the returned Stat). Ephemeral nodes vanish with the session that
+        made them. Fires with the new ``Stat`` once durable.
+        """
+
+    def delete(path: str, expected_version: Optional[int] = None):
+        """Remove one node (NotFoundError, BadVersionError, NotEmptyError)."""
+
+    def delete_recursive(path: str):
+        """Remove a node and everything under it; no error when absent."""
+
+    def register_listener(listener: Callable[[Notification], None]):
+        """Call ``listener`` for every change under the store, in order, in the reactor thread."""
+
+    def close():
+        """Release the store (ends the session: ephemeral nodes go). Returns a Deferred."""
+
+    session_id = Attribute("An identifier of this store client's session.")
