@@ -1,0 +1,492 @@
+"""
+The broker side of one client connection: frames in, commands dispatched by table, replies through
+the connection's ``CommandSender``.
+
+This module only parses and routes (house style: protocols parse, services decide). Topic, producer
+and subscription rules live in ``BrokerService`` and the topic classes; the connection keeps what
+is per connection: its producers and consumers by id, keep-alive, and the two kinds of
+backpressure (its own write buffer, and too many publishes in flight).
+"""
+
+import itertools
+
+from twisted.internet import defer, interfaces, protocol
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from pulsar_twisted.common import errors
+from pulsar_twisted.common.naming import InvalidTopicNameError
+from pulsar_twisted.common.position import Position
+from pulsar_twisted.proto import PulsarApi_pb2 as api
+from pulsar_twisted.wire.frames import (
+    FRAME_PADDING, ChecksumMismatch, FrameDecoder, FrameError, TooLongFrame, verify_message)
+from pulsar_twisted.broker.sender import CommandSender
+from pulsar_twisted.broker.topic import position_of
+
+T = api.BaseCommand
+SERVER_VERSION = "pulsar-twisted-0.1.0"
+#: Highest protocol version we implement; we answer min(client's, ours) as Pulsar does.
+PROTOCOL_VERSION = 21
+
+_connection_ids = itertools.count(1)
+
+
+def _error_code(failure: Failure) -> int:
+    if failure.check(errors.PulsarError):
+        return failure.value.code
+    return api.UnknownError
+
+
+def _error_message(failure: Failure) -> str:
+    return str(failure.value) or failure.type.__name__
+
+
+@implementer(interfaces.IPushProducer)
+class ServerConnection(protocol.Protocol):
+    """One client connection to the broker."""
+
+    log = Logger()
+
+    def __init__(self, service, clock):
+        self.service = service
+        self.clock = clock
+        config = service.config
+        self.max_message_size = config.maxMessageSize
+        self.decoder = FrameDecoder(config.maxMessageSize + FRAME_PADDING)
+        self.keep_alive_seconds = config.keepAliveIntervalSeconds
+        self.max_pending_sends = config.maxPendingPublishRequestsPerConnection
+        self.connection_id = next(_connection_ids)
+        self.sender = None
+        self.state = "start"
+        self.protocol_version = 0
+        self.client_version = ""
+        self.producers = {}
+        self.consumers = {}
+        self.pending_sends = 0
+        self._throttle_reasons = 0
+        self._send_throttled = False
+        self.writable = True
+        self._last_received = 0.0
+        self._ping_outstanding = False
+        self._keep_alive_call = None
+        self._handlers = {
+            T.CONNECT: self.handle_connect,
+            T.PING: self.handle_ping,
+            T.PONG: self.handle_pong,
+            T.LOOKUP: self.handle_lookup,
+            T.PARTITIONED_METADATA: self.handle_partitioned_metadata,
+            T.PRODUCER: self.handle_producer,
+            T.SEND: self.handle_send,
+            T.CLOSE_PRODUCER: self.handle_close_producer,
+            T.SUBSCRIBE: self.handle_subscribe,
+            T.FLOW: self.handle_flow,
+            T.ACK: self.handle_ack,
+            T.REDELIVER_UNACKNOWLEDGED_MESSAGES: self.handle_redeliver,
+            T.UNSUBSCRIBE: self.handle_unsubscribe,
+            T.CLOSE_CONSUMER: self.handle_close_consumer,
+            T.GET_LAST_MESSAGE_ID: self.handle_get_last_message_id,
+            T.SEEK: self.handle_seek,
+            T.CONSUMER_STATS: self.handle_consumer_stats,
+            T.GET_TOPICS_OF_NAMESPACE: self.handle_get_topics_of_namespace,
+            T.GET_SCHEMA: self.handle_get_schema,
+        }
+
+    # ------------------------------------------------------------------ transport events
+    def connectionMade(self):
+        self.sender = CommandSender(self.transport)
+        self.peer = str(self.transport.getPeer())
+        self._last_received = self.clock.seconds()
+        self.transport.registerProducer(self, True)
+        self.service.connection_opened(self)
+        if self.keep_alive_seconds > 0:
+            self._keep_alive_call = self.clock.callLater(self.keep_alive_seconds, self._keep_alive)
+
+    def dataReceived(self, data):
+        self._last_received = self.clock.seconds()
+        try:
+            frames = self.decoder.feed(data)
+        except TooLongFrame as e:
+            self.log.warn("{peer}: closing connection: {error} (maxMessageSize {limit})",
+                          peer=self.peer, error=e, limit=self.max_message_size)
+            self.transport.loseConnection()
+            return
+        except FrameError as e:
+            self.log.warn("{peer}: closing connection: malformed frame: {error}", peer=self.peer, error=e)
+            self.transport.loseConnection()
+            return
+        for command, message in frames:
+            if self.state == "closed":
+                return
+            self._dispatch(command, message)
+
+    def _dispatch(self, command, message):
+        handler = self._handlers.get(command.type)
+        if handler is None:
+            self.log.warn("{peer}: unsupported command {type}", peer=self.peer, type=command.type)
+            self.sender.send_error(self._request_id_of(command), api.NotAllowedError,
+                                   f"Command {T.Type.Name(command.type) if command.type in T.Type.values() else command.type} is not supported")
+            return
+        if self.state != "connected" and command.type != T.CONNECT:
+            self.log.warn("{peer}: {type} before CONNECT; closing", peer=self.peer,
+                          type=T.Type.Name(command.type))
+            self.transport.loseConnection()
+            return
+        try:
+            handler(command, message)
+        except Exception:
+            # A bug or a command missing required fields must not take the broker down: log it,
+            # answer what we can, and keep serving.
+            self.log.failure("{peer}: error handling {type}", peer=self.peer,
+                             type=T.Type.Name(command.type))
+            self.sender.send_error(self._request_id_of(command), api.UnknownError,
+                                   "Internal error handling the command")
+
+    @staticmethod
+    def _request_id_of(command) -> int:
+        for field, value in command.ListFields():
+            if field.name != "type" and hasattr(value, "request_id"):
+                return value.request_id
+        return 0
+
+    def connectionLost(self, reason):
+        self.state = "closed"
+        if self._keep_alive_call is not None and self._keep_alive_call.active():
+            self._keep_alive_call.cancel()
+        for producer in list(self.producers.values()):
+            producer.topic.remove_producer(producer)
+        self.producers.clear()
+        for consumer in list(self.consumers.values()):
+            consumer.subscription.remove_consumer(consumer)
+        self.consumers.clear()
+        self.service.connection_closed(self)
+
+    # ------------------------------------------------------------------ IPushProducer (our writes)
+    def pauseProducing(self):
+        """The transport's write buffer is full: stop dispatching to this connection's consumers."""
+        self.writable = False
+
+    def resumeProducing(self):
+        self.writable = True
+        for consumer in list(self.consumers.values()):
+            consumer.subscription.consumer_writable(consumer)
+
+    def stopProducing(self):
+        self.writable = False
+
+    # ------------------------------------------------------------------ keep-alive
+    def _keep_alive(self):
+        self._keep_alive_call = None
+        if self.state == "closed":
+            return
+        idle = self.clock.seconds() - self._last_received
+        if self._ping_outstanding and idle >= self.keep_alive_seconds:
+            self.log.info("{peer}: no answer to keep-alive ping in {seconds}s; closing",
+                          peer=self.peer, seconds=self.keep_alive_seconds)
+            self.transport.abortConnection()
+            return
+        if idle >= self.keep_alive_seconds and self.state == "connected":
+            self._ping_outstanding = True
+            self.sender.send_ping()
+        self._keep_alive_call = self.clock.callLater(self.keep_alive_seconds, self._keep_alive)
+
+    # ------------------------------------------------------------------ connection commands
+    def handle_connect(self, command, message):
+        if self.state == "connected":
+            self.sender.send_error(0, api.NotAllowedError, "Already connected")
+            return
+        connect = command.connect
+        self.client_version = connect.client_version
+        self.protocol_version = min(connect.protocol_version, PROTOCOL_VERSION)
+        d = defer.maybeDeferred(self.service.authenticate, self, connect)
+
+        def authenticated(role):
+            self.role = role
+            self.state = "connected"
+            self.sender.send_connected(SERVER_VERSION, self.protocol_version, self.max_message_size)
+
+        def refused(failure):
+            self.log.warn("{peer}: authentication refused: {reason}", peer=self.peer,
+                          reason=_error_message(failure))
+            self.sender.send_error(0, api.AuthenticationError, _error_message(failure))
+            self.transport.loseConnection()
+
+        d.addCallbacks(authenticated, refused)
+
+    def handle_ping(self, command, message):
+        self.sender.send_pong()
+
+    def handle_pong(self, command, message):
+        self._ping_outstanding = False
+
+    # ------------------------------------------------------------------ lookup
+    def handle_lookup(self, command, message):
+        lookup = command.lookupTopic
+        d = self.service.lookup(lookup.topic)
+        d.addCallbacks(
+            lambda urls: self.sender.send_lookup_response(lookup.request_id, urls[0], urls[1]),
+            lambda f: self.sender.send_lookup_error(lookup.request_id, _error_code(f), _error_message(f)))
+
+    def handle_partitioned_metadata(self, command, message):
+        request = command.partitionMetadata
+        d = self.service.partitioned_metadata(request.topic, request.metadata_auto_creation_enabled)
+        d.addCallbacks(
+            lambda n: self.sender.send_partitioned_metadata(request.request_id, n),
+            lambda f: self.sender.send_partitioned_metadata_error(
+                request.request_id, _error_code(f), _error_message(f)))
+
+    def handle_get_topics_of_namespace(self, command, message):
+        request = command.getTopicsOfNamespace
+        d = self.service.topics_of_namespace(request.namespace, request.mode,
+                                             request.topics_pattern if request.HasField("topics_pattern") else None)
+        d.addCallbacks(
+            lambda result: self.sender.send_topics_of_namespace(request.request_id, *result),
+            lambda f: self.sender.send_error(request.request_id, _error_code(f), _error_message(f)))
+
+    def handle_get_schema(self, command, message):
+        request = command.getSchema
+        # Schemas arrive with issue 5; until then every topic is schema-less, as Pulsar says.
+        self.sender.send_get_schema_error(request.request_id, api.TopicNotFound,
+                                          "Topic does not have a schema")
+
+    # ------------------------------------------------------------------ producers
+    def handle_producer(self, command, message):
+        request = command.producer
+        if request.producer_id in self.producers:
+            existing = self.producers[request.producer_id]
+            if existing.topic.name == request.topic:
+                # The client retried a create that already succeeded: answer it again.
+                self.sender.send_producer_success(request.request_id, existing.name,
+                                                  existing.last_sequence_id)
+            else:
+                self.sender.send_error(request.request_id, api.ProducerBusy,
+                                       f"Producer id {request.producer_id} is already in use")
+            return
+        d = self.service.create_producer(self, request)
+
+        def created(producer):
+            if self.state == "closed":
+                producer.topic.remove_producer(producer)
+                return
+            self.producers[request.producer_id] = producer
+            self.sender.send_producer_success(request.request_id, producer.name, producer.last_sequence_id)
+
+        def failed(failure):
+            self.log.info("{peer}: producer on {topic} refused: {reason}", peer=self.peer,
+                          topic=request.topic, reason=_error_message(failure))
+            self.sender.send_error(request.request_id, _error_code(failure), _error_message(failure))
+
+        d.addCallbacks(created, failed)
+
+    def handle_send(self, command, message):
+        send = command.send
+        producer = self.producers.get(send.producer_id)
+        if producer is None:
+            self.sender.send_send_error(send.producer_id, send.sequence_id, api.NotAllowedError,
+                                        "Producer not found")
+            return
+        if message is None:
+            self.sender.send_send_error(send.producer_id, send.sequence_id, api.NotAllowedError,
+                                        "SEND without a message")
+            return
+        try:
+            verify_message(message)
+        except ChecksumMismatch:
+            self.log.warn("{peer}: checksum mismatch on {topic} seq {seq}; message refused",
+                          peer=self.peer, topic=producer.topic.name, seq=send.sequence_id)
+            self.sender.send_send_error(send.producer_id, send.sequence_id, api.ChecksumError,
+                                        "Checksum failed on the broker")
+            return
+        self.pending_sends += 1
+        if self.pending_sends >= self.max_pending_sends and not self._send_throttled:
+            self._send_throttled = True
+            self.throttle()
+        producer.publish(send, message).addBoth(self._send_done)
+
+    def _send_done(self, result):
+        self.pending_sends -= 1
+        if self._send_throttled and self.pending_sends <= self.max_pending_sends // 2:
+            self._send_throttled = False
+            self.unthrottle()
+        return result
+
+    def throttle(self):
+        """
+        Add a reason to stop reading from this client (too many publishes in flight here, or a
+        topic it publishes to has too many pending writes). Reading stops at the first reason and
+        resumes when the last one is removed (Pulsar's throttle tracker).
+        """
+        self._throttle_reasons += 1
+        if self._throttle_reasons == 1 and self.state != "closed":
+            self.transport.pauseProducing()
+
+    def unthrottle(self):
+        self._throttle_reasons -= 1
+        if self._throttle_reasons == 0 and self.state != "closed":
+            self.transport.resumeProducing()
+
+    def handle_close_producer(self, command, message):
+        request = command.close_producer
+        producer = self.producers.pop(request.producer_id, None)
+        if producer is not None:
+            producer.topic.remove_producer(producer)
+        self.sender.send_success(request.request_id)
+
+    def producer_closed_by_broker(self, producer):
+        """The broker closed a producer (topic unloaded or deleted): tell the client to reconnect."""
+        if self.producers.get(producer.producer_id) is producer:
+            del self.producers[producer.producer_id]
+            if self.state != "closed":
+                self.sender.send_close_producer(producer.producer_id)
+
+    # ------------------------------------------------------------------ consumers
+    def handle_subscribe(self, command, message):
+        request = command.subscribe
+        if request.consumer_id in self.consumers:
+            existing = self.consumers[request.consumer_id]
+            if existing.subscription.topic.name == request.topic:
+                self.sender.send_success(request.request_id)
+            else:
+                self.sender.send_error(request.request_id, api.ConsumerBusy,
+                                       f"Consumer id {request.consumer_id} is already in use")
+            return
+        d = self.service.subscribe(self, request)
+
+        def subscribed(consumer):
+            if self.state == "closed":
+                consumer.subscription.remove_consumer(consumer)
+                return
+            self.consumers[request.consumer_id] = consumer
+            self.sender.send_success(request.request_id)
+            consumer.subscription.consumer_ready(consumer)
+
+        def failed(failure):
+            self.log.info("{peer}: subscribe to {topic} ({sub}) refused: {reason}", peer=self.peer,
+                          topic=request.topic, sub=request.subscription, reason=_error_message(failure))
+            self.sender.send_error(request.request_id, _error_code(failure), _error_message(failure))
+
+        d.addCallbacks(subscribed, failed)
+
+    def handle_flow(self, command, message):
+        flow = command.flow
+        consumer = self.consumers.get(flow.consumer_id)
+        if consumer is None:
+            self.log.debug("{peer}: FLOW for unknown consumer {id}", peer=self.peer, id=flow.consumer_id)
+            return
+        consumer.flow(flow.messagePermits)
+
+    def handle_ack(self, command, message):
+        ack = command.ack
+        consumer = self.consumers.get(ack.consumer_id)
+        wants_response = ack.HasField("request_id")
+        if consumer is None:
+            if wants_response:
+                self.sender.send_ack_response(ack.consumer_id, ack.request_id, api.ConsumerNotFound,
+                                              "Consumer not found")
+            return
+        positions = [Position(m.ledgerId, m.entryId) for m in ack.message_id]
+        d = consumer.acknowledge(ack.ack_type == api.CommandAck.Cumulative, positions, ack.message_id)
+        if wants_response:
+            d.addCallbacks(
+                lambda _: self.sender.send_ack_response(ack.consumer_id, ack.request_id),
+                lambda f: self.sender.send_ack_response(ack.consumer_id, ack.request_id,
+                                                        _error_code(f), _error_message(f)))
+        else:
+            d.addErrback(lambda f: self.log.info("{peer}: ack on consumer {id} failed: {reason}",
+                                                 peer=self.peer, id=ack.consumer_id,
+                                                 reason=_error_message(f)))
+
+    def handle_redeliver(self, command, message):
+        request = command.redeliverUnacknowledgedMessages
+        consumer = self.consumers.get(request.consumer_id)
+        if consumer is None:
+            return
+        positions = [Position(m.ledgerId, m.entryId) for m in request.message_ids]
+        consumer.redeliver(positions or None)
+
+    def handle_unsubscribe(self, command, message):
+        request = command.unsubscribe
+        consumer = self.consumers.get(request.consumer_id)
+        if consumer is None:
+            self.sender.send_error(request.request_id, api.ConsumerNotFound, "Consumer not found")
+            return
+        d = consumer.subscription.unsubscribe(consumer, request.force)
+
+        def done(_):
+            self.consumers.pop(request.consumer_id, None)
+            self.sender.send_success(request.request_id)
+
+        d.addCallbacks(done, lambda f: self.sender.send_error(
+            request.request_id, _error_code(f), _error_message(f)))
+
+    def handle_close_consumer(self, command, message):
+        request = command.close_consumer
+        consumer = self.consumers.pop(request.consumer_id, None)
+        if consumer is not None:
+            consumer.subscription.remove_consumer(consumer)
+        self.sender.send_success(request.request_id)
+
+    def consumer_closed_by_broker(self, consumer):
+        """The broker closed a consumer (seek, unload): the client resubscribes."""
+        if self.consumers.get(consumer.consumer_id) is consumer:
+            del self.consumers[consumer.consumer_id]
+            if self.state != "closed":
+                self.sender.send_close_consumer(consumer.consumer_id)
+
+    def handle_get_last_message_id(self, command, message):
+        request = command.getLastMessageId
+        consumer = self.consumers.get(request.consumer_id)
+        if consumer is None:
+            self.sender.send_error(request.request_id, api.ConsumerNotFound, "Consumer not found")
+            return
+        d = consumer.subscription.topic.last_message_id()
+
+        def answer(result):
+            (ledger_id, entry_id, batch_index) = result
+            mark_delete = consumer.subscription.mark_delete_position()
+            self.sender.send_last_message_id(request.request_id, ledger_id, entry_id,
+                                             consumer.partition, batch_index, mark_delete)
+
+        d.addCallbacks(answer, lambda f: self.sender.send_error(
+            request.request_id, _error_code(f), _error_message(f)))
+
+    def handle_seek(self, command, message):
+        request = command.seek
+        consumer = self.consumers.get(request.consumer_id)
+        if consumer is None:
+            self.sender.send_error(request.request_id, api.ConsumerNotFound, "Consumer not found")
+            return
+        if request.HasField("message_id"):
+            mid = request.message_id
+            d = consumer.subscription.seek(position_of(mid))
+        elif request.HasField("message_publish_time"):
+            d = consumer.subscription.seek_by_time(request.message_publish_time)
+        else:
+            self.sender.send_error(request.request_id, api.NotAllowedError,
+                                   "Message id and timestamp not present")
+            return
+        d.addCallbacks(lambda _: self.sender.send_success(request.request_id),
+                       lambda f: self.sender.send_error(request.request_id, _error_code(f),
+                                                        _error_message(f)))
+
+    def handle_consumer_stats(self, command, message):
+        request = command.consumerStats
+        consumer = self.consumers.get(request.consumer_id)
+        if consumer is None:
+            self.sender.send_consumer_stats_error(request.request_id, api.ConsumerNotFound,
+                                                  f"Consumer {request.consumer_id} not found")
+            return
+        self.sender.send_consumer_stats(request.request_id, **consumer.stats())
+
+
+class BrokerProtocolFactory(protocol.Factory):
+    """Builds a ``ServerConnection`` per accepted connection."""
+
+    def __init__(self, service, clock):
+        self.service = service
+        self.clock = clock
+
+    def buildProtocol(self, addr):
+        connection = ServerConnection(self.service, self.clock)
+        connection.factory = self
+        return connection

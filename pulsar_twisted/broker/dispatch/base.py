@@ -1,0 +1,132 @@
+"""
+What every persistent dispatcher shares: the read loop over a managed cursor.
+
+A dispatcher reads entries for its consumers only while they have permits (so memory stays
+bounded by permits, not by backlog), at most ``dispatcherMaxReadBatchSize`` per read, one read in
+flight at a time. When the cursor has nothing more it waits for the topic to signal new entries.
+Reads are started from ``clock.callLater(0, ...)`` so that a read completing synchronously (entry
+cache hit) never recurses.
+"""
+
+from twisted.logger import Logger
+
+from pulsar_twisted.broker.entryinfo import entry_metadata, num_messages
+
+
+class PersistentDispatcher:
+    log = Logger()
+    #: Whether positions sent to a consumer are tracked per consumer until acked (Shared types).
+    tracks_pending = False
+
+    def __init__(self, subscription, cursor, clock, config):
+        self.subscription = subscription
+        self.cursor = cursor
+        self.clock = clock
+        self.max_read = max(1, config.dispatcherMaxReadBatchSize)
+        self.consumers = []
+        self.reading = False
+        self.closed = False
+        #: Bumped whenever the cursor is moved under a read in flight: its result is dropped.
+        self.epoch = 0
+        self._scheduled = None
+
+    # ---------------------------------------------------------------- consumers
+    def add_consumer(self, consumer) -> None:
+        self.consumers.append(consumer)
+
+    def remove_consumer(self, consumer) -> None:
+        if consumer in self.consumers:
+            self.consumers.remove(consumer)
+
+    def consumer_ready(self, consumer) -> None:
+        self.schedule_read()
+
+    def consumer_flow(self, consumer) -> None:
+        self.schedule_read()
+
+    # ---------------------------------------------------------------- reading
+    def schedule_read(self) -> None:
+        if self._scheduled is None and not self.closed:
+            self._scheduled = self.clock.callLater(0, self._read)
+
+    def _read(self) -> None:
+        self._scheduled = None
+        if self.reading or self.closed:
+            return
+        count = self.read_count()
+        if count <= 0:
+            return
+        d = self.start_read(count)
+        if d is None:
+            return
+        self.reading = True
+        epoch = self.epoch
+        d.addCallbacks(self._read_done, self._read_failed, callbackArgs=(epoch,))
+
+    def _read_done(self, entries, epoch) -> None:
+        self.reading = False
+        if self.closed:
+            return
+        if epoch != self.epoch:
+            # The cursor moved (rewind, seek, active consumer change) while we read: these
+            # entries will be read again from the new position.
+            self.schedule_read()
+            return
+        if entries:
+            self.dispatch(entries)
+            self.schedule_read()
+        elif self.has_more():
+            self.schedule_read()
+
+    def _read_failed(self, failure) -> None:
+        self.reading = False
+        if self.closed:
+            return
+        self.log.failure("{sub}: read failed; retrying in 1s", failure, sub=self.subscription.describe())
+        self.clock.callLater(1.0, self.schedule_read)
+
+    def has_more(self) -> bool:
+        return self.cursor.has_more_entries()
+
+    def new_entries(self) -> None:
+        self.schedule_read()
+
+    # ---------------------------------------------------------------- sending
+    def send_entry(self, consumer, entry, metadata=None) -> None:
+        """Write one entry to ``consumer`` and account for it."""
+        if metadata is None:
+            metadata = entry_metadata(entry.data)
+        count = num_messages(metadata)
+        position = entry.position
+        consumer.sender.send_message(consumer.consumer_id, position[0], position[1],
+                                     self.subscription.redelivery_counts.get(position, 0), entry.data)
+        consumer.sent(position, count, len(entry.data), self.tracks_pending)
+
+    def close(self) -> None:
+        self.closed = True
+        if self._scheduled is not None and self._scheduled.active():
+            self._scheduled.cancel()
+        self._scheduled = None
+
+    # ---------------------------------------------------------------- for subclasses
+    def read_count(self) -> int:
+        raise NotImplementedError
+
+    def start_read(self, count):
+        return self.cursor.read_entries(count)
+
+    def dispatch(self, entries) -> None:
+        raise NotImplementedError
+
+    def acked(self, consumer, positions) -> None:
+        """Individual acks of ``positions`` by ``consumer`` (already applied to the cursor)."""
+
+    def acked_cumulative(self, consumer, position) -> None:
+        """A cumulative ack up to ``position`` (already applied to the cursor)."""
+
+    def redeliver(self, consumer, positions) -> None:
+        """The client asks for its unacked messages (all, or ``positions``) again."""
+
+    def reset(self) -> None:
+        """The cursor was moved (seek): forget what was in flight."""
+        self.epoch += 1

@@ -1,0 +1,176 @@
+"""
+Key_Shared subscriptions: every key goes to exactly one consumer, and each key's messages are
+delivered in order, also while consumers come and go.
+
+Keys (the ordering key, else the partition key) hash with Murmur3-32 into 0..65535, as Pulsar's
+selectors do. AUTO_SPLIT assigns hashes with a consistent-hash ring of consumer names; STICKY
+consumers declare their own ranges, which must not overlap (ConsumerAssignError otherwise).
+
+Ordering rules, as Pulsar's:
+- an entry whose consumer cannot take it now waits in the replay set, and every later entry for
+  that consumer waits behind it, so one key never overtakes itself;
+- a consumer joining a subscription that already has consumers is "recently joined": it receives
+  only entries older than the read position at the time it joined, until every message before
+  that position is acknowledged (so keys moving to it do not overtake messages still held by
+  their previous consumer). ``allowOutOfOrderDelivery`` lifts this.
+"""
+
+import bisect
+
+import mmh3
+
+from pulsar_twisted.broker.dispatch.shared import SharedDispatcher
+from pulsar_twisted.broker.entryinfo import entry_metadata, sticky_key
+from pulsar_twisted.common import errors
+from pulsar_twisted.proto import PulsarApi_pb2 as api
+
+RANGE_SIZE = 65536
+
+
+def key_hash(key: bytes) -> int:
+    """Pulsar's Key_Shared hash of a key: Murmur3-32 (seed 0), unsigned, modulo 65536."""
+    return mmh3.hash(key, 0, signed=False) % RANGE_SIZE
+
+
+class ConsistentHashSelector:
+    """AUTO_SPLIT: a ring with ``points`` entries per consumer."""
+
+    def __init__(self, points: int):
+        self.points = max(1, points)
+        self._ring = []          # sorted (hash, consumer_id, consumer)
+
+    def add(self, consumer) -> None:
+        for i in range(self.points):
+            point = mmh3.hash(f"{consumer.name}{i}".encode(), 0, signed=False)
+            bisect.insort(self._ring, (point, consumer.consumer_id, id(consumer.cnx), consumer),
+                          key=lambda item: item[:3])
+
+    def remove(self, consumer) -> None:
+        self._ring = [item for item in self._ring if item[3] is not consumer]
+
+    def select(self, hash_value: int):
+        if not self._ring:
+            return None
+        # Spread the 16-bit key hash over the 32-bit ring.
+        point = (hash_value * 2654435761) & 0xFFFFFFFF
+        index = bisect.bisect_left(self._ring, point, key=lambda item: item[0])
+        if index == len(self._ring):
+            index = 0
+        return self._ring[index][3]
+
+
+class StickySelector:
+    """STICKY: consumers bring fixed ranges [start, end] (inclusive) of the hash space."""
+
+    def __init__(self):
+        self._ranges = []        # sorted (start, end, consumer)
+
+    def add(self, consumer) -> None:
+        ranges = [(r.start, r.end) for r in consumer.key_shared_meta.hashRanges]
+        if not ranges:
+            raise errors.ConsumerAssignError("Ranges for KeyShared policy must not be empty")
+        for start, end in ranges:
+            if start < 0 or end >= RANGE_SIZE or start > end:
+                raise errors.ConsumerAssignError(f"Invalid range [{start}, {end}]")
+            for other_start, other_end, _ in self._ranges:
+                if start <= other_end and other_start <= end:
+                    raise errors.ConsumerAssignError(
+                        f"Range conflict with consumer: [{start}, {end}] overlaps "
+                        f"[{other_start}, {other_end}]")
+        for start, end in ranges:
+            bisect.insort(self._ranges, (start, end, consumer), key=lambda item: item[:2])
+
+    def remove(self, consumer) -> None:
+        self._ranges = [item for item in self._ranges if item[2] is not consumer]
+
+    def select(self, hash_value: int):
+        index = bisect.bisect_right(self._ranges, hash_value, key=lambda item: item[0]) - 1
+        if index >= 0:
+            start, end, consumer = self._ranges[index]
+            if start <= hash_value <= end:
+                return consumer
+        return None
+
+
+class KeySharedDispatcher(SharedDispatcher):
+    def __init__(self, subscription, cursor, clock, config, meta=None):
+        super().__init__(subscription, cursor, clock, config)
+        self.mode = meta.keySharedMode if meta is not None else api.AUTO_SPLIT
+        self.allow_out_of_order = bool(meta is not None and meta.allowOutOfOrderDelivery)
+        if self.mode == api.STICKY:
+            self.selector = StickySelector()
+        else:
+            self.selector = ConsistentHashSelector(config.subscriptionKeySharedConsistentHashingReplicaPoints)
+        #: consumer -> read position when it joined (see the module docstring).
+        self.recently_joined = {}
+
+    def add_consumer(self, consumer) -> None:
+        if self.mode == api.STICKY:
+            if consumer.key_shared_meta is None or consumer.key_shared_meta.keySharedMode != api.STICKY:
+                raise errors.ConsumerAssignError("Subscription is in STICKY mode")
+        elif consumer.key_shared_meta is not None and consumer.key_shared_meta.keySharedMode != self.mode:
+            raise errors.ConsumerAssignError("Subscription is in AUTO_SPLIT mode")
+        self.selector.add(consumer)
+        if self.consumers and not self.allow_out_of_order:
+            self.recently_joined[consumer] = self.cursor.read_position
+        super().add_consumer(consumer)
+
+    def remove_consumer(self, consumer) -> None:
+        self.selector.remove(consumer)
+        self.recently_joined.pop(consumer, None)
+        if consumer in self.consumers:
+            self.consumers.remove(consumer)
+        for position in consumer.take_pending():
+            counts = self.subscription.redelivery_counts
+            counts[position] = counts.get(position, 0) + 1
+            self.replay[position] = None
+        self.wake()
+
+    def acked(self, consumer, positions) -> None:
+        super().acked(consumer, positions)
+        self._release_recently_joined()
+
+    def acked_cumulative(self, consumer, position) -> None:
+        self._release_recently_joined()
+
+    def _release_recently_joined(self) -> None:
+        if not self.recently_joined:
+            return
+        mark_delete = self.cursor.mark_delete_position
+        for consumer, joined_at in list(self.recently_joined.items()):
+            if mark_delete.next() >= joined_at:
+                del self.recently_joined[consumer]
+        self.wake()
+
+    def reset(self) -> None:
+        super().reset()
+        self.recently_joined.clear()
+
+    def dispatch(self, entries) -> None:
+        # Consumers with messages already waiting must not receive newer ones first.
+        stuck = set()
+        for position, hash_value in self.replay.items():
+            if hash_value is not None:
+                owner = self.selector.select(hash_value)
+                if owner is not None:
+                    stuck.add(owner)
+        replaying = self._replaying
+        sent = 0
+        for entry in entries:
+            metadata = entry_metadata(entry.data)
+            hash_value = key_hash(sticky_key(metadata))
+            consumer = self.selector.select(hash_value)
+            if (consumer is None or not consumer.available()
+                    or (consumer in stuck and not replaying)
+                    or self._held_back(consumer, entry.position)):
+                self.replay[entry.position] = hash_value
+                if consumer is not None:
+                    stuck.add(consumer)
+                continue
+            self.send_entry(consumer, entry, metadata)
+            sent += 1
+        self.round_done(sent)
+
+    def _held_back(self, consumer, position) -> bool:
+        joined_at = self.recently_joined.get(consumer)
+        return joined_at is not None and position >= joined_at

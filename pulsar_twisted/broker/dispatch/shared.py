@@ -1,0 +1,123 @@
+"""
+Shared subscriptions: messages spread round-robin over the consumers that have permits.
+
+Each consumer's sent-but-unacked positions are kept; when it leaves (or asks for redelivery) they
+go into the replay set, with their redelivery count raised, and are sent again to whoever has
+permits before any new entry. A consumer holding ``maxUnackedMessagesPerConsumer`` unacked
+messages gets nothing more until it acks half of them; the subscription stops reading at
+``maxUnackedMessagesPerSubscription``.
+"""
+
+import heapq
+
+from pulsar_twisted.broker.dispatch.base import PersistentDispatcher
+
+
+class SharedDispatcher(PersistentDispatcher):
+    tracks_pending = True
+
+    def __init__(self, subscription, cursor, clock, config):
+        super().__init__(subscription, cursor, clock, config)
+        self.max_unacked_subscription = config.maxUnackedMessagesPerSubscription
+        #: position -> routing hash (None for Shared): messages to send again before new ones.
+        self.replay = {}
+        self._next = 0
+        self._replaying = False
+        #: Set when a replay round delivered nothing (every replayed message's consumer is busy):
+        #: new entries are read instead until something changes (flow, ack, consumers).
+        self.replay_stalled = False
+
+    def wake(self) -> None:
+        """Something changed that may let waiting messages through."""
+        self.replay_stalled = False
+        self.schedule_read()
+
+    def consumer_flow(self, consumer) -> None:
+        self.wake()
+
+    def consumer_ready(self, consumer) -> None:
+        self.wake()
+
+    # ---------------------------------------------------------------- consumers
+    def remove_consumer(self, consumer) -> None:
+        super().remove_consumer(consumer)
+        self._to_replay(consumer.take_pending())
+        self.wake()
+
+    def _to_replay(self, positions) -> None:
+        counts = self.subscription.redelivery_counts
+        for position in positions:
+            counts[position] = counts.get(position, 0) + 1
+            self.replay[position] = None
+
+    def redeliver(self, consumer, positions) -> None:
+        self._to_replay(consumer.take_pending(positions))
+        consumer.msg_redelivered += len(positions) if positions else 0
+        self.wake()
+
+    def acked(self, consumer, positions) -> None:
+        for position in positions:
+            if not consumer.acked(position):
+                # Acked by someone else than the one it was sent to (e.g. after a redelivery).
+                for other in self.consumers:
+                    if other.acked(position):
+                        break
+            self.replay.pop(position, None)
+        self.wake()
+
+    def reset(self) -> None:
+        super().reset()
+        self.replay.clear()
+        for consumer in self.consumers:
+            consumer.take_pending()
+
+    # ---------------------------------------------------------------- reading
+    def read_count(self) -> int:
+        if self.max_unacked_subscription:
+            if sum(c.unacked for c in self.consumers) >= self.max_unacked_subscription:
+                return 0
+        permits = 0
+        for consumer in self.consumers:
+            if consumer.available():
+                permits += consumer.permits
+        return min(permits, self.max_read)
+
+    def start_read(self, count):
+        if self.replay and not self.replay_stalled:
+            positions = heapq.nsmallest(count, self.replay)
+            for position in positions:
+                del self.replay[position]
+            self._replaying = True
+            return self.cursor.replay_entries(positions)
+        self._replaying = False
+        return self.cursor.read_entries(count)
+
+    def has_more(self) -> bool:
+        return (bool(self.replay) and not self.replay_stalled) or self.cursor.has_more_entries()
+
+    def dispatch(self, entries) -> None:
+        sent = 0
+        for entry in entries:
+            consumer = self.next_consumer()
+            if consumer is None:
+                self.replay[entry.position] = None
+            else:
+                self.send_entry(consumer, entry)
+                sent += 1
+        self.round_done(sent)
+
+    def round_done(self, sent: int) -> None:
+        if self._replaying and not sent:
+            self.replay_stalled = True
+
+    def next_consumer(self):
+        """The next consumer in round-robin order that can take a message, or None."""
+        consumers = self.consumers
+        n = len(consumers)
+        for i in range(n):
+            index = (self._next + i) % n
+            consumer = consumers[index]
+            if consumer.available():
+                self._next = (index + 1) % n
+                return consumer
+        return None

@@ -1,0 +1,263 @@
+"""
+BrokerService: the broker's decisions, independent of any connection.
+
+It owns the loaded topics (loading each at most once, however many clients ask at the same
+time), answers lookups (this broker owns every topic until the cluster's ownership arrives with
+several brokers), keeps the default tenant ``public`` and namespace ``public/default`` present, and
+hands out unique producer names.
+"""
+
+import datetime
+import json
+import re
+
+from twisted.application import service
+from twisted.internet import defer
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from pulsar_twisted.broker.topic import NonPersistentTopic, PersistentTopic
+from pulsar_twisted.common import errors
+from pulsar_twisted.common.naming import (
+    InvalidTopicNameError, NamespaceName, parse_topic, PERSISTENT, NON_PERSISTENT)
+from pulsar_twisted.proto import PulsarApi_pb2 as api
+from pulsar_twisted.wire.frames import crc32c
+
+POLICIES_ROOT = "/admin/policies"
+PARTITIONED_ROOT = "/admin/partitioned-topics"
+
+
+def _default_namespace_policies(cluster: str) -> bytes:
+    return json.dumps({"replication_clusters": [cluster], "bundles": {"numBundles": 4}}).encode()
+
+
+class BrokerService(service.Service):
+    log = Logger()
+
+    def __init__(self, config, ml_factory, metadata_store, clock, broker_url: str, broker_url_tls: str = ""):
+        self.config = config
+        self.ml_factory = ml_factory
+        self.store = metadata_store
+        self.clock = clock
+        self.broker_url = broker_url
+        self.broker_url_tls = broker_url_tls
+        self.topics = {}
+        self._loading = {}
+        self.connections = set()
+        self.producer_name_prefix = None
+        self._producer_counter = 0
+
+    # ---------------------------------------------------------------- lifecycle
+    @defer.inlineCallbacks
+    def start(self):
+        """Create the default tenant and namespace, and reserve a producer-name prefix."""
+        cluster = self.config.clusterName
+        yield self._ensure(f"/admin/clusters/{cluster}",
+                           json.dumps({"serviceUrl": "", "brokerServiceUrl": self.broker_url}).encode())
+        yield self._ensure(f"{POLICIES_ROOT}/public",
+                           json.dumps({"adminRoles": [], "allowedClusters": [cluster]}).encode())
+        yield self._ensure(f"{POLICIES_ROOT}/public/default", _default_namespace_policies(cluster))
+        stat = yield self.store.put("/counters/producer-name/broker-", b"", sequential=True)
+        # The sequence number makes names unique across brokers and restarts (deduplication
+        # keys its state on producer names).
+        self.producer_name_prefix = f"{cluster}-{int(stat.path.rsplit('-', 1)[1])}"
+
+    @defer.inlineCallbacks
+    def _ensure(self, path, value):
+        existing = yield self.store.get(path)
+        if existing is None:
+            try:
+                yield self.store.put(path, value, expected_version=-1)
+            except Exception:
+                pass  # created meanwhile by another broker
+
+    def startService(self):
+        super().startService()
+
+    @defer.inlineCallbacks
+    def stopService(self):
+        super().stopService()
+        topics = list(self.topics.values())
+        self.topics.clear()
+        for topic in topics:
+            try:
+                yield topic.close()
+            except Exception:
+                self.log.failure("closing {topic}", topic=topic.name)
+
+    def connection_opened(self, cnx) -> None:
+        self.connections.add(cnx)
+
+    def connection_closed(self, cnx) -> None:
+        self.connections.discard(cnx)
+
+    def authenticate(self, cnx, connect):
+        """The role of a connecting client (authentication providers come with the security issue)."""
+        return None
+
+    def now_iso(self) -> str:
+        return datetime.datetime.fromtimestamp(self.clock.seconds(), datetime.timezone.utc).isoformat()
+
+    # ---------------------------------------------------------------- names and namespaces
+    def _parse(self, text):
+        try:
+            return parse_topic(text)
+        except InvalidTopicNameError as e:
+            raise errors.InvalidTopicName(str(e))
+
+    @defer.inlineCallbacks
+    def _check_namespace(self, namespace: NamespaceName):
+        node = yield self.store.get(f"{POLICIES_ROOT}/{namespace.tenant}/{namespace.namespace}")
+        if node is None:
+            raise errors.TopicNotFound(f"Namespace {namespace} does not exist")
+
+    @defer.inlineCallbacks
+    def partitions_of(self, topic_name) -> int:
+        base = topic_name.partitioned_topic_name
+        node = yield self.store.get(
+            f"{PARTITIONED_ROOT}/{base.tenant}/{base.namespace}/{base.domain}/{base.local_name}")
+        if node is None:
+            return 0
+        return int(json.loads(node[0]).get("partitions", 0))
+
+    @defer.inlineCallbacks
+    def create_partitioned_topic(self, topic_name, partitions: int):
+        path = (f"{PARTITIONED_ROOT}/{topic_name.tenant}/{topic_name.namespace}/"
+                f"{topic_name.domain}/{topic_name.local_name}")
+        yield self.store.put(path, json.dumps({"partitions": partitions}).encode(), expected_version=-1)
+
+    # ---------------------------------------------------------------- binary-protocol queries
+    @defer.inlineCallbacks
+    def lookup(self, topic: str):
+        name = self._parse(topic)
+        yield self._check_namespace(name.namespace_name)
+        return (self.broker_url, self.broker_url_tls)
+
+    @defer.inlineCallbacks
+    def partitioned_metadata(self, topic: str, auto_create: bool = True):
+        name = self._parse(topic)
+        yield self._check_namespace(name.namespace_name)
+        partitions = yield self.partitions_of(name)
+        if (partitions == 0 and auto_create and name.partition_index < 0
+                and self.config.allowAutoTopicCreation
+                and self.config.allowAutoTopicCreationType == "partitioned"
+                and not (yield self._topic_exists(name))):
+            partitions = self.config.defaultNumPartitions
+            try:
+                yield self.create_partitioned_topic(name, partitions)
+            except Exception:
+                partitions = yield self.partitions_of(name)
+        return partitions
+
+    @defer.inlineCallbacks
+    def _topic_exists(self, name) -> bool:
+        if str(name) in self.topics:
+            return True
+        if name.persistent:
+            names = yield self.ml_factory.list_names()
+            return name.managed_ledger_name in names
+        return False
+
+    @defer.inlineCallbacks
+    def topics_of_namespace(self, namespace: str, mode: int, pattern):
+        try:
+            ns = NamespaceName.parse(namespace)
+        except InvalidTopicNameError as e:
+            raise errors.InvalidTopicName(str(e))
+        yield self._check_namespace(ns)
+        found = set()
+        if mode in (api.CommandGetTopicsOfNamespace.PERSISTENT, api.CommandGetTopicsOfNamespace.ALL):
+            prefix = f"{ns.tenant}/{ns.namespace}/{PERSISTENT}/"
+            for ml_name in (yield self.ml_factory.list_names()):
+                if ml_name.startswith(prefix):
+                    found.add(f"{PERSISTENT}://{ns.tenant}/{ns.namespace}/{ml_name[len(prefix):]}")
+        for name in self.topics:
+            topic_name = parse_topic(name)
+            if topic_name.namespace_name != ns:
+                continue
+            if topic_name.persistent and mode == api.CommandGetTopicsOfNamespace.NON_PERSISTENT:
+                continue
+            if not topic_name.persistent and mode == api.CommandGetTopicsOfNamespace.PERSISTENT:
+                continue
+            found.add(name)
+        topics = sorted(found)
+        filtered = False
+        if pattern:
+            try:
+                regex = re.compile(pattern)
+            except re.error as e:
+                raise errors.NotAllowedError(f"Invalid topics pattern: {e}")
+            topics = [t for t in topics if regex.fullmatch(t) or regex.match(t)]
+            filtered = True
+        digest = "%08x" % crc32c(",".join(topics).encode())
+        return topics, filtered, digest
+
+    # ---------------------------------------------------------------- topics
+    def get_topic(self, topic: str, create: bool = True):
+        """Deferred firing with the loaded topic (loading or creating it once)."""
+        try:
+            name = self._parse(topic)
+        except errors.PulsarError as e:
+            return defer.fail(e)
+        key = str(name)
+        loaded = self.topics.get(key)
+        if loaded is not None:
+            return defer.succeed(loaded)
+        waiters = self._loading.get(key)
+        d = defer.Deferred()
+        if waiters is not None:
+            waiters.append(d)
+            return d
+        self._loading[key] = [d]
+        self._load(name, create).addBoth(self._loaded, key)
+        return d
+
+    def _loaded(self, result, key):
+        waiters = self._loading.pop(key, [])
+        for waiter in waiters:
+            if isinstance(result, Failure):
+                waiter.errback(result)
+            else:
+                waiter.callback(result)
+
+    @defer.inlineCallbacks
+    def _load(self, name, create: bool):
+        yield self._check_namespace(name.namespace_name)
+        if name.partition_index < 0:
+            partitions = yield self.partitions_of(name)
+            if partitions > 0:
+                raise errors.NotAllowedError(
+                    f"{name} is a partitioned topic: use its partitions ({name}-partition-N)")
+        if not create or not self.config.allowAutoTopicCreation:
+            if not (yield self._topic_exists(name)):
+                raise errors.TopicNotFound(f"Topic {name} does not exist")
+        if name.persistent:
+            ledger = yield self.ml_factory.open(name.managed_ledger_name)
+            topic = PersistentTopic(self, name, ledger, self.clock, self.config)
+        else:
+            topic = NonPersistentTopic(self, name, self.clock, self.config)
+        self.topics[str(name)] = topic
+        self.log.info("Loaded topic {topic}", topic=str(name))
+        return topic
+
+    def next_producer_name(self) -> str:
+        self._producer_counter += 1
+        return f"{self.producer_name_prefix}-{self._producer_counter}"
+
+    @defer.inlineCallbacks
+    def create_producer(self, cnx, request):
+        topic = yield self.get_topic(request.topic)
+        if request.HasField("producer_name") and request.producer_name:
+            name = request.producer_name
+        else:
+            name = self.next_producer_name()
+        return topic.add_producer(cnx, request, name)
+
+    @defer.inlineCallbacks
+    def subscribe(self, cnx, request):
+        if not request.subscription:
+            raise errors.NotAllowedError("Empty subscription name")
+        topic = yield self.get_topic(request.topic, create=request.force_topic_creation)
+        consumer = yield topic.subscribe(cnx, request)
+        return consumer
+

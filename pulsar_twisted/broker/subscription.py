@@ -1,0 +1,306 @@
+"""
+Subscriptions: a named cursor on a topic plus the dispatcher of its type.
+
+A durable subscription's cursor survives restarts (its acks are persisted by the managed ledger);
+a reader's subscription is non-durable and vanishes with its consumer. The subscription type may
+change only while no consumer is connected, as in Pulsar.
+"""
+
+from twisted.internet import defer
+from twisted.logger import Logger
+
+from pulsar_twisted.broker.consumer import SUB_TYPE_NAMES
+from pulsar_twisted.broker.dispatch.key_shared import KeySharedDispatcher
+from pulsar_twisted.broker.dispatch.shared import SharedDispatcher
+from pulsar_twisted.broker.dispatch.single import ExclusiveDispatcher, FailoverDispatcher
+from pulsar_twisted.broker.entryinfo import entry_metadata
+from pulsar_twisted.common import errors
+from pulsar_twisted.common.position import Position
+from pulsar_twisted.proto import PulsarApi_pb2 as api
+
+Sub = api.CommandSubscribe
+
+
+class PersistentSubscription:
+    log = Logger()
+
+    def __init__(self, topic, name: str, cursor, clock, config, durable: bool = True):
+        self.topic = topic
+        self.name = name
+        self.cursor = cursor
+        self.clock = clock
+        self.config = config
+        self.durable = durable
+        self.sub_type = None
+        self.dispatcher = None
+        #: position -> times redelivered (Shared/Key_Shared), sent in MESSAGE.redelivery_count.
+        self.redelivery_counts = {}
+
+    def describe(self) -> str:
+        return f"{self.topic.name} [{self.name}]"
+
+    @property
+    def consumers(self):
+        return self.dispatcher.consumers if self.dispatcher is not None else []
+
+    # ---------------------------------------------------------------- consumers
+    def add_consumer(self, consumer) -> None:
+        """Attach ``consumer`` (raises ConsumerBusy / ConsumerAssignError as Pulsar does)."""
+        if self.dispatcher is not None and self.dispatcher.consumers:
+            if consumer.sub_type != self.sub_type:
+                raise errors.ConsumerBusy("Subscription is of different type")
+        elif self.dispatcher is None or self.sub_type != consumer.sub_type or (
+                consumer.sub_type == Sub.Key_Shared):
+            self._new_dispatcher(consumer)
+        self.dispatcher.add_consumer(consumer)
+
+    def _new_dispatcher(self, consumer) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.close()
+            self.cursor.rewind()
+        kind = consumer.sub_type
+        if kind == Sub.Exclusive:
+            dispatcher = ExclusiveDispatcher(self, self.cursor, self.clock, self.config)
+        elif kind == Sub.Failover:
+            dispatcher = FailoverDispatcher(self, self.cursor, self.clock, self.config, consumer.partition)
+        elif kind == Sub.Shared:
+            dispatcher = SharedDispatcher(self, self.cursor, self.clock, self.config)
+        else:
+            dispatcher = KeySharedDispatcher(self, self.cursor, self.clock, self.config,
+                                             consumer.key_shared_meta)
+        self.sub_type = kind
+        self.dispatcher = dispatcher
+
+    def consumer_ready(self, consumer) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.consumer_ready(consumer)
+
+    def remove_consumer(self, consumer) -> None:
+        consumer.closed = True
+        if self.dispatcher is not None:
+            self.dispatcher.remove_consumer(consumer)
+        if not self.durable and not self.consumers:
+            self.topic.remove_subscription(self)
+
+    def consumer_flow(self, consumer) -> None:
+        self.dispatcher.consumer_flow(consumer)
+
+    def consumer_writable(self, consumer) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.schedule_read()
+
+    def new_entries(self) -> None:
+        if self.dispatcher is not None and self.dispatcher.consumers:
+            self.dispatcher.new_entries()
+
+    # ---------------------------------------------------------------- acks
+    def acknowledge(self, consumer, cumulative: bool, positions):
+        if not positions:
+            return defer.succeed(None)
+        counts = self.redelivery_counts
+        if cumulative:
+            position = positions[-1]
+            d = self.cursor.mark_delete(position)
+            if counts:
+                for p in [p for p in counts if p <= position]:
+                    del counts[p]
+            self.dispatcher.acked_cumulative(consumer, position)
+        else:
+            d = self.cursor.delete(positions)
+            if counts:
+                for p in positions:
+                    counts.pop(p, None)
+            self.dispatcher.acked(consumer, positions)
+        return d
+
+    def redeliver(self, consumer, positions) -> None:
+        self.dispatcher.redeliver(consumer, positions)
+
+    def mark_delete_position(self):
+        return self.cursor.mark_delete_position
+
+    def backlog(self) -> int:
+        return self.cursor.number_of_entries_in_backlog()
+
+    # ---------------------------------------------------------------- admin-like operations
+    def unsubscribe(self, consumer, force: bool = False):
+        others = [c for c in self.consumers if c is not consumer]
+        if others and not force:
+            return defer.fail(errors.ConsumerBusy("Subscription has other connected consumers"))
+        for other in others:
+            other.close_by_broker()
+            self.dispatcher.remove_consumer(other)
+        if self.dispatcher is not None:
+            self.dispatcher.remove_consumer(consumer)
+            self.dispatcher.close()
+        consumer.closed = True
+        return self.topic.delete_subscription(self)
+
+    def _disconnect_consumers(self) -> None:
+        for consumer in list(self.consumers):
+            consumer.close_by_broker()
+            self.dispatcher.remove_consumer(consumer)
+
+    def seek(self, position: Position):
+        """
+        Move the subscription to ``position`` (the next message delivered): consumers are
+        disconnected first and reconnect, as Pulsar does on seek.
+        """
+        self._disconnect_consumers()
+        if self.dispatcher is not None:
+            self.dispatcher.reset()
+        self.redelivery_counts.clear()
+        return defer.maybeDeferred(self.cursor.reset_cursor, self.topic.clamp_position(position))
+
+    @defer.inlineCallbacks
+    def seek_by_time(self, publish_time_ms: int):
+        """Seek to the first message published at or after ``publish_time_ms``."""
+        position = yield self.topic.find_position_by_time(publish_time_ms)
+        yield self.seek(position)
+
+    def close(self) -> None:
+        """Topic unloading: tell consumers to reconnect; stop dispatching."""
+        self._disconnect_consumers()
+        if self.dispatcher is not None:
+            self.dispatcher.close()
+
+    def stats(self) -> dict:
+        return {"type": SUB_TYPE_NAMES.get(self.sub_type, "Exclusive"),
+                "msgBacklog": self.backlog(), "isDurable": self.durable,
+                "consumers": [c.stats() for c in self.consumers]}
+
+
+class NonPersistentSubscription:
+    """
+    A subscription of a non-persistent topic: nothing is stored, so a message goes to a consumer
+    that can take it right now or is dropped (counted), as Pulsar's non-persistent topics do.
+    """
+
+    def __init__(self, topic, name: str, config):
+        self.topic = topic
+        self.name = name
+        self.config = config
+        self.sub_type = None
+        self.consumers = []
+        self.selector = None
+        self.redelivery_counts = {}
+        self.dropped = 0
+        self._next = 0
+        self.durable = False
+
+    def describe(self) -> str:
+        return f"{self.topic.name} [{self.name}]"
+
+    def add_consumer(self, consumer) -> None:
+        if self.consumers:
+            if consumer.sub_type != self.sub_type:
+                raise errors.ConsumerBusy("Subscription is of different type")
+            if consumer.sub_type == Sub.Exclusive:
+                raise errors.ConsumerBusy("Exclusive consumer is already connected")
+        else:
+            self.sub_type = consumer.sub_type
+            self.selector = None
+            if consumer.sub_type == Sub.Key_Shared:
+                from pulsar_twisted.broker.dispatch.key_shared import (
+                    ConsistentHashSelector, StickySelector)
+                meta = consumer.key_shared_meta
+                if meta is not None and meta.keySharedMode == api.STICKY:
+                    self.selector = StickySelector()
+                else:
+                    self.selector = ConsistentHashSelector(
+                        self.config.subscriptionKeySharedConsistentHashingReplicaPoints)
+        if self.selector is not None:
+            self.selector.add(consumer)
+        self.consumers.append(consumer)
+
+    def consumer_ready(self, consumer) -> None:
+        if self.sub_type == Sub.Failover:
+            active = self._active()
+            for c in self.consumers:
+                c.sender.send_active_consumer_change(c.consumer_id, c is active)
+
+    def remove_consumer(self, consumer) -> None:
+        consumer.closed = True
+        if consumer in self.consumers:
+            self.consumers.remove(consumer)
+            if self.selector is not None:
+                self.selector.remove(consumer)
+            if self.sub_type == Sub.Failover and self.consumers:
+                active = self._active()
+                for c in self.consumers:
+                    c.sender.send_active_consumer_change(c.consumer_id, c is active)
+        if not self.consumers:
+            self.topic.remove_subscription(self)
+
+    def _active(self):
+        ordered = sorted(self.consumers, key=lambda c: (c.priority_level, c.name, c.consumer_id))
+        return ordered[0] if ordered else None
+
+    def consumer_flow(self, consumer) -> None:
+        pass
+
+    def consumer_writable(self, consumer) -> None:
+        pass
+
+    def deliver(self, position, data: bytes, count: int) -> None:
+        consumer = self._pick(data)
+        if consumer is None or not consumer.available():
+            self.dropped += count
+            return
+        consumer.sender.send_message(consumer.consumer_id, position[0], position[1], 0, data)
+        consumer.sent(position, count, len(data), False)
+
+    def _pick(self, data: bytes):
+        if not self.consumers:
+            return None
+        if self.sub_type in (Sub.Exclusive, Sub.Failover):
+            return self._active()
+        if self.sub_type == Sub.Key_Shared:
+            from pulsar_twisted.broker.dispatch.key_shared import key_hash
+            from pulsar_twisted.broker.entryinfo import sticky_key
+            return self.selector.select(key_hash(sticky_key(entry_metadata(data))))
+        n = len(self.consumers)
+        for i in range(n):
+            consumer = self.consumers[(self._next + i) % n]
+            if consumer.available():
+                self._next = (self._next + i + 1) % n
+                return consumer
+        return None
+
+    def acknowledge(self, consumer, cumulative, positions):
+        return defer.succeed(None)
+
+    def redeliver(self, consumer, positions) -> None:
+        pass
+
+    def mark_delete_position(self):
+        return None
+
+    def backlog(self) -> int:
+        return 0
+
+    def unsubscribe(self, consumer, force=False):
+        others = [c for c in self.consumers if c is not consumer]
+        if others and not force:
+            return defer.fail(errors.ConsumerBusy("Subscription has other connected consumers"))
+        for c in list(self.consumers):
+            if c is not consumer:
+                c.close_by_broker()
+            self.remove_consumer(c)
+        return defer.succeed(None)
+
+    def seek(self, position):
+        return defer.fail(errors.NotAllowedError("Seek is not supported on non-persistent topics"))
+
+    def seek_by_time(self, publish_time_ms):
+        return self.seek(None)
+
+    def close(self) -> None:
+        for consumer in list(self.consumers):
+            consumer.close_by_broker()
+        self.consumers = []
+
+    def stats(self) -> dict:
+        return {"type": SUB_TYPE_NAMES.get(self.sub_type, "Exclusive"), "msgBacklog": 0,
+                "msgDropRate": 0.0, "dropped": self.dropped,
+                "consumers": [c.stats() for c in self.consumers]}

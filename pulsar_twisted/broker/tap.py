@@ -1,0 +1,163 @@
+"""
+twistd entry points: ``twistd -n pulsar-standalone`` and ``twistd -n pulsar-broker``.
+
+Standalone wires the very same pieces a cluster runs, in one process: the embedded metadata store,
+one in-process bookie, the BookKeeper client, the managed-ledger factory and the broker, started
+in that order (each needs the one before) and stopped in reverse.
+"""
+
+import os
+
+from twisted.application import service
+from twisted.internet import defer, endpoints
+from twisted.logger import Logger
+from twisted.python import usage
+
+from pulsar_twisted.config import BrokerConfig, ConfigError, StandaloneConfig
+
+
+class Options(usage.Options):
+    optParameters = [
+        ["config", "c", None, "Configuration file (Pulsar key=value format)."],
+    ]
+
+    def postOptions(self):
+        if self["config"] is not None and not os.path.exists(self["config"]):
+            raise usage.UsageError(f"configuration file {self['config']} does not exist")
+
+
+def _load(cls, options):
+    try:
+        return cls.from_file(options["config"]) if options["config"] else cls()
+    except ConfigError as e:
+        raise usage.UsageError(str(e))
+
+
+class StandaloneService(service.MultiService):
+    """Metadata store + bookie + ledger client + managed ledgers + broker in one reactor."""
+
+    log = Logger()
+
+    def __init__(self, config, reactor=None):
+        super().__init__()
+        if reactor is None:
+            from twisted.internet import reactor as global_reactor
+            reactor = global_reactor
+        self.config = config
+        self.reactor = reactor
+        self.store = None
+        self.bookie = None
+        self.ledger_client = None
+        self.ml_factory = None
+        self.broker = None
+        self.port = None
+        self.ready = defer.Deferred()
+
+    def startService(self):
+        super().startService()
+        d = self._start()
+
+        def failed(failure):
+            self.log.failure("pulsar-standalone failed to start", failure)
+            if self.reactor.running:
+                self.reactor.stop()
+            return failure
+
+        d.addErrback(failed)
+        d.chainDeferred(self.ready)
+
+    @defer.inlineCallbacks
+    def _start(self):
+        from pulsar_twisted.bookie.storage import BookieStorage
+        from pulsar_twisted.broker.cnx import BrokerProtocolFactory
+        from pulsar_twisted.broker.service import BrokerService
+        from pulsar_twisted.ledger.bookies import LocalBookieClient
+        from pulsar_twisted.ledger.client import BookKeeperClient, register_bookie
+        from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
+        from pulsar_twisted.mledger.factory import ManagedLedgerFactory
+
+        config = self.config
+        reactor = self.reactor
+        if config.metadataStoreUrl:
+            raise ConfigError("metadataStoreUrl: standalone runs on its embedded metadata store; "
+                              "leave metadataStoreUrl empty")
+        data = config.dataDirectory
+        os.makedirs(data, exist_ok=True)
+        self.store = EmbeddedMetadataStore(os.path.join(data, "metadata"), reactor)
+        yield self.store.start()
+
+        self.bookie = BookieStorage(
+            config.journalDirectory, list(config.ledgerDirectories), reactor,
+            journal_sync_data=config.journalSyncData,
+            journal_max_group_wait_ms=config.journalMaxGroupWaitMSec,
+            journal_buffered_writes_threshold=config.journalBufferedWritesThreshold,
+            journal_buffered_entries_threshold=config.journalBufferedEntriesThreshold,
+            journal_max_size_mb=config.journalMaxSizeMB,
+            entry_log_size_limit=config.logSizeLimit,
+            flush_interval_ms=config.flushInterval)
+        yield self.bookie.start()
+        bookie_id = f"{config.advertisedAddress}:3181"
+        yield register_bookie(self.store, bookie_id)
+
+        self.ledger_client = BookKeeperClient(self.store, LocalBookieClient({bookie_id: self.bookie}), reactor)
+        yield self.ledger_client.start()
+        self.ml_factory = ManagedLedgerFactory(self.ledger_client, self.store, reactor,
+                                               managed_ledger_config(config))
+        broker_url = f"pulsar://{config.advertisedAddress}:{config.brokerServicePort}"
+        self.broker = BrokerService(config, self.ml_factory, self.store, reactor, broker_url)
+        yield self.broker.start()
+        self.broker.startService()
+
+        description = config.brokerServiceEndpoint or (
+            f"tcp:{config.brokerServicePort}:interface={config.bindAddress}")
+        endpoint = endpoints.serverFromString(reactor, description)
+        self.port = yield endpoint.listen(BrokerProtocolFactory(self.broker, reactor))
+        self.log.info("pulsar-standalone ready: {url} (data in {data})", url=broker_url,
+                      data=os.path.abspath(data))
+        return self
+
+    @defer.inlineCallbacks
+    def stopService(self):
+        yield defer.maybeDeferred(super().stopService)
+        if self.port is not None:
+            yield self.port.stopListening()
+        if self.broker is not None:
+            yield self.broker.stopService()
+        if self.ml_factory is not None:
+            yield self.ml_factory.shutdown()
+        if self.bookie is not None:
+            yield self.bookie.stop()
+        if self.store is not None:
+            yield self.store.close()
+
+
+def managed_ledger_config(config):
+    """The broker's managedLedger* keys as a ManagedLedgerConfig."""
+    from pulsar_twisted.mledger.config import ManagedLedgerConfig
+    return ManagedLedgerConfig(
+        ensemble_size=config.managedLedgerDefaultEnsembleSize,
+        write_quorum=config.managedLedgerDefaultWriteQuorum,
+        ack_quorum=config.managedLedgerDefaultAckQuorum,
+        max_entries_per_ledger=config.managedLedgerMaxEntriesPerLedger,
+        min_rollover_time_ms=config.managedLedgerMinLedgerRolloverTimeMinutes * 60_000,
+        max_rollover_time_ms=config.managedLedgerMaxLedgerRolloverTimeMinutes * 60_000,
+        retention_time_ms=config.defaultRetentionTimeInMinutes * 60_000,
+        retention_size_mb=config.defaultRetentionSizeInMB,
+        cursor_max_entries_per_ledger=config.managedLedgerCursorMaxEntriesPerLedger,
+        max_unacked_ranges_to_persist=config.managedLedgerMaxUnackedRangesToPersist,
+        cache_size_bytes=config.managedLedgerCacheSizeMB * 1024 * 1024)
+
+
+def make_standalone_service(options):
+    return StandaloneService(_load(StandaloneConfig, options))
+
+
+def make_broker_service(options):
+    config = _load(BrokerConfig, options)
+    if not config.metadataStoreUrl:
+        raise usage.UsageError(
+            "pulsar-broker joins a cluster: set metadataStoreUrl (zk:host:2181) in its configuration. "
+            "For a single process with its own storage, run `twistd -n pulsar-standalone`.")
+    raise usage.UsageError(
+        "pulsar-broker with a shared metadata store and remote bookies needs the bookie service "
+        "(issue 3, not built yet); run `twistd -n pulsar-standalone` meanwhile.")

@@ -1,0 +1,285 @@
+"""
+Daemon configuration: one class per daemon, each key with its type, default and documentation.
+
+Files are Pulsar's ``key=value`` format (``#`` comments, blank lines ignored). Key names are
+Pulsar's and BookKeeper's where the concept matches, so an operator's habits carry over. Any key we
+do not know, or a value that does not parse, stops start-up with a ``ConfigError`` naming the key
+and the line: silently ignoring a setting someone believes is in force is worse than refusing it.
+
+The files under ``conf/`` are generated from these classes by ``scripts/gen_conf.py`` and a test
+keeps them equal, so defaults, documentation and files cannot drift apart.
+"""
+
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterable, List, Optional
+
+
+class ConfigError(Exception):
+    """A configuration file or value that cannot be used; the message names the key."""
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("true", "yes", "1", "on"):
+        return True
+    if lowered in ("false", "no", "0", "off"):
+        return False
+    raise ValueError(f"expected true or false, got {text!r}")
+
+
+def _parse_list(text: str) -> List[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+_PARSERS: Dict[type, Callable[[str], Any]] = {
+    bool: _parse_bool,
+    int: int,
+    float: float,
+    str: str.strip,
+    list: _parse_list,
+}
+
+
+@dataclass(frozen=True)
+class Key:
+    """One configuration key: Pulsar's name, its type, default and a line of documentation."""
+
+    name: str
+    type: type
+    default: Any
+    doc: str
+    section: str = ""
+
+    def parse(self, text: str) -> Any:
+        return _PARSERS[self.type](text)
+
+    def render(self, value: Any) -> str:
+        if self.type is bool:
+            return "true" if value else "false"
+        if self.type is list:
+            return ",".join(value)
+        if value is None:
+            return ""
+        return str(value)
+
+
+class Config:
+    """
+    Base of the daemon configurations. Subclasses list their ``KEYS``; values are attributes named
+    as the keys (``config.brokerServicePort``).
+    """
+
+    KEYS: Iterable[Key] = ()
+    #: Keys whose defaults differ per deployment (standalone vs cluster), overriding ``KEYS``.
+    DEFAULTS: Dict[str, Any] = {}
+
+    def __init__(self, **overrides: Any):
+        self._keys = {key.name: key for key in self.KEYS}
+        for key in self.KEYS:
+            setattr(self, key.name, self.DEFAULTS.get(key.name, key.default))
+        for name, value in overrides.items():
+            if name not in self._keys:
+                raise ConfigError(f"unknown configuration key {name!r}")
+            setattr(self, name, value)
+
+    @classmethod
+    def keys(cls) -> List[Key]:
+        return list(cls.KEYS)
+
+    def default_of(self, key: Key) -> Any:
+        return self.DEFAULTS.get(key.name, key.default)
+
+    @classmethod
+    def from_file(cls, path: str, **overrides: Any) -> "Config":
+        """Read ``path``; ``ConfigError`` names the file, line and key of the first problem."""
+        try:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+        except OSError as e:
+            raise ConfigError(f"cannot read configuration file {path}: {e.strerror}") from e
+        config = cls(**overrides)
+        config.update_from_text(text, source=path)
+        return config
+
+    def update_from_text(self, text: str, source: str = "<config>") -> None:
+        for number, raw in enumerate(text.splitlines(), start=1):
+            line = raw.strip()
+            if not line or line.startswith("#"):
+                continue
+            if "=" not in line:
+                raise ConfigError(f"{source}:{number}: malformed line (expected key=value): {line!r}")
+            name, _, value = line.partition("=")
+            name = name.strip()
+            self.set(name, value, where=f"{source}:{number}")
+
+    def set(self, name: str, text: str, where: str = "") -> None:
+        """Set key ``name`` from its textual value."""
+        prefix = f"{where}: " if where else ""
+        key = self._keys.get(name)
+        if key is None:
+            raise ConfigError(f"{prefix}unknown configuration key {name!r}")
+        text = text.strip()
+        if text == "" and key.type not in (str, list):
+            value = self.default_of(key)
+        else:
+            try:
+                value = key.parse(text)
+            except ValueError as e:
+                raise ConfigError(f"{prefix}bad value for {name}: {e}") from e
+        setattr(self, name, value)
+
+    def render(self, header: str = "") -> str:
+        """The configuration file text for this class's defaults, documented."""
+        out: List[str] = []
+        if header:
+            out.extend(f"# {line}".rstrip() for line in header.splitlines())
+            out.append("")
+        section = None
+        for key in self.KEYS:
+            if key.section != section:
+                section = key.section
+                out.append(f"### --- {section} --- ###")
+                out.append("")
+            for line in key.doc.splitlines():
+                out.append(f"# {line}".rstrip())
+            out.append(f"{key.name}={key.render(self.default_of(key))}")
+            out.append("")
+        return "\n".join(out)
+
+
+_BROKER_KEYS = [
+    # --- service ---
+    Key("clusterName", str, "standalone", "Name of the cluster this broker belongs to.", "Service"),
+    Key("bindAddress", str, "0.0.0.0", "Address the broker's listeners bind to.", "Service"),
+    Key("advertisedAddress", str, "localhost",
+        "Host name or IP the broker tells clients to connect to (lookup answers).", "Service"),
+    Key("brokerServicePort", int, 6650, "Port of the Pulsar binary protocol.", "Service"),
+    Key("webServicePort", int, 8080, "Port of the HTTP service (admin REST API, lookup, metrics).", "Service"),
+    Key("brokerServiceEndpoint", str, "",
+        "Optional Twisted endpoint description overriding bindAddress/brokerServicePort\n"
+        "(e.g. tcp:6650:interface=127.0.0.1, or ssl:6651:privateKey=...).", "Service"),
+    Key("maxMessageSize", int, 5 * 1024 * 1024,
+        "Largest message (metadata + payload) accepted, in bytes; advertised to clients on CONNECT.",
+        "Service"),
+    Key("keepAliveIntervalSeconds", int, 30,
+        "Seconds between keep-alive pings; a connection silent for twice this is closed.", "Service"),
+    Key("brokerShutdownTimeoutMs", int, 60000, "Time allowed for a graceful shutdown.", "Service"),
+    Key("maxConcurrentLookupRequest", int, 50000, "Lookups in flight across the broker.", "Service"),
+    Key("maxPendingPublishRequestsPerConnection", int, 1000,
+        "Publish requests in flight per connection before its reads are paused.", "Service"),
+    Key("maxMessagePublishBufferSizeInMB", int, 64,
+        "Bytes of in-flight publishes across the broker before producers' reads are paused.", "Service"),
+    # --- topics ---
+    Key("allowAutoTopicCreation", bool, True,
+        "Create topics when producers or consumers use a name that does not exist.", "Topics"),
+    Key("allowAutoTopicCreationType", str, "non-partitioned",
+        "Type of auto-created topics: non-partitioned or partitioned.", "Topics"),
+    Key("defaultNumPartitions", int, 1,
+        "Partitions of an auto-created partitioned topic.", "Topics"),
+    Key("brokerDeleteInactiveTopicsEnabled", bool, False,
+        "Delete topics without producers, consumers and subscriptions.", "Topics"),
+    Key("brokerDeduplicationEnabled", bool, False,
+        "Deduplicate messages by producer name and sequence id by default.", "Topics"),
+    Key("maxProducersPerTopic", int, 0, "Producers allowed per topic (0: no limit).", "Topics"),
+    Key("maxConsumersPerTopic", int, 0, "Consumers allowed per topic (0: no limit).", "Topics"),
+    Key("maxConsumersPerSubscription", int, 0,
+        "Consumers allowed per subscription (0: no limit).", "Topics"),
+    Key("defaultRetentionTimeInMinutes", int, 0,
+        "Keep acknowledged data this long (0: delete once every subscription acked it).", "Topics"),
+    Key("defaultRetentionSizeInMB", int, 0, "Keep this much acknowledged data per topic.", "Topics"),
+    Key("ttlDurationDefaultInSeconds", int, 0, "Expire unacknowledged messages after this (0: never).",
+        "Topics"),
+    # --- dispatch ---
+    Key("dispatcherMaxReadBatchSize", int, 100, "Entries read from storage per dispatch round.",
+        "Dispatch"),
+    Key("maxUnackedMessagesPerConsumer", int, 50000,
+        "Unacked messages a Shared/Key_Shared consumer may hold before dispatch to it stops\n"
+        "(0: no limit).", "Dispatch"),
+    Key("maxUnackedMessagesPerSubscription", int, 200000,
+        "Unacked messages a Shared/Key_Shared subscription may hold before dispatch stops (0: no limit).",
+        "Dispatch"),
+    Key("activeConsumerFailoverDelayTimeMillis", int, 1000,
+        "Delay before a Failover subscription hands over to a newly chosen active consumer.",
+        "Dispatch"),
+    Key("subscriptionKeySharedUseConsistentHashing", bool, True,
+        "Key_Shared AUTO_SPLIT assigns keys by a consistent hash ring (else by range splitting).",
+        "Dispatch"),
+    Key("subscriptionKeySharedConsistentHashingReplicaPoints", int, 100,
+        "Points per consumer on the Key_Shared hash ring.", "Dispatch"),
+    Key("acknowledgmentAtBatchIndexLevelEnabled", bool, False,
+        "Track acks of single messages inside batches.", "Dispatch"),
+    Key("delayedDeliveryEnabled", bool, True, "Honour deliver_at/deliver_after.", "Dispatch"),
+    Key("delayedDeliveryTickTimeMillis", int, 1000, "Resolution of the delayed-delivery timer.",
+        "Dispatch"),
+    # --- storage ---
+    Key("metadataStoreUrl", str, "",
+        "Metadata store: empty for the embedded store under dataDirectory, or zk:host:port[,host:port].",
+        "Storage"),
+    Key("dataDirectory", str, "data",
+        "Root of this process's data (embedded metadata, in-process bookie). Relative to the\n"
+        "working directory.", "Storage"),
+    Key("managedLedgerDefaultEnsembleSize", int, 1, "Bookies each ledger is striped over (E).",
+        "Storage"),
+    Key("managedLedgerDefaultWriteQuorum", int, 1, "Copies written of each entry (Qw).", "Storage"),
+    Key("managedLedgerDefaultAckQuorum", int, 1, "Copies acknowledged before a write completes (Qa).",
+        "Storage"),
+    Key("managedLedgerMaxEntriesPerLedger", int, 50000, "Entries per ledger before it rolls over.",
+        "Storage"),
+    Key("managedLedgerMinLedgerRolloverTimeMinutes", int, 10,
+        "A ledger is not rolled over before this age.", "Storage"),
+    Key("managedLedgerMaxLedgerRolloverTimeMinutes", int, 240,
+        "A ledger with entries is rolled over at this age.", "Storage"),
+    Key("managedLedgerCacheSizeMB", int, 64, "Entry cache of the managed ledgers, in MB.", "Storage"),
+    Key("managedLedgerCursorMaxEntriesPerLedger", int, 50000,
+        "Cursor state snapshots per cursor ledger before it rolls over.", "Storage"),
+    Key("managedLedgerMaxUnackedRangesToPersist", int, 10000,
+        "Ranges of individually acked messages persisted per cursor.", "Storage"),
+    Key("managedLedgerMaxPendingAddsPerTopic", int, 5000,
+        "Adds in flight per topic before its producers' connections are paused.", "Storage"),
+    # --- bookie (in-process in standalone) ---
+    Key("journalDirectory", str, "data/bookkeeper/journal", "Bookie journal directory.", "Bookie"),
+    Key("ledgerDirectories", list, ["data/bookkeeper/ledgers"],
+        "Bookie entry log and index directories (comma separated).", "Bookie"),
+    Key("journalSyncData", bool, True,
+        "fsync the journal before acknowledging an add. Turning it off trades durability on power\n"
+        "loss or kill -9 for latency.", "Bookie"),
+    Key("journalMaxGroupWaitMSec", float, 1.0,
+        "Longest wait, in ms, to gather adds into one journal group commit (one fsync).", "Bookie"),
+    Key("journalBufferedWritesThreshold", int, 512 * 1024,
+        "Commit a journal group at once when this many bytes are waiting.", "Bookie"),
+    Key("journalBufferedEntriesThreshold", int, 0,
+        "Commit a journal group at once when this many entries are waiting (0: no limit).", "Bookie"),
+    Key("journalMaxSizeMB", int, 2048, "Journal file size before it rolls over.", "Bookie"),
+    Key("flushInterval", int, 1000, "Milliseconds between checkpoints of the write cache to entry logs.",
+        "Bookie"),
+    Key("logSizeLimit", int, 1024 * 1024 * 1024, "Entry log file size before it rolls over.", "Bookie"),
+    # --- security ---
+    Key("authenticationEnabled", bool, False, "Require clients to authenticate.", "Security"),
+    Key("authorizationEnabled", bool, False, "Check permissions of authenticated roles.", "Security"),
+]
+
+
+class BrokerConfig(Config):
+    """Configuration of ``twistd pulsar-broker`` (conf/broker.conf)."""
+
+    KEYS = _BROKER_KEYS
+    DEFAULTS = {
+        "clusterName": "cluster-a",
+        "managedLedgerDefaultEnsembleSize": 2,
+        "managedLedgerDefaultWriteQuorum": 2,
+        "managedLedgerDefaultAckQuorum": 2,
+    }
+
+
+class StandaloneConfig(Config):
+    """Configuration of ``twistd pulsar-standalone`` (conf/standalone.conf): broker + bookie keys."""
+
+    KEYS = _BROKER_KEYS
+    DEFAULTS = {}
+
+
+def load(cls, path: Optional[str], **overrides: Any) -> Config:
+    """``cls`` from ``path`` (or its defaults when ``path`` is None)."""
+    if path is None:
+        return cls(**overrides)
+    return cls.from_file(path, **overrides)

@@ -1,0 +1,174 @@
+"""
+Pulsar binary frames, as pure functions over bytes (no Twisted here).
+
+A *simple* frame is ``[total_size u32][command_size u32][BaseCommand]``. A *payload* frame appends
+the message: ``[magic 0x0e01 u16][crc32c u32][metadata_size u32][MessageMetadata][payload]``, where
+the CRC32C covers everything after the checksum field. All integers are big-endian and
+``total_size`` counts every byte after itself.
+
+The broker keeps the message part (from the magic number on) exactly as received: it is what it
+stores in the ledger and what it writes back behind MESSAGE commands, so the checksum a consumer
+verifies is the producer's own.
+"""
+
+import struct
+
+import crc32c as _crc32c
+
+from pulsar_twisted.proto import PulsarApi_pb2 as api
+
+MAGIC_CRC32C = 0x0E01
+MAGIC_BROKER_ENTRY_METADATA = 0x0E02
+
+#: Room for the command beyond maxMessageSize, as Pulsar allows (its frame padding).
+FRAME_PADDING = 10 * 1024
+
+_U32 = struct.Struct(">I")
+_U16 = struct.Struct(">H")
+_HEADER = struct.Struct(">II")
+_MAGIC_CRC = struct.Struct(">HI")
+
+crc32c = _crc32c.crc32c
+
+
+class FrameError(Exception):
+    """A frame that cannot be decoded: the connection that sent it cannot be trusted any more."""
+
+
+class ChecksumMismatch(Exception):
+    """The message part of a payload frame failed its CRC32C check (the command itself is fine)."""
+
+
+class TooLongFrame(FrameError):
+    """A frame longer than the connection's limit."""
+
+    def __init__(self, size: int, limit: int):
+        super().__init__(f"frame of {size} bytes exceeds the limit of {limit} bytes")
+        self.size = size
+        self.limit = limit
+
+
+def encode_command(command: api.BaseCommand) -> bytes:
+    """A simple frame carrying ``command``."""
+    body = command.SerializeToString()
+    size = len(body)
+    return _HEADER.pack(size + 4, size) + body
+
+
+def encode_payload_command(command: api.BaseCommand, message: bytes) -> bytes:
+    """A payload frame: ``command`` followed by ``message`` (magic, checksum, metadata, payload)."""
+    body = command.SerializeToString()
+    size = len(body)
+    return _HEADER.pack(size + 4 + len(message), size) + body + message
+
+
+def encode_message(metadata: api.MessageMetadata, payload: bytes) -> bytes:
+    """The message part of a payload frame, checksum included, as a producer writes it."""
+    meta = metadata.SerializeToString()
+    rest = _U32.pack(len(meta)) + meta + payload
+    return _MAGIC_CRC.pack(MAGIC_CRC32C, crc32c(rest)) + rest
+
+
+def split_message(message: bytes, verify: bool = True):
+    """
+    Split a stored/received message part into ``(metadata_bytes, payload)``.
+
+    A leading broker-entry-metadata block (magic 0x0e02) is skipped. With ``verify`` the CRC32C is
+    checked (``ChecksumMismatch``). A message without the checksum magic (very old clients) is
+    accepted as ``[metadata_size][metadata][payload]``.
+    """
+    view = memoryview(message)
+    offset = 0
+    if len(view) >= 2 and _U16.unpack_from(view, 0)[0] == MAGIC_BROKER_ENTRY_METADATA:
+        offset = 6 + _U32.unpack_from(view, 2)[0]
+    if len(view) - offset < 4:
+        raise FrameError("message part too short")
+    if _U16.unpack_from(view, offset)[0] == MAGIC_CRC32C:
+        if len(view) - offset < 10:
+            raise FrameError("message part too short for its checksum")
+        expected = _U32.unpack_from(view, offset + 2)[0]
+        offset += 6
+        if verify and crc32c(view[offset:]) != expected:
+            raise ChecksumMismatch("message checksum mismatch")
+    meta_size = _U32.unpack_from(view, offset)[0]
+    offset += 4
+    if meta_size > len(view) - offset:
+        raise FrameError(f"metadata size {meta_size} exceeds the frame")
+    return bytes(view[offset:offset + meta_size]), bytes(view[offset + meta_size:])
+
+
+def parse_metadata(message: bytes, verify: bool = False) -> api.MessageMetadata:
+    """The MessageMetadata of a message part (``FrameError`` when it does not parse)."""
+    meta, _ = split_message(message, verify)
+    metadata = api.MessageMetadata()
+    try:
+        metadata.ParseFromString(meta)
+    except Exception as e:  # protobuf raises DecodeError and, for missing fields, others
+        raise FrameError(f"bad message metadata: {e}") from e
+    return metadata
+
+
+def verify_message(message: bytes) -> None:
+    """Raise ``ChecksumMismatch`` unless the message part carries a correct CRC32C (when it has one)."""
+    if len(message) >= 6 and _U16.unpack_from(message, 0)[0] == MAGIC_CRC32C:
+        if crc32c(memoryview(message)[6:]) != _U32.unpack_from(message, 2)[0]:
+            raise ChecksumMismatch("message checksum mismatch")
+
+
+class FrameDecoder:
+    """
+    Incremental decoder: ``feed(data)`` returns the complete frames received so far as
+    ``(BaseCommand, message_bytes_or_None)`` pairs and keeps the rest.
+
+    Raises ``TooLongFrame`` as soon as a header announces more than ``max_frame_size`` bytes
+    (before buffering them) and ``FrameError`` for a frame that does not decode; after either,
+    the stream is out of step and the caller should close the connection.
+    """
+
+    __slots__ = ("max_frame_size", "_buffer")
+
+    def __init__(self, max_frame_size: int):
+        self.max_frame_size = max_frame_size
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes):
+        buf = self._buffer
+        buf += data
+        frames = []
+        offset = 0
+        end = len(buf)
+        limit = self.max_frame_size
+        while end - offset >= 4:
+            total = _U32.unpack_from(buf, offset)[0]
+            if total > limit:
+                raise TooLongFrame(total, limit)
+            if end - offset - 4 < total:
+                break
+            start = offset + 4
+            offset = start + total
+            frames.append(decode_frame_body(buf, start, total))
+        if offset:
+            del buf[:offset]
+        return frames
+
+    def buffered(self) -> int:
+        """Bytes received but not yet part of a complete frame."""
+        return len(self._buffer)
+
+
+def decode_frame_body(buf, start: int, total: int):
+    """Decode one frame body (the ``total`` bytes after the size field) at ``start`` of ``buf``."""
+    if total < 4:
+        raise FrameError(f"frame of {total} bytes is too short for a command")
+    cmd_size = _U32.unpack_from(buf, start)[0]
+    if cmd_size > total - 4 or cmd_size == 0:
+        raise FrameError(f"command size {cmd_size} does not fit a frame of {total} bytes")
+    cmd_start = start + 4
+    command = api.BaseCommand()
+    try:
+        command.ParseFromString(bytes(buf[cmd_start:cmd_start + cmd_size]))
+    except Exception as e:
+        raise FrameError(f"command does not decode: {e}") from e
+    rest = total - 4 - cmd_size
+    message = bytes(buf[cmd_start + cmd_size:start + total]) if rest else None
+    return command, message

@@ -1,0 +1,31 @@
+#!/usr/bin/env python
+"""Write conf/*.conf from the configuration classes (a test checks that they are equal)."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from pulsar_twisted.config import BrokerConfig, StandaloneConfig  # noqa: E402
+
+FILES = {
+    "standalone.conf": (StandaloneConfig,
+                        "Configuration of `twistd -n pulsar-standalone`: one process running a broker,\n"
+                        "an in-process bookie and the embedded metadata store.\n"
+                        "Key names are Apache Pulsar's and BookKeeper's. Unknown keys stop start-up."),
+    "broker.conf": (BrokerConfig,
+                    "Configuration of `twistd -n pulsar-broker -c conf/broker.conf`.\n"
+                    "Key names are Apache Pulsar's. Unknown keys stop start-up."),
+}
+
+
+def render_all():
+    return {name: cls().render(header) for name, (cls, header) in FILES.items()}
+
+
+if __name__ == "__main__":
+    conf_dir = os.path.join(os.path.dirname(__file__), "..", "conf")
+    for name, text in render_all().items():
+        with open(os.path.join(conf_dir, name), "w") as f:
+            f.write(text)
+        print("wrote", os.path.join("conf", name))
