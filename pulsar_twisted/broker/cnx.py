@@ -96,6 +96,10 @@ class ServerConnection(protocol.Protocol):
     def connectionMade(self):
         self.sender = CommandSender(self.transport)
         self.peer = str(self.transport.getPeer())
+        if hasattr(self.transport, "setTcpNoDelay"):
+            # Receipts and messages are small and latency-bound: Nagle would hold them back
+            # until the client's delayed ACK (tens of ms per synchronous send).
+            self.transport.setTcpNoDelay(True)
         self._last_received = self.clock.seconds()
         self.transport.registerProducer(self, True)
         self.service.connection_opened(self)

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Install what the tests need and run the whole suite with trial.
+# Prints trial's report, then one closing line "N passed, N failed, N skipped" (what CI reads).
+# Extra arguments are passed to trial instead of the default "tests" (e.g. tests.wire).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+python -m pip install --quiet --disable-pip-version-check '.[test]' || { echo "0 passed, 1 failed"; exit 1; }
+
+log=$(mktemp)
+python -m twisted.trial --temp-directory="${TMPDIR:-/tmp}/pulsar-twisted-trial-$$" "${@:-tests}" 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+
+python - "$log" "$status" <<'PY'
+import re, sys
+text = open(sys.argv[1], errors="replace").read()
+status = int(sys.argv[2])
+summary = ""
+for line in text.splitlines():
+    if line.startswith(("PASSED", "FAILED")):
+        summary = line
+counts = dict((k, int(v)) for k, v in re.findall(r"(\w+)=(\d+)", summary))
+passed = counts.get("successes", 0) + counts.get("expectedFailures", 0)
+failed = counts.get("failures", 0) + counts.get("errors", 0) + counts.get("unexpectedSuccesses", 0)
+skipped = counts.get("skips", 0)
+if not summary or (status != 0 and failed == 0):
+    failed += 1  # trial crashed or printed no summary: never report a green run
+print(f"{passed} passed, {failed} failed, {skipped} skipped")
+PY
+exit "$status"

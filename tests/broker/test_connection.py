@@ -1,0 +1,116 @@
+"""The broker's connection handling: handshake, keep-alive, bad input, lookups."""
+
+import struct
+
+from twisted.internet import defer
+from twisted.trial import unittest
+
+from pulsar_twisted.proto import PulsarApi_pb2 as api
+from pulsar_twisted.testing.broker import BrokerHarness
+from pulsar_twisted.wire import frames
+
+T = api.BaseCommand
+
+
+class ConnectionTests(unittest.TestCase):
+    @defer.inlineCallbacks
+    def setUp(self):
+        self.harness = BrokerHarness()
+        yield self.harness.start()
+
+    def test_ping_answered(self):
+        """A client's PING gets a PONG."""
+        c = self.harness.client()
+        c.send(T(type=T.PING, ping=api.CommandPing()))
+        self.assertEqual([x.type for x in c.commands()], [T.PONG])
+
+    def test_protocol_version_negotiated(self):
+        """CONNECTED answers min(client's, ours) and advertises maxMessageSize."""
+        from pulsar_twisted.testing.broker import FakeClient
+        c = FakeClient(self.harness, 1)
+        c.send(T(type=T.CONNECT, connect=api.CommandConnect(client_version="old", protocol_version=6)))
+        [connected] = c.commands(T.CONNECTED)
+        self.assertEqual(connected.connected.protocol_version, 6)
+        self.assertEqual(connected.connected.max_message_size, 5 * 1024 * 1024)
+
+    def test_command_before_connect_closes(self):
+        from pulsar_twisted.testing.broker import FakeClient
+        c = FakeClient(self.harness, 2)
+        c.send(T(type=T.PING, ping=api.CommandPing()))
+        self.assertTrue(c.transport.disconnecting)
+
+    def test_malformed_frame_closes_only_that_connection(self):
+        """Garbage closes the sender's connection with a log line; others keep working."""
+        bad, good = self.harness.client(), self.harness.client()
+        bad.send_raw(struct.pack(">II", 7, 3) + b"\xff\xff\xff")
+        self.assertTrue(bad.transport.disconnecting)
+        self.assertEqual(len(self.flushLoggedErrors()), 0)
+        good.send(T(type=T.PING, ping=api.CommandPing()))
+        self.assertEqual([x.type for x in good.commands()], [T.PONG])
+
+    def test_too_long_frame_closes(self):
+        c = self.harness.client()
+        c.send_raw(struct.pack(">I", 5 * 1024 * 1024 + frames.FRAME_PADDING + 1))
+        self.assertTrue(c.transport.disconnecting)
+
+    def test_unknown_command_gets_error(self):
+        """A command we do not implement is answered with ERROR, and the connection stays."""
+        c = self.harness.client()
+        c.send(T(type=T.NEW_TXN, newTxn=api.CommandNewTxn(request_id=9)))
+        [error] = c.commands(T.ERROR)
+        self.assertEqual(error.error.request_id, 9)
+        self.assertFalse(c.transport.disconnecting)
+
+    def test_keep_alive_ping_and_close(self):
+        """Silent clients are pinged after keepAliveIntervalSeconds and dropped if still silent."""
+        c = self.harness.client()
+        self.harness.clock.advance(30)
+        self.assertEqual([x.type for x in c.commands()], [T.PING])
+        self.harness.clock.advance(30)
+        self.assertTrue(c.transport.disconnecting)
+
+    def test_pong_keeps_connection(self):
+        c = self.harness.client()
+        self.harness.clock.advance(30)
+        c.received()
+        c.send(T(type=T.PONG, pong=api.CommandPong()))
+        self.harness.clock.advance(30)
+        self.assertFalse(c.transport.disconnecting)
+
+    def test_lookup_points_at_itself(self):
+        c = self.harness.client()
+        c.send(T(type=T.LOOKUP, lookupTopic=api.CommandLookupTopic(topic="my-topic", request_id=3)))
+        [r] = c.commands(T.LOOKUP_RESPONSE)
+        r = r.lookupTopicResponse
+        self.assertEqual((r.request_id, r.response, r.authoritative, r.brokerServiceUrl),
+                         (3, api.CommandLookupTopicResponse.Connect, True, "pulsar://localhost:6650"))
+
+    def test_lookup_unknown_namespace_fails(self):
+        c = self.harness.client()
+        c.send(T(type=T.LOOKUP, lookupTopic=api.CommandLookupTopic(topic="nope/ns/t", request_id=4)))
+        [r] = c.commands(T.LOOKUP_RESPONSE)
+        self.assertEqual(r.lookupTopicResponse.response, api.CommandLookupTopicResponse.Failed)
+        self.assertEqual(r.lookupTopicResponse.error, api.TopicNotFound)
+
+    def test_lookup_invalid_name(self):
+        c = self.harness.client()
+        c.send(T(type=T.LOOKUP, lookupTopic=api.CommandLookupTopic(topic="ftp://x/y/z", request_id=5)))
+        [r] = c.commands(T.LOOKUP_RESPONSE)
+        self.assertEqual(r.lookupTopicResponse.error, api.InvalidTopicName)
+
+    def test_partitioned_metadata_of_plain_topic_is_zero(self):
+        c = self.harness.client()
+        c.send(T(type=T.PARTITIONED_METADATA,
+                 partitionMetadata=api.CommandPartitionedTopicMetadata(topic="t", request_id=6)))
+        [r] = c.commands(T.PARTITIONED_METADATA_RESPONSE)
+        self.assertEqual((r.partitionMetadataResponse.request_id, r.partitionMetadataResponse.partitions), (6, 0))
+
+    @defer.inlineCallbacks
+    def test_partitioned_metadata_of_partitioned_topic(self):
+        from pulsar_twisted.common.naming import parse_topic
+        yield self.harness.broker.create_partitioned_topic(parse_topic("pt"), 4)
+        c = self.harness.client()
+        c.send(T(type=T.PARTITIONED_METADATA,
+                 partitionMetadata=api.CommandPartitionedTopicMetadata(topic="pt", request_id=7)))
+        [r] = c.commands(T.PARTITIONED_METADATA_RESPONSE)
+        self.assertEqual(r.partitionMetadataResponse.partitions, 4)

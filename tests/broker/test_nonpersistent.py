@@ -1,0 +1,61 @@
+"""Non-persistent topics: nothing stored, messages dropped for consumers without permits."""
+
+from twisted.internet import defer
+from twisted.trial import unittest
+
+from pulsar_twisted.proto import PulsarApi_pb2 as api
+from pulsar_twisted.testing.broker import BrokerHarness
+from pulsar_twisted.wire import frames
+
+T = api.BaseCommand
+TOPIC = "non-persistent://public/default/np"
+
+
+def message(seq, key=None):
+    meta = api.MessageMetadata(producer_name="p", sequence_id=seq, publish_time=1000 + seq)
+    if key is not None:
+        meta.partition_key = key
+    return frames.encode_message(meta, b"m%d" % seq)
+
+
+class NonPersistentTests(unittest.TestCase):
+    @defer.inlineCallbacks
+    def setUp(self):
+        self.harness = BrokerHarness()
+        yield self.harness.start()
+        self.producer = self.harness.client()
+        self.producer.send(T(type=T.PRODUCER, producer=api.CommandProducer(topic=TOPIC, producer_id=1, request_id=1)))
+        [ok] = self.producer.commands(T.PRODUCER_SUCCESS)
+        self.producer_name = ok.producer_success.producer_name
+
+    def subscribe(self, client, consumer_id, sub="s", kind=api.CommandSubscribe.Shared, name="c"):
+        client.send(T(type=T.SUBSCRIBE, subscribe=api.CommandSubscribe(
+            topic=TOPIC, subscription=sub, subType=kind, consumer_id=consumer_id, request_id=100 + consumer_id,
+            consumer_name=name)))
+        return client.commands()
+
+    def publish(self, seq, key=None):
+        self.producer.send(T(type=T.SEND, send=api.CommandSend(producer_id=1, sequence_id=seq)), message(seq, key))
+        return self.producer.commands(T.SEND_RECEIPT)
+
+    def test_generated_producer_name(self):
+        self.assertTrue(self.producer_name.startswith("standalone-"))
+
+    def test_messages_only_within_permits(self):
+        """A consumer gets as many messages as its permits; the rest are dropped, not queued."""
+        c = self.harness.client()
+        self.subscribe(c, 1)
+        c.send(T(type=T.FLOW, flow=api.CommandFlow(consumer_id=1, messagePermits=2)))
+        for seq in range(5):
+            self.assertEqual(len(self.publish(seq)), 1)
+        got = [m for cmd, m in c.received() if cmd.type == T.MESSAGE]
+        self.assertEqual(len(got), 2)
+        self.assertEqual(frames.split_message(got[0])[1], b"m0")
+        c.send(T(type=T.FLOW, flow=api.CommandFlow(consumer_id=1, messagePermits=10)))
+        self.assertEqual(c.commands(T.MESSAGE), [])
+
+    def test_exclusive_second_consumer_busy(self):
+        c = self.harness.client()
+        self.subscribe(c, 1, kind=api.CommandSubscribe.Exclusive)
+        [err] = [x for x in self.subscribe(c, 2, kind=api.CommandSubscribe.Exclusive) if x.type == T.ERROR]
+        self.assertEqual(err.error.error, api.ConsumerBusy)
