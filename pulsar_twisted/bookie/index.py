@@ -1,0 +1,144 @@
+"""
+The ledger index: one file per ledger, ``(ledger_id, entry_id) -> (log_id, offset, length)``.
+
+Each file starts with the ledger's durable state (master key, fenced flag, LAC) and then holds one
+fixed-size slot per entry id (see ``formats.py``), so a lookup is one 20-byte pread and entries may arrive
+in any order (sparse files). Writes (``update``, ``delete``) come from the storage's flush thread; lookups
+from the reactor thread or the flush thread. A small LRU of read-only descriptors, guarded by a lock, keeps
+lookups to one syscall; ``delete`` closes the cached descriptor under the same lock, so a lookup never reads
+a recreated file through a stale descriptor.
+"""
+
+import os
+import threading
+from collections import OrderedDict
+
+from twisted.logger import Logger
+
+from pulsar_twisted.bookie import formats
+from pulsar_twisted.bookie.journal import fsync_dir
+
+log = Logger()
+
+_SUFFIX = ".idx"
+_OPEN_FILES = 512
+_SCAN_SLOTS = 4096
+
+
+class LedgerIndex:
+    """The index files of all ledgers under ``index_dir``."""
+
+    def __init__(self, index_dir: str):
+        self._dir = index_dir
+        self._lock = threading.Lock()
+        self._fds = OrderedDict()   # ledger_id -> read-only fd, least recently used first
+
+    def path(self, ledger_id: int) -> str:
+        return os.path.join(self._dir, f"{ledger_id:x}{_SUFFIX}")
+
+    def load_all(self) -> dict[int, tuple[bytes, bool, int, int]]:
+        """``ledger_id -> (master_key, fenced, lac, last_entry_id)`` for every readable index file.
+
+        Blocking. A file with a bad header is logged and skipped (its ledger comes back only if the
+        journal still holds it)."""
+        os.makedirs(self._dir, exist_ok=True)
+        ledgers = {}
+        for name in os.listdir(self._dir):
+            if not name.endswith(_SUFFIX):
+                continue
+            try:
+                ledger_id = int(name[:-len(_SUFFIX)], 16)
+            except ValueError:
+                continue
+            path = os.path.join(self._dir, name)
+            with open(path, "rb") as f:
+                try:
+                    key, fenced, lac = formats.decode_index_header(f.read(formats.INDEX_HEADER_SIZE))
+                except formats.FormatError as e:
+                    log.warn("index file {path} skipped: {error}", path=path, error=str(e))
+                    continue
+                ledgers[ledger_id] = (key, fenced, lac, _last_slot(f))
+        return ledgers
+
+    def lookup(self, ledger_id: int, entry_id: int) -> tuple[int, int, int] | None:
+        """``(log_id, offset, length)`` of a flushed entry, None if it has none. Any thread."""
+        with self._lock:
+            fd = self._fds.get(ledger_id)
+            if fd is None:
+                try:
+                    fd = os.open(self.path(ledger_id), os.O_RDONLY)
+                except FileNotFoundError:
+                    return None
+                self._fds[ledger_id] = fd
+                if len(self._fds) > _OPEN_FILES:
+                    os.close(self._fds.popitem(last=False)[1])
+            else:
+                self._fds.move_to_end(ledger_id)
+            return formats.decode_slot(os.pread(fd, formats.INDEX_SLOT.size, formats.slot_offset(entry_id)))
+
+    def update(self, ledger_id: int, header: bytes | None, slots: list[tuple[int, int, int, int]]) -> bool:
+        """Write the ledger header (if given) and the slots ``(entry_id, log_id, offset, length)``, then
+        fdatasync; return True if the file was created (the caller then makes the directory durable with
+        ``sync_dir``). Blocking; flush thread only."""
+        path = self.path(ledger_id)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            created = os.fstat(fd).st_size == 0
+            if created and header is None:
+                header = formats.encode_index_header(b"", False, -1)
+            if header is not None:
+                os.pwrite(fd, header, 0)
+            slots.sort()
+            # Coalesce consecutive entry ids into one pwrite: the common case is a run of new entries.
+            run_start, run = -2, []
+            for entry_id, log_id, offset, length in slots:
+                if run and entry_id != run_start + len(run):
+                    os.pwrite(fd, b"".join(run), formats.slot_offset(run_start))
+                    run = []
+                if not run:
+                    run_start = entry_id
+                run.append(formats.encode_slot(log_id, offset, length))
+            if run:
+                os.pwrite(fd, b"".join(run), formats.slot_offset(run_start))
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+        return created
+
+    def delete(self, ledger_id: int) -> None:
+        """Remove the ledger's index file (no error if it has none). Blocking; flush thread only."""
+        with self._lock:
+            fd = self._fds.pop(ledger_id, None)
+            if fd is not None:
+                os.close(fd)
+            try:
+                os.unlink(self.path(ledger_id))
+            except FileNotFoundError:
+                pass
+
+    def sync_dir(self) -> None:
+        fsync_dir(self._dir)
+
+    def close(self) -> None:
+        with self._lock:
+            for fd in self._fds.values():
+                os.close(fd)
+            self._fds.clear()
+
+
+def _last_slot(f) -> int:
+    """Highest entry id with a non-empty slot, -1 if none. The file size gives the highest slot written;
+    scanning back from it skips slots a crash left zero-filled (their entries are replayed from the
+    journal)."""
+    size = os.fstat(f.fileno()).st_size
+    slot = formats.INDEX_SLOT.size
+    count = max(0, (size - formats.INDEX_HEADER_SIZE) // slot)
+    while count > 0:
+        first = max(0, count - _SCAN_SLOTS)
+        f.seek(formats.slot_offset(first))
+        chunk = f.read((count - first) * slot)
+        for i in range(len(chunk) // slot - 1, -1, -1):
+            if formats.decode_slot(chunk[i * slot:(i + 1) * slot]) is not None:
+                return first + i
+        count = first
+    return -1

@@ -1,0 +1,356 @@
+"""
+The bookie's write-ahead journal: one writer thread, group commit, replay after a crash.
+
+The reactor thread queues encoded records (``Journal.append``); one dedicated writer thread takes everything
+queued, waits for more only while none of BookKeeper's three group-commit conditions holds (the oldest
+queued record has waited ``max_group_wait_ms``, ``buffered_bytes_threshold`` bytes are queued,
+``buffered_entries_threshold`` records are queued), then does ONE write and ONE fdatasync for the whole
+group and hands the group back to the reactor with ONE ``callFromThread`` that fires all its Deferreds.
+
+Record formats are in ``formats.py``; ``replay_journal`` reads them back at start.
+"""
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+
+from twisted.internet.defer import Deferred, succeed
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+
+from pulsar_twisted.bookie import formats
+
+log = Logger()
+
+_SUFFIX = ".txn"
+
+
+def journal_path(journal_dir: str, file_id: int) -> str:
+    return os.path.join(journal_dir, f"{file_id:x}{_SUFFIX}")
+
+
+def list_journal_files(journal_dir: str) -> list[tuple[int, str]]:
+    """``(file_id, path)`` of every ``*.txn`` file, oldest first; other names are ignored."""
+    found = []
+    for name in os.listdir(journal_dir):
+        if name.endswith(_SUFFIX):
+            try:
+                found.append((int(name[:-len(_SUFFIX)], 16), os.path.join(journal_dir, name)))
+            except ValueError:
+                continue
+    found.sort()
+    return found
+
+
+def fsync_dir(path: str) -> None:
+    """Make a file creation/removal in ``path`` durable (the directory entry, not just the data)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class ReplayResult:
+    """What ``replay_journal`` found.
+
+    ``records``: ``(rtype, ledger_id, entry_id, payload)`` after the last checkpoint mark, in journal order.
+    ``append_file`` / ``append_offset``: where new records may go (the last file, its torn tail cut off), or
+    None when the last file is unusable and a new one must be started at ``next_file_id``.
+    """
+
+    records: list = field(default_factory=list)
+    checkpoint: tuple[int, int] | None = None
+    append_file: int | None = None
+    append_offset: int = 0
+    next_file_id: int = 1
+    problems: list[str] = field(default_factory=list)
+
+
+def replay_journal(journal_dir: str) -> ReplayResult:
+    """Scan every journal file (blocking: run it in a thread) and return the records to re-apply.
+
+    Each file is read up to its first bad record (torn, CRC mismatch, junk), which is logged; later files
+    are still read, since a record there was written (and maybe acknowledged) after the bad one. Only the
+    last file is repaired: its tail past the last intact record is cut off so appends follow valid data.
+    A last file that is empty or holds a partial header gets a fresh header; one with a junk header is
+    left alone and a new file is started after it.
+    """
+    result = ReplayResult()
+    pending = []  # (file_id, offset, rtype, ledger_id, entry_id, payload)
+    files = list_journal_files(journal_dir)
+    for index, (file_id, path) in enumerate(files):
+        last = index == len(files) - 1
+        result.next_file_id = file_id + 1
+        with open(path, "r+b") as f:
+            head = f.read(formats.JOURNAL_HEADER.size)
+            try:
+                formats.decode_journal_header(head)
+            except formats.FormatError as e:
+                if len(head) < formats.JOURNAL_HEADER.size and last:
+                    # A crash between creating the file and making its header durable: start it afresh.
+                    _rewrite(f, formats.encode_journal_header(file_id))
+                    result.append_file, result.append_offset = file_id, formats.JOURNAL_HEADER.size
+                else:
+                    _problem(result, path, f"unreadable header ({e}); file skipped")
+                continue
+            scanner = formats.RecordScanner.journal(f)
+            for offset, rtype, ledger_id, entry_id, payload in scanner:
+                if rtype == formats.REC_CHECKPOINT:
+                    result.checkpoint = mark = (ledger_id, entry_id)
+                    pending = [r for r in pending if (r[0], r[1]) >= mark]
+                else:
+                    pending.append((file_id, offset, rtype, ledger_id, entry_id, payload))
+            if scanner.problem is not None:
+                _problem(result, path, f"{scanner.problem} at offset {scanner.valid_end}; rest of file ignored")
+                if last:
+                    f.truncate(scanner.valid_end)
+                    f.flush()
+                    os.fdatasync(f.fileno())
+            if last:
+                result.append_file, result.append_offset = file_id, scanner.valid_end
+    mark = result.checkpoint or (-1, -1)
+    result.records = [r[2:] for r in pending if (r[0], r[1]) >= mark]
+    return result
+
+
+def _rewrite(f, header: bytes) -> None:
+    f.seek(0)
+    f.truncate(0)
+    f.write(header)
+    f.flush()
+    os.fdatasync(f.fileno())
+
+
+def _problem(result: ReplayResult, path: str, text: str) -> None:
+    result.problems.append(f"{path}: {text}")
+    log.warn("journal {path}: {problem}", path=path, problem=text)
+
+
+class JournalStoppedError(Exception):
+    """The journal is stopped (or halted) and takes no more records."""
+
+
+class Journal:
+    """The append side of the journal: a queue, one writer thread, group commit.
+
+    Call ``open`` with a ``ReplayResult`` to start the thread; ``append`` and ``mark`` from the reactor
+    thread only; ``stop`` drains the queue and ends the thread; ``trim`` (any thread) deletes old files.
+    """
+
+    def __init__(self, journal_dir: str, reactor, *, sync_data: bool = True, max_group_wait_ms: float = 2.0,
+                 buffered_bytes_threshold: int = 512 * 1024, buffered_entries_threshold: int = 0,
+                 max_size_mb: int = 2048):
+        self._dir = journal_dir
+        self._reactor = reactor
+        self._sync = sync_data
+        self._max_wait = max_group_wait_ms / 1000.0
+        self._bytes_threshold = buffered_bytes_threshold
+        self._entries_threshold = buffered_entries_threshold
+        self._max_size = max_size_mb * 1024 * 1024
+        self._cond = threading.Condition(threading.Lock())
+        self._queue = []            # (chunks | None, nbytes, Deferred); None chunks = a position mark
+        self._queued_bytes = 0
+        self._head_time = 0.0       # monotonic time the oldest queued record arrived
+        self._idle = False          # the writer waits for a first record: the next append must notify
+        self._gathering = False     # the writer waits for more: notify only once a threshold is reached
+        self._stopping = False
+        self._halted = False
+        self._thread = None
+        self._stop_waiters = []
+        self._finished = False
+        self._fd = -1
+        self.file_id = 0
+        self._offset = 0
+        self.groups = 0
+        self.fsyncs = 0
+        self.records = 0
+        self.bytes_written = 0
+
+    # ----------------------------------------------------------------------------- reactor-thread API
+
+    def open(self, replay: ReplayResult) -> None:
+        """Open the file to append to (as ``replay_journal`` decided) and start the writer thread."""
+        if replay.append_file is not None:
+            self.file_id = replay.append_file
+            self._fd = os.open(journal_path(self._dir, self.file_id), os.O_WRONLY)
+            self._offset = replay.append_offset
+        else:
+            self._create(replay.next_file_id)
+        self._thread = threading.Thread(target=self._run, name="bookie-journal", daemon=True)
+        self._thread.start()
+
+    def append(self, chunks: tuple, nbytes: int) -> Deferred:
+        """Queue one record (``b"".join(chunks)``, ``nbytes`` long). The Deferred fires with None once it is
+        written (and fdatasync'd when ``sync_data``); it fails if the write fails or the journal stopped."""
+        d = Deferred()
+        self._enqueue(chunks, nbytes, d)
+        return d
+
+    def mark(self) -> Deferred:
+        """Deferred firing with ``(file_id, offset)``: the journal position just after every record queued
+        before this call and before every record queued after it (a checkpoint's replay start)."""
+        d = Deferred()
+        self._enqueue(None, 0, d)
+        return d
+
+    def stop(self) -> Deferred:
+        """Write everything queued, close the file and end the thread; the Deferred fires after that."""
+        if self._thread is None or self._finished:
+            return succeed(None)
+        d = Deferred()
+        self._stop_waiters.append(d)
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        return d
+
+    def halt(self) -> None:
+        """End the thread at once, dropping what is queued (their Deferreds never fire): a crash, for
+        tests. Blocks until the thread has finished its current write."""
+        with self._cond:
+            self._halted = self._stopping = True
+            self._queue = []
+            self._cond.notify()
+        if self._thread is not None:
+            self._thread.join()
+
+    def trim(self, before_file_id: int) -> list[int]:
+        """Delete the journal files older than ``before_file_id`` (never the current one); return their ids.
+        Blocking: call it from a thread."""
+        removed = []
+        for file_id, path in list_journal_files(self._dir):
+            if file_id < before_file_id and file_id != self.file_id:
+                os.unlink(path)
+                removed.append(file_id)
+        if removed:
+            fsync_dir(self._dir)
+        return removed
+
+    def _enqueue(self, chunks, nbytes: int, d: Deferred) -> None:
+        with self._cond:
+            if self._stopping:
+                d.errback(JournalStoppedError("journal stopped"))
+                return
+            if not self._queue:
+                self._head_time = time.monotonic()
+            self._queue.append((chunks, nbytes, d))
+            self._queued_bytes += nbytes
+            # Wake the writer only when it matters, so a burst of adds does not cost a thread switch each.
+            if self._idle:
+                self._idle = False
+                self._cond.notify()
+            elif self._gathering and self._threshold_reached():
+                self._gathering = False
+                self._cond.notify()
+
+    def _threshold_reached(self) -> bool:
+        return (self._queued_bytes >= self._bytes_threshold
+                or (self._entries_threshold > 0 and len(self._queue) >= self._entries_threshold))
+
+    def _fire_group(self, results: list, error, records: int, nbytes: int, fsynced: bool) -> None:
+        """Reactor thread: account for one group and fire all its Deferreds."""
+        self.groups += 1
+        self.records += records
+        self.bytes_written += nbytes
+        if fsynced:
+            self.fsyncs += 1
+        for d, value in results:
+            if error is not None:
+                d.errback(error)
+            else:
+                d.callback(value)
+
+    # -------------------------------------------------------------------------------- writer thread
+
+    def _run(self) -> None:
+        while True:
+            group = self._take_group()
+            if group is None:
+                break
+            self._write_group(group)
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        if not self._halted:
+            self._reactor.callFromThread(self._thread_finished)
+
+    def _thread_finished(self) -> None:
+        self._finished = True
+        waiters, self._stop_waiters = self._stop_waiters, []
+        for d in waiters:
+            d.callback(None)
+
+    def _take_group(self):
+        """Block until there is a group to write (per the three conditions); None when stopping."""
+        with self._cond:
+            while not self._queue and not self._stopping:
+                self._idle = True
+                self._cond.wait()
+            self._idle = False
+            if self._halted or not self._queue:
+                return None
+            deadline = self._head_time + self._max_wait
+            while not self._stopping and not self._threshold_reached():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._gathering = True
+                self._cond.wait(remaining)
+            self._gathering = False
+            group, self._queue, self._queued_bytes = self._queue, [], 0
+            return group
+
+    def _write_group(self, group: list) -> None:
+        results, parts = [], []
+        records = nbytes = 0
+        fsynced = False
+        error = None
+        try:
+            if self._offset >= self._max_size and any(chunks is not None for chunks, _, _ in group):
+                self._roll()
+            position = self._offset
+            for chunks, n, d in group:
+                if chunks is None:
+                    results.append((d, (self.file_id, position)))
+                else:
+                    parts.extend(chunks)
+                    position += n
+                    records += 1
+                    results.append((d, None))
+            if parts:
+                data = b"".join(parts)
+                nbytes = len(data)
+                self._pwrite_all(data, self._offset)
+                self._offset += nbytes
+                if self._sync:
+                    os.fdatasync(self._fd)
+                    fsynced = True
+        except Exception:
+            error = Failure()
+        self._reactor.callFromThread(self._fire_group, results, error, records, nbytes, fsynced)
+
+    def _pwrite_all(self, data: bytes, offset: int) -> None:
+        # pwrite at our own offset rather than O_APPEND: after a failed (partial) write the next group
+        # overwrites the garbage instead of following it.
+        view = memoryview(data)
+        while view:
+            written = os.pwrite(self._fd, view, offset)
+            view = view[written:]
+            offset += written
+
+    def _roll(self) -> None:
+        old = self._fd
+        self._create(self.file_id + 1)
+        os.close(old)
+
+    def _create(self, file_id: int) -> None:
+        path = journal_path(self._dir, file_id)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        header = formats.encode_journal_header(file_id)
+        os.write(fd, header)
+        os.fdatasync(fd)
+        fsync_dir(self._dir)
+        self._fd, self.file_id, self._offset = fd, file_id, len(header)

@@ -1,0 +1,564 @@
+"""
+BookieStorage: a bookie's local storage (BookKeeper's Bookie + SortedLedgerStorage, in small parts).
+
+Write path: ``add_entry`` puts the entry in the write cache (readable at once, as BookKeeper serves reads
+from its write cache) and queues a journal record; its Deferred fires when the journal group holding the
+record is on disk. A checkpoint (every ``flush_interval_ms``, or when the cache passes
+``write_cache_max_bytes``) moves the cache into the entry logs, writes the index, and only then writes a
+CHECKPOINT mark into the journal so replay can start there and older journal files can go.
+
+Read path: write cache, then the cache being flushed, then index -> entry log (CRC checked).
+
+Threads: the reactor thread owns all in-memory state. The journal has its own writer thread; the disk work
+of checkpoints, GC and start-up runs in one single-threaded pool owned by this object, so checkpoint and GC
+file writes never interleave. Reads of flushed entries do two small synchronous preads in the reactor
+thread (index slot + record); at page-cache speed that is cheaper than a thread hop per read.
+"""
+
+import os
+
+from twisted.application.service import Service
+from twisted.internet import defer, task
+from twisted.internet.threads import deferToThreadPool
+from twisted.logger import Logger
+from twisted.python.threadpool import ThreadPool
+
+from pulsar_twisted.bookie import formats
+from pulsar_twisted.bookie.entrylog import EntryLogger, EntryLogMissing
+from pulsar_twisted.bookie.index import LedgerIndex
+from pulsar_twisted.bookie.journal import Journal, replay_journal
+from pulsar_twisted.ledger.interfaces import (
+    BookieReadOnlyError,
+    BookieUnavailableError,
+    DigestMismatchError,
+    LedgerFencedError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+    UnauthorizedAccessError,
+)
+
+log = Logger()
+
+_GC_BATCH_BYTES = 16 * 1024 * 1024
+
+
+class _Ledger:
+    """In-memory state of one ledger (its durable copy: journal records, then the index file header)."""
+
+    __slots__ = ("master_key", "fenced", "lac", "last_entry")
+
+    def __init__(self, master_key: bytes, fenced: bool = False, lac: int = -1, last_entry: int = -1):
+        self.master_key = master_key
+        self.fenced = fenced
+        self.lac = lac
+        self.last_entry = last_entry
+
+    def header(self) -> bytes:
+        return formats.encode_index_header(self.master_key, self.fenced, self.lac)
+
+
+class BookieStorage(Service):
+    """One bookie's ledger storage. See the module docstring for the design.
+
+    Beyond the journal/cache settings named after BookKeeper's: ``gc_wait_time_ms`` is the period of the
+    background GC and ``gc_compaction_threshold`` the live fraction under which GC compacts a log.
+    ``flush_interval_ms`` or ``gc_wait_time_ms`` of 0 turns that periodic work off (tests call
+    ``checkpoint()`` and ``gc()`` themselves).
+
+    ``start``/``stop`` (also ``startService``/``stopService``) return Deferreds. All other methods are for
+    the reactor thread only. Errors are the ``pulsar_twisted.ledger.interfaces`` exceptions.
+    """
+
+    def __init__(self, journal_dir: str, ledger_dirs: list[str], reactor, *,
+                 journal_sync_data: bool = True,
+                 journal_max_group_wait_ms: float = 2.0,
+                 journal_buffered_writes_threshold: int = 512 * 1024,
+                 journal_buffered_entries_threshold: int = 0,
+                 journal_max_size_mb: int = 2048,
+                 entry_log_size_limit: int = 1024 * 1024 * 1024,
+                 flush_interval_ms: int = 1000,
+                 write_cache_max_bytes: int = 64 * 1024 * 1024,
+                 gc_wait_time_ms: int = 60_000,
+                 gc_compaction_threshold: float = 0.5):
+        if not ledger_dirs:
+            raise ValueError("at least one ledger dir is needed")
+        self._reactor = reactor
+        self._journal_dir = journal_dir
+        self._ledger_dirs = list(ledger_dirs)
+        self._journal = Journal(journal_dir, reactor, sync_data=journal_sync_data,
+                                max_group_wait_ms=journal_max_group_wait_ms,
+                                buffered_bytes_threshold=journal_buffered_writes_threshold,
+                                buffered_entries_threshold=journal_buffered_entries_threshold,
+                                max_size_mb=journal_max_size_mb)
+        self._entry_logs = EntryLogger(self._ledger_dirs, entry_log_size_limit)
+        self._index = LedgerIndex(os.path.join(self._ledger_dirs[0], "index"))
+        self._flush_interval = flush_interval_ms / 1000.0
+        self._cache_max = write_cache_max_bytes
+        self._gc_interval = gc_wait_time_ms / 1000.0
+        self._compaction_threshold = gc_compaction_threshold
+        self._pool = ThreadPool(minthreads=1, maxthreads=1, name="bookie-storage")
+
+        self._ledgers = {}          # ledger_id -> _Ledger
+        self._cache = {}            # ledger_id -> {entry_id: bytes}: adds since the last checkpoint began
+        self._cache_bytes = 0
+        self._flushing = {}         # the cache a running checkpoint is writing; still served to reads
+        self._dirty = set()         # ledgers whose header (key, fence, lac) changed since the last snapshot
+        self._pending_deletes = set()   # deleted since the last snapshot: index files to remove
+        self._stale_index = set()   # deleted, index file not yet removed: lookups must not trust it
+        self._undurable_deletes = {}    # ledger_id -> count of DELETE records not yet on disk (for GC)
+        self._flush_lock = defer.DeferredLock()
+        self._flush_loop = None
+        self._gc_loop = None
+        self._running = False
+        self._read_only = False
+        self._counters = dict(adds=0, add_bytes=0, reads=0, read_bytes=0, cache_reads=0, checkpoints=0,
+                              checkpoint_failures=0, gc_runs=0, logs_deleted=0, logs_compacted=0,
+                              entries_moved=0, replayed_records=0, journal_problems=0)
+
+    # ------------------------------------------------------------------------------------ lifecycle
+
+    def startService(self):
+        Service.startService(self)
+        return self.start()
+
+    def stopService(self):
+        Service.stopService(self)
+        return self.stop()
+
+    def start(self) -> defer.Deferred:
+        """Create the dirs, load the index, replay the journal after the last checkpoint (cutting a torn
+        tail off), start the journal thread and the periodic checkpoint and GC."""
+        return defer.Deferred.fromCoroutine(self._start())
+
+    async def _start(self):
+        self._pool.start()
+        loaded = await deferToThreadPool(self._reactor, self._pool, self._load)
+        ledgers, replay = loaded
+        for ledger_id, (key, fenced, lac, last_entry) in ledgers.items():
+            self._ledgers[ledger_id] = _Ledger(key, fenced, lac, last_entry)
+        for record in replay.records:
+            self._apply(*record)
+        self._counters["replayed_records"] = len(replay.records)
+        self._counters["journal_problems"] = len(replay.problems)
+        self._journal.open(replay)
+        self._running = True
+        log.info("bookie storage started: {ledgers} ledgers, {records} journal records replayed",
+                 ledgers=len(self._ledgers), records=len(replay.records))
+        if self._flush_interval > 0:
+            self._flush_loop = task.LoopingCall(self._periodic_checkpoint)
+            self._flush_loop.clock = self._reactor
+            self._flush_loop.start(self._flush_interval, now=False)
+        if self._gc_interval > 0:
+            self._gc_loop = task.LoopingCall(self._periodic_gc)
+            self._gc_loop.clock = self._reactor
+            self._gc_loop.start(self._gc_interval, now=False)
+
+    def _load(self):
+        os.makedirs(self._journal_dir, exist_ok=True)
+        ledgers = self._index.load_all()
+        self._entry_logs.open()
+        return ledgers, replay_journal(self._journal_dir)
+
+    def stop(self) -> defer.Deferred:
+        """Stop the periodic work, checkpoint everything, stop the journal and the flush thread."""
+        return defer.Deferred.fromCoroutine(self._stop())
+
+    async def _stop(self):
+        if not self._running:
+            return
+        self._stop_loops()
+        await self.checkpoint()
+        self._running = False
+        await self._journal.stop()
+        await deferToThreadPool(self._reactor, self._pool, self._close_files)
+        self._pool.stop()
+
+    def _close_files(self):
+        self._entry_logs.close()
+        self._index.close()
+
+    def _stop_loops(self):
+        for loop in (self._flush_loop, self._gc_loop):
+            if loop is not None and loop.running:
+                loop.stop()
+
+    def simulate_crash(self) -> None:
+        """Testing aid: stop every thread and timer WITHOUT writing anything more (queued journal records
+        are dropped, no checkpoint), as if the process died. The instance is unusable afterwards."""
+        self._running = False
+        self._stop_loops()
+        self._journal.halt()
+        self._pool.stop()   # waits for a running checkpoint's disk work: a crash after it is still a crash
+        self._entry_logs.abandon()
+        self._index.close()
+
+    # ---------------------------------------------------------------------------------------- writes
+
+    @property
+    def read_only(self) -> bool:
+        return self._read_only
+
+    @read_only.setter
+    def read_only(self, flag: bool) -> None:
+        self.set_read_only(flag)
+
+    def set_read_only(self, flag: bool) -> None:
+        """When set, adds fail with BookieReadOnlyError; reads, fences and deletes go on."""
+        if flag != self._read_only:
+            log.info("bookie storage read-only: {flag}", flag=flag)
+        self._read_only = bool(flag)
+
+    def add_entry(self, ledger_id: int, entry_id: int, data: bytes, master_key: bytes, lac: int = -1, *,
+                  recovery_add: bool = False) -> defer.Deferred:
+        """Store an entry; the Deferred fires (None) once it is durable in the journal. The entry is
+        readable as soon as this returns. Re-adding an entry id overwrites it."""
+        if self._read_only:
+            return defer.fail(BookieReadOnlyError(f"bookie is read-only; add {ledger_id}:{entry_id} refused"))
+        if not self._running:
+            return defer.fail(BookieUnavailableError("bookie storage is not running"))
+        if entry_id < 0:
+            return defer.fail(ValueError(f"entry id {entry_id} < 0"))
+        ledger = self._ledgers.get(ledger_id)
+        if ledger is None:
+            try:
+                ledger = self._create_ledger(ledger_id, master_key)
+            except ValueError as e:
+                return defer.fail(e)
+        elif ledger.master_key != master_key:
+            return defer.fail(UnauthorizedAccessError(f"master key mismatch for ledger {ledger_id}"))
+        if ledger.fenced and not recovery_add:
+            return defer.fail(LedgerFencedError(f"ledger {ledger_id} is fenced"))
+        if type(data) is not bytes:
+            data = bytes(data)
+        entries = self._cache.get(ledger_id)
+        if entries is None:
+            entries = self._cache[ledger_id] = {}
+        old = entries.get(entry_id)
+        entries[entry_id] = data
+        self._cache_bytes += len(data) - (len(old) if old is not None else 0)
+        if entry_id > ledger.last_entry:
+            ledger.last_entry = entry_id
+        if lac > ledger.lac:
+            ledger.lac = lac
+            self._dirty.add(ledger_id)
+        header = formats.encode_add_record_header(ledger_id, entry_id, lac, data)
+        counters = self._counters
+        counters["adds"] += 1
+        counters["add_bytes"] += len(data)
+        if self._cache_bytes > self._cache_max and not self._flush_lock.locked:
+            self._start_checkpoint()
+        return self._journal.append((header, data), len(header) + len(data))
+
+    def _create_ledger(self, ledger_id: int, master_key: bytes) -> _Ledger:
+        if len(master_key) > formats.INDEX_MAX_KEY:
+            raise ValueError(f"master key longer than {formats.INDEX_MAX_KEY} bytes")
+        ledger = self._ledgers[ledger_id] = _Ledger(bytes(master_key))
+        self._dirty.add(ledger_id)
+        # No Deferred to wait on: the record precedes the ledger's first ADD/FENCE in the same FIFO queue,
+        # so it is durable no later than that record.
+        record = formats.encode_journal_record(formats.REC_MASTER_KEY, ledger_id, 0, ledger.master_key)
+        self._journal.append((record,), len(record)).addErrback(lambda _: None)
+        return ledger
+
+    def fence_ledger(self, ledger_id: int, master_key: bytes) -> defer.Deferred:
+        """Fence a ledger (creating it if unknown): later non-recovery adds fail. Durable when it fires."""
+        if not self._running:
+            return defer.fail(BookieUnavailableError("bookie storage is not running"))
+        ledger = self._ledgers.get(ledger_id)
+        if ledger is None:
+            try:
+                ledger = self._create_ledger(ledger_id, master_key)
+            except ValueError as e:
+                return defer.fail(e)
+        elif ledger.master_key != master_key:
+            return defer.fail(UnauthorizedAccessError(f"master key mismatch for ledger {ledger_id}"))
+        if not ledger.fenced:
+            ledger.fenced = True
+            self._dirty.add(ledger_id)
+        # Journaled even when already fenced: the earlier FENCE may still be in flight, and the caller
+        # must not hear "fenced" before it is durable.
+        record = formats.encode_journal_record(formats.REC_FENCE, ledger_id, 0, ledger.master_key)
+        return self._journal.append((record,), len(record))
+
+    def delete_ledger(self, ledger_id: int) -> defer.Deferred:
+        """Forget a ledger: its entries are unreadable at once; GC reclaims their space. Durable when it
+        fires. Deleting an unknown ledger succeeds."""
+        if not self._running:
+            return defer.fail(BookieUnavailableError("bookie storage is not running"))
+        self._forget(ledger_id)
+        self._undurable_deletes[ledger_id] = self._undurable_deletes.get(ledger_id, 0) + 1
+        record = formats.encode_journal_record(formats.REC_DELETE, ledger_id, 0)
+        d = self._journal.append((record,), len(record))
+        d.addBoth(self._delete_durable, ledger_id)
+        return d
+
+    def _delete_durable(self, result, ledger_id: int):
+        left = self._undurable_deletes.pop(ledger_id) - 1
+        if left:
+            self._undurable_deletes[ledger_id] = left
+        return result
+
+    def _forget(self, ledger_id: int) -> None:
+        self._ledgers.pop(ledger_id, None)
+        self._dirty.discard(ledger_id)
+        entries = self._cache.pop(ledger_id, None)
+        if entries:
+            self._cache_bytes -= sum(len(v) for v in entries.values())
+        self._pending_deletes.add(ledger_id)
+        self._stale_index.add(ledger_id)
+
+    def _apply(self, rtype: int, ledger_id: int, entry_id: int, payload: bytes) -> None:
+        """Re-apply one replayed journal record to the in-memory state."""
+        if rtype == formats.REC_ADD:
+            lac, data = formats.decode_add_payload(payload)
+            ledger = self._ledgers.get(ledger_id)
+            if ledger is None:   # its MASTER_KEY record was lost with a corrupt journal file
+                ledger = self._ledgers[ledger_id] = _Ledger(b"")
+            entries = self._cache.setdefault(ledger_id, {})
+            old = entries.get(entry_id)
+            entries[entry_id] = data
+            self._cache_bytes += len(data) - (len(old) if old is not None else 0)
+            ledger.last_entry = max(ledger.last_entry, entry_id)
+            ledger.lac = max(ledger.lac, lac)
+            self._dirty.add(ledger_id)
+        elif rtype in (formats.REC_MASTER_KEY, formats.REC_FENCE):
+            ledger = self._ledgers.get(ledger_id)
+            if ledger is None:
+                ledger = self._ledgers[ledger_id] = _Ledger(payload)
+            if rtype == formats.REC_FENCE:
+                ledger.fenced = True
+            self._dirty.add(ledger_id)
+        elif rtype == formats.REC_DELETE:
+            self._forget(ledger_id)
+
+    # ----------------------------------------------------------------------------------------- reads
+
+    def read_entry(self, ledger_id: int, entry_id: int) -> defer.Deferred:
+        """Deferred firing with the entry's bytes; ``entry_id == -1`` reads the highest stored entry.
+        NoSuchLedgerError, NoSuchEntryError, or DigestMismatchError when the stored copy is corrupt."""
+        try:
+            return defer.succeed(self._read(ledger_id, entry_id))
+        except Exception as e:
+            return defer.fail(e)
+
+    def _read(self, ledger_id: int, entry_id: int) -> bytes:
+        ledger = self._ledgers.get(ledger_id)
+        if ledger is None:
+            raise NoSuchLedgerError(f"no ledger {ledger_id}")
+        if entry_id == -1:
+            entry_id = ledger.last_entry
+            if entry_id < 0:
+                raise NoSuchEntryError(f"ledger {ledger_id} has no entries")
+        counters = self._counters
+        counters["reads"] += 1
+        for cache in (self._cache, self._flushing):
+            entries = cache.get(ledger_id)
+            if entries is not None:
+                data = entries.get(entry_id)
+                if data is not None:
+                    counters["cache_reads"] += 1
+                    counters["read_bytes"] += len(data)
+                    return data
+        if ledger_id in self._stale_index or entry_id < 0:
+            raise NoSuchEntryError(f"no entry {ledger_id}:{entry_id}")
+        for _attempt in range(2):
+            slot = self._index.lookup(ledger_id, entry_id)
+            if slot is None:
+                raise NoSuchEntryError(f"no entry {ledger_id}:{entry_id}")
+            try:
+                data = self._entry_logs.read(slot[0], slot[1], slot[2], ledger_id, entry_id)
+            except EntryLogMissing:
+                continue   # compacted between lookup and read: the slot now names the new log
+            if data is None:
+                raise DigestMismatchError(f"entry {ledger_id}:{entry_id} in entry log {slot[0]} at "
+                                          f"{slot[1]} is corrupt (CRC or header mismatch)")
+            counters["read_bytes"] += len(data)
+            return data
+        raise NoSuchEntryError(f"entry {ledger_id}:{entry_id} moved twice while being read")
+
+    def read_lac(self, ledger_id: int) -> int:
+        """Highest ``lac`` passed with any add to the ledger, -1 if none; NoSuchLedgerError if unknown."""
+        ledger = self._ledgers.get(ledger_id)
+        if ledger is None:
+            raise NoSuchLedgerError(f"no ledger {ledger_id}")
+        return ledger.lac
+
+    def last_entry_id(self, ledger_id: int) -> int:
+        """Highest entry id stored for the ledger, -1 if none (or the ledger is unknown)."""
+        ledger = self._ledgers.get(ledger_id)
+        return -1 if ledger is None else ledger.last_entry
+
+    def is_fenced(self, ledger_id: int) -> bool:
+        ledger = self._ledgers.get(ledger_id)
+        return ledger is not None and ledger.fenced
+
+    def has_ledger(self, ledger_id: int) -> bool:
+        return ledger_id in self._ledgers
+
+    def ledger_ids(self) -> list[int]:
+        return sorted(self._ledgers)
+
+    def stats(self) -> dict:
+        """Counters and gauges (a fresh dict)."""
+        s = dict(self._counters)
+        s.update(fsyncs=self._journal.fsyncs, journal_groups=self._journal.groups,
+                 journal_records=self._journal.records, journal_bytes=self._journal.bytes_written,
+                 journal_file=self._journal.file_id, entry_logs=self._entry_logs.log_count(),
+                 ledgers=len(self._ledgers), write_cache_bytes=self._cache_bytes,
+                 write_cache_entries=sum(len(v) for v in self._cache.values()), read_only=self._read_only)
+        return s
+
+    # ------------------------------------------------------------------------------------ checkpoint
+
+    def checkpoint(self) -> defer.Deferred:
+        """Flush the write cache to the entry logs and index, then mark the journal; fires when done.
+        Checkpoints run one at a time; this one starts after any running one."""
+        return self._flush_lock.run(self._checkpoint)
+
+    def _start_checkpoint(self) -> None:
+        self.checkpoint().addErrback(self._background_failure, "checkpoint failed")
+
+    def _background_failure(self, failure, what: str) -> None:
+        # After simulate_crash (or during stop) a running checkpoint fails on the stopped journal: expected.
+        if self._running:
+            log.failure(what, failure)
+
+    def _periodic_checkpoint(self) -> None:
+        if not self._flush_lock.locked:
+            self._start_checkpoint()
+
+    def _checkpoint(self) -> defer.Deferred:
+        return defer.Deferred.fromCoroutine(self._do_checkpoint())
+
+    async def _do_checkpoint(self):
+        snapshot, snapshot_bytes = self._cache, self._cache_bytes
+        deletes = self._pending_deletes
+        dirty = self._dirty | snapshot.keys()
+        if not snapshot and not dirty and not deletes:
+            return
+        # The snapshot, headers and mark are taken together in this reactor turn: every record queued
+        # before the mark is reflected in them, every record after it is not.
+        headers = {lid: self._ledgers[lid].header() for lid in dirty if lid in self._ledgers}
+        self._flushing, self._cache, self._cache_bytes = snapshot, {}, 0
+        self._dirty, self._pending_deletes = set(), set()
+        try:
+            mark = await self._journal.mark()
+            await deferToThreadPool(self._reactor, self._pool, self._write_checkpoint, snapshot, headers,
+                                    deletes)
+        except BaseException:
+            self._counters["checkpoint_failures"] += 1
+            self._restore(snapshot, snapshot_bytes, headers, deletes)
+            raise
+        finally:
+            self._flushing = {}
+        # Only now is the index durable, so only now may the journal say "replay from here".
+        self._stale_index -= deletes - self._pending_deletes
+        record = formats.encode_journal_record(formats.REC_CHECKPOINT, mark[0], mark[1])
+        await self._journal.append((record,), len(record))
+        self._counters["checkpoints"] += 1
+        await deferToThreadPool(self._reactor, self._pool, self._journal.trim, mark[0])
+
+    def _write_checkpoint(self, snapshot: dict, headers: dict, deletes: set) -> None:
+        """Flush thread: deletes first (a ledger deleted then re-created gets a fresh file), then entries
+        (durable in the entry log before any index slot names them), then index files."""
+        for ledger_id in deletes:
+            self._index.delete(ledger_id)
+        placements = self._entry_logs.append_entries(snapshot) if snapshot else {}
+        created = bool(deletes)
+        for ledger_id in placements.keys() | headers.keys():
+            created |= self._index.update(ledger_id, headers.get(ledger_id), placements.get(ledger_id, []))
+        if created:
+            self._index.sync_dir()
+
+    def _restore(self, snapshot: dict, snapshot_bytes: int, headers: dict, deletes: set) -> None:
+        """A checkpoint failed: put its work back so the next one retries it (newer adds win)."""
+        for ledger_id, entries in snapshot.items():
+            if ledger_id not in self._ledgers:
+                continue
+            current = self._cache.setdefault(ledger_id, {})
+            for entry_id, data in entries.items():
+                if entry_id not in current:
+                    current[entry_id] = data
+                    self._cache_bytes += len(data)
+        self._dirty |= headers.keys() & self._ledgers.keys()
+        self._pending_deletes |= deletes
+
+    # -------------------------------------------------------------------------------------------- GC
+
+    def gc(self) -> defer.Deferred:
+        """Delete entry logs with no live entries, compact those whose live fraction is below the
+        threshold. Fires with figures: logs_deleted, logs_compacted, entries_moved, bytes_reclaimed,
+        entry_logs (left)."""
+        # A ledger counts as live until its DELETE is durable: otherwise a crash could replay the ledger
+        # from the index after GC removed its entries.
+        if not self._running:
+            return defer.fail(BookieUnavailableError("bookie storage is not running"))
+        live = self._ledgers.keys() | self._undurable_deletes.keys()
+        d = deferToThreadPool(self._reactor, self._pool, self._gc, frozenset(live))
+        d.addCallback(self._gc_done)
+        return d
+
+    def _periodic_gc(self) -> None:
+        self.gc().addErrback(self._background_failure, "garbage collection failed")
+
+    def _gc_done(self, figures: dict) -> dict:
+        c = self._counters
+        c["gc_runs"] += 1
+        c["logs_deleted"] += figures["logs_deleted"]
+        c["logs_compacted"] += figures["logs_compacted"]
+        c["entries_moved"] += figures["entries_moved"]
+        if figures["logs_deleted"] or figures["logs_compacted"]:
+            log.info("gc: {logs_deleted} entry logs deleted, {logs_compacted} compacted, {entries_moved} "
+                     "entries moved, {bytes_reclaimed} bytes reclaimed", **figures)
+        return figures
+
+    def _gc(self, live: frozenset) -> dict:
+        """Flush thread."""
+        logs = self._entry_logs
+        figures = dict(logs_deleted=0, logs_compacted=0, entries_moved=0, bytes_reclaimed=0)
+        for log_id in logs.log_ids():
+            if log_id == logs.current_id:
+                continue
+            usage = logs.usage.get(log_id)
+            if usage is None:
+                continue
+            total = sum(usage.values())
+            alive = sum(n for lid, n in usage.items() if lid in live)
+            if alive == 0:
+                logs.remove_log(log_id)
+                figures["logs_deleted"] += 1
+                figures["bytes_reclaimed"] += total
+            elif alive < total * self._compaction_threshold:
+                figures["entries_moved"] += self._compact(log_id, live)
+                logs.remove_log(log_id)
+                figures["logs_compacted"] += 1
+                figures["bytes_reclaimed"] += total - alive
+        figures["entry_logs"] = len(logs.log_ids())
+        return figures
+
+    def _compact(self, log_id: int, live: frozenset) -> int:
+        """Copy the entries of ``log_id`` that the index still points at into the current log and repoint
+        the index, in bounded batches. The caller deletes the old log afterwards."""
+        moved = 0
+        batch, batch_bytes = {}, 0
+        for offset, ledger_id, entry_id, data in self._entry_logs.scan(log_id):
+            if ledger_id not in live:
+                continue
+            # Only the copy the index names is live: older copies of a re-added entry are garbage.
+            if self._index.lookup(ledger_id, entry_id) != (log_id, offset, len(data)):
+                continue
+            batch.setdefault(ledger_id, {})[entry_id] = data
+            batch_bytes += len(data)
+            moved += 1
+            if batch_bytes >= _GC_BATCH_BYTES:
+                self._move(batch)
+                batch, batch_bytes = {}, 0
+        if batch:
+            self._move(batch)
+        return moved
+
+    def _move(self, batch: dict) -> None:
+        placements = self._entry_logs.append_entries(batch)
+        for ledger_id, slots in placements.items():
+            # The index file exists (the entry was found through it); headers stay as they are.
+            self._index.update(ledger_id, None, slots)

@@ -1,0 +1,184 @@
+"""
+``BookKeeperClient``: creates, opens and deletes ledgers (BookKeeper's ``BookKeeper`` object).
+
+Bookie discovery follows BookKeeper's registration layout in the metadata store: a writable bookie
+holds an ephemeral node ``/ledgers/available/<bookie_id>``, a read-only one
+``/ledgers/available/readonly/<bookie_id>`` (see :func:`register_bookie`). The client keeps both
+sets current from store notifications, so ensemble placement never waits on the store.
+"""
+
+from twisted.internet import defer
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from pulsar_twisted.ledger.handle import LedgerEnv, LedgerHandle, ReadOnlyLedgerHandle
+from pulsar_twisted.ledger.interfaces import (
+    ILedgerClient, NoSuchLedgerError, UnauthorizedAccessError)
+from pulsar_twisted.ledger.metadata import (
+    LedgerManager, LedgerMetadata, LedgerState, master_key, normalize_custom_metadata,
+    password_digest)
+from pulsar_twisted.ledger.quorum import RandomPlacementPolicy, check_quorums
+from pulsar_twisted.ledger.recovery import LedgerRecoveryOp, read_last_confirmed
+from pulsar_twisted.metadata.interfaces import AlreadyExistsError
+
+log = Logger()
+
+AVAILABLE_PATH = "/ledgers/available"
+READONLY_NAME = "readonly"
+READONLY_PATH = AVAILABLE_PATH + "/" + READONLY_NAME
+
+
+def register_bookie(store, bookie_id: str, read_only: bool = False):
+    """Announce a bookie (bookie side): an ephemeral node that vanishes with the bookie's
+    metadata session. Deferred firing with the Stat."""
+    parent = READONLY_PATH if read_only else AVAILABLE_PATH
+    return store.put(f"{parent}/{bookie_id}", b"", ephemeral=True)
+
+
+def unregister_bookie(store, bookie_id: str, read_only: bool = False):
+    """Withdraw a registration made by :func:`register_bookie` (e.g. going read-only)."""
+    parent = READONLY_PATH if read_only else AVAILABLE_PATH
+    return store.delete(f"{parent}/{bookie_id}")
+
+
+@implementer(ILedgerClient)
+class BookKeeperClient:
+    """
+    An ILedgerClient over an IMetadataStore (ledger metadata, ids, bookie registrations) and an
+    IBookieClient (entries). ``reactor`` supplies the clock for timeouts. ``placement`` is an
+    IEnsemblePlacementPolicy (default: random). Call ``start()`` before use (the first
+    create/open does it if you did not).
+    """
+
+    def __init__(self, metadata_store, bookie_client, reactor, *, read_timeout_ms=5000,
+                 add_timeout_ms=30000, speculative_read_timeout_ms=2000, placement=None):
+        self._store = metadata_store
+        self._manager = LedgerManager(metadata_store)
+        self.writable_bookies = frozenset()
+        self.readonly_bookies = frozenset()
+        self.env = LedgerEnv(
+            bookie_client=bookie_client, clock=reactor, manager=self._manager,
+            placement=placement if placement is not None else RandomPlacementPolicy(),
+            writable_bookies=lambda: self.writable_bookies,
+            read_timeout=(read_timeout_ms or 0) / 1000.0,
+            speculative_read_timeout=(speculative_read_timeout_ms or 0) / 1000.0,
+            add_timeout=(add_timeout_ms or 0) / 1000.0)
+        self._ready = False
+        self._listening = False
+        self._refreshing = False
+        self._refresh_again = False
+
+    # -- bookie discovery ------------------------------------------------------------------------
+
+    def start(self):
+        """Load the bookie registrations and follow their changes. Deferred; idempotent."""
+        if self._ready:
+            return defer.succeed(None)
+        if not self._listening:
+            self._listening = True
+            self._store.register_listener(self._on_notification)
+        # Concurrent first calls may each load the registrations: harmless, and simpler than
+        # sharing one Deferred among them.
+        d = defer.Deferred.fromCoroutine(self._load_bookies())
+        d.addCallback(lambda _: setattr(self, "_ready", True))
+        return d
+
+    def _on_notification(self, notification):
+        if notification.path.startswith(AVAILABLE_PATH):
+            self._refresh_bookies()
+
+    def _refresh_bookies(self):
+        # Coalesce bursts of notifications into at most one refresh in flight plus one queued.
+        if self._refreshing:
+            self._refresh_again = True
+            return defer.succeed(None)
+        self._refreshing = True
+        d = defer.Deferred.fromCoroutine(self._load_bookies())
+
+        def done(result):
+            self._refreshing = False
+            if self._refresh_again:
+                self._refresh_again = False
+                self._refresh_bookies()
+            return result
+        return d.addBoth(done)
+
+    async def _load_bookies(self):
+        writable = await self._store.get_children(AVAILABLE_PATH)
+        readonly = await self._store.get_children(READONLY_PATH)
+        self.writable_bookies = frozenset(b for b in writable if b != READONLY_NAME)
+        self.readonly_bookies = frozenset(readonly)
+
+    # -- ILedgerClient ---------------------------------------------------------------------------
+
+    def create_ledger(self, ensemble_size, write_quorum, ack_quorum, password=b"",
+                      custom_metadata=None):
+        """See ILedgerClient. ValueError on bad quorums; NotEnoughBookiesError."""
+        try:
+            check_quorums(ensemble_size, write_quorum, ack_quorum)
+        except ValueError:
+            return defer.fail()
+        return defer.Deferred.fromCoroutine(self._create(
+            ensemble_size, write_quorum, ack_quorum, password, custom_metadata))
+
+    async def _create(self, ensemble_size, write_quorum, ack_quorum, password, custom):
+        await self.start()
+        env = self.env
+        ensemble = env.placement.new_ensemble(ensemble_size, self.writable_bookies)
+        key = master_key(password)
+        metadata = LedgerMetadata(
+            ensemble_size=ensemble_size, write_quorum=write_quorum, ack_quorum=ack_quorum,
+            ensembles=((0, tuple(ensemble)),), password_digest=password_digest(key),
+            ctime_ms=int(env.clock.seconds() * 1000),
+            custom_metadata=normalize_custom_metadata(custom))
+        while True:
+            ledger_id = await self._manager.new_ledger_id()
+            try:
+                version = await self._manager.create(ledger_id, metadata)
+                break
+            except AlreadyExistsError:
+                # Only possible if ids were handed out by another scheme before; take the next.
+                log.warn("ledger id {ledger} already in use, trying another", ledger=ledger_id)
+        log.debug("created ledger {ledger} on {ensemble}", ledger=ledger_id, ensemble=ensemble)
+        return LedgerHandle(env, ledger_id, metadata, version, key)
+
+    def open_ledger(self, ledger_id, password=b"", recovery=True):
+        """See ILedgerClient. UnauthorizedAccessError on a wrong password; NoSuchLedgerError."""
+        return defer.Deferred.fromCoroutine(self._open(ledger_id, password, recovery))
+
+    async def _open(self, ledger_id, password, recovery):
+        await self.start()
+        env = self.env
+        metadata, version = await self._manager.read(ledger_id)
+        key = master_key(password)
+        if password_digest(key) != metadata.password_digest:
+            raise UnauthorizedAccessError(f"wrong password for ledger {ledger_id}")
+        if metadata.state is not LedgerState.CLOSED:
+            if recovery:
+                metadata, version = await LedgerRecoveryOp(env, ledger_id, key).run()
+            else:
+                lac = await read_last_confirmed(env, ledger_id, metadata)
+                return ReadOnlyLedgerHandle(env, ledger_id, metadata, version, key, lac)
+        return ReadOnlyLedgerHandle(env, ledger_id, metadata, version, key,
+                                    metadata.last_entry_id, metadata.length)
+
+    def delete_ledger(self, ledger_id):
+        """
+        Delete the ledger on every bookie of every segment, then its metadata. A bookie that cannot
+        be reached is logged and skipped: the metadata still goes, since a ledger whose deletion
+        waits on a dead bookie would never go (its GC drops ledgers that have no metadata).
+        """
+        return defer.Deferred.fromCoroutine(self._delete(ledger_id))
+
+    async def _delete(self, ledger_id):
+        metadata, _ = await self._manager.read(ledger_id)
+        bookies = sorted(metadata.all_bookies())
+        client = self.env.bookie_client
+        results = await defer.DeferredList(
+            [client.delete_ledger(b, ledger_id) for b in bookies], consumeErrors=True)
+        for bookie, (ok, value) in zip(bookies, results):
+            if not ok and not value.check(NoSuchLedgerError):
+                log.warn("ledger {ledger}: delete on bookie {bookie} failed: {error}",
+                         ledger=ledger_id, bookie=bookie, error=value.getErrorMessage())
+        await self._manager.delete(ledger_id)
+

@@ -1,0 +1,600 @@
+"""
+Ledger handles: the single writer (``LedgerHandle``) and readers (``ReadOnlyLedgerHandle``).
+
+Writer state machine (``WriterState``)::
+
+    OPEN --close()--> CLOSING --pending adds done--> CLOSED
+      |                  |
+      +--fenced / not enough bookies / unauthorized / metadata failure--> ERRORED --close()--> CLOSED
+
+Adds are the hot path: each is one small ``_PendingAdd`` (packed bytes, precomputed write set, an
+ack bitmask over ensemble indices) and plain Deferred callbacks per bookie; no coroutine and no
+timer per entry (add timeouts are checked by one periodic call per handle). An add's Deferred fires
+when it has ``Qa`` acks *and* every earlier add has fired, so completions and the LAC advance in
+entry order.
+
+Ensemble changes (a bookie failed or timed out): the new segment starts at LAC + 1, which is also the
+first pending entry; completions are held while the change is in progress, because an entry may
+only be confirmed once the metadata says where its replicas are. When the metadata CAS succeeds,
+every pending add whose write set includes a replaced index forgets that index's ack and is re-sent
+to the replacement.
+"""
+
+import collections
+import enum
+from dataclasses import dataclass
+from typing import Callable
+
+from twisted.internet import defer
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from pulsar_twisted.ledger.digest import pack_entry, unpack_entry
+from pulsar_twisted.ledger.interfaces import (
+    BKException, BookieUnavailableError, DigestMismatchError, ILedgerHandle, LedgerClosedError,
+    LedgerEntry, LedgerFencedError, NoSuchEntryError, NoSuchLedgerError, UnauthorizedAccessError)
+from pulsar_twisted.ledger.metadata import LedgerMetadata, LedgerState
+from pulsar_twisted.ledger.quorum import DistributionSchedule
+from pulsar_twisted.metadata.interfaces import BadVersionError
+
+log = Logger()
+
+# Errors after which a writer must stop: another party owns the ledger now, or our key is wrong.
+# Anything else from a bookie is that bookie's problem and leads to an ensemble change.
+_FATAL_ADD_ERRORS = (LedgerFencedError, UnauthorizedAccessError)
+
+
+@dataclass
+class LedgerEnv:
+    """What every handle of one client shares (built by ``BookKeeperClient``). Times in seconds;
+    ``writable_bookies`` returns the ids currently registered as writable."""
+
+    bookie_client: object
+    clock: object
+    manager: object
+    placement: object
+    writable_bookies: Callable[[], set]
+    read_timeout: float = 5.0
+    speculative_read_timeout: float = 2.0
+    add_timeout: float = 30.0
+
+
+class _ReadEntryOp:
+    """
+    Reads one entry from the replicas of its write set: one at a time, moving to the next on an
+    error or a digest mismatch, and also (speculatively, keeping the first request open) when the
+    current one has not answered within the speculative timeout. The first verified answer wins.
+    A timer exists only while a request is outstanding, so local (synchronous) reads cost none.
+    """
+
+    __slots__ = ("env", "ledger_id", "entry_id", "replicas", "on_done", "next", "outstanding",
+                 "done", "timer", "errors")
+
+    def __init__(self, env, ledger_id, entry_id, replicas, on_done):
+        self.env = env
+        self.ledger_id = ledger_id
+        self.entry_id = entry_id
+        self.replicas = replicas
+        self.on_done = on_done      # called once with an UnpackedEntry or a Failure
+        self.next = 0
+        self.outstanding = 0
+        self.done = False
+        self.timer = None
+        self.errors = []
+
+    def start(self):
+        self._send_next()
+
+    def _send_next(self):
+        bookie = self.replicas[self.next]
+        self.next += 1
+        self.outstanding += 1
+        d = self.env.bookie_client.read_entry(bookie, self.ledger_id, self.entry_id)
+        d.addCallbacks(self._answered, self._failed, callbackArgs=(bookie,), errbackArgs=(bookie,))
+        if not self.done:
+            self._arm_timer()
+
+    def _arm_timer(self):
+        if self.timer is not None and self.timer.active():
+            self.timer.cancel()
+        env = self.env
+        more = self.next < len(self.replicas)
+        delay = env.speculative_read_timeout if more and env.speculative_read_timeout else \
+            env.read_timeout
+        self.timer = env.clock.callLater(delay, self._timer_fired)
+
+    def _timer_fired(self):
+        self.timer = None
+        if self.done:
+            return
+        if self.next < len(self.replicas):
+            self._send_next()
+        else:
+            self.errors.append(BookieUnavailableError(
+                f"read of {self.ledger_id}:{self.entry_id} timed out"))
+            self._finish(Failure(self._best_error()))
+
+    def _answered(self, packed, bookie):
+        if self.done:
+            return None
+        try:
+            entry = unpack_entry(packed, self.ledger_id, self.entry_id)
+        except DigestMismatchError:
+            log.warn("digest mismatch reading {ledger}:{entry} from {bookie}",
+                     ledger=self.ledger_id, entry=self.entry_id, bookie=bookie)
+            return self._failed(Failure(), bookie)
+        self._finish(entry)
+        return None
+
+    def _failed(self, failure, bookie):
+        self.outstanding -= 1
+        self.errors.append(failure.value)
+        if self.done:
+            return None
+        if self.next < len(self.replicas):
+            self._send_next()
+        elif self.outstanding == 0:
+            self._finish(Failure(self._best_error()))
+        return None
+
+    def _best_error(self):
+        # All replicas saying "no such entry" is an answer; one corrupt replica among failures is
+        # worth reporting as such; otherwise the last transport-ish error.
+        if all(isinstance(e, (NoSuchEntryError, NoSuchLedgerError)) for e in self.errors):
+            return NoSuchEntryError(f"entry {self.ledger_id}:{self.entry_id} not found")
+        for e in self.errors:
+            if isinstance(e, DigestMismatchError):
+                return e
+        return self.errors[-1]
+
+    def _finish(self, result):
+        self.done = True
+        if self.timer is not None:
+            if self.timer.active():
+                self.timer.cancel()
+            self.timer = None
+        self.on_done(result)
+
+
+class _RangeRead:
+    """Collects the reads of first..last into one Deferred (first error wins)."""
+
+    __slots__ = ("first", "results", "remaining", "deferred", "ledger_id")
+
+    def __init__(self, ledger_id, first, last):
+        self.ledger_id = ledger_id
+        self.first = first
+        self.results = [None] * (last - first + 1)
+        self.remaining = len(self.results)
+        self.deferred = defer.Deferred()
+
+    def done_one(self, result, entry_id):
+        if self.deferred.called:
+            return
+        if isinstance(result, Failure):
+            self.deferred.errback(result)
+            return
+        self.results[entry_id - self.first] = LedgerEntry(self.ledger_id, entry_id, result.payload)
+        self.remaining -= 1
+        if self.remaining == 0:
+            self.deferred.callback(self.results)
+
+
+class _BaseHandle:
+    """Metadata bookkeeping and the read path shared by writers and readers."""
+
+    def __init__(self, env: LedgerEnv, ledger_id: int, metadata: LedgerMetadata, version: int,
+                 master_key: bytes):
+        self._env = env
+        self.ledger_id = ledger_id
+        self._master_key = master_key
+        self._schedule = DistributionSchedule(
+            metadata.ensemble_size, metadata.write_quorum, metadata.ack_quorum)
+        self._set_metadata(metadata, version)
+
+    def _set_metadata(self, metadata, version):
+        self.metadata = metadata
+        self.metadata_version = version
+        self._segment_firsts = [first for first, _ in metadata.ensembles]
+
+    def _replicas(self, entry_id):
+        """Bookie ids holding ``entry_id``, in write-set order."""
+        firsts = self._segment_firsts
+        index = len(firsts) - 1
+        while index > 0 and firsts[index] > entry_id:
+            index -= 1
+        ensemble = self.metadata.ensembles[index][1]
+        return [ensemble[i] for i in self._schedule.write_set(entry_id)]
+
+    def read_entries(self, first: int, last: int):
+        """See ILedgerHandle. NoSuchEntryError beyond the LAC; ValueError on a bad range."""
+        if first < 0 or first > last:
+            return defer.fail(ValueError(f"bad entry range {first}..{last}"))
+        if last > self.last_add_confirmed:
+            return defer.fail(NoSuchEntryError(
+                f"entry {last} of ledger {self.ledger_id} is beyond LAC {self.last_add_confirmed}"))
+        collector = _RangeRead(self.ledger_id, first, last)
+        for entry_id in range(first, last + 1):
+            op = _ReadEntryOp(self._env, self.ledger_id, entry_id, self._replicas(entry_id),
+                              lambda result, e=entry_id: collector.done_one(result, e))
+            op.start()
+            if collector.deferred.called:
+                break
+        return collector.deferred
+
+    def read_entry_unchecked(self, entry_id: int):
+        """Read one entry without the LAC check (recovery needs entries past the known LAC).
+        Deferred firing with the verified ``UnpackedEntry``."""
+        d = defer.Deferred()
+
+        def done(result):
+            d.errback(result) if isinstance(result, Failure) else d.callback(result)
+        _ReadEntryOp(self._env, self.ledger_id, entry_id, self._replicas(entry_id), done).start()
+        return d
+
+
+@implementer(ILedgerHandle)
+class ReadOnlyLedgerHandle(_BaseHandle):
+    """
+    A reader's view of a ledger, up to ``last_add_confirmed``: the recorded last entry of a closed
+    ledger, or the LAC learned from the bookies when opened without recovery. Adds fail with
+    LedgerClosedError; ``close`` only releases the handle.
+    """
+
+    def __init__(self, env, ledger_id, metadata, version, master_key, last_add_confirmed,
+                 length=None):
+        super().__init__(env, ledger_id, metadata, version, master_key)
+        self.last_add_confirmed = last_add_confirmed
+        self.length = metadata.length if length is None else length
+        self._released = False
+
+    @property
+    def closed(self):
+        return self.metadata.state is LedgerState.CLOSED
+
+    def add_entry(self, data):
+        return defer.fail(LedgerClosedError(f"ledger {self.ledger_id} is open read-only"))
+
+    def close(self):
+        self._released = True
+        return defer.succeed(None)
+
+
+class WriterState(enum.Enum):
+    OPEN = "open"
+    CLOSING = "closing"
+    CLOSED = "closed"
+    ERRORED = "errored"
+
+
+class _PendingAdd:
+    __slots__ = ("entry_id", "packed", "length", "deferred", "write_set", "acked", "ack_count",
+                 "sent_at")
+
+    def __init__(self, entry_id, packed, length, deferred, write_set, sent_at):
+        self.entry_id = entry_id
+        self.packed = packed
+        self.length = length
+        self.deferred = deferred
+        self.write_set = write_set
+        self.acked = 0          # bitmask over ensemble indices
+        self.ack_count = 0
+        self.sent_at = sent_at
+
+
+@implementer(ILedgerHandle)
+class LedgerHandle(_BaseHandle):
+    """
+    The writer of a ledger (from ``BookKeeperClient.create_ledger``). ``last_add_confirmed`` is the
+    last completed add; ``length`` the payload bytes of the completed adds. See the module docstring
+    for the state machine and the ensemble-change rules.
+    """
+
+    def __init__(self, env, ledger_id, metadata, version, master_key):
+        super().__init__(env, ledger_id, metadata, version, master_key)
+        self.state = WriterState.OPEN
+        self._error = None
+        self._lac = -1
+        self._length = 0
+        self._pending_length = 0
+        self._next_entry_id = 0
+        self._pending = collections.deque()
+        self._ensemble = list(metadata.last_ensemble[1])
+        self._ack_quorum = metadata.ack_quorum
+        self._failed = {}           # ensemble index -> bookie id awaiting replacement
+        self._changing = False
+        self._resending = False
+        self._completing = False
+        self._timeout_call = None
+        self._close_waiters = None  # list of Deferreds once close() was called
+        self._close_started = False
+
+    # -- ILedgerHandle ---------------------------------------------------------------------------
+
+    @property
+    def last_add_confirmed(self):
+        return self._lac
+
+    @property
+    def length(self):
+        return self._length
+
+    @property
+    def closed(self):
+        return self.state is WriterState.CLOSED
+
+    def add_entry(self, data):
+        if self.state is not WriterState.OPEN:
+            return defer.fail(self._refusal())
+        entry_id = self._next_entry_id
+        self._next_entry_id = entry_id + 1
+        self._pending_length += len(data)
+        env = self._env
+        op = _PendingAdd(entry_id,
+                         pack_entry(self.ledger_id, entry_id, self._lac, self._pending_length, data),
+                         self._pending_length, defer.Deferred(), self._schedule.write_set(entry_id),
+                         env.clock.seconds())
+        self._pending.append(op)
+        d = op.deferred
+        failed = self._failed
+        for index in op.write_set:
+            if index not in failed:
+                self._send(op, index)
+        if self._timeout_call is None and env.add_timeout:
+            self._arm_timeout()
+        return d
+
+    def close(self):
+        """Wait for pending adds, then record CLOSED with the LAC and length (CAS). A fenced
+        writer only closes locally: the recovering reader owns the metadata now."""
+        if self.state is WriterState.CLOSED:
+            return defer.succeed(None)
+        d = defer.Deferred()
+        if self._close_waiters is not None:
+            self._close_waiters.append(d)
+            return d
+        self._close_waiters = [d]
+        if self.state is WriterState.OPEN:
+            self.state = WriterState.CLOSING
+        self._maybe_finish_close()
+        return d
+
+    # -- add path --------------------------------------------------------------------------------
+
+    def _refusal(self):
+        if self.state is WriterState.ERRORED:
+            return self._error
+        return LedgerClosedError(f"ledger {self.ledger_id} is closed")
+
+    def _send(self, op, index):
+        bookie = self._ensemble[index]
+        d = self._env.bookie_client.add_entry(bookie, self.ledger_id, op.entry_id,
+                                              self._master_key, op.packed)
+        d.addCallbacks(self._add_ok, self._add_failed, callbackArgs=(op, index, bookie),
+                       errbackArgs=(op, index, bookie))
+
+    def _add_ok(self, _, op, index, bookie):
+        # Answers from a bookie replaced meanwhile, or for an add already settled, are stale.
+        if op.deferred is None or self._ensemble[index] != bookie:
+            return
+        bit = 1 << index
+        if op.acked & bit:
+            return
+        op.acked |= bit
+        op.ack_count += 1
+        if op.ack_count == self._ack_quorum:
+            self._complete_ready()
+
+    def _add_failed(self, failure, op, index, bookie):
+        if self._ensemble[index] != bookie or self.state in (WriterState.ERRORED,
+                                                             WriterState.CLOSED):
+            return None
+        error = failure.value
+        if isinstance(error, _FATAL_ADD_ERRORS):
+            self._fail_handle(error)
+            return None
+        if index not in self._failed:
+            log.warn("ledger {ledger}: bookie {bookie} failed entry {entry}: {error!r}",
+                     ledger=self.ledger_id, bookie=bookie, entry=op.entry_id, error=error)
+            self._failed[index] = bookie
+            self._maybe_start_change()
+        return None
+
+    def _complete_ready(self):
+        """Fire, in entry order, every head-of-queue add that has its ack quorum."""
+        if self._completing or self._changing:
+            return
+        self._completing = True
+        try:
+            quorum = self._ack_quorum
+            while (self._pending and self._pending[0].ack_count >= quorum
+                   and not self._changing and self.state is not WriterState.ERRORED):
+                op = self._pending.popleft()
+                self._lac = op.entry_id
+                self._length = op.length
+                # op.packed stays: with local bookies an add can complete while the rest of
+                # its write set is still being sent.
+                d, op.deferred = op.deferred, None
+                d.callback(op.entry_id)
+        finally:
+            self._completing = False
+        if not self._pending:
+            self._maybe_finish_close()
+
+    def _fail_handle(self, error):
+        """Move to ERRORED and fail every pending add, in order, with ``error``."""
+        if self.state in (WriterState.ERRORED, WriterState.CLOSED):
+            return
+        log.warn("ledger {ledger} writer failed: {error!r}", ledger=self.ledger_id, error=error)
+        self.state = WriterState.ERRORED
+        self._error = error
+        pending, self._pending = self._pending, collections.deque()
+        self._cancel_timeout()
+        for op in pending:
+            d, op.deferred = op.deferred, None
+            d.errback(Failure(error))
+        self._maybe_finish_close()
+
+    # -- ensemble change -------------------------------------------------------------------------
+
+    def _maybe_start_change(self):
+        # Once close() is writing the metadata no add is pending, and a change would only race it.
+        if self._changing or self._resending or not self._failed or self._close_started:
+            return
+        if self.state not in (WriterState.OPEN, WriterState.CLOSING):
+            return
+        self._changing = True
+        replacing = dict(self._failed)
+        d = defer.Deferred.fromCoroutine(self._change_ensemble(replacing))
+        d.addCallbacks(self._ensemble_changed, self._ensemble_change_failed,
+                       callbackArgs=(replacing,))
+
+    async def _change_ensemble(self, replacing):
+        env = self._env
+        start = self._lac + 1
+        ensemble = list(self._ensemble)
+        writable = env.writable_bookies()
+        for index in sorted(replacing):
+            ensemble[index] = env.placement.replace_bookie(ensemble, index, writable,
+                                                           exclude=set(replacing.values()))
+        metadata, version = self.metadata, self.metadata_version
+        while True:
+            candidate = metadata.with_ensemble(start, ensemble)
+            try:
+                version = await env.manager.write(self.ledger_id, candidate, version)
+                return candidate, version, ensemble
+            except BadVersionError:
+                # Only a recovering reader writes this ledger's metadata besides us: if it did, we
+                # are fenced; otherwise re-apply our segment to what is there now.
+                metadata, version = await env.manager.read(self.ledger_id)
+                if metadata.state is not LedgerState.OPEN:
+                    raise LedgerFencedError(
+                        f"ledger {self.ledger_id} is {metadata.state.value} in the metadata")
+
+    def _ensemble_changed(self, result, replacing):
+        metadata, version, ensemble = result
+        self._changing = False
+        if self.state in (WriterState.ERRORED, WriterState.CLOSED):
+            self._maybe_finish_close()
+            return
+        log.info("ledger {ledger}: ensemble from entry {first} is {ensemble}",
+                 ledger=self.ledger_id, first=metadata.last_ensemble[0], ensemble=ensemble)
+        changed = [i for i, bookie in enumerate(ensemble) if self._ensemble[i] != bookie]
+        self._ensemble = ensemble
+        self._set_metadata(metadata, version)
+        for index, bookie in replacing.items():
+            if self._failed.get(index) == bookie:
+                del self._failed[index]
+        now = self._env.clock.seconds()
+        # Failures seen while re-sending only get recorded; the next change starts after the loop.
+        self._resending = True
+        try:
+            for op in list(self._pending):
+                if op.deferred is None:
+                    continue
+                for index in op.write_set:
+                    if index in changed:
+                        bit = 1 << index
+                        if op.acked & bit:
+                            op.acked &= ~bit
+                            op.ack_count -= 1
+                        if index not in self._failed:
+                            self._send(op, index)
+                op.sent_at = now
+        finally:
+            self._resending = False
+        if self._failed:
+            self._maybe_start_change()
+        else:
+            self._complete_ready()
+
+    def _ensemble_change_failed(self, failure):
+        self._changing = False
+        if self.state in (WriterState.ERRORED, WriterState.CLOSED):
+            self._maybe_finish_close()
+            return
+        error = failure.value
+        if not isinstance(error, BKException):
+            log.failure("ledger {ledger}: ensemble change failed", failure,
+                        ledger=self.ledger_id)
+        self._fail_handle(error)
+
+    # -- add timeouts ----------------------------------------------------------------------------
+
+    def _arm_timeout(self):
+        self._timeout_call = self._env.clock.callLater(self._env.add_timeout, self._check_timeouts)
+
+    def _cancel_timeout(self):
+        if self._timeout_call is not None and self._timeout_call.active():
+            self._timeout_call.cancel()
+        self._timeout_call = None
+
+    def _check_timeouts(self):
+        """Treat bookies that have not acked an add within the add timeout as failed."""
+        self._timeout_call = None
+        if self.state not in (WriterState.OPEN, WriterState.CLOSING) or not self._pending:
+            return
+        if not self._changing:
+            deadline = self._env.clock.seconds() - self._env.add_timeout
+            for op in self._pending:
+                if op.sent_at > deadline:
+                    continue
+                for index in op.write_set:
+                    if not op.acked & (1 << index) and index not in self._failed:
+                        log.warn("ledger {ledger}: bookie {bookie} timed out on entry {entry}",
+                                 ledger=self.ledger_id, bookie=self._ensemble[index],
+                                 entry=op.entry_id)
+                        self._failed[index] = self._ensemble[index]
+            self._maybe_start_change()
+        self._arm_timeout()
+
+    # -- close -----------------------------------------------------------------------------------
+
+    def _maybe_finish_close(self):
+        if self._close_waiters is None or self._pending or self._changing:
+            return
+        if self.state is WriterState.CLOSED or self._close_started:
+            return
+        self._close_started = True
+        self._cancel_timeout()
+        if isinstance(self._error, LedgerFencedError):
+            self._closed_locally()
+            self._fire_close_waiters(None)
+            return
+        d = defer.Deferred.fromCoroutine(self._write_closed())
+        d.addBoth(self._fire_close_waiters)
+
+    async def _write_closed(self):
+        manager = self._env.manager
+        metadata, version = self.metadata, self.metadata_version
+        try:
+            while True:
+                candidate = metadata.with_closed(self._lac, self._length)
+                try:
+                    version = await manager.write(self.ledger_id, candidate, version)
+                    self._set_metadata(candidate, version)
+                    return None
+                except BadVersionError:
+                    metadata, version = await manager.read(self.ledger_id)
+                    if metadata.state is LedgerState.CLOSED and \
+                            metadata.last_entry_id == self._lac:
+                        self._set_metadata(metadata, version)
+                        return None
+                    if metadata.state is not LedgerState.OPEN:
+                        raise LedgerFencedError(
+                            f"ledger {self.ledger_id} was recovered by another client")
+        finally:
+            self._closed_locally()
+
+    def _closed_locally(self):
+        self.state = WriterState.CLOSED
+
+    def _fire_close_waiters(self, result):
+        waiters, self._close_waiters = self._close_waiters, []
+        for d in waiters:
+            if isinstance(result, Failure):
+                d.errback(result)
+            else:
+                d.callback(None)
+        return None

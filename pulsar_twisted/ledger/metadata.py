@@ -1,0 +1,214 @@
+"""
+Ledger metadata (BookKeeper's ``LedgerMetadata``) and its home in the metadata store
+(BookKeeper's ``LedgerManager`` + ``LedgerIdGenerator``).
+
+The metadata of ledger ``n`` lives at ``/ledgers/L<n zero-padded to 10>`` as JSON bytes carrying a
+``format_version``. It is only ever changed by compare-and-set on the node's version: the writer
+(ensemble changes, close) and a recovering reader (IN_RECOVERY, close) race through the store, and
+whoever loses re-reads and decides.
+"""
+
+import base64
+import enum
+import hashlib
+import json
+from bisect import bisect_right
+from dataclasses import dataclass, field, replace
+from typing import Dict, Optional, Sequence, Tuple
+
+from twisted.internet import defer
+
+from pulsar_twisted.ledger.interfaces import BKException, NoSuchLedgerError
+from pulsar_twisted.metadata.interfaces import NotFoundError
+
+FORMAT_VERSION = 1
+LEDGERS_ROOT = "/ledgers"
+IDGEN_PREFIX = "/ledgers/idgen/ID-"
+
+
+class LedgerState(enum.Enum):
+    OPEN = "OPEN"
+    IN_RECOVERY = "IN_RECOVERY"
+    CLOSED = "CLOSED"
+
+
+class MetadataFormatError(BKException):
+    """Stored ledger metadata could not be parsed (unknown format version, bad JSON)."""
+
+    code = "MetadataSerializationException"
+
+
+def master_key(password: bytes) -> bytes:
+    """The key bookies check on adds and fencing: SHA-1("ledger" + password), exactly as
+    BookKeeper's ``MacDigestManager.genDigest("ledger", passwd)``."""
+    return hashlib.sha1(b"ledger" + bytes(password)).digest()
+
+
+def password_digest(key: bytes) -> str:
+    """What the metadata stores instead of the password: a digest of the master key, so that
+    reading the metadata is not enough to write to the bookies."""
+    return hashlib.sha256(key).hexdigest()
+
+
+def ledger_path(ledger_id: int) -> str:
+    return "%s/L%010d" % (LEDGERS_ROOT, ledger_id)
+
+
+@dataclass(frozen=True)
+class LedgerMetadata:
+    """
+    Immutable description of a ledger. ``ensembles`` is a tuple of ``(first_entry_id, bookies)``
+    segments sorted by first entry id; the segment with the greatest first entry id <= e holds
+    entry e. The ``with_*`` methods return modified copies.
+    """
+
+    ensemble_size: int
+    write_quorum: int
+    ack_quorum: int
+    ensembles: Tuple[Tuple[int, Tuple[str, ...]], ...]
+    password_digest: str
+    state: LedgerState = LedgerState.OPEN
+    last_entry_id: int = -1
+    length: int = 0
+    ctime_ms: int = 0
+    custom_metadata: Dict[str, bytes] = field(default_factory=dict)
+    digest_type: str = "CRC32C"
+    format_version: int = FORMAT_VERSION
+
+    @property
+    def closed(self) -> bool:
+        return self.state is LedgerState.CLOSED
+
+    @property
+    def last_ensemble(self) -> Tuple[int, Tuple[str, ...]]:
+        return self.ensembles[-1]
+
+    def ensemble_for(self, entry_id: int) -> Tuple[str, ...]:
+        """The bookies of the segment holding ``entry_id``."""
+        firsts = [first for first, _ in self.ensembles]
+        index = bisect_right(firsts, entry_id) - 1
+        return self.ensembles[max(index, 0)][1]
+
+    def all_bookies(self) -> set:
+        return {b for _, ensemble in self.ensembles for b in ensemble}
+
+    def with_ensemble(self, first_entry_id: int, bookies: Sequence[str]) -> "LedgerMetadata":
+        """Add a segment starting at ``first_entry_id``; replaces the last segment when it starts
+        at the same entry (no entry was written with it), as BookKeeper does."""
+        segments = [s for s in self.ensembles if s[0] < first_entry_id]
+        segments.append((first_entry_id, tuple(bookies)))
+        return replace(self, ensembles=tuple(segments))
+
+    def with_state(self, state: LedgerState) -> "LedgerMetadata":
+        return replace(self, state=state)
+
+    def with_closed(self, last_entry_id: int, length: int) -> "LedgerMetadata":
+        return replace(self, state=LedgerState.CLOSED, last_entry_id=last_entry_id, length=length)
+
+    def to_bytes(self) -> bytes:
+        doc = {
+            "format_version": self.format_version,
+            "ensemble_size": self.ensemble_size,
+            "write_quorum": self.write_quorum,
+            "ack_quorum": self.ack_quorum,
+            "state": self.state.value,
+            "last_entry_id": self.last_entry_id,
+            "length": self.length,
+            "ensembles": [[first, list(bookies)] for first, bookies in self.ensembles],
+            "password_digest": self.password_digest,
+            "digest_type": self.digest_type,
+            "ctime_ms": self.ctime_ms,
+            "custom_metadata": {k: base64.b64encode(v).decode("ascii")
+                                for k, v in sorted(self.custom_metadata.items())},
+        }
+        return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> "LedgerMetadata":
+        """Parse; MetadataFormatError on junk or a format version this code does not know."""
+        try:
+            doc = json.loads(raw.decode("utf-8"))
+            version = doc["format_version"]
+            if version != FORMAT_VERSION:
+                raise MetadataFormatError(f"unknown ledger metadata format {version}")
+            return cls(
+                ensemble_size=int(doc["ensemble_size"]),
+                write_quorum=int(doc["write_quorum"]),
+                ack_quorum=int(doc["ack_quorum"]),
+                ensembles=tuple((int(first), tuple(bookies))
+                                for first, bookies in doc["ensembles"]),
+                password_digest=doc["password_digest"],
+                state=LedgerState(doc["state"]),
+                last_entry_id=int(doc["last_entry_id"]),
+                length=int(doc["length"]),
+                ctime_ms=int(doc.get("ctime_ms", 0)),
+                custom_metadata={k: base64.b64decode(v)
+                                 for k, v in doc.get("custom_metadata", {}).items()},
+                digest_type=doc.get("digest_type", "CRC32C"),
+                format_version=version,
+            )
+        except MetadataFormatError:
+            raise
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise MetadataFormatError(f"bad ledger metadata: {e!r}") from e
+
+
+def normalize_custom_metadata(custom: Optional[dict]) -> Dict[str, bytes]:
+    """BookKeeper's custom metadata is ``Map<String, byte[]>``; accept str values for convenience."""
+    out = {}
+    for key, value in (custom or {}).items():
+        out[str(key)] = value.encode("utf-8") if isinstance(value, str) else bytes(value)
+    return out
+
+
+class LedgerManager:
+    """
+    Reads and writes ledger metadata in an IMetadataStore and hands out ledger ids. All methods
+    return Deferreds; versions are the store's node versions, used for compare-and-set.
+    """
+
+    def __init__(self, store):
+        self._store = store
+
+    @defer.inlineCallbacks
+    def new_ledger_id(self):
+        """
+        A ledger id unique across every process sharing the store: the counter of a sequential
+        node, deleted right away (BookKeeper's ``ZkLedgerIdGenerator``), since the store's
+        sequence numbers never go back even when nodes are removed.
+        """
+        stat = yield self._store.put(IDGEN_PREFIX, b"", sequential=True)
+        ledger_id = int(stat.path[len(IDGEN_PREFIX):])
+        try:
+            yield self._store.delete(stat.path)
+        except NotFoundError:
+            pass
+        return ledger_id
+
+    def create(self, ledger_id: int, metadata: LedgerMetadata):
+        """Store new metadata (must not exist: AlreadyExistsError). Fires with the version."""
+        d = self._store.put(ledger_path(ledger_id), metadata.to_bytes(), expected_version=-1)
+        d.addCallback(lambda stat: stat.version)
+        return d
+
+    def read(self, ledger_id: int):
+        """Fires with ``(LedgerMetadata, version)``; fails with NoSuchLedgerError."""
+        def parse(result):
+            if result is None:
+                raise NoSuchLedgerError(f"ledger {ledger_id} has no metadata")
+            raw, stat = result
+            return LedgerMetadata.from_bytes(raw), stat.version
+        return self._store.get(ledger_path(ledger_id)).addCallback(parse)
+
+    def write(self, ledger_id: int, metadata: LedgerMetadata, version: int):
+        """Compare-and-set; fires with the new version (BadVersionError when it lost a race)."""
+        d = self._store.put(ledger_path(ledger_id), metadata.to_bytes(), expected_version=version)
+        d.addCallback(lambda stat: stat.version)
+        return d
+
+    def delete(self, ledger_id: int):
+        """Remove the metadata node; NoSuchLedgerError when absent."""
+        def not_found(f):
+            f.trap(NotFoundError)
+            raise NoSuchLedgerError(f"ledger {ledger_id} has no metadata")
+        return self._store.delete(ledger_path(ledger_id)).addErrback(not_found)

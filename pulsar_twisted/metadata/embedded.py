@@ -1,0 +1,895 @@
+"""
+The embedded metadata store: ZooKeeper's data model in this process, durable on local disk.
+
+Standalone runs on it; clusters use ZooKeeper (``zookeeper.py``) through the same ``IMetadataStore``.
+
+Model
+-----
+A tree of nodes, each with a value, a version (0 on creation, +1 per write), creation and modification
+times in milliseconds from the injected reactor, an optional ephemeral owner (a session id) and a
+counter for sequential children. ``put`` creates missing parents as empty persistent nodes. Ephemeral
+nodes cannot have children, are never written to disk (the session that owned them does not outlive the
+process) and vanish when their session closes.
+
+Sessions
+--------
+``EmbeddedMetadataStore(data_dir, reactor)`` owns the tree and the files and is itself a session.
+``new_session()`` returns another client over the same tree with its own session id, ephemeral nodes and
+listeners; closing it removes only what it owns. Closing the owning store closes every session and then
+the files.
+
+Durability
+----------
+``data_dir`` None keeps everything in memory (tests). Otherwise every change is a record appended to
+``metadata.log`` (see "On-disk format" below) and a write's Deferred fires only once its record is on
+disk, fsync'd when ``sync`` (without ``sync`` it has reached the OS: it survives the process, not the
+machine). ``start()`` is required before use in that mode: it loads the snapshot and replays the log.
+
+Writes are group-committed. ``put``/``delete`` change the tree at once, so a ``get`` issued later, even in
+the same reactor tick and before the write's Deferred fired, sees the new value; the record joins a pending
+batch. At most one batch is being written at any time, by a single dedicated worker thread (the reactor
+never waits on the disk); a batch is everything that was pending when the previous batch finished, or,
+when the log was idle, everything written during the tick in which the first write arrived. So N writes in
+one tick cost one fsync. Deferreds fire, and listeners hear of the changes, in write order.
+
+Every so often (when the log passes ``snapshot_log_bytes``, on ``snapshot()`` and on a clean close) the
+worker writes the whole persistent tree to ``metadata.snapshot.tmp``, fsyncs it, renames it over
+``metadata.snapshot``, fsyncs the directory and only then empties the log. Each record carries a
+transaction id and the snapshot the last id it covers, so a crash between the rename and the truncation
+replays nothing twice. Loading cuts the log at the first torn or CRC-bad record: a write whose Deferred had
+fired is always before that point.
+
+If a disk write fails the store stops accepting writes (every later write fails with
+``StoreFailedError``): its tree may then hold changes the disk does not, and only a restart, which reloads
+from disk, makes the two agree again.
+
+Listeners
+---------
+``register_listener`` callbacks are called directly (no ``callLater``) in the reactor thread, once the
+change is durable, in the order of the changes. A write made from inside a listener is queued behind the
+notifications already being delivered, so every listener sees every change in the same order. A listener
+that raises is logged and does not stop the others. A listener belongs to the session that registered it
+and is dropped when that session closes.
+
+On-disk format
+--------------
+``metadata.log``: header ``b"PTML"`` + u16 format version + u16 zero, then records ``u32 length, u32
+crc32c(payload), payload``. ``metadata.snapshot``: header ``b"PTMS"`` + u16 version + u16 zero, then one
+record in the same framing. A payload is ``u64 txid`` followed by operations: ``b"S"`` (set a node's full
+persistent state: path, value, version, ctime, mtime, sequence counter) or ``b"D"`` (delete a path and all
+below it). Records hold states, not deltas, so replay needs no knowledge of the operation that made them.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import struct
+from collections import deque
+from typing import Callable, Iterable, Optional
+
+import crc32c
+from twisted.internet.defer import Deferred, ensureDeferred, fail, succeed
+from twisted.internet.threads import deferToThreadPool
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from twisted.python.threadpool import ThreadPool
+from zope.interface import implementer
+
+from pulsar_twisted.metadata.interfaces import (
+    AlreadyExistsError,
+    BadVersionError,
+    IMetadataStore,
+    MetadataStoreError,
+    NotEmptyError,
+    NotFoundError,
+    Notification,
+    Stat,
+)
+
+__all__ = [
+    "EmbeddedMetadataStore",
+    "NoChildrenForEphemeralsError",
+    "StoreNotStartedError",
+    "StoreClosedError",
+    "StoreFailedError",
+    "CorruptStoreError",
+]
+
+log = Logger()
+
+# Tests replace this to count the syncs (it is called only in the worker thread). fdatasync also
+# flushes the file size, which is all an append needs.
+_fsync = getattr(os, "fdatasync", os.fsync)
+
+
+class NoChildrenForEphemeralsError(MetadataStoreError):
+    """A put would create a node under an ephemeral node (ZooKeeper forbids it too)."""
+
+
+class StoreNotStartedError(MetadataStoreError):
+    """A durable store was used before ``start()`` completed."""
+
+
+class StoreClosedError(MetadataStoreError):
+    """The session (or its store) is closed."""
+
+
+class StoreFailedError(MetadataStoreError):
+    """A disk write failed earlier; the store accepts no more writes until restarted."""
+
+
+class CorruptStoreError(MetadataStoreError):
+    """A file in the data directory is not ours, has an unknown version, or a damaged snapshot."""
+
+
+# ---------------------------------------------------------------------------------------------------
+# On-disk format: pure functions over bytes.
+
+LOG_NAME = "metadata.log"
+SNAPSHOT_NAME = "metadata.snapshot"
+LOCK_NAME = "metadata.lock"
+LOG_MAGIC = b"PTML"
+SNAPSHOT_MAGIC = b"PTMS"
+FORMAT_VERSION = 1
+_HEADER = struct.Struct(">4sHH")
+_FRAME = struct.Struct(">II")
+_TXID = struct.Struct(">Q")
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_SET_FIELDS = struct.Struct(">qqqQ")  # version, ctime ms, mtime ms, sequence counter
+_OP_SET = b"S"
+_OP_DELETE = b"D"
+HEADER_SIZE = _HEADER.size
+MAX_RECORD = 1 << 30
+
+
+def encode_header(magic: bytes) -> bytes:
+    return _HEADER.pack(magic, FORMAT_VERSION, 0)
+
+
+def check_header(data: bytes, magic: bytes, name: str) -> None:
+    """Raise CorruptStoreError unless ``data`` starts with a header of ours that we can read."""
+    found, version, _ = _HEADER.unpack_from(data)
+    if found != magic:
+        raise CorruptStoreError(f"{name}: bad magic {found!r}")
+    if version != FORMAT_VERSION:
+        raise CorruptStoreError(f"{name}: unknown format version {version}")
+
+
+def encode_set(path: str, value: bytes, version: int, ctime: int, mtime: int, seq: int) -> bytes:
+    p = path.encode("utf-8")
+    return b"".join((_OP_SET, _U16.pack(len(p)), p, _U32.pack(len(value)), value,
+                     _SET_FIELDS.pack(version, ctime, mtime, seq)))
+
+
+def encode_delete(path: str) -> bytes:
+    p = path.encode("utf-8")
+    return _OP_DELETE + _U16.pack(len(p)) + p
+
+
+def encode_record(txid: int, ops: Iterable[bytes]) -> bytes:
+    """Frame one transaction: length, CRC32C of the payload, payload (txid + operations)."""
+    payload = _TXID.pack(txid) + b"".join(ops)
+    return _FRAME.pack(len(payload), crc32c.crc32c(payload)) + payload
+
+
+def decode_records(data: bytes, offset: int):
+    """
+    Yield ``(txid, ops, end_offset)`` for each whole, CRC-good record from ``offset``; stop silently at
+    the first torn or bad one (the caller cuts the file at the last ``end_offset``). ``ops`` is a list of
+    ``("S", path, value, version, ctime, mtime, seq)`` and ``("D", path)`` tuples.
+    """
+    while offset + _FRAME.size <= len(data):
+        length, crc = _FRAME.unpack_from(data, offset)
+        start = offset + _FRAME.size
+        end = start + length
+        if length < _TXID.size or length > MAX_RECORD or end > len(data):
+            return
+        payload = data[start:end]
+        if crc32c.crc32c(payload) != crc:
+            return
+        try:
+            ops = _decode_ops(payload, _TXID.size)
+        except (struct.error, UnicodeDecodeError, ValueError):
+            return
+        yield _TXID.unpack_from(payload)[0], ops, end
+        offset = end
+
+
+def _decode_ops(payload: bytes, pos: int) -> list:
+    ops = []
+    while pos < len(payload):
+        kind = payload[pos:pos + 1]
+        (plen,) = _U16.unpack_from(payload, pos + 1)
+        pos += 1 + _U16.size
+        path = payload[pos:pos + plen].decode("utf-8")
+        pos += plen
+        if kind == _OP_DELETE:
+            ops.append(("D", path))
+        elif kind == _OP_SET:
+            (vlen,) = _U32.unpack_from(payload, pos)
+            pos += _U32.size
+            value = payload[pos:pos + vlen]
+            pos += vlen
+            version, ctime, mtime, seq = _SET_FIELDS.unpack_from(payload, pos)
+            pos += _SET_FIELDS.size
+            ops.append(("S", path, value, version, ctime, mtime, seq))
+        else:
+            raise ValueError(f"unknown operation {kind!r}")
+    if pos != len(payload):
+        raise ValueError("operation overruns its record")
+    return ops
+
+
+# ---------------------------------------------------------------------------------------------------
+# The tree.
+
+class _Node:
+    __slots__ = ("value", "version", "ctime", "mtime", "owner", "seq", "children")
+
+    def __init__(self, value: bytes, ctime: int, owner: Optional[int] = None):
+        self.value = value
+        self.version = 0
+        self.ctime = ctime
+        self.mtime = ctime
+        self.owner = owner          # session id for an ephemeral node, else None
+        self.seq = 0                # next sequential-child counter
+        self.children: set[str] = set()
+
+    def set_op(self, path: str) -> bytes:
+        return encode_set(path, self.value, self.version, self.ctime, self.mtime, self.seq)
+
+
+def parent_of(path: str) -> str:
+    return path.rsplit("/", 1)[0] or "/"
+
+
+def _name_of(path: str) -> str:
+    return path.rsplit("/", 1)[1]
+
+
+def _join(parent: str, name: str) -> str:
+    return parent + name if parent == "/" else parent + "/" + name
+
+
+def check_path(path: str) -> None:
+    """Raise ValueError unless ``path`` is absolute, without empty segments or a trailing slash."""
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise ValueError(f"metadata path must be an absolute str: {path!r}")
+    if path != "/" and (path.endswith("/") or "//" in path):
+        raise ValueError(f"metadata path has an empty segment: {path!r}")
+    if "\x00" in path:
+        raise ValueError(f"metadata path contains NUL: {path!r}")
+
+
+class _Tree:
+    """The nodes by path, with the persistent-state operations that replay and snapshots use."""
+
+    def __init__(self):
+        self.nodes: dict[str, _Node] = {"/": _Node(b"", 0)}
+
+    def apply(self, ops: list) -> None:
+        """Apply decoded operations (from the log or a snapshot)."""
+        for op in ops:
+            if op[0] == "S":
+                _, path, value, version, ctime, mtime, seq = op
+                node = self.nodes.get(path)
+                if node is None:
+                    parent = self.nodes.get(parent_of(path))
+                    if parent is None:
+                        raise CorruptStoreError(f"record creates {path} before its parent")
+                    node = self.nodes[path] = _Node(value, ctime)
+                    parent.children.add(_name_of(path))
+                node.value, node.version, node.ctime, node.mtime, node.seq = value, version, ctime, mtime, seq
+            else:
+                self.remove_subtree(op[1])
+
+    def remove_subtree(self, path: str) -> list[tuple[str, _Node]]:
+        """Remove ``path`` and its descendants; return the removed ``(path, node)``, deepest first."""
+        node = self.nodes.get(path)
+        if node is None or path == "/":
+            return []
+        removed = []
+        for name in sorted(node.children):
+            removed.extend(self.remove_subtree(_join(path, name)))
+        del self.nodes[path]
+        self.nodes[parent_of(path)].children.discard(_name_of(path))
+        removed.append((path, node))
+        return removed
+
+    def snapshot_ops(self) -> list[bytes]:
+        """The persistent nodes as set operations, every parent before its children."""
+        ops = []
+        stack = ["/"]
+        while stack:
+            path = stack.pop()
+            node = self.nodes[path]
+            if node.owner is not None:
+                continue
+            ops.append(node.set_op(path))
+            stack.extend(_join(path, name) for name in sorted(node.children, reverse=True))
+        return ops
+
+
+def _load(data_dir: str):
+    """
+    Read the snapshot and the log (in the worker thread). Returns ``(tree, last_txid, log_fd,
+    log_size)`` with the log open for appending and cut after its last good record.
+    """
+    tree = _Tree()
+    last_txid = 0
+    snap_path = os.path.join(data_dir, SNAPSHOT_NAME)
+    if os.path.exists(snap_path):
+        with open(snap_path, "rb") as f:
+            data = f.read()
+        if len(data) < HEADER_SIZE:
+            raise CorruptStoreError(f"{snap_path}: truncated header")
+        check_header(data, SNAPSHOT_MAGIC, snap_path)
+        records = list(decode_records(data, HEADER_SIZE))
+        # A snapshot is renamed into place only once complete and fsync'd: damage is not a torn write
+        # to cut away but lost data, so refuse to start rather than come up with part of the tree.
+        if len(records) != 1 or records[0][2] != len(data):
+            raise CorruptStoreError(f"{snap_path}: damaged snapshot")
+        last_txid, ops, _ = records[0]
+        tree.apply(ops)
+
+    log_path = os.path.join(data_dir, LOG_NAME)
+    data = b""
+    if os.path.exists(log_path):
+        with open(log_path, "rb") as f:
+            data = f.read()
+    good_end = HEADER_SIZE
+    if len(data) >= HEADER_SIZE:
+        check_header(data, LOG_MAGIC, log_path)
+        for txid, ops, end in decode_records(data, HEADER_SIZE):
+            if txid > last_txid:    # older ones are in the snapshot already
+                tree.apply(ops)
+                last_txid = txid
+            good_end = end
+        if good_end < len(data):
+            log.warn("{path}: cutting {n} bytes of torn or damaged log tail at offset {offset}",
+                     path=log_path, n=len(data) - good_end, offset=good_end)
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        if len(data) < HEADER_SIZE:
+            # Missing, empty, or a header torn while the log was first created.
+            os.ftruncate(fd, 0)
+            os.write(fd, encode_header(LOG_MAGIC))
+            _fsync(fd)
+            _fsync_dir(data_dir)
+        elif good_end < len(data):
+            os.ftruncate(fd, good_end)
+            _fsync(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    return tree, last_txid, fd, good_end
+
+
+def _fsync_dir(data_dir: str) -> None:
+    fd = os.open(data_dir, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_snapshot(data_dir: str, log_fd: int, snapshot: bytes) -> None:
+    """Worker thread: install a snapshot durably, then empty the log it supersedes."""
+    tmp = os.path.join(data_dir, SNAPSHOT_NAME + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        _write_all(fd, snapshot)
+        _fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, os.path.join(data_dir, SNAPSHOT_NAME))
+    # The rename must be durable before the log is emptied, or a crash could leave neither.
+    _fsync_dir(data_dir)
+    os.ftruncate(log_fd, HEADER_SIZE)
+    _fsync(log_fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+class _Commit:
+    """One write waiting for the disk: its record (maybe empty), Deferred, result and notifications."""
+
+    __slots__ = ("record", "deferred", "result", "notifications")
+
+    def __init__(self, record: bytes, result, notifications: list):
+        self.record = record
+        self.deferred = Deferred()
+        self.result = result
+        self.notifications = notifications
+
+
+# ---------------------------------------------------------------------------------------------------
+# The shared core: tree, files, commit pipeline, sessions, listeners.
+
+class _Core:
+    def __init__(self, data_dir: Optional[str], reactor, sync: bool, snapshot_log_bytes: int):
+        self.data_dir = data_dir
+        self.reactor = reactor
+        self.sync = sync
+        self.snapshot_log_bytes = snapshot_log_bytes
+        self.tree = _Tree()
+        self.started = data_dir is None
+        self.closed = False
+        self.failure: Optional[Failure] = None
+        self.txid = 0
+        self.next_session = 1
+        self.sessions: dict[int, EmbeddedMetadataStore] = {}
+        self.ephemerals: dict[int, set[str]] = {}
+        self.listeners: list[tuple[int, Callable[[Notification], None]]] = []
+        self.to_notify: deque[Notification] = deque()
+        self.notifying = False
+        # Durable mode only.
+        self.pool: Optional[ThreadPool] = None
+        self.shutdown_trigger = None
+        self.lock_fd: Optional[int] = None
+        self.log_fd: Optional[int] = None
+        self.log_size = HEADER_SIZE
+        self.pending: list[_Commit] = []
+        self.flush_scheduled = False
+        self.in_flight = False
+        self.snapshot_wanted = False
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def start(self) -> Deferred:
+        if self.started or self.data_dir is None:
+            return succeed(None)
+        os.makedirs(self.data_dir, exist_ok=True)
+        self.lock_fd = os.open(os.path.join(self.data_dir, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            os.close(self.lock_fd)
+            self.lock_fd = None
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                return fail(MetadataStoreError(f"{self.data_dir} is in use by another store"))
+            return fail(e)
+        self.pool = ThreadPool(minthreads=1, maxthreads=1, name="metadata-log")
+        self.pool.start()
+        # Twisted's pool threads are not daemons: stop ours with the reactor even if nobody closes us.
+        self.shutdown_trigger = self.reactor.addSystemEventTrigger("during", "shutdown", self._on_shutdown)
+        d = deferToThreadPool(self.reactor, self.pool, _load, self.data_dir)
+
+        def loaded(result):
+            self.tree, self.txid, self.log_fd, self.log_size = result
+            self.started = True
+            log.info("metadata store loaded from {dir}: {n} nodes, txid {txid}",
+                     dir=self.data_dir, n=len(self.tree.nodes), txid=self.txid)
+
+        def load_failed(f):
+            self._release()
+            return f
+
+        return d.addCallbacks(loaded, load_failed)
+
+    def _on_shutdown(self) -> None:
+        # The owner should have closed the store (stopService) so that pending writes were flushed;
+        # here we only make sure the process can exit.
+        self.shutdown_trigger = None
+        self._stop_worker()
+
+    def _stop_worker(self) -> None:
+        if self.pool is not None:
+            self.pool.stop()
+            self.pool = None
+        if self.shutdown_trigger is not None:
+            self.reactor.removeSystemEventTrigger(self.shutdown_trigger)
+            self.shutdown_trigger = None
+
+    def _release(self) -> None:
+        self._stop_worker()
+        for name in ("log_fd", "lock_fd"):
+            fd = getattr(self, name)
+            if fd is not None:
+                os.close(fd)        # closing the lock file releases the flock
+                setattr(self, name, None)
+
+    def abandon(self) -> None:
+        """Stop as a crash would: no flush, no snapshot, no ephemeral removal, no notifications."""
+        self.closed = True
+        self._release()
+
+    def check_usable(self, session: "EmbeddedMetadataStore") -> Optional[Exception]:
+        if session.closed or self.closed:
+            return StoreClosedError("metadata store session is closed")
+        if not self.started:
+            return StoreNotStartedError("call start() before using a durable metadata store")
+        return None
+
+    # -- writes ------------------------------------------------------------------------------------
+
+    def now_ms(self) -> int:
+        return int(self.reactor.seconds() * 1000)
+
+    def commit(self, ops: list[bytes], result, notifications: list[Notification]) -> Deferred:
+        """
+        Queue a change already applied to the tree; fire with ``result`` once ``ops`` are durable and
+        after ``notifications`` have been delivered. Empty ``ops`` still wait their turn, so Deferreds
+        fire in write order.
+        """
+        if self.failure is not None:
+            return fail(StoreFailedError(f"metadata store failed: {self.failure.getErrorMessage()}"))
+        if self.closed:
+            return fail(StoreClosedError("metadata store is closed"))
+        if self.data_dir is None:
+            self.notify(notifications)
+            return succeed(result)
+        record = b""
+        if ops:
+            self.txid += 1
+            record = encode_record(self.txid, ops)
+        entry = _Commit(record, result, notifications)
+        self.pending.append(entry)
+        self._schedule_flush()
+        return entry.deferred
+
+    def request_snapshot(self) -> Deferred:
+        self.snapshot_wanted = True
+        return self.commit([], None, [])
+
+    def _schedule_flush(self) -> None:
+        # One batch in flight at a time; waiting for the end of the tick gathers the tick's writes.
+        if not self.flush_scheduled and not self.in_flight:
+            self.flush_scheduled = True
+            self.reactor.callLater(0, self._flush)
+
+    def _flush(self) -> None:
+        self.flush_scheduled = False
+        if self.in_flight or not self.pending or self.pool is None:
+            return
+        batch, self.pending = self.pending, []
+        data = b"".join(entry.record for entry in batch)
+        snapshot = None
+        if self.snapshot_wanted or self.log_size + len(data) > self.snapshot_log_bytes:
+            # Everything applied to the tree is in this batch or already in the log, so a snapshot of
+            # the tree now covers the batch too and replaces writing it.
+            self.snapshot_wanted = False
+            snapshot = encode_header(SNAPSHOT_MAGIC) + encode_record(self.txid, self.tree.snapshot_ops())
+        self.in_flight = True
+        d = deferToThreadPool(self.reactor, self.pool, self._write, self.log_fd, data, snapshot)
+        d.addCallbacks(self._written, self._write_failed, callbackArgs=(batch, snapshot),
+                       errbackArgs=(batch,))
+
+    def _write(self, fd: int, data: bytes, snapshot: Optional[bytes]) -> None:
+        """Worker thread."""
+        if snapshot is not None:
+            _write_snapshot(self.data_dir, fd, snapshot)
+        elif data:
+            _write_all(fd, data)
+            if self.sync:
+                _fsync(fd)
+
+    def _written(self, _, batch: list[_Commit], snapshot: Optional[bytes]) -> None:
+        self.in_flight = False
+        if snapshot is not None:
+            self.log_size = HEADER_SIZE
+            log.info("metadata snapshot written: {n} bytes, txid {txid}", n=len(snapshot), txid=self.txid)
+        else:
+            self.log_size += sum(len(entry.record) for entry in batch)
+        for entry in batch:
+            self.notify(entry.notifications)
+            entry.deferred.callback(entry.result)
+        if self.pending:
+            self._schedule_flush()
+
+    def _write_failed(self, failure: Failure, batch: list[_Commit]) -> None:
+        self.in_flight = False
+        self.failure = failure
+        log.failure("metadata log write failed; the store accepts no more writes", failure)
+        error = StoreFailedError(f"metadata store failed: {failure.getErrorMessage()}")
+        batch, self.pending = batch + self.pending, []
+        for entry in batch:
+            entry.deferred.errback(error)
+
+    def drain(self) -> Deferred:
+        """Fire once every write queued so far is on disk (or failed)."""
+        d = self.commit([], None, [])
+        return d.addErrback(lambda f: None)
+
+    # -- listeners ---------------------------------------------------------------------------------
+
+    def notify(self, notifications: list[Notification]) -> None:
+        """Deliver in order; a listener's own writes queue behind what is being delivered."""
+        self.to_notify.extend(notifications)
+        if self.notifying:
+            return
+        self.notifying = True
+        try:
+            while self.to_notify:
+                notification = self.to_notify.popleft()
+                for _, listener in list(self.listeners):
+                    try:
+                        listener(notification)
+                    except Exception:
+                        log.failure("metadata listener {listener!r} failed on {n}",
+                                    listener=listener, n=notification)
+        finally:
+            self.notifying = False
+
+    # -- sessions ----------------------------------------------------------------------------------
+
+    def add_session(self, session: "EmbeddedMetadataStore") -> int:
+        sid = self.next_session
+        self.next_session += 1
+        self.sessions[sid] = session
+        self.ephemerals[sid] = set()
+        return sid
+
+    def end_session(self, sid: int) -> Deferred:
+        """Remove the session's ephemeral nodes and listeners; fires when that is settled in order."""
+        self.sessions.pop(sid, None)
+        paths = self.ephemerals.pop(sid, set())
+        notifications = []
+        for path in sorted(paths, reverse=True):
+            if self.tree.remove_subtree(path):
+                notifications += [Notification("deleted", path), Notification("children", parent_of(path))]
+        self.listeners = [(owner, fn) for owner, fn in self.listeners if owner != sid]
+        # Ephemeral nodes were never on disk, so there is nothing to log, but the Deferred still waits
+        # its turn behind earlier writes.
+        if self.failure is not None or not self.started or self.closed:
+            self.notify(notifications)
+            return succeed(None)
+        return self.commit([], None, notifications)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The session: IMetadataStore.
+
+@implementer(IMetadataStore)
+class EmbeddedMetadataStore:
+    """
+    An ``IMetadataStore`` over an in-process tree (see the module docstring for the full contract).
+
+    ``data_dir`` None: memory only, usable at once. Otherwise durable under ``data_dir`` (created if
+    missing, locked against a second store) and ``start()`` is required before use. ``reactor`` supplies
+    time (``seconds``), ``callLater`` and, in durable mode, the thread hand-off (``callFromThread``).
+    ``sync`` False skips fsync. ``snapshot_log_bytes`` is the log size past which the next write batch
+    is replaced by a snapshot.
+    """
+
+    def __init__(self, data_dir: Optional[str], reactor, *, sync: bool = True,
+                 snapshot_log_bytes: int = 16 * 1024 * 1024, _core: Optional[_Core] = None):
+        self._core = _core if _core is not None else _Core(data_dir, reactor, sync, snapshot_log_bytes)
+        self._owner = _core is None
+        self.closed = False
+        self.session_id = self._core.add_session(self)
+        self._closing: Optional[Deferred] = None
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def start(self) -> Deferred:
+        """Load the tree from disk (durable mode); fires when the store is usable. Idempotent."""
+        return self._core.start()
+
+    def new_session(self) -> "EmbeddedMetadataStore":
+        """Another client on the same tree, with its own session id, ephemeral nodes and listeners."""
+        return EmbeddedMetadataStore(None, None, _core=self._core)
+
+    def snapshot(self) -> Deferred:
+        """Write a snapshot and empty the log now (durable mode); fires when done."""
+        error = self._core.check_usable(self)
+        if error is not None:
+            return fail(error)
+        if self._core.data_dir is None:
+            return succeed(None)
+        return self._core.request_snapshot()
+
+    def close(self) -> Deferred:
+        """
+        End this session: its ephemeral nodes are removed (listeners hear "deleted") and its listeners
+        dropped. Closing the store that owns the tree also closes every other session, waits for all
+        queued writes, writes a snapshot and releases the files. Idempotent.
+        """
+        if self._closing is not None:
+            return self._closing
+        self.closed = True
+        core = self._core
+        if core.closed:
+            self._closing = succeed(None)
+            return self._closing
+        if not self._owner:
+            self._closing = core.end_session(self.session_id)
+            return self._closing
+
+        async def close_all():
+            for session in list(core.sessions.values()):
+                if session is not self:
+                    await session.close()
+            await core.end_session(self.session_id)
+            if core.data_dir is not None and core.started and core.failure is None and core.log_fd is not None:
+                if core.log_size > HEADER_SIZE or core.pending:
+                    core.snapshot_wanted = True
+                await core.drain()
+            core.closed = True
+            core._release()
+
+        self._closing = ensureDeferred(close_all())
+        return self._closing
+
+    def _abandon(self) -> None:
+        """For tests: stop as if the process died (nothing flushed, no ephemeral removal)."""
+        self.closed = True
+        self._core.abandon()
+
+    # -- reads -------------------------------------------------------------------------------------
+
+    def _stat(self, path: str, node: _Node) -> Stat:
+        return Stat(path, node.version, node.ctime, node.mtime, node.owner is not None)
+
+    def _read(self, path: str, fn):
+        error = self._core.check_usable(self)
+        if error is None:
+            try:
+                check_path(path)
+            except ValueError as e:
+                error = e
+        if error is not None:
+            return fail(error)
+        return succeed(fn(self._core.tree.nodes.get(path)))
+
+    def get(self, path: str) -> Deferred:
+        """``(value, Stat)`` or None; reflects writes whose Deferreds have not fired yet."""
+        return self._read(path, lambda node: None if node is None else (node.value, self._stat(path, node)))
+
+    def exists(self, path: str) -> Deferred:
+        """``Stat`` or None."""
+        return self._read(path, lambda node: None if node is None else self._stat(path, node))
+
+    def get_children(self, path: str) -> Deferred:
+        """Sorted child names; [] when the node is absent."""
+        return self._read(path, lambda node: [] if node is None else sorted(node.children))
+
+    # -- writes ------------------------------------------------------------------------------------
+
+    def put(self, path: str, value: bytes, expected_version: Optional[int] = None,
+            ephemeral: bool = False, sequential: bool = False) -> Deferred:
+        """
+        See ``IMetadataStore.put``. A put on an existing node keeps that node's ephemeral or persistent
+        kind (as ZooKeeper's setData does). ``sequential`` always creates; it takes ``expected_version``
+        None or -1 only. Fails with NoChildrenForEphemeralsError under an ephemeral node.
+        """
+        try:
+            if not isinstance(value, (bytes, bytearray, memoryview)):
+                raise TypeError(f"metadata values are bytes, not {type(value).__name__}")
+            return self._put(path, bytes(value), expected_version, ephemeral, sequential)
+        except (MetadataStoreError, ValueError, TypeError) as e:
+            return fail(e)
+
+    def _put(self, path, value, expected_version, ephemeral, sequential) -> Deferred:
+        core = self._core
+        error = core.check_usable(self)
+        if error is not None:
+            raise error
+        check_path(path)
+        if sequential and expected_version not in (None, -1):
+            raise ValueError("a sequential put creates a node: expected_version must be None or -1")
+        nodes = core.tree.nodes
+        now = core.now_ms()
+        if sequential:
+            parent_path = parent_of(path) if path != "/" else "/"
+            parent = nodes.get(parent_path)
+            seq = parent.seq if parent is not None else 0
+            path = f"{path}{seq:010d}"
+            if path in nodes:   # only possible if someone made this name by hand
+                raise AlreadyExistsError(path)
+        node = nodes.get(path)
+        if node is not None:
+            if expected_version == -1:
+                raise AlreadyExistsError(path)
+            if expected_version is not None and expected_version != node.version:
+                raise BadVersionError(f"{path}: expected version {expected_version}, found {node.version}")
+            node.value = value
+            node.version += 1
+            node.mtime = now
+            ops = [] if node.owner is not None else [node.set_op(path)]
+            return core.commit(ops, self._stat(path, node), [Notification("modified", path)])
+        if path == "/":
+            raise ValueError("cannot create the root")
+        if expected_version is not None and expected_version >= 0:
+            raise NotFoundError(path)
+        if expected_version is not None and expected_version < -1:
+            raise ValueError(f"bad expected_version {expected_version}")
+        return self._create(path, value, ephemeral, sequential, now)
+
+    def _create(self, path: str, value: bytes, ephemeral: bool, sequential: bool, now: int) -> Deferred:
+        core = self._core
+        nodes = core.tree.nodes
+        # Check every missing ancestor first so that a refused create changes nothing.
+        missing = []
+        ancestor = parent_of(path)
+        while ancestor not in nodes:
+            missing.append(ancestor)
+            ancestor = parent_of(ancestor)
+        if nodes[ancestor].owner is not None:
+            raise NoChildrenForEphemeralsError(f"{ancestor} is ephemeral")
+        notifications: list[Notification] = []
+        for parent_path in reversed(missing):
+            nodes[parent_path] = _Node(b"", now)
+            nodes[parent_of(parent_path)].children.add(_name_of(parent_path))
+            notifications += [Notification("created", parent_path),
+                              Notification("children", parent_of(parent_path))]
+        parent = nodes[parent_of(path)]
+        if sequential:
+            parent.seq += 1
+        # Built after the counter moved: the parent's record carries it, so that sequential names never
+        # repeat after a restart (even for ephemeral children, which are not logged themselves).
+        ops = [nodes[p].set_op(p) for p in reversed(missing)]
+        if sequential and not missing:
+            ops.append(parent.set_op(parent_of(path)))
+        node = nodes[path] = _Node(value, now, self.session_id if ephemeral else None)
+        parent.children.add(_name_of(path))
+        if ephemeral:
+            core.ephemerals[self.session_id].add(path)
+        else:
+            ops.append(node.set_op(path))
+        notifications += [Notification("created", path), Notification("children", parent_of(path))]
+        return core.commit(ops, self._stat(path, node), notifications)
+
+    def delete(self, path: str, expected_version: Optional[int] = None) -> Deferred:
+        """Remove one node (NotFoundError, BadVersionError, NotEmptyError). The root cannot go."""
+        core = self._core
+        error = core.check_usable(self)
+        if error is not None:
+            return fail(error)
+        try:
+            check_path(path)
+        except ValueError as e:
+            return fail(e)
+        if path == "/":
+            return fail(ValueError("cannot delete the root"))
+        node = core.tree.nodes.get(path)
+        if node is None:
+            return fail(NotFoundError(path))
+        if expected_version is not None and expected_version != node.version:
+            return fail(BadVersionError(f"{path}: expected version {expected_version}, found {node.version}"))
+        if node.children:
+            return fail(NotEmptyError(path))
+        return self._remove(path)
+
+    def delete_recursive(self, path: str) -> Deferred:
+        """Remove ``path`` and all below it in one logged transaction; no error when absent."""
+        core = self._core
+        error = core.check_usable(self)
+        if error is not None:
+            return fail(error)
+        try:
+            check_path(path)
+        except ValueError as e:
+            return fail(e)
+        if path == "/":
+            return fail(ValueError("cannot delete the root"))
+        if path not in core.tree.nodes:
+            return core.commit([], None, [])
+        return self._remove(path)
+
+    def _remove(self, path: str) -> Deferred:
+        """Remove ``path`` and its subtree from the tree; log it and announce every removed node."""
+        core = self._core
+        removed = core.tree.remove_subtree(path)
+        notifications = []
+        for removed_path, node in removed:
+            if node.owner is not None:
+                core.ephemerals.get(node.owner, set()).discard(removed_path)
+            notifications += [Notification("deleted", removed_path),
+                              Notification("children", parent_of(removed_path))]
+        # One delete record covers the whole subtree on replay. An ephemeral node has no children and
+        # was never logged, so it needs no record.
+        ops = [encode_delete(path)] if removed[-1][1].owner is None else []
+        return core.commit(ops, None, notifications)
+
+    def register_listener(self, listener: Callable[[Notification], None]) -> None:
+        """See the module docstring: direct calls, in order, once durable; dropped with the session."""
+        self._core.listeners.append((self.session_id, listener))

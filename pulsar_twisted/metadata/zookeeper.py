@@ -1,0 +1,304 @@
+"""
+``IMetadataStore`` on ZooKeeper, through kazoo: the backend of multi-process clusters.
+
+Each store is one ZooKeeper session (ephemeral nodes live and die with it). All paths are relative to
+``root``, which ``start()`` creates if missing. Data calls use kazoo's asynchronous API: kazoo's own
+threads complete them and the results are handed to the reactor with ``callFromThread``, so there is no
+thread hop per call on our side and every Deferred fires in the reactor thread. Only the calls kazoo
+offers synchronously (connect, recursive delete, stop) run in the reactor's thread pool.
+
+Listeners: ZooKeeper 3.6+ has persistent recursive watches, but kazoo (2.11) does not expose them, so
+``start()`` runs kazoo's ``TreeCache`` recipe over ``root`` and waits until it has read the tree (it
+keeps a copy of the watched tree in memory). Changes from then on are notified. Like every ZooKeeper watch it reports the state it saw: a node changed
+twice in quick succession may produce one "modified". "children" on the parent is derived from each
+"created" and "deleted". Notifications reach listeners in ZooKeeper's order, in the reactor thread.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from kazoo import exceptions as kz
+from kazoo.client import KazooClient
+from kazoo.recipe.cache import TreeCache, TreeEvent
+from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.threads import deferToThreadPool
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from pulsar_twisted.metadata.embedded import (
+    NoChildrenForEphemeralsError,
+    StoreClosedError,
+    StoreNotStartedError,
+    check_path,
+    parent_of,
+)
+from pulsar_twisted.metadata.interfaces import (
+    AlreadyExistsError,
+    BadVersionError,
+    IMetadataStore,
+    MetadataStoreError,
+    NotEmptyError,
+    NotFoundError,
+    Notification,
+    Stat,
+)
+
+__all__ = ["ZooKeeperMetadataStore"]
+
+log = Logger()
+
+_ERRORS = {
+    kz.NoNodeError: NotFoundError,
+    kz.BadVersionError: BadVersionError,
+    kz.NodeExistsError: AlreadyExistsError,
+    kz.NotEmptyError: NotEmptyError,
+    kz.NoChildrenForEphemeralsError: NoChildrenForEphemeralsError,
+}
+
+
+def _translate(error: BaseException) -> BaseException:
+    """Map kazoo's exceptions to the interface's; others become MetadataStoreError with the cause."""
+    if isinstance(error, (MetadataStoreError, ValueError, TypeError)):
+        return error
+    for kazoo_type, ours in _ERRORS.items():
+        if isinstance(error, kazoo_type):
+            return ours(str(error) or kazoo_type.__name__)
+    translated = MetadataStoreError(f"zookeeper: {type(error).__name__}: {error}")
+    translated.__cause__ = error
+    return translated
+
+
+@implementer(IMetadataStore)
+class ZooKeeperMetadataStore:
+    """
+    An ``IMetadataStore`` session on ZooKeeper at ``hosts`` ("h1:2181,h2:2181"), under ``root``.
+    ``session_timeout`` is in seconds. Call ``start()`` (connects, creates ``root``) before use; calls
+    before it, or after ``close()``, fail with StoreNotStartedError / StoreClosedError.
+    """
+
+    def __init__(self, hosts: str, reactor, root: str = "/", session_timeout: float = 30):
+        check_path(root)
+        self.hosts = hosts
+        self.root = root
+        self._prefix = "" if root == "/" else root
+        self._reactor = reactor
+        self._client = KazooClient(hosts=hosts, timeout=session_timeout)
+        self._started = False
+        self._closed = False
+        self._listeners: list[Callable[[Notification], None]] = []
+        self._tree_cache: Optional[TreeCache] = None
+        self._cache_ready = False
+        self._ready = Deferred()
+        self.session_id: Optional[int] = None
+
+    # -- plumbing ----------------------------------------------------------------------------------
+
+    def _in_thread(self, fn, *args, **kwargs) -> Deferred:
+        d = deferToThreadPool(self._reactor, self._reactor.getThreadPool(), fn, *args, **kwargs)
+        return d.addErrback(lambda f: Failure(_translate(f.value)))
+
+    def _full(self, path: str) -> str:
+        check_path(path)
+        return self._prefix + path if path != "/" else (self._prefix or "/")
+
+    def _relative(self, full: str) -> str:
+        return full[len(self._prefix):] or "/"
+
+    def _stat(self, path: str, zstat) -> Stat:
+        return Stat(path, zstat.version, zstat.ctime, zstat.mtime, zstat.ephemeralOwner != 0)
+
+    def _call(self, method, *args, **kwargs) -> Deferred:
+        """Run a kazoo ``*_async`` method; fire a Deferred with its result in the reactor thread."""
+        if self._closed:
+            return fail(StoreClosedError("zookeeper metadata store is closed"))
+        if not self._started:
+            return fail(StoreNotStartedError("call start() first"))
+        d = Deferred()
+        try:
+            async_result = method(*args, **kwargs)
+        except Exception as e:
+            return fail(_translate(e))
+
+        def completed(result):
+            # In a kazoo thread (or in ours, if it had already completed).
+            try:
+                value = result.get_nowait()
+            except Exception as e:
+                self._reactor.callFromThread(d.errback, Failure(_translate(e)))
+            else:
+                self._reactor.callFromThread(d.callback, value)
+
+        async_result.rawlink(completed)
+        return d
+
+    def _guard(self, fn, *args) -> Deferred:
+        """Run ``fn`` turning synchronous errors (bad paths) into a failed Deferred."""
+        try:
+            return fn(*args)
+        except Exception as e:
+            return fail(_translate(e))
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def start(self) -> Deferred:
+        """Connect and make sure ``root`` exists."""
+        def connect():
+            self._client.start()
+            if self._prefix:
+                self._client.ensure_path(self._prefix)
+            return self._client.client_id[0]
+
+        def connected(session_id):
+            self.session_id = session_id
+            self._started = True
+            log.info("zookeeper metadata store connected to {hosts} (session {sid:#x}), root {root}",
+                     hosts=self.hosts, sid=session_id, root=self.root)
+            self._tree_cache = TreeCache(self._client, self._prefix or "/")
+            self._tree_cache.listen(self._cache_event)
+            return self._in_thread(self._tree_cache.start)
+
+        def watching(_):
+            return self._ready
+
+        return self._in_thread(connect).addCallback(connected).addCallback(watching)
+
+    def close(self) -> Deferred:
+        """End the session (the server removes its ephemeral nodes) and disconnect. Idempotent."""
+        if self._closed:
+            return succeed(None)
+        self._closed = True
+        cache, self._tree_cache = self._tree_cache, None
+
+        def stop():
+            if cache is not None:
+                cache.close()
+            self._client.stop()
+            self._client.close()
+
+        return self._in_thread(stop)
+
+    # -- reads -------------------------------------------------------------------------------------
+
+    def get(self, path: str) -> Deferred:
+        """``(value, Stat)`` or None."""
+        def go():
+            d = self._call(self._client.get_async, self._full(path))
+            d.addCallback(lambda r: (r[0], self._stat(path, r[1])))
+            return d.addErrback(lambda f: f.trap(NotFoundError) and None)
+        return self._guard(go)
+
+    def exists(self, path: str) -> Deferred:
+        """``Stat`` or None."""
+        def go():
+            d = self._call(self._client.exists_async, self._full(path))
+            return d.addCallback(lambda zstat: None if zstat is None else self._stat(path, zstat))
+        return self._guard(go)
+
+    def get_children(self, path: str) -> Deferred:
+        """Sorted child names; [] when absent."""
+        def go():
+            d = self._call(self._client.get_children_async, self._full(path))
+            d.addCallback(sorted)
+            return d.addErrback(lambda f: f.trap(NotFoundError) and [])
+        return self._guard(go)
+
+    # -- writes ------------------------------------------------------------------------------------
+
+    def put(self, path: str, value: bytes, expected_version: Optional[int] = None,
+            ephemeral: bool = False, sequential: bool = False) -> Deferred:
+        """See ``IMetadataStore.put``; an update keeps the node's kind, as ZooKeeper's setData does."""
+        return self._guard(self._put, path, value, expected_version, ephemeral, sequential)
+
+    def _put(self, path, value, expected_version, ephemeral, sequential) -> Deferred:
+        if not isinstance(value, (bytes, bytearray, memoryview)):
+            raise TypeError(f"metadata values are bytes, not {type(value).__name__}")
+        value = bytes(value)
+        full = self._full(path)
+        if sequential and expected_version not in (None, -1):
+            raise ValueError("a sequential put creates a node: expected_version must be None or -1")
+
+        def create():
+            d = self._call(self._client.create_async, full, value, ephemeral=ephemeral,
+                           sequence=sequential, makepath=True, include_data=True)
+            return d.addCallback(lambda r: self._stat(self._relative(r[0]), r[1]))
+
+        def update(version):
+            d = self._call(self._client.set_async, full, value, version=version)
+            return d.addCallback(lambda zstat: self._stat(path, zstat))
+
+        if sequential or expected_version == -1:
+            return create()
+        if expected_version is not None:
+            return update(expected_version)
+
+        # Unconditional: update, or create when absent; a racing create or delete means try again.
+        def retry_create(f):
+            f.trap(NotFoundError)
+            return create().addErrback(retry_update)
+
+        def retry_update(f):
+            f.trap(AlreadyExistsError)
+            return update(-1).addErrback(retry_create)
+
+        return update(-1).addErrback(retry_create)
+
+    def delete(self, path: str, expected_version: Optional[int] = None) -> Deferred:
+        """Remove one node (NotFoundError, BadVersionError, NotEmptyError)."""
+        def go():
+            full = self._full(path)
+            if path == "/":
+                raise ValueError("cannot delete the root")
+            version = -1 if expected_version is None else expected_version
+            return self._call(self._client.delete_async, full, version=version).addCallback(lambda _: None)
+        return self._guard(go)
+
+    def delete_recursive(self, path: str) -> Deferred:
+        """Remove ``path`` and its subtree (not atomic: node by node, as ZooKeeper offers)."""
+        def go():
+            full = self._full(path)
+            if path == "/":
+                raise ValueError("cannot delete the root")
+            if self._closed:
+                raise StoreClosedError("zookeeper metadata store is closed")
+            # kazoo only offers recursive delete synchronously.
+            return self._in_thread(self._client.delete, full, recursive=True).addCallback(lambda _: None)
+        return self._guard(go)
+
+    # -- listeners ---------------------------------------------------------------------------------
+
+    def register_listener(self, listener: Callable[[Notification], None]) -> None:
+        """Call ``listener`` for changes under ``root`` seen from now on (see the module docstring)."""
+        self._listeners.append(listener)
+
+    def _cache_event(self, event) -> None:
+        # In kazoo's cache thread.
+        self._reactor.callFromThread(self._deliver, event.event_type, event.event_data)
+
+    def _deliver(self, event_type, data) -> None:
+        if self._closed:
+            return
+        if event_type == TreeEvent.INITIALIZED:
+            if not self._cache_ready:
+                self._cache_ready = True
+                self._ready.callback(None)
+            return
+        # Nodes the cache finds while first reading the tree existed before we listened: not changes.
+        if not self._cache_ready or data is None:
+            return
+        kind = {TreeEvent.NODE_ADDED: "created", TreeEvent.NODE_UPDATED: "modified",
+                TreeEvent.NODE_REMOVED: "deleted"}.get(event_type)
+        if kind is None:
+            log.info("zookeeper watch: {event}", event=event_type)
+            return
+        path = self._relative(data.path)
+        notifications = [Notification(kind, path)]
+        if kind != "modified" and path != "/":
+            notifications.append(Notification("children", parent_of(path)))
+        for notification in notifications:
+            for listener in list(self._listeners):
+                try:
+                    listener(notification)
+                except Exception:
+                    log.failure("metadata listener {listener!r} failed on {n}", listener=listener, n=notification)

@@ -1,0 +1,54 @@
+"""
+Configuration of one managed ledger (Pulsar's ``ManagedLedgerConfig``).
+
+Field names follow Pulsar's ``managedLedger*`` broker keys so that the broker can map its
+configuration onto this class one key at a time.
+"""
+
+from dataclasses import dataclass
+
+
+@dataclass
+class ManagedLedgerConfig:
+    """
+    Settings of a managed ledger and its cursors.
+
+    Retention follows Pulsar exactly: a fully consumed ledger is deleted once it is past the
+    time limit OR the stored size is over the size limit; ``-1`` means unlimited for either.
+    So 0/0 (Pulsar's default) deletes consumed ledgers at once, and keeping data for a time
+    only needs ``retention_size_mb=-1`` (or a size big enough).
+    """
+
+    ensemble_size: int = 1
+    """Bookies each ledger is striped over (managedLedgerDefaultEnsembleSize)."""
+    write_quorum: int = 1
+    """Copies of each entry (managedLedgerDefaultWriteQuorum)."""
+    ack_quorum: int = 1
+    """Acks before an add is durable (managedLedgerDefaultAckQuorum)."""
+    max_entries_per_ledger: int = 50000
+    """Roll the current ledger after this many entries (managedLedgerMaxEntriesPerLedger)."""
+    min_rollover_time_ms: int = 10_000
+    """A ledger is never rolled by size before it is this old (managedLedgerMinLedgerRolloverTimeMinutes)."""
+    max_rollover_time_ms: int = 4 * 3600 * 1000
+    """A non-empty ledger is rolled once it is this old (managedLedgerMaxLedgerRolloverTimeMinutes)."""
+    retention_time_ms: int = 0
+    """Keep consumed ledgers this long; -1 forever (defaultRetentionTimeInMinutes)."""
+    retention_size_mb: int = 0
+    """Keep consumed ledgers while the total is under this size; -1 unlimited (defaultRetentionSizeInMB)."""
+    cursor_max_entries_per_ledger: int = 50000
+    """Roll a cursor's ledger after this many snapshots (managedLedgerCursorMaxEntriesPerLedger)."""
+    max_unacked_ranges_to_persist: int = 1000
+    """Individually acked ranges kept in a snapshot; the rest are redelivered after a restart
+    (managedLedgerMaxUnackedRangesToPersist)."""
+    cache_size_bytes: int = 64 * 1024 * 1024
+    """Bound of this ledger's entry cache (managedLedgerCacheSizeMB, per ledger here)."""
+    password: bytes = b""
+    """Ledger password (managedLedgerDigestType/password)."""
+    max_pending_adds: int = 10_000
+    """Adds in flight above which throttle listeners are told to pause producers."""
+
+    def __post_init__(self):
+        if not 1 <= self.ack_quorum <= self.write_quorum <= self.ensemble_size:
+            raise ValueError("need 1 <= ack_quorum <= write_quorum <= ensemble_size")
+        if self.max_entries_per_ledger < 1 or self.cursor_max_entries_per_ledger < 1:
+            raise ValueError("max entries per ledger must be >= 1")

@@ -1,0 +1,531 @@
+"""
+Cursors of a managed ledger (Pulsar's ``ManagedCursorImpl`` and ``NonDurableCursorImpl``).
+
+A cursor's state is its mark-delete position (everything at or before it is acknowledged),
+the individually acknowledged positions above it (a ``PositionRangeSet``), and properties.
+Reads move a separate read position and skip acknowledged entries.
+
+Durable cursors persist their state as snapshot entries in a *cursor ledger* of their own
+(one entry per persist); the cursor node in the metadata store names that ledger and keeps
+the mark-delete position as a fallback. At most one snapshot is being written at a time:
+acks arriving meanwhile only change the in-memory state and wait; the next snapshot holds
+them all (so a burst of N acks costs about two writes). Every ``mark_delete``/``delete``
+Deferred fires once a snapshot including its change is durable.
+
+Cursor ledger lifecycle (``CursorState``)::
+
+    NO_LEDGER --(first persist)--> SWITCHING --> OPEN --(cursor_max_entries_per_ledger)--> SWITCHING
+    a write failure also switches to a new ledger; if that fails, the state goes to the cursor
+    node alone (ledger -1, mark-delete + ranges), as Pulsar's persistPositionMetaStore does.
+
+On restart the cursor ledger is opened with recovery (fencing a previous owner) and its last
+entry is read; the old ledger is deleted once the first new snapshot is in a new ledger.
+"""
+
+import enum
+import itertools
+
+from twisted.internet import defer
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from pulsar_twisted.common.position import EARLIEST, LATEST, Position
+from pulsar_twisted.ledger.interfaces import LedgerFencedError, NoSuchLedgerError
+from pulsar_twisted.metadata.interfaces import BadVersionError
+from pulsar_twisted.mledger import formats
+from pulsar_twisted.mledger.interfaces import (
+    IManagedCursor, ManagedLedgerClosedError, ManagedLedgerError, ManagedLedgerFencedError,
+)
+from pulsar_twisted.mledger.rangeset import PositionRangeSet
+
+log = Logger()
+
+
+class CursorState(enum.Enum):
+    NO_LEDGER = "no_ledger"
+    OPEN = "open"
+    SWITCHING = "switching"
+    CLOSED = "closed"
+    DELETED = "deleted"
+
+
+@implementer(IManagedCursor)
+class ManagedCursorImpl:
+    """
+    A durable cursor. Made by ``ManagedLedgerImpl.open_cursor`` (or restored at open).
+    One ``read_entries`` at a time per cursor (a dispatcher's loop); acks may come any time.
+    """
+
+    durable = True
+
+    def __init__(self, ml, name: str, mark_delete: Position, properties=None):
+        self.ml = ml
+        self.name = name
+        self.mark_delete_position = mark_delete
+        self._read_position = Position(mark_delete[0], mark_delete[1] + 1)
+        self._acked = PositionRangeSet()
+        self.properties = dict(properties or {})
+        self.mark_delete_properties = {}
+        self._state = CursorState.NO_LEDGER
+        self._ledger = None
+        self._ledger_entries = 0
+        self._old_ledger_id = -1
+        self._node_version = None
+        self._waiting = []
+        self._persisting = False
+        self._idle_waiters = []
+        self.persist_count = 0
+
+    def __repr__(self):
+        return f"<{type(self).__name__} {self.ml.name}/{self.name} md={self.mark_delete_position}>"
+
+    # -- positions ------------------------------------------------------------------------
+
+    @property
+    def read_position(self) -> Position:
+        return self.ml._normalize(self._read_position)
+
+    def is_acknowledged(self, position) -> bool:
+        return position <= self.mark_delete_position or (
+            self._acked._cardinality > 0 and self._acked.contains(position))
+
+    def individually_deleted_ranges(self):
+        return self._acked.position_ranges()
+
+    def _first_unacked_from(self, pos) -> Position:
+        """``pos`` (normalized) moved past acknowledged entries."""
+        ml = self.ml
+        md = self.mark_delete_position
+        while True:
+            if pos <= md:
+                pos = ml._next_position(md)
+            if not self._acked:
+                return pos
+            r = self._acked.range_containing(pos)
+            if r is None:
+                return pos
+            pos = ml._normalize(Position(pos[0], r[1] + 1))
+
+    def has_more_entries(self) -> bool:
+        pos = self._first_unacked_from(self.ml._normalize(self._read_position))
+        return pos <= self.ml.last_confirmed_entry()
+
+    def number_of_entries_in_backlog(self) -> int:
+        return max(0, self.ml._count_entries_after(self.mark_delete_position) - self._acked.cardinality)
+
+    def estimated_backlog_size(self) -> int:
+        return self.ml.estimated_backlog_size(self)
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def read_entries(self, count: int):
+        if self._state in (CursorState.CLOSED, CursorState.DELETED):
+            return defer.fail(ManagedLedgerClosedError(f"cursor {self.name} is closed"))
+        d = self.ml._read(self._read_position, count, self)
+        d.addCallback(self._read_done)
+        return d
+
+    def _read_done(self, result):
+        entries, next_pos = result
+        if next_pos > self._read_position:
+            self._read_position = next_pos
+        self.ml._cursor_read(self)
+        return entries
+
+    def replay_entries(self, positions):
+        wanted = sorted({Position(*p) for p in positions if not self.is_acknowledged(p)})
+        return defer.Deferred.fromCoroutine(self.ml._read_positions(wanted))
+
+    def rewind(self):
+        self._read_position = self.ml._next_position(self.mark_delete_position)
+
+    def _resolve(self, position) -> Position:
+        if position == EARLIEST:
+            return self.ml.first_position()
+        if position == LATEST:
+            return self.ml._next_position(self.ml.last_confirmed_entry())
+        return Position(*position)
+
+    def seek(self, position):
+        position = self._resolve(position)
+        if position <= self.mark_delete_position:
+            position = self.ml._next_position(self.mark_delete_position)
+        self._read_position = position
+
+    def skip_entries(self, count: int) -> None:
+        """Move the read position ``count`` unacknowledged entries ahead (without reading)."""
+        pos = self.ml._normalize(self._read_position)
+        while count > 0:
+            pos = self._first_unacked_from(pos)
+            if pos > self.ml.last_confirmed_entry():
+                break
+            pos = self.ml._next_position(pos)
+            count -= 1
+        self._read_position = pos
+
+    # -- acks -----------------------------------------------------------------------------
+
+    def _check_ack_open(self):
+        if self._state in (CursorState.CLOSED, CursorState.DELETED):
+            return ManagedLedgerClosedError(f"cursor {self.name} is closed")
+        return None
+
+    def mark_delete(self, position, properties=None):
+        error = self._check_ack_open()
+        if error is not None:
+            return defer.fail(error)
+        position = Position(*position)
+        if position > self.ml.last_confirmed_entry():
+            return defer.fail(ManagedLedgerError(
+                f"mark-delete {position} is after the last entry {self.ml.last_confirmed_entry()}"))
+        if properties is not None:
+            self.mark_delete_properties = dict(properties)
+        if position > self.mark_delete_position:
+            self._set_mark_delete(position)
+        elif properties is None and not self._persisting and not self._waiting:
+            return defer.succeed(None)
+        return self._request_persist()
+
+    def delete(self, positions):
+        error = self._check_ack_open()
+        if error is not None:
+            return defer.fail(error)
+        if isinstance(positions, Position):
+            positions = (positions,)
+        md = self.mark_delete_position
+        lce = self.ml.last_confirmed_entry()
+        acked = self._acked
+        changed = False
+        for p in positions:
+            if md < p <= lce and acked.add(p):
+                changed = True
+        if changed:
+            self._advance_mark_delete()
+        elif not self._persisting and not self._waiting:
+            return defer.succeed(None)
+        return self._request_persist()
+
+    def _set_mark_delete(self, position):
+        self.mark_delete_position = position
+        self._acked.remove_up_to(position)
+        self._advance_mark_delete()
+
+    def _advance_mark_delete(self):
+        """Fold acked ranges that continue the mark-delete position into it (also across ledger
+        boundaries: the ledger list says which position comes next)."""
+        acked = self._acked
+        ml = self.ml
+        while acked:
+            nxt = ml._next_position(self.mark_delete_position)
+            r = acked.range_containing(nxt)
+            if r is None:
+                break
+            self.mark_delete_position = Position(nxt[0], r[1])
+            acked.remove_up_to(self.mark_delete_position)
+        if self._read_position <= self.mark_delete_position:
+            self._read_position = Position(self.mark_delete_position[0], self.mark_delete_position[1] + 1)
+
+    def reset_cursor(self, position):
+        """Everything before ``position`` acknowledged (individual acks forgotten); the next read
+        returns ``position``. Deferred firing once persisted."""
+        error = self._check_ack_open()
+        if error is not None:
+            return defer.fail(error)
+        position = self.ml._normalize(self._resolve(position))
+        self.mark_delete_position = Position(position[0], position[1] - 1)
+        self._acked.clear()
+        self._read_position = position
+        return self._request_persist()
+
+    # -- persistence ----------------------------------------------------------------------
+
+    def _snapshot(self) -> bytes:
+        return formats.encode_cursor_snapshot(
+            self.mark_delete_position, self._acked, self.mark_delete_properties,
+            self.ml.config.max_unacked_ranges_to_persist)
+
+    def _request_persist(self):
+        d = defer.Deferred()
+        self._waiting.append(d)
+        self._maybe_persist()
+        return d
+
+    def _maybe_persist(self):
+        if self._persisting or not self._waiting:
+            return
+        st = self._state
+        if st is CursorState.OPEN:
+            waiters, self._waiting = self._waiting, []
+            self._persisting = True
+            d = self._ledger.add_entry(self._snapshot())
+            d.addCallbacks(self._persisted, self._persist_failed,
+                           callbackArgs=(waiters,), errbackArgs=(waiters,))
+        elif st is CursorState.NO_LEDGER:
+            self._switch_ledger()
+
+    def _persisted(self, _, waiters):
+        self._persisting = False
+        self._ledger_entries += 1
+        self.persist_count += 1
+        roll = self._ledger_entries >= self.ml.config.cursor_max_entries_per_ledger
+        if roll:
+            self._state = CursorState.SWITCHING
+        for w in waiters:
+            w.callback(None)
+        self.ml._cursor_persisted(self)
+        if roll:
+            self._switch_ledger()
+        else:
+            self._maybe_persist()
+        self._check_idle()
+
+    def _persist_failed(self, failure, waiters):
+        self._persisting = False
+        if failure.check(LedgerFencedError):
+            # A new owner recovered our cursor ledger: this instance is stale, stop writing.
+            self._become_fenced(waiters)
+            return
+        log.warn("cursor {ml}/{name}: snapshot write to ledger {lid} failed ({err}), switching ledger",
+                 ml=self.ml.name, name=self.name, lid=self._ledger.ledger_id, err=failure.getErrorMessage())
+        self._waiting = waiters + self._waiting
+        if self._state is CursorState.OPEN:
+            self._switch_ledger()
+        else:
+            self._check_idle()
+
+    def _switch_ledger(self):
+        """Start a new cursor ledger holding a fresh snapshot; the waiters join that snapshot."""
+        self._state = CursorState.SWITCHING
+        d = defer.Deferred.fromCoroutine(self._do_switch())
+        d.addErrback(lambda f: log.failure("cursor {name}: ledger switch crashed", f, name=self.name))
+
+    async def _do_switch(self):
+        ml = self.ml
+        cfg = ml.config
+        old = self._ledger
+        handle = None
+        waiters = []
+        try:
+            handle = await ml.ledger_client.create_ledger(
+                cfg.ensemble_size, cfg.write_quorum, cfg.ack_quorum, cfg.password,
+                custom_metadata={"application": "pulsar", "component": "managed-ledger",
+                                 "pulsar/managed-ledger": ml.name, "pulsar/cursor": self.name})
+            waiters, self._waiting = self._waiting, []
+            await handle.add_entry(self._snapshot())
+            if self._state is not CursorState.SWITCHING:
+                raise ManagedLedgerClosedError(f"cursor {self.name} closed")
+            await self._write_node(handle.ledger_id)
+        except Exception as e:
+            if handle is not None:
+                handle.close()
+                self._delete_ledger_quietly(handle.ledger_id)
+            self._waiting = waiters + self._waiting
+            waiters = []
+            await self._fallback_to_node(e)
+            return
+        if self._state is not CursorState.SWITCHING:
+            handle.close()
+            self._delete_ledger_quietly(handle.ledger_id)
+            self._fail_waiting(waiters, ManagedLedgerClosedError(f"cursor {self.name} closed"))
+            self._check_idle()
+            return
+        self._ledger = handle
+        self._ledger_entries = 1
+        self.persist_count += 1
+        self._state = CursorState.OPEN
+        for lid in {old.ledger_id if old is not None else -1, self._old_ledger_id}:
+            if lid >= 0 and lid != handle.ledger_id:
+                self._delete_ledger_quietly(lid)
+        self._old_ledger_id = -1
+        if old is not None:
+            old.close()
+        for w in waiters:
+            w.callback(None)
+        ml._cursor_persisted(self)
+        self._maybe_persist()
+        self._check_idle()
+
+    async def _fallback_to_node(self, error):
+        """The cursor ledger could not be written: keep the state in the cursor node alone."""
+        waiters, self._waiting = self._waiting, []
+        log.warn("cursor {ml}/{name}: no cursor ledger ({err}); state saved in the metadata node",
+                 ml=self.ml.name, name=self.name, err=str(error) or type(error).__name__)
+        if self._state is not CursorState.SWITCHING:
+            self._fail_waiting(waiters, ManagedLedgerClosedError(f"cursor {self.name} closed"))
+            self._check_idle()
+            return
+        old = self._ledger
+        try:
+            await self._write_node(-1)
+        except BadVersionError:
+            self._become_fenced(waiters)
+            return
+        except Exception as e:
+            self._state = CursorState.NO_LEDGER
+            self._fail_waiting(waiters, ManagedLedgerError(f"cursor {self.name}: persist failed: {e}"))
+            self._check_idle()
+            return
+        self._ledger = None
+        if old is not None:
+            old.close()
+        self._state = CursorState.NO_LEDGER
+        self.persist_count += 1
+        for w in waiters:
+            w.callback(None)
+        self.ml._cursor_persisted(self)
+        self._check_idle()
+
+    def _become_fenced(self, waiters):
+        log.warn("cursor {ml}/{name} is owned by another instance now", ml=self.ml.name, name=self.name)
+        self._state = CursorState.CLOSED
+        waiters = waiters + self._waiting
+        self._waiting = []
+        self._fail_waiting(waiters, ManagedLedgerFencedError(f"cursor {self.name} is fenced"))
+        self._check_idle()
+
+    @staticmethod
+    def _fail_waiting(waiters, error):
+        for w in waiters:
+            w.errback(error)
+
+    def _write_node(self, ledger_id):
+        """CAS the cursor node; its version is kept so a concurrent owner makes ours fail."""
+        data = formats.encode_cursor_node(
+            ledger_id, self.mark_delete_position, self.properties, self._acked,
+            self.ml.config.max_unacked_ranges_to_persist, self.ml._now_ms())
+        expected = -1 if self._node_version is None else self._node_version
+        d = self.ml.store.put(formats.cursor_path(self.ml.name, self.name), data,
+                              expected_version=expected)
+
+        def written(stat):
+            self._node_version = stat.version
+        return d.addCallback(written)
+
+    def _delete_ledger_quietly(self, lid):
+        self.ml.ledger_client.delete_ledger(lid).addErrback(
+            lambda f: log.warn("cursor {name}: could not delete ledger {lid}: {err}",
+                               name=self.name, lid=lid, err=f.getErrorMessage()))
+
+    def _is_idle(self):
+        return not self._persisting and not self._waiting and self._state is not CursorState.SWITCHING
+
+    def _check_idle(self):
+        if self._idle_waiters and self._is_idle():
+            waiters, self._idle_waiters = self._idle_waiters, []
+            for w in waiters:
+                w.callback(None)
+
+    def _wait_idle(self):
+        if self._is_idle():
+            return defer.succeed(None)
+        d = defer.Deferred()
+        self._idle_waiters.append(d)
+        return d
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def _create(self):
+        """New cursor: first snapshot into a new cursor ledger, then the node. Deferred."""
+        d = self._request_persist()
+        return d
+
+    async def _recover(self):
+        """Load the state: the node, then the last snapshot of the cursor ledger it names."""
+        ml = self.ml
+        res = await ml.store.get(formats.cursor_path(ml.name, self.name))
+        if res is None:
+            raise ManagedLedgerError(f"cursor {self.name} vanished")
+        data, stat = res
+        self._node_version = stat.version
+        ledger_id, md, self.properties, ranges = formats.decode_cursor_node(data)
+        md_props = {}
+        if ledger_id >= 0:
+            self._old_ledger_id = ledger_id
+            try:
+                handle = await ml.ledger_client.open_ledger(ledger_id, ml.config.password, recovery=True)
+            except NoSuchLedgerError:
+                log.warn("cursor {ml}/{name}: ledger {lid} is gone, using the node's position",
+                         ml=ml.name, name=self.name, lid=ledger_id)
+                handle = None
+            if handle is not None and handle.last_add_confirmed >= 0:
+                lac = handle.last_add_confirmed
+                entries = await handle.read_entries(lac, lac)
+                md, ranges, md_props = formats.decode_cursor_snapshot(entries[0].data)
+        self.mark_delete_position = md
+        self.mark_delete_properties = md_props
+        self._acked.clear()
+        for lid, first, last in ranges:
+            if Position(lid, last) > md:
+                self._acked.add_range(lid, first, last)
+        self._acked.remove_up_to(md)
+        self._read_position = Position(md[0], md[1] + 1)
+        self._advance_mark_delete()
+        # Rewrite the node as is: its version moves on, so a previous owner still holding
+        # the cursor fails its next node write instead of overwriting ours.
+        await self._write_node(ledger_id)
+        self._state = CursorState.NO_LEDGER
+
+    def close(self):
+        """Wait for the snapshot in flight, record the position in the node, close the ledger."""
+        return defer.Deferred.fromCoroutine(self._close())
+
+    async def _close(self):
+        if self._state in (CursorState.CLOSED, CursorState.DELETED):
+            return None
+        await self._wait_idle()
+        ledger = self._ledger
+        self._state = CursorState.CLOSED
+        try:
+            await self._write_node(ledger.ledger_id if ledger is not None else self._old_ledger_id)
+        finally:
+            if ledger is not None:
+                ledger.close()
+        return None
+
+    async def _delete(self):
+        self._state = CursorState.DELETED
+        waiters, self._waiting = self._waiting, []
+        self._fail_waiting(waiters, ManagedLedgerClosedError(f"cursor {self.name} deleted"))
+        await self.ml.store.delete_recursive(formats.cursor_path(self.ml.name, self.name))
+        for lid in {self._ledger.ledger_id if self._ledger is not None else -1, self._old_ledger_id}:
+            if lid >= 0:
+                self._delete_ledger_quietly(lid)
+        if self._ledger is not None:
+            self._ledger.close()
+            self._ledger = None
+
+
+_ids = itertools.count(1)
+
+
+class NonDurableCursor(ManagedCursorImpl):
+    """
+    A cursor kept in memory only (readers, Pulsar's NonDurableCursorImpl): acks change its
+    state and fire at once; it never holds back trimming, and when ledgers are trimmed under
+    it it moves to the first one left.
+    """
+
+    durable = False
+
+    def __init__(self, ml, name, mark_delete):
+        super().__init__(ml, name or f"non-durable-{next(_ids)}", mark_delete)
+        self._state = CursorState.OPEN
+
+    def _request_persist(self):
+        return defer.succeed(None)
+
+    def _ledgers_trimmed(self, first_ledger_id):
+        floor = Position(first_ledger_id, -1)
+        if self.mark_delete_position < floor:
+            self.mark_delete_position = floor
+            self._acked.remove_up_to(floor)
+            if self._read_position <= floor:
+                self._read_position = Position(first_ledger_id, 0)
+
+    def close(self):
+        self._state = CursorState.CLOSED
+        self.ml._non_durable.discard(self)
+        return defer.succeed(None)
+
+    async def _delete(self):
+        self.close()

@@ -1,0 +1,114 @@
+"""
+The managed ledger factory (Pulsar's ``ManagedLedgerFactoryImpl``): opens managed ledgers by
+name over one ledger client and one metadata store, keeping one instance per name.
+"""
+
+from twisted.internet import defer
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from pulsar_twisted.mledger import formats
+from pulsar_twisted.mledger.config import ManagedLedgerConfig
+from pulsar_twisted.mledger.interfaces import IManagedLedgerFactory, ManagedLedgerClosedError
+from pulsar_twisted.mledger.ledger import ManagedLedgerImpl
+
+log = Logger()
+
+
+@implementer(IManagedLedgerFactory)
+class ManagedLedgerFactory:
+    """
+    ``ManagedLedgerFactory(ledger_client, metadata_store, reactor, default_config=None)``;
+    ``default_config`` None means ``ManagedLedgerConfig()``. ``reactor`` provides
+    ``callLater``/``seconds`` for rollover timers and listener coalescing.
+    """
+
+    def __init__(self, ledger_client, metadata_store, reactor, default_config=None):
+        self.ledger_client = ledger_client
+        self.store = metadata_store
+        self.reactor = reactor
+        self.default_config = default_config if default_config is not None else ManagedLedgerConfig()
+        self._ledgers = {}
+        self._opening = {}
+        self._shut_down = False
+
+    @property
+    def ledgers(self):
+        """name -> open ManagedLedgerImpl."""
+        return dict(self._ledgers)
+
+    def open(self, name: str, config=None):
+        if self._shut_down:
+            return defer.fail(ManagedLedgerClosedError("factory is shut down"))
+        ml = self._ledgers.get(name)
+        if ml is not None:
+            return defer.succeed(ml)
+        d = defer.Deferred()
+        waiters = self._opening.get(name)
+        if waiters is not None:
+            waiters.append(d)
+            return d
+        self._opening[name] = [d]
+        ml = ManagedLedgerImpl(self, name, config or self.default_config, self.ledger_client,
+                               self.store, self.reactor)
+
+        def opened(_):
+            self._ledgers[name] = ml
+            for w in self._opening.pop(name):
+                w.callback(ml)
+
+        def failed(f):
+            log.warn("could not open managed ledger {name}: {err}", name=name, err=f.getErrorMessage())
+            for w in self._opening.pop(name):
+                w.errback(f)
+
+        ml.initialize().addCallbacks(opened, failed)
+        return d
+
+    def _forget(self, ml):
+        """A managed ledger closed or was fenced: the next open makes a new instance."""
+        if self._ledgers.get(ml.name) is ml:
+            del self._ledgers[ml.name]
+
+    def get(self, name: str):
+        """The open managed ledger ``name`` or None."""
+        return self._ledgers.get(name)
+
+    def delete(self, name: str):
+        return defer.Deferred.fromCoroutine(self._delete(name))
+
+    async def _delete(self, name):
+        ml = self._ledgers.get(name)
+        if ml is not None:
+            await ml.close()
+        path = formats.ledger_path(name)
+        res = await self.store.get(path)
+        if res is None:
+            return None
+        ledger_ids = [row[0] for row in formats.decode_ledger_info(res[0])[0]]
+        for child in await self.store.get_children(path):
+            cres = await self.store.get(f"{path}/{child}")
+            if cres is not None:
+                try:
+                    lid = formats.decode_cursor_node(cres[0])[0]
+                except formats.FormatError:
+                    continue
+                if lid >= 0:
+                    ledger_ids.append(lid)
+        await self.store.delete_recursive(path)
+        for lid in ledger_ids:
+            try:
+                await self.ledger_client.delete_ledger(lid)
+            except Exception as e:
+                log.warn("deleting managed ledger {name}: ledger {lid}: {err}", name=name, lid=lid, err=e)
+        return None
+
+    def list_names(self):
+        d = self.store.get_children(formats.ROOT)
+        d.addCallback(lambda children: [formats.name_from_segment(c) for c in children])
+        return d
+
+    def shutdown(self):
+        self._shut_down = True
+        ds = [ml.close() for ml in list(self._ledgers.values())]
+        return defer.DeferredList(ds, consumeErrors=True).addCallback(lambda _: None)

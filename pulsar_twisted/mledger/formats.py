@@ -1,0 +1,172 @@
+"""
+Stored formats of the managed ledger: the ledger list node, the cursor node and the cursor
+snapshot entries written to cursor ledgers.
+
+All three are compact JSON objects carrying ``"v"`` (format version). Readers accept
+versions up to ``VERSION`` and reject anything else with ``FormatError`` rather than guess.
+Pure functions over bytes: no Twisted here.
+
+Ledger node (``/managed-ledgers/<quoted name>``)::
+
+    {"v": 1, "ledgers": [[id, entries, size, timestamp_ms], ...], "props": {...},
+     "terminated": [ledger, entry] | null}
+
+Cursor node (``/managed-ledgers/<quoted name>/<quoted cursor>``)::
+
+    {"v": 1, "ledger": cursor_ledger_id | -1, "md": [ledger, entry], "props": {...},
+     "ranges": [...same as below...], "active_ms": t}
+
+Cursor snapshot (one entry of the cursor ledger)::
+
+    {"v": 1, "md": [ledger, entry], "ranges": [[ledger_id, first, last, first, last, ...], ...],
+     "props": {...}}
+
+where each ranges row holds the inclusive entry id ranges of one ledger.
+"""
+
+import json
+from urllib.parse import quote, unquote
+
+from pulsar_twisted.common.position import Position
+
+VERSION = 1
+ROOT = "/managed-ledgers"
+
+
+class FormatError(ValueError):
+    """Stored bytes that are not one of our formats (or of a newer version)."""
+
+
+def ledger_path(name: str) -> str:
+    """Metadata path of managed ledger ``name``: names may hold '/' (``tenant/ns/persistent/t``),
+    so the name is percent-encoded into ONE path segment; cursors then are its only children."""
+    return f"{ROOT}/{quote(name, safe='')}"
+
+
+def cursor_path(name: str, cursor: str) -> str:
+    return f"{ledger_path(name)}/{quote(cursor, safe='')}"
+
+
+def name_from_segment(segment: str) -> str:
+    return unquote(segment)
+
+
+def _dump(obj) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode()
+
+
+def _load(data: bytes) -> dict:
+    try:
+        obj = json.loads(data)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise FormatError(f"not JSON: {e}") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("v"), int):
+        raise FormatError("no version")
+    if not 1 <= obj["v"] <= VERSION:
+        raise FormatError(f"unsupported version {obj['v']}")
+    return obj
+
+
+def _position(value) -> Position:
+    if (not isinstance(value, list) or len(value) != 2
+            or not all(isinstance(x, int) for x in value)):
+        raise FormatError(f"bad position {value!r}")
+    return Position(value[0], value[1])
+
+
+def _props(value) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise FormatError("bad properties")
+    return value
+
+
+def encode_ledger_info(ledgers, properties, terminated=None) -> bytes:
+    """``ledgers``: iterable of objects with ledger_id, entries, size, timestamp."""
+    return _dump({
+        "v": VERSION,
+        "ledgers": [[li.ledger_id, li.entries, li.size, li.timestamp] for li in ledgers],
+        "props": properties,
+        "terminated": list(terminated) if terminated is not None else None,
+    })
+
+
+def decode_ledger_info(data: bytes):
+    """Returns ``(ledgers, properties, terminated)``: ledgers as (id, entries, size, ts) tuples."""
+    obj = _load(data)
+    rows = obj.get("ledgers")
+    if not isinstance(rows, list):
+        raise FormatError("bad ledger list")
+    ledgers = []
+    for row in rows:
+        if not isinstance(row, list) or len(row) != 4 or not all(isinstance(x, int) for x in row):
+            raise FormatError(f"bad ledger row {row!r}")
+        ledgers.append(tuple(row))
+    term = obj.get("terminated")
+    return ledgers, _props(obj.get("props")), (_position(term) if term is not None else None)
+
+
+def _encode_ranges(rangeset, limit):
+    rows = []
+    last_lid = None
+    for lid, first, last in rangeset.ranges(limit):
+        if lid != last_lid:
+            rows.append([lid])
+            last_lid = lid
+        rows[-1].extend((first, last))
+    return rows
+
+
+def _decode_ranges(rows):
+    if rows is None:
+        return []
+    if not isinstance(rows, list):
+        raise FormatError("bad ranges")
+    out = []
+    for row in rows:
+        if (not isinstance(row, list) or len(row) % 2 != 1
+                or not all(isinstance(x, int) for x in row)):
+            raise FormatError(f"bad range row {row!r}")
+        lid = row[0]
+        for i in range(1, len(row), 2):
+            out.append((lid, row[i], row[i + 1]))
+    return out
+
+
+def encode_cursor_snapshot(mark_delete, rangeset, properties, max_ranges) -> bytes:
+    """Only the first ``max_ranges`` ranges are kept (Pulsar's maxUnackedRangesToPersist): entries
+    of the ranges left out are redelivered after a restart, which is safe (at least once)."""
+    return _dump({
+        "v": VERSION,
+        "md": list(mark_delete),
+        "ranges": _encode_ranges(rangeset, max_ranges),
+        "props": properties or {},
+    })
+
+
+def decode_cursor_snapshot(data: bytes):
+    """Returns ``(mark_delete, [(ledger_id, first, last), ...], properties)``."""
+    obj = _load(data)
+    return _position(obj.get("md")), _decode_ranges(obj.get("ranges")), _props(obj.get("props"))
+
+
+def encode_cursor_node(cursor_ledger_id, mark_delete, properties, rangeset=None,
+                       max_ranges=0, active_ms=0) -> bytes:
+    return _dump({
+        "v": VERSION,
+        "ledger": cursor_ledger_id,
+        "md": list(mark_delete),
+        "props": properties or {},
+        "ranges": _encode_ranges(rangeset, max_ranges) if rangeset is not None else [],
+        "active_ms": active_ms,
+    })
+
+
+def decode_cursor_node(data: bytes):
+    """Returns ``(cursor_ledger_id, mark_delete, properties, ranges)``."""
+    obj = _load(data)
+    lid = obj.get("ledger", -1)
+    if not isinstance(lid, int):
+        raise FormatError("bad cursor ledger id")
+    return lid, _position(obj.get("md")), _props(obj.get("props")), _decode_ranges(obj.get("ranges"))

@@ -1,0 +1,1064 @@
+"""
+The managed ledger (Pulsar's ``ManagedLedgerImpl``): one named, unbounded log made of a
+sequence of ledgers, with the ledger list in the metadata store.
+
+State machine (``State``)::
+
+    INITIALIZING -> LEDGER_OPENED <-> CLOSING_LEDGER -> LEDGER_CLOSED -> CREATING_LEDGER -> LEDGER_OPENED
+                    any -> FENCED (someone else owns it) | CLOSED | TERMINATED
+
+Writes: ``add_entry`` wraps the data in an ``AddOp``. In LEDGER_OPENED it is sent to the
+current ledger at once; otherwise it waits in ``_queued`` and is sent, in order, when the next
+ledger is ready. Sent ops wait in ``_pending`` and complete in order (the ledger client
+guarantees it). The op that fills the current ledger is flagged ``close_when_done``: when it
+completes the ledger is closed and a new one created (Pulsar's rollover), adds queue meanwhile.
+
+Ownership: the ledger list is written by compare-and-set on the version last seen. A
+BadVersion means another broker took the ledger over (it also fenced our last ledger when it
+opened it with recovery): this instance goes FENCED and every pending and later add fails with
+``ManagedLedgerFencedError``.
+"""
+
+import enum
+import weakref
+from bisect import bisect_left
+from collections import deque
+
+from twisted.internet import defer
+from twisted.logger import Logger
+from zope.interface import implementer
+
+from pulsar_twisted.common.position import EARLIEST, LATEST, Entry, Position
+from pulsar_twisted.ledger.interfaces import LedgerFencedError, NoSuchLedgerError
+from pulsar_twisted.metadata.interfaces import BadVersionError, NotFoundError
+from pulsar_twisted.mledger import formats
+from pulsar_twisted.mledger.cache import EntryCache
+from pulsar_twisted.mledger.config import ManagedLedgerConfig
+from pulsar_twisted.mledger.interfaces import (
+    CursorNotFoundError, IManagedLedger, ManagedLedgerClosedError, ManagedLedgerError,
+    ManagedLedgerFencedError,
+)
+
+log = Logger()
+
+MB = 1024 * 1024
+
+
+class ManagedLedgerTerminatedError(ManagedLedgerError):
+    """The managed ledger was terminated: it accepts no more entries (Pulsar's topic termination)."""
+
+
+class State(enum.Enum):
+    INITIALIZING = "initializing"
+    LEDGER_OPENED = "ledger_opened"
+    CLOSING_LEDGER = "closing_ledger"
+    LEDGER_CLOSED = "ledger_closed"
+    CREATING_LEDGER = "creating_ledger"
+    TERMINATED = "terminated"
+    FENCED = "fenced"
+    CLOSED = "closed"
+
+
+class LedgerInfo:
+    """One ledger of the list: entries and size are of confirmed entries; timestamp is its close time."""
+
+    __slots__ = ("ledger_id", "entries", "size", "timestamp")
+
+    def __init__(self, ledger_id, entries=0, size=0, timestamp=0):
+        self.ledger_id = ledger_id
+        self.entries = entries
+        self.size = size
+        self.timestamp = timestamp
+
+
+class AddOp:
+    """One ``add_entry`` in flight: its bytes, the caller's Deferred and the ledger it went to."""
+
+    __slots__ = ("ml", "data", "deferred", "handle", "close_when_done", "done")
+
+    def __init__(self, ml, data):
+        self.ml = ml
+        self.data = data
+        self.deferred = defer.Deferred()
+        self.handle = None
+        self.close_when_done = False
+        self.done = False
+
+    def added(self, entry_id):
+        self.ml._add_complete(self, entry_id)
+
+    def failed(self, failure):
+        self.ml._add_failed(self, failure)
+
+
+@implementer(IManagedLedger)
+class ManagedLedgerImpl:
+    """
+    A managed ledger. Built and initialized by ``ManagedLedgerFactory.open``; do not construct
+    directly. ``reactor`` provides ``callLater`` and ``seconds`` (a ``task.Clock`` in tests).
+    """
+
+    def __init__(self, factory, name: str, config: ManagedLedgerConfig, ledger_client,
+                 metadata_store, reactor):
+        self.factory = factory
+        self.name = name
+        self.config = config
+        self.ledger_client = ledger_client
+        self.store = metadata_store
+        self.reactor = reactor
+        self.path = formats.ledger_path(name)
+        self.properties = {}
+        self.cursors = {}
+        self._non_durable = weakref.WeakSet()
+        self._creating_cursors = {}
+        self._new_cursors = {}
+        self._state = State.INITIALIZING
+        self._ledgers = {}
+        self._ledger_ids = []
+        self._total_entries = 0
+        self._total_size = 0
+        self._terminated_at = None
+        self._last_confirmed = Position(-1, -1)
+        self._current = None
+        self._current_created = 0.0
+        self._current_sent = 0
+        self._rollover_call = None
+        self._min_rollover_call = None
+        self._pending = deque()
+        self._queued = deque()
+        self._drain_waiters = []
+        self._read_handles = {}
+        self._opening_handles = {}
+        self._cache = EntryCache(config.cache_size_bytes)
+        self._meta_version = None
+        self._meta_writing = False
+        self._meta_waiters = []
+        self._trimming = False
+        self._trim_waiters = []
+        self._listeners = []
+        self._notify_call = None
+        self._throttle_listeners = []
+        self._throttled = False
+
+    # -- small helpers ---------------------------------------------------------------------
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    def _now_ms(self) -> int:
+        return int(self.reactor.seconds() * 1000)
+
+    def _add_ledger_info(self, info: LedgerInfo):
+        self._ledgers[info.ledger_id] = info
+        ids = self._ledger_ids
+        if not ids or ids[-1] < info.ledger_id:
+            ids.append(info.ledger_id)
+        else:
+            ids.insert(bisect_left(ids, info.ledger_id), info.ledger_id)
+        self._total_entries += info.entries
+        self._total_size += info.size
+
+    def _remove_ledger_info(self, ledger_id: int):
+        info = self._ledgers.pop(ledger_id)
+        self._ledger_ids.remove(ledger_id)
+        self._total_entries -= info.entries
+        self._total_size -= info.size
+        return info
+
+    def _check_writable(self):
+        st = self._state
+        if st is State.FENCED:
+            return ManagedLedgerFencedError(f"managed ledger {self.name} is fenced")
+        if st is State.TERMINATED:
+            return ManagedLedgerTerminatedError(f"managed ledger {self.name} is terminated")
+        if st is State.CLOSED or st is State.INITIALIZING:
+            return ManagedLedgerClosedError(f"managed ledger {self.name} is not open")
+        return None
+
+    # -- initialization --------------------------------------------------------------------
+
+    def initialize(self):
+        """Load the ledger list, recover the last ledger, start a new one, load the cursors.
+        Deferred firing with self."""
+        return defer.Deferred.fromCoroutine(self._initialize())
+
+    async def _initialize(self):
+        res = await self.store.get(self.path)
+        if res is None:
+            stat = await self.store.put(self.path, self._encode_info(), expected_version=-1)
+            self._meta_version = stat.version
+        else:
+            data, stat = res
+            ledgers, self.properties, self._terminated_at = formats.decode_ledger_info(data)
+            self._meta_version = stat.version
+            for lid, entries, size, ts in ledgers:
+                self._add_ledger_info(LedgerInfo(lid, entries, size, ts))
+        if self._ledger_ids:
+            await self._recover_last_ledger()
+        self._last_confirmed = self._compute_last_confirmed()
+        if self._terminated_at is not None:
+            # Claim the version like a new ledger would, so a stale owner is fenced all the same.
+            await self._write_metadata()
+            self._state = State.TERMINATED
+        else:
+            await self._create_ledger()
+            if self._state is State.FENCED:
+                raise ManagedLedgerFencedError(f"managed ledger {self.name} is owned by someone else")
+            if self._state is not State.LEDGER_OPENED:
+                raise ManagedLedgerError(f"could not start a ledger for {self.name}")
+        await self._load_cursors()
+        log.info("managed ledger {name} opened: {n} ledgers, last confirmed {lce}",
+                 name=self.name, n=len(self._ledger_ids), lce=str(self._last_confirmed))
+        self._trim_in_background()
+        return self
+
+    async def _recover_last_ledger(self):
+        """Open the last ledger with recovery: fences a previous owner and tells its real end."""
+        lid = self._ledger_ids[-1]
+        try:
+            handle = await self.ledger_client.open_ledger(lid, self.config.password, recovery=True)
+        except NoSuchLedgerError:
+            log.warn("managed ledger {name}: last ledger {lid} does not exist, dropped",
+                     name=self.name, lid=lid)
+            self._remove_ledger_info(lid)
+            return
+        info = self._remove_ledger_info(lid)
+        info.entries = handle.last_add_confirmed + 1
+        info.size = handle.length
+        if not info.timestamp:
+            info.timestamp = self._now_ms()
+        if info.entries == 0:
+            # Pulsar drops an empty last ledger (created, never written before the crash).
+            self._delete_ledger_quietly(lid)
+            return
+        self._add_ledger_info(info)
+        self._read_handles[lid] = handle
+
+    def _compute_last_confirmed(self) -> Position:
+        for lid in reversed(self._ledger_ids):
+            entries = self._ledgers[lid].entries
+            if entries > 0:
+                return Position(lid, entries - 1)
+        if self._ledger_ids:
+            return Position(self._ledger_ids[-1], -1)
+        return Position(-1, -1)
+
+    async def _load_cursors(self):
+        from pulsar_twisted.mledger.cursor import ManagedCursorImpl
+        for child in await self.store.get_children(self.path):
+            name = formats.name_from_segment(child)
+            cursor = ManagedCursorImpl(self, name, EARLIEST)
+            await cursor._recover()
+            self.cursors[name] = cursor
+
+    # -- ledger creation, rollover, closing --------------------------------------------------
+
+    def _create_ledger(self):
+        """Create the next ledger and record it; Deferred firing (None) when done either way."""
+        self._state = State.CREATING_LEDGER
+        d = self.ledger_client.create_ledger(
+            self.config.ensemble_size, self.config.write_quorum, self.config.ack_quorum,
+            self.config.password,
+            custom_metadata={"application": "pulsar", "component": "managed-ledger",
+                             "pulsar/managed-ledger": self.name})
+        d.addCallbacks(self._ledger_created, self._create_failed)
+        return d
+
+    def _ledger_created(self, handle):
+        if self._state is not State.CREATING_LEDGER:
+            # Closed or fenced meanwhile: nobody will write it.
+            handle.close()
+            self._delete_ledger_quietly(handle.ledger_id)
+            return None
+        info = LedgerInfo(handle.ledger_id)
+        self._add_ledger_info(info)
+        # The ledger is recorded before it is written, so a crash cannot leave data in a
+        # ledger the list does not know.
+        d = self._write_metadata()
+        d.addCallbacks(self._ledger_recorded, self._record_failed,
+                       callbackArgs=(handle,), errbackArgs=(handle,))
+        return d
+
+    def _ledger_recorded(self, _, handle):
+        if self._state is not State.CREATING_LEDGER:
+            handle.close()  # recorded but unused: an empty ledger the next open drops
+            return None
+        self._current = handle
+        self._current_created = self.reactor.seconds()
+        self._current_sent = 0
+        if self._last_confirmed.entry_id < 0:
+            self._last_confirmed = Position(handle.ledger_id, -1)
+        self._state = State.LEDGER_OPENED
+        self._rollover_call = self.reactor.callLater(
+            self.config.max_rollover_time_ms / 1000.0, self._check_rollover)
+        self._flush_queued()
+        return None
+
+    def _record_failed(self, failure, handle):
+        handle.close()
+        if self._state is State.FENCED:
+            return None
+        if handle.ledger_id in self._ledgers:
+            self._remove_ledger_info(handle.ledger_id)
+        self._delete_ledger_quietly(handle.ledger_id)
+        return self._create_failed(failure)
+
+    def _create_failed(self, failure):
+        log.warn("managed ledger {name}: could not create a ledger: {err}",
+                 name=self.name, err=failure.getErrorMessage())
+        if self._state is State.CREATING_LEDGER:
+            self._state = State.LEDGER_CLOSED
+        error = ManagedLedgerError(f"could not create a ledger: {failure.getErrorMessage()}")
+        queued = list(self._queued)
+        self._queued.clear()
+        self._fail_ops(queued, error)
+        return None
+
+    def _flush_queued(self):
+        queued = self._queued
+        while queued and self._state is State.LEDGER_OPENED:
+            self._send(queued.popleft())
+
+    def _send(self, op: AddOp):
+        handle = self._current
+        op.handle = handle
+        self._current_sent += 1
+        if self._current_sent >= self.config.max_entries_per_ledger:
+            elapsed_ms = (self.reactor.seconds() - self._current_created) * 1000
+            if elapsed_ms >= self.config.min_rollover_time_ms:
+                # This is the last entry of the ledger; later adds queue until the next one.
+                op.close_when_done = True
+                self._state = State.CLOSING_LEDGER
+            elif self._min_rollover_call is None:
+                delay = (self.config.min_rollover_time_ms - elapsed_ms) / 1000.0
+                self._min_rollover_call = self.reactor.callLater(delay, self._check_rollover)
+        self._pending.append(op)
+        handle.add_entry(op.data).addCallbacks(op.added, op.failed)
+
+    def _check_rollover(self):
+        """Timer: roll a non-empty ledger past max_rollover_time, or a full one past min_rollover_time."""
+        if self._min_rollover_call is not None and self._min_rollover_call.active():
+            self._min_rollover_call.cancel()
+        self._min_rollover_call = None
+        if self._rollover_call is not None and self._rollover_call.active():
+            self._rollover_call.cancel()
+        self._rollover_call = None
+        if self._state is not State.LEDGER_OPENED:
+            return
+        elapsed_ms = (self.reactor.seconds() - self._current_created) * 1000
+        sent = self._current_sent
+        full = sent >= self.config.max_entries_per_ledger and elapsed_ms >= self.config.min_rollover_time_ms
+        old = sent > 0 and elapsed_ms >= self.config.max_rollover_time_ms
+        if full or old:
+            self._state = State.CLOSING_LEDGER
+            if self._pending:
+                self._pending[-1].close_when_done = True
+            else:
+                self._close_current_ledger()
+        else:
+            self._rollover_call = self.reactor.callLater(
+                self.config.max_rollover_time_ms / 1000.0, self._check_rollover)
+
+    def _cancel_timers(self):
+        for call in (self._rollover_call, self._min_rollover_call):
+            if call is not None and call.active():
+                call.cancel()
+        self._rollover_call = self._min_rollover_call = None
+
+    def _close_current_ledger(self):
+        """Close the current ledger (state CLOSING_LEDGER), then start the next when adds wait."""
+        handle = self._current
+        self._cancel_timers()
+        d = handle.close()
+        d.addErrback(lambda f: log.warn("managed ledger {name}: closing ledger {lid} failed: {err}",
+                                        name=self.name, lid=handle.ledger_id, err=f.getErrorMessage()))
+        d.addCallback(lambda _: self._ledger_closed(handle))
+
+    def _ledger_closed(self, handle):
+        lid = handle.ledger_id
+        if self._current is handle:
+            self._current = None
+        info = self._ledgers.get(lid)
+        if info is not None:
+            info.timestamp = self._now_ms()
+            if info.entries == 0:
+                # Nothing was confirmed in it (first add failed): forget it, as Pulsar does.
+                self._remove_ledger_info(lid)
+                self._delete_ledger_quietly(lid)
+            else:
+                self._read_handles[lid] = handle
+        if self._state is not State.CLOSING_LEDGER:
+            return
+        self._state = State.LEDGER_CLOSED
+        # The next ledger is started at once (Pulsar does after a time rollover) so that the
+        # next add does not wait and the full ledger becomes trimmable.
+        self._create_ledger()
+        self._trim_in_background()
+
+    # -- adds --------------------------------------------------------------------------------
+
+    def add_entry(self, data: bytes):
+        """Append ``data``; Deferred firing with its Position once durable. Completions are in
+        order; a fenced/closed/terminated ledger fails the add at once."""
+        st = self._state
+        if st is State.LEDGER_OPENED:
+            op = AddOp(self, data)
+            self._send(op)
+        else:
+            error = self._check_writable()
+            if error is not None:
+                return defer.fail(error)
+            op = AddOp(self, data)
+            self._queued.append(op)
+            if st is State.LEDGER_CLOSED:
+                self._create_ledger()
+        if (not self._throttled and self._throttle_listeners
+                and len(self._pending) + len(self._queued) >= self.config.max_pending_adds):
+            self._set_throttled(True)
+        return op.deferred
+
+    def _add_complete(self, op: AddOp, entry_id: int):
+        if op.done:
+            return
+        op.done = True
+        pending = self._pending
+        if pending and pending[0] is op:
+            pending.popleft()
+        else:
+            pending.remove(op)
+        lid = op.handle.ledger_id
+        pos = Position(lid, entry_id)
+        size = len(op.data)
+        info = self._ledgers.get(lid)
+        if info is not None:
+            info.entries = entry_id + 1
+            info.size += size
+        self._total_entries += 1
+        self._total_size += size
+        self._last_confirmed = pos
+        self._cache.insert(pos, op.data)
+        if self._notify_call is None and self._listeners:
+            self._notify_call = self.reactor.callLater(0, self._notify_listeners)
+        if self._throttled and len(pending) + len(self._queued) <= self.config.max_pending_adds // 2:
+            self._set_throttled(False)
+        # Fire before rolling over: rolling may complete later adds synchronously, which
+        # must not overtake this one.
+        op.deferred.callback(pos)
+        if not pending:
+            self._fire_drained()
+        if op.close_when_done and self._state is State.CLOSING_LEDGER and self._current is op.handle:
+            self._close_current_ledger()
+
+    def _add_failed(self, op: AddOp, failure):
+        if op.done:
+            return
+        if failure.check(LedgerFencedError):
+            log.warn("managed ledger {name}: ledger {lid} fenced by another owner",
+                     name=self.name, lid=op.handle.ledger_id)
+            self._set_fenced()
+            return
+        handle = op.handle
+        # A ledger handle in error fails every later add too: fail them all now, in order,
+        # and move to a new ledger for the adds that come next (queued ones included).
+        doomed = [o for o in self._pending if o.handle is handle]
+        for o in doomed:
+            self._pending.remove(o)
+        log.warn("managed ledger {name}: add to ledger {lid} failed ({err}); {n} adds failed",
+                 name=self.name, lid=handle.ledger_id, err=failure.getErrorMessage(), n=len(doomed))
+        rolling = self._current is handle and self._state in (State.LEDGER_OPENED, State.CLOSING_LEDGER)
+        if rolling:
+            self._state = State.CLOSING_LEDGER
+        error = ManagedLedgerError(f"add to ledger {handle.ledger_id} failed: {failure.getErrorMessage()}")
+        self._fail_ops(doomed, error)
+        if not self._pending:
+            self._fire_drained()
+        if rolling and self._current is handle:
+            self._close_current_ledger()
+
+    @staticmethod
+    def _fail_ops(ops, error):
+        """Fail ``ops`` (already taken off the queues) in order."""
+        for o in ops:
+            o.done = True
+        for o in ops:
+            o.deferred.errback(error)
+
+    def _set_fenced(self):
+        if self._state is State.FENCED:
+            return
+        self._state = State.FENCED
+        self._cancel_timers()
+        error = ManagedLedgerFencedError(f"managed ledger {self.name} is fenced")
+        doomed = list(self._pending) + list(self._queued)
+        self._pending.clear()
+        self._queued.clear()
+        self._fail_ops(doomed, error)
+        self._fire_drained()
+        self.factory._forget(self)
+
+    def _fire_drained(self):
+        waiters, self._drain_waiters = self._drain_waiters, []
+        for d in waiters:
+            d.callback(None)
+
+    def _wait_drained(self):
+        """Deferred firing once every sent add has completed."""
+        if not self._pending:
+            return defer.succeed(None)
+        d = defer.Deferred()
+        self._drain_waiters.append(d)
+        return d
+
+    def _set_throttled(self, throttled: bool):
+        self._throttled = throttled
+        for cb in list(self._throttle_listeners):
+            try:
+                cb(throttled)
+            except Exception:
+                log.failure("throttle listener failed")
+
+    def add_throttle_listener(self, callback):
+        """Call ``callback(True)`` when adds in flight reach ``max_pending_adds`` (pause the
+        producers) and ``callback(False)`` once they drop to half of it."""
+        self._throttle_listeners.append(callback)
+
+    @property
+    def pending_adds_count(self) -> int:
+        return len(self._pending) + len(self._queued)
+
+    def add_new_entries_listener(self, callback):
+        """``callback()`` runs once per reactor turn in which adds completed."""
+        self._listeners.append(callback)
+
+    def remove_new_entries_listener(self, callback):
+        if callback in self._listeners:
+            self._listeners.remove(callback)
+
+    def _notify_listeners(self):
+        self._notify_call = None
+        for cb in list(self._listeners):
+            try:
+                cb()
+            except Exception:
+                log.failure("managed ledger {name}: new-entries listener failed", name=self.name)
+
+    # -- metadata ------------------------------------------------------------------------------
+
+    def _encode_info(self) -> bytes:
+        infos = (self._ledgers[lid] for lid in self._ledger_ids)
+        return formats.encode_ledger_info(infos, self.properties, self._terminated_at)
+
+    def _write_metadata(self):
+        """Write the in-memory ledger list by CAS. Writes are serialized and coalesced: the
+        returned Deferred fires once a write that started after this call has succeeded."""
+        d = defer.Deferred()
+        if self._state is State.FENCED:
+            d.errback(ManagedLedgerFencedError(f"managed ledger {self.name} is fenced"))
+            return d
+        self._meta_waiters.append(d)
+        if not self._meta_writing:
+            self._run_metadata_write()
+        return d
+
+    def _run_metadata_write(self):
+        waiters, self._meta_waiters = self._meta_waiters, []
+        self._meta_writing = True
+        d = self.store.put(self.path, self._encode_info(), expected_version=self._meta_version)
+        d.addCallbacks(self._metadata_written, self._metadata_failed,
+                       callbackArgs=(waiters,), errbackArgs=(waiters,))
+
+    def _metadata_written(self, stat, waiters):
+        self._meta_version = stat.version
+        self._meta_writing = False
+        for w in waiters:
+            w.callback(None)
+        if self._meta_waiters and not self._meta_writing:
+            self._run_metadata_write()
+
+    def _metadata_failed(self, failure, waiters):
+        self._meta_writing = False
+        if failure.check(BadVersionError, NotFoundError):
+            log.warn("managed ledger {name}: metadata changed by someone else, fencing",
+                     name=self.name)
+            self._set_fenced()
+            error = ManagedLedgerFencedError(f"managed ledger {self.name} is fenced")
+            waiters = waiters + self._meta_waiters
+            self._meta_waiters = []
+            for w in waiters:
+                w.errback(error)
+            return
+        for w in waiters:
+            w.errback(failure)
+        if self._meta_waiters and not self._meta_writing:
+            self._run_metadata_write()
+
+    def set_properties(self, properties: dict):
+        """Replace the managed ledger's properties; Deferred firing once persisted."""
+        self.properties = dict(properties)
+        return self._write_metadata()
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def _entries_in(self, lid: int) -> int:
+        info = self._ledgers.get(lid)
+        return info.entries if info is not None else 0
+
+    def _normalize(self, pos) -> Position:
+        """The first stored entry at or after ``pos``, else the position after the last entry."""
+        ids = self._ledger_ids
+        if not ids:
+            return Position(pos[0], max(pos[1], 0))
+        lid0 = pos[0]
+        i = bisect_left(ids, lid0)
+        n = len(ids)
+        while i < n:
+            lid = ids[i]
+            entries = self._ledgers[lid].entries
+            if lid == lid0:
+                e = pos[1] if pos[1] > 0 else 0
+                if e < entries:
+                    return Position(lid, e)
+            elif entries > 0:
+                return Position(lid, 0)
+            i += 1
+        last = ids[-1]
+        return Position(last, self._ledgers[last].entries)
+
+    def _next_position(self, pos) -> Position:
+        return self._normalize(Position(pos[0], pos[1] + 1))
+
+    def last_confirmed_entry(self) -> Position:
+        return self._last_confirmed
+
+    def first_position(self) -> Position:
+        if not self._ledger_ids:
+            return Position(self._last_confirmed.ledger_id, 0)
+        return self._normalize(Position(self._ledger_ids[0], 0))
+
+    def number_of_entries(self) -> int:
+        return self._total_entries
+
+    def total_size(self) -> int:
+        return self._total_size
+
+    def ledgers_info(self):
+        """For internal stats: ``[{"ledgerId", "entries", "size", "timestamp"}, ...]``."""
+        return [{"ledgerId": i.ledger_id, "entries": i.entries, "size": i.size,
+                 "timestamp": i.timestamp} for i in (self._ledgers[lid] for lid in self._ledger_ids)]
+
+    def current_ledger_id(self):
+        return self._current.ledger_id if self._current is not None else None
+
+    def read_entries(self, start, count: int):
+        """Up to ``count`` entries from ``start`` on, across ledgers. Deferred -> [Entry]."""
+        d = self._read(start, count, None)
+        d.addCallback(lambda r: r[0])
+        return d
+
+    def _read(self, start, count, cursor):
+        """Deferred firing with ``(entries, next_position)``; with ``cursor``, entries it has
+        acknowledged are skipped (and not counted)."""
+        d = defer.Deferred()
+        self._read_step(start, count, cursor, [], d)
+        return d
+
+    def _read_step(self, pos, remaining, cursor, result, d):
+        try:
+            while True:
+                pos = self._normalize(pos)
+                if cursor is not None:
+                    pos = cursor._first_unacked_from(pos)
+                if remaining <= 0 or pos > self._last_confirmed:
+                    d.callback((result, pos))
+                    return
+                lid, first = pos
+                last = min(first + remaining - 1, self._entries_in(lid) - 1)
+                entries = self._cached_range(lid, first, last)
+                if entries is None:
+                    rd = self._read_from_ledger(lid, first, last)
+                    rd.addCallbacks(self._read_chunk_done, d.errback,
+                                    callbackArgs=(Position(lid, last + 1), remaining, cursor, result, d))
+                    return
+                remaining = self._take_entries(entries, remaining, cursor, result)
+                pos = Position(lid, last + 1)
+        except Exception:
+            d.errback()
+
+    def _read_chunk_done(self, entries, next_pos, remaining, cursor, result, d):
+        remaining = self._take_entries(entries, remaining, cursor, result)
+        self._read_step(next_pos, remaining, cursor, result, d)
+
+    @staticmethod
+    def _take_entries(entries, remaining, cursor, result):
+        if cursor is None:
+            result.extend(entries)
+            return remaining - len(entries)
+        for entry in entries:
+            if not cursor.is_acknowledged(entry.position):
+                result.append(entry)
+                remaining -= 1
+        return remaining
+
+    def _cached_range(self, lid, first, last):
+        """Entries ``first..last`` of ``lid`` if all are in the cache, else None."""
+        cache = self._cache
+        out = []
+        for e in range(first, last + 1):
+            pos = Position(lid, e)
+            data = cache.get(pos)
+            if data is None:
+                return None
+            out.append(Entry(pos, data))
+        return out
+
+    def _read_from_ledger(self, lid, first, last):
+        """Read ``first..last`` of ledger ``lid`` (cache first). Deferred -> [Entry]."""
+        cached = self._cached_range(lid, first, last)
+        if cached is not None:
+            return defer.succeed(cached)
+        d = self._get_read_handle(lid)
+        d.addCallback(lambda handle: handle.read_entries(first, last))
+        d.addCallback(lambda les: [Entry(Position(le.ledger_id, le.entry_id), le.data) for le in les])
+        return d
+
+    def _get_read_handle(self, lid):
+        if self._current is not None and self._current.ledger_id == lid:
+            return defer.succeed(self._current)
+        handle = self._read_handles.get(lid)
+        if handle is not None:
+            return defer.succeed(handle)
+        d = defer.Deferred()
+        waiters = self._opening_handles.get(lid)
+        if waiters is not None:
+            waiters.append(d)
+            return d
+        self._opening_handles[lid] = [d]
+
+        def opened(handle):
+            if lid in self._ledgers:
+                self._read_handles[lid] = handle
+            for w in self._opening_handles.pop(lid, []):
+                w.callback(handle)
+
+        def failed(f):
+            for w in self._opening_handles.pop(lid, []):
+                w.errback(f)
+
+        # Old ledgers are closed already (rolled over, or recovered at open): no recovery needed.
+        self.ledger_client.open_ledger(lid, self.config.password, recovery=False).addCallbacks(opened, failed)
+        return d
+
+    async def _read_positions(self, positions):
+        """Entries at the given sorted positions (skipping ones no longer stored)."""
+        out = []
+        run = []
+        for pos in positions:
+            if pos > self._last_confirmed or pos[1] < 0 or pos[1] >= self._entries_in(pos[0]):
+                continue
+            if run and run[-1][0] == pos[0] and run[-1][1] + 1 == pos[1]:
+                run.append(pos)
+                continue
+            if run:
+                out.extend(await self._read_from_ledger(run[0][0], run[0][1], run[-1][1]))
+            run = [pos]
+        if run:
+            out.extend(await self._read_from_ledger(run[0][0], run[0][1], run[-1][1]))
+        return out
+
+    # -- counting ------------------------------------------------------------------------------
+
+    def _count_entries_after(self, pos) -> int:
+        """Entries stored strictly after ``pos``."""
+        ids = self._ledger_ids
+        total = 0
+        for i in range(bisect_left(ids, pos[0]), len(ids)):
+            lid = ids[i]
+            entries = self._ledgers[lid].entries
+            if lid == pos[0]:
+                total += max(0, entries - (pos[1] + 1))
+            else:
+                total += entries
+        return total
+
+    def estimated_backlog_size(self, cursor) -> int:
+        """Bytes after ``cursor``'s mark-delete position (the partly consumed ledger pro rata)."""
+        md = cursor.mark_delete_position
+        ids = self._ledger_ids
+        total = 0
+        for i in range(bisect_left(ids, md[0]), len(ids)):
+            info = self._ledgers[ids[i]]
+            if info.ledger_id == md[0]:
+                if info.entries > 0:
+                    left = max(0, info.entries - (md[1] + 1))
+                    total += info.size * left // info.entries
+            else:
+                total += info.size
+        return total
+
+    # -- cursors -------------------------------------------------------------------------------
+
+    def _resolve_initial(self, initial_position):
+        if initial_position in ("earliest", EARLIEST):
+            first = self._ledger_ids[0] if self._ledger_ids else self._last_confirmed.ledger_id
+            return Position(first, -1)
+        if initial_position in ("latest", LATEST):
+            return self._last_confirmed
+        raise ValueError(f"initial position must be 'latest' or 'earliest', not {initial_position!r}")
+
+    def open_cursor(self, name: str, initial_position="latest", properties=None):
+        """Deferred firing with durable cursor ``name``: restored if it exists, else created with
+        its mark-delete at the last entry ("latest") or before the first ("earliest")."""
+        from pulsar_twisted.mledger.cursor import ManagedCursorImpl
+        cursor = self.cursors.get(name)
+        if cursor is not None:
+            return defer.succeed(cursor)
+        error = self._check_open()
+        if error is not None:
+            return defer.fail(error)
+        waiters = self._creating_cursors.get(name)
+        d = defer.Deferred()
+        if waiters is not None:
+            waiters.append(d)
+            return d
+        try:
+            md = self._resolve_initial(initial_position)
+        except ValueError as e:
+            return defer.fail(e)
+        self._creating_cursors[name] = [d]
+        cursor = ManagedCursorImpl(self, name, md, properties)
+        # Held back from trimming already while its first snapshot is written.
+        self._new_cursors[name] = cursor
+
+        def created(_):
+            self._new_cursors.pop(name, None)
+            self.cursors[name] = cursor
+            for w in self._creating_cursors.pop(name):
+                w.callback(cursor)
+
+        def failed(f):
+            self._new_cursors.pop(name, None)
+            for w in self._creating_cursors.pop(name):
+                w.errback(f)
+
+        cursor._create().addCallbacks(created, failed)
+        return d
+
+    def _check_open(self):
+        if self._state in (State.CLOSED, State.INITIALIZING):
+            return ManagedLedgerClosedError(f"managed ledger {self.name} is closed")
+        if self._state is State.FENCED:
+            return ManagedLedgerFencedError(f"managed ledger {self.name} is fenced")
+        return None
+
+    def get_cursor(self, name: str):
+        """The durable cursor ``name``, or None."""
+        return self.cursors.get(name)
+
+    def new_non_durable_cursor(self, start_position, name=None, inclusive=True):
+        """An in-memory cursor whose next read is ``start_position`` (inclusive) or the entry after
+        it; EARLIEST / LATEST markers resolve to the first entry / after the last one."""
+        from pulsar_twisted.mledger.cursor import NonDurableCursor
+        if start_position == EARLIEST:
+            md = self._resolve_initial("earliest")
+        elif start_position == LATEST:
+            md = self._last_confirmed
+        elif inclusive:
+            md = Position(start_position[0], start_position[1] - 1)
+        else:
+            md = Position(start_position[0], start_position[1])
+        cursor = NonDurableCursor(self, name, md)
+        self._non_durable.add(cursor)
+        return cursor
+
+    def delete_cursor(self, name: str):
+        cursor = self.cursors.pop(name, None)
+        if cursor is None:
+            return defer.fail(CursorNotFoundError(name))
+        d = defer.Deferred.fromCoroutine(cursor._delete())
+        d.addCallback(lambda _: self._trim_in_background())
+        return d
+
+    def _cursor_read(self, cursor):
+        """A cursor moved its read position: entries before every reader leave the cache."""
+        slowest = None
+        for c in self.cursors.values():
+            rp = c._read_position
+            if slowest is None or rp < slowest:
+                slowest = rp
+        for c in self._non_durable:
+            rp = c._read_position
+            if slowest is None or rp < slowest:
+                slowest = rp
+        if slowest is not None:
+            self._cache.evict_before(slowest)
+
+    def _cursor_persisted(self, cursor):
+        """A durable cursor's mark-delete became durable: ledgers may now be trimmable."""
+        ids = self._ledger_ids
+        if len(ids) > 1 and cursor.mark_delete_position[0] >= ids[0]:
+            self._trim_in_background()
+
+    # -- trimming ------------------------------------------------------------------------------
+
+    def _ledgers_to_trim(self):
+        ids = self._ledger_ids
+        if len(ids) < 2:
+            return []
+        if self.cursors or self._new_cursors:
+            slowest = min(c.mark_delete_position
+                          for c in list(self.cursors.values()) + list(self._new_cursors.values()))
+        else:
+            slowest = self._last_confirmed
+        cfg = self.config
+        now = self._now_ms()
+        size_to_delete = 0
+        out = []
+        current = self._current.ledger_id if self._current is not None else None
+        for lid in ids[:-1]:       # never the last (current or about to be followed) ledger
+            if lid == current:
+                break
+            info = self._ledgers[lid]
+            consumed = lid < slowest[0] or (lid == slowest[0] and slowest[1] >= info.entries - 1)
+            if not consumed:
+                break
+            # Pulsar: delete when past the time limit OR over the size limit (-1 = unlimited).
+            size_to_delete += info.size
+            over_quota = cfg.retention_size_mb >= 0 and \
+                self._total_size - size_to_delete >= cfg.retention_size_mb * MB
+            expired = cfg.retention_time_ms >= 0 and now - info.timestamp > cfg.retention_time_ms
+            if not (expired or over_quota):
+                break
+            out.append(lid)
+        return out
+
+    def trim_consumed_ledgers(self):
+        """Delete the ledgers every durable cursor has consumed and retention lets go. Runs are
+        serialized; Deferred fires after a run that started after this call. (Pulsar also runs
+        this on a timer for time-based retention: the broker should call it periodically.)"""
+        d = defer.Deferred()
+        self._trim_waiters.append(d)
+        if not self._trimming:
+            self._run_trim()
+        return d
+
+    def _trim_in_background(self):
+        self.trim_consumed_ledgers().addErrback(
+            lambda f: log.warn("managed ledger {name}: trimming failed: {err}",
+                               name=self.name, err=f.getErrorMessage()))
+
+    def _run_trim(self):
+        self._trimming = True
+        waiters, self._trim_waiters = self._trim_waiters, []
+        d = self._do_trim()
+
+        def done(result):
+            self._trimming = False
+            for w in waiters:
+                if isinstance(result, defer.Failure):
+                    w.errback(result)
+                else:
+                    w.callback(result)
+            if self._trim_waiters and not self._trimming:
+                self._run_trim()
+
+        d.addBoth(done)
+
+    def _do_trim(self):
+        if self._state in (State.CLOSED, State.FENCED, State.INITIALIZING):
+            return defer.succeed([])
+        doomed = self._ledgers_to_trim()
+        if not doomed:
+            return defer.succeed([])
+        removed = [self._remove_ledger_info(lid) for lid in doomed]
+
+        def recorded(_):
+            first_left = self._ledger_ids[0] if self._ledger_ids else None
+            for lid in doomed:
+                self._cache.invalidate_ledger(lid)
+                self._read_handles.pop(lid, None)
+                self._delete_ledger_quietly(lid)
+            if first_left is not None:
+                for c in list(self._non_durable):
+                    c._ledgers_trimmed(first_left)
+            log.info("managed ledger {name}: trimmed ledgers {ids}", name=self.name, ids=doomed)
+            return doomed
+
+        def failed(f):
+            if self._state is not State.FENCED:
+                for info in removed:
+                    self._add_ledger_info(info)
+            return f
+
+        return self._write_metadata().addCallbacks(recorded, failed)
+
+    def _delete_ledger_quietly(self, lid):
+        self.ledger_client.delete_ledger(lid).addErrback(
+            lambda f: log.warn("managed ledger {name}: could not delete ledger {lid}: {err}",
+                               name=self.name, lid=lid, err=f.getErrorMessage()))
+
+    # -- closing -------------------------------------------------------------------------------
+
+    def close(self):
+        """Stop accepting adds (queued ones fail with ManagedLedgerClosedError), wait for the
+        adds in flight, flush and close the cursors, close the current ledger. Deferred."""
+        return defer.Deferred.fromCoroutine(self._close())
+
+    async def _close(self):
+        if self._state is State.CLOSED:
+            return None
+        fenced = self._state is State.FENCED
+        self._state = State.CLOSED
+        self._cancel_timers()
+        queued = list(self._queued)
+        self._queued.clear()
+        self._fail_ops(queued, ManagedLedgerClosedError(f"managed ledger {self.name} closed"))
+        await self._wait_drained()
+        results = await defer.DeferredList(
+            [c.close() for c in list(self.cursors.values())], consumeErrors=True)
+        for ok, f in results:
+            if not ok and not fenced:
+                log.warn("managed ledger {name}: closing a cursor failed: {err}",
+                         name=self.name, err=f.getErrorMessage())
+        if self._current is not None:
+            handle, self._current = self._current, None
+            try:
+                await handle.close()
+            except Exception as e:
+                log.warn("managed ledger {name}: closing ledger failed: {err}", name=self.name, err=e)
+        if self._notify_call is not None and self._notify_call.active():
+            self._notify_call.cancel()
+        self._notify_call = None
+        self._cache.clear()
+        self.factory._forget(self)
+        log.info("managed ledger {name} closed", name=self.name)
+        return None
+
+    def terminate(self):
+        """No more adds after the ones in flight; the ledger stays terminated across restarts.
+        Deferred firing with the last Position."""
+        return defer.Deferred.fromCoroutine(self._terminate())
+
+    async def _terminate(self):
+        if self._state is State.TERMINATED:
+            return self._last_confirmed
+        error = self._check_writable()
+        if error is not None:
+            raise error
+        self._state = State.TERMINATED
+        self._cancel_timers()
+        queued = list(self._queued)
+        self._queued.clear()
+        self._fail_ops(queued, ManagedLedgerTerminatedError(f"managed ledger {self.name} terminated"))
+        await self._wait_drained()
+        if self._current is not None:
+            handle, self._current = self._current, None
+            await handle.close()
+            self._read_handles[handle.ledger_id] = handle
+        self._terminated_at = self._last_confirmed
+        await self._write_metadata()
+        return self._last_confirmed
+
+    @property
+    def is_terminated(self) -> bool:
+        return self._state is State.TERMINATED

@@ -1,0 +1,174 @@
+"""Tests for pulsar_twisted.bookie.journal: replay of damaged files and the group-commit writer thread."""
+
+import os
+
+from twisted.internet import defer, reactor
+from twisted.trial import unittest
+
+from pulsar_twisted.bookie import formats
+from pulsar_twisted.bookie.journal import Journal, journal_path, list_journal_files, replay_journal
+
+
+def key_record(ledger_id: int) -> bytes:
+    return formats.encode_journal_record(formats.REC_MASTER_KEY, ledger_id, 0, b"key")
+
+
+class ReplayTests(unittest.TestCase):
+    """replay_journal over files made by hand: empty, header-only, junk, truncated, corrupt in the middle."""
+
+    def setUp(self):
+        self.dir = self.mktemp()
+        os.makedirs(self.dir)
+
+    def write(self, file_id: int, data: bytes) -> str:
+        path = journal_path(self.dir, file_id)
+        with open(path, "wb") as f:
+            f.write(data)
+        return path
+
+    def ledgers(self, result) -> list[int]:
+        return [r[1] for r in result.records]
+
+    def test_no_files(self):
+        """An empty journal dir replays nothing and starts file 1."""
+        result = replay_journal(self.dir)
+        self.assertEqual((result.records, result.append_file, result.next_file_id), ([], None, 1))
+
+    def test_empty_file(self):
+        """An empty last file (crash before its header) gets a header and is appended to."""
+        path = self.write(3, b"")
+        result = replay_journal(self.dir)
+        self.assertEqual((result.append_file, result.append_offset), (3, 16))
+        with open(path, "rb") as f:
+            self.assertEqual(formats.decode_journal_header(f.read()), 3)
+
+    def test_partial_header(self):
+        """A last file holding part of a header is restarted the same way."""
+        self.write(3, formats.encode_journal_header(3)[:7])
+        result = replay_journal(self.dir)
+        self.assertEqual((result.append_file, result.append_offset, result.records), (3, 16, []))
+
+    def test_header_only(self):
+        """A header-only file has no records and is appended to after its header."""
+        self.write(2, formats.encode_journal_header(2))
+        result = replay_journal(self.dir)
+        self.assertEqual((result.records, result.append_file, result.append_offset, result.problems),
+                         ([], 2, 16, []))
+
+    def test_junk_file(self):
+        """A junk file is reported and skipped; appends go to a new file after it."""
+        self.write(1, formats.encode_journal_header(1) + key_record(5))
+        junk = self.write(2, b"this is not a journal file at all" * 3)
+        result = replay_journal(self.dir)
+        self.assertEqual(self.ledgers(result), [5])
+        self.assertEqual((result.append_file, result.next_file_id), (None, 3))
+        self.assertEqual(len(result.problems), 1)
+        with open(junk, "rb") as f:
+            self.assertTrue(f.read().startswith(b"this is not"), "junk files are left alone")
+
+    def test_torn_tail_cut(self):
+        """A truncated last record is dropped and cut off so appends follow the last intact record."""
+        good = formats.encode_journal_header(1) + key_record(1) + key_record(2)
+        path = self.write(1, good + key_record(3)[:10])
+        result = replay_journal(self.dir)
+        self.assertEqual(self.ledgers(result), [1, 2])
+        self.assertEqual((result.append_file, result.append_offset), (1, len(good)))
+        self.assertEqual(os.path.getsize(path), len(good))
+
+    def test_torn_tail_then_junk(self):
+        """A partial record followed by junk is cut at the last intact record too."""
+        good = formats.encode_journal_header(1) + key_record(1)
+        path = self.write(1, good + key_record(2)[:20] + os.urandom(500))
+        result = replay_journal(self.dir)
+        self.assertEqual(self.ledgers(result), [1])
+        self.assertEqual(os.path.getsize(path), len(good))
+
+    def test_middle_corruption(self):
+        """A bad record in an older file stops that file (reported) but later files still replay."""
+        bad = bytearray(key_record(2))
+        bad[-1] ^= 0xFF
+        old = formats.encode_journal_header(1) + key_record(1) + bytes(bad) + key_record(3)
+        path = self.write(1, old)
+        self.write(2, formats.encode_journal_header(2) + key_record(4))
+        result = replay_journal(self.dir)
+        self.assertEqual(self.ledgers(result), [1, 4])
+        self.assertEqual(len(result.problems), 1)
+        self.assertEqual(os.path.getsize(path), len(old), "only the last file is repaired")
+
+    def test_checkpoint_mark(self):
+        """Replay starts at the last checkpoint's position, which may be in an earlier file."""
+        first = formats.encode_journal_header(1) + key_record(1)
+        mark_offset = len(first)
+        self.write(1, first + key_record(2))
+        checkpoint = formats.encode_journal_record(formats.REC_CHECKPOINT, 1, mark_offset)
+        self.write(2, formats.encode_journal_header(2) + key_record(3) + checkpoint + key_record(4))
+        result = replay_journal(self.dir)
+        self.assertEqual(result.checkpoint, (1, mark_offset))
+        self.assertEqual(self.ledgers(result), [2, 3, 4])
+
+
+class JournalWriterTests(unittest.TestCase):
+    """The writer thread, with the real reactor."""
+
+    def setUp(self):
+        self.dir = self.mktemp()
+        os.makedirs(self.dir)
+
+    def open(self, **kw) -> Journal:
+        journal = Journal(self.dir, reactor, **kw)
+        journal.open(replay_journal(self.dir))
+        self.addCleanup(journal.stop)
+        return journal
+
+    @defer.inlineCallbacks
+    def test_group_commit(self):
+        """1,000 records queued at once are written in far fewer groups and fsyncs, and all replay."""
+        journal = self.open()
+        records = [key_record(i) for i in range(1000)]
+        yield defer.gatherResults([journal.append((r,), len(r)) for r in records])
+        self.assertEqual(journal.records, 1000)
+        self.assertLess(journal.fsyncs, 100)
+        self.assertEqual(journal.fsyncs, journal.groups)
+        yield journal.stop()
+        self.assertEqual([r[1] for r in replay_journal(self.dir).records], list(range(1000)))
+
+    @defer.inlineCallbacks
+    def test_entries_threshold(self):
+        """With an entries threshold of 1 and a long group wait, a lone record is not held back."""
+        journal = self.open(max_group_wait_ms=60_000, buffered_entries_threshold=1)
+        r = key_record(1)
+        yield journal.append((r,), len(r))
+        self.assertEqual(journal.groups, 1)
+
+    @defer.inlineCallbacks
+    def test_no_sync(self):
+        """Without sync_data, records are written but never fsync'd."""
+        journal = self.open(sync_data=False)
+        r = key_record(1)
+        yield journal.append((r,), len(r))
+        self.assertEqual((journal.fsyncs, journal.records), (0, 1))
+
+    @defer.inlineCallbacks
+    def test_mark_and_roll(self):
+        """Files roll past the size limit; a mark names the position after everything queued before it,
+        and trim deletes the files before a given one but never the current file."""
+        journal = self.open(max_size_mb=0)   # roll before every group
+        r = key_record(1)
+        yield journal.append((r,), len(r))
+        first_file = journal.file_id
+        mark = yield journal.mark()
+        yield journal.append((r,), len(r))
+        self.assertEqual(mark, (first_file, 16 + len(r)))
+        self.assertGreater(journal.file_id, first_file)
+        self.assertGreaterEqual(len(list_journal_files(self.dir)), 2)
+        removed = journal.trim(journal.file_id + 10)
+        self.assertNotIn(journal.file_id, removed)
+        self.assertEqual([f for f, _ in list_journal_files(self.dir)], [journal.file_id])
+
+    @defer.inlineCallbacks
+    def test_append_after_stop_fails(self):
+        """A stopped journal refuses records."""
+        journal = self.open()
+        yield journal.stop()
+        r = key_record(1)
+        yield self.assertFailure(journal.append((r,), len(r)), Exception)

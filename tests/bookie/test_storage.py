@@ -1,0 +1,403 @@
+"""Tests for pulsar_twisted.bookie.storage.BookieStorage: real files, the real journal thread and reactor."""
+
+import glob
+import os
+
+from twisted.internet import defer, reactor
+from twisted.trial import unittest
+
+from pulsar_twisted.bookie import formats
+from pulsar_twisted.bookie.storage import BookieStorage
+from pulsar_twisted.ledger.interfaces import (
+    BookieReadOnlyError,
+    DigestMismatchError,
+    LedgerFencedError,
+    NoSuchEntryError,
+    NoSuchLedgerError,
+    UnauthorizedAccessError,
+)
+
+KEY = b"master-key"
+
+
+class StorageTestBase(unittest.TestCase):
+
+    def setUp(self):
+        base = self.mktemp()
+        self.journal_dir = os.path.join(base, "journal")
+        self.ledger_dirs = [os.path.join(base, "ledgers")]
+
+    @defer.inlineCallbacks
+    def open(self, **kw):
+        """A started storage over this test's dirs; periodic checkpoint and GC off unless asked for."""
+        kw.setdefault("flush_interval_ms", 0)
+        kw.setdefault("gc_wait_time_ms", 0)
+        storage = BookieStorage(self.journal_dir, self.ledger_dirs, reactor, **kw)
+        yield storage.start()
+        self.addCleanup(self._close, storage)
+        return storage
+
+    def _close(self, storage):
+        if storage._running:
+            return storage.stop()
+
+    def crash(self, storage):
+        storage.simulate_crash()
+
+    @defer.inlineCallbacks
+    def fill(self, storage, ledger_id, count, size=100, first=0):
+        yield defer.gatherResults([
+            storage.add_entry(ledger_id, i, self.data(ledger_id, i, size), KEY, i - 1)
+            for i in range(first, first + count)])
+
+    @staticmethod
+    def data(ledger_id, entry_id, size=100):
+        return (f"{ledger_id}:{entry_id}:".encode() * size)[:size]
+
+    @defer.inlineCallbacks
+    def assert_entries(self, storage, ledger_id, entry_ids, size=100):
+        for i in entry_ids:
+            got = yield storage.read_entry(ledger_id, i)
+            self.assertEqual(got, self.data(ledger_id, i, size), f"entry {ledger_id}:{i}")
+
+
+class AddReadTests(StorageTestBase):
+
+    @defer.inlineCallbacks
+    def test_round_trip_cache_and_log(self):
+        """Entries read back from the write cache before a checkpoint and from the entry log after."""
+        storage = yield self.open()
+        yield self.fill(storage, 1, 20)
+        yield self.assert_entries(storage, 1, range(20))
+        self.assertEqual(storage.stats()["cache_reads"], 20)
+        yield storage.checkpoint()
+        self.assertEqual(storage.stats()["write_cache_entries"], 0)
+        yield self.assert_entries(storage, 1, range(20))
+        self.assertEqual(storage.stats()["cache_reads"], 20)
+
+    def test_readable_before_durable(self):
+        """An entry is readable as soon as add_entry returns, before its Deferred fires."""
+        d = self.open()
+
+        def opened(storage):
+            add = storage.add_entry(1, 0, b"now", KEY)
+            self.assertEqual(self.successResultOf(storage.read_entry(1, 0)), b"now")
+            return add
+        return d.addCallback(opened)
+
+    @defer.inlineCallbacks
+    def test_read_last(self):
+        """Entry id -1 reads the highest stored entry; entries may arrive out of order."""
+        storage = yield self.open()
+        yield self.assertFailure(storage.read_entry(1, -1), NoSuchLedgerError)
+        yield storage.fence_ledger(1, KEY)
+        yield self.assertFailure(storage.read_entry(1, -1), NoSuchEntryError)
+        for entry_id in (3, 7, 5):
+            yield storage.add_entry(1, entry_id, b"e%d" % entry_id, KEY, recovery_add=True)
+        self.assertEqual((yield storage.read_entry(1, -1)), b"e7")
+        self.assertEqual(storage.last_entry_id(1), 7)
+        yield storage.checkpoint()
+        self.assertEqual((yield storage.read_entry(1, -1)), b"e7")
+        yield self.assertFailure(storage.read_entry(1, 4), NoSuchEntryError)
+        yield self.assertFailure(storage.read_entry(1, 100), NoSuchEntryError)
+
+    @defer.inlineCallbacks
+    def test_overwrite(self):
+        """Re-adding an entry id replaces it, in the cache and across a checkpoint."""
+        storage = yield self.open()
+        yield storage.add_entry(1, 0, b"old", KEY)
+        yield storage.checkpoint()
+        yield storage.add_entry(1, 0, b"new", KEY)
+        self.assertEqual((yield storage.read_entry(1, 0)), b"new")
+        yield storage.checkpoint()
+        self.assertEqual((yield storage.read_entry(1, 0)), b"new")
+
+    @defer.inlineCallbacks
+    def test_lac(self):
+        """read_lac is the highest lac passed with any add; unknown ledgers raise."""
+        storage = yield self.open()
+        self.assertRaises(NoSuchLedgerError, storage.read_lac, 9)
+        yield storage.add_entry(1, 0, b"a", KEY)
+        self.assertEqual(storage.read_lac(1), -1)
+        yield storage.add_entry(1, 2, b"c", KEY, 1)
+        yield storage.add_entry(1, 1, b"b", KEY, 0)
+        self.assertEqual(storage.read_lac(1), 1)
+
+    @defer.inlineCallbacks
+    def test_fence(self):
+        """A fenced ledger refuses adds but takes recovery adds; fencing an unknown ledger creates it."""
+        storage = yield self.open()
+        yield storage.add_entry(1, 0, b"a", KEY)
+        yield storage.fence_ledger(1, KEY)
+        self.assertTrue(storage.is_fenced(1))
+        yield self.assertFailure(storage.add_entry(1, 1, b"b", KEY), LedgerFencedError)
+        yield storage.add_entry(1, 1, b"b", KEY, recovery_add=True)
+        self.assertEqual((yield storage.read_entry(1, 1)), b"b")
+        yield storage.fence_ledger(2, KEY)
+        self.assertTrue(storage.has_ledger(2))
+        self.assertEqual(storage.ledger_ids(), [1, 2])
+
+    @defer.inlineCallbacks
+    def test_master_key(self):
+        """Adds and fences with another master key than the first one are refused."""
+        storage = yield self.open()
+        yield storage.add_entry(1, 0, b"a", KEY)
+        yield self.assertFailure(storage.add_entry(1, 1, b"b", b"other"), UnauthorizedAccessError)
+        yield self.assertFailure(storage.fence_ledger(1, b"other"), UnauthorizedAccessError)
+        self.assertFalse(storage.is_fenced(1))
+
+    @defer.inlineCallbacks
+    def test_read_only(self):
+        """Read-only refuses adds, keeps reads."""
+        storage = yield self.open()
+        yield storage.add_entry(1, 0, b"a", KEY)
+        storage.set_read_only(True)
+        self.assertTrue(storage.read_only)
+        yield self.assertFailure(storage.add_entry(1, 1, b"b", KEY), BookieReadOnlyError)
+        self.assertEqual((yield storage.read_entry(1, 0)), b"a")
+        storage.read_only = False
+        yield storage.add_entry(1, 1, b"b", KEY)
+
+    @defer.inlineCallbacks
+    def test_group_commit(self):
+        """1,000 adds issued at once complete with far fewer fsyncs than adds."""
+        storage = yield self.open()
+        yield self.fill(storage, 1, 1000)
+        stats = storage.stats()
+        self.assertEqual(stats["adds"], 1000)
+        self.assertLess(stats["fsyncs"], stats["adds"] / 10)
+        self.assertGreaterEqual(stats["journal_groups"], stats["fsyncs"])
+
+    @defer.inlineCallbacks
+    def test_cache_limit_triggers_checkpoint(self):
+        """Passing write_cache_max_bytes starts a checkpoint without waiting for the interval."""
+        storage = yield self.open(write_cache_max_bytes=10_000)
+        yield self.fill(storage, 1, 200)
+        yield storage._flush_lock.acquire()   # wait for the checkpoint it started
+        storage._flush_lock.release()
+        self.assertGreaterEqual(storage.stats()["checkpoints"], 1)
+        yield self.assert_entries(storage, 1, range(200))
+
+    @defer.inlineCallbacks
+    def test_periodic_checkpoint(self):
+        """The flush interval checkpoints by itself, and the journal is trimmed behind it."""
+        storage = yield self.open(flush_interval_ms=10, journal_max_size_mb=0)
+        yield self.fill(storage, 1, 50)
+        while storage.stats()["checkpoints"] == 0:
+            yield deferLater(0.01)
+        yield self.assert_entries(storage, 1, range(50))
+
+
+def deferLater(seconds):
+    from twisted.internet import task
+    return task.deferLater(reactor, seconds, lambda: None)
+
+
+class RestartTests(StorageTestBase):
+
+    @defer.inlineCallbacks
+    def test_clean_restart(self):
+        """stop + a new instance keeps entries, lac, fence state, master keys and deletions."""
+        storage = yield self.open()
+        yield self.fill(storage, 1, 30)
+        yield storage.checkpoint()
+        yield self.fill(storage, 1, 10, first=30)
+        yield storage.fence_ledger(1, KEY)
+        yield storage.fence_ledger(2, KEY)
+        yield self.fill(storage, 3, 5)
+        yield storage.delete_ledger(3)
+        yield storage.stop()
+
+        storage = yield self.open()
+        self.assertEqual(storage.ledger_ids(), [1, 2])
+        yield self.assert_entries(storage, 1, range(40))
+        self.assertEqual((storage.read_lac(1), storage.last_entry_id(1)), (38, 39))
+        self.assertTrue(storage.is_fenced(1) and storage.is_fenced(2))
+        yield self.assertFailure(storage.add_entry(1, 40, b"x", KEY), LedgerFencedError)
+        yield self.assertFailure(storage.add_entry(2, 0, b"x", b"bad"), UnauthorizedAccessError)
+        yield self.assertFailure(storage.read_entry(3, 0), NoSuchLedgerError)
+        self.assertEqual(storage.stats()["replayed_records"], 0, "stop checkpoints everything")
+
+    @defer.inlineCallbacks
+    def test_crash_keeps_acknowledged_adds(self):
+        """Without stop, every add whose Deferred fired survives: some from entry logs, some replayed."""
+        storage = yield self.open()
+        yield self.fill(storage, 1, 100)
+        yield storage.checkpoint()
+        yield self.fill(storage, 1, 100, first=100)
+        yield storage.fence_ledger(2, KEY)
+        yield self.fill(storage, 4, 3)
+        yield storage.delete_ledger(4)
+        self.crash(storage)
+
+        storage = yield self.open()
+        self.assertEqual(storage.stats()["replayed_records"] >= 100, True)
+        yield self.assert_entries(storage, 1, range(200))
+        self.assertEqual(storage.read_lac(1), 198)
+        self.assertTrue(storage.is_fenced(2))
+        self.assertFalse(storage.has_ledger(4))
+        # A second crash right after replay loses nothing either.
+        self.crash(storage)
+        storage = yield self.open()
+        yield self.assert_entries(storage, 1, range(200))
+        yield storage.checkpoint()
+        self.crash(storage)
+        storage = yield self.open()
+        yield self.assert_entries(storage, 1, range(200))
+
+    @defer.inlineCallbacks
+    def test_crash_amid_checkpoints(self):
+        """Adds racing frequent checkpoints, small entry logs and journal rolls, then a crash: every
+        acknowledged add and delete survives."""
+        storage = yield self.open(flush_interval_ms=3, entry_log_size_limit=8192, journal_max_size_mb=0)
+        acked = set()
+        for wave in range(20):
+            adds = []
+            for i in range(wave * 50, wave * 50 + 50):
+                d = storage.add_entry(1 + i % 3, i, self.data(1 + i % 3, i), KEY)
+                d.addCallback(lambda _, i=i: acked.add(i))
+                adds.append(d)
+            if wave == 10:
+                yield storage.delete_ledger(3)
+            yield defer.gatherResults(adds)
+            yield deferLater(0.002)
+        self.assertGreaterEqual(storage.stats()["checkpoints"], 1)
+        self.crash(storage)
+        storage = yield self.open()
+        for i in sorted(acked):
+            ledger_id = 1 + i % 3
+            if ledger_id == 3 and i < 550:
+                continue
+            got = yield storage.read_entry(ledger_id, i)
+            self.assertEqual(got, self.data(ledger_id, i))
+        yield self.assertFailure(storage.read_entry(3, 0), NoSuchEntryError)
+
+    @defer.inlineCallbacks
+    def test_torn_tail(self):
+        """A journal cut mid-record with junk after it: complete records recover, new adds follow them."""
+        storage = yield self.open()
+        yield self.fill(storage, 1, 10)
+        self.crash(storage)
+        [path] = glob.glob(os.path.join(self.journal_dir, "*.txn"))
+        size = os.path.getsize(path)
+        with open(path, "r+b") as f:
+            f.truncate(size - 50)     # into the last record (10 + 100 bytes of data)
+            f.seek(0, 2)
+            f.write(b"\xde\xad\xbe\xef" * 30)
+
+        storage = yield self.open()
+        self.assertEqual(storage.stats()["journal_problems"], 1)
+        yield self.assert_entries(storage, 1, range(9))
+        yield self.assertFailure(storage.read_entry(1, 9), NoSuchEntryError)
+        yield self.fill(storage, 1, 5, first=9)
+        self.crash(storage)
+
+        storage = yield self.open()
+        self.assertEqual(storage.stats()["journal_problems"], 0)
+        yield self.assert_entries(storage, 1, range(14))
+
+    @defer.inlineCallbacks
+    def test_damaged_journal_files(self):
+        """Empty, header-only and junk journal files do not stop start-up; adds after them survive."""
+        os.makedirs(self.journal_dir)
+        for name, data in (("1.txn", b"junk" * 10), ("2.txn", formats.encode_journal_header(2)),
+                           ("3.txn", b"")):
+            with open(os.path.join(self.journal_dir, name), "wb") as f:
+                f.write(data)
+        storage = yield self.open()
+        self.assertEqual(storage.stats()["journal_problems"], 1)
+        yield self.fill(storage, 1, 5)
+        self.crash(storage)
+        storage = yield self.open()
+        yield self.assert_entries(storage, 1, range(5))
+
+    @defer.inlineCallbacks
+    def test_corrupt_index_header(self):
+        """An index file with a bad header is skipped at start (logged), not fatal."""
+        storage = yield self.open()
+        yield self.fill(storage, 1, 3)
+        yield self.fill(storage, 2, 3)
+        yield storage.stop()
+        with open(os.path.join(self.ledger_dirs[0], "index", "1.idx"), "r+b") as f:
+            f.write(b"junk")
+        storage = yield self.open()
+        self.assertEqual(storage.ledger_ids(), [2])
+        self.flushLoggedErrors()
+
+
+class CorruptionAndGCTests(StorageTestBase):
+
+    @defer.inlineCallbacks
+    def test_entry_log_crc(self):
+        """A flipped byte in an entry log is a DigestMismatchError on read, never wrong data."""
+        storage = yield self.open()
+        yield self.fill(storage, 1, 3)
+        yield storage.checkpoint()
+        [path] = [p for p in glob.glob(os.path.join(self.ledger_dirs[0], "*.log")) if os.path.getsize(p) > 16]
+        with open(path, "r+b") as f:
+            # Second record's data: header 16, record 24 + 100, then 24 bytes of the next header.
+            f.seek(16 + 124 + 24 + 50)
+            byte = f.read(1)
+            f.seek(-1, 1)
+            f.write(bytes([byte[0] ^ 0x01]))
+        yield self.assertFailure(storage.read_entry(1, 1), DigestMismatchError)
+        yield self.assert_entries(storage, 1, [0, 2])
+
+    @defer.inlineCallbacks
+    def test_delete_and_gc_reclaims(self):
+        """Deleted ledgers' entry logs are removed by gc; other ledgers stay readable."""
+        storage = yield self.open(entry_log_size_limit=4096)
+        yield self.fill(storage, 1, 40, size=1000)   # ~10 entry logs
+        yield storage.checkpoint()
+        yield self.fill(storage, 2, 3)
+        yield storage.checkpoint()
+        logs_before = len(glob.glob(os.path.join(self.ledger_dirs[0], "*.log")))
+        yield storage.delete_ledger(1)
+        yield self.assertFailure(storage.read_entry(1, 0), NoSuchLedgerError)
+        yield storage.checkpoint()
+        figures = yield storage.gc()
+        self.assertGreaterEqual(figures["logs_deleted"], 9)
+        logs_after = len(glob.glob(os.path.join(self.ledger_dirs[0], "*.log")))
+        self.assertEqual(logs_after, figures["entry_logs"])
+        self.assertLess(logs_after, logs_before - 8)
+        self.assertFalse(os.path.exists(os.path.join(self.ledger_dirs[0], "index", "1.idx")))
+        yield self.assert_entries(storage, 2, range(3))
+        yield storage.stop()
+        storage = yield self.open()
+        self.assertEqual(storage.ledger_ids(), [2])
+        yield self.assert_entries(storage, 2, range(3))
+
+    @defer.inlineCallbacks
+    def test_compaction(self):
+        """A log mostly dead is compacted: live entries move to the current log and stay readable."""
+        storage = yield self.open()
+        for i in range(10):
+            yield storage.add_entry(1, i, self.data(1, i, 1000), KEY)
+            if i < 2:
+                yield storage.add_entry(2, i, self.data(2, i, 100), KEY)
+        yield storage.checkpoint()
+        yield storage.stop()     # the log is sealed; the next instance writes a new one
+        storage = yield self.open()
+        yield storage.delete_ledger(1)
+        figures = yield storage.gc()
+        self.assertEqual((figures["logs_compacted"], figures["entries_moved"]), (1, 2))
+        yield self.assert_entries(storage, 2, range(2))
+        yield storage.stop()
+        storage = yield self.open()
+        yield self.assert_entries(storage, 2, range(2))
+
+    @defer.inlineCallbacks
+    def test_gc_keeps_undurable_delete(self):
+        """GC does not drop a deleted ledger's data before its DELETE record is durable."""
+        storage = yield self.open()
+        yield self.fill(storage, 1, 3)
+        yield storage.stop()
+        # A long group wait holds the DELETE record in the journal queue while gc runs.
+        storage = yield self.open(journal_max_group_wait_ms=300)
+        deleted = storage.delete_ledger(1)
+        figures = yield storage.gc()
+        self.assertNoResult(deleted)
+        self.assertEqual(figures["logs_deleted"], 0)
+        yield deleted
+        figures = yield storage.gc()
+        self.assertGreaterEqual(figures["logs_deleted"], 1)

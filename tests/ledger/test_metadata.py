@@ -1,0 +1,85 @@
+"""Ledger metadata: serialization, segments, and its storage in the metadata store."""
+
+import hashlib
+
+from twisted.internet import task
+from twisted.trial import unittest
+
+from pulsar_twisted.ledger.interfaces import NoSuchLedgerError
+from pulsar_twisted.ledger.metadata import (
+    LedgerManager, LedgerMetadata, LedgerState, MetadataFormatError, ledger_path, master_key,
+    password_digest)
+from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
+from pulsar_twisted.metadata.interfaces import AlreadyExistsError, BadVersionError
+
+
+def sample(**kw):
+    fields = dict(ensemble_size=3, write_quorum=2, ack_quorum=2,
+                  ensembles=((0, ("a", "b", "c")),), password_digest="d")
+    fields.update(kw)
+    return LedgerMetadata(**fields)
+
+
+class LedgerMetadataTests(unittest.TestCase):
+
+    def test_round_trip(self):
+        """to_bytes/from_bytes keep every field, custom metadata bytes included."""
+        md = sample(ensembles=((0, ("a", "b", "c")), (10, ("a", "d", "c"))),
+                    state=LedgerState.CLOSED, last_entry_id=41, length=999, ctime_ms=5,
+                    custom_metadata={"application": b"pulsar", "bin": b"\x00\xff"})
+        self.assertEqual(LedgerMetadata.from_bytes(md.to_bytes()), md)
+
+    def test_unknown_format_and_junk(self):
+        raw = sample().to_bytes().replace(b'"format_version":1', b'"format_version":99')
+        self.assertRaises(MetadataFormatError, LedgerMetadata.from_bytes, raw)
+        self.assertRaises(MetadataFormatError, LedgerMetadata.from_bytes, b"{not json")
+        self.assertRaises(MetadataFormatError, LedgerMetadata.from_bytes, b"{}")
+
+    def test_ensemble_for(self):
+        """The segment with the greatest first entry <= e holds e."""
+        md = sample().with_ensemble(10, ["a", "d", "c"]).with_ensemble(20, ["e", "d", "c"])
+        self.assertEqual(md.ensemble_for(0), ("a", "b", "c"))
+        self.assertEqual(md.ensemble_for(9), ("a", "b", "c"))
+        self.assertEqual(md.ensemble_for(10), ("a", "d", "c"))
+        self.assertEqual(md.ensemble_for(500), ("e", "d", "c"))
+        self.assertEqual(md.all_bookies(), {"a", "b", "c", "d", "e"})
+
+    def test_segment_at_same_entry_replaces(self):
+        """A second change starting at the same entry replaces the empty segment."""
+        md = sample().with_ensemble(10, ["a", "d", "c"]).with_ensemble(10, ["a", "e", "c"])
+        self.assertEqual(md.ensembles, ((0, ("a", "b", "c")), (10, ("a", "e", "c"))))
+
+    def test_master_key_is_bookkeepers(self):
+        """SHA-1("ledger" + password), as BookKeeper's MacDigestManager."""
+        self.assertEqual(master_key(b"pw"), hashlib.sha1(b"ledgerpw").digest())
+        self.assertNotEqual(password_digest(master_key(b"pw")), master_key(b"pw").hex())
+
+
+class LedgerManagerTests(unittest.TestCase):
+
+    def setUp(self):
+        self.store = EmbeddedMetadataStore(None, task.Clock())
+        self.successResultOf(self.store.start())
+        self.manager = LedgerManager(self.store)
+
+    def test_ids_unique_across_sessions(self):
+        """Ids from two sessions of one store never repeat, and leave no idgen nodes behind."""
+        other = LedgerManager(self.store.new_session())
+        ids = [self.successResultOf(m.new_ledger_id()) for m in [self.manager, other] * 5]
+        self.assertEqual(len(set(ids)), 10)
+        self.assertEqual(self.successResultOf(self.store.get_children("/ledgers/idgen")), [])
+
+    def test_create_read_cas_delete(self):
+        md = sample()
+        version = self.successResultOf(self.manager.create(3, md))
+        self.failureResultOf(self.manager.create(3, md), AlreadyExistsError)
+        self.assertEqual(self.successResultOf(self.manager.read(3)), (md, version))
+        raw, _ = self.successResultOf(self.store.get(ledger_path(3)))
+        self.assertEqual(LedgerMetadata.from_bytes(raw), md)
+        closed = md.with_closed(5, 50)
+        new_version = self.successResultOf(self.manager.write(3, closed, version))
+        self.failureResultOf(self.manager.write(3, md, version), BadVersionError)
+        self.assertEqual(self.successResultOf(self.manager.read(3)), (closed, new_version))
+        self.successResultOf(self.manager.delete(3))
+        self.failureResultOf(self.manager.read(3), NoSuchLedgerError)
+        self.failureResultOf(self.manager.delete(3), NoSuchLedgerError)

@@ -1,0 +1,185 @@
+"""Opening ledgers: fencing, recovery of the tail, non-recovery reads."""
+
+from twisted.trial import unittest
+
+from pulsar_twisted.ledger.handle import WriterState
+from pulsar_twisted.ledger.interfaces import (
+    BookieUnavailableError, LedgerClosedError, LedgerFencedError, LedgerRecoveryError,
+    NoSuchLedgerError, UnauthorizedAccessError)
+from pulsar_twisted.ledger.metadata import LedgerManager, LedgerState
+from tests.ledger.test_handle import LedgerHarness
+
+
+class RecoveryTests(LedgerHarness, unittest.TestCase):
+
+    def open(self, ledger_id, recovery=True, password=b"pw"):
+        return self.successResultOf(self.client.open_ledger(ledger_id, password, recovery))
+
+    def test_open_closed_ledger(self):
+        """A closed ledger opens read-only at its recorded last entry, without fencing."""
+        writer = self.create()
+        self.add_all(writer, [b"a", b"b"])
+        self.successResultOf(writer.close())
+        reader = self.open(writer.ledger_id)
+        self.assertTrue(reader.closed)
+        self.assertEqual((reader.last_add_confirmed, reader.length), (1, 2))
+        self.assertEqual(self.read_payloads(reader, 0, 1), [b"a", b"b"])
+        self.assertFalse(any(b.is_fenced(writer.ledger_id) for b in self.bookies.values()))
+        self.failureResultOf(reader.add_entry(b"c"), LedgerClosedError)
+
+    def test_fencing_stops_the_writer(self):
+        """Recovery while a writer is open: the reader sees exactly the acked entries, the
+        writer's next add fails with LedgerFencedError, and the metadata is closed there."""
+        writer = self.create(3, 2, 2)
+        payloads = [b"e%d" % i for i in range(7)]
+        self.add_all(writer, payloads)
+        reader = self.open(writer.ledger_id)
+        self.assertEqual(reader.last_add_confirmed, 6)
+        self.assertEqual(reader.length, sum(map(len, payloads)))
+        self.assertEqual(self.read_payloads(reader, 0, 6), payloads)
+        self.failureResultOf(writer.add_entry(b"late"), LedgerFencedError)
+        self.assertEqual(writer.state, WriterState.ERRORED)
+        self.failureResultOf(writer.add_entry(b"later"), LedgerFencedError)
+        stored = self.stored_metadata(writer.ledger_id)
+        self.assertEqual((stored.state, stored.last_entry_id), (LedgerState.CLOSED, 6))
+        # A fenced writer closes locally only: the recovered metadata stands.
+        self.successResultOf(writer.close())
+        self.assertEqual(self.stored_metadata(writer.ledger_id), stored)
+
+    def test_pending_adds_fail_when_fenced(self):
+        """Adds in flight when fencing lands fail with LedgerFencedError, later ones too."""
+        writer = self.create(3, 2, 2)
+        self.add_all(writer, [b"a"])
+        ensemble = self.ensemble_bookies(writer)
+        ensemble[2].hang("add")                 # entry 1 -> indices 1, 2: stuck at one ack
+        pending = writer.add_entry(b"b")
+        ensemble[2].clear_faults()
+        reader = self.open(writer.ledger_id)
+        # Entry 1 reached one bookie of its write set: recovery may keep it (BookKeeper semantics).
+        self.assertIn(reader.last_add_confirmed, (0, 1))
+        writer.add_entry(b"c").addErrback(lambda f: f.trap(LedgerFencedError))
+        self.failureResultOf(pending, LedgerFencedError)
+
+    def test_entries_on_ack_quorum_not_yet_acked_are_recovered(self):
+        """An entry stored on Qa bookies whose acks never reached the writer is kept."""
+        writer = self.create(3, 3, 2)
+        self.add_all(writer, [b"a", b"b"])
+        for bookie in self.bookies.values():
+            bookie.hold("add")
+        unacked = writer.add_entry(b"c")
+        for bookie in self.bookies.values():
+            bookie.clear_faults()
+        reader = self.open(writer.ledger_id)
+        self.assertEqual(reader.last_add_confirmed, 2)
+        self.assertEqual(self.read_payloads(reader, 0, 2), [b"a", b"b", b"c"])
+        self.assertNoResult(unacked)
+
+    def test_tail_rereplicated(self):
+        """A tail entry written to fewer than Qw bookies is re-added to its whole write set."""
+        writer = self.create(3, 3, 2)
+        self.add_all(writer, [b"a", b"b"])
+        ensemble = self.ensemble_bookies(writer)
+        ensemble[1].hang("add")
+        ensemble[2].hang("add")
+        writer.add_entry(b"c").addErrback(lambda f: None)
+        self.assertEqual([b.entry_ids(writer.ledger_id) for b in ensemble],
+                         [[0, 1, 2], [0, 1], [0, 1]])
+        for bookie in ensemble:
+            bookie.clear_faults()
+        reader = self.open(writer.ledger_id)
+        self.assertEqual(reader.last_add_confirmed, 2)
+        self.assertEqual([b.entry_ids(writer.ledger_id) for b in ensemble], [[0, 1, 2]] * 3)
+        ensemble[0].available = False
+        self.assertEqual(self.read_payloads(reader, 0, 2), [b"a", b"b", b"c"])
+
+    def test_recovery_after_ensemble_change(self):
+        """Recovery fences the last segment and keeps entries of earlier ones."""
+        writer = self.create(3, 2, 2)
+        self.add_all(writer, [b"a", b"b"])
+        self.ensemble_bookies(writer)[0].fail("add")
+        self.add_all(writer, [b"c", b"d", b"e"])
+        self.assertEqual(len(writer.metadata.ensembles), 2)
+        reader = self.open(writer.ledger_id)
+        self.assertEqual(reader.last_add_confirmed, 4)
+        self.assertEqual(self.read_payloads(reader, 0, 4), [b"a", b"b", b"c", b"d", b"e"])
+        for bookie_id in writer.metadata.last_ensemble[1]:
+            self.assertTrue(self.bookies[bookie_id].is_fenced(writer.ledger_id))
+
+    def test_empty_open_ledger(self):
+        writer = self.create()
+        reader = self.open(writer.ledger_id)
+        self.assertEqual((reader.last_add_confirmed, reader.length), (-1, 0))
+        self.failureResultOf(writer.add_entry(b"x"), LedgerFencedError)
+
+    def test_not_enough_answers_fails_and_can_retry(self):
+        """Without answers covering every ack quorum, recovery fails and leaves IN_RECOVERY;
+        once the bookies are back a second open recovers."""
+        writer = self.create(3, 2, 2)
+        self.add_all(writer, [b"a", b"b", b"c"])
+        ensemble = self.ensemble_bookies(writer)
+        ensemble[0].available = False
+        ensemble[1].available = False
+        self.failureResultOf(self.client.open_ledger(writer.ledger_id, b"pw"),
+                             LedgerRecoveryError)
+        self.assertEqual(self.stored_metadata(writer.ledger_id).state, LedgerState.IN_RECOVERY)
+        ensemble[0].available = ensemble[1].available = True
+        reader = self.open(writer.ledger_id)
+        self.assertEqual(reader.last_add_confirmed, 2)
+
+    def test_hung_bookie_times_out_during_fencing(self):
+        """One silent bookie of three (Qw=Qa=2 would need it) fails after the read timeout;
+        with Qw=3, Qa=2 the other two cover every quorum."""
+        writer = self.create(3, 3, 2)
+        self.add_all(writer, [b"a", b"b"])
+        self.ensemble_bookies(writer)[1].hang("any")
+        d = self.client.open_ledger(writer.ledger_id, b"pw")
+        self.assertNoResult(d)
+        # fencing, then reading entries 1 and 2, each wait one read timeout for the silent bookie;
+        # re-adding entry 1 waits one add timeout.
+        self.clock.pump([5, 5, 5])
+        self.assertNoResult(d)
+        self.clock.advance(30)
+        self.assertEqual(self.successResultOf(d).last_add_confirmed, 1)
+
+    def test_writer_ensemble_change_sees_recovery(self):
+        """A writer whose ensemble change meets IN_RECOVERY metadata is fenced."""
+        writer = self.create(3, 2, 2)
+        self.add_all(writer, [b"a"])
+        manager = LedgerManager(self.store)
+        metadata, version = self.successResultOf(manager.read(writer.ledger_id))
+        self.successResultOf(manager.write(
+            writer.ledger_id, metadata.with_state(LedgerState.IN_RECOVERY), version))
+        self.ensemble_bookies(writer)[1].fail("add")
+        self.failureResultOf(writer.add_entry(b"b"), LedgerFencedError)
+
+    def test_two_recoveries_agree(self):
+        writer = self.create()
+        self.add_all(writer, [b"a", b"b"])
+        first = self.open(writer.ledger_id)
+        second = self.open(writer.ledger_id)
+        self.assertEqual(first.last_add_confirmed, second.last_add_confirmed)
+
+    def test_open_without_recovery(self):
+        """recovery=False reads up to the LAC the bookies know and does not fence."""
+        writer = self.create(3, 2, 2)
+        self.add_all(writer, [b"a", b"b", b"c", b"d"])
+        reader = self.open(writer.ledger_id, recovery=False)
+        self.assertEqual(reader.last_add_confirmed, 2)    # entry 3 carried LAC 2
+        self.assertFalse(reader.closed)
+        self.assertEqual(self.read_payloads(reader, 0, 2), [b"a", b"b", b"c"])
+        self.assertEqual(self.successResultOf(writer.add_entry(b"e")), 4)
+        self.assertEqual(self.stored_metadata(writer.ledger_id).state, LedgerState.OPEN)
+
+    def test_open_without_recovery_no_bookie(self):
+        writer = self.create(3, 2, 2)
+        for bookie in self.bookies.values():
+            bookie.available = False
+        self.failureResultOf(self.client.open_ledger(writer.ledger_id, b"pw", False),
+                             BookieUnavailableError)
+
+    def test_wrong_password_and_missing_ledger(self):
+        writer = self.create(password=b"secret")
+        self.failureResultOf(self.client.open_ledger(writer.ledger_id, b"nope"),
+                             UnauthorizedAccessError)
+        self.failureResultOf(self.client.open_ledger(12345, b"pw"), NoSuchLedgerError)
+        self.assertEqual(self.successResultOf(writer.add_entry(b"ok")), 0)

@@ -1,0 +1,68 @@
+"""Tests of the stored formats and the cache."""
+
+from twisted.trial import unittest
+
+from pulsar_twisted.common.position import Position
+from pulsar_twisted.mledger import formats
+from pulsar_twisted.mledger.cache import EntryCache
+from pulsar_twisted.mledger.ledger import LedgerInfo
+from pulsar_twisted.mledger.rangeset import PositionRangeSet
+
+
+class FormatTests(unittest.TestCase):
+    def test_names_map_to_one_segment(self):
+        """'/' in names cannot collide with cursor children; the mapping reverses."""
+        name = "public/default/persistent/t%x"
+        path = formats.ledger_path(name)
+        self.assertEqual(path.count("/"), 2)
+        self.assertEqual(formats.name_from_segment(path.rsplit("/", 1)[1]), name)
+        self.assertEqual(formats.cursor_path(name, "a/b").count("/"), 3)
+
+    def test_ledger_info_round_trip(self):
+        data = formats.encode_ledger_info([LedgerInfo(3, 10, 100, 5)], {"k": "v"}, Position(3, 9))
+        self.assertEqual(formats.decode_ledger_info(data), ([(3, 10, 100, 5)], {"k": "v"}, Position(3, 9)))
+
+    def test_cursor_snapshot_round_trip_and_truncation(self):
+        """Only max_ranges ranges are kept, the lowest ones."""
+        rs = PositionRangeSet()
+        for e in range(0, 20, 2):
+            rs.add(Position(5, e))
+        rs.add(Position(6, 1))
+        md, ranges, props = formats.decode_cursor_snapshot(
+            formats.encode_cursor_snapshot(Position(4, 7), rs, {"p": 1}, 3))
+        self.assertEqual((md, ranges, props), (Position(4, 7), [(5, 0, 0), (5, 2, 2), (5, 4, 4)], {"p": 1}))
+        full = formats.decode_cursor_snapshot(formats.encode_cursor_snapshot(Position(4, 7), rs, {}, 1000))
+        self.assertEqual(len(full[1]), 11)
+
+    def test_cursor_node_round_trip(self):
+        data = formats.encode_cursor_node(12, Position(1, 2), {"a": "b"})
+        self.assertEqual(formats.decode_cursor_node(data), (12, Position(1, 2), {"a": "b"}, []))
+
+    def test_junk_rejected(self):
+        """Junk, truncated and future-version data raise FormatError."""
+        good = formats.encode_ledger_info([], {})
+        for bad in (b"", b"\xff\x00", good[:-3], b'{"v": 99, "ledgers": []}', b'{"ledgers": []}',
+                    b'{"v": 1, "ledgers": [[1, 2]]}'):
+            self.assertRaises(formats.FormatError, formats.decode_ledger_info, bad)
+        self.assertRaises(formats.FormatError, formats.decode_cursor_snapshot, b'{"v":1,"md":[1]}')
+
+
+class CacheTests(unittest.TestCase):
+    def test_bounded_and_evicts_oldest(self):
+        cache = EntryCache(10)
+        for e in range(5):
+            cache.insert(Position(1, e), b"abc")
+        self.assertLessEqual(cache.size, 10)
+        self.assertIsNone(cache.get(Position(1, 0)))
+        self.assertEqual(cache.get(Position(1, 4)), b"abc")
+
+    def test_evict_before_and_invalidate(self):
+        cache = EntryCache(1000)
+        for e in range(5):
+            cache.insert(Position(1, e), b"x")
+        cache.insert(Position(2, 0), b"y")
+        cache.evict_before(Position(1, 3))
+        self.assertEqual(len(cache), 3)
+        cache.invalidate_ledger(1)
+        self.assertEqual(len(cache), 1)
+        self.assertEqual(cache.size, 1)

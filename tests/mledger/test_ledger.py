@@ -1,0 +1,301 @@
+"""Tests of ManagedLedgerImpl and the factory on the fake ledger client."""
+
+from twisted.trial import unittest
+from zope.interface.verify import verifyObject
+
+from pulsar_twisted.common.position import Position
+from pulsar_twisted.ledger.interfaces import NotEnoughBookiesError
+from pulsar_twisted.mledger.interfaces import (
+    IManagedLedger, IManagedLedgerFactory, ManagedLedgerClosedError, ManagedLedgerError,
+    ManagedLedgerFencedError,
+)
+from pulsar_twisted.mledger.ledger import ManagedLedgerTerminatedError, State
+from pulsar_twisted.testing.fake_ledger import FakeLedgerClient
+from pulsar_twisted.ledger.interfaces import ILedgerClient
+
+from tests.mledger.test_support import ManagedLedgerHarness, data
+
+
+class AddReadTests(ManagedLedgerHarness, unittest.TestCase):
+    def test_interfaces(self):
+        verifyObject(IManagedLedgerFactory, self.factory)
+        verifyObject(IManagedLedger, self.open())
+        verifyObject(ILedgerClient, FakeLedgerClient())
+
+    def test_add_then_read(self):
+        """Adds get consecutive positions; read_entries returns the bytes."""
+        ml = self.open()
+        positions = self.add(ml, 5)
+        lid = positions[0].ledger_id
+        self.assertEqual(positions, [Position(lid, i) for i in range(5)])
+        self.assertEqual(ml.last_confirmed_entry(), positions[-1])
+        entries = self.successResultOf(ml.read_entries(positions[1], 3))
+        self.assertEqual([e.data for e in entries], [data(1), data(2), data(3)])
+        self.assertEqual(ml.number_of_entries(), 5)
+        self.assertEqual(ml.total_size(), sum(len(data(i)) for i in range(5)))
+
+    def test_completions_in_order(self):
+        """With slow bookies, Deferreds fire in add order, all after the delay."""
+        self.bk.add_delay = 1.0
+        ml = self.open()
+        fired = []
+        ds = [ml.add_entry(data(i)).addCallback(fired.append) for i in range(10)]
+        self.assertEqual(fired, [])
+        self.clock.advance(1.0)
+        self.assertEqual(fired, sorted(fired))
+        self.assertEqual(len(fired), 10)
+        for d in ds:
+            self.successResultOf(d)
+
+    def test_factory_caches_instances_and_lists_names(self):
+        ml = self.open("a/b/c")
+        self.assertIs(self.open("a/b/c"), ml)
+        self.open("a/b")
+        self.assertEqual(sorted(self.successResultOf(self.factory.list_names())), ["a/b", "a/b/c"])
+
+    def test_new_entries_listener_coalesced(self):
+        """One call per reactor turn, not per entry."""
+        ml = self.open()
+        calls = []
+        ml.add_new_entries_listener(lambda: calls.append(1))
+        self.add(ml, 5)
+        self.assertEqual(calls, [])
+        self.clock.advance(0)
+        self.assertEqual(calls, [1])
+
+    def test_throttle_listener(self):
+        self.bk.pause_adds()
+        ml = self.open(max_pending_adds=4)
+        seen = []
+        ml.add_throttle_listener(seen.append)
+        ds = [ml.add_entry(data(i)) for i in range(5)]
+        self.assertEqual(seen, [True])
+        self.bk.resume_adds()
+        self.assertEqual(seen, [True, False])
+        for d in ds:
+            self.successResultOf(d)
+
+
+class RolloverTests(ManagedLedgerHarness, unittest.TestCase):
+    def test_rollover_by_entries(self):
+        """max_entries_per_ledger entries per ledger; reads cross the boundaries."""
+        ml = self.open(max_entries_per_ledger=3)
+        self.successResultOf(ml.open_cursor("keep", "earliest"))
+        positions = self.add(ml, 8)
+        ledgers = sorted({p.ledger_id for p in positions})
+        self.assertEqual(len(ledgers), 3)
+        self.assertEqual([i["entries"] for i in ml.ledgers_info()], [3, 3, 2])
+        entries = self.successResultOf(ml.read_entries(positions[0], 100))
+        self.assertEqual([e.data for e in entries], [data(i) for i in range(8)])
+
+    def test_adds_queue_while_rolling_and_keep_order(self):
+        """Adds issued while the full ledger closes and the next is created wait, then go in order."""
+        self.bk.pause_adds()
+        ml = self.open(max_entries_per_ledger=2)
+        ds = [ml.add_entry(data(i)) for i in range(5)]
+        self.assertEqual(ml.pending_adds_count, 5)
+        while self.bk._held:
+            self.bk.resume_adds()
+            self.bk.pause_adds()
+        results = [self.successResultOf(d) for d in ds]
+        self.assertEqual(results, sorted(results))
+        self.assertEqual(len({p.ledger_id for p in results}), 3)
+
+    def test_min_rollover_time_delays_rollover(self):
+        """A full ledger is not rolled before min_rollover_time; the timer rolls it after."""
+        ml = self.open(max_entries_per_ledger=2, min_rollover_time_ms=5000)
+        self.successResultOf(ml.open_cursor("keep", "earliest"))
+        positions = self.add(ml, 4)
+        self.assertEqual(len({p.ledger_id for p in positions}), 1)
+        self.clock.advance(5)
+        self.assertEqual(ml.state, State.LEDGER_OPENED)
+        later = self.add(ml, 1, start=4)[0]
+        self.assertNotEqual(later.ledger_id, positions[0].ledger_id)
+
+    def test_rollover_by_time(self):
+        """A non-empty ledger is rolled after max_rollover_time; an empty one is not."""
+        ml = self.open(max_rollover_time_ms=60_000)
+        self.successResultOf(ml.open_cursor("keep", "earliest"))
+        first = ml.current_ledger_id()
+        self.clock.advance(61)
+        self.assertEqual(ml.current_ledger_id(), first)
+        self.add(ml, 2)
+        self.clock.advance(61)
+        self.assertNotEqual(ml.current_ledger_id(), first)
+        self.assertEqual(len(ml.ledgers_info()), 2)
+        p = self.add(ml, 1, start=2)[0]
+        self.assertEqual(p, Position(ml.current_ledger_id(), 0))
+
+
+class TrimTests(ManagedLedgerHarness, unittest.TestCase):
+    def test_trim_after_acks(self):
+        """Ledgers entirely before the slowest cursor are deleted; the current one never is."""
+        ml = self.open(max_entries_per_ledger=2)
+        c1 = self.cursor(ml, "c1")
+        c2 = self.cursor(ml, "c2")
+        positions = self.add(ml, 6)
+        ledgers = sorted({p.ledger_id for p in positions})
+        self.successResultOf(c1.mark_delete(positions[5]))
+        self.assertEqual(self.bk.deleted, [])
+        self.successResultOf(c2.mark_delete(positions[3]))
+        self.assertEqual(sorted(self.bk.deleted), ledgers[:2])
+        self.assertNotIn(ledgers[0], [i["ledgerId"] for i in ml.ledgers_info()])
+        self.successResultOf(c2.mark_delete(positions[5]))
+        self.assertIn(ledgers[2], self.bk.deleted)
+        self.assertIn(ml.current_ledger_id(), self.bk.ledger_ids())
+        self.assertEqual(ml.number_of_entries(), 0)
+
+    def test_retention_keeps_consumed_ledgers(self):
+        """With a time limit and unlimited size, consumed ledgers stay until they expire."""
+        ml = self.open(max_entries_per_ledger=2, retention_time_ms=60_000, retention_size_mb=-1)
+        c = self.cursor(ml)
+        positions = self.add(ml, 4)
+        self.successResultOf(c.mark_delete(positions[-1]))
+        self.assertEqual(self.bk.deleted, [])
+        self.clock.advance(61)
+        self.successResultOf(ml.trim_consumed_ledgers())
+        self.assertEqual(sorted(self.bk.deleted), sorted({p.ledger_id for p in positions}))
+
+    def test_no_cursor_zero_retention_trims(self):
+        ml = self.open(max_entries_per_ledger=2)
+        positions = self.add(ml, 4)
+        self.successResultOf(ml.trim_consumed_ledgers())
+        self.assertTrue(set(p.ledger_id for p in positions) <= set(self.bk.deleted))
+
+    def test_non_durable_cursor_does_not_hold_trimming(self):
+        ml = self.open(max_entries_per_ledger=2)
+        c = self.cursor(ml)
+        reader = ml.new_non_durable_cursor(Position(-1, -1))
+        positions = self.add(ml, 4)
+        self.successResultOf(c.mark_delete(positions[-1]))
+        self.assertTrue(set(p.ledger_id for p in positions) <= set(self.bk.deleted))
+        self.assertEqual(self.read(reader), [])
+        self.assertEqual(reader.number_of_entries_in_backlog(), 0)
+
+
+class CacheReadTests(ManagedLedgerHarness, unittest.TestCase):
+    def test_tailing_reads_hit_the_cache(self):
+        """A cursor just behind the writer never reads from the ledger client."""
+        ml = self.open(max_entries_per_ledger=3)
+        c = self.cursor(ml, initial="latest")
+        for i in range(10):
+            self.add(ml, 1, start=i)
+            self.assertEqual([e.data for e in self.read(c, 5)], [data(i)])
+        self.assertEqual(self.bk.read_calls, [])
+
+    def test_cache_miss_reads_old_ledgers(self):
+        """Entries evicted (tiny cache) are read from the ledgers, opened without recovery."""
+        ml = self.open(max_entries_per_ledger=3, cache_size_bytes=10)
+        c = self.cursor(ml)
+        self.add(ml, 7)
+        self.assertEqual([e.data for e in self.read(c)], [data(i) for i in range(7)])
+        self.assertTrue(self.bk.read_calls)
+        self.assertTrue(all(not rec for _, rec in self.bk.opened if _ != ml.current_ledger_id()))
+
+
+class FaultTests(ManagedLedgerHarness, unittest.TestCase):
+    def test_add_failure_fails_pending_then_recovers_on_new_ledger(self):
+        """A bookie error fails the adds in flight on that ledger; later adds go to a new ledger."""
+        ml = self.open()
+        self.cursor(ml)
+        ok = self.add(ml, 2)
+        self.bk.pause_adds()
+        self.bk.fail_next_adds(1, NotEnoughBookiesError)
+        ds = [ml.add_entry(data(i)) for i in range(2, 5)]
+        self.bk.resume_adds()
+        for d in ds:
+            self.failureResultOf(d, ManagedLedgerError)
+        later = self.add(ml, 2, start=5)
+        self.assertGreater(later[0].ledger_id, ok[0].ledger_id)
+        self.assertEqual(later[0].entry_id, 0)
+        entries = self.successResultOf(ml.read_entries(ok[0], 10))
+        self.assertEqual([e.data for e in entries], [data(0), data(1), data(5), data(6)])
+
+    def test_create_failure_fails_queued_adds(self):
+        """Adds waiting for a ledger that cannot be created fail; the next add tries again."""
+        ml = self.open(max_entries_per_ledger=1)
+        self.bk.pause_adds()
+        first, queued = ml.add_entry(b"a"), ml.add_entry(b"b")
+        self.bk.fail_next_creates(1)
+        self.bk.resume_adds()
+        self.successResultOf(first)
+        self.failureResultOf(queued, ManagedLedgerError)
+        self.assertEqual(ml.state, State.LEDGER_CLOSED)
+        self.assertEqual(self.add(ml, 1)[0].entry_id, 0)
+
+    def test_crash_restart_fences_previous_owner(self):
+        """A second instance recovers (fences) the last ledger; the old one can no longer add."""
+        old = self.open()
+        self.cursor(old)
+        self.add(old, 3)
+        other = self.new_factory()
+        new = self.open(factory=other)
+        self.assertEqual(new.number_of_entries(), 3)
+        self.failureResultOf(old.add_entry(b"late"), ManagedLedgerFencedError)
+        self.assertEqual(old.state, State.FENCED)
+        self.failureResultOf(old.add_entry(b"later"), ManagedLedgerFencedError)
+        p = self.add(new, 1, start=3)[0]
+        entries = self.successResultOf(new.read_entries(Position(-1, -1), 10))
+        self.assertEqual([e.data for e in entries], [data(i) for i in range(4)])
+        self.assertEqual(entries[-1].position, p)
+
+    def test_stale_metadata_write_fences(self):
+        """A CAS conflict on the ledger list (another owner) fences this instance."""
+        ml = self.open(max_entries_per_ledger=2)
+        self.successResultOf(self.store.put(ml.path, self.successResultOf(self.store.get(ml.path))[0]))
+        self.add(ml, 2)  # fills the ledger: the rollover's metadata write conflicts
+        self.assertEqual(ml.state, State.FENCED)
+        self.failureResultOf(ml.add_entry(b"x"), ManagedLedgerFencedError)
+
+
+class LifecycleTests(ManagedLedgerHarness, unittest.TestCase):
+    def test_close_then_reopen(self):
+        ml = self.open()
+        self.cursor(ml)
+        self.add(ml, 3)
+        self.successResultOf(ml.close())
+        self.failureResultOf(ml.add_entry(b"x"), ManagedLedgerClosedError)
+        again = self.open()
+        self.assertIsNot(again, ml)
+        self.assertEqual(again.number_of_entries(), 3)
+
+    def test_empty_ledgers_skipped(self):
+        """Restarts leave no empty ledgers behind, and reads skip across them."""
+        ml = self.open()
+        self.cursor(ml)
+        self.add(ml, 1)
+        self.successResultOf(self.factory.shutdown())
+        for _ in range(3):
+            f = self.new_factory()
+            self.open(factory=f)
+            self.successResultOf(f.shutdown())
+        f = self.new_factory()
+        ml = self.open(factory=f)
+        self.add(ml, 1, start=1)
+        entries = self.successResultOf(ml.read_entries(Position(-1, -1), 10))
+        self.assertEqual([e.data for e in entries], [data(0), data(1)])
+        self.assertEqual([i["entries"] for i in ml.ledgers_info()], [1, 1])
+
+    def test_delete(self):
+        ml = self.open()
+        self.cursor(ml)
+        self.add(ml, 2)
+        self.successResultOf(self.factory.delete(ml.name))
+        self.assertEqual(self.successResultOf(self.factory.list_names()), [])
+        self.assertEqual(self.bk.ledger_ids(), [])
+
+    def test_terminate(self):
+        ml = self.open()
+        ps = self.add(ml, 2)
+        self.assertEqual(self.successResultOf(ml.terminate()), ps[-1])
+        self.failureResultOf(ml.add_entry(b"x"), ManagedLedgerTerminatedError)
+        self.successResultOf(self.factory.shutdown())
+        again = self.open(factory=self.new_factory())
+        self.assertTrue(again.is_terminated)
+        self.failureResultOf(again.add_entry(b"x"), ManagedLedgerTerminatedError)
+
+    def test_properties_persisted(self):
+        ml = self.open()
+        self.successResultOf(ml.set_properties({"a": "1"}))
+        self.successResultOf(self.factory.shutdown())
+        self.assertEqual(self.open(factory=self.new_factory()).properties, {"a": "1"})
