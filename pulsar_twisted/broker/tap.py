@@ -141,7 +141,9 @@ def managed_ledger_config(config):
         max_entries_per_ledger=config.managedLedgerMaxEntriesPerLedger,
         min_rollover_time_ms=config.managedLedgerMinLedgerRolloverTimeMinutes * 60_000,
         max_rollover_time_ms=config.managedLedgerMaxLedgerRolloverTimeMinutes * 60_000,
-        retention_time_ms=config.defaultRetentionTimeInMinutes * 60_000,
+        # -1 means "forever" for both retention limits, as in Pulsar.
+        retention_time_ms=(config.defaultRetentionTimeInMinutes * 60_000
+                           if config.defaultRetentionTimeInMinutes >= 0 else -1),
         retention_size_mb=config.defaultRetentionSizeInMB,
         cursor_max_entries_per_ledger=config.managedLedgerCursorMaxEntriesPerLedger,
         max_unacked_ranges_to_persist=config.managedLedgerMaxUnackedRangesToPersist,

@@ -10,8 +10,11 @@ from twisted.internet.testing import StringTransport
 
 from pulsar_twisted.broker.cnx import ServerConnection
 from pulsar_twisted.broker.service import BrokerService
+from pulsar_twisted.broker.tap import managed_ledger_config
 from pulsar_twisted.config import StandaloneConfig
 from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
+from pulsar_twisted.mledger.factory import ManagedLedgerFactory
+from pulsar_twisted.testing.fake_ledger import FakeLedgerClient
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.wire import frames
 
@@ -64,12 +67,14 @@ class FakeClient:
 class BrokerHarness:
     """A broker plus clients in memory. ``yield harness.start()`` first."""
 
-    def __init__(self, ml_factory=None, **config):
-        self.clock = task.Clock()
+    def __init__(self, clock=None, store=None, ledger_client=None, **config):
+        self.clock = clock if clock is not None else task.Clock()
         self.config = StandaloneConfig(**config)
-        self.store = EmbeddedMetadataStore(None, self.clock)
-        self.ml_factory = ml_factory
-        self.broker = BrokerService(self.config, ml_factory, self.store, self.clock,
+        self.store = store if store is not None else EmbeddedMetadataStore(None, self.clock)
+        self.ledger_client = ledger_client if ledger_client is not None else FakeLedgerClient(self.clock)
+        self.ml_factory = ManagedLedgerFactory(self.ledger_client, self.store, self.clock,
+                                               managed_ledger_config(self.config))
+        self.broker = BrokerService(self.config, self.ml_factory, self.store, self.clock,
                                     "pulsar://localhost:6650")
         self._ports = iter(range(40000, 60000))
 
@@ -77,6 +82,16 @@ class BrokerHarness:
     def start(self):
         yield self.store.start()
         yield self.broker.start()
+
+    def restart(self) -> "BrokerHarness":
+        """
+        A new broker over the same metadata store and ledger client (a broker restart; the old
+        one is abandoned without a clean shutdown, as after kill -9).
+        """
+        for client in list(self.broker.connections):
+            client.transport.loseConnection()
+        return BrokerHarness(clock=self.clock, store=self.store, ledger_client=self.ledger_client,
+                             **{k.name: getattr(self.config, k.name) for k in self.config.keys()})
 
     def client(self) -> FakeClient:
         client = FakeClient(self, next(self._ports))
