@@ -7,6 +7,16 @@ cd "$(dirname "$0")/.."
 
 python -m pip install --quiet --disable-pip-version-check '.[test]' || { echo "0 passed, 1 failed"; exit 1; }
 
+# A throw-away ZooKeeper for the metadata-store and cluster tests (skipped when none can be had).
+if [ -z "${PULSAR_TEST_ZK:-}" ]; then
+    zkdir=$(mktemp -d)
+    zkport=$(python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
+    if bash scripts/zookeeper.sh start "$zkdir" "$zkport"; then
+        export PULSAR_TEST_ZK="127.0.0.1:$zkport"
+        trap 'bash scripts/zookeeper.sh stop "$zkdir"' EXIT
+    fi
+fi
+
 log=$(mktemp)
 python -m twisted.trial --temp-directory="${TMPDIR:-/tmp}/pulsar-twisted-trial-$$" "${@:-tests}" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}

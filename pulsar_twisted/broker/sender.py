@@ -109,11 +109,18 @@ class CommandSender:
 
     # --- consumers ---
     def send_message(self, consumer_id: int, ledger_id: int, entry_id: int, redelivery_count: int,
-                     data: bytes) -> None:
-        """One MESSAGE frame carrying a stored entry exactly as the producer sent it."""
+                     data: bytes, partition: int = -1) -> None:
+        """
+        One MESSAGE frame carrying a stored entry exactly as the producer sent it. ``partition``
+        is the index of the consumer's topic partition (-1: not a partition): the C++ client
+        builds the message id from this field, and compares it, partition included, with the
+        GET_LAST_MESSAGE_ID answer in ``has_message_available``.
+        """
+        message_id = api.MessageIdData(ledgerId=ledger_id, entryId=entry_id)
+        if partition >= 0:
+            message_id.partition = partition
         command = T(type=T.MESSAGE, message=api.CommandMessage(
-            consumer_id=consumer_id, message_id=api.MessageIdData(ledgerId=ledger_id, entryId=entry_id),
-            redelivery_count=redelivery_count))
+            consumer_id=consumer_id, message_id=message_id, redelivery_count=redelivery_count))
         self.transport.write(encode_payload_command(command, data))
 
     def send_active_consumer_change(self, consumer_id: int, is_active: bool) -> None:

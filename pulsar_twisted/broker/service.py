@@ -137,6 +137,11 @@ class BrokerService(service.Service):
     def partitioned_metadata(self, topic: str, auto_create: bool = True):
         name = self._parse(topic)
         yield self._check_namespace(name.namespace_name)
+        if name.partition_index >= 0:
+            # A partition is itself a plain topic: clients ask before using one (readers on a
+            # partition, pattern consumers subscribing to the partitions they discovered), and
+            # answering the parent's count would make them open "X-partition-1-partition-0".
+            return 0
         partitions = yield self.partitions_of(name)
         if (partitions == 0 and auto_create and name.partition_index < 0
                 and self.config.allowAutoTopicCreation

@@ -247,7 +247,8 @@ class NonPersistentSubscription:
         if consumer is None or not consumer.available():
             self.dropped += count
             return
-        consumer.sender.send_message(consumer.consumer_id, position[0], position[1], 0, data)
+        consumer.sender.send_message(consumer.consumer_id, position[0], position[1], 0, data,
+                                     consumer.partition)
         consumer.sent(position, count, len(data), False)
 
     def _pick(self, data: bytes):

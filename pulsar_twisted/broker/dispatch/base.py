@@ -99,7 +99,8 @@ class PersistentDispatcher:
         count = num_messages(metadata)
         position = entry.position
         consumer.sender.send_message(consumer.consumer_id, position[0], position[1],
-                                     self.subscription.redelivery_counts.get(position, 0), entry.data)
+                                     self.subscription.redelivery_counts.get(position, 0), entry.data,
+                                     consumer.partition)
         consumer.sent(position, count, len(entry.data), self.tracks_pending)
 
     def close(self) -> None:

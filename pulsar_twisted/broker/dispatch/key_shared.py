@@ -9,10 +9,12 @@ consumers declare their own ranges, which must not overlap (ConsumerAssignError 
 Ordering rules, as Pulsar's:
 - an entry whose consumer cannot take it now waits in the replay set, and every later entry for
   that consumer waits behind it, so one key never overtakes itself;
-- a consumer joining a subscription that already has consumers is "recently joined": it receives
-  only entries older than the read position at the time it joined, until every message before
-  that position is acknowledged (so keys moving to it do not overtake messages still held by
-  their previous consumer). ``allowOutOfOrderDelivery`` lifts this.
+- a consumer joining a subscription whose other consumers still hold unacked messages is
+  "recently joined": it receives only entries up to the last one read from the cursor when it
+  joined, until every message up to that one is acknowledged (so keys moving to it do not
+  overtake messages still held by their previous consumer). A consumer joining when nothing is
+  outstanding is not held back, and a consumer left alone never is.
+  ``allowOutOfOrderDelivery`` lifts this.
 """
 
 import bisect
@@ -101,8 +103,12 @@ class KeySharedDispatcher(SharedDispatcher):
             self.selector = StickySelector()
         else:
             self.selector = ConsistentHashSelector(config.subscriptionKeySharedConsistentHashingReplicaPoints)
-        #: consumer -> read position when it joined (see the module docstring).
+        #: consumer -> last position read from the cursor when it joined (module docstring).
         self.recently_joined = {}
+        #: The newest entry read from the cursor and dispatched (not counting replays), or None.
+        #: "Everything up to it is acked" is ``mark_delete >= last_sent``: unlike
+        #: ``mark_delete.next() >= read_position`` this holds across a ledger boundary.
+        self.last_sent = None
 
     def add_consumer(self, consumer) -> None:
         if self.mode == api.STICKY:
@@ -111,8 +117,13 @@ class KeySharedDispatcher(SharedDispatcher):
         elif consumer.key_shared_meta is not None and consumer.key_shared_meta.keySharedMode != self.mode:
             raise errors.ConsumerAssignError("Subscription is in AUTO_SPLIT mode")
         self.selector.add(consumer)
-        if self.consumers and not self.allow_out_of_order:
-            self.recently_joined[consumer] = self.cursor.read_position
+        # Only messages still unacked can be overtaken: with none outstanding (Pulsar: "if all
+        # the messages are already acked"), a newcomer is not held back at all, else it would
+        # wait for an ack that may never come.
+        last_sent = self.last_sent
+        if (self.consumers and not self.allow_out_of_order and last_sent is not None
+                and self.cursor.mark_delete_position < last_sent):
+            self.recently_joined[consumer] = last_sent
         super().add_consumer(consumer)
 
     def remove_consumer(self, consumer) -> None:
@@ -124,6 +135,10 @@ class KeySharedDispatcher(SharedDispatcher):
             counts = self.subscription.redelivery_counts
             counts[position] = counts.get(position, 0) + 1
             self.replay[position] = None
+        if len(self.consumers) <= 1:
+            # A lone consumer cannot overtake anybody (Pulsar clears the set here too).
+            self.recently_joined.clear()
+        self._release_recently_joined()
         self.wake()
 
     def acked(self, consumer, positions) -> None:
@@ -137,14 +152,15 @@ class KeySharedDispatcher(SharedDispatcher):
         if not self.recently_joined:
             return
         mark_delete = self.cursor.mark_delete_position
-        for consumer, joined_at in list(self.recently_joined.items()):
-            if mark_delete.next() >= joined_at:
+        for consumer, last_sent in list(self.recently_joined.items()):
+            if mark_delete >= last_sent:
                 del self.recently_joined[consumer]
         self.wake()
 
     def reset(self) -> None:
         super().reset()
         self.recently_joined.clear()
+        self.last_sent = None
 
     def dispatch(self, entries) -> None:
         # Consumers with messages already waiting must not receive newer ones first.
@@ -155,6 +171,12 @@ class KeySharedDispatcher(SharedDispatcher):
                 if owner is not None:
                     stuck.add(owner)
         replaying = self._replaying
+        if entries and not replaying:
+            # Read from the cursor: even those that wait in the replay set count as sent, since
+            # consumers joining now must not overtake them either.
+            newest = entries[-1].position
+            if self.last_sent is None or newest > self.last_sent:
+                self.last_sent = newest
         sent = 0
         for entry in entries:
             metadata = entry_metadata(entry.data)
@@ -172,5 +194,5 @@ class KeySharedDispatcher(SharedDispatcher):
         self.round_done(sent)
 
     def _held_back(self, consumer, position) -> bool:
-        joined_at = self.recently_joined.get(consumer)
-        return joined_at is not None and position >= joined_at
+        last_sent = self.recently_joined.get(consumer)
+        return last_sent is not None and position > last_sent

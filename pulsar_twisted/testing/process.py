@@ -1,0 +1,222 @@
+"""
+A real ``twistd -n pulsar-standalone`` in a subprocess, for the interop tests that drive the
+official client (and for anything else that needs a broker on a socket).
+
+Each ``StandaloneProcess`` owns a temporary directory with its config file, its data and its log,
+and a free port chosen by the kernel. ``start()`` returns once the broker port accepts connections
+(bounded by ``start_timeout``); ``stop()`` is a graceful SIGTERM shutdown, ``kill9()`` a SIGKILL,
+and ``restart()`` starts again on the same data and port. Every failure to start or stop raises
+``StandaloneError`` carrying the tail of the log, because a test that only says "timed out" is
+not worth reading.
+
+This module blocks (``time.sleep`` while polling a socket and a child process): it is for tests
+that run outside the reactor, such as ``SynchronousTestCase`` driving a blocking client.
+"""
+
+import atexit
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+#: The repository root: ``twisted/plugins`` there provides the ``pulsar-standalone`` plugin.
+_REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+#: ``twistd`` run by this interpreter (``python -m twisted`` is ``twist``, which lacks ``-n``).
+#: First, on Linux, ask for SIGKILL when the test process dies (PR_SET_PDEATHSIG), so that even
+#: a test run killed with -9 leaves no broker behind. (Done in the child's own code rather than a
+#: ``preexec_fn``, which is unsafe once the official client's threads exist.)
+_TWISTD = ("import sys\n"
+           "try:\n"
+           "    import ctypes; ctypes.CDLL(None).prctl(1, 9, 0, 0, 0)\n"
+           "except Exception:\n"
+           "    pass\n"
+           "sys.argv[0] = 'twistd'\n"
+           "from twisted.scripts.twistd import run; run()\n")
+
+
+#: Instances whose child may be running: stopped at interpreter exit whatever the caller forgot.
+_RUNNING = set()
+
+
+@atexit.register
+def _kill_leftovers():
+    for standalone in list(_RUNNING):
+        standalone.kill9()
+
+
+class StandaloneError(Exception):
+    """The standalone did not start or stop as asked; the message ends with its log tail."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free right now on ``host`` (the kernel's choice; a small race is possible)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def port_open(host: str, port: int, timeout: float = 0.2) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+class StandaloneProcess:
+    """
+    One standalone (broker + bookie + embedded metadata) in a child process.
+
+    ``config`` overrides keys of conf/standalone.conf (Pulsar key names, values as text or
+    anything whose ``str`` is the text). The data directories, ports and advertised address are
+    set here so that instances never share anything; the caller may still override them.
+    """
+
+    host = "127.0.0.1"
+
+    def __init__(self, config=None, start_timeout: float = 30.0, stop_timeout: float = 30.0,
+                 base_dir: str = None):
+        self.start_timeout = start_timeout
+        self.stop_timeout = stop_timeout
+        self.directory = tempfile.mkdtemp(prefix="pulsar-standalone-", dir=base_dir)
+        self.data_directory = os.path.join(self.directory, "data")
+        self.log_path = os.path.join(self.directory, "standalone.log")
+        self.config_path = os.path.join(self.directory, "standalone.conf")
+        self.port = free_port(self.host)
+        settings = {
+            "bindAddress": self.host,
+            "advertisedAddress": self.host,
+            "brokerServicePort": self.port,
+            "webServicePort": free_port(self.host),
+            "dataDirectory": self.data_directory,
+            "journalDirectory": os.path.join(self.data_directory, "bookkeeper", "journal"),
+            "ledgerDirectories": os.path.join(self.data_directory, "bookkeeper", "ledgers"),
+        }
+        settings.update(config or {})
+        self.port = int(settings["brokerServicePort"])
+        with open(self.config_path, "w") as f:
+            for key, value in settings.items():
+                f.write(f"{key}={value}\n")
+        self.process = None
+        self._log_file = None
+        self.starts = 0
+
+    @property
+    def service_url(self) -> str:
+        return f"pulsar://{self.host}:{self.port}"
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> "StandaloneProcess":
+        """Start the child and wait until the broker port accepts connections."""
+        if self.running():
+            raise StandaloneError("already running")
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [_REPO_ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        self._log_file = open(self.log_path, "ab")
+        self.starts += 1
+        self._log_file.write(f"===== start #{self.starts} =====\n".encode())
+        self._log_file.flush()
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", _TWISTD, "-n", "--pidfile=", "pulsar-standalone",
+             "--config", self.config_path],
+            cwd=self.directory, env=env, stdin=subprocess.DEVNULL,
+            stdout=self._log_file, stderr=subprocess.STDOUT)
+        _RUNNING.add(self)
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                code = self.process.returncode
+                self._reap()
+                raise StandaloneError(f"standalone exited with status {code} while starting\n"
+                                      + self.log_tail())
+            if port_open(self.host, self.port):
+                return self
+            time.sleep(0.05)
+        self.kill9()
+        raise StandaloneError(f"standalone did not listen on {self.port} within "
+                              f"{self.start_timeout}s\n" + self.log_tail())
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self) -> int:
+        """Graceful shutdown (SIGTERM, as twistd expects); SIGKILL if it overstays. Exit status."""
+        if self.process is None:
+            return 0
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(self.stop_timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+                self._reap()
+                raise StandaloneError(f"standalone ignored SIGTERM for {self.stop_timeout}s\n"
+                                      + self.log_tail())
+        code = self.process.returncode
+        self._reap()
+        self._wait_port_closed()
+        return code
+
+    def kill9(self) -> None:
+        """SIGKILL: no shutdown code runs, as in a crash or power loss of the process."""
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        self._reap()
+        self._wait_port_closed()
+
+    def restart(self, graceful: bool = True) -> "StandaloneProcess":
+        """Stop (or kill -9) and start again on the same data, config and port."""
+        if graceful:
+            self.stop()
+        else:
+            self.kill9()
+        return self.start()
+
+    def cleanup(self) -> None:
+        """Stop if running and remove the temporary directory."""
+        try:
+            if self.running():
+                self.stop()
+        finally:
+            self._reap()
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def _reap(self) -> None:
+        _RUNNING.discard(self)
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+        self.process = None
+
+    def _wait_port_closed(self, timeout: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and port_open(self.host, self.port):
+            time.sleep(0.05)
+
+    # ------------------------------------------------------------------ diagnostics
+    def log_tail(self, lines: int = 60) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                text = f.read().decode("utf-8", "replace")
+        except OSError:
+            return "(no log)"
+        tail = text.splitlines()[-lines:]
+        return f"--- last {len(tail)} lines of {self.log_path} ---\n" + "\n".join(tail)
+
+    def log_text(self) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
