@@ -12,7 +12,7 @@ import json
 import re
 
 from twisted.application import service
-from twisted.internet import defer
+from twisted.internet import defer, task
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -71,12 +71,29 @@ class BrokerService(service.Service):
             except Exception:
                 pass  # created meanwhile by another broker
 
+    #: Seconds between retention checks of the loaded topics (Pulsar's retentionCheckIntervalInSeconds).
+    retention_check_interval = 120
+
     def startService(self):
         super().startService()
+        self._retention_loop = task.LoopingCall(self._check_retention)
+        self._retention_loop.clock = self.clock
+        self._retention_loop.start(self.retention_check_interval, now=False)
+
+    def _check_retention(self):
+        """Time-based retention: consumed ledgers age past the limit without any new ack."""
+        for topic in list(self.topics.values()):
+            if isinstance(topic, PersistentTopic):
+                d = defer.maybeDeferred(topic.ledger.trim_consumed_ledgers)
+                d.addErrback(lambda f, name=topic.name: self.log.failure(
+                    "retention check of {topic} failed", f, topic=name))
 
     @defer.inlineCallbacks
     def stopService(self):
         super().stopService()
+        loop = getattr(self, "_retention_loop", None)
+        if loop is not None and loop.running:
+            loop.stop()
         topics = list(self.topics.values())
         self.topics.clear()
         for topic in topics:

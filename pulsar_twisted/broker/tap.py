@@ -50,7 +50,9 @@ class StandaloneService(service.MultiService):
         self.ledger_client = None
         self.ml_factory = None
         self.broker = None
+        self.admin = None
         self.port = None
+        self.web_port = None
         self.ready = defer.Deferred()
 
     def startService(self):
@@ -108,11 +110,20 @@ class StandaloneService(service.MultiService):
         yield self.broker.start()
         self.broker.startService()
 
+        from pulsar_twisted.broker.admin import AdminService
+        from pulsar_twisted.web.site import make_site
+        self.admin = AdminService(self.broker, self.store, config, reactor)
+        self.admin.startService()
+        web_description = f"tcp:{config.webServicePort}:interface={config.bindAddress}"
+        self.web_port = yield endpoints.serverFromString(reactor, web_description).listen(
+            make_site(self.admin, self.broker, config))
+
         description = config.brokerServiceEndpoint or (
             f"tcp:{config.brokerServicePort}:interface={config.bindAddress}")
         endpoint = endpoints.serverFromString(reactor, description)
         self.port = yield endpoint.listen(BrokerProtocolFactory(self.broker, reactor))
-        self.log.info("pulsar-standalone ready: {url} (data in {data})", url=broker_url,
+        self.log.info("pulsar-standalone ready: {url}, http://{host}:{web} (data in {data})",
+                      url=broker_url, host=config.advertisedAddress, web=config.webServicePort,
                       data=os.path.abspath(data))
         return self
 
@@ -121,6 +132,10 @@ class StandaloneService(service.MultiService):
         yield defer.maybeDeferred(super().stopService)
         if self.port is not None:
             yield self.port.stopListening()
+        if self.web_port is not None:
+            yield self.web_port.stopListening()
+        if self.admin is not None:
+            yield defer.maybeDeferred(self.admin.stopService)
         if self.broker is not None:
             yield self.broker.stopService()
         if self.ml_factory is not None:

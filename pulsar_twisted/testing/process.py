@@ -100,6 +100,7 @@ class StandaloneProcess:
         }
         settings.update(config or {})
         self.port = int(settings["brokerServicePort"])
+        self.web_port = int(settings["webServicePort"])
         with open(self.config_path, "w") as f:
             for key, value in settings.items():
                 f.write(f"{key}={value}\n")
@@ -110,6 +111,10 @@ class StandaloneProcess:
     @property
     def service_url(self) -> str:
         return f"pulsar://{self.host}:{self.port}"
+
+    @property
+    def web_service_url(self) -> str:
+        return f"http://{self.host}:{self.web_port}"
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> "StandaloneProcess":

@@ -1,0 +1,77 @@
+"""
+/metrics: the broker's Prometheus exposition, with Pulsar's metric names and labels.
+
+``PulsarCollector`` reads the live topics (through ``AdminService.topic_metrics``) at scrape time,
+so nothing is updated per message. Every topic metric carries the labels ``cluster``,
+``namespace`` and ``topic``; like Pulsar, they are all exposed as gauges (Pulsar's own
+``*_total`` topic metrics are gauges too). Each site has its own registry, with the process
+and platform collectors of ``prometheus_client`` next to ours.
+"""
+
+from collections import defaultdict
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST, CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector,
+    generate_latest)
+from prometheus_client.core import GaugeMetricFamily
+
+from pulsar_twisted.web.routing import Response
+
+#: (metric name, key in AdminService.topic_metrics rows, help)
+TOPIC_METRICS = [
+    ("pulsar_rate_in", "rate_in", "Messages per second published to the topic"),
+    ("pulsar_rate_out", "rate_out", "Messages per second dispatched from the topic"),
+    ("pulsar_throughput_in", "throughput_in", "Bytes per second published to the topic"),
+    ("pulsar_throughput_out", "throughput_out", "Bytes per second dispatched from the topic"),
+    ("pulsar_in_messages_total", "in_messages_total", "Messages published to the topic"),
+    ("pulsar_in_bytes_total", "in_bytes_total", "Bytes published to the topic"),
+    ("pulsar_out_messages_total", "out_messages_total", "Messages dispatched from the topic"),
+    ("pulsar_out_bytes_total", "out_bytes_total", "Bytes dispatched from the topic"),
+    ("pulsar_msg_backlog", "msg_backlog", "Unacknowledged messages of all subscriptions"),
+    ("pulsar_storage_size", "storage_size", "Bytes the topic stores"),
+    ("pulsar_producers_count", "producers_count", "Producers connected to the topic"),
+    ("pulsar_subscriptions_count", "subscriptions_count", "Subscriptions of the topic"),
+    ("pulsar_consumers_count", "consumers_count", "Consumers connected to the topic"),
+]
+
+
+class PulsarCollector:
+    """A prometheus_client custom collector over an AdminService (``collect()`` at scrape time)."""
+
+    def __init__(self, admin_service, cluster: str):
+        self.admin = admin_service
+        self.cluster = cluster
+
+    def collect(self):
+        rows = self.admin.topic_metrics()
+        labels = ["cluster", "namespace", "topic"]
+        for metric, key, doc in TOPIC_METRICS:
+            family = GaugeMetricFamily(metric, doc, labels=labels)
+            for row in rows:
+                family.add_metric([self.cluster, row["namespace"], row["topic"]], row[key])
+            yield family
+        per_namespace = defaultdict(int)
+        for row in rows:
+            per_namespace[row["namespace"]] += 1
+        family = GaugeMetricFamily("pulsar_topics_count", "Topics loaded in the namespace",
+                                   labels=["cluster", "namespace"])
+        for namespace, count in sorted(per_namespace.items()):
+            family.add_metric([self.cluster, namespace], count)
+        yield family
+
+
+def make_registry(admin_service, cluster: str) -> CollectorRegistry:
+    """Our collector plus process/platform/GC metrics, in a registry of the site's own (tests
+    build many sites in one process; the global registry would refuse duplicates)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(PulsarCollector(admin_service, cluster))
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
+    return registry
+
+
+def add_metrics_routes(router, registry) -> None:
+    def metrics(request):
+        return Response(200, generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
+    router.add("GET", "/metrics", metrics)

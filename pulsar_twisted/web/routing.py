@@ -1,0 +1,209 @@
+"""
+A small routing table for twisted.web: ``(method, path template) -> handler``, built once
+(dispatch by table), and one leaf resource that matches requests against it, runs the handler
+(which may return a Deferred or be a coroutine) and serialises its result as JSON.
+
+Handlers are ``handler(request, **params)`` where params are the decoded ``{name}`` segments of
+the template. They return:
+
+* a JSON-serialisable value -> 200 with that JSON;
+* ``None`` -> 204 No Content (what Pulsar answers to successful mutations and unset policies);
+* a ``Response`` for anything else (other status, headers, raw bytes).
+
+Errors become ``{"reason": "..."}`` with the status ``admin.http_status_of`` gives; unexpected
+ones are logged with their traceback and answered 500. Nothing a client sends can raise out of
+``render``.
+"""
+
+import json
+import re
+from urllib.parse import unquote
+
+from twisted.internet import defer
+from twisted.logger import Logger
+from twisted.python.failure import Failure
+from twisted.web import resource, server
+
+from pulsar_twisted.broker.admin import BadRequest, http_status_of
+
+_PARAM = re.compile(r"\{(\w+)\}")
+
+
+class Response:
+    """An explicit answer: ``Response(status, body=b"", headers=None, content_type=...)``."""
+
+    def __init__(self, status: int, body=b"", headers=None, content_type: str = "application/json"):
+        self.status = status
+        self.body = body
+        self.headers = dict(headers or {})
+        self.content_type = content_type
+
+
+class Route:
+    def __init__(self, method: str, template: str, handler):
+        self.method = method
+        self.template = template
+        self.handler = handler
+        pattern = _PARAM.sub(lambda m: f"(?P<{m.group(1)}>[^/]+)", re.escape(template).replace(
+            r"\{", "{").replace(r"\}", "}"))
+        self.regex = re.compile(f"^{pattern}/?$")
+
+
+class Router:
+    """The table: ``add("GET", "/admin/v2/tenants/{tenant}", handler)``."""
+
+    def __init__(self):
+        self.routes = []
+
+    def add(self, method: str, template: str, handler) -> None:
+        self.routes.append(Route(method, template, handler))
+
+    def route(self, methods, template: str):
+        """Decorator form: ``@router.route("GET", "/x/{y}")`` (methods may be a tuple)."""
+        if isinstance(methods, str):
+            methods = (methods,)
+
+        def register(handler):
+            for method in methods:
+                self.add(method, template, handler)
+            return handler
+        return register
+
+    def match(self, method: str, path: str):
+        """``(handler, params)``; ``(None, allowed_methods)`` when the path exists for other
+        methods; ``(None, None)`` when nothing matches."""
+        allowed = []
+        for route in self.routes:
+            m = route.regex.match(path)
+            if m is None:
+                continue
+            if route.method == method or (method == "HEAD" and route.method == "GET"):
+                return route.handler, {k: unquote(v) for k, v in m.groupdict().items()}
+            allowed.append(route.method)
+        return None, (allowed or None)
+
+
+# ------------------------------------------------------------------------------------ parsing
+def json_body(request, required: bool = True, default=None):
+    """The request body parsed as JSON (BadRequest for malformed JSON or a missing body)."""
+    raw = request.content.read() if request.content is not None else b""
+    if not raw.strip():
+        if required:
+            raise BadRequest("Request body is required")
+        return default
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise BadRequest(f"Invalid JSON body: {e}")
+
+
+def text_or_json_body(request):
+    """A body that Pulsar's clients send either as JSON (``"FULL"``, ``5``) or as plain text."""
+    raw = request.content.read() if request.content is not None else b""
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        try:
+            return raw.decode().strip()
+        except UnicodeDecodeError:
+            raise BadRequest("Request body is not valid UTF-8")
+
+
+def query(request, name: str, default=None):
+    values = request.args.get(name.encode())
+    if not values:
+        return default
+    try:
+        return values[0].decode()
+    except UnicodeDecodeError:
+        raise BadRequest(f"Query parameter {name} is not valid UTF-8")
+
+
+def query_bool(request, name: str, default: bool = False) -> bool:
+    value = query(request, name)
+    if value is None:
+        return default
+    return value.lower() in ("true", "1", "yes")
+
+
+def int_param(value: str, what: str) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise BadRequest(f"{what} must be an integer")
+
+
+# ------------------------------------------------------------------------------------ resource
+class RouterResource(resource.Resource):
+    """A leaf resource answering every path by the ``router``'s table."""
+
+    isLeaf = True
+    log = Logger()
+
+    def __init__(self, router: Router):
+        super().__init__()
+        self.router = router
+
+    def render(self, request):
+        try:
+            method = request.method.decode("ascii")
+            path = request.path.decode("ascii")
+        except UnicodeDecodeError:
+            self._write_error(request, 400, "Malformed request line")
+            return server.NOT_DONE_YET
+        handler, params = self.router.match(method, path)
+        if handler is None:
+            if params:
+                request.setHeader(b"Allow", ", ".join(sorted(set(params))).encode())
+                self._write_error(request, 405, f"Method {method} not allowed")
+            else:
+                self._write_error(request, 404, "Not found")
+            return server.NOT_DONE_YET
+        finished = [False]
+        request.notifyFinish().addBoth(lambda _: finished.__setitem__(0, True))
+        d = defer.maybeDeferred(handler, request, **params)
+        d.addCallback(lambda r: defer.ensureDeferred(r) if hasattr(r, "__await__")
+                      and not isinstance(r, defer.Deferred) else r)
+        d.addCallbacks(self._write_result, self._write_failure, callbackArgs=(request, finished),
+                       errbackArgs=(request, finished))
+        d.addErrback(lambda f: self.log.failure("writing an HTTP answer", f))
+        return server.NOT_DONE_YET
+
+    def _write_result(self, result, request, finished):
+        if finished[0]:
+            return
+        if isinstance(result, Response):
+            request.setResponseCode(result.status)
+            for name, value in result.headers.items():
+                request.setHeader(name.encode(), str(value).encode())
+            body = result.body
+            if not isinstance(body, bytes):
+                body = json.dumps(body).encode()
+            if body or result.status != 204:
+                request.setHeader(b"Content-Type", result.content_type.encode())
+                request.write(body)
+        elif result is None:
+            request.setResponseCode(204)
+        else:
+            request.setHeader(b"Content-Type", b"application/json")
+            request.write(json.dumps(result).encode())
+        request.finish()
+
+    def _write_failure(self, failure: Failure, request, finished):
+        status = http_status_of(failure.value)
+        if status >= 500:
+            self.log.failure("{method} {path} failed", failure,
+                             method=request.method.decode("ascii", "replace"),
+                             path=request.path.decode("ascii", "replace"))
+            reason = str(failure.value) or failure.value.__class__.__name__
+        else:
+            reason = str(failure.value)
+        if not finished[0]:
+            self._write_error(request, status, reason)
+
+    @staticmethod
+    def _write_error(request, status: int, reason: str) -> None:
+        request.setResponseCode(status)
+        request.setHeader(b"Content-Type", b"application/json")
+        request.write(json.dumps({"reason": reason}).encode())
+        request.finish()
