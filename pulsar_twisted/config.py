@@ -283,3 +283,70 @@ def load(cls, path: Optional[str], **overrides: Any) -> Config:
     if path is None:
         return cls(**overrides)
     return cls.from_file(path, **overrides)
+
+
+_BOOKIE_KEYS = [
+    # --- server ---
+    Key("bookiePort", int, 3181, "Port of the bookie protocol (plain TCP, or TLS when tlsCertificatePath is set).",
+        "Server"),
+    Key("bookieEndpoint", str, "",
+        "Optional Twisted endpoint description overriding bookiePort and the TLS keys\n"
+        "(e.g. tcp:3181:interface=127.0.0.1). Not a BookKeeper key.", "Server"),
+    Key("advertisedAddress", str, "localhost",
+        "Host name or IP clients connect to; with bookiePort it forms the bookie id host:port.",
+        "Server"),
+    Key("bookieId", str, "",
+        "Registration name of this bookie (default advertisedAddress:bookiePort). Clients connect to\n"
+        "the id, so it must be host:port reachable by them.", "Server"),
+    Key("metadataServiceUri", str, "",
+        "Where the bookie registers: zk+null://host:2181[,host:2181]/ledgers (the path is the\n"
+        "ledgers root; anything before /ledgers is the store's root). Empty: no registration at all\n"
+        "(standalone testing only: no BookKeeper client can discover this bookie).", "Server"),
+    Key("zkTimeout", int, 30000, "Metadata (ZooKeeper) session timeout in milliseconds.", "Server"),
+    # --- journal and storage ---
+    Key("journalDirectory", str, "data/bookkeeper/journal", "Journal directory.", "Storage"),
+    Key("ledgerDirectories", list, ["data/bookkeeper/ledgers"],
+        "Entry log and index directories (comma separated).", "Storage"),
+    Key("journalSyncData", bool, True,
+        "fsync the journal before acknowledging an add. Turning it off trades durability on power\n"
+        "loss or kill -9 for latency.", "Storage"),
+    Key("journalMaxGroupWaitMSec", float, 1.0,
+        "Longest wait, in ms, to gather adds into one journal group commit (one fsync).", "Storage"),
+    Key("journalBufferedWritesThreshold", int, 512 * 1024,
+        "Commit a journal group at once when this many bytes are waiting.", "Storage"),
+    Key("journalBufferedEntriesThreshold", int, 0,
+        "Commit a journal group at once when this many entries are waiting (0: no limit).", "Storage"),
+    Key("journalMaxSizeMB", int, 2048, "Journal file size before it rolls over.", "Storage"),
+    Key("flushInterval", int, 1000, "Milliseconds between checkpoints of the write cache to entry logs.",
+        "Storage"),
+    Key("logSizeLimit", int, 1024 * 1024 * 1024, "Entry log file size before it rolls over.", "Storage"),
+    Key("gcWaitTime", int, 900000,
+        "Milliseconds between garbage collections of entry logs (0: never).", "Storage"),
+    # --- disks ---
+    Key("diskUsageThreshold", float, 0.95,
+        "Fraction of disk used above which the bookie turns read-only (refuses adds).", "Disks"),
+    Key("diskUsageLwmThreshold", float, 0.90,
+        "Fraction of disk used below which a read-only bookie turns writable again.", "Disks"),
+    Key("diskCheckInterval", int, 10000, "Milliseconds between disk usage checks.", "Disks"),
+    # --- http ---
+    Key("httpServerEnabled", bool, True,
+        "Serve /heartbeat, /api/v1/bookie/state, /api/v1/bookie/info and /metrics (Prometheus).",
+        "HTTP"),
+    Key("httpServerHost", str, "0.0.0.0", "Address the HTTP server binds to.", "HTTP"),
+    Key("httpServerPort", int, 8000, "Port of the HTTP server.", "HTTP"),
+    # --- tls (PEM files; BookKeeper's names with tlsKeyStoreType=PEM) ---
+    Key("tlsCertificatePath", str, "",
+        "PEM certificate of this bookie. When set (with tlsKeyStore), bookiePort speaks TLS only.",
+        "TLS"),
+    Key("tlsKeyStore", str, "", "PEM private key of tlsCertificatePath.", "TLS"),
+    Key("tlsTrustStore", str, "", "PEM CA certificate that signs client certificates.", "TLS"),
+    Key("tlsClientAuthentication", bool, False,
+        "Mutual TLS: refuse clients without a certificate signed by tlsTrustStore.", "TLS"),
+]
+
+
+class BookieConfig(Config):
+    """Configuration of ``twistd pulsar-bookie`` (conf/bookkeeper.conf): BookKeeper's key names."""
+
+    KEYS = _BOOKIE_KEYS
+    DEFAULTS = {}

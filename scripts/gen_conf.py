@@ -6,7 +6,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from pulsar_twisted.config import BrokerConfig, StandaloneConfig  # noqa: E402
+from pulsar_twisted.config import BookieConfig, BrokerConfig, StandaloneConfig  # noqa: E402
 
 FILES = {
     "standalone.conf": (StandaloneConfig,
@@ -16,6 +16,9 @@ FILES = {
     "broker.conf": (BrokerConfig,
                     "Configuration of `twistd -n pulsar-broker -c conf/broker.conf`.\n"
                     "Key names are Apache Pulsar's. Unknown keys stop start-up."),
+    "bookkeeper.conf": (BookieConfig,
+                        "Configuration of `twistd -n pulsar-bookie -c conf/bookkeeper.conf`.\n"
+                        "Key names are Apache BookKeeper's. Unknown keys stop start-up."),
 }
 
 

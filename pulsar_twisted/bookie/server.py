@@ -1,0 +1,365 @@
+"""
+``BookieServer``: a ``BookieStorage`` served on the network, as BookKeeper's ``BookieServer`` is.
+
+Start order: storage, the bookie-protocol listener (an endpoint: ``tcp:3181``, or ``ssl:...`` /
+an ``SSL4ServerEndpoint`` for TLS, so TLS is configuration), a first disk check, the registration
+in the metadata store, then the HTTP server. Stop runs in reverse: the registration goes first, so
+clients stop choosing this bookie before it stops answering.
+
+Registration (BookKeeper's layout, read by ``BookKeeperClient``): an EPHEMERAL node
+``/ledgers/available/<bookie_id>`` while writable, ``/ledgers/available/readonly/<bookie_id>``
+while read-only. Ephemeral nodes vanish with the metadata session; when the server sees its node
+deleted (a session loss on ZooKeeper: the client library reconnects with a new session) it makes it
+again, and every disk check also verifies it is there.
+
+Disks: every ``disk_check_interval`` seconds (a LoopingCall on the injected clock) the fraction of
+disk in use is read (``disk_usage()``, injectable; by default the fullest filesystem holding the
+data dirs). Above ``disk_usage_threshold`` the bookie turns read-only (adds fail with
+BookieReadOnlyError, the registration moves under readonly/); below ``disk_usage_lwm_threshold``
+it turns writable again. The gap between the two keeps it from flapping.
+
+HTTP (``http_endpoint``): ``/heartbeat`` (200 "OK"), ``/api/v1/bookie/state`` and
+``/api/v1/bookie/info`` (JSON), ``/api/v1/bookie/is_ready`` and ``/metrics`` (Prometheus text:
+adds, reads, journal fsyncs and groups, read-only flag, requests by op and status, ...). The
+metrics are read from the storage's counters at scrape time: nothing is done per entry for them.
+"""
+
+import json
+import shutil
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from twisted.application.service import Service
+from twisted.internet import defer, endpoints, task
+from twisted.logger import Logger
+from twisted.web import resource, server as web_server
+
+from pulsar_twisted.bookie.protocol import (
+    VERSION, BookieRequestProcessor, BookieServerFactory, disk_space)
+from pulsar_twisted.ledger.client import AVAILABLE_PATH, READONLY_PATH
+from pulsar_twisted.metadata.interfaces import NotFoundError
+from pulsar_twisted.net.framing import DEFAULT_MAX_FRAME_SIZE
+from pulsar_twisted.proto import bookie_pb2 as pb
+
+log = Logger()
+
+
+def registration_path(bookie_id: str, read_only: bool) -> str:
+    return f"{READONLY_PATH if read_only else AVAILABLE_PATH}/{bookie_id}"
+
+
+def fullest_disk(paths):
+    """A ``disk_usage`` function: the highest used fraction among the filesystems of ``paths``."""
+    paths = list(paths)
+
+    def usage() -> float:
+        worst = 0.0
+        for path in paths:
+            try:
+                figures = shutil.disk_usage(path)
+            except OSError:
+                continue
+            if figures.total:
+                worst = max(worst, (figures.total - figures.free) / figures.total)
+        return worst
+    return usage
+
+
+class BookieServer(Service):
+    """
+    Serves ``storage`` (an object with the ``BookieStorage`` methods) on ``endpoint`` (an endpoint
+    description string or an ``IStreamServerEndpoint``).
+
+    ``bookie_id`` defaults to ``advertised_address:<listening port>`` (so ``tcp:0`` works in tests).
+    ``metadata_store`` None: no registration (standalone testing). ``own_storage``: start and stop
+    the storage with the server. ``http_endpoint`` None: no HTTP server. Times are seconds.
+    ``startService``/``start`` and ``stopService``/``stop`` return Deferreds.
+    """
+
+    def __init__(self, storage, reactor, *, endpoint="tcp:3181", bookie_id=None,
+                 advertised_address="localhost", metadata_store=None, data_dirs=(), disk_usage=None,
+                 disk_check_interval=10.0, disk_usage_threshold=0.95,
+                 disk_usage_lwm_threshold=0.90, http_endpoint=None, own_storage=True,
+                 max_frame_size=DEFAULT_MAX_FRAME_SIZE):
+        if not 0 < disk_usage_lwm_threshold <= disk_usage_threshold <= 1:
+            raise ValueError("need 0 < diskUsageLwmThreshold <= diskUsageThreshold <= 1")
+        self.storage = storage
+        self.reactor = reactor
+        self.endpoint = endpoint
+        self.bookie_id = bookie_id
+        self.advertised_address = advertised_address
+        self.store = metadata_store
+        self.data_dirs = list(data_dirs)
+        self._disk_usage = disk_usage or fullest_disk(self.data_dirs)
+        self.disk_check_interval = disk_check_interval
+        self.disk_usage_threshold = disk_usage_threshold
+        self.disk_usage_lwm_threshold = disk_usage_lwm_threshold
+        self.http_endpoint = http_endpoint
+        self.own_storage = own_storage
+        self.disk_usage_ratio = 0.0
+        self.processor = BookieRequestProcessor(storage, self.info)
+        self.factory = BookieServerFactory(self.processor, max_frame_size)
+        self.port = None
+        self.http_port = None
+        self.registered_path = None
+        self._registration_lock = defer.DeferredLock()
+        self._listening_to_store = False
+        self._disk_loop = None
+        self._serving = False
+        self.metrics_registry = CollectorRegistry(auto_describe=False)
+        self.metrics_registry.register(_BookieCollector(self))
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    def startService(self):
+        Service.startService(self)
+        return self.start()
+
+    def stopService(self):
+        Service.stopService(self)
+        return self.stop()
+
+    def start(self) -> defer.Deferred:
+        return defer.Deferred.fromCoroutine(self._start())
+
+    async def _start(self):
+        if self.own_storage:
+            await self.storage.start()
+        endpoint = self.endpoint
+        if isinstance(endpoint, str):
+            endpoint = endpoints.serverFromString(self.reactor, endpoint)
+        self.port = await endpoint.listen(self.factory)
+        if self.bookie_id is None:
+            self.bookie_id = f"{self.advertised_address}:{self.port.getHost().port}"
+        self._serving = True
+        self.check_disks()
+        if self.store is not None:
+            if not self._listening_to_store:
+                self._listening_to_store = True
+                self.store.register_listener(self._on_notification)
+            await self.sync_registration()
+        if self.disk_check_interval and self.disk_check_interval > 0:
+            self._disk_loop = task.LoopingCall(self._periodic_check)
+            self._disk_loop.clock = self.reactor
+            self._disk_loop.start(self.disk_check_interval, now=False)
+        if self.http_endpoint is not None:
+            http = self.http_endpoint
+            if isinstance(http, str):
+                http = endpoints.serverFromString(self.reactor, http)
+            self.http_port = await http.listen(web_server.Site(self.http_root()))
+        log.info("bookie {bookie} serving on {address} (read-only: {ro})", bookie=self.bookie_id,
+                 address=self.port.getHost(), ro=self.read_only)
+
+    def stop(self) -> defer.Deferred:
+        return defer.Deferred.fromCoroutine(self._stop())
+
+    async def _stop(self):
+        if not self._serving:
+            return
+        self._serving = False
+        if self._disk_loop is not None and self._disk_loop.running:
+            self._disk_loop.stop()
+        if self.store is not None:
+            await self._registration_lock.run(self._unregister)
+        if self.http_port is not None:
+            await defer.maybeDeferred(self.http_port.stopListening)
+            self.http_port = None
+        if self.port is not None:
+            await defer.maybeDeferred(self.port.stopListening)
+            self.port = None
+        self.factory.close_connections()
+        if self.own_storage:
+            await self.storage.stop()
+        log.info("bookie {bookie} stopped", bookie=self.bookie_id)
+
+    # -- state -------------------------------------------------------------------------------------
+
+    @property
+    def read_only(self) -> bool:
+        return bool(self.storage.read_only)
+
+    def set_read_only(self, flag: bool) -> defer.Deferred:
+        """Switch modes and move the registration; fires once the registration matches."""
+        flag = bool(flag)
+        if flag != self.read_only:
+            log.info("bookie {bookie} turns {mode}", bookie=self.bookie_id,
+                     mode="read-only" if flag else "writable")
+            self.storage.set_read_only(flag)
+        return self.sync_registration()
+
+    def check_disks(self):
+        """Read the disk usage and switch modes across the thresholds. Deferred (the registration
+        move), or None when nothing changed."""
+        try:
+            usage = float(self._disk_usage())
+        except Exception:
+            log.failure("bookie {bookie}: disk usage check failed", bookie=self.bookie_id)
+            return None
+        self.disk_usage_ratio = usage
+        if not self.read_only and usage > self.disk_usage_threshold:
+            log.warn("bookie {bookie}: disk usage {usage:.3f} above {limit}: going read-only",
+                     bookie=self.bookie_id, usage=usage, limit=self.disk_usage_threshold)
+            return self.set_read_only(True)
+        if self.read_only and usage < self.disk_usage_lwm_threshold:
+            log.info("bookie {bookie}: disk usage {usage:.3f} below {limit}: writable again",
+                     bookie=self.bookie_id, usage=usage, limit=self.disk_usage_lwm_threshold)
+            return self.set_read_only(False)
+        return None
+
+    def _periodic_check(self) -> None:
+        d = self.check_disks()
+        if d is None:
+            d = self.sync_registration()   # also catches a registration lost without a notification
+        d.addErrback(lambda f: log.failure("bookie {bookie}: registration failed", f,
+                                           bookie=self.bookie_id))
+
+    def info(self) -> dict:
+        """The ``BookieInfo`` fields."""
+        free, total = disk_space(self.data_dirs)
+        return dict(free_disk_bytes=free, total_disk_bytes=total, read_only=self.read_only,
+                    version=VERSION, bookie_id=self.bookie_id or "")
+
+    # -- registration ------------------------------------------------------------------------------
+
+    def sync_registration(self) -> defer.Deferred:
+        """Make the metadata store hold exactly the node for the current mode. Serialized."""
+        if self.store is None or not self._serving:
+            return defer.succeed(None)
+        return self._registration_lock.run(lambda: defer.Deferred.fromCoroutine(self._sync()))
+
+    async def _sync(self):
+        if not self._serving:
+            return
+        store = self.store
+        want = registration_path(self.bookie_id, self.read_only)
+        old = self.registered_path
+        if old != want or await store.exists(want) is None:
+            value = json.dumps({"bookieId": self.bookie_id, "readOnly": self.read_only,
+                                "version": VERSION}).encode()
+            await store.put(want, value, ephemeral=True)
+            self.registered_path = want
+            log.info("bookie {bookie} registered at {path}", bookie=self.bookie_id, path=want)
+        if old is not None and old != want:
+            await self._delete_quietly(old)
+
+    async def _unregister(self):
+        path, self.registered_path = self.registered_path, None
+        if path is not None:
+            await self._delete_quietly(path)
+
+    async def _delete_quietly(self, path):
+        try:
+            await self.store.delete(path)
+        except NotFoundError:
+            pass
+
+    def _on_notification(self, notification) -> None:
+        if (notification.kind == "deleted" and notification.path == self.registered_path
+                and self._serving):
+            log.warn("bookie {bookie}: registration {path} vanished (session lost?): registering "
+                     "again", bookie=self.bookie_id, path=notification.path)
+            self.sync_registration().addErrback(
+                lambda f: log.failure("bookie {bookie}: re-registration failed", f,
+                                      bookie=self.bookie_id))
+
+    # -- http --------------------------------------------------------------------------------------
+
+    def http_root(self) -> resource.Resource:
+        root = resource.Resource()
+        root.putChild(b"heartbeat", _Callable(lambda request: (b"OK", b"text/plain")))
+        root.putChild(b"metrics", _Callable(
+            lambda request: (generate_latest(self.metrics_registry), CONTENT_TYPE_LATEST.encode())))
+        bookie = resource.Resource()
+        api = resource.Resource()
+        v1 = resource.Resource()
+        root.putChild(b"api", api)
+        api.putChild(b"v1", v1)
+        v1.putChild(b"bookie", bookie)
+        bookie.putChild(b"state", _Callable(lambda request: _json(self.http_state())))
+        bookie.putChild(b"info", _Callable(lambda request: _json(self.http_info())))
+        bookie.putChild(b"is_ready", _Callable(self._is_ready))
+        return root
+
+    def http_state(self) -> dict:
+        """BookKeeper's ``/api/v1/bookie/state`` answer."""
+        return {"running": self._serving, "readOnly": self.read_only,
+                "shuttingDown": not self._serving, "availableForHighPriorityWrites": self._serving}
+
+    def http_info(self) -> dict:
+        free, total = disk_space(self.data_dirs)
+        return {"bookieId": self.bookie_id, "freeSpace": free, "totalSpace": total,
+                "diskUsage": self.disk_usage_ratio, "readOnly": self.read_only, "version": VERSION}
+
+    def _is_ready(self, request):
+        if not self._serving:
+            request.setResponseCode(503)
+            return b"Bookie is not ready", b"text/plain"
+        return b"OK", b"text/plain"
+
+
+def _json(value):
+    return json.dumps(value).encode(), b"application/json"
+
+
+class _Callable(resource.Resource):
+    """A leaf answering GET with ``fn(request) -> (body, content_type)``."""
+
+    isLeaf = True
+
+    def __init__(self, fn):
+        super().__init__()
+        self._fn = fn
+
+    def render_GET(self, request):
+        body, content_type = self._fn(request)
+        request.setHeader(b"content-type", content_type)
+        return body
+
+
+class _BookieCollector:
+    """Prometheus collector reading the storage's and the server's counters at scrape time."""
+
+    def __init__(self, server: BookieServer):
+        self._server = server
+
+    def collect(self):
+        server = self._server
+        stats_fn = getattr(server.storage, "stats", None)
+        stats = stats_fn() if stats_fn is not None else {}
+        counters = [
+            ("bookie_add_entry", "Entries added.", "adds"),
+            ("bookie_add_entry_bytes", "Bytes of entries added.", "add_bytes"),
+            ("bookie_read_entry", "Entries read.", "reads"),
+            ("bookie_read_entry_bytes", "Bytes of entries read.", "read_bytes"),
+            ("bookie_journal_fsync", "Journal fsyncs.", "fsyncs"),
+            ("bookie_journal_groups", "Journal group commits.", "journal_groups"),
+            ("bookie_journal_records", "Journal records written.", "journal_records"),
+            ("bookie_checkpoints", "Checkpoints of the write cache.", "checkpoints"),
+            ("bookie_gc_runs", "Garbage collection runs.", "gc_runs"),
+        ]
+        for name, doc, key in counters:
+            if key in stats:
+                yield CounterMetricFamily(name, doc, value=stats[key])
+        gauges = [
+            ("bookie_ledgers", "Ledgers stored.", "ledgers"),
+            ("bookie_write_cache_bytes", "Bytes in the write cache.", "write_cache_bytes"),
+            ("bookie_entry_logs", "Entry log files.", "entry_logs"),
+        ]
+        for name, doc, key in gauges:
+            if key in stats:
+                yield GaugeMetricFamily(name, doc, value=stats[key])
+        yield GaugeMetricFamily("bookie_read_only", "1 when the bookie is read-only.",
+                                value=1 if server.read_only else 0)
+        # BookKeeper's own name: 1 writable, 0 read-only.
+        yield GaugeMetricFamily("bookie_SERVER_STATUS", "1 writable, 0 read-only.",
+                                value=0 if server.read_only else 1)
+        yield GaugeMetricFamily("bookie_disk_usage_ratio", "Used fraction of the fullest data disk.",
+                                value=server.disk_usage_ratio)
+        yield GaugeMetricFamily("bookie_connections", "Open client connections.",
+                                value=len(server.factory.connections))
+        requests = CounterMetricFamily("bookie_requests", "Requests answered, by op and status.",
+                                       labels=["op", "status"])
+        for (op, status), count in sorted(server.processor.counters.items()):
+            requests.add_metric([op, pb.StatusCode.Name(status)], count)
+        yield requests

@@ -1,0 +1,302 @@
+"""
+The ``pulsar`` command (Pulsar's ``bin/pulsar``), for the sub-commands that act on a cluster's
+metadata rather than run a daemon under twistd:
+
+``pulsar initialize-cluster-metadata --cluster NAME --metadata-store zk:HOST:PORT[/chroot]
+[--configuration-metadata-store zk:...] --web-service-url URL --broker-service-url URL
+[--web-service-url-tls URL] [--broker-service-url-tls URL]``
+    Creates what a new cluster needs before its first broker and bookie start (Pulsar's
+    ``PulsarClusterMetadataSetup``): the cluster node, the ``public`` tenant and ``public/default``
+    namespace, the ``pulsar`` tenant and ``pulsar/system`` namespace in the configuration store, and
+    the BookKeeper and managed-ledger roots in the metadata store. Idempotent: existing nodes are
+    kept (a tenant or namespace that exists only gets this cluster added to its clusters), so it can
+    be run again, and once per cluster against a shared configuration store.
+
+``pulsar autorecovery --metadata-store zk:HOST:PORT[/chroot] [--lost-bookie-recovery-delay S]
+[--ledger-password P ...]``
+    Runs BookKeeper's auto-recovery (auditor + replication worker) as its own process, talking to
+    the bookies over TCP, until SIGINT/SIGTERM.
+
+Metadata store URLs follow Pulsar: ``zk:host:port[,host:port...][/chroot]`` (also the legacy bare
+``host:port`` and the ``metadata-store:zk:...`` form). The embedded store lives inside a standalone
+process and cannot be reached from here. A malformed URL or an unreachable store is reported on
+stderr with exit code 1.
+"""
+
+import argparse
+import json
+import logging
+import sys
+import uuid
+
+from twisted.internet import defer, task
+from twisted.logger import Logger
+
+from pulsar_twisted.metadata.interfaces import AlreadyExistsError, BadVersionError, NotFoundError
+
+log = Logger()
+
+CLUSTERS_ROOT = "/admin/clusters"
+POLICIES_ROOT = "/admin/policies"
+#: Tenants and namespaces every Pulsar cluster starts with.
+DEFAULT_NAMESPACES = (("public", "default"), ("pulsar", "system"))
+#: BookKeeper's layout roots (``bookkeeper shell metaformat``), plus auto-recovery's and the
+#: managed ledgers' roots so that watchers started before the first write see a stable tree.
+LOCAL_ROOTS = ("/ledgers", "/ledgers/available", "/ledgers/available/readonly", "/ledgers/idgen",
+               "/ledgers/underreplication", "/managed-ledgers")
+INSTANCE_ID_PATH = "/ledgers/INSTANCEID"
+
+
+class CommandError(Exception):
+    """A user error: printed as ``pulsar <command>: error: <message>`` with exit code 1."""
+
+
+# -- metadata store URLs -------------------------------------------------------------------------
+
+def parse_metadata_store_url(url: str) -> tuple:
+    """
+    ``"zk:h1:2181,h2:2181/chroot"`` -> ``("h1:2181,h2:2181", "/chroot")`` (root ``"/"`` without a
+    chroot). CommandError saying what is wrong for anything else.
+    """
+    text = (url or "").strip()
+    if text.startswith("metadata-store:"):
+        text = text[len("metadata-store:"):]
+    scheme, sep, rest = text.partition(":")
+    if scheme == "zk" and sep:
+        text = rest
+    elif scheme in ("memory", "rocksdb", "etcd", "oxia", "local"):
+        raise CommandError(f"metadata store {url!r}: only ZooKeeper (zk:HOST:PORT) can be used from "
+                           f"the command line")
+    elif "//" in text:
+        raise CommandError(f"metadata store {url!r} is not zk:HOST:PORT[,HOST:PORT...][/chroot]")
+    hosts, slash, chroot = text.partition("/")
+    root = "/" + chroot.rstrip("/") if slash and chroot.strip("/") else "/"
+    if not hosts:
+        raise CommandError(f"metadata store {url!r} names no ZooKeeper host "
+                           f"(expected zk:HOST:PORT[,HOST:PORT...][/chroot])")
+    for server in hosts.split(","):
+        host, colon, port = server.rpartition(":")
+        if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise CommandError(f"metadata store {url!r}: {server!r} is not HOST:PORT "
+                               f"(expected zk:HOST:PORT[,HOST:PORT...][/chroot])")
+    if "//" in root or any(part in (".", "..") for part in root.split("/")):
+        raise CommandError(f"metadata store {url!r}: bad chroot {root!r}")
+    return hosts, root
+
+
+# -- cluster metadata ----------------------------------------------------------------------------
+
+def _cluster_data(web_service_url, broker_service_url, web_service_url_tls, broker_service_url_tls):
+    data = {"serviceUrl": web_service_url, "brokerServiceUrl": broker_service_url}
+    if web_service_url_tls:
+        data["serviceUrlTls"] = web_service_url_tls
+    if broker_service_url_tls:
+        data["brokerServiceUrlTls"] = broker_service_url_tls
+    return data
+
+
+def _namespace_policies(cluster: str) -> dict:
+    # The admin service's defaults, so a namespace made here reads exactly like one made through
+    # the REST API. Imported late: the broker package is heavy for a command that only writes JSON.
+    from pulsar_twisted.broker.admin import default_policies
+    return default_policies(cluster)
+
+
+async def _create_if_absent(store, path: str, value: bytes) -> bool:
+    """True when this call created ``path``; an existing node is left as it is."""
+    if await store.exists(path) is not None:
+        return False
+    try:
+        await store.put(path, value, expected_version=-1)
+        return True
+    except AlreadyExistsError:
+        return False        # another setup run won the race
+
+
+async def _add_to_list(store, path: str, key: str, item: str) -> bool:
+    """Add ``item`` to the JSON list ``key`` of the node at ``path`` (CAS). True if it changed."""
+    while True:
+        current = await store.get(path)
+        if current is None:
+            return False
+        raw, stat = current
+        doc = json.loads(raw.decode("utf-8") or "{}")
+        values = list(doc.get(key) or [])
+        if item in values:
+            return False
+        doc[key] = values + [item]
+        try:
+            await store.put(path, json.dumps(doc).encode(), expected_version=stat.version)
+            return True
+        except (BadVersionError, NotFoundError):
+            continue
+
+
+async def initialize_cluster_metadata(metadata_store, configuration_store, cluster: str,
+                                      web_service_url: str, broker_service_url: str,
+                                      web_service_url_tls: str = "",
+                                      broker_service_url_tls: str = "") -> list:
+    """
+    Write a cluster's initial metadata (see the module docstring) into two IMetadataStores (they
+    may be the same). Idempotent. Returns ``[(action, path)]`` in order, action "created" or
+    "updated" (a tenant or namespace that got this cluster added): empty when all was there.
+    """
+    if not cluster or "/" in cluster:
+        raise CommandError(f"bad cluster name {cluster!r}")
+    changed = []
+    for path in LOCAL_ROOTS:
+        if await _create_if_absent(metadata_store, path, b""):
+            changed.append(("created", path))
+    if await _create_if_absent(metadata_store, INSTANCE_ID_PATH, uuid.uuid4().hex.encode()):
+        changed.append(("created", INSTANCE_ID_PATH))
+
+    config = configuration_store
+    data = _cluster_data(web_service_url, broker_service_url, web_service_url_tls,
+                         broker_service_url_tls)
+    path = f"{CLUSTERS_ROOT}/{cluster}"
+    if await _create_if_absent(config, path, json.dumps(data).encode()):
+        changed.append(("created", path))
+    for tenant, namespace in DEFAULT_NAMESPACES:
+        tenant_path = f"{POLICIES_ROOT}/{tenant}"
+        info = {"adminRoles": [], "allowedClusters": [cluster]}
+        if await _create_if_absent(config, tenant_path, json.dumps(info).encode()):
+            changed.append(("created", tenant_path))
+        elif await _add_to_list(config, tenant_path, "allowedClusters", cluster):
+            changed.append(("updated", tenant_path))
+        ns_path = f"{tenant_path}/{namespace}"
+        policies = json.dumps(_namespace_policies(cluster)).encode()
+        if await _create_if_absent(config, ns_path, policies):
+            changed.append(("created", ns_path))
+        elif await _add_to_list(config, ns_path, "replication_clusters", cluster):
+            changed.append(("updated", ns_path))
+    return changed
+
+
+# -- the command ---------------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pulsar", description="Pulsar cluster tools.")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands.required = True
+
+    init = commands.add_parser(
+        "initialize-cluster-metadata", help="create a new cluster's metadata (idempotent)")
+    init.add_argument("-c", "--cluster", required=True, help="cluster name")
+    init.add_argument("-md", "--metadata-store", "-zk", "--zookeeper", dest="metadata_store",
+                      required=True, help="metadata store: zk:HOST:PORT[,HOST:PORT...][/chroot]")
+    init.add_argument("-cms", "--configuration-metadata-store", "-cs", "--configuration-store",
+                      dest="configuration_store", default=None,
+                      help="configuration store URL (default: the metadata store)")
+    init.add_argument("-uw", "--web-service-url", required=True)
+    init.add_argument("-tw", "--web-service-url-tls", default="")
+    init.add_argument("-ub", "--broker-service-url", required=True)
+    init.add_argument("-tb", "--broker-service-url-tls", default="")
+    init.set_defaults(run=_run_initialize)
+
+    recovery = commands.add_parser(
+        "autorecovery", help="run BookKeeper auto-recovery (auditor + replication worker)")
+    recovery.add_argument("-md", "--metadata-store", "-zk", "--zookeeper", dest="metadata_store",
+                          required=True, help="metadata store: zk:HOST:PORT[,HOST:PORT...][/chroot]")
+    recovery.add_argument("--lost-bookie-recovery-delay", type=float, default=0.0,
+                          help="seconds a bookie must stay away before its ledgers are replicated")
+    recovery.add_argument("--ledger-password", action="append", default=None,
+                          help="a ledger password to try (repeatable; default: the empty password)")
+    recovery.set_defaults(run=_run_autorecovery)
+    return parser
+
+
+def main(argv=None) -> int:
+    """Entry point of the ``pulsar`` console script; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    try:
+        urls = [parse_metadata_store_url(args.metadata_store)]
+        if getattr(args, "configuration_store", None):
+            urls.append(parse_metadata_store_url(args.configuration_store))
+    except CommandError as e:
+        print(f"pulsar {args.command}: error: {e}", file=sys.stderr)
+        return 1
+    try:
+        task.react(lambda reactor: defer.ensureDeferred(_guarded(reactor, args, urls)))
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else 1
+    return 0
+
+
+async def _guarded(reactor, args, urls):
+    try:
+        await args.run(reactor, args, urls)
+    except CommandError as e:
+        print(f"pulsar {args.command}: error: {e}", file=sys.stderr)
+        raise SystemExit(1)
+
+
+async def _connect(reactor, url, hosts, root):
+    from pulsar_twisted.metadata.interfaces import MetadataStoreError
+    from pulsar_twisted.metadata.zookeeper import ZooKeeperMetadataStore
+    store = ZooKeeperMetadataStore(hosts, reactor, root=root, session_timeout=30)
+    try:
+        await store.start()
+    except MetadataStoreError as e:
+        await store.close()
+        raise CommandError(f"cannot reach the metadata store {url}: {e}") from e
+    return store
+
+
+async def _run_initialize(reactor, args, urls):
+    from pulsar_twisted.metadata.interfaces import MetadataStoreError
+    # kazoo logs every refused connection attempt; the one error that matters is reported below.
+    logging.getLogger("kazoo").setLevel(logging.CRITICAL)
+    stores = []
+    try:
+        local = await _connect(reactor, args.metadata_store, *urls[0])
+        stores.append(local)
+        config = local
+        if len(urls) > 1 and urls[1] != urls[0]:
+            config = await _connect(reactor, args.configuration_store, *urls[1])
+            stores.append(config)
+        try:
+            changed = await initialize_cluster_metadata(
+                local, config, args.cluster, args.web_service_url, args.broker_service_url,
+                args.web_service_url_tls, args.broker_service_url_tls)
+        except MetadataStoreError as e:
+            raise CommandError(f"writing the cluster metadata failed: {e}") from e
+    finally:
+        for store in stores:
+            await store.close()
+    for action, path in changed:
+        print(f"{action} {path}")
+    print(f"Cluster metadata for '{args.cluster}' is initialized"
+          + ("" if changed else " (nothing to do: it already was)"))
+
+
+async def _run_autorecovery(reactor, args, urls):
+    import sys as _sys
+
+    from twisted.logger import globalLogBeginner, textFileLogObserver
+
+    from pulsar_twisted.ledger.autorecovery import AutoRecoveryService
+    from pulsar_twisted.ledger.client import BookKeeperClient
+    from pulsar_twisted.ledger.tcp import TcpBookieClient
+
+    globalLogBeginner.beginLoggingTo([textFileLogObserver(_sys.stdout)])
+    store = await _connect(reactor, args.metadata_store, *urls[0])
+    bookie_client = TcpBookieClient(reactor)
+    ledger_client = BookKeeperClient(store, bookie_client, reactor)
+    passwords = [p.encode("utf-8") for p in (args.ledger_password or [""])]
+    recovery = AutoRecoveryService(store, ledger_client, bookie_client, reactor,
+                                   lost_bookie_recovery_delay=args.lost_bookie_recovery_delay,
+                                   passwords=passwords)
+    recovery.startService()
+    log.info("auto-recovery running on {url}", url=args.metadata_store)
+
+    async def shutdown():
+        await recovery.stopService()
+        await bookie_client.close()
+        await store.close()
+    reactor.addSystemEventTrigger("before", "shutdown",
+                                  lambda: defer.Deferred.fromCoroutine(shutdown()))
+    await defer.Deferred()      # until SIGINT / SIGTERM stops the reactor
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,18 @@
+"""Reconnection delays: doubling from ``initial`` up to ``maximum`` seconds, as the Java client's
+``Backoff`` does (without its random jitter, so tests on a ``task.Clock`` are exact)."""
+
+
+class Backoff:
+    def __init__(self, initial: float = 0.1, maximum: float = 60.0):
+        self.initial = initial
+        self.maximum = maximum
+        self._next = initial
+
+    def next(self) -> float:
+        """The delay to wait now; the following one doubles."""
+        delay = self._next
+        self._next = min(self._next * 2, self.maximum)
+        return delay
+
+    def reset(self) -> None:
+        self._next = self.initial

@@ -1,0 +1,224 @@
+"""
+``Client``: the entry point of the Deferred-based Pulsar client.
+
+It owns the connection pool and the lookup service, hands out producer and consumer ids unique
+in the client, and builds ``Producer`` / ``Consumer`` / ``Reader`` objects, one per partition for
+partitioned topics (``PartitionedProducer`` routes, ``MultiConsumer`` merges). Every method returns
+a Deferred. ``reactor`` defaults to the global one; tests pass a clock-driven fake and a
+``connector`` (see ``pool.ConnectionPool``) to run without sockets.
+"""
+
+import itertools
+
+from twisted.internet import defer
+from twisted.logger import Logger
+
+from pulsar_twisted.common.naming import InvalidTopicNameError, parse_topic
+from pulsar_twisted.client import errors
+from pulsar_twisted.client.consumer import Consumer, Sub
+from pulsar_twisted.client.lookup import LookupService
+from pulsar_twisted.client.message_id import MessageId
+from pulsar_twisted.client.partitioned import MultiConsumer, PartitionedProducer
+from pulsar_twisted.client.pool import ConnectionPool, ServiceUrl, tls_options
+from pulsar_twisted.client.producer import Producer
+from pulsar_twisted.client.reader import Reader
+from pulsar_twisted.client.routing import JAVA_STRING_HASH, ROUND_ROBIN, MessageRouter
+
+_PRODUCER_ROUTING = ("message_routing_mode", "hashing_scheme", "message_router")
+
+
+def normalize_topic(topic: str) -> str:
+    """The full ``persistent://tenant/ns/name`` form (``InvalidTopicName`` when not a topic)."""
+    try:
+        return str(parse_topic(topic))
+    except InvalidTopicNameError as e:
+        raise errors.InvalidTopicName(str(e)) from None
+
+
+class Client:
+    """
+    A Pulsar client for ``service_url`` (``pulsar://host:port`` or ``pulsar+ssl://host:port``).
+
+    ``authentication``: None or an object with ``auth_method_name`` and ``auth_data()``.
+    TLS: ``tls_trust_certs_file_path`` (PEM), ``tls_validate_hostname``,
+    ``tls_allow_insecure_connection``, as in the official client.
+    """
+
+    log = Logger()
+
+    def __init__(self, service_url: str, reactor=None, operation_timeout_seconds: float = 30,
+                 connection_timeout_ms: int = 10000, keep_alive_interval_seconds: float = 30,
+                 authentication=None, tls_trust_certs_file_path: str = None,
+                 tls_allow_insecure_connection: bool = False, tls_validate_hostname: bool = False,
+                 listener_name: str = None, connector=None):
+        if reactor is None:
+            from twisted.internet import reactor
+        self.reactor = reactor
+        self.clock = reactor
+        self.service_url = ServiceUrl(service_url)
+        self.operation_timeout = operation_timeout_seconds
+        tls = None
+        if self.service_url.tls:
+            def tls(hostname):
+                return tls_options(hostname, tls_trust_certs_file_path, tls_validate_hostname,
+                                   tls_allow_insecure_connection)
+        self.pool = ConnectionPool(reactor, connect_timeout=connection_timeout_ms / 1000.0,
+                                   tls=tls, connector=connector,
+                                   operation_timeout=operation_timeout_seconds,
+                                   keep_alive_seconds=keep_alive_interval_seconds,
+                                   auth=authentication)
+        self.lookup = LookupService(self.pool, self.service_url, listener_name=listener_name)
+        self._producer_ids = itertools.count()
+        self._consumer_ids = itertools.count()
+        self._handles = set()
+        self.closed = False
+
+    # ------------------------------------------------------------------ plumbing for handles
+    def connection_for(self, topic: str) -> defer.Deferred:
+        """A ready connection to the broker owning ``topic`` (lookup, then the pool)."""
+        if self.closed:
+            return defer.fail(errors.AlreadyClosed("client is closed"))
+        d = self.lookup.lookup(topic)
+        return d.addCallback(lambda addresses: self.pool.get_connection(*addresses))
+
+    def _forget(self, handle) -> None:
+        self._handles.discard(handle)
+
+    def _check_open(self):
+        if self.closed:
+            raise errors.AlreadyClosed("client is closed")
+
+    # ------------------------------------------------------------------ topics
+    def get_partitioned_topic_metadata(self, topic: str) -> defer.Deferred:
+        """Fires with the number of partitions (0 for a non-partitioned topic)."""
+        return self.lookup.partitioned_metadata(normalize_topic(topic))
+
+    @defer.inlineCallbacks
+    def get_topic_partitions(self, topic: str):
+        """Fires with the partition topic names, or ``[topic]`` when it is not partitioned."""
+        self._check_open()
+        topic = normalize_topic(topic)
+        count = yield self.lookup.partitioned_metadata(topic)
+        if count <= 0:
+            return [topic]
+        return [f"{topic}-partition-{i}" for i in range(count)]
+
+    # ------------------------------------------------------------------ producers
+    @defer.inlineCallbacks
+    def create_producer(self, topic: str, message_routing_mode: str = ROUND_ROBIN,
+                        hashing_scheme: str = JAVA_STRING_HASH, message_router=None, **conf):
+        """
+        Fires with a ready ``Producer`` (or ``PartitionedProducer``). ``conf`` are ``Producer``'s
+        keyword arguments (producer_name, send_timeout_ms, batching_enabled, compression_type, ...).
+        Routing over partitions: ``message_routing_mode`` (RoundRobinPartition, SinglePartition),
+        ``hashing_scheme`` (JavaStringHash, Murmur3_32Hash) and ``message_router(msg, n)``.
+        """
+        self._check_open()
+        topic = normalize_topic(topic)
+        partitions = yield self.lookup.partitioned_metadata(topic)
+        if partitions <= 0:
+            producer = yield self._start_producer(topic, -1, conf)
+            return producer
+        name = conf.get("producer_name")
+        producers = []
+        try:
+            for i in range(partitions):
+                part_conf = dict(conf)
+                if name:
+                    part_conf["producer_name"] = f"{name}-{i}" if partitions > 1 else name
+                producers.append((yield self._start_producer(f"{topic}-partition-{i}", i,
+                                                             part_conf)))
+        except Exception:
+            for producer in producers:
+                yield producer.close()
+            raise
+        router = MessageRouter(message_routing_mode, hashing_scheme, message_router)
+        return PartitionedProducer(topic, producers, router)
+
+    def _start_producer(self, topic, partition, conf):
+        producer = Producer(self, topic, next(self._producer_ids), partition=partition, **conf)
+        self._handles.add(producer)
+        d = producer.start()
+        d.addErrback(lambda f: (self._forget(producer), f)[1])
+        return d
+
+    # ------------------------------------------------------------------ consumers
+    @defer.inlineCallbacks
+    def subscribe(self, topic, subscription_name: str, consumer_type=Sub.Exclusive,
+                  initial_position=Sub.Latest, message_listener=None, **conf):
+        """
+        Fires with a subscribed ``Consumer`` (``MultiConsumer`` for partitioned topics or a list
+        of topics). ``conf`` are ``Consumer``'s keyword arguments (receiver_queue_size,
+        consumer_name, ack_timeout_ms, negative_ack_redelivery_delay_ms, ...).
+        """
+        self._check_open()
+        topics = [topic] if isinstance(topic, str) else list(topic)
+        targets = []
+        for name in topics:
+            for index, partition in enumerate((yield self.get_topic_partitions(name))):
+                targets.append((partition, index if partition != normalize_topic(name) else -1))
+        if len(targets) == 1 and isinstance(topic, str):
+            consumer = yield self._start_consumer(targets[0][0], targets[0][1], subscription_name,
+                                                  consumer_type, initial_position,
+                                                  message_listener, conf)
+            return consumer
+        consumers = []
+        try:
+            for name, partition in targets:
+                consumers.append((yield self._start_consumer(
+                    name, partition, subscription_name, consumer_type, initial_position, None,
+                    conf)))
+        except Exception:
+            for consumer in consumers:
+                yield consumer.close()
+            raise
+        label = topic if isinstance(topic, str) else ",".join(topics)
+        return MultiConsumer(normalize_topic(label) if isinstance(topic, str) else label,
+                             consumers, self.clock, message_listener)
+
+    def _start_consumer(self, topic, partition, subscription, consumer_type, position, listener,
+                        conf):
+        consumer = Consumer(self, topic, subscription, next(self._consumer_ids), consumer_type,
+                            position, message_listener=listener, partition=partition, **conf)
+        self._handles.add(consumer)
+        d = consumer.start()
+        d.addErrback(lambda f: (self._forget(consumer), f)[1])
+        return d
+
+    @defer.inlineCallbacks
+    def create_reader(self, topic: str, start_message_id: MessageId = MessageId.earliest,
+                      start_message_id_inclusive: bool = False, reader_name: str = None,
+                      subscription_role_prefix: str = None, receiver_queue_size: int = 1000,
+                      **conf):
+        """Fires with a ``Reader`` positioned at ``start_message_id`` (earliest/latest/an id)."""
+        self._check_open()
+        topic = normalize_topic(topic)
+        partitions = yield self.lookup.partitioned_metadata(topic)
+        if partitions > 0:
+            raise errors.NotAllowed("readers on partitioned topics read one partition: "
+                                    f"use {topic}-partition-<i>")
+        if start_message_id is None:
+            start_message_id = MessageId.earliest
+        position = Sub.Earliest if start_message_id == MessageId.earliest else Sub.Latest
+        consumer = yield self._start_consumer(
+            topic, start_message_id.partition, Reader.subscription_name(subscription_role_prefix),
+            Sub.Exclusive, position, None,
+            dict(conf, durable=False, start_message_id=start_message_id,
+                 start_message_id_inclusive=start_message_id_inclusive,
+                 consumer_name=reader_name, receiver_queue_size=receiver_queue_size))
+        return Reader(consumer)
+
+    # ------------------------------------------------------------------ closing
+    @defer.inlineCallbacks
+    def close(self):
+        """Close every producer and consumer, then the connections."""
+        if self.closed:
+            return None
+        for handle in list(self._handles):
+            try:
+                yield handle.close()
+            except Exception:
+                self.log.failure("error closing {handle}", handle=handle)
+        self.closed = True
+        yield self.pool.close()
+        return None

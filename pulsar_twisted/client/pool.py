@@ -1,0 +1,185 @@
+"""
+``ConnectionPool``: one ready connection per broker address, shared by every producer, consumer
+and lookup of a client.
+
+Addresses are ``(logical, physical)`` pairs of ``host:port``: normally the same broker; through a
+proxy the physical address is the proxy and the logical one is sent as ``proxy_to_broker_url``.
+A connection that is lost leaves the pool, so the next ``get_connection`` dials again. Dialling is
+done by an injectable ``connector(address, factory) -> Deferred[Protocol]`` so tests need no
+sockets; the default uses ``HostnameEndpoint`` (and ``wrapClientTLS`` for ``pulsar+ssl://``).
+"""
+
+from urllib.parse import urlparse
+
+from twisted.internet import defer
+from twisted.internet.endpoints import HostnameEndpoint, connectProtocol, wrapClientTLS
+from twisted.logger import Logger
+
+from pulsar_twisted.client import errors
+from pulsar_twisted.client.connection import ClientConnection
+
+DEFAULT_PORT = 6650
+DEFAULT_TLS_PORT = 6651
+
+
+class ServiceUrl:
+    """A parsed ``pulsar://host:port[,host2:port]`` or ``pulsar+ssl://...`` URL."""
+
+    def __init__(self, url: str):
+        parsed = urlparse(url)
+        if parsed.scheme not in ("pulsar", "pulsar+ssl"):
+            raise errors.InvalidConfiguration(f"unsupported service URL {url!r} "
+                                              "(expected pulsar:// or pulsar+ssl://)")
+        self.url = url
+        self.tls = parsed.scheme == "pulsar+ssl"
+        default = DEFAULT_TLS_PORT if self.tls else DEFAULT_PORT
+        self.addresses = []
+        for part in parsed.netloc.split(","):
+            host, _, port = part.rpartition(":") if ":" in part else (part, "", "")
+            if not host:
+                raise errors.InvalidConfiguration(f"no host in service URL {url!r}")
+            self.addresses.append(f"{host.strip('[]')}:{int(port) if port else default}")
+        self._next = 0
+
+    def address(self) -> str:
+        """The next host:port, round-robin over the URL's hosts."""
+        address = self.addresses[self._next % len(self.addresses)]
+        self._next += 1
+        return address
+
+
+def split_address(address: str):
+    host, _, port = address.rpartition(":")
+    return host, int(port)
+
+
+def broker_address(url: str) -> str:
+    """``host:port`` of a ``pulsar://`` / ``pulsar+ssl://`` broker URL from a lookup answer."""
+    return ServiceUrl(url).addresses[0]
+
+
+def tls_options(hostname: str, trust_certs_file: str = None, verify_hostname: bool = True,
+                allow_insecure: bool = False):
+    """A client TLS context factory trusting ``trust_certs_file`` (PEM) or the platform roots."""
+    from twisted.internet import ssl
+    if allow_insecure:
+        return ssl.CertificateOptions(verify=False)
+    trust = ssl.platformTrust()
+    if trust_certs_file:
+        with open(trust_certs_file, "rb") as f:
+            pem = f.read()
+        trust = ssl.trustRootFromCertificates(
+            [ssl.Certificate.loadPEM(block) for block in _pem_blocks(pem)])
+    if verify_hostname:
+        return ssl.optionsForClientTLS(hostname, trustRoot=trust)
+    return _NoHostnameCheck(trust)
+
+
+def _pem_blocks(pem: bytes):
+    marker = b"-----END CERTIFICATE-----"
+    return [block + marker for block in pem.split(marker) if b"-----BEGIN" in block]
+
+
+class _NoHostnameCheck:
+    """Verifies the chain against ``trust`` but not the name (tlsHostnameVerificationEnable off)."""
+
+    def __init__(self, trust):
+        from twisted.internet import ssl
+        from OpenSSL import SSL
+        options = ssl.CertificateOptions(trustRoot=trust)
+        self._context = options.getContext()
+        self._context.set_verify(SSL.VERIFY_PEER, lambda conn, cert, errno, depth, ok: bool(ok))
+
+    def clientConnectionForTLS(self, tls_protocol):
+        from OpenSSL import SSL
+        connection = SSL.Connection(self._context, None)
+        connection.set_app_data(tls_protocol)
+        return connection
+
+
+class ConnectionPool:
+    """
+    Ready connections by ``(logical, physical)`` address.
+
+    ``connection_settings`` go to each ``ClientConnection`` (operation_timeout, keep_alive_seconds,
+    auth). ``tls`` is a callable ``hostname -> context factory`` or None for plain TCP.
+    """
+
+    log = Logger()
+
+    def __init__(self, reactor, connect_timeout: float = 10.0, tls=None, connector=None,
+                 **connection_settings):
+        self.reactor = reactor
+        self.connect_timeout = connect_timeout
+        self.tls = tls
+        self.connection_settings = connection_settings
+        self._connector = connector or self._tcp_connect
+        self._connections = {}
+        self._pending = {}
+        self.closed = False
+
+    def get_connection(self, logical: str, physical: str = None) -> defer.Deferred:
+        """A ready connection to ``logical`` (through ``physical`` when given), reused when open."""
+        if self.closed:
+            return defer.fail(errors.AlreadyClosed("client is closed"))
+        physical = physical or logical
+        key = (logical, physical)
+        cnx = self._connections.get(key)
+        if cnx is not None and cnx.is_ready:
+            return defer.succeed(cnx)
+        waiters = self._pending.get(key)
+        if waiters is None:
+            waiters = self._pending[key] = []
+            self._dial(key)
+        d = defer.Deferred()
+        waiters.append(d)
+        return d
+
+    def _dial(self, key):
+        logical, physical = key
+        settings = dict(self.connection_settings)
+        if logical != physical:
+            settings["target_broker"] = logical
+        cnx = ClientConnection(self.reactor, **settings)
+        d = self._connector(physical, cnx)
+        d.addCallback(lambda proto: proto.when_connected())
+
+        def ready(cnx):
+            self._connections[key] = cnx
+            cnx.when_closed().addCallback(lambda _: self._forget(key, cnx))
+            for waiter in self._pending.pop(key, []):
+                waiter.callback(cnx)
+
+        def failed(failure):
+            error = failure.value
+            if not isinstance(error, errors.PulsarException):
+                error = errors.ConnectError(f"cannot connect to {physical}: "
+                                            f"{failure.getErrorMessage()}")
+            for waiter in self._pending.pop(key, []):
+                waiter.errback(error)
+
+        d.addCallbacks(ready, failed)
+
+    def _forget(self, key, cnx):
+        if self._connections.get(key) is cnx:
+            del self._connections[key]
+
+    def _tcp_connect(self, address: str, cnx: ClientConnection) -> defer.Deferred:
+        host, port = split_address(address)
+        endpoint = HostnameEndpoint(self.reactor, host, port, timeout=self.connect_timeout)
+        if self.tls is not None:
+            endpoint = wrapClientTLS(self.tls(host), endpoint)
+        return connectProtocol(endpoint, cnx)
+
+    def connections(self):
+        return list(self._connections.values())
+
+    def close(self) -> defer.Deferred:
+        """Close every connection; fires when all are gone."""
+        self.closed = True
+        waits = []
+        for cnx in list(self._connections.values()):
+            waits.append(cnx.when_closed())
+            cnx.close()
+        self._connections.clear()
+        return defer.DeferredList(waits)
