@@ -167,8 +167,9 @@ _BROKER_KEYS = [
     Key("maxConcurrentLookupRequest", int, 50000, "Lookups in flight across the broker.", "Service"),
     Key("maxPendingPublishRequestsPerConnection", int, 1000,
         "Publish requests in flight per connection before its reads are paused.", "Service"),
-    Key("maxMessagePublishBufferSizeInMB", int, 64,
-        "Bytes of in-flight publishes across the broker before producers' reads are paused.", "Service"),
+    Key("maxMessagePublishBufferSizeInMB", int, 32,
+        "Megabytes of publishes in flight (received, not yet stored) across the broker; above it\n"
+        "every connection's reads pause until half of it is stored (0: no limit).", "Service"),
     # --- topics ---
     Key("allowAutoTopicCreation", bool, True,
         "Create topics when producers or consumers use a name that does not exist.", "Topics"),
@@ -229,7 +230,9 @@ _BROKER_KEYS = [
         "A ledger is not rolled over before this age.", "Storage"),
     Key("managedLedgerMaxLedgerRolloverTimeMinutes", int, 240,
         "A ledger with entries is rolled over at this age.", "Storage"),
-    Key("managedLedgerCacheSizeMB", int, 64, "Entry cache of the managed ledgers, in MB.", "Storage"),
+    Key("managedLedgerCacheSizeMB", int, 32,
+        "Entry cache of each managed ledger, in MB: recent entries served to tailing readers\n"
+        "without reading the bookie.", "Storage"),
     Key("managedLedgerCursorMaxEntriesPerLedger", int, 50000,
         "Cursor state snapshots per cursor ledger before it rolls over.", "Storage"),
     Key("managedLedgerMaxUnackedRangesToPersist", int, 10000,
@@ -252,6 +255,9 @@ _BROKER_KEYS = [
     Key("journalMaxSizeMB", int, 2048, "Journal file size before it rolls over.", "Bookie"),
     Key("flushInterval", int, 1000, "Milliseconds between checkpoints of the write cache to entry logs.",
         "Bookie"),
+    Key("dbStorage_writeCacheMaxSizeMb", int, 32,
+        "Bookie write cache (entries journaled, not yet in entry logs); a checkpoint starts when it\n"
+        "is full. Up to twice this is held while a checkpoint writes.", "Bookie"),
     Key("logSizeLimit", int, 1024 * 1024 * 1024, "Entry log file size before it rolls over.", "Bookie"),
     # --- security ---
     Key("authenticationEnabled", bool, False, "Require clients to authenticate.", "Security"),

@@ -17,6 +17,7 @@ from twisted.logger import Logger
 from twisted.python import usage
 
 from pulsar_twisted.config import BookieConfig, ConfigError
+from pulsar_twisted.common.gctune import tune_garbage_collector
 
 
 class Options(usage.Options):
@@ -123,6 +124,7 @@ class BookieService(service.Service):
             disk_usage_threshold=config.diskUsageThreshold,
             disk_usage_lwm_threshold=config.diskUsageLwmThreshold, http_endpoint=http)
         await self.server.start()
+        tune_garbage_collector()
         self.log.info("pulsar-bookie {bookie} ready", bookie=self.server.bookie_id)
         return self
 

@@ -305,9 +305,12 @@ class ServerConnection(protocol.Protocol):
         if self.pending_sends >= self.max_pending_sends and not self._send_throttled:
             self._send_throttled = True
             self.throttle()
-        producer.publish(send, message).addBoth(self._send_done)
+        size = len(message)
+        self.service.publish_started(size)
+        producer.publish(send, message).addBoth(self._send_done, size)
 
-    def _send_done(self, result):
+    def _send_done(self, result, size):
+        self.service.publish_finished(size)
         self.pending_sends -= 1
         if self._send_throttled and self.pending_sends <= self.max_pending_sends // 2:
             self._send_throttled = False

@@ -46,6 +46,10 @@ class BrokerService(service.Service):
         self.connections = set()
         self.producer_name_prefix = None
         self._producer_counter = 0
+        #: Bytes received from producers and not yet stored, across every connection.
+        self.publish_buffer = 0
+        self.publish_buffer_limit = config.maxMessagePublishBufferSizeInMB * 1024 * 1024
+        self._publish_throttled = set()
 
     # ---------------------------------------------------------------- lifecycle
     @defer.inlineCallbacks
@@ -107,6 +111,30 @@ class BrokerService(service.Service):
 
     def connection_closed(self, cnx) -> None:
         self.connections.discard(cnx)
+        self._publish_throttled.discard(cnx)
+
+    # ---------------------------------------------------------------- broker-wide publish buffer
+    def publish_started(self, size: int) -> None:
+        """
+        Account for a message received and not yet stored. Past maxMessagePublishBufferSizeInMB
+        every connection stops being read (Pulsar's publish buffer throttling), so memory held by
+        in-flight publishes is bounded whatever the number of producers.
+        """
+        self.publish_buffer += size
+        if (self.publish_buffer_limit and self.publish_buffer > self.publish_buffer_limit
+                and not self._publish_throttled):
+            self.log.debug("publish buffer full ({size} bytes): pausing all producers",
+                           size=self.publish_buffer)
+            for cnx in list(self.connections):
+                cnx.throttle()
+                self._publish_throttled.add(cnx)
+
+    def publish_finished(self, size: int) -> None:
+        self.publish_buffer -= size
+        if self._publish_throttled and self.publish_buffer <= self.publish_buffer_limit // 2:
+            throttled, self._publish_throttled = self._publish_throttled, set()
+            for cnx in throttled:
+                cnx.unthrottle()
 
     def authenticate(self, cnx, connect):
         """The role of a connecting client (authentication providers come with the security issue)."""

@@ -13,6 +13,7 @@ from twisted.internet import defer, endpoints
 from twisted.logger import Logger
 from twisted.python import usage
 
+from pulsar_twisted.common.gctune import tune_garbage_collector
 from pulsar_twisted.config import BrokerConfig, ConfigError, StandaloneConfig
 
 
@@ -96,7 +97,8 @@ class StandaloneService(service.MultiService):
             journal_buffered_entries_threshold=config.journalBufferedEntriesThreshold,
             journal_max_size_mb=config.journalMaxSizeMB,
             entry_log_size_limit=config.logSizeLimit,
-            flush_interval_ms=config.flushInterval)
+            flush_interval_ms=config.flushInterval,
+            write_cache_max_bytes=config.dbStorage_writeCacheMaxSizeMb * 1024 * 1024)
         yield self.bookie.start()
         bookie_id = f"{config.advertisedAddress}:3181"
         yield register_bookie(self.store, bookie_id)
@@ -122,6 +124,7 @@ class StandaloneService(service.MultiService):
             f"tcp:{config.brokerServicePort}:interface={config.bindAddress}")
         endpoint = endpoints.serverFromString(reactor, description)
         self.port = yield endpoint.listen(BrokerProtocolFactory(self.broker, reactor))
+        tune_garbage_collector()
         self.log.info("pulsar-standalone ready: {url}, http://{host}:{web} (data in {data})",
                       url=broker_url, host=config.advertisedAddress, web=config.webServicePort,
                       data=os.path.abspath(data))
