@@ -147,6 +147,70 @@ class Config:
         return "\n".join(out)
 
 
+#: Security keys of the broker (TLS listeners, authentication providers, authorization, limits),
+#: Pulsar's names; read by ``pulsar_twisted.security``.
+_SECURITY_KEYS = [
+    Key("brokerServicePortTls", int, 0,
+        "Port of the Pulsar binary protocol over TLS (0: no TLS listener). Needs\n"
+        "tlsCertificateFilePath and tlsKeyFilePath.", "TLS"),
+    Key("webServicePortTls", int, 0,
+        "Port of the HTTPS service (admin REST API, lookup, metrics; 0: no HTTPS listener).", "TLS"),
+    Key("tlsCertificateFilePath", str, "", "PEM certificate of the broker's TLS listeners.", "TLS"),
+    Key("tlsKeyFilePath", str, "", "PEM private key of tlsCertificateFilePath.", "TLS"),
+    Key("tlsTrustCertsFilePath", str, "",
+        "PEM CA certificate(s) that sign client certificates (mutual TLS, AuthenticationProviderTls).",
+        "TLS"),
+    Key("tlsRequireTrustedClientCertOnConnect", bool, False,
+        "Refuse TLS clients that present no certificate signed by tlsTrustCertsFilePath.", "TLS"),
+    Key("tlsAllowInsecureConnection", bool, False,
+        "Accept client certificates that are not signed by tlsTrustCertsFilePath.", "TLS"),
+    Key("tlsProtocols", list, [],
+        "TLS versions accepted (comma separated: TLSv1.2,TLSv1.3); empty: OpenSSL's defaults.", "TLS"),
+    Key("tlsCiphers", list, [],
+        "Cipher suites accepted, OpenSSL names (comma separated); empty: Twisted's defaults.", "TLS"),
+    Key("authenticationProviders", list, [],
+        "Authentication providers, Pulsar's class names (comma separated):\n"
+        "org.apache.pulsar.broker.authentication.AuthenticationProviderToken,\n"
+        "org.apache.pulsar.broker.authentication.AuthenticationProviderBasic,\n"
+        "org.apache.pulsar.broker.authentication.AuthenticationProviderTls\n"
+        "(or their short names token, basic, tls).", "Authentication"),
+    Key("anonymousUserRole", str, "",
+        "Role given to clients that send no credentials (empty: such clients are refused).",
+        "Authentication"),
+    Key("authenticationRefreshCheckSeconds", int, 60,
+        "Seconds between checks of connections whose credentials expire: an expired one gets an\n"
+        "AUTH_CHALLENGE and is closed if the next check finds no valid answer.", "Authentication"),
+    Key("tokenSecretKey", str, "",
+        "HMAC key of the token provider (HS256): data:;base64,<key> or file:///path.", "Authentication"),
+    Key("tokenPublicKey", str, "",
+        "Public key of the token provider (RS256/ES256...): data:;base64,<DER or PEM> or file:///path.",
+        "Authentication"),
+    Key("tokenPublicAlg", str, "RS256",
+        "Signature algorithm of tokens checked with tokenPublicKey (RS256, RS384, RS512, ES256,\n"
+        "ES384, ES512).", "Authentication"),
+    Key("tokenAuthClaim", str, "sub", "Claim of the token that holds the role.", "Authentication"),
+    Key("tokenAudienceClaim", str, "aud", "Claim of the token that holds its audience.",
+        "Authentication"),
+    Key("tokenAudience", str, "",
+        "When set, tokens must name this audience in tokenAudienceClaim.", "Authentication"),
+    Key("basicAuthConf", str, "",
+        "Users of the basic provider: path of an htpasswd-style file (user:hash lines; bcrypt\n"
+        "$2y$/$2b$, $apr1$, {SHA} or crypt hashes), or that file's content in base64.",
+        "Authentication"),
+    Key("brokerClientAuthenticationPlugin", str, "",
+        "Authentication the broker uses as a client of other brokers (replication; kept for\n"
+        "compatibility of configuration files).", "Authentication"),
+    Key("brokerClientAuthenticationParameters", str, "",
+        "Parameters of brokerClientAuthenticationPlugin.", "Authentication"),
+    Key("superUserRoles", list, [],
+        "Roles allowed every operation, on every tenant (comma separated).", "Authorization"),
+    Key("brokerMaxConnections", int, 0,
+        "Client connections accepted by the broker; more are closed at once (0: no limit).", "Limits"),
+    Key("brokerMaxConnectionsPerIp", int, 0,
+        "Client connections accepted from one IP address (0: no limit).", "Limits"),
+]
+
+
 _BROKER_KEYS = [
     # --- service ---
     Key("clusterName", str, "standalone", "Name of the cluster this broker belongs to.", "Service"),
@@ -181,6 +245,11 @@ _BROKER_KEYS = [
         "Delete topics without producers, consumers and subscriptions.", "Topics"),
     Key("brokerDeduplicationEnabled", bool, False,
         "Deduplicate messages by producer name and sequence id by default.", "Topics"),
+    Key("brokerDeduplicationEntriesInterval", int, 1000,
+        "Stored entries between two snapshots of a topic's deduplication state (the entries after\n"
+        "the last snapshot are replayed when the topic loads).", "Topics"),
+    Key("brokerDeduplicationMaxNumberOfProducers", int, 10000,
+        "Producer names kept in a deduplication snapshot.", "Topics"),
     Key("maxProducersPerTopic", int, 0, "Producers allowed per topic (0: no limit).", "Topics"),
     Key("maxConsumersPerTopic", int, 0, "Consumers allowed per topic (0: no limit).", "Topics"),
     Key("maxConsumersPerSubscription", int, 0,
@@ -190,6 +259,47 @@ _BROKER_KEYS = [
     Key("defaultRetentionSizeInMB", int, 0, "Keep this much acknowledged data per topic.", "Topics"),
     Key("ttlDurationDefaultInSeconds", int, 0, "Expire unacknowledged messages after this (0: never).",
         "Topics"),
+    Key("messageExpiryCheckIntervalInMinutes", int, 5,
+        "Minutes between message TTL checks of the loaded topics.", "Topics"),
+    Key("backlogQuotaCheckEnabled", bool, True,
+        "Check the loaded topics' backlog quotas periodically (producers are always checked).",
+        "Topics"),
+    Key("backlogQuotaCheckIntervalInSeconds", int, 60, "Seconds between backlog quota checks.",
+        "Topics"),
+    Key("backlogQuotaDefaultLimitBytes", int, -1,
+        "Default destination_storage backlog quota per topic, in bytes (-1: no quota).", "Topics"),
+    Key("backlogQuotaDefaultLimitSecond", int, -1,
+        "Default message_age backlog quota: oldest unacknowledged message age in seconds\n"
+        "(-1: no quota).", "Topics"),
+    Key("backlogQuotaDefaultRetentionPolicy", str, "producer_request_hold",
+        "What a default quota does when exceeded: producer_request_hold, producer_exception or\n"
+        "consumer_backlog_eviction.", "Topics"),
+    Key("brokerDeleteInactiveTopicsFrequencySeconds", int, 60,
+        "Seconds between inactive topic checks.", "Topics"),
+    Key("brokerDeleteInactiveTopicsMaxInactiveDurationSeconds", int, 0,
+        "Seconds a topic may stay inactive before it is deleted (0: the check frequency).", "Topics"),
+    Key("brokerDeleteInactiveTopicsMode", str, "delete_when_no_subscriptions",
+        "Which inactive topics are deleted: delete_when_no_subscriptions, or\n"
+        "delete_when_subscriptions_caught_up (subscriptions are deleted with the topic).", "Topics"),
+    Key("subscriptionExpirationTimeMinutes", int, 0,
+        "Delete durable subscriptions without consumers for this long (0: never).", "Topics"),
+    Key("subscriptionExpiryCheckIntervalInMinutes", int, 5,
+        "Minutes between subscription expiration checks.", "Topics"),
+    # --- schemas and compaction ---
+    Key("isAllowAutoUpdateSchemaEnabled", bool, True,
+        "Producers may add a new schema version (when compatible) unless the namespace says otherwise.",
+        "Schemas and compaction"),
+    Key("schemaCompatibilityStrategy", str, "BACKWARD",
+        "Default schema compatibility strategy: ALWAYS_COMPATIBLE, ALWAYS_INCOMPATIBLE, BACKWARD,\n"
+        "FORWARD, FULL or their *_TRANSITIVE forms (a namespace policy overrides it).",
+        "Schemas and compaction"),
+    Key("schemaValidationEnforced", bool, False,
+        "Refuse producers without a schema on topics that have one.", "Schemas and compaction"),
+    Key("brokerServiceCompactionThresholdInBytes", int, 0,
+        "Compact a topic once its backlog since the last compaction exceeds this (0: never).",
+        "Schemas and compaction"),
+    Key("brokerServiceCompactionMonitorIntervalInSeconds", int, 60,
+        "Seconds between checks of the compaction threshold.", "Schemas and compaction"),
     # --- dispatch ---
     Key("dispatcherMaxReadBatchSize", int, 100, "Entries read from storage per dispatch round.",
         "Dispatch"),
@@ -262,7 +372,25 @@ _BROKER_KEYS = [
     # --- security ---
     Key("authenticationEnabled", bool, False, "Require clients to authenticate.", "Security"),
     Key("authorizationEnabled", bool, False, "Check permissions of authenticated roles.", "Security"),
-]
+    # --- cluster (twistd pulsar-broker with metadataStoreUrl=zk:...) ---
+    Key("zooKeeperSessionTimeoutMillis", int, 30000,
+        "ZooKeeper session timeout: a broker silent this long loses its registration and its\n"
+        "namespace bundles, which other brokers then take over.", "Cluster"),
+    Key("bookkeeperMetadataServiceUri", str, "",
+        "Where bookies register: zk+null://host:2181/ledgers. Empty: the broker's metadata store.",
+        "Cluster"),
+    Key("bookkeeperClientTimeoutInSeconds", int, 30,
+        "Deadline of each request to a bookie; a bookie that misses it is replaced in the ensemble.",
+        "Cluster"),
+    Key("bookkeeperTLSTrustCertsFilePath", str, "",
+        "PEM CA certificate of the bookies. When set, the broker talks TLS to every bookie and checks\n"
+        "its certificate against this CA and the bookie's host name.", "Cluster"),
+    Key("bookkeeperTLSClientAuthentication", bool, False,
+        "Present bookkeeperTLSCertificateFilePath to bookies (mutual TLS).", "Cluster"),
+    Key("bookkeeperTLSCertificateFilePath", str, "", "PEM client certificate for bookies.", "Cluster"),
+    Key("bookkeeperTLSKeyFilePath", str, "", "PEM private key of bookkeeperTLSCertificateFilePath.",
+        "Cluster"),
+] + _SECURITY_KEYS
 
 
 class BrokerConfig(Config):
@@ -348,6 +476,14 @@ _BOOKIE_KEYS = [
     Key("tlsTrustStore", str, "", "PEM CA certificate that signs client certificates.", "TLS"),
     Key("tlsClientAuthentication", bool, False,
         "Mutual TLS: refuse clients without a certificate signed by tlsTrustStore.", "TLS"),
+    # --- auto-recovery ---
+    Key("autoRecoveryDaemonEnabled", bool, False,
+        "Run the auto-recovery daemon (auditor candidate + replication worker) in this bookie:\n"
+        "the ledgers of a bookie gone for good get their replicas back on live bookies.",
+        "AutoRecovery"),
+    Key("lostBookieRecoveryDelay", int, 0,
+        "Seconds a bookie must stay away before its ledgers are re-replicated (a rolling restart\n"
+        "shorter than this copies nothing).", "AutoRecovery"),
 ]
 
 

@@ -8,26 +8,19 @@ means no registration, for standalone testing only), the ``BookieStorage``, and 
 reverse.
 """
 
-import os
 from urllib.parse import urlsplit
 
 from twisted.application import service
 from twisted.internet import defer, endpoints
 from twisted.logger import Logger
-from twisted.python import usage
 
 from pulsar_twisted.config import BookieConfig, ConfigError
 from pulsar_twisted.common.gctune import tune_garbage_collector
+from pulsar_twisted.common.startup import startup_failed
+from pulsar_twisted.common.tapopts import config_options
 
 
-class Options(usage.Options):
-    optParameters = [
-        ["config", "c", None, "Configuration file (BookKeeper key=value format)."],
-    ]
-
-    def postOptions(self):
-        if self["config"] is not None and not os.path.exists(self["config"]):
-            raise usage.UsageError(f"configuration file {self['config']} does not exist")
+Options = config_options(BookieConfig, what="BookKeeper")
 
 
 def parse_metadata_service_uri(uri: str) -> tuple[str, str]:
@@ -72,6 +65,7 @@ class BookieService(service.Service):
         self.reactor = reactor
         self.store = None
         self.server = None
+        self.autorecovery = None
         self.ready = defer.Deferred()
 
     def startService(self):
@@ -79,10 +73,7 @@ class BookieService(service.Service):
         d = defer.ensureDeferred(self._start())
 
         def failed(failure):
-            self.log.failure("pulsar-bookie failed to start", failure)
-            if self.reactor.running:
-                self.reactor.stop()
-            return failure
+            return startup_failed(self.reactor, self.log, failure, "pulsar-bookie")
 
         d.addErrback(failed)
         d.chainDeferred(self.ready)
@@ -124,11 +115,17 @@ class BookieService(service.Service):
             disk_usage_threshold=config.diskUsageThreshold,
             disk_usage_lwm_threshold=config.diskUsageLwmThreshold, http_endpoint=http)
         await self.server.start()
+        if config.autoRecoveryDaemonEnabled:
+            self.autorecovery = make_autorecovery(config, self.store, reactor)
+            self.autorecovery.startService()
         tune_garbage_collector()
         self.log.info("pulsar-bookie {bookie} ready", bookie=self.server.bookie_id)
         return self
 
     async def _stop(self):
+        if self.autorecovery is not None:
+            await self.autorecovery.stopService()
+            await self.autorecovery.bookie_client.close()
         if self.server is not None:
             await self.server.stop()
         if self.store is not None:
@@ -139,9 +136,24 @@ class BookieService(service.Service):
         return defer.ensureDeferred(self._stop())
 
 
+def make_autorecovery(config: BookieConfig, store, reactor):
+    """BookKeeper's auto-recovery daemon (autoRecoveryDaemonEnabled) over this bookie's metadata
+    session, copying entries over TCP (TLS with this bookie's certificate when it has one)."""
+    from pulsar_twisted.ledger.autorecovery import AutoRecoveryService
+    from pulsar_twisted.ledger.client import BookKeeperClient
+    from pulsar_twisted.ledger.tcp import TcpBookieClient
+    if store is None:
+        raise ConfigError("autoRecoveryDaemonEnabled needs metadataServiceUri")
+    tls = None
+    if config.tlsCertificatePath and config.tlsTrustStore:
+        from pulsar_twisted.security.tls import ClientTLS
+        tls = ClientTLS(config.tlsTrustStore, config.tlsCertificatePath, config.tlsKeyStore)
+    bookie_client = TcpBookieClient(reactor, tls)
+    service_ = AutoRecoveryService(store, BookKeeperClient(store, bookie_client, reactor), bookie_client,
+                                   reactor, lost_bookie_recovery_delay=config.lostBookieRecoveryDelay)
+    service_.bookie_client = bookie_client
+    return service_
+
+
 def make_bookie_service(options):
-    try:
-        config = BookieConfig.from_file(options["config"]) if options["config"] else BookieConfig()
-    except ConfigError as e:
-        raise usage.UsageError(str(e))
-    return BookieService(config)
+    return BookieService(options.config)

@@ -29,9 +29,10 @@ from twisted.application import service
 from twisted.internet import task
 from twisted.logger import Logger
 
+from pulsar_twisted.broker import compaction
 from pulsar_twisted.broker.entryinfo import entry_metadata
-from pulsar_twisted.broker.subscription import PersistentSubscription
-from pulsar_twisted.broker.topic import NonPersistentTopic
+from pulsar_twisted.broker.policies import INACTIVE_TOPIC_MODES
+from pulsar_twisted.broker.service import TopicBusyError
 from pulsar_twisted.common import errors
 from pulsar_twisted.common.naming import (
     InvalidTopicNameError, NON_PERSISTENT, PERSISTENT, TopicName, parse_topic)
@@ -189,7 +190,7 @@ def _schema_strategy(value, what):
 
 def _backlog_quota(value, what):
     def policy(v, w):
-        if v not in _BACKLOG_POLICIES:
+        if not isinstance(v, str) or v not in _BACKLOG_POLICIES:
             raise BadRequest(f"{w} must be one of {sorted(_BACKLOG_POLICIES)}")
         return v
     out = _object(value, what, {"limitSize": lambda v, w: _int(v, w, -1),
@@ -197,6 +198,19 @@ def _backlog_quota(value, what):
     out.setdefault("limitSize", -1)
     out.setdefault("limitTime", -1)
     out.setdefault("policy", "producer_request_hold")
+    return out
+
+
+def _inactive_topic_policies(value, what):
+    def mode(v, w):
+        if v not in INACTIVE_TOPIC_MODES:
+            raise BadRequest(f"{w} must be one of {list(INACTIVE_TOPIC_MODES)}")
+        return v
+    out = _object(value, what, {"inactiveTopicDeleteMode": mode, "deleteWhileInactive": _bool,
+                                "maxInactiveDurationSeconds": lambda v, w: _int(v, w, 0)},
+                  required=("deleteWhileInactive",))
+    out.setdefault("inactiveTopicDeleteMode", INACTIVE_TOPIC_MODES[0])
+    out.setdefault("maxInactiveDurationSeconds", 60)
     return out
 
 
@@ -222,6 +236,7 @@ NAMESPACE_POLICIES = {
     "maxConsumersPerSubscription": _Policy("max_consumers_per_subscription", lambda v, w: _int(v, w, 0)),
     "subscriptionExpirationTime": _Policy("subscription_expiration_time_minutes",
                                           lambda v, w: _int(v, w, 0)),
+    "inactiveTopicPolicies": _Policy("inactive_topic_policies", _inactive_topic_policies),
     "schemaCompatibilityStrategy": _Policy("schema_compatibility_strategy", _schema_strategy,
                                            default="UNDEFINED"),
     "publishRate": _Policy("publishMaxMessageRate", _publish_rate, per_cluster=True),
@@ -285,48 +300,6 @@ def message_id_json(ledger_id: int, entry_id: int, partition: int = -1, batch_in
     return out
 
 
-# ------------------------------------------------------------------------------------ counters
-class _TopicCounters:
-    """
-    A topic's in/out counters, kept across producers and consumers coming and going: topics only
-    count per producer/consumer, so the counts of the ones seen at the previous sample that have
-    since left are folded into ``retired`` (they are still readable: we hold them until then).
-    """
-
-    def __init__(self, topic, now: float):
-        self.topic = topic
-        self.retired = [0, 0, 0, 0]
-        self.producers = set()
-        self.consumers = set()
-        self.last_sample = (now, 0, 0, 0, 0)
-        self.rates = (0.0, 0.0, 0.0, 0.0)
-
-    def totals(self):
-        """``(msg_in, bytes_in, msg_out, bytes_out)`` since the topic was loaded."""
-        topic = self.topic
-        producers = set(topic.producers.values())
-        consumers = {c for s in list(topic.subscriptions.values()) for c in s.consumers}
-        for p in self.producers - producers:
-            self.retired[0] += p.msg_in
-            self.retired[1] += p.bytes_in
-        for c in self.consumers - consumers:
-            self.retired[2] += c.msg_out
-            self.retired[3] += c.bytes_out
-        self.producers, self.consumers = producers, consumers
-        return (self.retired[0] + sum(p.msg_in for p in producers),
-                self.retired[1] + sum(p.bytes_in for p in producers),
-                self.retired[2] + sum(c.msg_out for c in consumers),
-                self.retired[3] + sum(c.bytes_out for c in consumers))
-
-    def sample(self, now: float) -> None:
-        totals = self.totals()
-        then, *previous = self.last_sample
-        elapsed = now - then
-        if elapsed > 0:
-            self.rates = tuple((t - p) / elapsed for t, p in zip(totals, previous))
-        self.last_sample = (now, *totals)
-
-
 # ------------------------------------------------------------------------------------ the service
 class AdminService(service.Service):
     """
@@ -349,7 +322,6 @@ class AdminService(service.Service):
         self.web_service_url = web_service_url or (
             f"http://{config.advertisedAddress}:{config.webServicePort}")
         self.stats_interval = stats_interval
-        self._counters = {}
         self._sampler = None
 
     def startService(self):
@@ -445,8 +417,9 @@ class AdminService(service.Service):
     async def _tenant_info(self, info) -> dict:
         info = _object(info if info is not None else {}, "TenantInfo",
                        {"adminRoles": _string_list, "allowedClusters": _string_list})
-        info.setdefault("adminRoles", [])
-        info.setdefault("allowedClusters", [])
+        # An explicit null reads as unset (Jackson gives an empty set), not as a list to iterate.
+        info["adminRoles"] = info.get("adminRoles") or []
+        info["allowedClusters"] = info.get("allowedClusters") or []
         known = set(await self.list_clusters())
         unknown = [c for c in info["allowedClusters"] if c not in known]
         if unknown:
@@ -606,7 +579,9 @@ class AdminService(service.Service):
     async def _change_policies(self, tenant, ns, change) -> dict:
         path = self._ns_path(tenant, ns)
         new = await self._update_json(path, "Namespace does not exist", change)
-        self.apply_namespace_policies(f"{tenant}/{ns}", _normalise_policies(new, self.cluster))
+        # Applied to the loaded topics before answering (the store's watch would also do it,
+        # but a client acting on the 204 must find the policy in force).
+        await self.broker.policies.refresh(f"{tenant}/{ns}")
         return new
 
     async def get_backlog_quota_map(self, tenant, ns) -> dict:
@@ -659,25 +634,6 @@ class AdminService(service.Service):
             p["auth_policies"] = auth
             return p
         await self._change_policies(tenant, ns, change)
-
-    def apply_namespace_policies(self, namespace: str, policies: dict) -> None:
-        """
-        Make the loaded topics of ``namespace`` obey the policies the broker can enforce today:
-        max producers/consumers per topic and consumers per subscription (topics read those limits
-        from their ``config`` at each new producer/consumer, so a per-topic overlay is enough).
-        Topics loaded later keep the broker-wide limits until BrokerService applies namespace
-        policies at load (to be moved there).
-        """
-        overrides = {}
-        for key, field in (("maxProducersPerTopic", "max_producers_per_topic"),
-                           ("maxConsumersPerTopic", "max_consumers_per_topic"),
-                           ("maxConsumersPerSubscription", "max_consumers_per_subscription")):
-            if policies.get(field) is not None:
-                overrides[key] = policies[field]
-        for topic in list(self.broker.topics.values()):
-            if str(topic.topic_name.namespace_name) == namespace:
-                base = getattr(topic.config, "base_config", topic.config)
-                topic.config = PolicyConfig(base, overrides) if overrides else base
 
     # ---------------------------------------------------------------- topic names
     def topic_name(self, domain: str, tenant: str, ns: str, topic: str) -> TopicName:
@@ -746,29 +702,20 @@ class AdminService(service.Service):
             # even with allowAutoTopicCreation off, as Pulsar does for created topics.
             await self.broker.ml_factory.open(name.managed_ledger_name)
             await self.broker.get_topic(str(name), create=False)
-        elif str(name) not in self.broker.topics:
+        else:
             # Non-persistent topics exist while loaded; create one even without auto-creation.
-            self.broker.topics[str(name)] = NonPersistentTopic(self.broker, name, self.broker.clock,
-                                                               self.broker.config)
+            await self.broker.create_non_persistent_topic(name)
 
     async def delete_topic(self, name: TopicName, force: bool = False) -> None:
         await self._check_namespace(name)
         if name.partition_index < 0 and await self.broker.partitions_of(name) > 0:
             raise Conflict(f"{name} is a partitioned topic: delete it through its /partitions")
-        topic = self.broker.topics.get(str(name))
-        if topic is None and not await self._topic_exists(name):
+        try:
+            await self.broker.delete_topic(name, force=force)
+        except errors.TopicNotFound:
             raise NotFound("Topic not found")
-        if topic is not None:
-            busy = topic.producers or any(s.consumers for s in topic.subscriptions.values())
-            if busy and not force:
-                raise PreconditionFailed("Topic has active producers/subscriptions")
-            if self.broker.topics.get(str(name)) is topic:
-                del self.broker.topics[str(name)]
-            self._counters.pop(str(name), None)
-            await topic.close()
-        if name.persistent:
-            await self.broker.ml_factory.delete(name.managed_ledger_name)
-        self.log.info("Deleted topic {topic}", topic=str(name))
+        except TopicBusyError as e:
+            raise PreconditionFailed(str(e))
 
     async def unload_topic(self, name: TopicName) -> None:
         """Close the topic (clients reconnect); the next use loads it again."""
@@ -776,11 +723,8 @@ class AdminService(service.Service):
             for i in range(await self.broker.partitions_of(name)):
                 await self.unload_topic(name.partition(i))
             return
-        topic = await self._load(name)
-        if self.broker.topics.get(str(name)) is topic:
-            del self.broker.topics[str(name)]
-        self._counters.pop(str(name), None)
-        await topic.close()
+        await self._load(name)
+        await self.broker.unload_topic(name)
 
     # ---------------------------------------------------------------- partitioned topics
     async def get_partitioned_metadata(self, name: TopicName, auto_create: bool = False) -> dict:
@@ -845,23 +789,15 @@ class AdminService(service.Service):
         await self.store.delete_recursive(self._partitioned_path(name))
 
     # ---------------------------------------------------------------- stats
-    def _counters_of(self, topic) -> _TopicCounters:
-        counters = self._counters.get(topic.name)
-        if counters is None or counters.topic is not topic:
-            counters = self._counters[topic.name] = _TopicCounters(topic, self.clock.seconds())
-        return counters
-
     def sample_rates(self) -> None:
         """Take a stats sample of every loaded topic (rates are deltas between samples)."""
         now = self.clock.seconds()
-        for name in [n for n, c in self._counters.items() if self.broker.topics.get(n) is not c.topic]:
-            del self._counters[name]
         for topic in list(self.broker.topics.values()):
-            self._counters_of(topic).sample(now)
+            topic.counters.sample(now)
 
     def topic_stats(self, topic) -> dict:
         """Pulsar's TopicStats of a loaded topic."""
-        counters = self._counters_of(topic)
+        counters = topic.counters
         msg_in, bytes_in, msg_out, bytes_out = counters.totals()
         rate_in, tput_in, rate_out, tput_out = counters.rates
         base = topic.stats()
@@ -1057,27 +993,16 @@ class AdminService(service.Service):
                 raise NotAllowed("Subscriptions of non-persistent topics exist only with consumers")
             if sub in topic.subscriptions:
                 raise Conflict("Subscription already exists for topic")
-            cursor = await topic.ledger.open_cursor(sub, "latest")
-            if position is not None:
-                await cursor.reset_cursor(topic.clamp_position(position))
-            if sub not in topic.subscriptions:
-                topic.subscriptions[sub] = PersistentSubscription(topic, sub, cursor, topic.clock,
-                                                                  topic.config)
+            await self.broker.create_subscription(topic_name, sub, position)
         await self._each_partition(name, create)
 
     async def delete_subscription(self, name: TopicName, sub: str, force: bool = False) -> None:
         async def delete(topic_name):
             topic, subscription = await self._subscription(topic_name, sub)
-            if subscription.consumers and not force:
-                raise PreconditionFailed("Subscription has active connected consumers")
-            for consumer in list(subscription.consumers):
-                consumer.close_by_broker()
-                subscription.remove_consumer(consumer)
-            dispatcher = getattr(subscription, "dispatcher", None)
-            if dispatcher is not None:
-                dispatcher.close()
-            if topic.subscriptions.get(sub) is subscription:
-                await topic.delete_subscription(subscription)
+            try:
+                await self.broker.delete_subscription(topic, sub, force=force)
+            except errors.ConsumerBusy as e:
+                raise PreconditionFailed(str(e))
         await self._each_partition(name, delete)
 
     async def skip_messages(self, name: TopicName, sub: str, count) -> None:
@@ -1089,9 +1014,7 @@ class AdminService(service.Service):
             cursor = getattr(subscription, "cursor", None)
             if cursor is None:
                 raise NotAllowed("Skip is not supported on non-persistent topics")
-            positions = _unacked_positions(cursor, count)
-            if positions:
-                await cursor.delete(positions)
+            if await cursor.skip_unacked(count):
                 subscription.new_entries()
         await self._each_partition(name, skip)
 
@@ -1153,10 +1076,10 @@ class AdminService(service.Service):
         cursor = getattr(subscription, "cursor", None)
         if cursor is None:
             raise NotAllowed("Peek is not supported on non-persistent topics")
-        positions = _unacked_positions(cursor, n)
-        if len(positions) < n:
+        position = cursor.nth_unacked_position(n)
+        if position is None:
             raise NotFound("Message not found")
-        entries = await topic.ledger.read_entries(positions[-1], 1)
+        entries = await topic.ledger.read_entries(position, 1)
         if not entries:
             raise NotFound("Message not found")
         return entry_response(entries[0].position, entries[0].data)
@@ -1174,8 +1097,18 @@ class AdminService(service.Service):
         return message_id_json(last.ledger_id, last.entry_id, name.partition_index)
 
     async def compact(self, name: TopicName) -> None:
+        """Start compacting (Pulsar answers at once; ``compaction_status`` follows the run)."""
+        topic = await self._load(name)
+        if not name.persistent:
+            raise NotAllowed("Compaction is only supported on persistent topics")
+        compactor = compaction.compactor_of(self.broker)
+        if compactor.is_running(topic.name):
+            raise Conflict("Compaction already in progress")
+        compactor.compact(topic).addErrback(lambda f: None)  # the failure is logged and kept as status
+
+    async def compaction_status(self, name: TopicName) -> dict:
         await self._load(name)
-        raise NotAllowed("Topic compaction is not supported yet")
+        return compaction.compactor_of(self.broker).status(str(name))
 
     # ---------------------------------------------------------------- lookup and brokers
     async def lookup(self, name: TopicName) -> dict:
@@ -1206,7 +1139,7 @@ class AdminService(service.Service):
         """One dict per loaded topic with what /metrics exports (read at scrape time)."""
         rows = []
         for topic in list(self.broker.topics.values()):
-            counters = self._counters_of(topic)
+            counters = topic.counters
             msg_in, bytes_in, msg_out, bytes_out = counters.totals()
             rate_in, tput_in, rate_out, tput_out = counters.rates
             ledger = getattr(topic, "ledger", None)
@@ -1222,20 +1155,6 @@ class AdminService(service.Service):
                 "consumers_count": sum(len(s.consumers) for s in list(topic.subscriptions.values())),
             })
         return rows
-
-
-class PolicyConfig:
-    """The broker config seen by one topic, with namespace-policy ``overrides`` on top."""
-
-    def __init__(self, base_config, overrides: dict):
-        self.base_config = base_config
-        self._overrides = dict(overrides)
-
-    def __getattr__(self, name):
-        overrides = self.__dict__.get("_overrides", {})
-        if name in overrides:
-            return overrides[name]
-        return getattr(self.__dict__["base_config"], name)
 
 
 # ------------------------------------------------------------------------------------ helpers
@@ -1261,23 +1180,6 @@ def _position_from(message_id) -> Position:
     ledger_id = _int(message_id.get("ledgerId"), "ledgerId")
     entry_id = _int(message_id.get("entryId"), "entryId")
     return Position(ledger_id, entry_id)
-
-
-def _unacked_positions(cursor, count: int) -> list:
-    """The first ``count`` unacknowledged positions after the cursor's mark-delete position."""
-    # Reaches into the cursor's walk helpers: the managed cursor has no public "next unacked"
-    # (its skip_entries moves the read position only, whereas Pulsar's skip acknowledges).
-    ml = cursor.ml
-    last = ml.last_confirmed_entry()
-    positions = []
-    pos = ml._next_position(cursor.mark_delete_position)
-    while len(positions) < count:
-        pos = cursor._first_unacked_from(pos)
-        if pos > last:
-            break
-        positions.append(pos)
-        pos = ml._next_position(pos)
-    return positions
 
 
 def _previous_position(ledger, position):

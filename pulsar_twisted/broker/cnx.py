@@ -21,6 +21,7 @@ from pulsar_twisted.common.position import Position
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.wire.frames import (
     FRAME_PADDING, ChecksumMismatch, FrameDecoder, FrameError, TooLongFrame, verify_message)
+from pulsar_twisted.broker import compaction, schema as schemas
 from pulsar_twisted.broker.sender import CommandSender
 from pulsar_twisted.broker.topic import position_of
 
@@ -74,6 +75,7 @@ class ServerConnection(protocol.Protocol):
             T.CONNECT: self.handle_connect,
             T.PING: self.handle_ping,
             T.PONG: self.handle_pong,
+            T.AUTH_RESPONSE: self.handle_auth_response,
             T.LOOKUP: self.handle_lookup,
             T.PARTITIONED_METADATA: self.handle_partitioned_metadata,
             T.PRODUCER: self.handle_producer,
@@ -90,6 +92,7 @@ class ServerConnection(protocol.Protocol):
             T.CONSUMER_STATS: self.handle_consumer_stats,
             T.GET_TOPICS_OF_NAMESPACE: self.handle_get_topics_of_namespace,
             T.GET_SCHEMA: self.handle_get_schema,
+            T.GET_OR_CREATE_SCHEMA: self.handle_get_or_create_schema,
         }
 
     # ------------------------------------------------------------------ transport events
@@ -223,12 +226,17 @@ class ServerConnection(protocol.Protocol):
     def handle_pong(self, command, message):
         self._ping_outstanding = False
 
+    def handle_auth_response(self, command, message):
+        # Fresh credentials answering our AUTH_CHALLENGE: the security service decides.
+        self.service.auth_response(self, command.authResponse)
+
     # ------------------------------------------------------------------ lookup
     def handle_lookup(self, command, message):
         lookup = command.lookupTopic
-        d = self.service.lookup(lookup.topic)
+        d = self.service.lookup(lookup.topic, cnx=self)
         d.addCallbacks(
-            lambda urls: self.sender.send_lookup_response(lookup.request_id, urls[0], urls[1]),
+            lambda urls: self.sender.send_lookup_response(
+                lookup.request_id, urls[0], urls[1], redirect=getattr(urls, "redirect", False)),
             lambda f: self.sender.send_lookup_error(lookup.request_id, _error_code(f), _error_message(f)))
 
     def handle_partitioned_metadata(self, command, message):
@@ -249,9 +257,20 @@ class ServerConnection(protocol.Protocol):
 
     def handle_get_schema(self, command, message):
         request = command.getSchema
-        # Schemas arrive with issue 5; until then every topic is schema-less, as Pulsar says.
-        self.sender.send_get_schema_error(request.request_id, api.TopicNotFound,
-                                          "Topic does not have a schema")
+        d = schemas.get_schema(self.service, request.topic, request.schema_version)
+        d.addCallbacks(
+            lambda found: self.sender.send_get_schema(request.request_id, found.to_proto(),
+                                                      schemas.encode_version(found.version)),
+            lambda f: self.sender.send_get_schema_error(request.request_id, _error_code(f),
+                                                        _error_message(f)))
+
+    def handle_get_or_create_schema(self, command, message):
+        request = command.getOrCreateSchema
+        d = schemas.get_or_create_schema(self.service, request.topic, request.schema)
+        d.addCallbacks(
+            lambda version: self.sender.send_get_or_create_schema(request.request_id, version),
+            lambda f: self.sender.send_get_or_create_schema_error(request.request_id, _error_code(f),
+                                                                  _error_message(f)))
 
     # ------------------------------------------------------------------ producers
     def handle_producer(self, command, message):
@@ -261,19 +280,24 @@ class ServerConnection(protocol.Protocol):
             if existing.topic.name == request.topic:
                 # The client retried a create that already succeeded: answer it again.
                 self.sender.send_producer_success(request.request_id, existing.name,
-                                                  existing.last_sequence_id)
+                                                  existing.last_sequence_id,
+                                                  getattr(existing, "schema_version", b""))
             else:
                 self.sender.send_error(request.request_id, api.ProducerBusy,
                                        f"Producer id {request.producer_id} is already in use")
             return
-        d = self.service.create_producer(self, request)
+        # The schema is decided first (Pulsar's order): an incompatible one creates nothing.
+        d = schemas.producer_schema_version(self.service, request)
+        d.addCallback(lambda version: self.service.create_producer(self, request).addCallback(
+            schemas.set_producer_version, version))
 
         def created(producer):
             if self.state == "closed":
                 producer.topic.remove_producer(producer)
                 return
             self.producers[request.producer_id] = producer
-            self.sender.send_producer_success(request.request_id, producer.name, producer.last_sequence_id)
+            self.sender.send_producer_success(request.request_id, producer.name, producer.last_sequence_id,
+                                              producer.schema_version, topic_epoch=producer.topic_epoch)
 
         def failed(failure):
             self.log.info("{peer}: producer on {topic} refused: {reason}", peer=self.peer,
@@ -357,7 +381,8 @@ class ServerConnection(protocol.Protocol):
                 self.sender.send_error(request.request_id, api.ConsumerBusy,
                                        f"Consumer id {request.consumer_id} is already in use")
             return
-        d = self.service.subscribe(self, request)
+        d = schemas.check_subscribe_schema(self.service, request)
+        d.addCallback(lambda _: self.service.subscribe(self, request))
 
         def subscribed(consumer):
             if self.state == "closed":
@@ -446,7 +471,7 @@ class ServerConnection(protocol.Protocol):
         if consumer is None:
             self.sender.send_error(request.request_id, api.ConsumerNotFound, "Consumer not found")
             return
-        d = consumer.subscription.topic.last_message_id()
+        d = compaction.last_message_id(consumer.subscription)
 
         def answer(result):
             (ledger_id, entry_id, batch_index) = result
@@ -494,6 +519,8 @@ class BrokerProtocolFactory(protocol.Factory):
         self.clock = clock
 
     def buildProtocol(self, addr):
+        if not self.service.security.admit(getattr(addr, "host", str(addr))):
+            return None  # over brokerMaxConnections(PerIp): Twisted closes the socket at once
         connection = ServerConnection(self.service, self.clock)
         connection.factory = self
         return connection

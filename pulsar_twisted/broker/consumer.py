@@ -93,6 +93,10 @@ class Consumer:
             return defer.fail(errors.NotAllowedError(
                 f"Cumulative ack is not allowed for {SUB_TYPE_NAMES[self.sub_type]} subscription"))
         self.acks += len(positions)
+        batch_acks = self.subscription.batch_acks
+        if batch_acks is not None and message_ids:
+            # Acks of single messages inside batches (batch_acks module docstring).
+            positions = batch_acks.filter_acks(positions, message_ids, cumulative)
         return self.subscription.acknowledge(self, cumulative, positions)
 
     def redeliver(self, positions=None) -> None:

@@ -1,10 +1,17 @@
 """A producer attached to a topic, as the broker sees it."""
 
+from twisted.internet import defer
 from twisted.logger import Logger
 
+from pulsar_twisted.broker import dedup as dedup_states
+from pulsar_twisted.broker.entryinfo import entry_metadata
 from pulsar_twisted.common import errors
 from pulsar_twisted.mledger.interfaces import ManagedLedgerError
 from pulsar_twisted.proto import PulsarApi_pb2 as api
+
+
+def is_last_chunk(metadata) -> bool:
+    return metadata.chunk_id >= metadata.num_chunks_from_msg - 1
 
 
 class Producer:
@@ -25,6 +32,10 @@ class Producer:
         self.user_provided_name = user_provided_name
         self.metadata = dict(metadata or {})
         self.last_sequence_id = -1
+        #: Topic epoch answered in PRODUCER_SUCCESS (exclusive access modes), or None.
+        self.topic_epoch = None
+        #: Chunks cannot be reassembled from a topic that stores nothing (Pulsar refuses them).
+        self.refuse_chunks = not topic.topic_name.persistent
         self.msg_in = 0
         self.bytes_in = 0
         self.closed = False
@@ -35,19 +46,56 @@ class Producer:
         self.bytes_in += len(message)
         sequence_id = send.sequence_id
         highest = send.highest_sequence_id if send.highest_sequence_id else sequence_id
+        if self.refuse_chunks and send.is_chunk:
+            self.log.info("{topic}: chunked message from {producer} refused (non-persistent topic)",
+                          topic=self.topic.name, producer=self.name)
+            self.cnx.sender.send_send_error(self.producer_id, sequence_id, api.NotAllowedError,
+                                            "Chunked messages are not supported on non-persistent topics")
+            return defer.succeed(None)
+        dedup = self.topic.dedup
+        counted = True
+        if dedup is not None:
+            if send.is_chunk:
+                counted = is_last_chunk(entry_metadata(message))
+            if self._is_duplicate(dedup, sequence_id, highest, counted):
+                return defer.succeed(None)
         d = self.topic.publish(message, send.num_messages)
-        d.addCallbacks(self._stored, self._failed, callbackArgs=(sequence_id, highest),
+        d.addCallbacks(self._stored, self._failed, callbackArgs=(sequence_id, highest, counted),
                        errbackArgs=(sequence_id,))
         return d
 
-    def _stored(self, position, sequence_id, highest):
+    def _is_duplicate(self, dedup, sequence_id, highest, counted=True) -> bool:
+        """Deduplication's verdict; a duplicate is answered here (``dedup`` module docstring).
+        ``counted``: False for a chunk that is not its message's last."""
+        if counted:
+            status = dedup.check(self.name, sequence_id, highest)
+        else:
+            status = dedup.check_chunk(self.name, sequence_id)
+        if status == dedup_states.NOT_DUP:
+            return False
+        if status == dedup_states.DUP:
+            # Pulsar's answer to a known duplicate: a receipt with message id -1:-1, nothing stored.
+            self.cnx.sender.send_receipt(self.producer_id, sequence_id, highest, -1, -1)
+        else:
+            self.cnx.sender.send_send_error(
+                self.producer_id, sequence_id, api.PersistenceError,
+                "Cannot determine whether the message is a duplicate at this time")
+        return True
+
+    def _stored(self, position, sequence_id, highest, counted=True):
         if highest > self.last_sequence_id:
             self.last_sequence_id = highest
+        dedup = self.topic.dedup
+        if dedup is not None and counted:
+            dedup.persisted(self.name, highest, position)
         if not self.closed:
             self.cnx.sender.send_receipt(self.producer_id, sequence_id, highest,
                                          position[0], position[1])
 
     def _failed(self, failure, sequence_id):
+        dedup = self.topic.dedup
+        if dedup is not None:
+            dedup.failed(self.name)
         if failure.check(errors.PulsarError):
             code, message = failure.value.code, str(failure.value)
         elif failure.check(ManagedLedgerError):

@@ -43,6 +43,12 @@ class CommandSender:
     def send_pong(self) -> None:
         self._write(T(type=T.PONG, pong=api.CommandPong()))
 
+    def send_auth_challenge(self, method: str, data: bytes, protocol_version: int) -> None:
+        """Ask the client for fresh credentials (it answers AUTH_RESPONSE)."""
+        self._write(T(type=T.AUTH_CHALLENGE, authChallenge=api.CommandAuthChallenge(
+            server_version="pulsar-twisted", protocol_version=protocol_version,
+            challenge=api.AuthData(auth_method_name=method, auth_data=data))))
+
     def send_error(self, request_id: int, error: int, message: str) -> None:
         self._write(T(type=T.ERROR, error=api.CommandError(
             request_id=request_id, error=error, message=message)))
@@ -86,11 +92,16 @@ class CommandSender:
 
     # --- producers ---
     def send_producer_success(self, request_id: int, producer_name: str, last_sequence_id: int = -1,
-                              schema_version: bytes = b"") -> None:
+                              schema_version: bytes = b"", topic_epoch: int = None,
+                              ready: bool = True) -> None:
+        """``ready=False``: a WaitForExclusive producer queued at the broker (a second, ready
+        PRODUCER_SUCCESS follows when it gets the topic)."""
         success = api.CommandProducerSuccess(request_id=request_id, producer_name=producer_name,
-                                             last_sequence_id=last_sequence_id, producer_ready=True)
+                                             last_sequence_id=last_sequence_id, producer_ready=ready)
         if schema_version:
             success.schema_version = schema_version
+        if topic_epoch is not None:
+            success.topic_epoch = topic_epoch
         self._write(T(type=T.PRODUCER_SUCCESS, producer_success=success))
 
     def send_receipt(self, producer_id: int, sequence_id: int, highest_sequence_id: int,
@@ -109,18 +120,22 @@ class CommandSender:
 
     # --- consumers ---
     def send_message(self, consumer_id: int, ledger_id: int, entry_id: int, redelivery_count: int,
-                     data: bytes, partition: int = -1) -> None:
+                     data: bytes, partition: int = -1, ack_set=None) -> None:
         """
         One MESSAGE frame carrying a stored entry exactly as the producer sent it. ``partition``
         is the index of the consumer's topic partition (-1: not a partition): the C++ client
         builds the message id from this field, and compares it, partition included, with the
-        GET_LAST_MESSAGE_ID answer in ``has_message_available``.
+        GET_LAST_MESSAGE_ID answer in ``has_message_available``. ``ack_set``: for a batch
+        partly acknowledged (batch index acks), the bit set (int64 words) of the indexes still
+        to deliver; the client skips the others.
         """
         message_id = api.MessageIdData(ledgerId=ledger_id, entryId=entry_id)
         if partition >= 0:
             message_id.partition = partition
         command = T(type=T.MESSAGE, message=api.CommandMessage(
             consumer_id=consumer_id, message_id=message_id, redelivery_count=redelivery_count))
+        if ack_set is not None:
+            command.message.ack_set.extend(ack_set)
         self.transport.write(encode_payload_command(command, data))
 
     def send_active_consumer_change(self, consumer_id: int, is_active: bool) -> None:
@@ -161,3 +176,17 @@ class CommandSender:
     def send_get_schema_error(self, request_id: int, error: int, message: str) -> None:
         self._write(T(type=T.GET_SCHEMA_RESPONSE, getSchemaResponse=api.CommandGetSchemaResponse(
             request_id=request_id, error_code=error, error_message=message)))
+
+    def send_get_schema(self, request_id: int, schema: api.Schema, schema_version: bytes) -> None:
+        self._write(T(type=T.GET_SCHEMA_RESPONSE, getSchemaResponse=api.CommandGetSchemaResponse(
+            request_id=request_id, schema=schema, schema_version=schema_version)))
+
+    def send_get_or_create_schema(self, request_id: int, schema_version: bytes) -> None:
+        self._write(T(type=T.GET_OR_CREATE_SCHEMA_RESPONSE,
+                      getOrCreateSchemaResponse=api.CommandGetOrCreateSchemaResponse(
+                          request_id=request_id, schema_version=schema_version)))
+
+    def send_get_or_create_schema_error(self, request_id: int, error: int, message: str) -> None:
+        self._write(T(type=T.GET_OR_CREATE_SCHEMA_RESPONSE,
+                      getOrCreateSchemaResponse=api.CommandGetOrCreateSchemaResponse(
+                          request_id=request_id, error_code=error, error_message=message)))

@@ -2,8 +2,8 @@
 BrokerService: the broker's decisions, independent of any connection.
 
 It owns the loaded topics (loading each at most once, however many clients ask at the same
-time), answers lookups (this broker owns every topic until the cluster's ownership arrives with
-several brokers), keeps the default tenant ``public`` and namespace ``public/default`` present, and
+time), answers lookups (standalone: this broker owns every topic; in a cluster ``ownership`` decides
+by namespace bundle, see ``ownership.py``), keeps the default tenant ``public`` and namespace ``public/default`` present, and
 hands out unique producer names.
 """
 
@@ -16,7 +16,9 @@ from twisted.internet import defer, task
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from pulsar_twisted.broker.policies import PolicyService
 from pulsar_twisted.broker.topic import NonPersistentTopic, PersistentTopic
+from pulsar_twisted.security.broker import BrokerSecurity
 from pulsar_twisted.common import errors
 from pulsar_twisted.common.naming import (
     InvalidTopicNameError, NamespaceName, parse_topic, PERSISTENT, NON_PERSISTENT)
@@ -24,6 +26,10 @@ from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.wire.frames import crc32c
 
 POLICIES_ROOT = "/admin/policies"
+
+
+class TopicBusyError(errors.PulsarError):
+    """A topic with producers or consumers that was to be deleted without force."""
 PARTITIONED_ROOT = "/admin/partitioned-topics"
 
 
@@ -50,6 +56,12 @@ class BrokerService(service.Service):
         self.publish_buffer = 0
         self.publish_buffer_limit = config.maxMessagePublishBufferSizeInMB * 1024 * 1024
         self._publish_throttled = set()
+        #: Authentication, authorization and connection limits (pulsar_twisted.security).
+        self.security = BrokerSecurity(config, clock, metadata_store)
+        #: An ``ownership.IOwnership`` (cluster mode); None: this broker serves every topic.
+        self.ownership = None
+        #: Namespace policies of the topics and their periodic checks (policies.py).
+        self.policies = PolicyService(self, metadata_store, config, clock)
 
     # ---------------------------------------------------------------- lifecycle
     @defer.inlineCallbacks
@@ -65,6 +77,7 @@ class BrokerService(service.Service):
         # The sequence number makes names unique across brokers and restarts (deduplication
         # keys its state on producer names).
         self.producer_name_prefix = f"{cluster}-{int(stat.path.rsplit('-', 1)[1])}"
+        self.policies.start()
 
     @defer.inlineCallbacks
     def _ensure(self, path, value):
@@ -83,6 +96,7 @@ class BrokerService(service.Service):
         self._retention_loop = task.LoopingCall(self._check_retention)
         self._retention_loop.clock = self.clock
         self._retention_loop.start(self.retention_check_interval, now=False)
+        self.policies.startService()
 
     def _check_retention(self):
         """Time-based retention: consumed ledgers age past the limit without any new ack."""
@@ -98,6 +112,8 @@ class BrokerService(service.Service):
         loop = getattr(self, "_retention_loop", None)
         if loop is not None and loop.running:
             loop.stop()
+        if self.policies.running:
+            self.policies.stopService()
         topics = list(self.topics.values())
         self.topics.clear()
         for topic in topics:
@@ -108,8 +124,11 @@ class BrokerService(service.Service):
 
     def connection_opened(self, cnx) -> None:
         self.connections.add(cnx)
+        self.security.connection_opened(cnx)
 
     def connection_closed(self, cnx) -> None:
+        if cnx in self.connections:
+            self.security.connection_closed(cnx)
         self.connections.discard(cnx)
         self._publish_throttled.discard(cnx)
 
@@ -137,8 +156,12 @@ class BrokerService(service.Service):
                 cnx.unthrottle()
 
     def authenticate(self, cnx, connect):
-        """The role of a connecting client (authentication providers come with the security issue)."""
-        return None
+        """The role of a connecting client (None with authentication off); AuthenticationError."""
+        return self.security.authenticate(cnx, connect)
+
+    def auth_response(self, cnx, response) -> None:
+        """Fresh credentials answering an AUTH_CHALLENGE (the connection closes if they fail)."""
+        self.security.auth_response(cnx, response)
 
     def now_iso(self) -> str:
         return datetime.datetime.fromtimestamp(self.clock.seconds(), datetime.timezone.utc).isoformat()
@@ -173,10 +196,19 @@ class BrokerService(service.Service):
 
     # ---------------------------------------------------------------- binary-protocol queries
     @defer.inlineCallbacks
-    def lookup(self, topic: str):
+    def lookup(self, topic: str, cnx=None):
+        """``cnx``: the asking connection, whose role must be allowed to look the topic up."""
         name = self._parse(topic)
-        yield self._check_namespace(name.namespace_name)
-        return (self.broker_url, self.broker_url_tls)
+        self.security.lookup_started()  # TooManyRequests past maxConcurrentLookupRequest
+        try:
+            if cnx is not None:
+                yield defer.ensureDeferred(self.security.check_topic(cnx, topic, "lookup"))
+            yield self._check_namespace(name.namespace_name)
+            if self.ownership is not None:
+                return (yield self.ownership.lookup(name))
+            return (self.broker_url, self.broker_url_tls)
+        finally:
+            self.security.lookup_finished()
 
     @defer.inlineCallbacks
     def partitioned_metadata(self, topic: str, auto_create: bool = True):
@@ -273,6 +305,8 @@ class BrokerService(service.Service):
     @defer.inlineCallbacks
     def _load(self, name, create: bool):
         yield self._check_namespace(name.namespace_name)
+        if self.ownership is not None:
+            yield self.ownership.check_owned(name)
         if name.partition_index < 0:
             partitions = yield self.partitions_of(name)
             if partitions > 0:
@@ -286,9 +320,101 @@ class BrokerService(service.Service):
             topic = PersistentTopic(self, name, ledger, self.clock, self.config)
         else:
             topic = NonPersistentTopic(self, name, self.clock, self.config)
+        # Namespace policies before any client sees the topic.
+        yield self.policies.topic_loaded(topic)
         self.topics[str(name)] = topic
         self.log.info("Loaded topic {topic}", topic=str(name))
         return topic
+
+    def _is_busy(self, topic) -> bool:
+        return bool(topic.producers) or any(s.consumers for s in list(topic.subscriptions.values()))
+
+    @defer.inlineCallbacks
+    def delete_topic(self, topic_name, force: bool = False):
+        """
+        Delete a topic and its stored data. Without ``force`` a topic with producers or consumers
+        is refused (TopicBusyError); with it they are disconnected. TopicNotFound if it does not
+        exist (a partitioned topic's parent is not a topic: delete its partitions).
+        """
+        name = self._parse(str(topic_name))
+        key = str(name)
+        topic = self.topics.get(key)
+        if topic is None and not (yield self._topic_exists(name)):
+            raise errors.TopicNotFound(f"Topic {name} does not exist")
+        if topic is not None:
+            if self._is_busy(topic) and not force:
+                raise TopicBusyError("Topic has active producers/subscriptions")
+            if self.topics.get(key) is topic:
+                del self.topics[key]
+            self.policies.topic_removed(topic)
+            yield topic.close()
+        if name.persistent:
+            yield self.ml_factory.delete(name.managed_ledger_name)
+        self.log.info("Deleted topic {topic}", topic=key)
+
+    @defer.inlineCallbacks
+    def create_non_persistent_topic(self, topic_name):
+        """Load a non-persistent topic even without auto-creation (they exist while loaded)."""
+        name = self._parse(str(topic_name))
+        topic = self.topics.get(str(name))
+        if topic is None:
+            topic = NonPersistentTopic(self, name, self.clock, self.config)
+            yield self.policies.topic_loaded(topic)
+            topic = self.topics.setdefault(str(name), topic)
+        return topic
+
+    @defer.inlineCallbacks
+    def unload_topic(self, topic_name):
+        """Close a loaded topic (clients reconnect; the next use loads it again). No-op if not loaded."""
+        key = str(self._parse(str(topic_name)))
+        topic = self.topics.pop(key, None)
+        if topic is not None:
+            self.policies.topic_removed(topic)
+            self.log.info("Unloading topic {topic}", topic=key)
+            yield topic.close()
+
+    @defer.inlineCallbacks
+    def create_subscription(self, topic_name, subscription: str, position=None):
+        """A durable subscription without consumers at ``position`` (None: the end) on an existing
+        persistent topic; the existing one if it is there already."""
+        if not subscription:
+            raise errors.NotAllowedError("Empty subscription name")
+        name = self._parse(str(topic_name))
+        if not name.persistent:
+            raise errors.NotAllowedError("Subscriptions of non-persistent topics exist only with consumers")
+        topic = yield self.get_topic(str(name), create=False)
+        existing = topic.subscriptions.get(subscription)
+        if existing is not None:
+            return existing
+        result = yield topic.create_subscription(subscription, position)
+        return result
+
+    @defer.inlineCallbacks
+    def delete_subscription(self, topic, subscription: str, force: bool = False):
+        """Delete a subscription of a loaded topic; its consumers are disconnected with ``force``,
+        else a subscription with consumers is refused (ConsumerBusy)."""
+        sub = topic.subscriptions.get(subscription)
+        if sub is None:
+            raise errors.SubscriptionNotFound("Subscription not found")
+        if sub.consumers and not force:
+            raise errors.ConsumerBusy("Subscription has active connected consumers")
+        for consumer in list(sub.consumers):
+            consumer.close_by_broker()
+            sub.remove_consumer(consumer)
+        dispatcher = getattr(sub, "dispatcher", None)
+        if dispatcher is not None:
+            dispatcher.close()
+        if topic.subscriptions.get(subscription) is sub:
+            yield topic.delete_subscription(sub)
+
+    def unload_topics(self, predicate):
+        """Close (unload) every loaded topic whose TopicName satisfies ``predicate``: its clients
+        reconnect and look it up again (used when this broker loses a namespace bundle)."""
+        for key in [k for k in self.topics if predicate(parse_topic(k))]:
+            topic = self.topics.pop(key)
+            self.log.info("Unloading topic {topic}", topic=key)
+            defer.maybeDeferred(topic.close).addErrback(
+                lambda f, key=key: self.log.failure("unloading {topic}", f, topic=key))
 
     def next_producer_name(self) -> str:
         self._producer_counter += 1
@@ -296,17 +422,22 @@ class BrokerService(service.Service):
 
     @defer.inlineCallbacks
     def create_producer(self, cnx, request):
+        yield defer.ensureDeferred(self.security.check_topic(cnx, request.topic, "produce"))
         topic = yield self.get_topic(request.topic)
         if request.HasField("producer_name") and request.producer_name:
             name = request.producer_name
         else:
             name = self.next_producer_name()
-        return topic.add_producer(cnx, request, name)
+        self.policies.check_new_producer(topic)
+        # A Producer, or a Deferred of one (exclusive access modes, deduplication recovery).
+        producer = yield defer.maybeDeferred(topic.add_producer, cnx, request, name)
+        return producer
 
     @defer.inlineCallbacks
     def subscribe(self, cnx, request):
         if not request.subscription:
             raise errors.NotAllowedError("Empty subscription name")
+        yield defer.ensureDeferred(self.security.check_topic(cnx, request.topic, "consume"))
         topic = yield self.get_topic(request.topic, create=request.force_topic_creation)
         consumer = yield topic.subscribe(cnx, request)
         return consumer

@@ -9,6 +9,7 @@ change only while no consumer is connected, as in Pulsar.
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from pulsar_twisted.broker.batch_acks import BatchIndexAcks
 from pulsar_twisted.broker.consumer import SUB_TYPE_NAMES
 from pulsar_twisted.broker.dispatch.key_shared import KeySharedDispatcher
 from pulsar_twisted.broker.dispatch.shared import SharedDispatcher
@@ -35,6 +36,8 @@ class PersistentSubscription:
         self.dispatcher = None
         #: position -> times redelivered (Shared/Key_Shared), sent in MESSAGE.redelivery_count.
         self.redelivery_counts = {}
+        #: Partly acknowledged batches (acknowledgmentAtBatchIndexLevelEnabled), else None.
+        self.batch_acks = BatchIndexAcks() if config.acknowledgmentAtBatchIndexLevelEnabled else None
 
     def describe(self) -> str:
         return f"{self.topic.name} [{self.name}]"
@@ -114,6 +117,13 @@ class PersistentSubscription:
         return d
 
     def redeliver(self, consumer, positions) -> None:
+        if positions and self.sub_type in (Sub.Exclusive, Sub.Failover):
+            # Negative acks / ack timeouts of given messages count as redeliveries here too:
+            # the C++ client's dead-letter policy reads MESSAGE.redelivery_count whatever the
+            # subscription type (Shared types count in their dispatcher).
+            counts = self.redelivery_counts
+            for position in positions:
+                counts[position] = counts.get(position, 0) + 1
         self.dispatcher.redeliver(consumer, positions)
 
     def mark_delete_position(self):
@@ -150,6 +160,8 @@ class PersistentSubscription:
         if self.dispatcher is not None:
             self.dispatcher.reset()
         self.redelivery_counts.clear()
+        if self.batch_acks is not None:
+            self.batch_acks.clear()
         return defer.maybeDeferred(self.cursor.reset_cursor, self.topic.clamp_position(position))
 
     @defer.inlineCallbacks
@@ -175,6 +187,8 @@ class NonPersistentSubscription:
     A subscription of a non-persistent topic: nothing is stored, so a message goes to a consumer
     that can take it right now or is dropped (counted), as Pulsar's non-persistent topics do.
     """
+
+    batch_acks = None
 
     def __init__(self, topic, name: str, config):
         self.topic = topic

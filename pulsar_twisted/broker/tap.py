@@ -11,27 +11,11 @@ import os
 from twisted.application import service
 from twisted.internet import defer, endpoints
 from twisted.logger import Logger
-from twisted.python import usage
 
 from pulsar_twisted.common.gctune import tune_garbage_collector
 from pulsar_twisted.config import BrokerConfig, ConfigError, StandaloneConfig
-
-
-class Options(usage.Options):
-    optParameters = [
-        ["config", "c", None, "Configuration file (Pulsar key=value format)."],
-    ]
-
-    def postOptions(self):
-        if self["config"] is not None and not os.path.exists(self["config"]):
-            raise usage.UsageError(f"configuration file {self['config']} does not exist")
-
-
-def _load(cls, options):
-    try:
-        return cls.from_file(options["config"]) if options["config"] else cls()
-    except ConfigError as e:
-        raise usage.UsageError(str(e))
+from pulsar_twisted.common.startup import startup_failed
+from pulsar_twisted.common.tapopts import config_options
 
 
 class StandaloneService(service.MultiService):
@@ -61,10 +45,7 @@ class StandaloneService(service.MultiService):
         d = self._start()
 
         def failed(failure):
-            self.log.failure("pulsar-standalone failed to start", failure)
-            if self.reactor.running:
-                self.reactor.stop()
-            return failure
+            return startup_failed(self.reactor, self.log, failure, "pulsar-standalone")
 
         d.addErrback(failed)
         d.chainDeferred(self.ready)
@@ -108,7 +89,9 @@ class StandaloneService(service.MultiService):
         self.ml_factory = ManagedLedgerFactory(self.ledger_client, self.store, reactor,
                                                managed_ledger_config(config))
         broker_url = f"pulsar://{config.advertisedAddress}:{config.brokerServicePort}"
-        self.broker = BrokerService(config, self.ml_factory, self.store, reactor, broker_url)
+        from pulsar_twisted.security.endpoints import listen_tls, tls_broker_url
+        self.broker = BrokerService(config, self.ml_factory, self.store, reactor, broker_url,
+                                    tls_broker_url(config))
         yield self.broker.start()
         self.broker.startService()
 
@@ -124,6 +107,10 @@ class StandaloneService(service.MultiService):
             f"tcp:{config.brokerServicePort}:interface={config.bindAddress}")
         endpoint = endpoints.serverFromString(reactor, description)
         self.port = yield endpoint.listen(BrokerProtocolFactory(self.broker, reactor))
+        # brokerServicePortTls / webServicePortTls (security/endpoints.py)
+        self.tls_ports = yield defer.ensureDeferred(listen_tls(
+            reactor, config, BrokerProtocolFactory(self.broker, reactor),
+            make_site(self.admin, self.broker, config)))
         tune_garbage_collector()
         self.log.info("pulsar-standalone ready: {url}, http://{host}:{web} (data in {data})",
                       url=broker_url, host=config.advertisedAddress, web=config.webServicePort,
@@ -137,6 +124,8 @@ class StandaloneService(service.MultiService):
             yield self.port.stopListening()
         if self.web_port is not None:
             yield self.web_port.stopListening()
+        for tls_port in getattr(self, "tls_ports", ()):
+            yield tls_port.stopListening()
         if self.admin is not None:
             yield defer.maybeDeferred(self.admin.stopService)
         if self.broker is not None:
@@ -168,16 +157,29 @@ def managed_ledger_config(config):
         cache_size_bytes=config.managedLedgerCacheSizeMB * 1024 * 1024)
 
 
+def check_standalone(config):
+    if config.metadataStoreUrl:
+        raise ConfigError("metadataStoreUrl: standalone runs on its embedded metadata store; "
+                          "leave metadataStoreUrl empty (use pulsar-broker for a cluster)")
+
+
+def check_broker(config):
+    if not config.metadataStoreUrl:
+        raise ConfigError(
+            "pulsar-broker joins a cluster: set metadataStoreUrl (zk:host:2181) in its configuration. "
+            "For a single process with its own storage, run `twistd -n pulsar-standalone`.")
+    from pulsar_twisted.broker.cluster import check_config
+    check_config(config)
+
+
+StandaloneOptions = config_options(StandaloneConfig, check_standalone)
+BrokerOptions = config_options(BrokerConfig, check_broker)
+
+
 def make_standalone_service(options):
-    return StandaloneService(_load(StandaloneConfig, options))
+    return StandaloneService(options.config)
 
 
 def make_broker_service(options):
-    config = _load(BrokerConfig, options)
-    if not config.metadataStoreUrl:
-        raise usage.UsageError(
-            "pulsar-broker joins a cluster: set metadataStoreUrl (zk:host:2181) in its configuration. "
-            "For a single process with its own storage, run `twistd -n pulsar-standalone`.")
-    raise usage.UsageError(
-        "pulsar-broker with a shared metadata store and remote bookies needs the bookie service "
-        "(issue 3, not built yet); run `twistd -n pulsar-standalone` meanwhile.")
+    from pulsar_twisted.broker.cluster import BrokerClusterService
+    return BrokerClusterService(options.config)

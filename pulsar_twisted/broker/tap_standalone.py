@@ -1,3 +1,3 @@
 """twistd plugin module for ``pulsar-standalone`` (ServiceMaker wants Options and makeService)."""
 
-from pulsar_twisted.broker.tap import Options, make_standalone_service as makeService  # noqa: F401
+from pulsar_twisted.broker.tap import StandaloneOptions as Options, make_standalone_service as makeService  # noqa: F401

@@ -6,12 +6,16 @@ the entry is durable; its subscriptions read through cursors. A non-persistent t
 nothing: each message goes straight to the consumers that can take it.
 """
 
+import dataclasses
 import itertools
 
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from pulsar_twisted.broker import compaction, seek_time
+from pulsar_twisted.broker.access_modes import ProducerAccess
 from pulsar_twisted.broker.consumer import Consumer
+from pulsar_twisted.broker.dedup import DEDUP_CURSOR, MessageDeduplication
 from pulsar_twisted.broker.entryinfo import entry_metadata, num_messages
 from pulsar_twisted.broker.producer import Producer
 from pulsar_twisted.broker.subscription import NonPersistentSubscription, PersistentSubscription
@@ -32,6 +36,48 @@ def position_of(message_id) -> Position:
     return Position(_signed(message_id.ledgerId), _signed(message_id.entryId))
 
 
+class TopicCounters:
+    """
+    A topic's in/out counters, kept across producers and consumers coming and going: messages are
+    only counted per producer/consumer (no per-message topic work), so the counts of the ones seen
+    at the previous reading that have since left are folded into ``retired`` (they are still
+    readable: we hold them until then). ``sample(now)`` turns deltas into rates.
+    """
+
+    def __init__(self, topic, now: float):
+        self.topic = topic
+        self.retired = [0, 0, 0, 0]
+        self.producers = set()
+        self.consumers = set()
+        self.last_sample = (now, 0, 0, 0, 0)
+        self.rates = (0.0, 0.0, 0.0, 0.0)
+
+    def totals(self):
+        """``(msg_in, bytes_in, msg_out, bytes_out)`` since the topic was loaded."""
+        topic = self.topic
+        producers = set(topic.producers.values())
+        consumers = {c for s in list(topic.subscriptions.values()) for c in s.consumers}
+        for p in self.producers - producers:
+            self.retired[0] += p.msg_in
+            self.retired[1] += p.bytes_in
+        for c in self.consumers - consumers:
+            self.retired[2] += c.msg_out
+            self.retired[3] += c.bytes_out
+        self.producers, self.consumers = producers, consumers
+        return (self.retired[0] + sum(p.msg_in for p in producers),
+                self.retired[1] + sum(p.bytes_in for p in producers),
+                self.retired[2] + sum(c.msg_out for c in consumers),
+                self.retired[3] + sum(c.bytes_out for c in consumers))
+
+    def sample(self, now: float) -> None:
+        totals = self.totals()
+        then, *previous = self.last_sample
+        elapsed = now - then
+        if elapsed > 0:
+            self.rates = tuple((t - p) / elapsed for t, p in zip(totals, previous))
+        self.last_sample = (now, *totals)
+
+
 class TopicBase:
     log = Logger()
 
@@ -44,10 +90,26 @@ class TopicBase:
         self.producers = {}
         self.subscriptions = {}
         self.closed = False
+        self.access = ProducerAccess(self)
+        #: A MessageDeduplication while deduplication is on (persistent topics), else None.
+        self.dedup = None
+        #: Limits in force (0: none): the broker's, then the namespace policies' (``set_limits``).
+        self.max_producers = config.maxProducersPerTopic
+        self.max_consumers = config.maxConsumersPerTopic
+        self.max_consumers_per_subscription = config.maxConsumersPerSubscription
+        #: The NamespacePolicies applied by the PolicyService (policies.py); None before.
+        self.policies = None
+        self.counters = TopicCounters(self, clock.seconds())
 
     @property
     def partition(self) -> int:
         return self.topic_name.partition_index
+
+    def set_limits(self, max_producers: int, max_consumers: int, max_consumers_per_subscription: int) -> None:
+        """Limits checked at each new producer / consumer from now on (0: none)."""
+        self.max_producers = max_producers
+        self.max_consumers = max_consumers
+        self.max_consumers_per_subscription = max_consumers_per_subscription
 
     # ---------------------------------------------------------------- producers
     def add_producer(self, cnx, request, name: str) -> Producer:
@@ -56,34 +118,45 @@ class TopicBase:
         existing = self.producers.get(name)
         if existing is not None:
             raise errors.ProducerBusy(f"Producer with name '{name}' is already connected to topic")
-        limit = self.config.maxProducersPerTopic
+        limit = self.max_producers
         if limit and len(self.producers) >= limit:
             raise errors.ProducerBusy(f"Topic {self.name} reached max producers limit {limit}")
-        access_mode = request.producer_access_mode
-        if access_mode != api.Shared:
-            if self.producers:
-                raise errors.ProducerFenced(
-                    f"Topic {self.name} has other producers; {api.ProducerAccessMode.Name(access_mode)} "
-                    f"access is not possible")
-        elif any(p.access_mode != api.Shared for p in self.producers.values()):
-            raise errors.ProducerBusy(f"Topic {self.name} has an exclusive producer")
-        producer = Producer(self, cnx, request.producer_id, name, access_mode,
-                            request.user_provided_producer_name and request.HasField("producer_name"),
-                            {kv.key: kv.value for kv in request.metadata})
-        self.producers[name] = producer
-        return producer
+        if request.producer_access_mode not in api.ProducerAccessMode.values():
+            raise errors.NotAllowedError(f"Unknown producer access mode {request.producer_access_mode}")
+
+        def create():
+            if self.producers.get(name) is not None:
+                raise errors.ProducerBusy(f"Producer with name '{name}' is already connected to topic")
+            producer = Producer(self, cnx, request.producer_id, name, request.producer_access_mode,
+                                request.user_provided_producer_name and request.HasField("producer_name"),
+                                {kv.key: kv.value for kv in request.metadata})
+            if self.dedup is not None:
+                producer.last_sequence_id = self.dedup.last_sequence_id(name)
+            self.producers[name] = producer
+            return producer
+
+        dedup = self.dedup
+        if dedup is not None and dedup.recovering and dedup.ready is not None:
+            # Deduplication state still loading: answer once a reconnecting producer can be told
+            # its last stored sequence id.
+            d = defer.Deferred()
+            dedup.ready.addBoth(lambda _: d.callback(None))
+            d.addCallback(lambda _: self.access.acquire(cnx, request, name, create))
+            return d
+        return self.access.acquire(cnx, request, name, create)
 
     def remove_producer(self, producer) -> None:
         producer.closed = True
         if self.producers.get(producer.name) is producer:
             del self.producers[producer.name]
+            self.access.released(producer)
 
     # ---------------------------------------------------------------- consumers
     def check_consumer_limits(self, subscription) -> None:
-        limit = self.config.maxConsumersPerTopic
+        limit = self.max_consumers
         if limit and sum(len(s.consumers) for s in self.subscriptions.values()) >= limit:
             raise errors.ConsumerBusy(f"Topic {self.name} reached max consumers limit {limit}")
-        limit = self.config.maxConsumersPerSubscription
+        limit = self.max_consumers_per_subscription
         if limit and subscription is not None and len(subscription.consumers) >= limit:
             raise errors.ConsumerBusy(f"Subscription reached max consumers limit {limit}")
 
@@ -105,6 +178,7 @@ class TopicBase:
     def close(self):
         """Unload: producers and consumers are told to reconnect."""
         self.closed = True
+        self.access.close()
         for producer in list(self.producers.values()):
             producer.close_by_broker()
         self.producers.clear()
@@ -126,9 +200,43 @@ class PersistentTopic(TopicBase):
         self.pending_adds = 0
         self.max_pending_adds = config.managedLedgerMaxPendingAddsPerTopic
         self._throttled = []
+        self.access = ProducerAccess(self, ledger)
         for name, cursor in ledger.cursors.items():
+            if name == DEDUP_CURSOR:
+                continue  # the deduplication snapshots' cursor, not a subscription
             self.subscriptions[name] = PersistentSubscription(self, name, cursor, clock, config)
         ledger.add_new_entries_listener(self._new_entries)
+        compaction.compactor_of(service).topic_loaded(self)
+        if config.brokerDeduplicationEnabled:
+            self.set_deduplication(True)
+
+    def set_deduplication(self, enabled: bool):
+        """
+        Turn deduplication on or off for this topic (broker default, namespace or topic policy).
+        Turning it on recovers the state from the ``pulsar.dedup`` cursor and disconnects the
+        current producers, so they reconnect and learn their last sequence id (Pulsar does the
+        same); off deletes the cursor. Deferred firing once done.
+        """
+        if enabled and self.dedup is None:
+            self.dedup = MessageDeduplication(self.ledger, self.config, self.name)
+            d = self.dedup.start()
+            for producer in list(self.producers.values()):
+                self.remove_producer(producer)
+                producer.close_by_broker()
+            d.addErrback(self._dedup_failed)
+            return d
+        if not enabled:
+            if self.dedup is not None:
+                dedup, self.dedup = self.dedup, None
+                return dedup.stop()
+            if DEDUP_CURSOR in self.ledger.cursors:
+                return MessageDeduplication(self.ledger, self.config, self.name).stop_existing()
+        return defer.succeed(None)
+
+    def _dedup_failed(self, failure):
+        self.log.failure("{topic}: recovering the deduplication state failed; deduplication off",
+                         failure, topic=self.name)
+        self.dedup = None
 
     def _new_entries(self) -> None:
         for subscription in list(self.subscriptions.values()):
@@ -177,6 +285,7 @@ class PersistentTopic(TopicBase):
                 subscription = PersistentSubscription(self, name, cursor, self.clock, self.config,
                                                       durable=request.durable)
                 self.subscriptions[name] = subscription
+        compaction.apply_read_compacted(self, subscription, request)
         consumer = self.make_consumer(subscription, cnx, request)
         subscription.add_consumer(consumer)
         return consumer
@@ -207,6 +316,32 @@ class PersistentTopic(TopicBase):
             return self.ledger.delete_cursor(subscription.name)
         return defer.succeed(None)
 
+    @defer.inlineCallbacks
+    def create_subscription(self, name: str, position=None):
+        """A durable subscription without consumers at ``position`` (None: the end)."""
+        cursor = yield self.ledger.open_cursor(name, "latest")
+        if position is not None:
+            yield cursor.reset_cursor(self.clamp_position(position))
+        subscription = self.subscriptions.get(name)
+        if subscription is None:
+            subscription = self.subscriptions[name] = PersistentSubscription(
+                self, name, cursor, self.clock, self.config)
+        return subscription
+
+    def set_retention(self, minutes: int, size_mb: int) -> None:
+        """
+        Retention of the managed ledger from now on (-1 unlimited; 0/0 deletes consumed ledgers at
+        once), and a trim so a lowered retention takes effect without waiting for an ack.
+        """
+        config = self.ledger.config
+        time_ms = minutes * 60_000 if minutes >= 0 else -1
+        if (config.retention_time_ms, config.retention_size_mb) != (time_ms, size_mb):
+            # The factory's config object is shared by every ledger: give this one its own.
+            self.ledger.config = dataclasses.replace(config, retention_time_ms=time_ms,
+                                                     retention_size_mb=size_mb)
+            self.ledger.trim_consumed_ledgers().addErrback(
+                lambda f: self.log.failure("{topic}: trim after a retention change", f, topic=self.name))
+
     # ---------------------------------------------------------------- queries
     @defer.inlineCallbacks
     def last_message_id(self):
@@ -224,21 +359,11 @@ class PersistentTopic(TopicBase):
     @defer.inlineCallbacks
     def find_position_by_time(self, publish_time_ms: int):
         """
-        The first position whose publish time is >= ``publish_time_ms`` (the end if none).
-        A linear scan in chunks: adequate for the backlogs tests and small topics see; a binary
-        search over ledgers is the known improvement (issue 5).
+        The first position whose publish time is >= ``publish_time_ms`` (the end if none):
+        a binary search reading one entry per probe (``seek_time``).
         """
-        position = self.ledger.first_position()
-        last = self.ledger.last_confirmed_entry()
-        while position <= last:
-            entries = yield self.ledger.read_entries(position, 500)
-            if not entries:
-                break
-            for entry in entries:
-                if entry_metadata(entry.data).publish_time >= publish_time_ms:
-                    return entry.position
-            position = entries[-1].position.next()
-        return last.next()
+        position = yield seek_time.find_position_by_time(self.ledger, publish_time_ms)
+        return position
 
     def close(self):
         super().close()

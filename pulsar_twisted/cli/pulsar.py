@@ -202,12 +202,17 @@ def build_parser() -> argparse.ArgumentParser:
     recovery.add_argument("--ledger-password", action="append", default=None,
                           help="a ledger password to try (repeatable; default: the empty password)")
     recovery.set_defaults(run=_run_autorecovery)
+    from pulsar_twisted.cli.tokens import add_tokens_parser
+    add_tokens_parser(commands)  # `pulsar tokens ...` (no metadata store, no reactor)
     return parser
 
 
 def main(argv=None) -> int:
     """Entry point of the ``pulsar`` console script; returns the exit code."""
     args = build_parser().parse_args(argv)
+    if args.command == "tokens":
+        from pulsar_twisted.cli.tokens import run
+        return run(args)
     try:
         urls = [parse_metadata_store_url(args.metadata_store)]
         if getattr(args, "configuration_store", None):

@@ -196,6 +196,15 @@ class Consumer(_Handle):
     def redeliver_unacknowledged_messages(self):
         self._call(self._inner.redeliver_unacknowledged_messages)
 
+    def reconsume_later(self, message, delay_seconds: float = 0, properties: dict = None):
+        """Send ``message`` to the retry-letter topic (``enable_retry=True``) and ack it here."""
+        self._call(self._inner.reconsume_later, message, delay_seconds, properties)
+
+    def topics(self):
+        """The topics a pattern (or multi-topic) consumer is subscribed to now."""
+        consumers = getattr(self._inner, "consumers", None)
+        return sorted(consumers) if consumers is not None else [self._inner.topic]
+
     def unsubscribe(self):
         self._call(self._inner.unsubscribe)
 
@@ -266,7 +275,11 @@ class Client:
 
     def subscribe(self, topic, subscription_name: str, consumer_type=Sub.Exclusive,
                   initial_position=Sub.Latest, message_listener=None, **conf) -> Consumer:
-        """A ``Consumer``; ``message_listener(consumer, message)`` runs on the listener thread."""
+        """
+        A ``Consumer``; ``message_listener(consumer, message)`` runs on the listener thread.
+        ``topic`` is a name, a list of names or a compiled regex; ``conf`` as for the Deferred
+        client's ``subscribe`` (dead_letter_policy, enable_retry, chunking settings, ...).
+        """
         consumer = Consumer(self, None)  # the listener may fire before subscribe returns
         listener = None
         if message_listener is not None:

@@ -9,13 +9,15 @@ a Deferred. ``reactor`` defaults to the global one; tests pass a clock-driven fa
 """
 
 import itertools
+import re
 
 from twisted.internet import defer
 from twisted.logger import Logger
 
 from pulsar_twisted.common.naming import InvalidTopicNameError, parse_topic
-from pulsar_twisted.client import errors
+from pulsar_twisted.client import errors, multitopic
 from pulsar_twisted.client.consumer import Consumer, Sub
+from pulsar_twisted.client.dlq import DeadLetterHandler, from_policy
 from pulsar_twisted.client.lookup import LookupService
 from pulsar_twisted.client.message_id import MessageId
 from pulsar_twisted.client.partitioned import MultiConsumer, PartitionedProducer
@@ -24,6 +26,7 @@ from pulsar_twisted.client.producer import Producer
 from pulsar_twisted.client.reader import Reader
 from pulsar_twisted.client.routing import JAVA_STRING_HASH, ROUND_ROBIN, MessageRouter
 
+_PARTITION_SUFFIX = re.compile(r"-partition-(\d+)$")
 _PRODUCER_ROUTING = ("message_routing_mode", "hashing_scheme", "message_router")
 
 
@@ -145,14 +148,34 @@ class Client:
     # ------------------------------------------------------------------ consumers
     @defer.inlineCallbacks
     def subscribe(self, topic, subscription_name: str, consumer_type=Sub.Exclusive,
-                  initial_position=Sub.Latest, message_listener=None, **conf):
+                  initial_position=Sub.Latest, message_listener=None, dead_letter_policy=None,
+                  enable_retry: bool = False, pattern_auto_discovery_period: float = 60,
+                  regex_subscription_mode=None, **conf):
         """
         Fires with a subscribed ``Consumer`` (``MultiConsumer`` for partitioned topics or a list
-        of topics). ``conf`` are ``Consumer``'s keyword arguments (receiver_queue_size,
-        consumer_name, ack_timeout_ms, negative_ack_redelivery_delay_ms, ...).
+        of topics; ``multitopic.PatternConsumer`` for a compiled regex, re-discovered every
+        ``pattern_auto_discovery_period`` seconds). ``conf`` are ``Consumer``'s keyword
+        arguments (receiver_queue_size, consumer_name, ack_timeout_ms,
+        negative_ack_redelivery_delay_ms, chunking and batch-index-ack settings, ...).
+        ``dead_letter_policy`` (``dlq.DeadLetterPolicy``) and ``enable_retry``: see ``dlq``.
         """
         self._check_open()
+        if isinstance(topic, re.Pattern):
+            consumer = yield self._subscribe_pattern(
+                topic, subscription_name, consumer_type, initial_position, message_listener,
+                pattern_auto_discovery_period, regex_subscription_mode, conf)
+            return consumer
         topics = [topic] if isinstance(topic, str) else list(topic)
+        if not topics:
+            raise errors.InvalidConfiguration("subscribe needs at least one topic")
+        dead_letter = None
+        if dead_letter_policy is not None or enable_retry:
+            dead_letter = DeadLetterHandler(self, normalize_topic(topics[0]), subscription_name,
+                                            from_policy(dead_letter_policy), enable_retry)
+            conf["dead_letter"] = dead_letter
+            if enable_retry:
+                topics.append(dead_letter.retry_topic)
+                topic = topics
         targets = []
         for name in topics:
             for index, partition in enumerate((yield self.get_topic_partitions(name))):
@@ -161,6 +184,8 @@ class Client:
             consumer = yield self._start_consumer(targets[0][0], targets[0][1], subscription_name,
                                                   consumer_type, initial_position,
                                                   message_listener, conf)
+            if dead_letter is not None:
+                dead_letter.owner = consumer
             return consumer
         consumers = []
         try:
@@ -174,7 +199,26 @@ class Client:
             raise
         label = topic if isinstance(topic, str) else ",".join(topics)
         return MultiConsumer(normalize_topic(label) if isinstance(topic, str) else label,
-                             consumers, self.clock, message_listener)
+                             consumers, self.clock, message_listener, subscription_name,
+                             dead_letter)
+
+    def _subscribe_pattern(self, pattern, subscription, consumer_type, position, listener,
+                           period, mode, conf):
+        namespace, full = multitopic.split_pattern(pattern.pattern)
+        if full != pattern.pattern:
+            pattern = re.compile(full, pattern.flags)
+
+        def subscribe_topic(name):
+            match = _PARTITION_SUFFIX.search(name)
+            partition = int(match.group(1)) if match else -1
+            return self._start_consumer(name, partition, subscription, consumer_type, position,
+                                        None, dict(conf))
+
+        consumer = multitopic.PatternConsumer(
+            pattern, namespace, multitopic.regex_mode(mode), self.lookup, subscribe_topic,
+            self.clock, period, listener, subscription)
+        self._handles.add(consumer)
+        return consumer.start()
 
     def _start_consumer(self, topic, partition, subscription, consumer_type, position, listener,
                         conf):

@@ -21,7 +21,9 @@ from twisted.logger import Logger
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.wire.frames import ChecksumMismatch, FrameError, split_message
 from pulsar_twisted.client import errors
+from pulsar_twisted.client import batch_ack
 from pulsar_twisted.client.backoff import Backoff
+from pulsar_twisted.client.chunking import ChunkAssembler
 from pulsar_twisted.client.compression import decompress
 from pulsar_twisted.client.connection import T, command
 from pulsar_twisted.client.message import Message, decode_batch
@@ -78,7 +80,12 @@ class Consumer:
                  start_message_id_inclusive: bool = False, read_compacted: bool = False,
                  partition: int = -1, priority_level: int = None,
                  subscription_properties: dict = None, replicate_subscription_state: bool = False,
-                 key_shared_allow_out_of_order: bool = False, backoff: Backoff = None):
+                 key_shared_allow_out_of_order: bool = False,
+                 max_pending_chunked_message: int = 10,
+                 auto_ack_oldest_chunked_message_on_queue_full: bool = False,
+                 expire_time_of_incomplete_chunked_message_ms: int = 60000,
+                 batch_index_ack_enabled: bool = False, dead_letter=None,
+                 backoff: Backoff = None):
         self.client = client
         self.clock = client.clock
         self.topic = topic
@@ -103,6 +110,16 @@ class Consumer:
         self.replicate_subscription_state = replicate_subscription_state
         self.key_shared_allow_out_of_order = key_shared_allow_out_of_order
         self.backoff = backoff or Backoff()
+        self.batch_index_ack_enabled = batch_index_ack_enabled
+        # Chunk reassembly, made on the first chunk (nothing to pay when no chunks arrive).
+        self.chunk_settings = (max_pending_chunked_message,
+                               auto_ack_oldest_chunked_message_on_queue_full,
+                               expire_time_of_incomplete_chunked_message_ms / 1000.0)
+        self._chunks = None
+        self._chunk_timer = None
+        self._chunk_keys = {}              # last chunk's (ledger, entry) -> every chunk's
+        #: ``dlq.DeadLetterHandler`` shared by the consumers of one subscribe(), or None.
+        self.dead_letter = dead_letter
         self.state = CONNECTING
         self.cnx = None
         self.is_active = None
@@ -207,6 +224,8 @@ class Consumer:
         self._subscribed_once = True
         # Whatever was queued locally is redelivered by the broker to the new subscription.
         self._incoming.clear()
+        if self._chunks is not None:
+            self._chunks.clear()
         self._permits = 0
         self._send_flow(self.receiver_queue_size)
         started, self._started = self._started, None
@@ -272,6 +291,12 @@ class Consumer:
             return
         batched = metadata.HasField("num_messages_in_batch")
         count = metadata.num_messages_in_batch if batched else 1
+        message_id = None
+        if metadata.num_chunks_from_msg > 1 and not batched:
+            assembled = self._chunk_received(metadata, payload, ledger_id, entry_id)
+            if assembled is None:
+                return
+            payload, message_id = assembled
         try:
             payload = decompress(metadata.compression, payload, metadata.uncompressed_size)
         except errors.InvalidMessage:
@@ -279,18 +304,65 @@ class Consumer:
             return
         redelivery_count = cmd.redelivery_count
         if not batched:
-            message_id = MessageId(ledger_id, entry_id, -1, self.partition)
-            self._deliver(Message(payload, message_id, metadata, self.topic, redelivery_count))
+            if message_id is None:
+                message_id = MessageId(ledger_id, entry_id, -1, self.partition)
+            message = Message(payload, message_id, metadata, self.topic, redelivery_count)
+            if self.dead_letter is not None:
+                self.dead_letter.received(self, message)
+            self._deliver(message)
             return
         try:
             members = decode_batch(payload, count)
         except errors.InvalidMessage:
             self._discard(ledger_id, entry_id, Ack.BatchDeSerializeError, count)
             return
-        self._batch_acks[(ledger_id, entry_id)] = set(range(count))
-        for index, (single, data) in enumerate(members):
+        wanted = range(count)
+        if cmd.ack_set:
+            # The broker acked some indexes already (batch-index acks): set bits are still due.
+            wanted = [i for i in wanted if batch_ack.bit_is_set(cmd.ack_set, i)]
+            for _ in range(count - len(wanted)):
+                self._message_processed()
+        self._batch_acks[(ledger_id, entry_id)] = set(wanted)
+        for index in wanted:
+            single, data = members[index]
             message_id = MessageId(ledger_id, entry_id, index, self.partition, count)
-            self._deliver(Message(data, message_id, metadata, self.topic, redelivery_count, single))
+            message = Message(data, message_id, metadata, self.topic, redelivery_count, single)
+            if self.dead_letter is not None:
+                self.dead_letter.received(self, message)
+            self._deliver(message)
+
+    # ------------------------------------------------------------------ chunks
+    def _chunk_received(self, metadata, payload, ledger_id, entry_id):
+        """One chunk: ``(payload, ChunkMessageId)`` once its message is whole, else None."""
+        if self._chunks is None:
+            pending, auto_ack, expire = self.chunk_settings
+            self._chunks = ChunkAssembler(self._discard_chunks, pending, auto_ack, expire)
+        chunk_id = MessageId(ledger_id, entry_id, -1, self.partition)
+        done = self._chunks.add(metadata, payload, chunk_id, self.clock.seconds())
+        if done is None:
+            # Each chunk took a permit; only the whole message is handed out.
+            self._message_processed()
+            self._arm_chunk_timer()
+            return None
+        self._chunk_keys[done[1].entry_key()] = done[1].entry_keys()
+        return done
+
+    def _discard_chunks(self, message_ids, ack):
+        if ack and self.cnx is not None:
+            cmd = command(T.ACK, "ack", consumer_id=self.consumer_id, ack_type=Ack.Individual)
+            for message_id in message_ids:
+                message_id.to_proto(cmd.ack.message_id.add(), with_batch=False)
+            self.cnx.send_command(cmd)
+
+    def _arm_chunk_timer(self):
+        if self._chunk_timer is None and self._chunks and self._chunks.expire_seconds > 0:
+            self._chunk_timer = self.clock.callLater(self._chunks.expire_seconds,
+                                                     self._chunk_tick)
+
+    def _chunk_tick(self):
+        self._chunk_timer = None
+        self._chunks.expire(self.clock.seconds())
+        self._arm_chunk_timer()
 
     def _discard(self, ledger_id, entry_id, validation_error, count):
         """A corrupt entry: ack it with the reason (as the Java client does) and free its permits."""
@@ -397,10 +469,17 @@ class Consumer:
             if remaining is not None:
                 remaining.discard(message_id.batch_index)
                 if remaining:
+                    if self.batch_index_ack_enabled:
+                        return self._send_ack(Ack.Individual, message_id, remaining)
                     return defer.succeed(None)
                 del self._batch_acks[key]
         self._unacked.pop(key, None)
         self._nacks.pop(key, None)
+        if self.dead_letter is not None:
+            self.dead_letter.forget(self, key)
+        chunk_keys = self._chunk_keys.pop(key, None)
+        if chunk_keys is not None:
+            return self._send_ack_keys(chunk_keys)
         return self._send_ack(Ack.Individual, message_id)
 
     def acknowledge_cumulative(self, message) -> defer.Deferred:
@@ -415,6 +494,10 @@ class Consumer:
             remaining = self._batch_acks.get(key)
             if remaining is not None:
                 remaining.difference_update(range(message_id.batch_index + 1))
+                if remaining and self.batch_index_ack_enabled:
+                    # The broker keeps the rest of the entry as an ack set.
+                    self._send_ack(Ack.Cumulative, message_id, remaining)
+                    return self._forget_up_to(message_id.ledger_entry(), key, strict=True)
                 if remaining:
                     # Part of the entry is still unacked: the broker can only move to the entry
                     # before it (the Java client's "previous batch" cumulative ack).
@@ -422,21 +505,43 @@ class Consumer:
                                        -1, message_id.partition)
                 else:
                     del self._batch_acks[key]
-        for tracked in [k for k in self._unacked if k <= target.entry_key()]:
-            del self._unacked[tracked]
-        for tracked in [k for k in self._batch_acks if k < key]:
-            del self._batch_acks[tracked]
+        self._forget_up_to(target, key)
         if target.entry_id < 0:
             return defer.succeed(None)
         return self._send_ack(Ack.Cumulative, target)
 
-    def _send_ack(self, ack_type, message_id) -> defer.Deferred:
+    def _forget_up_to(self, target, key, strict=False):
+        limit = target.entry_key()
+        for tracked in [k for k in self._unacked if (k < limit if strict else k <= limit)]:
+            del self._unacked[tracked]
+        for tracked in [k for k in self._batch_acks if k < key]:
+            del self._batch_acks[tracked]
+        if self.dead_letter is not None:
+            self.dead_letter.forget_up_to(self, limit)
+        for tracked in [k for k in self._chunk_keys if k <= limit]:
+            del self._chunk_keys[tracked]
+        return defer.succeed(None)
+
+    def _send_ack(self, ack_type, message_id, remaining=None) -> defer.Deferred:
+        """ACK ``message_id``'s entry; with ``remaining`` (batch indexes) as a batch-index ack."""
         if self.cnx is None:
             # Not connected: the broker redelivers unacked messages anyway; Java drops it too.
             return defer.succeed(None)
         cmd = command(T.ACK, "ack", consumer_id=self.consumer_id, ack_type=ack_type)
-        message_id.to_proto(cmd.ack.message_id.add(), with_batch=False)
+        data = message_id.to_proto(cmd.ack.message_id.add(), with_batch=False)
+        if remaining is not None:
+            data.ack_set.extend(batch_ack.to_words(remaining, message_id.batch_size))
         self.cnx.send_command(cmd)
+        return defer.succeed(None)
+
+    def _send_ack_keys(self, entry_keys) -> defer.Deferred:
+        """One individual ACK for several entries (the chunks of a chunked message)."""
+        if self.cnx is not None:
+            cmd = command(T.ACK, "ack", consumer_id=self.consumer_id, ack_type=Ack.Individual)
+            for ledger_id, entry_id in entry_keys:
+                MessageId(ledger_id, entry_id, -1, self.partition).to_proto(
+                    cmd.ack.message_id.add())
+            self.cnx.send_command(cmd)
         return defer.succeed(None)
 
     def negative_acknowledge(self, message) -> None:
@@ -489,18 +594,45 @@ class Consumer:
         cmd = command(T.REDELIVER_UNACKNOWLEDGED_MESSAGES, "redeliverUnacknowledgedMessages",
                       consumer_id=self.consumer_id)
         if entry_keys is not None and self.sub_type in (Sub.Shared, Sub.Key_Shared):
-            for ledger_id, entry_id in entry_keys:
-                MessageId(ledger_id, entry_id, -1, self.partition).to_proto(
-                    cmd.redeliverUnacknowledgedMessages.message_ids.add())
-            self.cnx.send_command(cmd)
+            if self.dead_letter is not None:
+                # Messages redelivered max_redeliver_count times go to the dead-letter topic.
+                entry_keys = self.dead_letter.divert(self, entry_keys)
+            self._redeliver_ids(entry_keys)
             return
         cleared = len(self._incoming)
         self._incoming.clear()
         self._unacked.clear()
         self._batch_acks.clear()
+        self._chunk_keys.clear()
+        if self.dead_letter is not None:
+            self.dead_letter.forget_all(self)
         self.cnx.send_command(cmd)
         for _ in range(cleared):
             self._message_processed()
+
+    def _redeliver_ids(self, entry_keys) -> None:
+        """REDELIVER_UNACKNOWLEDGED_MESSAGES for these entries (every chunk of chunked ones)."""
+        if self.cnx is None or not entry_keys:
+            return
+        if self._chunk_keys:
+            entry_keys = [k for key in entry_keys for k in self._chunk_keys.pop(key, [key])]
+        cmd = command(T.REDELIVER_UNACKNOWLEDGED_MESSAGES, "redeliverUnacknowledgedMessages",
+                      consumer_id=self.consumer_id)
+        for ledger_id, entry_id in entry_keys:
+            MessageId(ledger_id, entry_id, -1, self.partition).to_proto(
+                cmd.redeliverUnacknowledgedMessages.message_ids.add())
+        self.cnx.send_command(cmd)
+
+    def reconsume_later(self, message, delay_seconds: float = 0,
+                        properties: dict = None) -> defer.Deferred:
+        """
+        Publish ``message`` to the retry-letter topic, delivered again after ``delay_seconds``,
+        and acknowledge it here (needs ``enable_retry=True``; see ``dlq``).
+        """
+        if self.dead_letter is None:
+            return defer.fail(errors.InvalidConfiguration(
+                "reconsume_later needs a consumer subscribed with enable_retry=True"))
+        return self.dead_letter.reconsume_later(self, message, delay_seconds, properties)
 
     def redeliver_unacknowledged_messages(self) -> None:
         self.redeliver(None)
@@ -595,10 +727,10 @@ class Consumer:
 
     def _shut_down(self):
         self.state = CLOSED
-        for call in (self._reconnect_call, self._nack_call, self._ack_timer):
+        for call in (self._reconnect_call, self._nack_call, self._ack_timer, self._chunk_timer):
             if call is not None and call.active():
                 call.cancel()
-        self._reconnect_call = self._nack_call = self._ack_timer = None
+        self._reconnect_call = self._nack_call = self._ack_timer = self._chunk_timer = None
         if self.cnx is not None:
             self.cnx.unregister_consumer(self.consumer_id, self)
             self.cnx = None
@@ -617,6 +749,8 @@ class Consumer:
         if cnx is not None and cnx.is_ready:
             yield self._send_close(cnx)
         self._shut_down()
+        if self.dead_letter is not None and getattr(self.dead_letter, "owner", None) is self:
+            yield self.dead_letter.close()
         return None
 
     def topic_name(self) -> str:

@@ -21,9 +21,13 @@ def _signed(value: int) -> int:
 
 @functools.total_ordering
 class MessageId:
-    """An immutable message id; ``batch_size`` (0 when unknown) travels with batch members."""
+    """
+    An immutable message id; ``batch_size`` (0 when unknown) travels with batch members.
+    ``topic`` is the topic (partition) it belongs to when a multi-topic consumer delivered it
+    (Java's ``TopicMessageId``); it takes no part in equality or ordering.
+    """
 
-    __slots__ = ("ledger_id", "entry_id", "batch_index", "partition", "batch_size")
+    __slots__ = ("ledger_id", "entry_id", "batch_index", "partition", "batch_size", "topic")
 
     def __init__(self, ledger_id: int, entry_id: int, batch_index: int = -1, partition: int = -1,
                  batch_size: int = 0):
@@ -32,6 +36,11 @@ class MessageId:
         self.batch_index = batch_index
         self.partition = partition
         self.batch_size = batch_size
+        self.topic = None
+
+    def owner_topic(self):
+        """The topic this id belongs to, when known (multi-topic consumers set it)."""
+        return self.topic
 
     # ------------------------------------------------------------------ identity and order
     def _key(self):

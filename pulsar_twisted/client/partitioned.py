@@ -69,24 +69,41 @@ class PartitionedProducer:
 class MultiConsumer:
     """One receive queue over ``consumers``; acks go back to the consumer of the message's topic."""
 
-    def __init__(self, topic: str, consumers, clock, message_listener=None):
+    def __init__(self, topic: str, consumers, clock, message_listener=None, subscription=None,
+                 dead_letter=None):
         self.topic = topic
-        self.consumers = {c.topic: c for c in consumers}
+        self.consumers = {}
         self.clock = clock
         self.message_listener = message_listener
-        self.subscription = consumers[0].subscription if consumers else None
+        self.subscription = subscription or (consumers[0].subscription if consumers else None)
+        self.dead_letter = dead_letter
         self._incoming = collections.deque()
         self._waiters = collections.deque()
         self.closed = False
         for consumer in consumers:
-            consumer.message_listener = self._on_message
-            # Messages that arrived before the listener was set.
-            while consumer._incoming:
-                message = consumer._incoming.popleft()
-                consumer._hand_out(message)
-                self._on_message(consumer, message)
+            self.add_consumer(consumer)
+
+    def add_consumer(self, consumer) -> None:
+        """Merge ``consumer``'s messages into this one (pattern discovery adds topics)."""
+        self.consumers[consumer.topic] = consumer
+        consumer.message_listener = self._on_message
+        # Messages that arrived before the listener was set.
+        while consumer._incoming:
+            message = consumer._incoming.popleft()
+            consumer._hand_out(message)
+            self._on_message(consumer, message)
+
+    def remove_consumer(self, topic: str) -> defer.Deferred:
+        """Close and forget the consumer of ``topic`` (its queued messages are dropped)."""
+        consumer = self.consumers.pop(topic, None)
+        if consumer is None:
+            return defer.succeed(None)
+        self._incoming = collections.deque(
+            m for m in self._incoming if m.topic_name() != topic)
+        return consumer.close()
 
     def _on_message(self, consumer, message):
+        message._message_id.topic = consumer.topic
         if self._waiters:
             self._waiters.popleft().callback(message)
         elif self.message_listener is not None:
@@ -112,7 +129,7 @@ class MultiConsumer:
             d.errback(errors.Timeout(f"no message within {timeout}s"))
 
     def _consumer_of(self, message):
-        topic = message.topic_name() if isinstance(message, Message) else None
+        topic = message.topic_name() if isinstance(message, Message) else message.topic
         if topic is None:
             partition = message.partition
             for consumer in self.consumers.values():
@@ -131,6 +148,10 @@ class MultiConsumer:
 
     def negative_acknowledge(self, message):
         return self._consumer_of(message).negative_acknowledge(message)
+
+    def reconsume_later(self, message, delay_seconds: float = 0, properties: dict = None):
+        """See ``Consumer.reconsume_later``."""
+        return self._consumer_of(message).reconsume_later(message, delay_seconds, properties)
 
     def redeliver_unacknowledged_messages(self):
         self._incoming.clear()
@@ -152,6 +173,8 @@ class MultiConsumer:
 
     def _closed(self):
         self.closed = True
+        if self.dead_letter is not None:
+            self.dead_letter.close().addErrback(lambda f: None)
         waiters, self._waiters = list(self._waiters), collections.deque()
         for d in waiters:
             d.errback(errors.AlreadyClosed("consumer closed"))

@@ -22,12 +22,14 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from pulsar_twisted.proto import PulsarApi_pb2 as api
-from pulsar_twisted.wire.frames import encode_message, encode_payload_command
+from pulsar_twisted.wire.frames import FRAME_PADDING, encode_message, encode_payload_command
 from pulsar_twisted.client import errors
 from pulsar_twisted.client.backoff import Backoff
 from pulsar_twisted.client.compression import NONE, compress
 from pulsar_twisted.client.compression import compression_type as _compression_type
-from pulsar_twisted.client.connection import T, command
+from pulsar_twisted.client.chunking import (
+    ChunkMessageId, chunk_payload_size, chunk_uuid, split)
+from pulsar_twisted.client.connection import DEFAULT_MAX_MESSAGE_SIZE, T, command
 from pulsar_twisted.client.message import encode_batch, single_metadata
 from pulsar_twisted.client.message_id import MessageId
 
@@ -60,15 +62,19 @@ class _OpSend:
     """One SEND frame in flight: a single message or a batch."""
 
     __slots__ = ("sequence_id", "highest_sequence_id", "frame", "messages", "created_at", "done",
-                 "batched")
+                 "batched", "chunk_ids")
 
-    def __init__(self, sequence_id, highest_sequence_id, frame, messages, created_at, batched):
+    def __init__(self, sequence_id, highest_sequence_id, frame, messages, created_at, batched,
+                 chunk_ids=None):
         self.sequence_id = sequence_id
         self.highest_sequence_id = highest_sequence_id
         self.frame = frame
         self.messages = messages
         self.created_at = created_at
         self.batched = batched
+        # Chunks of one message share a list collecting their ids; only the last chunk's op
+        # holds the message (so counts and failures see it once).
+        self.chunk_ids = chunk_ids
         self.done = defer.Deferred()
 
 
@@ -98,7 +104,11 @@ class Producer:
                  batching_max_publish_delay_ms: float = 10, batching_type: str = DEFAULT_BATCHING,
                  initial_sequence_id: int = None, properties: dict = None,
                  access_mode: int = api.Shared, partition: int = -1, compression_type=None,
-                 backoff: Backoff = None):
+                 chunking_enabled: bool = False, chunk_max_message_size: int = 0,
+                 initial_subscription_name: str = None, backoff: Backoff = None):
+        if chunking_enabled and batching_enabled:
+            raise errors.InvalidConfiguration(
+                "batching and chunking of messages can't be enabled together")
         self.client = client
         self.clock = client.clock
         self.topic = topic
@@ -114,6 +124,9 @@ class Producer:
         self.batching_max_delay = batching_max_publish_delay_ms / 1000.0
         self.key_based_batching = batching_type in (KEY_BASED_BATCHING, "KeyBased", 1)
         self.compression = _compression_type(compression_type)
+        self.chunking_enabled = chunking_enabled
+        self.chunk_max_message_size = chunk_max_message_size
+        self.initial_subscription_name = initial_subscription_name
         self.properties = dict(properties or {})
         self.access_mode = access_mode
         self.partition = partition
@@ -167,6 +180,8 @@ class Producer:
         if self.producer_name is not None:
             cmd.producer.producer_name = self.producer_name
             cmd.producer.user_provided_producer_name = self.user_provided_name
+        if self.initial_subscription_name:
+            cmd.producer.initial_subscription_name = self.initial_subscription_name
         for key, value in self.properties.items():
             cmd.producer.metadata.add(key=key, value=value)
         cnx.register_producer(self.producer_id, self)
@@ -276,6 +291,9 @@ class Producer:
                                               op.highest_sequence_id)
         mid = receipt.message_id
         ledger_id, entry_id = mid.ledgerId, mid.entryId
+        if op.chunk_ids is not None:
+            self._chunk_receipt(op, ledger_id, entry_id)
+            return
         count = len(op.messages)
         for index, message in enumerate(op.messages):
             if op.batched:
@@ -283,6 +301,13 @@ class Producer:
             else:
                 message_id = MessageId(ledger_id, entry_id, -1, self.partition)
             message.deferred.callback(message_id)
+        self._op_finished(op)
+
+    def _chunk_receipt(self, op, ledger_id, entry_id):
+        op.chunk_ids.append(MessageId(ledger_id, entry_id, -1, self.partition))
+        for message in op.messages:   # the last chunk: the message is stored
+            ids = op.chunk_ids
+            message.deferred.callback(ChunkMessageId(ids[0], ids[-1], ids))
         self._op_finished(op)
 
     def send_error_received(self, send_error):
@@ -373,11 +398,31 @@ class Producer:
         if message.deliver_at is not None:
             metadata.deliver_at_time = message.deliver_at
         payload = self._compress_into(metadata, message.payload)
+        if self.chunking_enabled:
+            chunk_size = chunk_payload_size(self.max_message_size or DEFAULT_MAX_MESSAGE_SIZE,
+                                            metadata.ByteSize(), self.chunk_max_message_size)
+            if len(payload) > chunk_size:
+                self._send_chunks(metadata, payload, message, chunk_size)
+                return
         self._send_op(metadata, payload, [message], batched=False)
 
-    def _send_op(self, metadata, payload, messages, batched):
+    def _send_chunks(self, metadata, payload, message, chunk_size):
+        """One SEND per chunk, all with the message's sequence id (Java's chunked publish)."""
+        chunks = split(payload, chunk_size)
+        metadata.uuid = chunk_uuid(self.producer_name or "", message.sequence_id)
+        metadata.num_chunks_from_msg = len(chunks)
+        metadata.total_chunk_msg_size = len(payload)
+        ids = []
+        last = len(chunks) - 1
+        for chunk_id, chunk in enumerate(chunks):
+            metadata.chunk_id = chunk_id
+            self._send_op(metadata, chunk, [message] if chunk_id == last else [], batched=False,
+                          chunk_ids=ids, sequence_id=message.sequence_id)
+
+    def _send_op(self, metadata, payload, messages, batched, chunk_ids=None, sequence_id=None):
         part = encode_message(metadata, payload)
-        limit = self.max_message_size or (5 * 1024 * 1024)
+        limit = (self.max_message_size or DEFAULT_MAX_MESSAGE_SIZE) + \
+            (FRAME_PADDING if chunk_ids is not None else 0)
         if len(part) > limit:
             error = errors.MessageTooBig(f"message of {len(part)} bytes exceeds the broker's "
                                          f"limit of {limit} bytes")
@@ -386,13 +431,16 @@ class Producer:
                 message.deferred.errback(error)
             self._unblock()
             return
-        first, last = messages[0].sequence_id, messages[-1].sequence_id
+        if sequence_id is None:
+            first, last = messages[0].sequence_id, messages[-1].sequence_id
+        else:
+            first = last = sequence_id
         cmd = command(T.SEND, "send", producer_id=self.producer_id, sequence_id=first,
-                      num_messages=len(messages))
+                      num_messages=max(1, len(messages)))
         if batched:
             cmd.send.highest_sequence_id = last
         op = _OpSend(first, last, encode_payload_command(cmd, part), messages,
-                     self.clock.seconds(), batched)
+                     self.clock.seconds(), batched, chunk_ids)
         self._pending.append(op)
         if self.state == READY and self.cnx is not None:
             self.cnx.write_raw(op.frame)
@@ -401,14 +449,20 @@ class Producer:
     # ------------------------------------------------------------------ batching
     def _add_to_batch(self, message):
         size = len(message.payload)
-        if self._batch_count and self._batch_bytes + size > self.batching_max_bytes:
+        # A batch is one entry: it must also fit the broker's limit (Java's BatchMessageContainer
+        # bounds it by maxMessageSize too). Member headers take ~16 bytes each.
+        entry_limit = (self.max_message_size or DEFAULT_MAX_MESSAGE_SIZE) - 1024
+        if self._batch_count and (
+                self._batch_bytes + size > self.batching_max_bytes
+                or self._batch_bytes + size + 16 * (self._batch_count + 1) > entry_limit):
             self._flush_batch()
         key = (message.ordering_key or message.partition_key) if self.key_based_batching else None
         self._batch.setdefault(key, []).append(message)
         self._batch_count += 1
         self._batch_bytes += size
         if self._batch_count >= self.batching_max_messages or \
-                self._batch_bytes >= self.batching_max_bytes:
+                self._batch_bytes >= self.batching_max_bytes or \
+                self._batch_bytes + 16 * self._batch_count >= entry_limit:
             self._flush_batch()
         elif self._batch_call is None:
             self._batch_call = self.clock.callLater(self.batching_max_delay, self._batch_timer)

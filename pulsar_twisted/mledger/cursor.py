@@ -106,6 +106,44 @@ class ManagedCursorImpl:
                 return pos
             pos = ml._normalize(Position(pos[0], r[1] + 1))
 
+    def unacked_positions(self, count: int) -> list:
+        """The first ``count`` unacknowledged positions after the mark-delete position, in order
+        (fewer when the backlog is shorter)."""
+        ml = self.ml
+        last = ml.last_confirmed_entry()
+        positions = []
+        pos = ml._next_position(self.mark_delete_position)
+        while len(positions) < count:
+            pos = self._first_unacked_from(pos)
+            if pos > last:
+                break
+            positions.append(pos)
+            pos = ml._next_position(pos)
+        return positions
+
+    def nth_unacked_position(self, n: int):
+        """The ``n``-th (1-based) unacknowledged position, or None when the backlog is shorter."""
+        if n < 1:
+            return None
+        positions = self.unacked_positions(n)
+        return positions[-1] if len(positions) == n else None
+
+    def skip_unacked(self, n: int):
+        """
+        Acknowledge the next ``n`` unacknowledged entries (Pulsar's skip with individually deleted
+        entries included; ``skip_entries`` only moves the read position). Deferred firing once
+        persisted with the number skipped.
+        """
+        positions = self.unacked_positions(n) if n > 0 else []
+        if not positions:
+            return defer.succeed(0)
+        if not self._acked:
+            # Nothing acknowledged above the mark-delete: the skipped run is contiguous.
+            d = self.mark_delete(positions[-1])
+        else:
+            d = self.delete(positions)
+        return d.addCallback(lambda _: len(positions))
+
     def has_more_entries(self) -> bool:
         pos = self._first_unacked_from(self.ml._normalize(self._read_position))
         return pos <= self.ml.last_confirmed_entry()

@@ -40,10 +40,11 @@ class Response:
 
 
 class Route:
-    def __init__(self, method: str, template: str, handler):
+    def __init__(self, method: str, template: str, handler, doc=None):
         self.method = method
         self.template = template
         self.handler = handler
+        self.doc = doc  # optional openapi.Operation describing it (else openapi.OPERATIONS)
         pattern = _PARAM.sub(lambda m: f"(?P<{m.group(1)}>[^/]+)", re.escape(template).replace(
             r"\{", "{").replace(r"\}", "}"))
         self.regex = re.compile(f"^{pattern}/?$")
@@ -55,17 +56,17 @@ class Router:
     def __init__(self):
         self.routes = []
 
-    def add(self, method: str, template: str, handler) -> None:
-        self.routes.append(Route(method, template, handler))
+    def add(self, method: str, template: str, handler, doc=None) -> None:
+        self.routes.append(Route(method, template, handler, doc))
 
-    def route(self, methods, template: str):
+    def route(self, methods, template: str, doc=None):
         """Decorator form: ``@router.route("GET", "/x/{y}")`` (methods may be a tuple)."""
         if isinstance(methods, str):
             methods = (methods,)
 
         def register(handler):
             for method in methods:
-                self.add(method, template, handler)
+                self.add(method, template, handler, doc)
             return handler
         return register
 

@@ -17,9 +17,11 @@ Wiring (in ``broker/tap.py``, after ``BrokerService.start()``)::
 from twisted.web import server
 
 from pulsar_twisted.web.metrics import add_metrics_routes, make_registry
+from pulsar_twisted.web.openapi import add_openapi_route
 from pulsar_twisted.web.namespaces import (
     add_broker_routes, add_cluster_routes, add_namespace_routes, add_tenant_routes)
 from pulsar_twisted.web.routing import Router, RouterResource
+from pulsar_twisted.security.http import add_topic_permission_routes, secure
 from pulsar_twisted.web.topics import add_lookup_routes, add_topic_routes
 
 
@@ -33,6 +35,8 @@ def make_router(admin_service, config) -> Router:
     add_topic_routes(router, admin_service)
     add_lookup_routes(router, admin_service)
     add_metrics_routes(router, make_registry(admin_service, config.clusterName))
+    add_topic_permission_routes(router, admin_service)
+    add_openapi_route(router)  # last: the document describes the whole table
     return router
 
 
@@ -42,6 +46,7 @@ def make_site(admin_service, broker_service, config) -> server.Site:
     ``AdminService`` over ``broker_service``). ``broker_service`` is accepted for the routes that
     will need it directly; today every route goes through the admin service.
     """
-    site = server.Site(RouterResource(make_router(admin_service, config)))
+    # Behind authentication/authorization when the broker has them on (security/http.py).
+    site = server.Site(secure(RouterResource(make_router(admin_service, config)), broker_service))
     site.displayTracebacks = False
     return site

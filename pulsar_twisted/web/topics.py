@@ -99,6 +99,10 @@ def add_topic_routes(router, admin) -> None:
     def compact(request, domain, tenant, namespace, topic):
         return admin.compact(name(domain, tenant, namespace, topic))
 
+    @add("GET", f"{topic}/compaction")
+    def compaction_status(request, domain, tenant, namespace, topic):
+        return admin.compaction_status(name(domain, tenant, namespace, topic))
+
     @add("POST", f"{topic}/terminate")
     def terminate(request, domain, tenant, namespace, topic):
         return admin.terminate(name(domain, tenant, namespace, topic))
@@ -147,6 +151,9 @@ def add_topic_routes(router, admin) -> None:
         headers, body = await admin.peek_message(name(domain, tenant, namespace, topic), sub,
                                                  int_param(position, "messagePosition"))
         return Response(200, body, headers, content_type="application/octet-stream")
+
+    from pulsar_twisted.web.schemas import add_schema_routes  # /admin/v2/schemas (issue 5)
+    add_schema_routes(router, admin)
 
 
 def add_lookup_routes(router, admin) -> None:

@@ -124,12 +124,12 @@ class InitializeTests(unittest.TestCase):
     def test_broker_accepts_the_layout(self):
         """The broker's own start-up finds the cluster, tenant and namespace already there."""
         from pulsar_twisted.broker.service import BrokerService
+        from pulsar_twisted.config import BrokerConfig
 
-        class Config:
-            clusterName = "c1"
         self.init()
         before = self.json_of("/admin/clusters/c1")
-        broker = BrokerService(Config(), None, self.store, self.clock, "pulsar://other:6650")
+        broker = BrokerService(BrokerConfig(clusterName="c1"), None, self.store, self.clock,
+                               "pulsar://other:6650")
         self.successResultOf(broker.start())
         self.assertEqual(self.json_of("/admin/clusters/c1"), before)
 

@@ -96,6 +96,26 @@ class PositionTests(ManagedLedgerHarness, unittest.TestCase):
         self.assertEqual(self.bk.created, created)  # no cursor ledger for readers
 
 
+    def test_unacked_positions_skip_and_nth(self):
+        """nth_unacked_position / skip_unacked walk past acked entries and across ledgers."""
+        ml = self.open(max_entries_per_ledger=3)
+        c = self.cursor(ml)
+        ps = self.add(ml, 8)
+        self.successResultOf(c.delete([ps[1], ps[4]]))
+        self.assertEqual(c.unacked_positions(4), [ps[0], ps[2], ps[3], ps[5]])
+        self.assertEqual(c.nth_unacked_position(3), ps[3])
+        self.assertIsNone(c.nth_unacked_position(7))
+        self.assertIsNone(c.nth_unacked_position(0))
+        self.assertEqual(self.successResultOf(c.skip_unacked(3)), 3)
+        self.assertEqual(c.mark_delete_position, ps[4])
+        self.assertEqual(c.number_of_entries_in_backlog(), 3)
+        # no individual acks: the skip is a plain mark-delete
+        self.assertEqual(self.successResultOf(c.skip_unacked(2)), 2)
+        self.assertEqual(c.mark_delete_position, ps[6])
+        self.assertEqual(self.successResultOf(c.skip_unacked(10)), 1)
+        self.assertEqual(c.mark_delete_position, ps[7])
+        self.assertEqual(self.successResultOf(c.skip_unacked(1)), 0)
+
 class PersistenceTests(ManagedLedgerHarness, unittest.TestCase):
     def test_mark_delete_coalescing(self):
         """Acks during a snapshot write share the next one; every Deferred fires."""

@@ -66,10 +66,19 @@ class TopicTests(WebTestCase):
         self.assertIsNot(self.broker.topics[TOPIC], first)
 
     @defer.inlineCallbacks
-    def test_compaction_not_allowed(self):
+    def test_compaction_trigger_and_status(self):
+        """PUT .../compaction starts a run; GET .../compaction reports it (NOT_RUN before)."""
         yield self.expect("PUT", f"{P}/t", 204)
-        body = yield self.expect("PUT", f"{P}/t/compaction", 405)
-        self.assertIn("compaction", body["reason"].lower())
+        body = yield self.expect("GET", f"{P}/t/compaction", 200)
+        self.assertEqual(body["status"], "NOT_RUN")
+        yield self.expect("PUT", f"{P}/t/compaction", 204)
+        for _ in range(100):  # the run is in the background on the real reactor
+            body = yield self.expect("GET", f"{P}/t/compaction", 200)
+            if body["status"] != "RUNNING":
+                break
+            from twisted.internet import reactor, task
+            yield task.deferLater(reactor, 0.01, lambda: None)
+        self.assertEqual(body["status"], "SUCCESS")
 
     @defer.inlineCallbacks
     def test_terminate(self):

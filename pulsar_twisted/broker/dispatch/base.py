@@ -98,9 +98,11 @@ class PersistentDispatcher:
             metadata = entry_metadata(entry.data)
         count = num_messages(metadata)
         position = entry.position
+        batch_acks = self.subscription.batch_acks
         consumer.sender.send_message(consumer.consumer_id, position[0], position[1],
                                      self.subscription.redelivery_counts.get(position, 0), entry.data,
-                                     consumer.partition)
+                                     consumer.partition,
+                                     batch_acks.ack_set_for(position) if batch_acks else None)
         consumer.sent(position, count, len(entry.data), self.tracks_pending)
 
     def close(self) -> None:

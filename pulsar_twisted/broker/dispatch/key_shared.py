@@ -180,6 +180,8 @@ class KeySharedDispatcher(SharedDispatcher):
         sent = 0
         for entry in entries:
             metadata = entry_metadata(entry.data)
+            if self.hold_delayed(entry, metadata):
+                continue
             hash_value = key_hash(sticky_key(metadata))
             consumer = self.selector.select(hash_value)
             if (consumer is None or not consumer.available()

@@ -10,7 +10,9 @@ messages gets nothing more until it acks half of them; the subscription stops re
 
 import heapq
 
+from pulsar_twisted.broker.delayed import DelayedDeliveryTracker
 from pulsar_twisted.broker.dispatch.base import PersistentDispatcher
+from pulsar_twisted.broker.entryinfo import entry_metadata
 
 
 class SharedDispatcher(PersistentDispatcher):
@@ -26,6 +28,22 @@ class SharedDispatcher(PersistentDispatcher):
         #: Set when a replay round delivered nothing (every replayed message's consumer is busy):
         #: new entries are read instead until something changes (flow, ack, consumers).
         self.replay_stalled = False
+        #: Messages with a future deliver_at_time wait here (``delayed`` module), when enabled.
+        self.delayed = (DelayedDeliveryTracker(clock, config.delayedDeliveryTickTimeMillis, self._delayed_due)
+                        if config.delayedDeliveryEnabled else None)
+        #: uuid -> consumer receiving the chunks of that chunked message (all go to one consumer).
+        self.chunk_owners = {}
+
+    def _delayed_due(self, positions) -> None:
+        for position in positions:
+            self.replay[position] = None
+        self.wake()
+
+    def hold_delayed(self, entry, metadata) -> bool:
+        """True if ``entry`` is a delayed message not due yet (now held by the tracker)."""
+        delayed = self.delayed
+        return (delayed is not None and metadata.HasField("deliver_at_time")
+                and delayed.hold(entry.position, metadata.deliver_at_time))
 
     def wake(self) -> None:
         """Something changed that may let waiting messages through."""
@@ -42,6 +60,9 @@ class SharedDispatcher(PersistentDispatcher):
     def remove_consumer(self, consumer) -> None:
         super().remove_consumer(consumer)
         self._to_replay(consumer.take_pending())
+        if self.chunk_owners:
+            for uuid in [u for u, c in self.chunk_owners.items() if c is consumer]:
+                del self.chunk_owners[uuid]
         self.wake()
 
     def _to_replay(self, positions) -> None:
@@ -68,8 +89,16 @@ class SharedDispatcher(PersistentDispatcher):
     def reset(self) -> None:
         super().reset()
         self.replay.clear()
+        self.chunk_owners.clear()
+        if self.delayed is not None:
+            self.delayed.clear()
         for consumer in self.consumers:
             consumer.take_pending()
+
+    def close(self) -> None:
+        super().close()
+        if self.delayed is not None:
+            self.delayed.close()
 
     # ---------------------------------------------------------------- reading
     def read_count(self) -> int:
@@ -98,13 +127,39 @@ class SharedDispatcher(PersistentDispatcher):
     def dispatch(self, entries) -> None:
         sent = 0
         for entry in entries:
-            consumer = self.next_consumer()
+            metadata = entry_metadata(entry.data)
+            if self.hold_delayed(entry, metadata):
+                continue
+            if metadata.num_chunks_from_msg > 1:
+                consumer = self._chunk_consumer(metadata)
+            else:
+                consumer = self.next_consumer()
             if consumer is None:
                 self.replay[entry.position] = None
             else:
-                self.send_entry(consumer, entry)
+                self.send_entry(consumer, entry, metadata)
                 sent += 1
         self.round_done(sent)
+
+    def _chunk_consumer(self, metadata):
+        """
+        All chunks of one message go to the consumer that got its first chunk (what Pulsar's
+        Shared dispatcher does since chunking is allowed there): a consumer can only assemble
+        the chunks it receives. None while that consumer cannot take more (the chunk waits).
+        """
+        owners = self.chunk_owners
+        uuid = metadata.uuid
+        consumer = owners.get(uuid)
+        if metadata.chunk_id == 0 or consumer is None or consumer.closed:
+            consumer = self.next_consumer()
+            if consumer is None:
+                return None
+            owners[uuid] = consumer
+        elif not consumer.available():
+            return None
+        if metadata.chunk_id >= metadata.num_chunks_from_msg - 1:
+            del owners[uuid]
+        return consumer
 
     def round_done(self, sent: int) -> None:
         if self._replaying and not sent:

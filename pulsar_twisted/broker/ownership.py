@@ -1,0 +1,319 @@
+"""
+Namespace-bundle ownership: which broker serves which topics when several share one cluster.
+
+Bundles. A namespace's topics are split into ``numBundles`` bundles (its policies'
+``bundles.boundaries``, else an even split of ``numBundles``, default 4), contiguous ranges of the
+32-bit hash space ``[0x00000000, 0xffffffff]``: bundle i holds hashes ``lower <= h < upper``, the last
+one also ``h == 0xffffffff``. A topic's hash is **CRC32 (zlib, IEEE polynomial) of its full name**
+(``persistent://tenant/ns/local``, partitions with their ``-partition-N`` suffix, so the partitions of
+one topic spread over bundles). Pulsar's default is Murmur3-32 of the same string; CRC32 was chosen
+because it is in the standard library and C-speed. Mixing this broker with Java brokers in one cluster
+is not supported anyway, so the choice only has to be the same on every broker of the cluster.
+
+Ownership. A bundle is owned by the broker holding the ephemeral node
+``/namespace/<tenant>/<ns>/0x<lower>_0x<upper>`` (Pulsar's path); its value is the owner's URLs as
+JSON (Pulsar's ``NamespaceEphemeralData``: ``nativeUrl``, ``nativeUrlTls``, ``httpUrl``,
+``httpUrlTls``, ``disabled``). A broker asked about a topic whose bundle nobody owns creates the node
+(the create is the lock: exactly one racing broker wins); the node vanishes with the owner's
+ZooKeeper session, so a dead broker's bundles become free ``zooKeeperSessionTimeoutMillis`` later.
+
+Losing a bundle. A broker learns that it lost a bundle when its node is deleted (store notification:
+session expiry seen after reconnecting, or an admin) or when the periodic check (every
+``check_interval`` seconds) finds the node gone or holding another broker's data. It then calls
+``on_bundle_lost(bundle)``: the broker closes those topics, their clients reconnect and look up
+again, and the next owner opens the managed ledgers, which fences this broker's ledgers.
+
+Only lookups, topic loads and the check consult the store; publishing and dispatch never do.
+"""
+
+import json
+import zlib
+from dataclasses import dataclass
+
+from twisted.internet import defer, task
+from twisted.logger import Logger
+from zope.interface import Interface, implementer
+
+from pulsar_twisted.common import errors
+from pulsar_twisted.metadata.interfaces import AlreadyExistsError, MetadataStoreError
+
+log = Logger()
+
+FULL_RANGE_UPPER = 0xFFFFFFFF
+DEFAULT_NUM_BUNDLES = 4
+OWNERSHIP_ROOT = "/namespace"
+POLICIES_ROOT = "/admin/policies"
+BROKERS_ROOT = "/loadbalance/brokers"
+
+
+def topic_hash(topic: str) -> int:
+    """The 32-bit hash placing ``topic`` (its full name) in a bundle: CRC32 (see the module doc)."""
+    return zlib.crc32(topic.encode("utf-8")) & 0xFFFFFFFF
+
+
+def even_boundaries(num_bundles: int) -> list:
+    """Pulsar's even split of the hash range: ``num_bundles + 1`` bounds, the last 0xffffffff."""
+    if num_bundles < 1:
+        raise ValueError(f"numBundles must be at least 1, got {num_bundles}")
+    step = 0x100000000 // num_bundles
+    return [i * step for i in range(num_bundles)] + [FULL_RANGE_UPPER]
+
+
+def boundaries_of_policies(policies: dict) -> list:
+    """The bundle bounds (ints) a namespace's policies describe; ValueError when malformed."""
+    bundles = policies.get("bundles") or {}
+    raw = bundles.get("boundaries")
+    if raw:
+        bounds = [int(b, 16) if isinstance(b, str) else int(b) for b in raw]
+        if (len(bounds) < 2 or bounds[0] != 0 or bounds[-1] != FULL_RANGE_UPPER
+                or any(a >= b for a, b in zip(bounds, bounds[1:]))):
+            raise ValueError(f"bad bundle boundaries {raw!r}")
+        return bounds
+    return even_boundaries(int(bundles.get("numBundles") or DEFAULT_NUM_BUNDLES))
+
+
+@dataclass(frozen=True)
+class NamespaceBundle:
+    """One hash range of a namespace (``namespace`` is "tenant/ns")."""
+
+    namespace: str
+    lower: int
+    upper: int
+
+    @property
+    def range_name(self) -> str:
+        return "0x%08x_0x%08x" % (self.lower, self.upper)
+
+    @property
+    def path(self) -> str:
+        return f"{OWNERSHIP_ROOT}/{self.namespace}/{self.range_name}"
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.range_name}"
+
+    def includes(self, hash_value: int) -> bool:
+        return self.lower <= hash_value < self.upper or (
+            hash_value == self.upper == FULL_RANGE_UPPER)
+
+
+def bundle_for(namespace: str, bounds: list, topic: str) -> NamespaceBundle:
+    """The bundle of ``bounds`` (sorted ints, see above) that ``topic`` hashes into."""
+    h = topic_hash(topic)
+    lo, hi = 0, len(bounds) - 2
+    while lo < hi:      # the last i with bounds[i] <= h
+        mid = (lo + hi + 1) // 2
+        if bounds[mid] <= h:
+            lo = mid
+        else:
+            hi = mid - 1
+    return NamespaceBundle(namespace, bounds[lo], bounds[lo + 1])
+
+
+class LookupResult(tuple):
+    """``(broker_url, broker_url_tls)`` plus ``redirect``: True when another broker owns the topic
+    (binary LOOKUP answers Redirect), False when the asking client should connect here."""
+
+    def __new__(cls, broker_url: str, broker_url_tls: str = "", redirect: bool = False,
+                http_url: str = ""):
+        self = super().__new__(cls, (broker_url, broker_url_tls))
+        self.redirect = redirect
+        self.http_url = http_url
+        return self
+
+
+class IOwnership(Interface):
+    """Who serves a topic. Methods take a ``TopicName`` and return Deferreds."""
+
+    def lookup(name):
+        """Deferred[LookupResult]: this broker (taking the bundle if it is free) or the owner."""
+
+    def check_owned(name):
+        """Deferred[None] once this broker owns ``name``'s bundle (taking it if free);
+        ``errors.ServiceNotReady`` when another broker owns it."""
+
+
+@implementer(IOwnership)
+class LocalOwnership:
+    """Standalone: this broker owns every bundle; nothing is written to the store."""
+
+    def __init__(self, broker_url: str, broker_url_tls: str = ""):
+        self.result = LookupResult(broker_url, broker_url_tls)
+
+    def lookup(self, name):
+        return defer.succeed(self.result)
+
+    def check_owned(self, name):
+        return defer.succeed(None)
+
+
+@implementer(IOwnership)
+class BundleOwnership:
+    """
+    Ephemeral-node ownership over an ``IMetadataStore`` (see the module docstring).
+
+    ``urls``: this broker's ``nativeUrl``, ``nativeUrlTls``, ``httpUrl``, ``httpUrlTls`` (the node's
+    value, also how this broker recognises its own nodes). ``on_bundle_lost(bundle)`` is called once
+    per bundle this broker stops owning. Call ``start()`` / ``stop()``.
+    """
+
+    def __init__(self, store, clock, urls: dict, on_bundle_lost=None, check_interval: float = 5.0):
+        self.store = store
+        self.clock = clock
+        self.urls = {"nativeUrl": urls.get("nativeUrl", ""), "nativeUrlTls": urls.get("nativeUrlTls", ""),
+                     "httpUrl": urls.get("httpUrl", ""), "httpUrlTls": urls.get("httpUrlTls", ""),
+                     "disabled": False}
+        self._value = json.dumps(self.urls, sort_keys=True).encode()
+        self.on_bundle_lost = on_bundle_lost
+        self.check_interval = check_interval
+        #: path -> NamespaceBundle, the bundles this broker holds.
+        self.owned = {}
+        self._bounds = {}           # namespace -> bounds, dropped when its policies change
+        self._check_loop = None
+        self._stopped = False
+        store.register_listener(self._on_notification)
+
+    # ---------------------------------------------------------------- lifecycle
+    def start(self) -> None:
+        if self.check_interval > 0:
+            self._check_loop = task.LoopingCall(self.check_now)
+            self._check_loop.clock = self.clock
+            self._check_loop.start(self.check_interval, now=False).addErrback(
+                lambda f: log.failure("bundle ownership check loop stopped", f))
+
+    def stop(self) -> defer.Deferred:
+        """Stop checking and give every bundle back (delete the nodes) so that other brokers can
+        take them at once instead of after the session timeout."""
+        self._stopped = True
+        if self._check_loop is not None and self._check_loop.running:
+            self._check_loop.stop()
+        owned, self.owned = list(self.owned.values()), {}
+        ds = [self.store.delete(b.path).addErrback(lambda f: None) for b in owned]
+        return defer.gatherResults(ds).addCallback(lambda _: None)
+
+    # ---------------------------------------------------------------- queries
+    def bundle_of(self, name) -> defer.Deferred:
+        """Deferred[NamespaceBundle] of a TopicName."""
+        namespace = str(name.namespace_name)
+        bounds = self._bounds.get(namespace)
+        if bounds is not None:
+            return defer.succeed(bundle_for(namespace, bounds, str(name)))
+        return defer.Deferred.fromCoroutine(self._load_bundle(namespace, str(name)))
+
+    async def _load_bundle(self, namespace, topic):
+        node = await self.store.get(f"{POLICIES_ROOT}/{namespace}")
+        bounds = even_boundaries(DEFAULT_NUM_BUNDLES)
+        if node is not None:
+            try:
+                bounds = boundaries_of_policies(json.loads(node[0] or b"{}"))
+            except (ValueError, TypeError, AttributeError) as e:
+                log.warn("namespace {ns}: {error}; using {n} even bundles", ns=namespace,
+                         error=e, n=DEFAULT_NUM_BUNDLES)
+        self._bounds[namespace] = bounds
+        return bundle_for(namespace, bounds, topic)
+
+    def owns(self, bundle: NamespaceBundle) -> bool:
+        return bundle.path in self.owned
+
+    def lookup(self, name) -> defer.Deferred:
+        return defer.Deferred.fromCoroutine(self._lookup(name))
+
+    async def _lookup(self, name):
+        bundle = await self.bundle_of(name)
+        owner = await self.acquire(bundle)
+        if owner is None:
+            return LookupResult(self.urls["nativeUrl"], self.urls["nativeUrlTls"],
+                                http_url=self.urls["httpUrl"])
+        return LookupResult(owner.get("nativeUrl", ""), owner.get("nativeUrlTls", ""),
+                            redirect=True, http_url=owner.get("httpUrl", ""))
+
+    def check_owned(self, name) -> defer.Deferred:
+        return defer.Deferred.fromCoroutine(self._check_owned(name))
+
+    async def _check_owned(self, name):
+        bundle = await self.bundle_of(name)
+        owner = await self.acquire(bundle)
+        if owner is not None:
+            # Pulsar's answer to a producer/consumer on a broker that does not serve the topic:
+            # the client treats it as retryable and looks the topic up again.
+            raise errors.ServiceNotReady(
+                f"Namespace bundle {bundle} is served by {owner.get('nativeUrl')}, not this broker")
+
+    async def acquire(self, bundle: NamespaceBundle):
+        """None when this broker owns ``bundle`` (now or already); else the owner's data (dict)."""
+        if bundle.path in self.owned:
+            return None
+        if self._stopped:
+            raise errors.ServiceNotReady("broker is shutting down")
+        for _ in range(3):
+            node = await self.store.get(bundle.path)
+            if node is not None:
+                owner = self._parse(node[0], bundle)
+                if owner == self.urls:
+                    # Ours (created before a reconnect that kept the session, or by a racing call).
+                    self._owned(bundle)
+                    return None
+                return owner
+            try:
+                await self.store.put(bundle.path, self._value, expected_version=-1, ephemeral=True)
+            except AlreadyExistsError:
+                continue        # another broker won the race: read who
+            self._owned(bundle)
+            return None
+        raise errors.ServiceNotReady(f"ownership of bundle {bundle} keeps changing")
+
+    def _owned(self, bundle):
+        if bundle.path not in self.owned:
+            self.owned[bundle.path] = bundle
+            log.info("this broker now owns bundle {bundle}", bundle=str(bundle))
+
+    @staticmethod
+    def _parse(raw: bytes, bundle) -> dict:
+        try:
+            data = json.loads(raw)
+            if isinstance(data, dict):
+                return {k: data.get(k, "" if k != "disabled" else False)
+                        for k in ("nativeUrl", "nativeUrlTls", "httpUrl", "httpUrlTls", "disabled")}
+        except ValueError:
+            pass
+        log.warn("bundle {bundle}: unreadable ownership data {raw!r}", bundle=str(bundle), raw=raw[:200])
+        return {"nativeUrl": "", "nativeUrlTls": "", "httpUrl": "", "httpUrlTls": "", "disabled": True}
+
+    # ---------------------------------------------------------------- losing bundles
+    def _on_notification(self, notification) -> None:
+        path = notification.path
+        if notification.kind == "deleted" and path in self.owned:
+            self._lost(path, "its ownership node was deleted")
+        elif notification.kind == "modified" and path.startswith(POLICIES_ROOT + "/"):
+            # Bundle splits change the boundaries; reread them on the next lookup.
+            self._bounds.pop(path[len(POLICIES_ROOT) + 1:], None)
+
+    def check_now(self) -> defer.Deferred:
+        """Compare every owned bundle with its node; lose those that are gone or someone else's."""
+        return defer.Deferred.fromCoroutine(self._check())
+
+    async def _check(self):
+        for path in list(self.owned):
+            try:
+                node = await self.store.get(path)
+            except MetadataStoreError as e:
+                # Cannot tell (store unreachable): keep serving; the session's fate decides.
+                log.warn("bundle ownership check of {path} failed: {error}", path=path, error=e)
+                return
+            if path not in self.owned:
+                continue
+            if node is None:
+                self._lost(path, "its ownership node is gone (ZooKeeper session expired?)")
+            elif self._parse(node[0], path) != self.urls:
+                self._lost(path, "another broker owns it now")
+
+    def _lost(self, path, reason) -> None:
+        bundle = self.owned.pop(path, None)
+        if bundle is None:
+            return
+        log.warn("this broker lost bundle {bundle}: {reason}; unloading its topics",
+                 bundle=str(bundle), reason=reason)
+        if self.on_bundle_lost is not None:
+            try:
+                self.on_bundle_lost(bundle)
+            except Exception:
+                log.failure("unloading the topics of bundle {bundle} failed", bundle=str(bundle))

@@ -1,0 +1,130 @@
+"""
+Regex (pattern) subscriptions, as the Java client's ``PatternMultiTopicsConsumerImpl``.
+
+``subscribe(re.compile("persistent://public/default/x-.*"), ...)`` asks the broker for the topics
+of the pattern's namespace (GET_TOPICS_OF_NAMESPACE with ``topics_pattern``), subscribes to every
+match, and every ``pattern_auto_discovery_period`` seconds asks again: new matches are subscribed,
+topics that disappeared are closed. Partitions are matched by their base topic name, as Java's
+``TopicList.filterTopics`` does. A pattern without a domain is taken as
+``persistent://public/default/<pattern>``. Only one namespace per pattern (Pulsar's rule).
+"""
+
+import re
+
+from twisted.internet import defer
+from twisted.logger import Logger
+
+from pulsar_twisted.proto import PulsarApi_pb2 as api
+from pulsar_twisted.client import errors
+from pulsar_twisted.client.partitioned import MultiConsumer
+
+Mode = api.CommandGetTopicsOfNamespace
+_PARTITION = re.compile(r"-partition-\d+$")
+_MODES = {"persistentonly": Mode.PERSISTENT, "nonpersistentonly": Mode.NON_PERSISTENT,
+          "alltopics": Mode.ALL}
+
+
+def regex_mode(value) -> int:
+    """``RegexSubscriptionMode`` from a name (PersistentOnly, NonPersistentOnly, AllTopics)."""
+    if value is None:
+        return Mode.PERSISTENT
+    if isinstance(value, int):
+        return value
+    name = getattr(value, "name", value)
+    try:
+        return _MODES[str(name).replace("_", "").lower()]
+    except KeyError:
+        raise errors.InvalidConfiguration(f"unknown regex subscription mode {value!r}") from None
+
+
+def split_pattern(pattern: str):
+    """``(namespace, full pattern)`` of a topics regex (``InvalidTopicName`` when it has none)."""
+    if "://" not in pattern:
+        pattern = "persistent://public/default/" + pattern
+    domain, _, rest = pattern.partition("://")
+    parts = rest.split("/")
+    if domain not in ("persistent", "non-persistent") or len(parts) < 3 or not all(parts[:2]):
+        raise errors.InvalidTopicName(f"topics pattern {pattern!r} names no tenant/namespace")
+    return f"{parts[0]}/{parts[1]}", pattern
+
+
+def matching(topics, regex):
+    """The topics (partitions included) whose base name fully matches ``regex``."""
+    return [t for t in topics if regex.fullmatch(_PARTITION.sub("", t))]
+
+
+class PatternConsumer(MultiConsumer):
+    """
+    A ``MultiConsumer`` whose topics follow a regex. ``subscribe_topic(name)`` (given by the
+    client) fires with a ``Consumer`` for one topic or partition.
+    """
+
+    log = Logger()
+
+    def __init__(self, pattern, namespace, mode, lookup, subscribe_topic, clock,
+                 discovery_period: float = 60.0, message_listener=None, subscription=None,
+                 dead_letter=None):
+        super().__init__(pattern.pattern, [], clock, message_listener, subscription, dead_letter)
+        self.pattern = pattern
+        self.namespace = namespace
+        self.mode = mode
+        self.lookup = lookup
+        self.subscribe_topic = subscribe_topic
+        self.discovery_period = discovery_period
+        self._timer = None
+        self._discovering = None
+
+    def start(self) -> defer.Deferred:
+        """First discovery; fires with ``self`` once every matching topic is subscribed."""
+        d = self.discover()
+        d.addCallback(lambda _: (self._schedule(), self)[1])
+        return d
+
+    def _schedule(self):
+        if not self.closed and self.discovery_period and self.discovery_period > 0:
+            self._timer = self.clock.callLater(self.discovery_period, self._tick)
+
+    def _tick(self):
+        self._timer = None
+        d = self.discover()
+        d.addErrback(lambda f: self.log.failure("topic discovery for {pattern} failed", f,
+                                                pattern=self.pattern.pattern))
+        d.addBoth(lambda _: self._schedule())
+
+    @defer.inlineCallbacks
+    def discover(self):
+        """Subscribe to new matching topics and close the consumers of vanished ones."""
+        if self.closed:
+            return None
+        topics = yield self.lookup.topics_of_namespace(self.namespace, self.mode,
+                                                       self.pattern.pattern)
+        wanted = set(matching(topics, self.pattern))
+        if self.closed:
+            return None
+        for topic in sorted(wanted - set(self.consumers)):
+            try:
+                consumer = yield self.subscribe_topic(topic)
+            except errors.PulsarException as e:
+                self.log.warn("pattern {pattern}: cannot subscribe to {topic}: {error}",
+                              pattern=self.pattern.pattern, topic=topic, error=e)
+                continue
+            if self.closed:
+                yield consumer.close()
+                return None
+            self.log.info("pattern {pattern}: subscribed to new topic {topic}",
+                          pattern=self.pattern.pattern, topic=topic)
+            self.add_consumer(consumer)
+        for topic in sorted(set(self.consumers) - wanted):
+            self.log.info("pattern {pattern}: topic {topic} is gone", pattern=self.pattern.pattern,
+                          topic=topic)
+            yield self.remove_consumer(topic)
+        return None
+
+    def topics(self):
+        return sorted(self.consumers)
+
+    def _closed(self):
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        self._timer = None
+        super()._closed()

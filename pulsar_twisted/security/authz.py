@@ -1,0 +1,142 @@
+"""
+Authorization: what a role may do (Pulsar's ``PulsarAuthorizationProvider``).
+
+The rules, in order:
+
+* ``superUserRoles`` may do everything;
+* a tenant's ``adminRoles`` (TenantInfo) may manage that tenant's namespaces and topics, and
+  produce to / consume from its topics;
+* otherwise topic operations need the action (``produce``, ``consume``, ``functions``...) granted
+  to the role on the namespace (policies ``auth_policies.namespace_auth[role]``) or on the topic
+  (``auth_policies.destination_auth[topic][role]``; a partition inherits its partitioned topic's
+  grants). A lookup needs ``produce`` or ``consume``.
+
+Permissions are read from the metadata store at each check (at PRODUCER / SUBSCRIBE / LOOKUP and
+per admin request, never per message), so a grant or a revoke applies to the next request.
+Refusals are ``AuthorizationError`` whose message says which role lacked which action where.
+"""
+
+import copy
+import json
+
+from pulsar_twisted.common.errors import AuthorizationError
+
+POLICIES_ROOT = "/admin/policies"
+ACTIONS = {"produce", "consume", "functions", "sources", "sinks", "packages"}
+
+
+class AuthorizationService:
+    """Permission checks over the metadata store. ``enabled`` mirrors ``authorizationEnabled``."""
+
+    def __init__(self, config, store):
+        self.enabled = config.authorizationEnabled
+        self.super_users = frozenset(config.superUserRoles)
+        self.store = store
+
+    def is_super_user(self, role) -> bool:
+        return role is not None and role in self.super_users
+
+    async def _json(self, path: str) -> dict:
+        node = await self.store.get(path)
+        if node is None:
+            return {}
+        try:
+            value = json.loads(node[0])
+        except (ValueError, UnicodeDecodeError):
+            return {}
+        return value if isinstance(value, dict) else {}
+
+    async def is_tenant_admin(self, tenant: str, role) -> bool:
+        """Whether ``role`` is a super user or one of ``tenant``'s adminRoles."""
+        if role is None:
+            return False
+        if self.is_super_user(role):
+            return True
+        info = await self._json(f"{POLICIES_ROOT}/{tenant}")
+        return role in (info.get("adminRoles") or [])
+
+    async def topic_actions(self, topic_name, role) -> set:
+        """The actions granted to ``role`` on ``topic_name`` (namespace and topic grants)."""
+        policies = await self._json(f"{POLICIES_ROOT}/{topic_name.tenant}/{topic_name.namespace}")
+        auth = policies.get("auth_policies") or {}
+        actions = set((auth.get("namespace_auth") or {}).get(role) or [])
+        destinations = auth.get("destination_auth") or {}
+        for name in {str(topic_name), str(topic_name.partitioned_topic_name)}:
+            actions.update((destinations.get(name) or {}).get(role) or [])
+        return actions
+
+    async def allowed(self, topic_name, role, action: str) -> bool:
+        """Whether ``role`` may ``action`` (produce, consume, lookup, ...) on ``topic_name``."""
+        if not self.enabled:
+            return True
+        if role is None:
+            return False
+        if await self.is_tenant_admin(topic_name.tenant, role):
+            return True
+        actions = await self.topic_actions(topic_name, role)
+        if action == "lookup":
+            return bool(actions & {"produce", "consume"})
+        return action in actions
+
+    async def check(self, topic_name, role, action: str) -> None:
+        """``AuthorizationError`` unless ``role`` may ``action`` on ``topic_name``."""
+        if not await self.allowed(topic_name, role, action):
+            raise AuthorizationError(f"Role {role} is not authorized to {action} on {topic_name}")
+
+    async def check_tenant_admin(self, tenant: str, role) -> None:
+        if self.enabled and not await self.is_tenant_admin(tenant, role):
+            raise AuthorizationError(f"Role {role} is not an admin of tenant {tenant}")
+
+    def check_super_user(self, role) -> None:
+        if self.enabled and not self.is_super_user(role):
+            raise AuthorizationError(f"Role {role} is not a super user")
+
+
+# ------------------------------------------------------------------------------------ topic grants
+def _check_actions(actions) -> list:
+    if not isinstance(actions, list) or not all(isinstance(a, str) for a in actions):
+        from pulsar_twisted.broker.admin import BadRequest
+        raise BadRequest("actions must be a JSON list of strings")
+    bad = sorted(set(actions) - ACTIONS)
+    if bad:
+        from pulsar_twisted.broker.admin import BadRequest
+        raise BadRequest(f"Unknown auth actions {bad}: use {sorted(ACTIONS)}")
+    return sorted(set(actions))
+
+
+async def topic_permissions(admin, name) -> dict:
+    """``{role: [actions]}`` granted on the topic ``name`` itself."""
+    policies = await admin.get_policies(name.tenant, name.namespace)
+    return ((policies.get("auth_policies") or {}).get("destination_auth") or {}).get(str(name), {})
+
+
+async def grant_topic_permission(admin, name, role: str, actions) -> None:
+    """Grant ``actions`` to ``role`` on topic ``name`` (stored in its namespace's policies)."""
+    actions = _check_actions(actions)
+
+    def change(policies):
+        auth = copy.deepcopy(policies.get("auth_policies") or {})
+        auth.setdefault("namespace_auth", {})
+        auth.setdefault("destination_auth", {}).setdefault(str(name), {})[role] = actions
+        policies["auth_policies"] = auth
+        return policies
+    await admin._change_policies(name.tenant, name.namespace, change)
+
+
+async def revoke_topic_permission(admin, name, role: str) -> None:
+    """Revoke every action of ``role`` on topic ``name`` (412 when it had none, as Pulsar)."""
+    from pulsar_twisted.broker.admin import PreconditionFailed
+
+    def change(policies):
+        auth = copy.deepcopy(policies.get("auth_policies") or {})
+        topic = (auth.get("destination_auth") or {}).get(str(name)) or {}
+        if role not in topic:
+            raise PreconditionFailed(f"Role {role} has no permission on topic {name}")
+        del topic[role]
+        if not topic:
+            del auth["destination_auth"][str(name)]
+        else:
+            auth["destination_auth"][str(name)] = topic
+        policies["auth_policies"] = auth
+        return policies
+    await admin._change_policies(name.tenant, name.namespace, change)

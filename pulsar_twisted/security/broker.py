@@ -1,0 +1,207 @@
+"""
+The broker's security decisions for its binary-protocol connections, in one object that
+``BrokerService`` holds (``broker.security``) and ``ServerConnection`` reaches through it:
+
+* ``admit(host)``: ``brokerMaxConnections`` / ``brokerMaxConnectionsPerIp`` (the factory refuses
+  the connection before any byte is read, as Pulsar's ConnectionController closes the channel);
+* ``authenticate(cnx, connect)``: the role of a CONNECT, and an ``AuthSession`` that keeps it
+  fresh: every ``authenticationRefreshCheckSeconds`` an expired proof gets an AUTH_CHALLENGE, and a
+  connection that has not answered with a valid one by the next check is closed;
+* ``check_topic(cnx, topic, action)``: authorization of PRODUCER (produce), SUBSCRIBE (consume)
+  and LOOKUP (produce or consume);
+* ``lookup_started()`` / ``lookup_finished()``: ``maxConcurrentLookupRequest``.
+
+Nothing here runs per message. Credentials are never logged: log lines carry the peer, the
+method and the reason.
+"""
+
+import collections
+
+from twisted.logger import Logger
+
+from pulsar_twisted.common import errors
+from pulsar_twisted.common.naming import InvalidTopicNameError, parse_topic
+from pulsar_twisted.proto import PulsarApi_pb2 as api
+from pulsar_twisted.security.auth import AuthenticationService, Credentials
+from pulsar_twisted.security.authz import AuthorizationService
+from pulsar_twisted.security.endpoints import peer_certificate_of
+
+#: The challenge data Pulsar sends when it asks for fresh credentials (AuthData.REFRESH_AUTH_DATA).
+REFRESH_AUTH_DATA = b"PulsarAuthRefresh"
+
+
+class AuthSession:
+    """The authentication of one connection over its lifetime (refresh of expiring credentials)."""
+
+    log = Logger()
+
+    def __init__(self, cnx, security, identity, supports_refresh: bool):
+        self.cnx = cnx
+        self.security = security
+        self.identity = identity
+        self.supports_refresh = supports_refresh
+        self.challenged_at = None
+        self._call = None
+
+    def start(self) -> None:
+        if self.identity.expires_at is not None:
+            self._schedule()
+
+    def _schedule(self) -> None:
+        self._call = self.security.clock.callLater(self.security.refresh_seconds, self.check)
+
+    def stop(self) -> None:
+        if self._call is not None and self._call.active():
+            self._call.cancel()
+        self._call = None
+
+    def check(self) -> None:
+        """One refresh check (Pulsar's ServerCnx.refreshAuthenticationCredentials)."""
+        self._call = None
+        cnx = self.cnx
+        if cnx.state == "closed":
+            return
+        if self.challenged_at is not None:
+            self.log.warn("{peer}: role {role} did not answer the authentication challenge; closing",
+                          peer=cnx.peer, role=self.identity.role)
+            cnx.transport.loseConnection()
+            return
+        expires_at = self.identity.expires_at
+        if expires_at is not None and self.security.clock.seconds() >= expires_at:
+            if not self.supports_refresh:
+                self.log.info("{peer}: credentials of {role} expired and the client cannot refresh "
+                              "them; closing", peer=cnx.peer, role=self.identity.role)
+                cnx.transport.loseConnection()
+                return
+            self.log.info("{peer}: credentials of {role} expired; sending AUTH_CHALLENGE",
+                          peer=cnx.peer, role=self.identity.role)
+            self.challenged_at = self.security.clock.seconds()
+            cnx.sender.send_auth_challenge(self.identity.method, REFRESH_AUTH_DATA,
+                                           cnx.protocol_version)
+        if self.identity.expires_at is not None:
+            self._schedule()
+
+    def answer(self, response) -> None:
+        """An AUTH_RESPONSE: fresh credentials for the same role, or the connection closes."""
+        cnx = self.cnx
+        data = response.response
+        credentials = Credentials(data.auth_method_name, data.auth_data,
+                                  peer_certificate_of(cnx.transport), cnx.peer)
+        try:
+            identity = self.security.authn.authenticate(credentials)
+            if identity.role != self.identity.role:
+                raise errors.AuthenticationError(
+                    f"Refreshed credentials name role {identity.role}, not {self.identity.role}")
+        except errors.AuthenticationError as e:
+            self.log.warn("{peer}: authentication refresh refused: {reason}", peer=cnx.peer, reason=str(e))
+            cnx.sender.send_error(0, api.AuthenticationError, str(e))
+            cnx.transport.loseConnection()
+            return
+        self.log.info("{peer}: credentials of {role} refreshed", peer=cnx.peer, role=identity.role)
+        self.identity = identity
+        self.challenged_at = None
+        if self._call is None and identity.expires_at is not None:
+            self._schedule()
+
+
+class BrokerSecurity:
+    """Authentication, authorization and connection limits of one broker."""
+
+    log = Logger()
+
+    def __init__(self, config, clock, store):
+        self.clock = clock
+        self.authn = AuthenticationService(config, clock)
+        self.authz = AuthorizationService(config, store)
+        self.refresh_seconds = max(1, config.authenticationRefreshCheckSeconds)
+        self.max_connections = config.brokerMaxConnections
+        self.max_connections_per_ip = config.brokerMaxConnectionsPerIp
+        self.max_lookups = config.maxConcurrentLookupRequest
+        self.pending_lookups = 0
+        self.connections_by_ip = collections.Counter()
+        self.connection_count = 0
+        self.sessions = {}
+
+    # ---------------------------------------------------------------- connection limits
+    def admit(self, host: str) -> bool:
+        """Whether a new connection from ``host`` fits the limits (logged when it does not)."""
+        if self.max_connections and self.connection_count >= self.max_connections:
+            self.log.warn("refusing connection from {host}: brokerMaxConnections ({limit}) reached",
+                          host=host, limit=self.max_connections)
+            return False
+        if self.max_connections_per_ip and self.connections_by_ip[host] >= self.max_connections_per_ip:
+            self.log.warn("refusing connection from {host}: brokerMaxConnectionsPerIp ({limit}) reached",
+                          host=host, limit=self.max_connections_per_ip)
+            return False
+        return True
+
+    @staticmethod
+    def _host(cnx) -> str:
+        peer = cnx.transport.getPeer()
+        return getattr(peer, "host", str(peer))
+
+    def connection_opened(self, cnx) -> None:
+        self.connection_count += 1
+        self.connections_by_ip[self._host(cnx)] += 1
+
+    def connection_closed(self, cnx) -> None:
+        self.connection_count -= 1
+        host = self._host(cnx)
+        self.connections_by_ip[host] -= 1
+        if self.connections_by_ip[host] <= 0:
+            del self.connections_by_ip[host]
+        session = self.sessions.pop(cnx, None)
+        if session is not None:
+            session.stop()
+
+    # ---------------------------------------------------------------- authentication
+    def authenticate(self, cnx, connect):
+        """The role of a CONNECT (None with authentication off); AuthenticationError otherwise."""
+        if not self.authn.enabled:
+            return None
+        credentials = Credentials(connect.auth_method_name, connect.auth_data,
+                                  peer_certificate_of(cnx.transport), cnx.peer)
+        identity = self.authn.authenticate(credentials)
+        self.log.info("{peer}: authenticated as {role} ({method})", peer=cnx.peer,
+                      role=identity.role, method=identity.method)
+        session = AuthSession(cnx, self, identity, connect.feature_flags.supports_auth_refresh)
+        old = self.sessions.pop(cnx, None)
+        if old is not None:
+            old.stop()
+        self.sessions[cnx] = session
+        session.start()
+        return identity.role
+
+    def auth_response(self, cnx, response) -> None:
+        """An AUTH_RESPONSE from ``cnx``."""
+        session = self.sessions.get(cnx)
+        if session is None:
+            self.log.info("{peer}: unexpected AUTH_RESPONSE ignored", peer=cnx.peer)
+            return
+        session.answer(response)
+
+    # ---------------------------------------------------------------- authorization
+    async def check_topic(self, cnx, topic: str, action: str) -> None:
+        """AuthorizationError unless the role of ``cnx`` may ``action`` on ``topic``."""
+        if not self.authz.enabled:
+            return
+        try:
+            name = parse_topic(topic)
+        except InvalidTopicNameError as e:
+            raise errors.InvalidTopicName(str(e))
+        role = getattr(cnx, "role", None)
+        if not await self.authz.allowed(name, role, action):
+            self.log.info("{peer}: role {role} refused {action} on {topic}", peer=cnx.peer, role=role,
+                          action=action, topic=str(name))
+            raise errors.AuthorizationError(f"Role {role} is not authorized to {action} on {name}")
+
+    # ---------------------------------------------------------------- lookups
+    def lookup_started(self) -> None:
+        """Count a lookup in flight; TooManyRequests past maxConcurrentLookupRequest."""
+        if self.max_lookups and self.pending_lookups >= self.max_lookups:
+            raise errors.TooManyRequests("Failed due to too many pending lookup requests")
+        self.pending_lookups += 1
+
+    def lookup_finished(self, result=None):
+        self.pending_lookups -= 1
+        return result

@@ -1,0 +1,398 @@
+"""
+A real multi-process cluster for tests: ZooKeeper, N ``twistd pulsar-bookie`` and M
+``twistd pulsar-broker`` processes on 127.0.0.1, each with a temporary config on free ports.
+
+``ZooKeeperServer.shared()`` is one ZooKeeper for the whole test run: the one named by
+``PULSAR_TEST_ZK`` if set, else one started with ``scripts/zookeeper.sh`` on a free port (stopped at
+exit). ``ZooKeeperUnavailable`` says why there is none (tests skip on it). Each ``Cluster`` works
+under its own ZooKeeper chroot (``/test-<random>``), so clusters sharing the server see nothing of
+each other.
+
+``Cluster(zk, bookies=3, brokers=1, broker_config=..., bookie_config=...)``: ``start()`` runs
+``pulsar initialize-cluster-metadata`` (the real command), starts the bookies in parallel, waits for
+their registrations, then starts the brokers. Each ``DaemonProcess`` has ``stop()`` (SIGTERM),
+``kill9()``, ``start()`` again on the same data and ports, and ``log_tail()``; ``cluster.logs()`` gathers
+every tail for a failure message. ``cluster.zk`` is a synchronous kazoo client on the chroot for
+inspecting metadata. Blocking code (sleep-polling with deadlines): for ``SynchronousTestCase``.
+"""
+
+import atexit
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+from pulsar_twisted.testing.process import _REPO_ROOT, _TWISTD, free_port, port_open
+
+HOST = "127.0.0.1"
+ZK_ENV = "PULSAR_TEST_ZK"
+
+_RUNNING = set()
+
+
+@atexit.register
+def _kill_leftovers():
+    for process in list(_RUNNING):
+        process.kill9()
+    if ZooKeeperServer._shared is not None:
+        ZooKeeperServer._shared.stop()
+
+
+class ClusterError(Exception):
+    """A process did not start or stop as asked; the message carries log tails."""
+
+
+class ZooKeeperUnavailable(Exception):
+    """No ZooKeeper can be had for the tests (the message says why)."""
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.1, on_timeout=None):
+    """Poll ``predicate`` until it returns a true value (returned) or ``timeout`` seconds pass
+    (ClusterError naming ``what``, plus ``on_timeout()``'s text)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            extra = on_timeout() if on_timeout is not None else ""
+            raise ClusterError(f"timed out after {timeout}s waiting for {what}\n{extra}")
+        time.sleep(interval)
+
+
+class ZooKeeperServer:
+    """A ZooKeeper reachable at ``hosts`` ("127.0.0.1:PORT")."""
+
+    _shared = None
+    _shared_error = None
+
+    def __init__(self, hosts: str, directory: str = None):
+        self.hosts = hosts
+        self.directory = directory
+
+    @classmethod
+    def shared(cls) -> "ZooKeeperServer":
+        """The run's ZooKeeper (see the module docstring); ZooKeeperUnavailable if none."""
+        if cls._shared is not None:
+            return cls._shared
+        if cls._shared_error is not None:
+            raise ZooKeeperUnavailable(cls._shared_error)
+        try:
+            import kazoo  # noqa: F401
+        except ImportError:
+            cls._shared_error = "kazoo is not installed"
+            raise ZooKeeperUnavailable(cls._shared_error)
+        if os.environ.get(ZK_ENV):
+            cls._shared = cls(os.environ[ZK_ENV])
+            return cls._shared
+        directory = tempfile.mkdtemp(prefix="pulsar-zk-")
+        port = free_port(HOST)
+        script = os.path.join(_REPO_ROOT, "scripts", "zookeeper.sh")
+        try:
+            result = subprocess.run(["bash", script, "start", directory, str(port)],
+                                    capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            result = None
+            reason = str(e)
+        if result is None or result.returncode != 0:
+            if result is not None:
+                reason = (result.stdout + result.stderr).strip() or f"exit {result.returncode}"
+            shutil.rmtree(directory, ignore_errors=True)
+            cls._shared_error = f"no ZooKeeper ({ZK_ENV} unset and scripts/zookeeper.sh failed: {reason})"
+            raise ZooKeeperUnavailable(cls._shared_error)
+        cls._shared = cls(f"{HOST}:{port}", directory)
+        return cls._shared
+
+    def stop(self) -> None:
+        if self.directory is not None:
+            script = os.path.join(_REPO_ROOT, "scripts", "zookeeper.sh")
+            subprocess.run(["bash", script, "stop", self.directory], capture_output=True, timeout=60)
+            shutil.rmtree(self.directory, ignore_errors=True)
+            self.directory = None
+
+
+class DaemonProcess:
+    """One ``twistd -n <plugin> -c <conf>`` child; ready when ``ready_port`` accepts connections."""
+
+    def __init__(self, name: str, plugin: str, directory: str, settings: dict, ready_port: int,
+                 start_timeout: float = 30.0, stop_timeout: float = 30.0):
+        self.name = name
+        self.plugin = plugin
+        self.directory = directory
+        os.makedirs(directory, exist_ok=True)
+        self.settings = dict(settings)
+        self.ready_port = ready_port
+        self.start_timeout = start_timeout
+        self.stop_timeout = stop_timeout
+        self.config_path = os.path.join(directory, f"{name}.conf")
+        self.log_path = os.path.join(directory, f"{name}.log")
+        self.process = None
+        self._log_file = None
+        self.starts = 0
+        self.write_config()
+
+    def write_config(self) -> None:
+        with open(self.config_path, "w") as f:
+            for key, value in self.settings.items():
+                f.write(f"{key}={value}\n")
+
+    def spawn(self) -> None:
+        """Start the child without waiting (see ``wait_ready``)."""
+        if self.running():
+            raise ClusterError(f"{self.name} is already running")
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [_REPO_ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        self._log_file = open(self.log_path, "ab")
+        self.starts += 1
+        self._log_file.write(f"===== start #{self.starts} =====\n".encode())
+        self._log_file.flush()
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", _TWISTD, "-n", "--pidfile=", self.plugin, "-c", self.config_path],
+            cwd=self.directory, env=env, stdin=subprocess.DEVNULL,
+            stdout=self._log_file, stderr=subprocess.STDOUT)
+        _RUNNING.add(self)
+
+    def wait_ready(self) -> "DaemonProcess":
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            if self.process is None or self.process.poll() is not None:
+                code = None if self.process is None else self.process.returncode
+                self._reap()
+                raise ClusterError(f"{self.name} exited with status {code} while starting\n"
+                                   + self.log_tail())
+            if port_open(HOST, self.ready_port):
+                return self
+            time.sleep(0.05)
+        self.kill9()
+        raise ClusterError(f"{self.name} did not listen on {self.ready_port} within "
+                           f"{self.start_timeout}s\n" + self.log_tail())
+
+    def start(self) -> "DaemonProcess":
+        self.spawn()
+        return self.wait_ready()
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self) -> int:
+        """SIGTERM (twistd's graceful stop); SIGKILL and ClusterError if it overstays."""
+        if self.process is None:
+            return 0
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(self.stop_timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+                self._reap()
+                raise ClusterError(f"{self.name} ignored SIGTERM for {self.stop_timeout}s\n"
+                                   + self.log_tail())
+        code = self.process.returncode
+        self._reap()
+        return code
+
+    def kill9(self) -> None:
+        """SIGKILL: no shutdown code runs."""
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        self._reap()
+
+    def restart(self, graceful: bool = True) -> "DaemonProcess":
+        self.stop() if graceful else self.kill9()
+        return self.start()
+
+    def _reap(self) -> None:
+        _RUNNING.discard(self)
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+        self.process = None
+
+    def log_text(self) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def log_tail(self, lines: int = 40) -> str:
+        tail = self.log_text().splitlines()[-lines:]
+        return f"--- last {len(tail)} lines of {self.log_path} ---\n" + "\n".join(tail)
+
+
+class BookieProcess(DaemonProcess):
+    def __init__(self, name, directory, metadata_uri, config=None, **kwargs):
+        self.port = free_port(HOST)
+        settings = {
+            "bookiePort": self.port, "advertisedAddress": HOST,
+            "bookieEndpoint": f"tcp:{self.port}:interface={HOST}",
+            "metadataServiceUri": metadata_uri, "zkTimeout": 4000,
+            "journalDirectory": os.path.join(directory, "journal"),
+            "ledgerDirectories": os.path.join(directory, "ledgers"),
+            "httpServerEnabled": "false", "journalSyncData": "false",
+        }
+        settings.update(config or {})
+        super().__init__(name, "pulsar-bookie", directory, settings, self.port, **kwargs)
+
+    @property
+    def bookie_id(self) -> str:
+        return f"{HOST}:{self.port}"
+
+
+class BrokerProcess(DaemonProcess):
+    def __init__(self, name, directory, metadata_url, config=None, **kwargs):
+        self.port = free_port(HOST)
+        self.web_port = free_port(HOST)
+        settings = {
+            "metadataStoreUrl": metadata_url, "clusterName": "test",
+            "bindAddress": HOST, "advertisedAddress": HOST,
+            "brokerServicePort": self.port, "webServicePort": self.web_port,
+            "zooKeeperSessionTimeoutMillis": 4000,
+        }
+        settings.update(config or {})
+        super().__init__(name, "pulsar-broker", directory, settings, self.port, **kwargs)
+
+    @property
+    def service_url(self) -> str:
+        return f"pulsar://{HOST}:{self.port}"
+
+    @property
+    def web_service_url(self) -> str:
+        return f"http://{HOST}:{self.web_port}"
+
+    @property
+    def broker_id(self) -> str:
+        return f"{HOST}:{self.web_port}"
+
+
+class Cluster:
+    """ZooKeeper chroot + bookies + brokers (see the module docstring)."""
+
+    def __init__(self, zk: ZooKeeperServer, bookies: int = 3, brokers: int = 1,
+                 broker_config: dict = None, bookie_config: dict = None):
+        self.zk_server = zk
+        self.chroot = f"/test-{uuid.uuid4().hex[:12]}"
+        self.directory = tempfile.mkdtemp(prefix="pulsar-cluster-")
+        self.metadata_url = f"zk:{zk.hosts}{self.chroot}"
+        bookie_uri = f"zk+null://{zk.hosts.replace(',', ';')}{self.chroot}/ledgers"
+        self.bookies = [BookieProcess(f"bookie{i}", os.path.join(self.directory, f"bookie{i}"),
+                                      bookie_uri, bookie_config) for i in range(bookies)]
+        self.brokers = [BrokerProcess(f"broker{i}", os.path.join(self.directory, f"broker{i}"),
+                                      self.metadata_url, broker_config) for i in range(brokers)]
+        self.zk = None
+
+    # ---------------------------------------------------------------- lifecycle
+    def start(self) -> "Cluster":
+        from kazoo.client import KazooClient
+        import logging
+        logging.getLogger("kazoo").setLevel(logging.CRITICAL)
+        self.initialize_metadata()
+        self.zk = KazooClient(hosts=self.zk_server.hosts, timeout=10)
+        self.zk.start(timeout=15)
+        for bookie in self.bookies:
+            bookie.spawn()
+        for bookie in self.bookies:
+            bookie.wait_ready()
+        wanted = {b.bookie_id for b in self.bookies}
+        wait_for(lambda: wanted <= set(self.available_bookies()), 20, "bookie registrations",
+                 on_timeout=self.logs)
+        for broker in self.brokers:
+            broker.spawn()
+        for broker in self.brokers:
+            broker.wait_ready()
+        return self
+
+    def initialize_metadata(self) -> None:
+        """``pulsar initialize-cluster-metadata`` against this cluster's chroot."""
+        broker = self.brokers[0] if self.brokers else None
+        command = [sys.executable, "-m", "pulsar_twisted.cli.pulsar", "initialize-cluster-metadata",
+                   "--cluster", "test", "--metadata-store", self.metadata_url,
+                   "--web-service-url", broker.web_service_url if broker else "http://127.0.0.1:8080",
+                   "--broker-service-url", broker.service_url if broker else "pulsar://127.0.0.1:6650"]
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([_REPO_ROOT, env.get("PYTHONPATH", "")])
+        result = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
+        if result.returncode != 0:
+            raise ClusterError(f"initialize-cluster-metadata failed:\n{result.stdout}{result.stderr}")
+
+    def cleanup(self) -> None:
+        """Kill every process, remove the chroot and the temporary directory."""
+        for process in self.brokers + self.bookies:
+            process.kill9()
+        if self.zk is not None:
+            try:
+                self.zk.delete(self.chroot, recursive=True)
+            except Exception:
+                pass
+            self.zk.stop()
+            self.zk.close()
+            self.zk = None
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    # ---------------------------------------------------------------- inspection
+    def path(self, path: str) -> str:
+        """The ZooKeeper path of a metadata path of this cluster (under its chroot)."""
+        return self.chroot + path
+
+    def available_bookies(self) -> list:
+        try:
+            return [b for b in self.zk.get_children(self.path("/ledgers/available"))
+                    if b != "readonly"]
+        except Exception:
+            return []
+
+    def registered_brokers(self) -> list:
+        try:
+            return self.zk.get_children(self.path("/loadbalance/brokers"))
+        except Exception:
+            return []
+
+    def bundle_owners(self, namespace: str = "public/default") -> dict:
+        """Bundle range name -> the owner's nativeUrl."""
+        owners = {}
+        try:
+            names = self.zk.get_children(self.path(f"/namespace/{namespace}"))
+        except Exception:
+            return owners
+        for name in names:
+            try:
+                raw, _ = self.zk.get(self.path(f"/namespace/{namespace}/{name}"))
+                owners[name] = json.loads(raw).get("nativeUrl")
+            except Exception:
+                pass
+        return owners
+
+    def ledger_metadata(self) -> dict:
+        """Ledger id -> its LedgerMetadata (from ``/ledgers/L...``)."""
+        from pulsar_twisted.ledger.metadata import LedgerMetadata
+        out = {}
+        for name in self.zk.get_children(self.path("/ledgers")):
+            if name.startswith("L") and name[1:].isdigit():
+                try:
+                    raw, _ = self.zk.get(self.path(f"/ledgers/{name}"))
+                except Exception:
+                    continue
+                out[int(name[1:])] = LedgerMetadata.from_bytes(raw)
+        return out
+
+    def tracebacks(self) -> dict:
+        """Process name -> the tracebacks in its log (text), for those that logged any."""
+        out = {}
+        for process in self.brokers + self.bookies:
+            blocks = process.log_text().split("Traceback (most recent call last):")[1:]
+            if blocks:
+                out[process.name] = ["Traceback" + b[:3000] for b in blocks]
+        return out
+
+    def logs(self) -> str:
+        return "\n".join(p.log_tail() for p in self.brokers + self.bookies)

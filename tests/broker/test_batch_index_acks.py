@@ -1,0 +1,142 @@
+"""Batch index acknowledgements (acknowledgmentAtBatchIndexLevelEnabled) and redelivery counts."""
+
+from pulsar_twisted.broker.batch_acks import BatchIndexAcks, int_to_words, words_to_int
+from pulsar_twisted.common.position import Position
+from pulsar_twisted.proto import PulsarApi_pb2 as api
+from twisted.trial import unittest
+
+from tests.broker.messaging import FeatureCase, Sub, messages
+
+
+def remaining_set(size, acked):
+    """The ack_set a client sends: bits of the indexes still unacked (java BitSet words)."""
+    return int_to_words(sum(1 << i for i in range(size) if i not in acked))
+
+
+def with_ack_set(message_id, ack_set):
+    mid = api.MessageIdData()
+    mid.CopyFrom(message_id)
+    mid.ClearField("ack_set")
+    mid.ack_set.extend(ack_set)
+    return mid
+
+
+class BitSetTests(unittest.TestCase):
+    def test_words_round_trip(self):
+        for value in (1, 0b1011, (1 << 63), (1 << 64) - 1, (1 << 130) | 5):
+            self.assertEqual(words_to_int(int_to_words(value)), value)
+        self.assertEqual(int_to_words(1 << 63), [-(1 << 63)])
+
+    def test_and_of_ack_sets(self):
+        acks = BatchIndexAcks()
+        p = Position(1, 2)
+        self.assertFalse(acks.ack(p, remaining_set(4, {0})))
+        self.assertFalse(acks.ack(p, remaining_set(4, {1, 2})))
+        self.assertEqual(acks.ack_set_for(p), remaining_set(4, {0, 1, 2}))
+        self.assertTrue(acks.ack(p, remaining_set(4, {3})))
+        self.assertIsNone(acks.ack_set_for(p))
+
+
+class BatchIndexAckTests(FeatureCase):
+    config = {"acknowledgmentAtBatchIndexLevelEnabled": True}
+
+    def publish_batch(self, size=5, seq=0):
+        p = self.harness.client()
+        self.create_producer(p, producer_id=seq + 1, name=f"p{seq}")
+        self.send(p, seq, producer_id=seq + 1, num_messages=size, num_messages_in_batch=size)
+
+    def test_partly_acked_batch_redelivered_with_ack_set(self):
+        """Redelivery of a batch acked in part carries the unacked indexes; the cursor waits."""
+        consumer = self.harness.client()
+        self.subscribe(consumer, 1, kind=Sub.Shared)
+        self.publish_batch(5)
+        [(cmd, _)] = messages(consumer.received())
+        self.assertEqual(list(cmd.message.ack_set), [])
+        mid = cmd.message.message_id
+        self.ack(consumer, 1, [with_ack_set(mid, remaining_set(5, {0, 1}))])
+        subscription = self.topic_object().subscriptions["s"]
+        self.assertEqual(subscription.cursor.mark_delete_position.entry_id, -1)
+        self.redeliver(consumer, 1)
+        [(again, _)] = messages(consumer.received())
+        self.assertEqual(list(again.message.ack_set), remaining_set(5, {0, 1}))
+        self.ack(consumer, 1, [with_ack_set(mid, remaining_set(5, {2, 3, 4}))])
+        self.assertEqual(subscription.cursor.mark_delete_position.entry_id, 0)
+        self.assertFalse(subscription.batch_acks)
+
+    def test_exclusive_rewind_keeps_ack_set(self):
+        consumer = self.harness.client()
+        self.subscribe(consumer, 1)
+        self.publish_batch(3)
+        [(cmd, _)] = messages(consumer.received())
+        self.ack(consumer, 1, [with_ack_set(cmd.message.message_id, remaining_set(3, {1}))])
+        consumer.close()
+        consumer = self.harness.client()
+        self.subscribe(consumer, 2)
+        [(again, _)] = messages(consumer.received())
+        self.assertEqual(list(again.message.ack_set), remaining_set(3, {1}))
+
+    def test_plain_ack_acks_whole_entry(self):
+        consumer = self.harness.client()
+        self.subscribe(consumer, 1, kind=Sub.Shared)
+        self.publish_batch(3)
+        [(cmd, _)] = messages(consumer.received())
+        self.ack(consumer, 1, [cmd.message.message_id])
+        self.assertEqual(self.topic_object().subscriptions["s"].cursor.mark_delete_position.entry_id, 0)
+
+    def test_cumulative_partial_moves_to_previous_entry(self):
+        consumer = self.harness.client()
+        self.subscribe(consumer, 1)
+        self.publish_batch(2, seq=0)
+        self.publish_batch(3, seq=1)
+        got = messages(consumer.received())
+        second = got[1][0].message.message_id
+        self.ack(consumer, 1, [with_ack_set(second, remaining_set(3, {0}))], cumulative=True)
+        subscription = self.topic_object().subscriptions["s"]
+        self.assertEqual(subscription.cursor.mark_delete_position.entry_id, 0)
+        self.assertEqual(subscription.batch_acks.ack_set_for(Position(second.ledgerId, second.entryId)),
+                         remaining_set(3, {0}))
+
+
+class BatchIndexAckDisabledTests(FeatureCase):
+    def test_ack_set_ignored_entry_acked(self):
+        """Disabled (the default): an ack with ack_set acks the whole entry, as before."""
+        consumer = self.harness.client()
+        self.subscribe(consumer, 1, kind=Sub.Shared)
+        p = self.harness.client()
+        self.create_producer(p)
+        self.send(p, 0, num_messages=3, num_messages_in_batch=3)
+        [(cmd, _)] = messages(consumer.received())
+        self.ack(consumer, 1, [with_ack_set(cmd.message.message_id, remaining_set(3, {0}))])
+        self.assertEqual(self.topic_object().subscriptions["s"].cursor.mark_delete_position.entry_id, 0)
+
+
+class RedeliveryCountTests(FeatureCase):
+    def check_counts(self, kind):
+        consumer = self.harness.client()
+        self.subscribe(consumer, 1, kind=kind)
+        p = self.harness.client()
+        self.create_producer(p)
+        self.send(p, 0)
+        self.send(p, 1)
+        got = messages(consumer.received())
+        self.assertEqual([c.message.redelivery_count for c, _ in got], [0, 0])
+        first = got[0][0].message.message_id
+        for expected in (1, 2):
+            self.redeliver(consumer, 1, [first])
+            again = messages(consumer.received())
+            counts = {c.message.message_id.entryId: c.message.redelivery_count for c, _ in again}
+            self.assertEqual(counts[first.entryId], expected)
+        return consumer
+
+    def test_shared_counts(self):
+        self.check_counts(Sub.Shared)
+
+    def test_key_shared_counts(self):
+        self.check_counts(Sub.Key_Shared)
+
+    def test_exclusive_counts_when_ids_given(self):
+        """Exclusive/Failover rewind, and the given ids count as redelivered (C++ DLQ reads it)."""
+        self.check_counts(Sub.Exclusive)
+
+    def test_failover_counts_when_ids_given(self):
+        self.check_counts(Sub.Failover)

@@ -1,0 +1,85 @@
+"""Chunked messages on the broker: stored and dispatched as entries; refused where Pulsar refuses
+them; on Shared subscriptions every chunk of one message goes to one consumer."""
+
+from pulsar_twisted.proto import PulsarApi_pb2 as api
+
+from tests.broker.messaging import T, FeatureCase, NON_PERSISTENT, Sub, messages, payloads
+
+
+def chunk_fields(uuid, chunk_id, total):
+    return {"uuid": uuid, "chunk_id": chunk_id, "num_chunks_from_msg": total, "total_chunk_msg_size": 30}
+
+
+class ChunkingTests(FeatureCase):
+    def send_chunks(self, p, uuid, total, seq):
+        for i in range(total):
+            self.send(p, seq, payload=b"%s-%d" % (uuid.encode(), i), is_chunk=True, **chunk_fields(uuid, i, total))
+
+    def test_non_persistent_refuses_chunks(self):
+        """A chunk sent to a non-persistent topic: SEND_ERROR NotAllowedError, nothing delivered."""
+        p, consumer = self.harness.client(), self.harness.client()
+        self.create_producer(p, topic=NON_PERSISTENT)
+        self.subscribe(consumer, 1, topic=NON_PERSISTENT)
+        consumer.received()
+        [error] = self.send(p, 0, is_chunk=True, **chunk_fields("u", 0, 2))
+        self.assertEqual((error.type, error.send_error.error), (T.SEND_ERROR, api.NotAllowedError))
+        self.assertIn("non-persistent", error.send_error.message)
+        self.assertEqual(payloads(consumer.received()), [])
+        [ok] = self.send(p, 1)
+        self.assertEqual(ok.type, T.SEND_RECEIPT)
+
+    def test_exclusive_gets_chunks_in_order(self):
+        p, consumer = self.harness.client(), self.harness.client()
+        self.create_producer(p)
+        self.subscribe(consumer, 1)
+        consumer.received()
+        self.send_chunks(p, "a", 3, 0)
+        self.assertEqual(payloads(consumer.received()), ["a-0", "a-1", "a-2"])
+
+    def test_shared_sends_all_chunks_of_a_message_to_one_consumer(self):
+        """Round robin would split a message's chunks; Pulsar keeps them on one consumer."""
+        p, c1, c2 = self.harness.client(), self.harness.client(), self.harness.client()
+        self.create_producer(p)
+        self.subscribe(c1, 1, kind=Sub.Shared)
+        self.subscribe(c2, 2, kind=Sub.Shared)
+        c1.received(), c2.received()
+        # Interleaved chunks of two messages, as two producers would store them.
+        for i in range(3):
+            for uuid in ("a", "b"):
+                self.send(p, i, payload=b"%s-%d" % (uuid.encode(), i), is_chunk=True,
+                          **chunk_fields(uuid, i, 3))
+        got1, got2 = payloads(c1.received()), payloads(c2.received())
+        self.assertEqual(sorted([got1, got2]), [["a-0", "a-1", "a-2"], ["b-0", "b-1", "b-2"]])
+        self.assertEqual(self.topic_object().subscriptions["s"].dispatcher.chunk_owners, {})
+
+    def test_shared_chunk_waits_for_its_consumer(self):
+        p, c1, c2 = self.harness.client(), self.harness.client(), self.harness.client()
+        self.create_producer(p)
+        self.subscribe(c1, 1, kind=Sub.Shared, permits=1)
+        self.subscribe(c2, 2, kind=Sub.Shared, permits=10)
+        self.send(p, 0, payload=b"a-0", is_chunk=True, **chunk_fields("a", 0, 2))
+        self.send(p, 1, payload=b"a-1", is_chunk=True, **chunk_fields("a", 1, 2))
+        first, other = (c1, c2) if payloads(c1.received()) == ["a-0"] else (c2, c1)
+        self.assertEqual(payloads(other.received()), [])
+        if first is c1:
+            self.assertEqual(payloads(c1.received()), [])
+            c1.send(T(type=T.FLOW, flow=api.CommandFlow(consumer_id=1, messagePermits=5)))
+            self.assertEqual(payloads(c1.received()), ["a-1"])
+
+    def test_key_shared_chunks_follow_the_key(self):
+        p, c1, c2 = self.harness.client(), self.harness.client(), self.harness.client()
+        self.create_producer(p)
+        self.subscribe(c1, 1, kind=Sub.Key_Shared)
+        self.subscribe(c2, 2, kind=Sub.Key_Shared)
+        c1.received(), c2.received()
+        for i in range(3):
+            self.send(p, 0, payload=b"k-%d" % i, is_chunk=True, partition_key="k", **chunk_fields("u", i, 3))
+        got = [payloads(c1.received()), payloads(c2.received())]
+        self.assertIn(["k-0", "k-1", "k-2"], got)
+
+    def test_chunk_count_as_one_message_each(self):
+        p, consumer = self.harness.client(), self.harness.client()
+        self.create_producer(p)
+        self.subscribe(consumer, 1, permits=2)
+        self.send_chunks(p, "a", 3, 0)
+        self.assertEqual(len(messages(consumer.received())), 2)
