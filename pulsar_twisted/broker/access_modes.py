@@ -96,6 +96,10 @@ class ProducerAccess:
         raise errors.NotAllowedError(f"Unknown producer access mode {mode}")
 
     def _check_epoch(self, requested_epoch) -> None:
+        # The epoch travels as a uint64 and the next grant adds one: refuse a claim that leaves no
+        # room (found by fuzzing: 2**64-1 made the next PRODUCER_SUCCESS unencodable).
+        if requested_epoch is not None and requested_epoch >= 2**63 - 1:
+            raise errors.NotAllowedError(f"Invalid topic epoch {requested_epoch}")
         if requested_epoch is not None and requested_epoch < self.epoch:
             raise errors.ProducerFenced(
                 f"Topic epoch has already moved. Current epoch: {self.epoch}, Producer epoch: {requested_epoch}")

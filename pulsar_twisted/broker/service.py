@@ -20,6 +20,7 @@ from pulsar_twisted.broker.policies import PolicyService
 from pulsar_twisted.broker.topic import NonPersistentTopic, PersistentTopic
 from pulsar_twisted.security.broker import BrokerSecurity
 from pulsar_twisted.common import errors
+from pulsar_twisted.common.position import EARLIEST
 from pulsar_twisted.common.naming import (
     InvalidTopicNameError, NamespaceName, parse_topic, PERSISTENT, NON_PERSISTENT)
 from pulsar_twisted.proto import PulsarApi_pb2 as api
@@ -429,6 +430,11 @@ class BrokerService(service.Service):
         else:
             name = self.next_producer_name()
         self.policies.check_new_producer(topic)
+        initial = request.initial_subscription_name if request.HasField("initial_subscription_name") else ""
+        if initial and isinstance(topic, PersistentTopic) and initial not in topic.subscriptions:
+            # Pulsar creates it at the earliest position before the producer exists, so nothing the
+            # producer sends can be trimmed before that subscription reads it (used for DLQ topics).
+            yield topic.create_subscription(initial, EARLIEST)
         # A Producer, or a Deferred of one (exclusive access modes, deduplication recovery).
         producer = yield defer.maybeDeferred(topic.add_producer, cnx, request, name)
         return producer

@@ -326,3 +326,16 @@ class DurabilityTests(Base):
         topic = self.harness.broker.topics[TOPIC]
         self.assertNotIn("s", topic.subscriptions)
         self.assertNotIn("s", topic.ledger.cursors)
+
+
+class InitialSubscriptionTests(Base):
+    def test_producer_creates_initial_subscription_at_earliest(self):
+        """PRODUCER.initial_subscription_name creates that durable subscription (DLQ producers)."""
+        self.publish(2)
+        c = self.harness.client()
+        c.send(T(type=T.PRODUCER, producer=api.CommandProducer(
+            topic=TOPIC, producer_id=7, request_id=70, initial_subscription_name="init")))
+        self.assertEqual(len(c.commands(T.PRODUCER_SUCCESS)), 1)
+        self.assertIn("init", self.harness.broker.topics[TOPIC].subscriptions)
+        self.subscribe(c, 8, sub="init", permits=10)
+        self.assertEqual(payloads(c.received()), ["m0", "m1"])
