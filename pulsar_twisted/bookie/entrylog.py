@@ -18,6 +18,7 @@ from twisted.logger import Logger
 
 from pulsar_twisted.bookie import formats
 from pulsar_twisted.bookie.journal import fsync_dir
+from pulsar_twisted.common.threads import GIL_YIELD_EVERY, yield_gil
 
 log = Logger()
 
@@ -79,6 +80,8 @@ class EntryLogger:
                     usage = self.usage[self.current_id]
                 chunk.append(formats.encode_entry_log_record_header(ledger_id, entry_id, data))
                 chunk.append(data)
+                if len(chunk) % GIL_YIELD_EVERY == 0:
+                    yield_gil()
                 slots.append((entry_id, self.current_id, self._offset, len(data)))
                 usage[ledger_id] = usage.get(ledger_id, 0) + size
                 self._offset += size

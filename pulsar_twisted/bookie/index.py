@@ -17,6 +17,7 @@ from twisted.logger import Logger
 
 from pulsar_twisted.bookie import formats
 from pulsar_twisted.bookie.journal import fsync_dir
+from pulsar_twisted.common.threads import GIL_YIELD_EVERY, yield_gil
 
 log = Logger()
 
@@ -98,6 +99,8 @@ class LedgerIndex:
                 if not run:
                     run_start = entry_id
                 run.append(formats.encode_slot(log_id, offset, length))
+                if len(run) % GIL_YIELD_EVERY == 0:
+                    yield_gil()
             if run:
                 os.pwrite(fd, b"".join(run), formats.slot_offset(run_start))
             os.fdatasync(fd)

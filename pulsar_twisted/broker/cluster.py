@@ -12,10 +12,17 @@ Wiring, started in this order and stopped in reverse:
    registrations; the ``ManagedLedgerFactory`` (E/Qw/Qa from ``managedLedgerDefault*``).
 3. ``BrokerService`` with ``BundleOwnership`` (``ownership.py``): lookups answer Connect or Redirect
    by bundle owner, topic loads need the bundle, a lost bundle unloads its topics.
-4. ``AdminService`` and the web site on ``webServicePort``; the binary listener.
+4. ``AdminService`` and the web site on ``webServicePort``; the TLS listeners when configured
+   (``brokerServicePortTls`` / ``webServicePortTls``, ``security/endpoints.py``); the binary listener
+   last, so that a broker accepting plain connections also accepts TLS ones.
 5. The broker's registration: an ephemeral ``/loadbalance/brokers/<advertisedAddress>:<webServicePort>``
    holding its URLs (Pulsar's ``LocalBrokerData`` field names), re-created by the periodic check if a
    new ZooKeeper session lost it.
+
+The TLS URLs (``pulsar+ssl://advertisedAddress:brokerServicePortTls``,
+``https://advertisedAddress:webServicePortTls``, empty when the port is 0) go wherever the plain ones
+go: the registration, the bundle ownership nodes (so a Redirect from another broker carries
+``brokerServiceUrlTls``) and this broker's own lookup answers.
 
 A graceful stop closes the listeners, unloads every topic, gives the bundles back (deletes their
 nodes, so other brokers take them at once) and ends the ZooKeeper session.
@@ -81,6 +88,11 @@ def check_config(config) -> None:
     bookkeeper_store_location(config)
     if config.zooKeeperSessionTimeoutMillis <= 0:
         raise ConfigError("zooKeeperSessionTimeoutMillis must be positive")
+    if config.brokerServicePortTls or config.webServicePortTls:
+        # Missing or unreadable certificates stop start-up here, naming the key, rather than
+        # after the broker has joined the cluster.
+        from pulsar_twisted.security.endpoints import server_tls_context
+        server_tls_context(config)
 
 
 class BrokerClusterService(service.Service):
@@ -102,6 +114,7 @@ class BrokerClusterService(service.Service):
         self.admin = None
         self.port = None
         self.web_port = None
+        self.tls_ports = []
         self._registration_loop = None
         self.ready = defer.Deferred()
 
@@ -118,10 +131,29 @@ class BrokerClusterService(service.Service):
     def web_url(self) -> str:
         return f"http://{self.config.advertisedAddress}:{self.config.webServicePort}"
 
+    @property
+    def broker_url_tls(self) -> str:
+        """``pulsar+ssl://...:brokerServicePortTls``, or "" without a TLS binary listener."""
+        from pulsar_twisted.security.endpoints import tls_broker_url
+        return tls_broker_url(self.config)
+
+    @property
+    def web_url_tls(self) -> str:
+        """``https://...:webServicePortTls``, or "" without a TLS web listener."""
+        if not self.config.webServicePortTls:
+            return ""
+        return f"https://{self.config.advertisedAddress}:{self.config.webServicePortTls}"
+
+    def urls(self) -> dict:
+        """This broker's URLs under Pulsar's ``NamespaceEphemeralData`` names (ownership nodes)."""
+        return {"nativeUrl": self.broker_url, "nativeUrlTls": self.broker_url_tls,
+                "httpUrl": self.web_url, "httpUrlTls": self.web_url_tls}
+
     def broker_data(self) -> bytes:
         """The registration's value: Pulsar's LocalBrokerData names for what clients need."""
-        return json.dumps({"webServiceUrl": self.web_url, "webServiceUrlTls": "",
-                           "pulsarServiceUrl": self.broker_url, "pulsarServiceUrlTls": "",
+        return json.dumps({"webServiceUrl": self.web_url, "webServiceUrlTls": self.web_url_tls,
+                           "pulsarServiceUrl": self.broker_url,
+                           "pulsarServiceUrlTls": self.broker_url_tls,
                            "brokerVersionString": "pulsar-twisted",
                            "cluster": self.config.clusterName}, sort_keys=True).encode()
 
@@ -146,6 +178,7 @@ class BrokerClusterService(service.Service):
         from pulsar_twisted.ledger.tcp import TcpBookieClient
         from pulsar_twisted.metadata.zookeeper import ZooKeeperMetadataStore
         from pulsar_twisted.mledger.factory import ManagedLedgerFactory
+        from pulsar_twisted.security.endpoints import listen_tls
         from pulsar_twisted.web.site import make_site
 
         config, reactor = self.config, self.reactor
@@ -175,11 +208,12 @@ class BrokerClusterService(service.Service):
         self.ml_factory = ManagedLedgerFactory(self.ledger_client, self.store, reactor,
                                                managed_ledger_config(config))
 
-        self.broker = BrokerService(config, self.ml_factory, self.store, reactor, self.broker_url)
+        self.broker = BrokerService(config, self.ml_factory, self.store, reactor, self.broker_url,
+                                    self.broker_url_tls)
         await self.broker.start()
         check_interval = max(0.5, min(5.0, session_timeout / 2))
         self.ownership = BundleOwnership(
-            self.store, reactor, {"nativeUrl": self.broker_url, "httpUrl": self.web_url},
+            self.store, reactor, self.urls(),
             on_bundle_lost=self._unload_bundle, check_interval=check_interval)
         self.broker.ownership = self.ownership
         self.ownership.start()
@@ -190,6 +224,9 @@ class BrokerClusterService(service.Service):
         web = f"tcp:{config.webServicePort}:interface={config.bindAddress}"
         self.web_port = await endpoints.serverFromString(reactor, web).listen(
             make_site(self.admin, self.broker, config))
+        if config.brokerServicePortTls or config.webServicePortTls:
+            self.tls_ports = await listen_tls(reactor, config, BrokerProtocolFactory(self.broker, reactor),
+                                              make_site(self.admin, self.broker, config))
         description = config.brokerServiceEndpoint or (
             f"tcp:{config.brokerServicePort}:interface={config.bindAddress}")
         self.port = await endpoints.serverFromString(reactor, description).listen(
@@ -201,8 +238,8 @@ class BrokerClusterService(service.Service):
         self._registration_loop.start(check_interval, now=False).addErrback(
             lambda f: log.failure("broker registration check stopped", f))
         tune_garbage_collector()
-        log.info("pulsar-broker {id} ready: {url}, {web} (metadata {hosts}{root}, {n} bookies)",
-                 id=self.broker_id, url=self.broker_url, web=self.web_url, hosts=hosts,
+        log.info("pulsar-broker {id} ready: {urls} (metadata {hosts}{root}, {n} bookies)",
+                 id=self.broker_id, urls=", ".join(u for u in self.urls().values() if u), hosts=hosts,
                  root="" if root == "/" else root, n=bookies)
         return self
 
@@ -235,7 +272,7 @@ class BrokerClusterService(service.Service):
     async def _stop(self):
         if self._registration_loop is not None and self._registration_loop.running:
             self._registration_loop.stop()
-        for port in (self.port, self.web_port):
+        for port in (self.port, self.web_port, *self.tls_ports):
             if port is not None:
                 await port.stopListening()
         if self.admin is not None:

@@ -103,14 +103,15 @@ class StandaloneService(service.MultiService):
         self.web_port = yield endpoints.serverFromString(reactor, web_description).listen(
             make_site(self.admin, self.broker, config))
 
+        # brokerServicePortTls / webServicePortTls (security/endpoints.py). Opened before the plain
+        # binary port, which is last: once it accepts connections, every listener does.
+        self.tls_ports = yield defer.ensureDeferred(listen_tls(
+            reactor, config, BrokerProtocolFactory(self.broker, reactor),
+            make_site(self.admin, self.broker, config)))
         description = config.brokerServiceEndpoint or (
             f"tcp:{config.brokerServicePort}:interface={config.bindAddress}")
         endpoint = endpoints.serverFromString(reactor, description)
         self.port = yield endpoint.listen(BrokerProtocolFactory(self.broker, reactor))
-        # brokerServicePortTls / webServicePortTls (security/endpoints.py)
-        self.tls_ports = yield defer.ensureDeferred(listen_tls(
-            reactor, config, BrokerProtocolFactory(self.broker, reactor),
-            make_site(self.admin, self.broker, config)))
         tune_garbage_collector()
         self.log.info("pulsar-standalone ready: {url}, http://{host}:{web} (data in {data})",
                       url=broker_url, host=config.advertisedAddress, web=config.webServicePort,

@@ -18,6 +18,7 @@ from pulsar_twisted.broker.consumer import Consumer
 from pulsar_twisted.broker.dedup import DEDUP_CURSOR, MessageDeduplication
 from pulsar_twisted.broker.entryinfo import entry_metadata, num_messages
 from pulsar_twisted.broker.producer import Producer
+from pulsar_twisted.broker.storage_stats import StorageWriteStats
 from pulsar_twisted.broker.subscription import NonPersistentSubscription, PersistentSubscription
 from pulsar_twisted.common import errors
 from pulsar_twisted.common.position import EARLIEST, LATEST, Position
@@ -51,6 +52,8 @@ class TopicCounters:
         self.consumers = set()
         self.last_sample = (now, 0, 0, 0, 0)
         self.rates = (0.0, 0.0, 0.0, 0.0)
+        #: Write latency / entry size histograms (storage_stats.py), fed by PersistentTopic.publish.
+        self.storage = StorageWriteStats(topic.clock)
 
     def totals(self):
         """``(msg_in, bytes_in, msg_out, bytes_out)`` since the topic was loaded."""
@@ -249,8 +252,10 @@ class PersistentTopic(TopicBase):
         self.pending_adds += 1
         if self.pending_adds == self.max_pending_adds:
             self._throttle_producers()
+        started = self.clock.seconds()
         d = self.ledger.add_entry(message)
         d.addBoth(self._add_done)
+        d.addCallback(self.counters.storage.written, started, len(message))
         return d
 
     def _add_done(self, result):

@@ -4,9 +4,12 @@ Authentication plugins of our client, named as the official client's: ``Authenti
 a refreshing supplier keeps long-lived connections alive) and ``AuthenticationBasic``.
 
 A plugin is any object with ``auth_method_name`` and ``auth_data() -> bytes`` (what
-``ClientConnection`` sends in CONNECT and AUTH_RESPONSE). TLS client certificates
-(``AuthenticationTLS``) need the connection's TLS options and are not offered here yet.
+``ClientConnection`` sends in CONNECT and AUTH_RESPONSE; None sends no auth data). A plugin that
+also has ``client_certificate()`` (``AuthenticationTLS``) gives the TLS options of
+``pulsar+ssl://`` connections the certificate the client presents.
 """
+
+from pulsar_twisted.client import errors
 
 
 class AuthenticationToken:
@@ -38,3 +41,53 @@ class AuthenticationBasic:
 
     def __repr__(self):
         return "AuthenticationBasic(<hidden>)"
+
+
+class AuthenticationTLS:
+    """
+    A TLS client certificate: ``cert_file_path`` (PEM, the leaf first, then any intermediates)
+    and ``key_file_path`` (its PEM private key). The broker's TLS provider takes the role from the
+    certificate's CN; CONNECT carries only the method name "tls" and no data, as the Java and C++
+    clients send it. Only meaningful on ``pulsar+ssl://`` URLs.
+    """
+
+    auth_method_name = "tls"
+
+    def __init__(self, cert_file_path: str, key_file_path: str):
+        self.cert_file_path = cert_file_path
+        self.key_file_path = key_file_path
+
+    def auth_data(self):
+        return None
+
+    def client_certificate(self):
+        """
+        ``(PrivateCertificate, [intermediate Certificate, ...])`` read from the files;
+        ``InvalidConfiguration`` naming the file when one is missing or not PEM of a key/cert.
+        """
+        from twisted.internet import ssl
+        pems = []
+        for path in (self.cert_file_path, self.key_file_path):
+            try:
+                with open(path, "rb") as f:
+                    pems.append(f.read())
+            except OSError as e:
+                raise errors.InvalidConfiguration(
+                    f"cannot read TLS client certificate file {path!r}: {e.strerror}") from None
+        cert_pem, key_pem = pems
+        marker = b"-----END CERTIFICATE-----"
+        blocks = [b + marker for b in cert_pem.split(marker) if b"-----BEGIN CERTIFICATE" in b]
+        if not blocks:
+            raise errors.InvalidConfiguration(
+                f"no PEM certificate in {self.cert_file_path!r}")
+        try:
+            leaf = ssl.PrivateCertificate.loadPEM(blocks[0] + b"\n" + key_pem)
+            chain = [ssl.Certificate.loadPEM(block) for block in blocks[1:]]
+        except Exception as e:
+            raise errors.InvalidConfiguration(
+                f"bad TLS client certificate or key ({self.cert_file_path!r}, "
+                f"{self.key_file_path!r}): {e}") from None
+        return leaf, chain
+
+    def __repr__(self):
+        return f"AuthenticationTLS({self.cert_file_path!r}, <key>)"

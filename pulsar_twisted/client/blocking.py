@@ -184,6 +184,24 @@ class Consumer(_Handle):
         seconds = timeout_millis / 1000.0
         return self._call(self._inner.receive, seconds, timeout=seconds + self._client._timeout)
 
+    def batch_receive(self, policy=None):
+        """
+        A list of messages within the ``batch_receive_policy`` given to ``subscribe`` (or
+        ``policy``): see the Deferred consumer's ``batch_receive``. Possibly empty.
+        """
+        from pulsar_twisted.client.batch_receive import as_policy
+        timeout_ms = as_policy(policy).timeout_ms if policy is not None else \
+            self._batch_timeout_ms()
+        wait = None if timeout_ms <= 0 else timeout_ms / 1000.0 + self._client._timeout
+        return self._call(self._inner.batch_receive, policy, timeout=wait)
+
+    def _batch_timeout_ms(self) -> int:
+        policy = getattr(self._inner, "batch_receive_policy", None)
+        if policy is None:
+            consumers = getattr(self._inner, "consumers", {})
+            policy = next((c.batch_receive_policy for c in consumers.values()), None)
+        return policy.timeout_ms if policy is not None else 100
+
     def acknowledge(self, message):
         self._call(self._inner.acknowledge, message)
 

@@ -61,10 +61,18 @@ class Client:
         self.service_url = ServiceUrl(service_url)
         self.operation_timeout = operation_timeout_seconds
         tls = None
+        # AuthenticationTLS: the certificate is read once, here, so a bad file fails the
+        # constructor with InvalidConfiguration instead of every connection attempt.
+        client_certificate = None
+        if callable(getattr(authentication, "client_certificate", None)):
+            if not self.service_url.tls:
+                self.log.warn("TLS client authentication on {url}: the certificate is only "
+                              "presented on pulsar+ssl:// URLs", url=service_url)
+            client_certificate = authentication.client_certificate()
         if self.service_url.tls:
             def tls(hostname):
                 return tls_options(hostname, tls_trust_certs_file_path, tls_validate_hostname,
-                                   tls_allow_insecure_connection)
+                                   tls_allow_insecure_connection, client_certificate)
         self.pool = ConnectionPool(reactor, connect_timeout=connection_timeout_ms / 1000.0,
                                    tls=tls, connector=connector,
                                    operation_timeout=operation_timeout_seconds,

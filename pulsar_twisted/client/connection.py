@@ -203,7 +203,9 @@ class ClientConnection(protocol.Protocol):
                           protocol_version=PROTOCOL_VERSION)
         if self.auth is not None:
             connect.connect.auth_method_name = self.auth.auth_method_name
-            connect.connect.auth_data = self.auth.auth_data()
+            data = self.auth.auth_data()
+            if data is not None:   # TLS: the certificate is the credential, no data is sent
+                connect.connect.auth_data = data
         if self.target_broker:
             connect.connect.proxy_to_broker_url = self.target_broker
         connect.connect.feature_flags.supports_auth_refresh = self.auth is not None
@@ -307,7 +309,7 @@ class ClientConnection(protocol.Protocol):
         response = command(T.AUTH_RESPONSE, "authResponse", client_version=self.client_version,
                            protocol_version=PROTOCOL_VERSION)
         response.authResponse.response.auth_method_name = self.auth.auth_method_name
-        response.authResponse.response.auth_data = self.auth.auth_data()
+        response.authResponse.response.auth_data = self.auth.auth_data() or b""
         self.transport.write(encode_command(response))
 
     # ------------------------------------------------------------------ request table

@@ -23,6 +23,7 @@ from pulsar_twisted.wire.frames import ChecksumMismatch, FrameError, split_messa
 from pulsar_twisted.client import errors
 from pulsar_twisted.client import batch_ack
 from pulsar_twisted.client.backoff import Backoff
+from pulsar_twisted.client.batch_receive import PendingBatches, as_policy
 from pulsar_twisted.client.chunking import ChunkAssembler
 from pulsar_twisted.client.compression import decompress
 from pulsar_twisted.client.connection import T, command
@@ -85,7 +86,7 @@ class Consumer:
                  auto_ack_oldest_chunked_message_on_queue_full: bool = False,
                  expire_time_of_incomplete_chunked_message_ms: int = 60000,
                  batch_index_ack_enabled: bool = False, dead_letter=None,
-                 backoff: Backoff = None):
+                 backoff: Backoff = None, batch_receive_policy=None):
         self.client = client
         self.clock = client.clock
         self.topic = topic
@@ -126,6 +127,9 @@ class Consumer:
         self.reached_end = False
         self._incoming = collections.deque()
         self._waiters = collections.deque()
+        #: The limits of ``batch_receive`` (see ``batch_receive``), and its waiting calls.
+        self.batch_receive_policy = as_policy(batch_receive_policy)
+        self._batches = PendingBatches(self.clock, self._hand_out, self._incoming.append)
         self._permits = 0                  # processed messages not yet returned with FLOW
         self._batch_acks = {}              # (ledger, entry) -> batch indexes not yet acked
         self._unacked = collections.OrderedDict()   # (ledger, entry) -> delivery time
@@ -224,6 +228,7 @@ class Consumer:
         self._subscribed_once = True
         # Whatever was queued locally is redelivered by the broker to the new subscription.
         self._incoming.clear()
+        self._batches.clear()
         if self._chunks is not None:
             self._chunks.clear()
         self._permits = 0
@@ -390,6 +395,8 @@ class Consumer:
                 self.message_listener(self, message)
             except Exception:
                 self.log.failure("message listener of {topic} raised", topic=self.topic)
+        elif self._batches:
+            self._batches.offer(message)
         else:
             self._incoming.append(message)
 
@@ -450,6 +457,25 @@ class Consumer:
         if d in self._waiters:
             self._waiters.remove(d)
             d.errback(errors.Timeout(f"no message within {timeout}s"))
+
+    def batch_receive(self, policy=None) -> defer.Deferred:
+        """
+        A list of messages (a Deferred), within ``policy`` (default: the consumer's
+        ``batch_receive_policy``; ``max_num_messages`` capped at ``receiver_queue_size`` as the
+        official clients do): at once if what is queued reaches a limit, else when arrivals reach
+        one or when its timeout passes, with what came (possibly an empty list). Not with a
+        message listener (``InvalidConfiguration``), as in the Java client.
+        """
+        if self.state in (CLOSING, CLOSED, FAILED):
+            return defer.fail(errors.AlreadyClosed(f"consumer on {self.topic} is {self.state}"))
+        if self.message_listener is not None:
+            return defer.fail(errors.InvalidConfiguration(
+                "batch_receive is not allowed on a consumer with a message listener"))
+        try:
+            policy = as_policy(policy) if policy is not None else self.batch_receive_policy
+        except errors.PulsarException as e:
+            return defer.fail(e)
+        return self._batches.start(policy.capped(self.receiver_queue_size), self._incoming)
 
     def available_messages(self) -> int:
         """Messages received from the broker and not yet handed out."""
@@ -599,7 +625,7 @@ class Consumer:
                 entry_keys = self.dead_letter.divert(self, entry_keys)
             self._redeliver_ids(entry_keys)
             return
-        cleared = len(self._incoming)
+        cleared = len(self._incoming) + self._batches.clear()
         self._incoming.clear()
         self._unacked.clear()
         self._batch_acks.clear()
@@ -669,6 +695,7 @@ class Consumer:
         def done(_):
             # What we hold is from before the seek; a reader restarts from the target.
             self._incoming.clear()
+            self._batches.clear()
             self._unacked.clear()
             self._batch_acks.clear()
             self._last_dequeued = None
@@ -724,6 +751,7 @@ class Consumer:
         waiters, self._waiters = list(self._waiters), collections.deque()
         for d in waiters:
             d.errback(error)
+        self._batches.fail(error)
 
     def _shut_down(self):
         self.state = CLOSED

@@ -14,6 +14,7 @@ import collections
 from twisted.internet import defer
 
 from pulsar_twisted.client import errors
+from pulsar_twisted.client.batch_receive import PendingBatches, as_policy
 from pulsar_twisted.client.message import Message
 
 
@@ -67,10 +68,13 @@ class PartitionedProducer:
 
 
 class MultiConsumer:
-    """One receive queue over ``consumers``; acks go back to the consumer of the message's topic."""
+    """
+    One receive queue over ``consumers``; acks go back to the consumer of the message's topic.
+    ``batch_receive_policy``: the default of ``batch_receive`` (None: the first consumer's).
+    """
 
     def __init__(self, topic: str, consumers, clock, message_listener=None, subscription=None,
-                 dead_letter=None):
+                 dead_letter=None, batch_receive_policy=None):
         self.topic = topic
         self.consumers = {}
         self.clock = clock
@@ -79,6 +83,11 @@ class MultiConsumer:
         self.dead_letter = dead_letter
         self._incoming = collections.deque()
         self._waiters = collections.deque()
+        self.batch_receive_policy = batch_receive_policy
+        # The per-topic consumers did the hand-out bookkeeping already; ``_incoming`` is rebound
+        # by remove_consumer, hence the lambda.
+        self._batches = PendingBatches(clock, lambda message: None,
+                                       lambda message: self._incoming.append(message))
         self.closed = False
         for consumer in consumers:
             self.add_consumer(consumer)
@@ -108,6 +117,8 @@ class MultiConsumer:
             self._waiters.popleft().callback(message)
         elif self.message_listener is not None:
             self.message_listener(self, message)
+        elif self._batches:
+            self._batches.offer(message)
         else:
             self._incoming.append(message)
 
@@ -122,6 +133,28 @@ class MultiConsumer:
             call = self.clock.callLater(timeout, self._timed_out, d, timeout)
             d.addBoth(lambda r: (call.active() and call.cancel(), r)[1])
         return d
+
+    def batch_receive(self, policy=None) -> defer.Deferred:
+        """
+        As ``Consumer.batch_receive``, over every topic's messages. ``policy`` defaults to this
+        consumer's ``batch_receive_policy``, else that of its first per-topic consumer (which
+        ``Client.subscribe`` gives the ``batch_receive_policy`` it was passed).
+        """
+        if self.closed:
+            return defer.fail(errors.AlreadyClosed("consumer closed"))
+        if self.message_listener is not None:
+            return defer.fail(errors.InvalidConfiguration(
+                "batch_receive is not allowed on a consumer with a message listener"))
+        if policy is None:
+            policy = self.batch_receive_policy
+        if policy is None:
+            first = next(iter(self.consumers.values()), None)
+            policy = first.batch_receive_policy if first is not None else None
+        try:
+            policy = as_policy(policy)
+        except errors.PulsarException as e:
+            return defer.fail(e)
+        return self._batches.start(policy, self._incoming)
 
     def _timed_out(self, d, timeout):
         if d in self._waiters:
@@ -155,11 +188,13 @@ class MultiConsumer:
 
     def redeliver_unacknowledged_messages(self):
         self._incoming.clear()
+        self._batches.clear()
         for consumer in self.consumers.values():
             consumer.redeliver(None)
 
     def seek(self, target) -> defer.Deferred:
         self._incoming.clear()
+        self._batches.clear()
         return defer.gatherResults([c.seek(target) for c in self.consumers.values()],
                                    consumeErrors=True).addCallback(lambda _: None)
 
@@ -178,6 +213,7 @@ class MultiConsumer:
         waiters, self._waiters = list(self._waiters), collections.deque()
         for d in waiters:
             d.errback(errors.AlreadyClosed("consumer closed"))
+        self._batches.fail(errors.AlreadyClosed("consumer closed"))
 
     def is_connected(self) -> bool:
         return all(c.is_connected() for c in self.consumers.values())

@@ -13,6 +13,8 @@ from urllib.parse import urlparse
 
 from twisted.internet import defer
 from twisted.internet.endpoints import HostnameEndpoint, connectProtocol, wrapClientTLS
+from twisted.internet.interfaces import IOpenSSLClientConnectionCreator
+from zope.interface import implementer
 from twisted.logger import Logger
 
 from pulsar_twisted.client import errors
@@ -59,11 +61,20 @@ def broker_address(url: str) -> str:
 
 
 def tls_options(hostname: str, trust_certs_file: str = None, verify_hostname: bool = True,
-                allow_insecure: bool = False):
-    """A client TLS context factory trusting ``trust_certs_file`` (PEM) or the platform roots."""
+                allow_insecure: bool = False, client_certificate=None):
+    """
+    A client TLS context factory trusting ``trust_certs_file`` (PEM) or the platform roots.
+    ``client_certificate``: None or ``(PrivateCertificate, [intermediate Certificate])`` that
+    the client presents (``auth.AuthenticationTLS.client_certificate()``).
+    """
     from twisted.internet import ssl
+    own = {}
+    if client_certificate is not None:
+        leaf, chain = client_certificate
+        own = {"privateKey": leaf.privateKey.original, "certificate": leaf.original,
+               "extraCertChain": [c.original for c in chain]}
     if allow_insecure:
-        return ssl.CertificateOptions(verify=False)
+        return ssl.CertificateOptions(verify=False, **own)
     trust = ssl.platformTrust()
     if trust_certs_file:
         with open(trust_certs_file, "rb") as f:
@@ -71,8 +82,12 @@ def tls_options(hostname: str, trust_certs_file: str = None, verify_hostname: bo
         trust = ssl.trustRootFromCertificates(
             [ssl.Certificate.loadPEM(block) for block in _pem_blocks(pem)])
     if verify_hostname:
-        return ssl.optionsForClientTLS(hostname, trustRoot=trust)
-    return _NoHostnameCheck(trust)
+        if client_certificate is None:
+            return ssl.optionsForClientTLS(hostname, trustRoot=trust)
+        return ssl.optionsForClientTLS(
+            hostname, trustRoot=trust, clientCertificate=client_certificate[0],
+            extraCertificateOptions={"extraCertChain": own["extraCertChain"]})
+    return _NoHostnameCheck(trust, own)
 
 
 def _pem_blocks(pem: bytes):
@@ -80,13 +95,14 @@ def _pem_blocks(pem: bytes):
     return [block + marker for block in pem.split(marker) if b"-----BEGIN" in block]
 
 
+@implementer(IOpenSSLClientConnectionCreator)
 class _NoHostnameCheck:
     """Verifies the chain against ``trust`` but not the name (tlsHostnameVerificationEnable off)."""
 
-    def __init__(self, trust):
+    def __init__(self, trust, own=None):
         from twisted.internet import ssl
         from OpenSSL import SSL
-        options = ssl.CertificateOptions(trustRoot=trust)
+        options = ssl.CertificateOptions(trustRoot=trust, **(own or {}))
         self._context = options.getContext()
         self._context.set_verify(SSL.VERIFY_PEER, lambda conn, cert, errno, depth, ok: bool(ok))
 
@@ -168,7 +184,9 @@ class ConnectionPool:
         host, port = split_address(address)
         endpoint = HostnameEndpoint(self.reactor, host, port, timeout=self.connect_timeout)
         if self.tls is not None:
-            endpoint = wrapClientTLS(self.tls(host), endpoint)
+            # Our reactor as the TLS layer's clock: it schedules its write flushes on it, and
+            # by default it would use the global reactor, which a private one never runs.
+            endpoint = wrapClientTLS(self.tls(host), endpoint, clock=self.reactor)
         return connectProtocol(endpoint, cnx)
 
     def connections(self):

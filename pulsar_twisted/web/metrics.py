@@ -16,6 +16,7 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 
 from pulsar_twisted.web.routing import Response
+from pulsar_twisted.web.storage_metrics import storage_families
 
 #: (metric name, key in AdminService.topic_metrics rows, help)
 TOPIC_METRICS = [
@@ -58,6 +59,7 @@ class PulsarCollector:
         for namespace, count in sorted(per_namespace.items()):
             family.add_metric([self.cluster, namespace], count)
         yield family
+        yield from storage_families(self.admin.broker.topics, self.cluster)
 
 
 def make_registry(admin_service, cluster: str) -> CollectorRegistry:
