@@ -285,6 +285,24 @@ _BROKER_KEYS = [
         "Delete durable subscriptions without consumers for this long (0: never).", "Topics"),
     Key("subscriptionExpiryCheckIntervalInMinutes", int, 5,
         "Minutes between subscription expiration checks.", "Topics"),
+    # --- rate limiting (broker defaults; a namespace's publishRate / dispatchRate /
+    # subscriptionDispatchRate policy replaces them) ---
+    Key("maxPublishRatePerTopicInMessages", int, 0,
+        "Messages per second a topic accepts; above it the producers' connections pause until the\n"
+        "next second (0: no limit).", "Rate limiting"),
+    Key("maxPublishRatePerTopicInBytes", int, 0,
+        "Bytes per second a topic accepts, as maxPublishRatePerTopicInMessages (0: no limit).",
+        "Rate limiting"),
+    Key("dispatchThrottlingRatePerTopicInMsg", int, 0,
+        "Messages per second dispatched from a topic, all subscriptions together (0: no limit).",
+        "Rate limiting"),
+    Key("dispatchThrottlingRatePerTopicInByte", int, 0,
+        "Bytes per second dispatched from a topic, all subscriptions together (0: no limit).",
+        "Rate limiting"),
+    Key("dispatchThrottlingRatePerSubscriptionInMsg", int, 0,
+        "Messages per second dispatched to one subscription (0: no limit).", "Rate limiting"),
+    Key("dispatchThrottlingRatePerSubscriptionInByte", int, 0,
+        "Bytes per second dispatched to one subscription (0: no limit).", "Rate limiting"),
     # --- schemas and compaction ---
     Key("isAllowAutoUpdateSchemaEnabled", bool, True,
         "Producers may add a new schema version (when compatible) unless the namespace says otherwise.",

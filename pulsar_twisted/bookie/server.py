@@ -138,6 +138,7 @@ class BookieServer(Service):
             if not self._listening_to_store:
                 self._listening_to_store = True
                 self.store.register_listener(self._on_notification)
+                self.store.register_session_listener(self._on_session)
             await self.sync_registration()
         if self.disk_check_interval and self.disk_check_interval > 0:
             self._disk_loop = task.LoopingCall(self._periodic_check)
@@ -259,6 +260,16 @@ class BookieServer(Service):
                 and self._serving):
             log.warn("bookie {bookie}: registration {path} vanished (session lost?): registering "
                      "again", bookie=self.bookie_id, path=notification.path)
+            self.sync_registration().addErrback(
+                lambda f: log.failure("bookie {bookie}: re-registration failed", f,
+                                      bookie=self.bookie_id))
+
+    def _on_session(self, state: str) -> None:
+        # A new ZooKeeper session (metadata/zookeeper.py): the registration went with the old one.
+        # Register at once rather than on the deletion notification, which may come later or not
+        # at all (the node may have vanished while the cache was not watching).
+        if state == "expired-new-session" and self._serving:
+            log.warn("bookie {bookie}: new ZooKeeper session: registering again", bookie=self.bookie_id)
             self.sync_registration().addErrback(
                 lambda f: log.failure("bookie {bookie}: re-registration failed", f,
                                       bookie=self.bookie_id))

@@ -217,6 +217,7 @@ class BrokerClusterService(service.Service):
             on_bundle_lost=self._unload_bundle, check_interval=check_interval)
         self.broker.ownership = self.ownership
         self.ownership.start()
+        self.store.register_session_listener(self._session_changed)
         self.broker.startService()
 
         self.admin = AdminService(self.broker, self.store, config, reactor, web_service_url=self.web_url)
@@ -259,6 +260,11 @@ class BrokerClusterService(service.Service):
         d.addErrback(lambda f: log.warn("broker registration check failed: {error}",
                                         error=f.getErrorMessage()))
         return d
+
+    def _session_changed(self, state):
+        """A new ZooKeeper session: register again now (the periodic check is the safety net)."""
+        if state == "expired-new-session" and self.running:
+            self._check_registration()
 
     def _unload_bundle(self, bundle):
         namespace = bundle.namespace

@@ -171,6 +171,7 @@ class BundleOwnership:
         self._check_loop = None
         self._stopped = False
         store.register_listener(self._on_notification)
+        store.register_session_listener(self._on_session)
 
     # ---------------------------------------------------------------- lifecycle
     def start(self) -> None:
@@ -286,6 +287,14 @@ class BundleOwnership:
         elif notification.kind == "modified" and path.startswith(POLICIES_ROOT + "/"):
             # Bundle splits change the boundaries; reread them on the next lookup.
             self._bounds.pop(path[len(POLICIES_ROOT) + 1:], None)
+
+    def _on_session(self, state: str) -> None:
+        # "lost" (metadata/zookeeper.py): every ownership node went with the session and another
+        # broker may take the bundles now; stop serving them at once rather than at the next check.
+        # They are not re-created on the new session: the next lookup acquires them like free ones.
+        if state == "lost" and self.owned:
+            for path in list(self.owned):
+                self._lost(path, "the ZooKeeper session expired")
 
     def check_now(self) -> defer.Deferred:
         """Compare every owned bundle with its node; lose those that are gone or someone else's."""

@@ -22,6 +22,9 @@ max_producers_per_topic,       limits checked at each new producer / consumer   
 max_consumers_per_topic,
 max_consumers_per_subscription
 deduplicationEnabled           ``topic.set_deduplication`` when topics have it   at load and on change
+publishMaxMessageRate,         ratelimit.py: publish and dispatch rates          at load and on change
+topicDispatchRate,             (this cluster's entry of each map)
+subscriptionDispatchRate
 inactive_topic_policies        topics without producers/consumers deleted        every brokerDeleteInactive
                                                                                  TopicsFrequencySeconds
 subscription_expiration_       durable subscriptions without consumers deleted   every subscriptionExpiry
@@ -41,8 +44,9 @@ from twisted.application import service
 from twisted.internet import defer, task
 from twisted.logger import Logger
 
-from pulsar_twisted.broker import backlog_quota, ttl
+from pulsar_twisted.broker import backlog_quota, ratelimit, ttl
 from pulsar_twisted.broker.backlog_quota import BacklogQuota, BacklogQuotaEnforcer
+from pulsar_twisted.broker.ratelimit import UNLIMITED, RateLimit
 from pulsar_twisted.common import errors
 from pulsar_twisted.config import ConfigError
 
@@ -104,6 +108,11 @@ class NamespacePolicies:
     deduplication_enabled: bool = False
     subscription_expiration_minutes: int = 0
     inactive_topic: InactiveTopicPolicies = InactiveTopicPolicies()
+    #: Rates (ratelimit.py): this cluster's publishRate, dispatchRate, subscriptionDispatchRate.
+    publish_rate: RateLimit = UNLIMITED
+    topic_dispatch_rate: RateLimit = UNLIMITED
+    subscription_dispatch_rate: RateLimit = UNLIMITED
+    cluster: str = ""
 
     @classmethod
     def defaults(cls, config) -> "NamespacePolicies":
@@ -130,7 +139,8 @@ class NamespacePolicies:
                 config.brokerDeleteInactiveTopicsEnabled,
                 (config.brokerDeleteInactiveTopicsMaxInactiveDurationSeconds
                  or config.brokerDeleteInactiveTopicsFrequencySeconds),
-                config.brokerDeleteInactiveTopicsMode))
+                config.brokerDeleteInactiveTopicsMode),
+            cluster=config.clusterName, **ratelimit.config_rates(config))
 
     @classmethod
     def from_json(cls, data, config, where: str = "") -> "NamespacePolicies":
@@ -208,6 +218,15 @@ def _simple(json_key, attribute, minimum=0):
     return parse
 
 
+def _rate(json_key):
+    def parse(data, base):
+        try:
+            return ratelimit.policy_rate(data, json_key, base.cluster)
+        except ratelimit.RateValueError as e:
+            raise PolicyValueError(str(e)) from None
+    return parse
+
+
 _FIELDS = [
     ("retention_policies", _retention),
     ("message_ttl_in_seconds", _simple("message_ttl_in_seconds", "message_ttl_seconds")),
@@ -220,6 +239,9 @@ _FIELDS = [
     ("subscription_expiration_time_minutes", _simple("subscription_expiration_time_minutes",
                                                      "subscription_expiration_minutes")),
     ("inactive_topic_policies", _inactive_topic),
+    ("publishMaxMessageRate", _rate("publishMaxMessageRate")),
+    ("topicDispatchRate", _rate("topicDispatchRate")),
+    ("subscriptionDispatchRate", _rate("subscriptionDispatchRate")),
 ]
 
 
@@ -248,6 +270,7 @@ def apply_to_topic(topic, policies: NamespacePolicies) -> None:
         d = topic.set_deduplication(policies.deduplication_enabled)
         if isinstance(d, defer.Deferred):
             d.addErrback(lambda f: log.failure("{topic}: switching deduplication", f, topic=topic.name))
+    ratelimit.apply_policies(topic, policies)
 
 
 class PolicyService(service.Service):

@@ -36,8 +36,10 @@ class PersistentSubscription:
         self.dispatcher = None
         #: position -> times redelivered (Shared/Key_Shared), sent in MESSAGE.redelivery_count.
         self.redelivery_counts = {}
-        #: Partly acknowledged batches (acknowledgmentAtBatchIndexLevelEnabled), else None.
-        self.batch_acks = BatchIndexAcks() if config.acknowledgmentAtBatchIndexLevelEnabled else None
+        #: Partly acknowledged batches (acknowledgmentAtBatchIndexLevelEnabled), else None;
+        #: their bit sets are kept (and persisted) by the cursor.
+        self.batch_acks = (BatchIndexAcks(cursor) if config.acknowledgmentAtBatchIndexLevelEnabled
+                           else None)
 
     def describe(self) -> str:
         return f"{self.topic.name} [{self.name}]"

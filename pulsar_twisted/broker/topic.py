@@ -102,6 +102,9 @@ class TopicBase:
         self.max_consumers_per_subscription = config.maxConsumersPerSubscription
         #: The NamespacePolicies applied by the PolicyService (policies.py); None before.
         self.policies = None
+        #: Publish / dispatch rate limiters (ratelimit.py), None while no limit is set.
+        self.publish_limiter = None
+        self.dispatch_limits = None
         self.counters = TopicCounters(self, clock.seconds())
 
     @property
@@ -249,6 +252,8 @@ class PersistentTopic(TopicBase):
     def publish(self, message: bytes, count: int):
         if self.closed:
             return defer.fail(errors.ServiceNotReady(f"Topic {self.name} is being unloaded"))
+        if self.publish_limiter is not None:
+            self.publish_limiter.published(count, len(message))
         self.pending_adds += 1
         if self.pending_adds == self.max_pending_adds:
             self._throttle_producers()
@@ -391,6 +396,8 @@ class NonPersistentTopic(TopicBase):
     def publish(self, message: bytes, count: int):
         if self.closed:
             return defer.fail(errors.ServiceNotReady(f"Topic {self.name} is being unloaded"))
+        if self.publish_limiter is not None:
+            self.publish_limiter.published(count, len(message))
         position = Position(0, next(self._ids))
         for subscription in list(self.subscriptions.values()):
             subscription.deliver(position, message, count)

@@ -199,6 +199,7 @@ class Auditor:
         if not self._listening:
             self._listening = True
             self._store.register_listener(self._on_notification)
+            self._store.register_session_listener(self._on_session)
         self._try_elect()
 
     def stop(self):
@@ -225,6 +226,19 @@ class Auditor:
             self._try_elect()
         elif self.is_auditor and (path == AVAILABLE_PATH or path.startswith(AVAILABLE_PATH + "/")):
             self._refresh_bookies()
+
+    def _on_session(self, state):
+        # "lost": the election node went with the session, another candidate may be elected now:
+        # stop auditing. "expired-new-session": enter the election again (metadata/zookeeper.py).
+        if state == "lost" and self.is_auditor:
+            log.warn("auditor {id}: ZooKeeper session lost: no longer the auditor", id=self.auditor_id)
+            self.is_auditor = False
+            for call in self._lost.values():
+                if call.active():
+                    call.cancel()
+            self._lost.clear()
+        elif state == "expired-new-session":
+            self._try_elect()
 
     def _try_elect(self):
         if self._electing or self.is_auditor or not self._running:

@@ -893,3 +893,14 @@ class EmbeddedMetadataStore:
     def register_listener(self, listener: Callable[[Notification], None]) -> None:
         """See the module docstring: direct calls, in order, once durable; dropped with the session."""
         self._core.listeners.append((self.session_id, listener))
+
+    def register_session_listener(self, listener: Callable[[str], None]) -> None:
+        """
+        Accepted for the ZooKeeper store's sake (``zookeeper.py``: "suspended", "lost",
+        "reconnected", "expired-new-session"), so that callers need not check the store's type. An
+        embedded session lives as long as the process and is never lost: ``listener`` is never called.
+        """
+
+    def recreate_ephemerals(self, paths=None) -> Deferred:
+        """The ZooKeeper store's call after a new session; an embedded session never needs it: []."""
+        return succeed([])

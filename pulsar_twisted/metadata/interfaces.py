@@ -85,6 +85,13 @@ class IMetadataStore(Interface):
     def register_listener(listener: Callable[[Notification], None]):
         """Call ``listener`` for every change under the store, in order, in the reactor thread."""
 
+    def register_session_listener(listener: Callable[[str], None]):
+        """
+        Call ``listener(state)`` in the reactor thread when the session changes: "suspended",
+        "lost", "reconnected", "expired-new-session" (a loss always comes as "lost" then
+        "expired-new-session"). The embedded store's session never changes, so it never calls.
+        """
+
     def close():
         """Release the store (ends the session: ephemeral nodes go). Returns a Deferred."""
 

@@ -12,6 +12,22 @@ Listeners: ZooKeeper 3.6+ has persistent recursive watches, but kazoo (2.11) doe
 keeps a copy of the watched tree in memory). Changes from then on are notified. Like every ZooKeeper watch it reports the state it saw: a node changed
 twice in quick succession may produce one "modified". "children" on the parent is derived from each
 "created" and "deleted". Notifications reach listeners in ZooKeeper's order, in the reactor thread.
+
+Session states. ``register_session_listener(cb)`` calls ``cb(state)`` in the reactor thread with one of
+``SESSION_SUSPENDED`` ("suspended": the connection dropped; the session may survive, ephemeral nodes
+still stand), ``SESSION_LOST`` ("lost": ZooKeeper expired the session; every ephemeral node of this
+store is gone and other clients may already have taken what they held), ``SESSION_RECONNECTED``
+("reconnected": the same session again, nothing lost) and ``SESSION_NEW`` ("expired-new-session":
+kazoo opened a new session after a loss; ``session_id`` is the new one, the store works again). A
+session loss is always reported as "lost" then "expired-new-session", in that order. kazoo reconnects
+by itself; calls made while it does wait in its queue (suspended) or fail (lost) with
+MetadataStoreError. The TreeCache re-reads the tree on reconnection, so nodes that vanished with the
+old session are notified as "deleted" as well, possibly after "expired-new-session".
+
+Ephemeral nodes this store created (not sequential ones: their names cannot be made again) are
+remembered with their latest value until deleted; ``recreate_ephemerals()`` puts them back after a
+new session, for owners that want their nodes back as they were (registrations), while owners whose
+nodes are locks (bundle ownership) must not: another client may hold the lock by then.
 """
 
 from __future__ import annotations
@@ -19,7 +35,7 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from kazoo import exceptions as kz
-from kazoo.client import KazooClient
+from kazoo.client import KazooClient, KazooState
 from kazoo.recipe.cache import TreeCache, TreeEvent
 from twisted.internet.defer import Deferred, fail, succeed
 from twisted.internet.threads import deferToThreadPool
@@ -45,7 +61,13 @@ from pulsar_twisted.metadata.interfaces import (
     Stat,
 )
 
-__all__ = ["ZooKeeperMetadataStore"]
+__all__ = ["ZooKeeperMetadataStore", "SESSION_SUSPENDED", "SESSION_LOST", "SESSION_RECONNECTED",
+           "SESSION_NEW"]
+
+SESSION_SUSPENDED = "suspended"
+SESSION_LOST = "lost"
+SESSION_RECONNECTED = "reconnected"
+SESSION_NEW = "expired-new-session"
 
 log = Logger()
 
@@ -92,6 +114,11 @@ class ZooKeeperMetadataStore:
         self._cache_ready = False
         self._ready = Deferred()
         self.session_id: Optional[int] = None
+        self._session_listeners: list[Callable[[str], None]] = []
+        self._session_lost = False
+        #: full path -> latest value of the (non-sequential) ephemeral nodes this store created.
+        self._ephemerals: dict[str, bytes] = {}
+        self.session_losses = 0
 
     # -- plumbing ----------------------------------------------------------------------------------
 
@@ -153,6 +180,8 @@ class ZooKeeperMetadataStore:
         def connected(session_id):
             self.session_id = session_id
             self._started = True
+            # Added once connected: the first CONNECTED is start-up, not a reconnection.
+            self._client.add_listener(self._kazoo_state)
             log.info("zookeeper metadata store connected to {hosts} (session {sid:#x}), root {root}",
                      hosts=self.hosts, sid=session_id, root=self.root)
             self._tree_cache = TreeCache(self._client, self._prefix or "/")
@@ -222,10 +251,14 @@ class ZooKeeperMetadataStore:
         def create():
             d = self._call(self._client.create_async, full, value, ephemeral=ephemeral,
                            sequence=sequential, makepath=True, include_data=True)
+            if ephemeral and not sequential:
+                d.addCallback(self._remember, full, value)
             return d.addCallback(lambda r: self._stat(self._relative(r[0]), r[1]))
 
         def update(version):
             d = self._call(self._client.set_async, full, value, version=version)
+            if full in self._ephemerals:
+                d.addCallback(self._remember, full, value)
             return d.addCallback(lambda zstat: self._stat(path, zstat))
 
         if sequential or expected_version == -1:
@@ -251,8 +284,16 @@ class ZooKeeperMetadataStore:
             if path == "/":
                 raise ValueError("cannot delete the root")
             version = -1 if expected_version is None else expected_version
-            return self._call(self._client.delete_async, full, version=version).addCallback(lambda _: None)
+            d = self._call(self._client.delete_async, full, version=version)
+            return d.addCallback(self._forget, full)
         return self._guard(go)
+
+    def _remember(self, result, full: str, value: bytes):
+        self._ephemerals[full] = value
+        return result
+
+    def _forget(self, _, full: str) -> None:
+        self._ephemerals.pop(full, None)
 
     def delete_recursive(self, path: str) -> Deferred:
         """Remove ``path`` and its subtree (not atomic: node by node, as ZooKeeper offers)."""
@@ -263,8 +304,96 @@ class ZooKeeperMetadataStore:
             if self._closed:
                 raise StoreClosedError("zookeeper metadata store is closed")
             # kazoo only offers recursive delete synchronously.
+            for known in [p for p in self._ephemerals if p == full or p.startswith(full + "/")]:
+                del self._ephemerals[known]
             return self._in_thread(self._client.delete, full, recursive=True).addCallback(lambda _: None)
         return self._guard(go)
+
+    # -- session ---------------------------------------------------------------------------------
+
+    def register_session_listener(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(state)`` on session state changes (see the module docstring)."""
+        self._session_listeners.append(listener)
+
+    def owned_ephemerals(self) -> dict:
+        """Path (relative to ``root``) -> value of the ephemeral nodes this store created and
+        has not deleted (sequential ones excepted)."""
+        return {self._relative(full): value for full, value in self._ephemerals.items()}
+
+    def recreate_ephemerals(self, paths=None) -> Deferred:
+        """
+        Put back, in this (new) session, the remembered ephemeral nodes (all, or those of ``paths``,
+        relative to ``root``) that are missing. A node that exists already is left alone: after a
+        session loss it may now belong to another client. Fires with the sorted list of paths
+        re-created; a path whose create failed is logged and left out.
+        """
+        wanted = self.owned_ephemerals()
+        if paths is not None:
+            wanted = {p: v for p, v in wanted.items() if p in set(paths)}
+
+        async def go():
+            made = []
+            for path, value in sorted(wanted.items()):
+                try:
+                    await self.put(path, value, expected_version=-1, ephemeral=True)
+                except AlreadyExistsError:
+                    continue
+                except MetadataStoreError as e:
+                    log.warn("zookeeper: cannot re-create ephemeral node {path}: {error}",
+                             path=path, error=e)
+                    continue
+                made.append(path)
+            if made:
+                log.info("zookeeper: re-created ephemeral nodes {paths} in session {sid:#x}",
+                         paths=made, sid=self.session_id or 0)
+            return made
+        return Deferred.fromCoroutine(go())
+
+    def _kazoo_state(self, state) -> None:
+        # In a kazoo thread, which must not block: hand over to the reactor. The session id is read
+        # here because kazoo sets it before announcing CONNECTED.
+        client_id = self._client.client_id
+        self._reactor.callFromThread(self._session_state, state, client_id[0] if client_id else None)
+
+    def _session_state(self, state, session_id) -> None:
+        if self._closed:
+            return
+        if state == KazooState.SUSPENDED:
+            events = [SESSION_SUSPENDED]
+            log.warn("zookeeper session {sid:#x} suspended (connection lost); reconnecting",
+                     sid=self.session_id or 0)
+        elif state == KazooState.LOST:
+            if self._session_lost:
+                return
+            self._session_lost = True
+            self.session_losses += 1
+            events = [SESSION_LOST]
+            log.warn("zookeeper session {sid:#x} lost (expired): its ephemeral nodes are gone",
+                     sid=self.session_id or 0)
+        elif state == KazooState.CONNECTED:
+            if session_id is not None and session_id != self.session_id:
+                old, self.session_id = self.session_id, session_id
+                # kazoo may report the new session without a LOST first (expiry noticed during
+                # the connect): the loss is announced all the same, once.
+                events = [] if self._session_lost else [SESSION_LOST]
+                if not self._session_lost:
+                    self.session_losses += 1
+                events.append(SESSION_NEW)
+                self._session_lost = False
+                log.warn("zookeeper session {old:#x} replaced by a new session {sid:#x}",
+                         old=old or 0, sid=session_id)
+            else:
+                events = [SESSION_RECONNECTED]
+                log.info("zookeeper session {sid:#x} reconnected", sid=self.session_id or 0)
+        else:
+            return
+        for event in events:
+            for listener in list(self._session_listeners):
+                try:
+                    listener(event)
+                except Exception:
+                    log.failure("session listener {listener!r} failed on {state}",
+                                listener=listener, state=event)
 
     # -- listeners ---------------------------------------------------------------------------------
 

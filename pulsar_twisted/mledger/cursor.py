@@ -2,8 +2,11 @@
 Cursors of a managed ledger (Pulsar's ``ManagedCursorImpl`` and ``NonDurableCursorImpl``).
 
 A cursor's state is its mark-delete position (everything at or before it is acknowledged),
-the individually acknowledged positions above it (a ``PositionRangeSet``), and properties.
-Reads move a separate read position and skip acknowledged entries.
+the individually acknowledged positions above it (a ``PositionRangeSet``), the batch indexes
+still unacknowledged of partly acknowledged batch entries (Pulsar's ``batchDeletedIndexes``:
+position -> bit set, see ``set_batch_deleted_indexes``), and properties. Reads move a separate
+read position and skip acknowledged entries (a partly acknowledged entry is not acknowledged:
+it is read again, and the broker sends its bit set with it).
 
 Durable cursors persist their state as snapshot entries in a *cursor ledger* of their own
 (one entry per persist); the cursor node in the metadata store names that ledger and keeps
@@ -33,6 +36,7 @@ from pulsar_twisted.common.position import EARLIEST, LATEST, Position
 from pulsar_twisted.ledger.interfaces import LedgerFencedError, NoSuchLedgerError
 from pulsar_twisted.metadata.interfaces import BadVersionError
 from pulsar_twisted.mledger import formats
+from pulsar_twisted.mledger.bitset import int_to_words, words_to_int
 from pulsar_twisted.mledger.interfaces import (
     IManagedCursor, ManagedLedgerClosedError, ManagedLedgerError, ManagedLedgerFencedError,
 )
@@ -64,6 +68,9 @@ class ManagedCursorImpl:
         self.mark_delete_position = mark_delete
         self._read_position = Position(mark_delete[0], mark_delete[1] + 1)
         self._acked = PositionRangeSet()
+        #: position -> non-zero int bit set of the batch indexes NOT yet acknowledged, for
+        #: entries above the mark-delete that are partly acknowledged (never in ``_acked``).
+        self._batch_deleted = {}
         self.properties = dict(properties or {})
         self.mark_delete_properties = {}
         self._state = CursorState.NO_LEDGER
@@ -237,6 +244,10 @@ class ManagedCursorImpl:
         for p in positions:
             if md < p <= lce and acked.add(p):
                 changed = True
+        if self._batch_deleted:
+            # Entries acknowledged whole no longer need their batch index bit sets.
+            for p in positions:
+                self._batch_deleted.pop(p, None)
         if changed:
             self._advance_mark_delete()
         elif not self._persisting and not self._waiting:
@@ -246,6 +257,8 @@ class ManagedCursorImpl:
     def _set_mark_delete(self, position):
         self.mark_delete_position = position
         self._acked.remove_up_to(position)
+        if self._batch_deleted:
+            self._drop_batch_deleted_up_to(position)
         self._advance_mark_delete()
 
     def _advance_mark_delete(self):
@@ -253,6 +266,7 @@ class ManagedCursorImpl:
         boundaries: the ledger list says which position comes next)."""
         acked = self._acked
         ml = self.ml
+        moved = False
         while acked:
             nxt = ml._next_position(self.mark_delete_position)
             r = acked.range_containing(nxt)
@@ -260,8 +274,64 @@ class ManagedCursorImpl:
                 break
             self.mark_delete_position = Position(nxt[0], r[1])
             acked.remove_up_to(self.mark_delete_position)
+            moved = True
         if self._read_position <= self.mark_delete_position:
             self._read_position = Position(self.mark_delete_position[0], self.mark_delete_position[1] + 1)
+        if moved and self._batch_deleted:
+            # Only when the mark-delete moved: an ack that does not move it costs no scan.
+            self._drop_batch_deleted_up_to(self.mark_delete_position)
+
+    def _drop_batch_deleted_up_to(self, position):
+        batch_deleted = self._batch_deleted
+        for p in [p for p in batch_deleted if p <= position]:
+            del batch_deleted[p]
+
+    # -- batch index acks (acknowledgmentAtBatchIndexLevelEnabled) ----------------------------
+
+    def set_batch_deleted_indexes(self, position, ack_set):
+        """
+        Record that the batch entry at ``position`` is acknowledged in part: ``ack_set`` holds the
+        indexes NOT yet acknowledged, as int64 words in Pulsar's layout (``mledger.bitset``; the
+        ``ack_set`` of a client's ACK) or as an int bit set. It replaces what was recorded (the
+        caller ANDs successive acks). An empty set acknowledges the whole entry (``delete``).
+        A position at or below the mark-delete, already acknowledged or past the last entry is
+        ignored, as ``delete`` ignores it. Deferred firing once a snapshot holding the change is
+        durable (coalesced with the other acks, as ``delete``).
+        """
+        error = self._check_ack_open()
+        if error is not None:
+            return defer.fail(error)
+        position = Position(*position)
+        if isinstance(ack_set, int):
+            if ack_set < 0:
+                return defer.fail(ValueError(f"negative bit set {ack_set} for {position}"))
+            bits = ack_set
+        else:
+            bits = words_to_int(ack_set)
+        if bits == 0:
+            return self.delete([position])
+        if (position <= self.mark_delete_position or position > self.ml.last_confirmed_entry()
+                or (self._acked._cardinality > 0 and self._acked.contains(position))
+                or self._batch_deleted.get(position) == bits):
+            if not self._persisting and not self._waiting:
+                return defer.succeed(None)
+        else:
+            self._batch_deleted[position] = bits
+        return self._request_persist()
+
+    def batch_deleted_indexes(self, position):
+        """The indexes NOT yet acknowledged of the partly acknowledged batch entry at
+        ``position``, as int64 words (Pulsar's ``getDeletedBatchIndexesAsLongArray``: the
+        ``ack_set`` to send with the entry), or None when no index of it was acknowledged."""
+        batch_deleted = self._batch_deleted
+        if not batch_deleted:
+            return None
+        bits = batch_deleted.get(position)
+        return None if bits is None else int_to_words(bits)
+
+    def batch_deleted_count(self) -> int:
+        """How many entries are acknowledged in part."""
+        return len(self._batch_deleted)
 
     def reset_cursor(self, position):
         """Everything before ``position`` acknowledged (individual acks forgotten); the next read
@@ -272,6 +342,7 @@ class ManagedCursorImpl:
         position = self.ml._normalize(self._resolve(position))
         self.mark_delete_position = Position(position[0], position[1] - 1)
         self._acked.clear()
+        self._batch_deleted.clear()
         self._read_position = position
         return self._request_persist()
 
@@ -280,7 +351,7 @@ class ManagedCursorImpl:
     def _snapshot(self) -> bytes:
         return formats.encode_cursor_snapshot(
             self.mark_delete_position, self._acked, self.mark_delete_properties,
-            self.ml.config.max_unacked_ranges_to_persist)
+            self.ml.config.max_unacked_ranges_to_persist, self._batch_deleted)
 
     def _request_persist(self):
         d = defer.Deferred()
@@ -430,7 +501,7 @@ class ManagedCursorImpl:
         """CAS the cursor node; its version is kept so a concurrent owner makes ours fail."""
         data = formats.encode_cursor_node(
             ledger_id, self.mark_delete_position, self.properties, self._acked,
-            self.ml.config.max_unacked_ranges_to_persist, self.ml._now_ms())
+            self.ml.config.max_unacked_ranges_to_persist, self.ml._now_ms(), self._batch_deleted)
         expected = -1 if self._node_version is None else self._node_version
         d = self.ml.store.put(formats.cursor_path(self.ml.name, self.name), data,
                               expected_version=expected)
@@ -475,7 +546,7 @@ class ManagedCursorImpl:
             raise ManagedLedgerError(f"cursor {self.name} vanished")
         data, stat = res
         self._node_version = stat.version
-        ledger_id, md, self.properties, ranges = formats.decode_cursor_node(data)
+        ledger_id, md, self.properties, ranges, batch_indexes = formats.decode_cursor_node_full(data)
         md_props = {}
         if ledger_id >= 0:
             self._old_ledger_id = ledger_id
@@ -488,7 +559,7 @@ class ManagedCursorImpl:
             if handle is not None and handle.last_add_confirmed >= 0:
                 lac = handle.last_add_confirmed
                 entries = await handle.read_entries(lac, lac)
-                md, ranges, md_props = formats.decode_cursor_snapshot(entries[0].data)
+                md, ranges, md_props, batch_indexes = formats.decode_cursor_snapshot_full(entries[0].data)
         self.mark_delete_position = md
         self.mark_delete_properties = md_props
         self._acked.clear()
@@ -496,6 +567,8 @@ class ManagedCursorImpl:
             if Position(lid, last) > md:
                 self._acked.add_range(lid, first, last)
         self._acked.remove_up_to(md)
+        self._batch_deleted = {p: bits for p, bits in batch_indexes.items()
+                               if p > md and not self._acked.contains(p)}
         self._read_position = Position(md[0], md[1] + 1)
         self._advance_mark_delete()
         # Rewrite the node as is: its version moves on, so a previous owner still holding
@@ -557,6 +630,8 @@ class NonDurableCursor(ManagedCursorImpl):
         if self.mark_delete_position < floor:
             self.mark_delete_position = floor
             self._acked.remove_up_to(floor)
+            if self._batch_deleted:
+                self._drop_batch_deleted_up_to(floor)
             if self._read_position <= floor:
                 self._read_position = Position(first_ledger_id, 0)
 

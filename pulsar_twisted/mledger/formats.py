@@ -3,7 +3,8 @@ Stored formats of the managed ledger: the ledger list node, the cursor node and 
 snapshot entries written to cursor ledgers.
 
 All three are compact JSON objects carrying ``"v"`` (format version). Readers accept
-versions up to ``VERSION`` and reject anything else with ``FormatError`` rather than guess.
+versions up to the current one (``VERSION`` for the ledger node, ``CURSOR_VERSION`` for the
+cursor formats) and reject anything else with ``FormatError`` rather than guess.
 Pure functions over bytes: no Twisted here.
 
 Ledger node (``/managed-ledgers/<quoted name>``)::
@@ -13,23 +14,33 @@ Ledger node (``/managed-ledgers/<quoted name>``)::
 
 Cursor node (``/managed-ledgers/<quoted name>/<quoted cursor>``)::
 
-    {"v": 1, "ledger": cursor_ledger_id | -1, "md": [ledger, entry], "props": {...},
-     "ranges": [...same as below...], "active_ms": t}
+    {"v": 2, "ledger": cursor_ledger_id | -1, "md": [ledger, entry], "props": {...},
+     "ranges": [...same as below...], "active_ms": t, "bi": [...same as below...]}
 
 Cursor snapshot (one entry of the cursor ledger)::
 
-    {"v": 1, "md": [ledger, entry], "ranges": [[ledger_id, first, last, first, last, ...], ...],
-     "props": {...}}
+    {"v": 2, "md": [ledger, entry], "ranges": [[ledger_id, first, last, first, last, ...], ...],
+     "props": {...}, "bi": [[ledger_id, entry_id, word0, word1, ...], ...]}
 
-where each ranges row holds the inclusive entry id ranges of one ledger.
+where each ranges row holds the inclusive entry id ranges of one ledger, and each ``bi`` row the
+batch indexes NOT yet acknowledged of one partly acknowledged batch entry (Pulsar's
+``batchDeletedIndexes``, persisted there as ``BatchedEntryDeletionIndexInfo``): signed int64
+words of a java.util.BitSet (``mledger.bitset``), the very ``ack_set`` sent with the entry when it
+is delivered again. Version 1 (before ``bi``) is still read, as having no partly acked batches.
 """
 
+import heapq
 import json
+from typing import NamedTuple
 from urllib.parse import quote, unquote
 
 from pulsar_twisted.common.position import Position
+from pulsar_twisted.mledger.bitset import int_to_words, is_int64, words_to_int
 
+#: Version of the ledger node.
 VERSION = 1
+#: Version of the cursor node and cursor snapshots (2: batch deleted indexes, ``bi``).
+CURSOR_VERSION = 2
 ROOT = "/managed-ledgers"
 
 
@@ -55,14 +66,14 @@ def _dump(obj) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode()
 
 
-def _load(data: bytes) -> dict:
+def _load(data: bytes, max_version: int = VERSION) -> dict:
     try:
         obj = json.loads(data)
     except (ValueError, UnicodeDecodeError) as e:
         raise FormatError(f"not JSON: {e}") from None
     if not isinstance(obj, dict) or not isinstance(obj.get("v"), int):
         raise FormatError("no version")
-    if not 1 <= obj["v"] <= VERSION:
+    if not 1 <= obj["v"] <= max_version:
         raise FormatError(f"unsupported version {obj['v']}")
     return obj
 
@@ -134,39 +145,99 @@ def _decode_ranges(rows):
     return out
 
 
-def encode_cursor_snapshot(mark_delete, rangeset, properties, max_ranges) -> bytes:
+def _encode_batch_indexes(batch_indexes, limit):
+    """The ``limit`` lowest positions of ``batch_indexes`` (position -> int bit set), as rows.
+    Sorting only happens when there are partly acked batches, which is rare and few."""
+    if not batch_indexes or limit <= 0:
+        return []
+    if len(batch_indexes) > limit:
+        positions = heapq.nsmallest(limit, batch_indexes)
+    else:
+        positions = sorted(batch_indexes)
+    return [[p[0], p[1], *int_to_words(batch_indexes[p])] for p in positions]
+
+
+def _decode_batch_indexes(rows) -> dict:
+    if rows is None:
+        return {}
+    if not isinstance(rows, list):
+        raise FormatError("bad batch indexes")
+    out = {}
+    for row in rows:
+        if (not isinstance(row, list) or len(row) < 3 or not all(type(x) is int for x in row[:2])
+                or not all(is_int64(w) for w in row[2:])):
+            raise FormatError(f"bad batch index row {row!r}")
+        bits = words_to_int(row[2:])
+        if bits:
+            out[Position(row[0], row[1])] = bits
+    return out
+
+
+class CursorSnapshot(NamedTuple):
+    """A decoded cursor snapshot. ``batch_indexes``: position -> int bit set of the unacked
+    indexes of each partly acknowledged batch (empty for a version 1 snapshot)."""
+    mark_delete: Position
+    ranges: list
+    properties: dict
+    batch_indexes: dict
+
+
+class CursorNode(NamedTuple):
+    """A decoded cursor node (fields as ``CursorSnapshot``, plus the cursor ledger id)."""
+    ledger_id: int
+    mark_delete: Position
+    properties: dict
+    ranges: list
+    batch_indexes: dict
+
+
+def encode_cursor_snapshot(mark_delete, rangeset, properties, max_ranges, batch_indexes=None) -> bytes:
     """Only the first ``max_ranges`` ranges are kept (Pulsar's maxUnackedRangesToPersist): entries
-    of the ranges left out are redelivered after a restart, which is safe (at least once)."""
+    of the ranges left out are redelivered after a restart, which is safe (at least once).
+    ``batch_indexes`` (position -> int bit set of the unacked indexes) is bounded the same way,
+    lowest positions first: a batch left out is redelivered whole (its acked indexes too)."""
     return _dump({
-        "v": VERSION,
+        "v": CURSOR_VERSION,
         "md": list(mark_delete),
         "ranges": _encode_ranges(rangeset, max_ranges),
         "props": properties or {},
+        "bi": _encode_batch_indexes(batch_indexes, max_ranges),
     })
+
+
+def decode_cursor_snapshot_full(data: bytes) -> CursorSnapshot:
+    obj = _load(data, CURSOR_VERSION)
+    return CursorSnapshot(_position(obj.get("md")), _decode_ranges(obj.get("ranges")),
+                          _props(obj.get("props")), _decode_batch_indexes(obj.get("bi")))
 
 
 def decode_cursor_snapshot(data: bytes):
     """Returns ``(mark_delete, [(ledger_id, first, last), ...], properties)``."""
-    obj = _load(data)
-    return _position(obj.get("md")), _decode_ranges(obj.get("ranges")), _props(obj.get("props"))
+    return tuple(decode_cursor_snapshot_full(data)[:3])
 
 
 def encode_cursor_node(cursor_ledger_id, mark_delete, properties, rangeset=None,
-                       max_ranges=0, active_ms=0) -> bytes:
+                       max_ranges=0, active_ms=0, batch_indexes=None) -> bytes:
     return _dump({
-        "v": VERSION,
+        "v": CURSOR_VERSION,
         "ledger": cursor_ledger_id,
         "md": list(mark_delete),
         "props": properties or {},
         "ranges": _encode_ranges(rangeset, max_ranges) if rangeset is not None else [],
         "active_ms": active_ms,
+        "bi": _encode_batch_indexes(batch_indexes, max_ranges),
     })
+
+
+def decode_cursor_node_full(data: bytes) -> CursorNode:
+    obj = _load(data, CURSOR_VERSION)
+    lid = obj.get("ledger", -1)
+    if not isinstance(lid, int):
+        raise FormatError("bad cursor ledger id")
+    return CursorNode(lid, _position(obj.get("md")), _props(obj.get("props")),
+                      _decode_ranges(obj.get("ranges")), _decode_batch_indexes(obj.get("bi")))
 
 
 def decode_cursor_node(data: bytes):
     """Returns ``(cursor_ledger_id, mark_delete, properties, ranges)``."""
-    obj = _load(data)
-    lid = obj.get("ledger", -1)
-    if not isinstance(lid, int):
-        raise FormatError("bad cursor ledger id")
-    return lid, _position(obj.get("md")), _props(obj.get("props")), _decode_ranges(obj.get("ranges"))
+    return tuple(decode_cursor_node_full(data)[:4])

@@ -124,3 +124,11 @@ class IManagedCursor(Interface):
 
     def rewind():
         """Read position back to the first unacknowledged entry."""
+
+    def set_batch_deleted_indexes(position, ack_set):
+        """For a partly acknowledged batch entry, record the indexes still unacknowledged (int64
+        words in Pulsar's bit-set layout, or an int); an empty set acknowledges the entry. Deferred
+        firing once persisted (coalesced with other acks)."""
+
+    def batch_deleted_indexes(position):
+        """The bit-set words of the indexes of ``position`` still unacknowledged, or None."""

@@ -1,9 +1,11 @@
 """Batch index acknowledgements (acknowledgmentAtBatchIndexLevelEnabled) and redelivery counts."""
 
+from twisted.internet import defer
+from twisted.trial import unittest
+
 from pulsar_twisted.broker.batch_acks import BatchIndexAcks, int_to_words, words_to_int
 from pulsar_twisted.common.position import Position
 from pulsar_twisted.proto import PulsarApi_pb2 as api
-from twisted.trial import unittest
 
 from tests.broker.messaging import FeatureCase, Sub, messages
 
@@ -21,6 +23,24 @@ def with_ack_set(message_id, ack_set):
     return mid
 
 
+class _MemoryCursor:
+    """The cursor methods BatchIndexAcks uses, over a dict (the real cursor is tested in mledger)."""
+
+    def __init__(self):
+        self.sets = {}
+
+    def set_batch_deleted_indexes(self, position, bits):
+        self.sets[position] = bits
+        return defer.succeed(None)
+
+    def batch_deleted_indexes(self, position):
+        bits = self.sets.get(position)
+        return None if bits is None else int_to_words(bits)
+
+    def batch_deleted_count(self):
+        return len(self.sets)
+
+
 class BitSetTests(unittest.TestCase):
     def test_words_round_trip(self):
         for value in (1, 0b1011, (1 << 63), (1 << 64) - 1, (1 << 130) | 5):
@@ -28,13 +48,15 @@ class BitSetTests(unittest.TestCase):
         self.assertEqual(int_to_words(1 << 63), [-(1 << 63)])
 
     def test_and_of_ack_sets(self):
-        acks = BatchIndexAcks()
+        """Successive ack sets are ANDed into the cursor; the last index acks the entry whole."""
+        cursor = _MemoryCursor()
+        acks = BatchIndexAcks(cursor)
         p = Position(1, 2)
         self.assertFalse(acks.ack(p, remaining_set(4, {0})))
         self.assertFalse(acks.ack(p, remaining_set(4, {1, 2})))
         self.assertEqual(acks.ack_set_for(p), remaining_set(4, {0, 1, 2}))
+        self.assertTrue(acks)
         self.assertTrue(acks.ack(p, remaining_set(4, {3})))
-        self.assertIsNone(acks.ack_set_for(p))
 
 
 class BatchIndexAckTests(FeatureCase):
@@ -95,6 +117,78 @@ class BatchIndexAckTests(FeatureCase):
         self.assertEqual(subscription.cursor.mark_delete_position.entry_id, 0)
         self.assertEqual(subscription.batch_acks.ack_set_for(Position(second.ledgerId, second.entryId)),
                          remaining_set(3, {0}))
+
+    @defer.inlineCallbacks
+    def test_partly_acked_batch_survives_broker_restart(self):
+        """After a broker restart a partly acked batch comes back with only its unacked indexes."""
+        consumer = self.harness.client()
+        self.subscribe(consumer, 1, kind=Sub.Shared)
+        self.publish_batch(5, seq=0)
+        self.publish_batch(4, seq=1)
+        self.publish_batch(3, seq=2)
+        first, second, third = [c.message.message_id for c, _ in messages(consumer.received())]
+        self.ack(consumer, 1, [with_ack_set(first, remaining_set(5, {0, 3}))])
+        self.ack(consumer, 1, [with_ack_set(first, remaining_set(5, {4}))])
+        self.ack(consumer, 1, [with_ack_set(third, remaining_set(3, {1}))])
+        # the second batch: every index acked one by one = the entry acked whole
+        for i in range(4):
+            self.ack(consumer, 1, [with_ack_set(second, remaining_set(4, {i}))])
+        self.harness.pump()
+        yield self.restart()
+        consumer = self.harness.client()
+        self.subscribe(consumer, 1, kind=Sub.Shared)
+        again = {c.message.message_id.entryId: list(c.message.ack_set)
+                 for c, _ in messages(consumer.received())}
+        self.assertEqual(again, {first.entryId: remaining_set(5, {0, 3, 4}),
+                                 third.entryId: remaining_set(3, {1})})
+        # acking the rest completes the entries, and that holds across one more restart
+        self.ack(consumer, 1, [with_ack_set(first, remaining_set(5, {1, 2}))])
+        self.ack(consumer, 1, [third])
+        subscription = self.topic_object().subscriptions["s"]
+        self.assertEqual(subscription.cursor.mark_delete_position.entry_id, third.entryId)
+        self.assertFalse(subscription.batch_acks)
+        self.harness.pump()
+        yield self.restart()
+        consumer = self.harness.client()
+        self.subscribe(consumer, 1, kind=Sub.Shared)
+        self.assertEqual(messages(consumer.received()), [])
+
+    @defer.inlineCallbacks
+    def test_cumulative_partial_survives_restart(self):
+        """A cumulative ack ending inside a batch: after a restart only that batch's rest comes back."""
+        consumer = self.harness.client()
+        self.subscribe(consumer, 1)
+        self.publish_batch(2, seq=0)
+        self.publish_batch(3, seq=1)
+        got = messages(consumer.received())
+        second = got[1][0].message.message_id
+        self.ack(consumer, 1, [with_ack_set(second, remaining_set(3, {0, 1}))], cumulative=True)
+        self.harness.pump()
+        yield self.restart()
+        consumer = self.harness.client()
+        self.subscribe(consumer, 1)
+        [(again, _)] = messages(consumer.received())
+        self.assertEqual(again.message.message_id.entryId, second.entryId)
+        self.assertEqual(list(again.message.ack_set), remaining_set(3, {0, 1}))
+
+    @defer.inlineCallbacks
+    def test_seek_forgets_partial_acks(self):
+        """A seek (reset of the cursor) forgets the partial acks, also after a restart."""
+        consumer = self.harness.client()
+        self.subscribe(consumer, 1, kind=Sub.Shared)
+        self.publish_batch(3)
+        [(cmd, _)] = messages(consumer.received())
+        mid = cmd.message.message_id
+        self.ack(consumer, 1, [with_ack_set(mid, remaining_set(3, {1}))])
+        subscription = self.topic_object().subscriptions["s"]
+        yield subscription.seek(Position(mid.ledgerId, 0))
+        self.assertFalse(subscription.batch_acks)
+        self.harness.pump()
+        yield self.restart()
+        consumer = self.harness.client()
+        self.subscribe(consumer, 1, kind=Sub.Shared)
+        [(again, _)] = messages(consumer.received())
+        self.assertEqual(list(again.message.ack_set), [])
 
 
 class BatchIndexAckDisabledTests(FeatureCase):

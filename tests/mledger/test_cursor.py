@@ -7,6 +7,7 @@ from pulsar_twisted.common.position import EARLIEST, LATEST, Position
 from pulsar_twisted.ledger.interfaces import BookieUnavailableError
 from pulsar_twisted.mledger import formats
 from pulsar_twisted.mledger.interfaces import IManagedCursor, ManagedLedgerFencedError
+from pulsar_twisted.mledger.rangeset import PositionRangeSet
 
 from tests.mledger.test_support import ManagedLedgerHarness, data
 
@@ -246,3 +247,152 @@ class PersistenceTests(ManagedLedgerHarness, unittest.TestCase):
         self.failureResultOf(a.mark_delete(ps[1]), ManagedLedgerFencedError)
         self.successResultOf(b.mark_delete(ps[2]))
         self.assertEqual(b.mark_delete_position, ps[2])
+
+
+class BatchDeletedIndexesTests(ManagedLedgerHarness, unittest.TestCase):
+    """Partly acknowledged batch entries (Pulsar's batchDeletedIndexes)."""
+
+    def test_set_get_and_forget(self):
+        """Bit sets are kept per entry; acking the entry whole or passing it forgets them."""
+        ml = self.open()
+        c = self.cursor(ml)
+        ps = self.add(ml, 5)
+        self.assertIsNone(c.batch_deleted_indexes(ps[1]))
+        self.successResultOf(c.set_batch_deleted_indexes(ps[1], [0b1010]))
+        self.successResultOf(c.set_batch_deleted_indexes(ps[2], 1 << 70))
+        self.successResultOf(c.set_batch_deleted_indexes(ps[3], 0b111))
+        self.assertEqual(c.batch_deleted_indexes(ps[1]), [0b1010])
+        self.assertEqual(c.batch_deleted_indexes(ps[2]), [0, 1 << 6])
+        self.assertEqual(c.batch_deleted_count(), 3)
+        # a partly acked entry is not acknowledged: the backlog and reads still hold it
+        self.assertFalse(c.is_acknowledged(ps[1]))
+        self.assertEqual(c.number_of_entries_in_backlog(), 5)
+        self.successResultOf(c.delete([ps[2]]))
+        self.assertIsNone(c.batch_deleted_indexes(ps[2]))
+        self.successResultOf(c.mark_delete(ps[1]))
+        self.assertIsNone(c.batch_deleted_indexes(ps[1]))
+        self.assertEqual(c.batch_deleted_count(), 1)
+        # an empty set acknowledges the whole entry
+        self.successResultOf(c.set_batch_deleted_indexes(ps[3], []))
+        self.assertEqual(c.mark_delete_position, ps[3])
+        self.assertEqual(c.batch_deleted_count(), 0)
+        # at or below the mark-delete, or past the last entry: ignored
+        self.successResultOf(c.set_batch_deleted_indexes(ps[0], [1]))
+        self.successResultOf(c.set_batch_deleted_indexes(Position(ps[4].ledger_id, 99), [1]))
+        self.assertEqual(c.batch_deleted_count(), 0)
+        self.failureResultOf(c.set_batch_deleted_indexes(ps[4], -1), ValueError)
+
+    def test_reset_forgets(self):
+        ml = self.open()
+        c = self.cursor(ml)
+        ps = self.add(ml, 3)
+        self.successResultOf(c.set_batch_deleted_indexes(ps[2], [3]))
+        self.successResultOf(c.reset_cursor(ps[0]))
+        self.assertEqual(c.batch_deleted_count(), 0)
+
+    def test_restart_restores_bit_sets(self):
+        """Clean and crash restarts: the bit sets of entries above the mark-delete come back."""
+        ml = self.open(max_entries_per_ledger=3)
+        c = self.cursor(ml)
+        ps = self.add(ml, 6)
+        self.successResultOf(c.set_batch_deleted_indexes(ps[0], [0b110]))
+        self.successResultOf(c.set_batch_deleted_indexes(ps[4], [-(1 << 63), 5]))
+        self.successResultOf(c.delete([ps[2]]))
+        self.successResultOf(self.factory.shutdown())
+        c2 = self.open(factory=self.new_factory(max_entries_per_ledger=3)).get_cursor("sub")
+        self.assertEqual(c2.batch_deleted_indexes(ps[0]), [0b110])
+        self.assertEqual(c2.batch_deleted_indexes(ps[4]), [-(1 << 63), 5])
+        self.assertEqual(c2.individually_deleted_ranges(), [(ps[1], ps[2])])  # (open, closed]
+        # entries partly acked are read again (the broker sends their bit sets along)
+        self.assertEqual([e.position for e in self.read(c2)], [ps[0], ps[1], ps[3], ps[4], ps[5]])
+        # a crash (no close) of that owner: the last snapshot has the change made just now
+        self.successResultOf(c2.set_batch_deleted_indexes(ps[0], [0b100]))
+        c3 = self.open(factory=self.new_factory(max_entries_per_ledger=3)).get_cursor("sub")
+        self.assertEqual(c3.batch_deleted_indexes(ps[0]), [0b100])
+        self.assertEqual(c3.batch_deleted_count(), 2)
+
+    def test_coalesced_with_other_acks(self):
+        """Bit set changes during a snapshot write share the next one; every Deferred fires."""
+        ml = self.open()
+        c = self.cursor(ml)
+        ps = self.add(ml, 50)
+        before = c.persist_count
+        self.bk.pause_adds()
+        ds = [c.set_batch_deleted_indexes(p, [3]) for p in ps[:25]] + [c.delete([p]) for p in ps[25:40]]
+        while self.bk._held:
+            self.bk.resume_adds()
+            self.bk.pause_adds()
+        self.bk.resume_adds()
+        for d in ds:
+            self.assertIsNone(self.successResultOf(d))
+        self.assertEqual(c.persist_count - before, 2)
+        self.successResultOf(self.factory.shutdown())
+        c2 = self.open(factory=self.new_factory()).get_cursor("sub")
+        self.assertEqual(c2.batch_deleted_count(), 25)
+
+    def test_bounded_like_the_ranges(self):
+        """Only max_unacked_ranges_to_persist bit sets are persisted, the lowest positions."""
+        ml = self.open(max_unacked_ranges_to_persist=2)
+        c = self.cursor(ml)
+        ps = self.add(ml, 5)
+        for p in reversed(ps[1:]):
+            self.successResultOf(c.set_batch_deleted_indexes(p, [1]))
+        self.assertEqual(c.batch_deleted_count(), 4)
+        self.successResultOf(self.factory.shutdown())
+        c2 = self.open(factory=self.new_factory(max_unacked_ranges_to_persist=2)).get_cursor("sub")
+        self.assertEqual([p for p in ps if c2.batch_deleted_indexes(p)], ps[1:3])
+
+    def test_kept_in_the_node_without_cursor_ledger(self):
+        """When no cursor ledger can be made, the bit sets go to the cursor node."""
+        ml = self.open()
+        c = self.cursor(ml)
+        ps = self.add(ml, 3)
+        self.bk.fail_next_adds(1, BookieUnavailableError)
+        self.bk.fail_next_creates(1)
+        self.successResultOf(c.set_batch_deleted_indexes(ps[1], [0b10]))
+        self.assertIsNone(c._ledger)
+        c2 = self.open(factory=self.new_factory()).get_cursor("sub")
+        self.assertEqual(c2.batch_deleted_indexes(ps[1]), [0b10])
+
+    def test_non_durable_cursor_in_memory(self):
+        ml = self.open()
+        ps = self.add(ml, 3)
+        r = ml.new_non_durable_cursor(EARLIEST)
+        created = list(self.bk.created)
+        self.successResultOf(r.set_batch_deleted_indexes(ps[1], [1]))
+        self.assertEqual(r.batch_deleted_indexes(ps[1]), [1])
+        self.successResultOf(r.mark_delete(ps[2]))
+        self.assertEqual(r.batch_deleted_count(), 0)
+        self.assertEqual(self.bk.created, created)
+
+
+class BatchDeletedIndexesFormatTests(unittest.TestCase):
+    """The cursor formats' ``bi`` field (version 2) and reading version 1."""
+
+    def test_round_trip(self):
+        sets = {Position(3, 4): 0b1011, Position(2, 9): (1 << 63) | 1}
+        snap = formats.decode_cursor_snapshot_full(
+            formats.encode_cursor_snapshot(Position(2, 1), PositionRangeSet(), {}, 10, sets))
+        self.assertEqual(snap.batch_indexes, sets)
+        node = formats.decode_cursor_node_full(
+            formats.encode_cursor_node(7, Position(2, 1), {}, PositionRangeSet(), 10, 0, sets))
+        self.assertEqual((node.ledger_id, node.batch_indexes), (7, sets))
+        # the words stored are Pulsar's (signed int64, as BatchedEntryDeletionIndexInfo.deleteSet)
+        raw = formats.encode_cursor_snapshot(Position(2, 1), PositionRangeSet(), {}, 10, sets)
+        self.assertIn(b'"bi":[[2,9,-9223372036854775807],[3,4,11]]', raw)
+
+    def test_version_1_still_read(self):
+        """Snapshots and nodes written before batch indexes were persisted load with none."""
+        v1_snapshot = b'{"v":1,"md":[5,3],"ranges":[[5,6,7]],"props":{"k":1}}'
+        self.assertEqual(formats.decode_cursor_snapshot_full(v1_snapshot),
+                         (Position(5, 3), [(5, 6, 7)], {"k": 1}, {}))
+        v1_node = b'{"v":1,"ledger":8,"md":[5,3],"props":{},"ranges":[],"active_ms":0}'
+        self.assertEqual(formats.decode_cursor_node_full(v1_node), (8, Position(5, 3), {}, [], {}))
+        self.assertEqual(formats.decode_cursor_node(v1_node), (8, Position(5, 3), {}, []))
+
+    def test_bad_rows_rejected(self):
+        for bi in ('"x"', '[[1,2]]', '[[1,2,"w"]]', '[[1,2,18446744073709551615]]', '[5]'):
+            data = b'{"v":2,"md":[1,1],"bi":%s}' % bi.encode()
+            self.assertRaises(formats.FormatError, formats.decode_cursor_snapshot_full, data)
+        self.assertRaises(formats.FormatError, formats.decode_cursor_snapshot_full,
+                          b'{"v":3,"md":[1,1]}')

@@ -17,6 +17,8 @@ class PersistentDispatcher:
     log = Logger()
     #: Whether positions sent to a consumer are tracked per consumer until acked (Shared types).
     tracks_pending = False
+    #: The topic's DispatchLimits (ratelimit.py) as of the last read; None: no dispatch limit.
+    rate_limits = None
 
     def __init__(self, subscription, cursor, clock, config):
         self.subscription = subscription
@@ -56,6 +58,13 @@ class PersistentDispatcher:
         count = self.read_count()
         if count <= 0:
             return
+        limits = self.rate_limits = self.subscription.topic.dispatch_limits
+        if limits is not None:
+            count, wait = limits.cap(self.subscription, count)
+            if count <= 0:
+                # This period's dispatch budget is spent: read again at the next, not in a loop.
+                self._scheduled = self.clock.callLater(wait, self._read)
+                return
         d = self.start_read(count)
         if d is None:
             return
@@ -104,6 +113,15 @@ class PersistentDispatcher:
                                      consumer.partition,
                                      batch_acks.ack_set_for(position) if batch_acks else None)
         consumer.sent(position, count, len(entry.data), self.tracks_pending)
+        if self.rate_limits is not None:
+            self.rate_limits.dispatched(self.subscription, count, len(entry.data))
+
+    def rate_limits_changed(self) -> None:
+        """The dispatch rates changed (ratelimit.py): a read waiting for a period runs now."""
+        if self._scheduled is not None and self._scheduled.active():
+            self._scheduled.cancel()
+        self._scheduled = None
+        self.schedule_read()
 
     def close(self) -> None:
         self.closed = True

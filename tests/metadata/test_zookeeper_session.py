@@ -1,0 +1,207 @@
+"""
+Session loss on a real ZooKeeper (PULSAR_TEST_ZK, skipped without it): the session listener API of
+``ZooKeeperMetadataStore`` and the re-creation of its ephemeral nodes.
+
+A session is expired for real with the usual trick: a second client connects with the first one's
+session id and password (``client_id``) and closes, which ends the session on the server; the first
+client then reconnects, is told its session expired, and kazoo opens a new one.
+"""
+
+import logging
+import time
+import uuid
+
+from twisted.internet import reactor, task
+from twisted.internet.defer import Deferred
+from twisted.internet.threads import deferToThread
+from twisted.trial.unittest import SynchronousTestCase, TestCase
+
+from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
+from pulsar_twisted.metadata.zookeeper import (
+    SESSION_LOST,
+    SESSION_NEW,
+    SESSION_SUSPENDED,
+    ZooKeeperMetadataStore,
+)
+from tests.metadata.test_zookeeper import TEST_ROOT, _remove_tree, _zk_address
+
+
+def expire_session(hosts: str, client_id) -> None:
+    """Blocking: end the session ``client_id`` (id, password) on the server."""
+    from kazoo.client import KazooClient
+    other = KazooClient(hosts=hosts, client_id=client_id)
+    other.start(timeout=10)
+    other.stop()
+    other.close()
+
+
+async def wait_until(predicate, timeout: float, what: str):
+    """Poll ``predicate`` on the real reactor until true; AssertionError after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await task.deferLater(reactor, 0.05, lambda: None)
+
+
+class ZooKeeperSessionLossTests(TestCase):
+    """Listener states, a new session and re-made ephemeral nodes after a real expiry."""
+
+    timeout = 60
+
+    def setUp(self):
+        self.hosts = _zk_address()
+        self.root = f"{TEST_ROOT}/{uuid.uuid4().hex}"
+        self.stores = []
+        # kazoo reports the expiry on stderr through the logging module; the listener says it.
+        kazoo_log = logging.getLogger("kazoo")
+        self.addCleanup(kazoo_log.setLevel, kazoo_log.level)
+        kazoo_log.setLevel(logging.CRITICAL)
+        self.addCleanup(lambda: deferToThread(_remove_tree, self.hosts, self.root))
+
+    async def make_store(self):
+        store = ZooKeeperMetadataStore(self.hosts, reactor, root=self.root, session_timeout=4)
+        self.stores.append(store)
+        self.addCleanup(store.close)
+        await store.start()
+        return store
+
+    async def expire(self, store):
+        states, notifications = [], []
+        store.register_session_listener(states.append)
+        store.register_listener(notifications.append)
+        old = store.session_id
+        started = time.monotonic()
+        await deferToThread(expire_session, self.hosts, store._client.client_id)
+        await wait_until(lambda: SESSION_NEW in states, 30, "a new session")
+        return old, states, notifications, time.monotonic() - started
+
+    def test_expiry_reported_in_order(self):
+        """A real expiry is reported as suspended, lost, then expired-new-session, with a new id."""
+        async def go():
+            store = await self.make_store()
+            old, states, _, elapsed = await self.expire(store)
+            self.assertEqual([s for s in states if s != SESSION_SUSPENDED], [SESSION_LOST, SESSION_NEW])
+            self.assertNotEqual(store.session_id, old)
+            self.assertEqual(store.session_id, store._client.client_id[0])
+            self.assertEqual(store.session_losses, 1)
+            self.assertLess(elapsed, 30)
+        return Deferred.fromCoroutine(go())
+
+    def test_store_works_after_new_session(self):
+        """Reads and writes work in the new session; persistent data survived the loss."""
+        async def go():
+            store = await self.make_store()
+            await store.put("/kept", b"v1")
+            await self.expire(store)
+            value, _ = await store.get("/kept")
+            self.assertEqual(value, b"v1")
+            stat = await store.put("/kept", b"v2", expected_version=0)
+            self.assertEqual(stat.version, 1)
+            await store.put("/eph2", b"x", ephemeral=True)
+            self.assertTrue((await store.exists("/eph2")).ephemeral)
+        return Deferred.fromCoroutine(go())
+
+    def test_ephemerals_gone_and_recreated(self):
+        """The session's ephemeral nodes vanish ("deleted" is notified) and recreate_ephemerals()
+        makes them again, owned by the new session, with their latest value."""
+        async def go():
+            store = await self.make_store()
+            await store.put("/reg/a", b"a0", ephemeral=True)
+            await store.put("/reg/a", b"a1")                     # an update keeps the node ephemeral
+            await store.put("/reg/b", b"b", ephemeral=True)
+            await store.put("/reg/c", b"c", ephemeral=True)
+            await store.delete("/reg/c")                         # deleted: not to be re-made
+            await store.put("/reg/s-", b"s", ephemeral=True, sequential=True)
+            self.assertEqual(store.owned_ephemerals(), {"/reg/a": b"a1", "/reg/b": b"b"})
+            _, _, notifications, _ = await self.expire(store)
+            self.assertIsNone(await store.exists("/reg/a"))
+            await wait_until(lambda: any(n.kind == "deleted" and n.path == "/reg/a"
+                                         for n in notifications), 20, "the deletion notification")
+            made = await store.recreate_ephemerals()
+            self.assertEqual(made, ["/reg/a", "/reg/b"])
+            value, stat = await store.get("/reg/a")
+            self.assertEqual(value, b"a1")
+            self.assertTrue(stat.ephemeral)
+            zstat = await deferToThread(store._client.exists, f"{self.root}/reg/a")
+            self.assertEqual(zstat.ephemeralOwner, store.session_id)
+            self.assertIsNone(await store.exists("/reg/c"))
+        return Deferred.fromCoroutine(go())
+
+    def test_recreate_leaves_another_clients_node(self):
+        """A node another session created meanwhile is not taken over (it may be a lock)."""
+        async def go():
+            store = await self.make_store()
+            rival = await self.make_store()
+            await store.put("/lock", b"mine", ephemeral=True)
+            await store.put("/mine-only", b"m", ephemeral=True)
+            await self.expire(store)
+            await rival.put("/lock", b"theirs", expected_version=-1, ephemeral=True)
+            made = await store.recreate_ephemerals(["/lock"])
+            self.assertEqual(made, [])
+            self.assertEqual((await store.get("/lock"))[0], b"theirs")
+            self.assertIsNone(await store.exists("/mine-only"))   # not asked for
+        return Deferred.fromCoroutine(go())
+
+    def test_close_is_not_a_loss(self):
+        """Closing the store reports no session state to its listeners."""
+        async def go():
+            store = await self.make_store()
+            states = []
+            store.register_session_listener(states.append)
+            await store.close()
+            await task.deferLater(reactor, 0.3, lambda: None)
+            self.assertEqual(states, [])
+        return Deferred.fromCoroutine(go())
+
+
+    def test_auditor_reelected(self):
+        """An auditor whose session expired stops auditing, then is elected again in the new one."""
+        from pulsar_twisted.ledger.autorecovery import AUDITOR_ELECTION_PATH, Auditor
+
+        async def go():
+            store = await self.make_store()
+            auditor = Auditor(store, reactor, retry_delay=3600)
+            auditor.start()
+            self.addCleanup(auditor.stop)
+            await wait_until(lambda: auditor.is_auditor, 10, "the election")
+            states = []
+            store.register_session_listener(lambda s: states.append((s, auditor.is_auditor)))
+            await self.expire(store)
+            self.assertIn((SESSION_LOST, False), states)
+            await wait_until(lambda: auditor.is_auditor, 10, "the re-election")
+            zstat = await deferToThread(store._client.exists, self.root + AUDITOR_ELECTION_PATH)
+            self.assertEqual(zstat.ephemeralOwner, store.session_id)
+        return Deferred.fromCoroutine(go())
+
+    def test_bundle_ownership_dropped_and_reacquired(self):
+        """A broker's bundles are lost (topics unloaded) on "lost", and acquired again afterwards in
+        the new session, like free ones."""
+        from pulsar_twisted.broker.ownership import BundleOwnership, NamespaceBundle
+
+        async def go():
+            store = await self.make_store()
+            lost = []
+            ownership = BundleOwnership(store, reactor, {"nativeUrl": "pulsar://b1:6650"},
+                                        on_bundle_lost=lost.append, check_interval=0)
+            bundle = NamespaceBundle("t/ns", 0, 0xFFFFFFFF)
+            self.assertIsNone(await ownership.acquire(bundle))
+            await self.expire(store)
+            self.assertEqual(lost, [bundle])
+            self.assertFalse(ownership.owns(bundle))
+            self.assertIsNone(await store.exists(bundle.path))    # not re-created behind its back
+            self.assertIsNone(await ownership.acquire(bundle))
+            self.assertTrue((await store.exists(bundle.path)).ephemeral)
+            self.assertEqual(lost, [bundle])
+        return Deferred.fromCoroutine(go())
+
+
+class EmbeddedSessionApiTests(SynchronousTestCase):
+    """The embedded store accepts the same calls and never reports a loss."""
+
+    def test_noop(self):
+        store = EmbeddedMetadataStore(None, task.Clock())
+        states = []
+        store.register_session_listener(states.append)
+        self.assertEqual(self.successResultOf(store.recreate_ephemerals()), [])
+        self.assertEqual(states, [])
