@@ -92,7 +92,9 @@ class PersistentSubscription:
 
     def consumer_writable(self, consumer) -> None:
         if self.dispatcher is not None:
-            self.dispatcher.schedule_read()
+            # As a FLOW would: Shared dispatchers must also lift a stalled replay round, which
+            # may have stalled precisely because this consumer was not writable.
+            self.dispatcher.consumer_flow(consumer)
 
     def new_entries(self) -> None:
         if self.dispatcher is not None and self.dispatcher.consumers:

@@ -18,6 +18,7 @@ from pulsar_twisted.common.naming import InvalidTopicNameError, parse_topic
 from pulsar_twisted.client import errors, multitopic
 from pulsar_twisted.client.consumer import Consumer, Sub
 from pulsar_twisted.client.dlq import DeadLetterHandler, from_policy
+from pulsar_twisted.client.http_lookup import HttpLookupService
 from pulsar_twisted.client.lookup import LookupService
 from pulsar_twisted.client.message_id import MessageId
 from pulsar_twisted.client.partitioned import MultiConsumer, PartitionedProducer
@@ -40,7 +41,10 @@ def normalize_topic(topic: str) -> str:
 
 class Client:
     """
-    A Pulsar client for ``service_url`` (``pulsar://host:port`` or ``pulsar+ssl://host:port``).
+    A Pulsar client for ``service_url``: ``pulsar://host:port`` or ``pulsar+ssl://host:port``
+    (lookups over the binary protocol), ``http://host:8080`` or ``https://host:8443`` (lookups over
+    the broker's web service, ``http_lookup``; brokers are then reached over the binary protocol,
+    with TLS for ``https``). ``http_agent``: an ``IAgent`` for those lookups (tests).
 
     ``authentication``: None or an object with ``auth_method_name`` and ``auth_data()``.
     TLS: ``tls_trust_certs_file_path`` (PEM), ``tls_validate_hostname``,
@@ -53,7 +57,7 @@ class Client:
                  connection_timeout_ms: int = 10000, keep_alive_interval_seconds: float = 30,
                  authentication=None, tls_trust_certs_file_path: str = None,
                  tls_allow_insecure_connection: bool = False, tls_validate_hostname: bool = False,
-                 listener_name: str = None, connector=None):
+                 listener_name: str = None, connector=None, http_agent=None):
         if reactor is None:
             from twisted.internet import reactor
         self.reactor = reactor
@@ -78,7 +82,13 @@ class Client:
                                    operation_timeout=operation_timeout_seconds,
                                    keep_alive_seconds=keep_alive_interval_seconds,
                                    auth=authentication)
-        self.lookup = LookupService(self.pool, self.service_url, listener_name=listener_name)
+        if self.service_url.http:
+            self.lookup = HttpLookupService(
+                reactor, self.service_url, operation_timeout=operation_timeout_seconds,
+                connect_timeout=connection_timeout_ms / 1000.0, tls=tls,
+                authentication=authentication, listener_name=listener_name, agent=http_agent)
+        else:
+            self.lookup = LookupService(self.pool, self.service_url, listener_name=listener_name)
         self._producer_ids = itertools.count()
         self._consumer_ids = itertools.count()
         self._handles = set()
@@ -272,5 +282,6 @@ class Client:
             except Exception:
                 self.log.failure("error closing {handle}", handle=handle)
         self.closed = True
+        yield self.lookup.close()
         yield self.pool.close()
         return None

@@ -32,7 +32,8 @@ from pulsar_twisted.client.message_id import MessageId
 
 Sub = api.CommandSubscribe
 Ack = api.CommandAck
-CONNECTING, READY, CLOSING, CLOSED, FAILED = "connecting", "ready", "closing", "closed", "failed"
+from pulsar_twisted.client.handler import (  # noqa: F401 (the states, re-exported)
+    CLOSED, CLOSING, CONNECTING, FAILED, READY, ConnectionHandler)
 
 _TYPES = {"Exclusive": Sub.Exclusive, "Shared": Sub.Shared, "Failover": Sub.Failover,
           "Key_Shared": Sub.Key_Shared, "KeyShared": Sub.Key_Shared}
@@ -61,7 +62,7 @@ def initial_position(value) -> int:
     return _enum(value, _POSITIONS, "initial position")
 
 
-class Consumer:
+class Consumer(ConnectionHandler):
     """
     A subscription ``subscription`` on ``topic``. ``client`` provides ``clock``,
     ``operation_timeout`` and ``connection_for(topic)``. Call ``start()`` (the client does).
@@ -71,6 +72,8 @@ class Consumer:
     """
 
     log = Logger()
+    _handler_kind = "consumer"
+    _connect_verb = "subscribing"
 
     def __init__(self, client, topic: str, subscription: str, consumer_id: int,
                  consumer_type_=Sub.Exclusive, initial_position_=Sub.Latest,
@@ -121,8 +124,7 @@ class Consumer:
         self._chunk_keys = {}              # last chunk's (ledger, entry) -> every chunk's
         #: ``dlq.DeadLetterHandler`` shared by the consumers of one subscribe(), or None.
         self.dead_letter = dead_letter
-        self.state = CONNECTING
-        self.cnx = None
+        self._init_handler()
         self.is_active = None
         self.reached_end = False
         self._incoming = collections.deque()
@@ -136,10 +138,6 @@ class Consumer:
         self._nacks = {}                   # (ledger, entry) -> redelivery due time
         self._nack_call = None
         self._ack_timer = None
-        self._reconnect_call = None
-        self._started = None
-        self._subscribed_once = False
-        self._first_attempt_at = None
         self._last_dequeued = None
         self._skip_until = None            # ids <= this are dropped (readers, exclusive start)
         if start_message_id is not None and not start_message_id_inclusive \
@@ -147,23 +145,8 @@ class Consumer:
             self._skip_until = start_message_id
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self) -> defer.Deferred:
-        """Subscribe; fires with ``self`` or fails with the broker's error."""
-        self._started = defer.Deferred()
-        self._first_attempt_at = self.clock.seconds()
-        self._connect()
-        return self._started
-
-    def is_connected(self) -> bool:
-        return self.state == READY
-
-    def _connect(self):
-        self._reconnect_call = None
-        if self.state != CONNECTING:
-            return
-        d = self.client.connection_for(self.topic)
-        d.addCallback(self._subscribe_on)
-        d.addErrback(self._connect_failed)
+    # start() (subscribe; fires with ``self`` or fails with the broker's error), the reconnect
+    # loop and connection_closed come from ConnectionHandler.
 
     def _subscribe_command(self, request_id):
         cmd = command(T.SUBSCRIBE, "subscribe", topic=self.topic, subscription=self.subscription,
@@ -197,7 +180,7 @@ class Consumer:
                 else self.start_message_id
         return None
 
-    def _subscribe_on(self, cnx):
+    def _attach(self, cnx):
         if self.state != CONNECTING:
             return
         request_id = cnx.new_request_id()
@@ -222,10 +205,7 @@ class Consumer:
         if not cnx.is_ready:
             self._schedule_reconnect()
             return
-        self.cnx = cnx
-        self.state = READY
-        self.backoff.reset()
-        self._subscribed_once = True
+        self._became_ready(cnx)
         # Whatever was queued locally is redelivered by the broker to the new subscription.
         self._incoming.clear()
         self._batches.clear()
@@ -233,47 +213,14 @@ class Consumer:
             self._chunks.clear()
         self._permits = 0
         self._send_flow(self.receiver_queue_size)
-        started, self._started = self._started, None
-        if started is not None:
-            started.callback(self)
+        self._fire_started()
 
-    def _connect_failed(self, failure):
-        if self.state != CONNECTING:
-            return
-        error = failure.value
-        if not isinstance(error, errors.PulsarException):
-            self.log.failure("consumer on {topic}: unexpected error subscribing", failure,
-                             topic=self.topic)
-            error = errors.UnknownError(failure.getErrorMessage())
-        if not self._subscribed_once:
-            elapsed = self.clock.seconds() - self._first_attempt_at
-            if not error.retriable or elapsed + self.backoff._next > self.client.operation_timeout:
-                self.state = FAILED
-                self._fail_waiters(error)
-                started, self._started = self._started, None
-                if started is not None:
-                    started.errback(error)
-                return
-        self.log.info("consumer on {topic}: {error}; retrying", topic=self.topic, error=error)
-        self._schedule_reconnect()
-
-    def _schedule_reconnect(self):
-        if self._reconnect_call is None and self.state == CONNECTING:
-            self._reconnect_call = self.clock.callLater(self.backoff.next(), self._connect)
+    def _give_up(self, error):
+        self._fail_waiters(error)
 
     # Called by the connection ------------------------------------------------------------
-    def connection_closed(self, cnx):
-        if cnx is self.cnx:
-            self._connection_gone()
-
     def closed_by_broker(self):
         self._connection_gone()
-
-    def _connection_gone(self):
-        self.cnx = None
-        if self.state == READY:
-            self.state = CONNECTING
-            self._schedule_reconnect()
 
     def active_consumer_changed(self, is_active):
         self.is_active = is_active

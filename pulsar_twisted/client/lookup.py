@@ -9,6 +9,7 @@ bounded (``max_redirects``) so two brokers disagreeing cannot loop us forever.
 """
 
 from twisted.internet import defer
+from zope.interface import Interface, implementer
 
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.client import errors
@@ -18,6 +19,27 @@ from pulsar_twisted.client.pool import broker_address
 Lookup = api.CommandLookupTopicResponse
 
 
+class ILookupService(Interface):
+    """
+    Where topics live: the binary ``LookupService`` (``pulsar://``, ``pulsar+ssl://``) and
+    ``http_lookup.HttpLookupService`` (``http://``, ``https://``). Every method returns a Deferred
+    failing with a ``PulsarException``.
+    """
+
+    def lookup(topic):
+        """Fires with ``(logical, physical)`` ``host:port`` of the broker owning ``topic``."""
+
+    def partitioned_metadata(topic, auto_create=True):
+        """Fires with the number of partitions of ``topic`` (0: not partitioned)."""
+
+    def topics_of_namespace(namespace, mode=0, pattern=None):
+        """Fires with the topic names of ``namespace`` (``pattern`` may or may not be applied)."""
+
+    def close():
+        """Release what the service holds of its own; fires when done."""
+
+
+@implementer(ILookupService)
 class LookupService:
     """Lookups through ``pool`` starting from ``service_url`` (a ``ServiceUrl``)."""
 
@@ -77,3 +99,7 @@ class LookupService:
                       request_id=request_id, mode=mode, topics_pattern=pattern)
         answer = yield cnx.send_request(cmd, request_id)
         return list(answer.getTopicsOfNamespaceResponse.topics)
+
+    def close(self) -> defer.Deferred:
+        """Nothing of its own to release: its connections belong to the pool."""
+        return defer.succeed(None)

@@ -22,19 +22,30 @@ from pulsar_twisted.client.connection import ClientConnection
 
 DEFAULT_PORT = 6650
 DEFAULT_TLS_PORT = 6651
+DEFAULT_HTTP_PORT = 8080
+DEFAULT_HTTPS_PORT = 8443
+
+#: scheme -> (TLS, HTTP lookup, default port)
+_SCHEMES = {"pulsar": (False, False, DEFAULT_PORT), "pulsar+ssl": (True, False, DEFAULT_TLS_PORT),
+            "http": (False, True, DEFAULT_HTTP_PORT), "https": (True, True, DEFAULT_HTTPS_PORT)}
 
 
 class ServiceUrl:
-    """A parsed ``pulsar://host:port[,host2:port]`` or ``pulsar+ssl://...`` URL."""
+    """
+    A parsed ``pulsar://host:port[,host2:port]``, ``pulsar+ssl://...``, ``http://...`` or
+    ``https://...`` URL. ``tls``: brokers are reached over TLS (``pulsar+ssl``, and ``https`` as the
+    Java client decides it); ``http``: lookups go over the web service (``http_lookup``).
+    """
 
     def __init__(self, url: str):
         parsed = urlparse(url)
-        if parsed.scheme not in ("pulsar", "pulsar+ssl"):
-            raise errors.InvalidConfiguration(f"unsupported service URL {url!r} "
-                                              "(expected pulsar:// or pulsar+ssl://)")
+        if parsed.scheme not in _SCHEMES:
+            raise errors.InvalidConfiguration(
+                f"unsupported service URL {url!r} "
+                "(expected pulsar://, pulsar+ssl://, http:// or https://)")
         self.url = url
-        self.tls = parsed.scheme == "pulsar+ssl"
-        default = DEFAULT_TLS_PORT if self.tls else DEFAULT_PORT
+        self.scheme = parsed.scheme
+        self.tls, self.http, default = _SCHEMES[parsed.scheme]
         self.addresses = []
         for part in parsed.netloc.split(","):
             host, _, port = part.rpartition(":") if ":" in part else (part, "", "")
@@ -48,6 +59,13 @@ class ServiceUrl:
         address = self.addresses[self._next % len(self.addresses)]
         self._next += 1
         return address
+
+    def http_base(self) -> str:
+        """``scheme://host:port`` of the next host (IPv6 hosts in brackets), for HTTP lookups."""
+        host, port = split_address(self.address())
+        if ":" in host:
+            host = f"[{host}]"
+        return f"{self.scheme}://{host}:{port}"
 
 
 def split_address(address: str):
@@ -143,12 +161,15 @@ class ConnectionPool:
         cnx = self._connections.get(key)
         if cnx is not None and cnx.is_ready:
             return defer.succeed(cnx)
-        waiters = self._pending.get(key)
-        if waiters is None:
-            waiters = self._pending[key] = []
-            self._dial(key)
         d = defer.Deferred()
-        waiters.append(d)
+        waiters = self._pending.get(key)
+        if waiters is not None:
+            waiters.append(d)
+            return d
+        # The waiter is queued before dialling: a connector that answers synchronously
+        # (an already-open transport, tests) hands the connection out at once.
+        self._pending[key] = [d]
+        self._dial(key)
         return d
 
     def _dial(self, key):

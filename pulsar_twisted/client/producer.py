@@ -33,7 +33,8 @@ from pulsar_twisted.client.connection import DEFAULT_MAX_MESSAGE_SIZE, T, comman
 from pulsar_twisted.client.message import encode_batch, single_metadata
 from pulsar_twisted.client.message_id import MessageId
 
-CONNECTING, READY, CLOSING, CLOSED, FAILED = "connecting", "ready", "closing", "closed", "failed"
+from pulsar_twisted.client.handler import (  # noqa: F401 (the states, re-exported)
+    CLOSED, CLOSING, CONNECTING, FAILED, READY, ConnectionHandler)
 
 DEFAULT_BATCHING = "default"
 KEY_BASED_BATCHING = "key_based"
@@ -88,7 +89,7 @@ def _random_name() -> str:
     return "pulsar-twisted-" + "".join(random.choice(string.ascii_lowercase) for _ in range(8))
 
 
-class Producer:
+class Producer(ConnectionHandler):
     """
     A producer on ``topic``. ``client`` provides ``clock``, ``operation_timeout`` and
     ``connection_for(topic) -> Deferred[ClientConnection]`` (lookup + pool); ``producer_id`` is
@@ -96,6 +97,8 @@ class Producer:
     """
 
     log = Logger()
+    _handler_kind = "producer"
+    _connect_verb = "connecting"
 
     def __init__(self, client, topic: str, producer_id: int, producer_name: str = None,
                  send_timeout_ms: int = 30000, max_pending_messages: int = 1000,
@@ -131,8 +134,7 @@ class Producer:
         self.access_mode = access_mode
         self.partition = partition
         self.backoff = backoff or Backoff()
-        self.state = CONNECTING
-        self.cnx = None
+        self._init_handler()
         self.max_message_size = None
         self.last_sequence_id_published = -1
         self._initial_sequence_given = initial_sequence_id is not None
@@ -145,32 +147,13 @@ class Producer:
         self._batch_bytes = 0
         self._batch_call = None
         self._timeout_call = None
-        self._reconnect_call = None
-        self._started = None
-        self._created_once = False
-        self._first_attempt_at = None
         self._epoch = 0
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self) -> defer.Deferred:
-        """Create the producer on the broker; fires with ``self`` or fails with the error."""
-        self._started = defer.Deferred()
-        self._first_attempt_at = self.clock.seconds()
-        self._connect()
-        return self._started
+    # start() (create the producer on the broker; fires with ``self`` or fails with the error),
+    # the reconnect loop and connection_closed come from ConnectionHandler.
 
-    def is_connected(self) -> bool:
-        return self.state == READY
-
-    def _connect(self):
-        self._reconnect_call = None
-        if self.state not in (CONNECTING,):
-            return
-        d = self.client.connection_for(self.topic)
-        d.addCallback(self._create_on)
-        d.addErrback(self._connect_failed)
-
-    def _create_on(self, cnx):
+    def _attach(self, cnx):
         if self.state != CONNECTING:
             return
         request_id = cnx.new_request_id()
@@ -207,69 +190,33 @@ class Producer:
             self._schedule_reconnect()
             return
         self.producer_name = success.producer_name
-        self.cnx = cnx
         self.max_message_size = cnx.max_message_size
-        if (not self._created_once and not self._initial_sequence_given
+        if (not self._connected_once and not self._initial_sequence_given
                 and success.last_sequence_id >= 0 and self._next_sequence_id == 0):
             # The broker's dedup state says where this (named) producer stopped: continue there.
             self.last_sequence_id_published = success.last_sequence_id
             self._next_sequence_id = success.last_sequence_id + 1
-        self._created_once = True
+        self._became_ready(cnx)
         self._epoch += 1
-        self.backoff.reset()
-        self.state = READY
         self.log.debug("producer {name} on {topic} ready; resending {n} pending",
                        name=self.producer_name, topic=self.topic, n=len(self._pending))
         for op in self._pending:
             cnx.write_raw(op.frame)
         self._arm_timeout()
-        started, self._started = self._started, None
-        if started is not None:
-            started.callback(self)
+        self._fire_started()
 
-    def _connect_failed(self, failure):
-        if self.state != CONNECTING:
-            return
-        error = failure.value
-        if not isinstance(error, errors.PulsarException):
-            self.log.failure("producer on {topic}: unexpected error connecting", failure,
-                             topic=self.topic)
-            error = errors.UnknownError(failure.getErrorMessage())
-        if not self._created_once:
-            elapsed = self.clock.seconds() - self._first_attempt_at
-            if not error.retriable or elapsed + self.backoff._next > self.client.operation_timeout:
-                self.state = FAILED
-                self._fail_all(error)
-                started, self._started = self._started, None
-                if started is not None:
-                    started.errback(error)
-                return
-        elif isinstance(error, (errors.TopicTerminated, errors.ProducerFenced)):
-            self.state = FAILED
-            self._fail_all(error)
-            return
-        self.log.info("producer on {topic}: {error}; retrying", topic=self.topic, error=error)
-        self._schedule_reconnect()
+    def _give_up(self, error):
+        self._fail_all(error)
 
-    def _schedule_reconnect(self):
-        if self._reconnect_call is None and self.state == CONNECTING:
-            self._reconnect_call = self.clock.callLater(self.backoff.next(), self._connect)
+    def _is_fatal(self, error) -> bool:
+        # Java's ProducerImpl stops reconnecting on these: retrying cannot succeed.
+        return isinstance(error, (errors.TopicTerminated, errors.ProducerFenced))
 
     # Called by the connection ------------------------------------------------------------
-    def connection_closed(self, cnx):
-        if cnx is self.cnx:
-            self._connection_gone()
-
     def closed_by_broker(self):
         self.log.info("producer {name} on {topic} closed by the broker; reconnecting",
                       name=self.producer_name, topic=self.topic)
         self._connection_gone()
-
-    def _connection_gone(self):
-        self.cnx = None
-        if self.state == READY:
-            self.state = CONNECTING
-            self._schedule_reconnect()
 
     def receipt_received(self, receipt):
         if not self._pending:

@@ -67,6 +67,9 @@ class ManagedCursorImpl:
         self.name = name
         self.mark_delete_position = mark_delete
         self._read_position = Position(mark_delete[0], mark_delete[1] + 1)
+        #: Bumped whenever the read position is moved by hand (rewind, seek, reset, skip): a
+        #: read in flight then must not move it on when it completes.
+        self._read_moves = 0
         self._acked = PositionRangeSet()
         #: position -> non-zero int bit set of the batch indexes NOT yet acknowledged, for
         #: entries above the mark-delete that are partly acknowledged (never in ``_acked``).
@@ -167,12 +170,12 @@ class ManagedCursorImpl:
         if self._state in (CursorState.CLOSED, CursorState.DELETED):
             return defer.fail(ManagedLedgerClosedError(f"cursor {self.name} is closed"))
         d = self.ml._read(self._read_position, count, self)
-        d.addCallback(self._read_done)
+        d.addCallback(self._read_done, self._read_moves)
         return d
 
-    def _read_done(self, result):
+    def _read_done(self, result, read_moves=None):
         entries, next_pos = result
-        if next_pos > self._read_position:
+        if next_pos > self._read_position and read_moves in (None, self._read_moves):
             self._read_position = next_pos
         self.ml._cursor_read(self)
         return entries
@@ -182,6 +185,7 @@ class ManagedCursorImpl:
         return defer.Deferred.fromCoroutine(self.ml._read_positions(wanted))
 
     def rewind(self):
+        self._read_moves += 1
         self._read_position = self.ml._next_position(self.mark_delete_position)
 
     def _resolve(self, position) -> Position:
@@ -195,6 +199,7 @@ class ManagedCursorImpl:
         position = self._resolve(position)
         if position <= self.mark_delete_position:
             position = self.ml._next_position(self.mark_delete_position)
+        self._read_moves += 1
         self._read_position = position
 
     def skip_entries(self, count: int) -> None:
@@ -206,6 +211,7 @@ class ManagedCursorImpl:
                 break
             pos = self.ml._next_position(pos)
             count -= 1
+        self._read_moves += 1
         self._read_position = pos
 
     # -- acks -----------------------------------------------------------------------------
@@ -343,6 +349,7 @@ class ManagedCursorImpl:
         self.mark_delete_position = Position(position[0], position[1] - 1)
         self._acked.clear()
         self._batch_deleted.clear()
+        self._read_moves += 1
         self._read_position = position
         return self._request_persist()
 

@@ -114,12 +114,20 @@ class SharedDispatcher(PersistentDispatcher):
     def start_read(self, count):
         if self.replay and not self.replay_stalled:
             positions = heapq.nsmallest(count, self.replay)
-            for position in positions:
-                del self.replay[position]
+            taken = {position: self.replay.pop(position) for position in positions}
             self._replaying = True
-            return self.cursor.replay_entries(positions)
+            d = self.cursor.replay_entries(positions)
+            d.addErrback(self._replay_failed, taken, self.epoch)
+            return d
         self._replaying = False
         return self.cursor.read_entries(count)
+
+    def _replay_failed(self, failure, taken, epoch):
+        # Those positions are held nowhere else now: back into the replay set for the retry
+        # (unless a seek reset the dispatcher meanwhile), else their messages are lost.
+        if epoch == self.epoch and not self.closed:
+            self.replay.update(taken)
+        return failure
 
     def has_more(self) -> bool:
         return (bool(self.replay) and not self.replay_stalled) or self.cursor.has_more_entries()
