@@ -1112,22 +1112,40 @@ class AdminService(service.Service):
 
     # ---------------------------------------------------------------- lookup and brokers
     async def lookup(self, name: TopicName) -> dict:
+        """Pulsar's LookupData of the broker serving ``name``. In a cluster that is the bundle's
+        owner, possibly another broker: like Pulsar's TopicLookupBase, an owned bundle is answered
+        200 with the owner's URLs (a 307 is only for unowned bundles assigned elsewhere, which
+        never happens here: the asked broker takes a free bundle itself)."""
         await self._check_namespace(name)
-        broker_url, broker_url_tls = await self.broker.lookup(str(name))
+        result = await self.broker.lookup(str(name))
+        broker_url, broker_url_tls = result
+        # Ownership results (broker/ownership.py) carry the serving broker's web URLs; a plain
+        # (url, url_tls) pair, or an empty http_url (standalone), means this broker.
+        http_url = getattr(result, "http_url", "") or self.web_service_url
+        http_url_tls = getattr(result, "http_url_tls", "") if getattr(result, "http_url", "") else ""
         return {"brokerUrl": broker_url, "brokerUrlTls": broker_url_tls or "",
-                "httpUrl": self.web_service_url, "httpUrlTls": "", "nativeUrl": broker_url}
+                "httpUrl": http_url, "httpUrlTls": http_url_tls, "nativeUrl": broker_url}
 
     def broker_id(self) -> str:
         return f"{self.config.advertisedAddress}:{self.config.webServicePort}"
 
     async def list_brokers(self, cluster: str) -> list:
+        """The ``host:webport`` of every broker registered under /loadbalance/brokers (cluster
+        brokers, broker/cluster.py); a standalone broker registers nothing and lists itself."""
         check_name("Cluster", cluster)
         if not await self._exists(f"{CLUSTERS_ROOT}/{cluster}"):
             raise NotFound("Cluster does not exist")
-        return [self.broker_id()] if cluster == self.cluster else []
+        if cluster != self.cluster:
+            return []
+        from pulsar_twisted.broker.ownership import BROKERS_ROOT
+        return await self.store.get_children(BROKERS_ROOT) or [self.broker_id()]
 
-    def leader_broker(self) -> dict:
-        return {"brokerId": self.broker_id(), "serviceUrl": self.web_service_url}
+    async def leader_broker(self) -> dict:
+        """The elected leader (the /loadbalance/leader node, broker/leader.py); without one
+        (standalone, or between a leader's end and the next election) this broker."""
+        from pulsar_twisted.broker.leader import read_leader
+        return await read_leader(self.store) or {"brokerId": self.broker_id(),
+                                                 "serviceUrl": self.web_service_url}
 
     async def health_check(self) -> str:
         """"ok" when the metadata store answers (Pulsar also round-trips a message; not yet)."""

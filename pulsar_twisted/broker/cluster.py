@@ -17,7 +17,7 @@ Wiring, started in this order and stopped in reverse:
    last, so that a broker accepting plain connections also accepts TLS ones.
 5. The broker's registration: an ephemeral ``/loadbalance/brokers/<advertisedAddress>:<webServicePort>``
    holding its URLs (Pulsar's ``LocalBrokerData`` field names), re-created by the periodic check if a
-   new ZooKeeper session lost it.
+   new ZooKeeper session lost it; then its candidacy for ``/loadbalance/leader`` (``leader.py``).
 
 The TLS URLs (``pulsar+ssl://advertisedAddress:brokerServicePortTls``,
 ``https://advertisedAddress:webServicePortTls``, empty when the port is 0) go wherever the plain ones
@@ -34,6 +34,7 @@ from twisted.application import service
 from twisted.internet import defer, endpoints, task
 from twisted.logger import Logger
 
+from pulsar_twisted.broker.leader import LeaderElection
 from pulsar_twisted.broker.ownership import BROKERS_ROOT, BundleOwnership, topic_hash
 from pulsar_twisted.common.gctune import tune_garbage_collector
 from pulsar_twisted.config import ConfigError
@@ -116,6 +117,7 @@ class BrokerClusterService(service.Service):
         self.web_port = None
         self.tls_ports = []
         self._registration_loop = None
+        self.leader = None
         self.ready = defer.Deferred()
 
     # ---------------------------------------------------------------- urls
@@ -234,6 +236,9 @@ class BrokerClusterService(service.Service):
             BrokerProtocolFactory(self.broker, reactor))
 
         await self._register()
+        # The /loadbalance/leader node that /admin/v2/brokers/leaderBroker reports (leader.py).
+        self.leader = LeaderElection(self.store, reactor, self.broker_id, self.web_url, check_interval)
+        await self.leader.start()
         self._registration_loop = task.LoopingCall(self._check_registration)
         self._registration_loop.clock = reactor
         self._registration_loop.start(check_interval, now=False).addErrback(
@@ -278,6 +283,8 @@ class BrokerClusterService(service.Service):
     async def _stop(self):
         if self._registration_loop is not None and self._registration_loop.running:
             self._registration_loop.stop()
+        if self.leader is not None:
+            await self.leader.stop()
         for port in (self.port, self.web_port, *self.tls_ports):
             if port is not None:
                 await port.stopListening()

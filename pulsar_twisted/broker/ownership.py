@@ -114,10 +114,11 @@ class LookupResult(tuple):
     (binary LOOKUP answers Redirect), False when the asking client should connect here."""
 
     def __new__(cls, broker_url: str, broker_url_tls: str = "", redirect: bool = False,
-                http_url: str = ""):
+                http_url: str = "", http_url_tls: str = ""):
         self = super().__new__(cls, (broker_url, broker_url_tls))
         self.redirect = redirect
         self.http_url = http_url
+        self.http_url_tls = http_url_tls
         return self
 
 
@@ -223,9 +224,10 @@ class BundleOwnership:
         owner = await self.acquire(bundle)
         if owner is None:
             return LookupResult(self.urls["nativeUrl"], self.urls["nativeUrlTls"],
-                                http_url=self.urls["httpUrl"])
+                                http_url=self.urls["httpUrl"], http_url_tls=self.urls["httpUrlTls"])
         return LookupResult(owner.get("nativeUrl", ""), owner.get("nativeUrlTls", ""),
-                            redirect=True, http_url=owner.get("httpUrl", ""))
+                            redirect=True, http_url=owner.get("httpUrl", ""),
+                            http_url_tls=owner.get("httpUrlTls", ""))
 
     def check_owned(self, name) -> defer.Deferred:
         return defer.Deferred.fromCoroutine(self._check_owned(name))

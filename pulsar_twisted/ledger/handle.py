@@ -36,7 +36,7 @@ from pulsar_twisted.ledger.interfaces import (
     LedgerEntry, LedgerFencedError, NoSuchEntryError, NoSuchLedgerError, UnauthorizedAccessError)
 from pulsar_twisted.ledger.metadata import LedgerMetadata, LedgerState
 from pulsar_twisted.ledger.quorum import DistributionSchedule
-from pulsar_twisted.metadata.interfaces import BadVersionError
+from pulsar_twisted.metadata.interfaces import BadVersionError, MetadataStoreError
 
 log = Logger()
 
@@ -259,6 +259,18 @@ class ReadOnlyLedgerHandle(_BaseHandle):
     def close(self):
         self._released = True
         return defer.succeed(None)
+
+
+def _session_expired(error: BaseException) -> bool:
+    """True when ``error`` (or what caused it) is ZooKeeper's SessionExpiredError. The ZooKeeper
+    store wraps kazoo's errors in MetadataStoreError keeping the original as ``__cause__``; the
+    name is compared so that this module does not depend on kazoo."""
+    seen = 0
+    while error is not None and seen < 8:
+        if type(error).__name__ == "SessionExpiredError":
+            return True
+        error, seen = error.__cause__ or error.__context__, seen + 1
+    return False
 
 
 class WriterState(enum.Enum):
@@ -584,6 +596,15 @@ class LedgerHandle(_BaseHandle):
                     if metadata.state is not LedgerState.OPEN:
                         raise LedgerFencedError(
                             f"ledger {self.ledger_id} was recovered by another client")
+        except MetadataStoreError as e:
+            if not _session_expired(e):
+                raise
+            # Expected when a broker loses its ZooKeeper session: the ledger stays OPEN in the
+            # metadata and whoever takes the topic over recovers (fences and closes) it. One line,
+            # and the close completes locally: there is nothing the callers could do about it.
+            log.warn("ledger {ledger}: not recorded as closed, the metadata session expired; "
+                     "the next owner's recovery closes it", ledger=self.ledger_id)
+            return None
         finally:
             self._closed_locally()
 

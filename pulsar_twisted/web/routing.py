@@ -25,6 +25,7 @@ from twisted.python.failure import Failure
 from twisted.web import resource, server
 
 from pulsar_twisted.broker.admin import BadRequest, http_status_of
+from pulsar_twisted.web.headers import set_headers
 
 _PARAM = re.compile(r"\{(\w+)\}")
 
@@ -175,8 +176,8 @@ class RouterResource(resource.Resource):
             return
         if isinstance(result, Response):
             request.setResponseCode(result.status)
-            for name, value in result.headers.items():
-                request.setHeader(name.encode(), str(value).encode())
+            # Exact-case names (peek's X-Pulsar-PROPERTY-<key>): web/headers.py.
+            set_headers(request, result.headers)
             body = result.body
             if not isinstance(body, bytes):
                 body = json.dumps(body).encode()

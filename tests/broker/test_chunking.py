@@ -1,6 +1,7 @@
 """Chunked messages on the broker: stored and dispatched as entries; refused where Pulsar refuses
 them; on Shared subscriptions every chunk of one message goes to one consumer."""
 
+from twisted.trial import unittest
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 
 from tests.broker.messaging import T, FeatureCase, NON_PERSISTENT, Sub, messages, payloads
@@ -83,3 +84,23 @@ class ChunkingTests(FeatureCase):
         self.subscribe(consumer, 1, permits=2)
         self.send_chunks(p, "a", 3, 0)
         self.assertEqual(len(messages(consumer.received())), 2)
+
+
+class ChunkOwnerBoundTests(unittest.SynchronousTestCase):
+    def test_incomplete_chunked_messages_do_not_pile_up(self):
+        """Chunk owners of messages whose last chunk never comes are bounded."""
+        from unittest import mock
+
+        from pulsar_twisted.broker.dispatch import shared
+        from pulsar_twisted.proto import PulsarApi_pb2 as api
+
+        dispatcher = shared.SharedDispatcher.__new__(shared.SharedDispatcher)
+        dispatcher.chunk_owners = {}
+        consumer = mock.Mock(closed=False)
+        dispatcher.next_consumer = lambda: consumer
+        with mock.patch.object(shared, "MAX_CHUNK_OWNERS", 3):
+            for i in range(10):
+                meta = api.MessageMetadata(producer_name="p", sequence_id=i, publish_time=1,
+                                           uuid=f"u{i}", chunk_id=0, num_chunks_from_msg=2)
+                self.assertIs(dispatcher._chunk_consumer(meta), consumer)
+        self.assertEqual(list(dispatcher.chunk_owners), ["u7", "u8", "u9"])

@@ -15,6 +15,10 @@ from pulsar_twisted.broker.dispatch.base import PersistentDispatcher
 from pulsar_twisted.broker.entryinfo import entry_metadata
 
 
+#: Chunked messages being delivered at once on one subscription before the oldest is forgotten.
+MAX_CHUNK_OWNERS = 10_000
+
+
 class SharedDispatcher(PersistentDispatcher):
     tracks_pending = True
 
@@ -163,6 +167,11 @@ class SharedDispatcher(PersistentDispatcher):
             if consumer is None:
                 return None
             owners[uuid] = consumer
+            if len(owners) > MAX_CHUNK_OWNERS:
+                # Messages whose last chunk never came (their producer died) must not pile up:
+                # forget the oldest; a straggler chunk of it may then reach another consumer,
+                # whose client expires the incomplete message as Pulsar's does.
+                del owners[next(iter(owners))]
         elif not consumer.available():
             return None
         if metadata.chunk_id >= metadata.num_chunks_from_msg - 1:
