@@ -35,6 +35,7 @@ from twisted.python.failure import Failure
 from pulsar_twisted.broker.entryinfo import entry_metadata
 from pulsar_twisted.common import errors
 from pulsar_twisted.common.position import Entry, Position
+from pulsar_twisted.mledger.interfaces import ManagedLedgerClosedError, ManagedLedgerFencedError
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.wire import frames
 
@@ -368,7 +369,13 @@ class Compactor:
     def _finished(self, result, topic):
         del self._running[topic.name]
         if isinstance(result, Failure):
-            log.failure("compaction of {topic} failed", result, topic=topic.name)
+            if result.check(ManagedLedgerClosedError, ManagedLedgerFencedError):
+                # The topic was unloaded or taken over while compacting: an expected interruption
+                # (the partial compacted ledger is already deleted); the next trigger starts over.
+                log.warn("compaction of {topic} interrupted: {reason}", topic=topic.name,
+                         reason=result.getErrorMessage())
+            else:
+                log.failure("compaction of {topic} failed", result, topic=topic.name)
             self._status[topic.name] = (Status.ERROR, result.getErrorMessage())
         else:
             self._status[topic.name] = (Status.SUCCESS, None)

@@ -1,5 +1,7 @@
 """Topic compaction: the two-pass compactor, compacted reads, the horizon's durability, the threshold."""
 
+from twisted.trial import unittest
+
 from pulsar_twisted.broker import compaction
 from pulsar_twisted.client.compression import LZ4, compress
 from pulsar_twisted.client.message import encode_batch, single_metadata
@@ -151,3 +153,29 @@ class CompactionTests(FeatureCase):
         raw = compaction.encode_compacted_entry((3, 4), b"data")
         self.assertEqual(compaction.decode_compacted_entry(raw), ((3, 4), b"data"))
         self.assertRaises(ValueError, compaction.decode_compacted_entry, raw[:-1])
+
+
+class CompactionInterruptedTests(unittest.TestCase):
+    """Found by schemathesis: PUT .../compaction then PUT .../unload logged a traceback."""
+
+    def test_unload_during_compaction_is_a_warning(self):
+        from twisted.python.failure import Failure
+        from twisted.logger import LogLevel, capturedLogs
+
+        from pulsar_twisted.broker.compaction import Compactor
+        from pulsar_twisted.mledger.interfaces import ManagedLedgerClosedError
+
+        compactor = Compactor.__new__(Compactor)
+        compactor._running = {"t": None}
+        compactor._status = {}
+
+        class Topic:
+            name = "t"
+
+        with capturedLogs() as events:
+            result = compactor._finished(Failure(ManagedLedgerClosedError("cursor __compaction is closed")),
+                                         Topic())
+        result.trap(ManagedLedgerClosedError)
+        self.assertEqual(compactor.status("t")["status"], "ERROR")
+        self.assertEqual([e["log_level"] for e in events], [LogLevel.warn])
+        self.assertNotIn("log_failure", events[0])
