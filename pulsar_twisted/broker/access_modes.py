@@ -79,8 +79,7 @@ class ProducerAccess:
             for other in list(producers.values()):
                 self.log.info("{topic}: fencing producer {producer} for an ExclusiveWithFencing producer",
                               topic=self.topic.name, producer=other.name)
-                self.topic.remove_producer(other)
-                other.close_by_broker()
+                self.topic.evict_producer(other)
             return self._grant(name, requested_epoch, create)
         if mode == api.WaitForExclusive:
             if self.exclusive is not None or producers or self.waiting:

@@ -163,8 +163,7 @@ class BacklogQuotaEnforcer:
     def disconnect_producers(topic) -> None:
         """Pulsar disconnects them; they reconnect and are refused while the quota is exceeded."""
         for producer in list(topic.producers.values()):
-            topic.remove_producer(producer)
-            producer.close_by_broker()
+            topic.evict_producer(producer)
 
     async def evict_by_size(self, topic, limit: int) -> None:
         """Skip the oldest messages of the slowest subscriptions until under 90% of ``limit``."""

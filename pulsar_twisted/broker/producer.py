@@ -39,6 +39,9 @@ class Producer:
         self.msg_in = 0
         self.bytes_in = 0
         self.closed = False
+        #: Publishes stored-or-failed not yet answered; a broker-side close waits for them.
+        self.pending = 0
+        self.closing = False
 
     def publish(self, send, message: bytes):
         """Store ``message``; Deferred fires (always successfully) once the client is answered."""
@@ -59,10 +62,18 @@ class Producer:
                 counted = is_last_chunk(entry_metadata(message))
             if self._is_duplicate(dedup, sequence_id, highest, counted):
                 return defer.succeed(None)
+        self.pending += 1
         d = self.topic.publish(message, send.num_messages)
         d.addCallbacks(self._stored, self._failed, callbackArgs=(sequence_id, highest, counted),
                        errbackArgs=(sequence_id,))
+        d.addBoth(self._settled)
         return d
+
+    def _settled(self, result):
+        self.pending -= 1
+        if self.closing and not self.pending:
+            self._finish_close()
+        return result
 
     def _is_duplicate(self, dedup, sequence_id, highest, counted=True) -> bool:
         """Deduplication's verdict; a duplicate is answered here (``dedup`` module docstring).
@@ -107,7 +118,19 @@ class Producer:
             self.cnx.sender.send_send_error(self.producer_id, sequence_id, code, message)
 
     def close_by_broker(self):
-        """Detach and tell the client (it reconnects and recreates the producer)."""
+        """
+        Detach and tell the client (it reconnects and recreates the producer). As Pulsar's
+        producer close, publishes already in flight are answered first: their receipts go out,
+        then CLOSE_PRODUCER, so the client does not resend (and duplicate) stored messages.
+        """
+        if self.closed or self.closing:
+            return
+        self.closing = True
+        if not self.pending:
+            self._finish_close()
+
+    def _finish_close(self):
+        self.closing = False
         self.closed = True
         self.cnx.producer_closed_by_broker(self)
 

@@ -152,7 +152,19 @@ class TopicBase:
         return self.access.acquire(cnx, request, name, create)
 
     def remove_producer(self, producer) -> None:
+        """The client closed the producer or went away: nothing more is sent to it."""
         producer.closed = True
+        self._detach_producer(producer)
+
+    def evict_producer(self, producer) -> None:
+        """
+        The broker closes a producer (fencing, quota, dedup change, unload): detached at once,
+        its publishes in flight still answered, then CLOSE_PRODUCER (Producer.close_by_broker).
+        """
+        self._detach_producer(producer)
+        producer.close_by_broker()
+
+    def _detach_producer(self, producer) -> None:
         if self.producers.get(producer.name) is producer:
             del self.producers[producer.name]
             self.access.released(producer)
@@ -227,8 +239,7 @@ class PersistentTopic(TopicBase):
             self.dedup = MessageDeduplication(self.ledger, self.config, self.name)
             d = self.dedup.start()
             for producer in list(self.producers.values()):
-                self.remove_producer(producer)
-                producer.close_by_broker()
+                self.evict_producer(producer)
             d.addErrback(self._dedup_failed)
             return d
         if not enabled:

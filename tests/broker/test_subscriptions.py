@@ -339,3 +339,22 @@ class InitialSubscriptionTests(Base):
         self.assertIn("init", self.harness.broker.topics[TOPIC].subscriptions)
         self.subscribe(c, 8, sub="init", permits=10)
         self.assertEqual(payloads(c.received()), ["m0", "m1"])
+
+
+class UnloadWithPublishesInFlightTests(Base):
+    def test_receipts_before_close_producer(self):
+        """Unloading a topic answers the publishes in flight before CLOSE_PRODUCER (no resends)."""
+        self.harness.ledger_client.pause_adds()
+        for seq in range(3):
+            self.producer.send(T(type=T.SEND, send=api.CommandSend(producer_id=1, sequence_id=seq)),
+                               message(seq))
+        topic = self.harness.broker.topics[TOPIC]
+        closing = topic.close()
+        self.assertEqual(self.producer.commands(), [])
+        self.harness.ledger_client.resume_adds()
+        self.harness.pump()
+        self.successResultOf(closing)
+        kinds = [(c.type, c.send_receipt.sequence_id if c.type == T.SEND_RECEIPT else None)
+                 for c in self.producer.commands()]
+        self.assertEqual(kinds, [(T.SEND_RECEIPT, 0), (T.SEND_RECEIPT, 1), (T.SEND_RECEIPT, 2),
+                                 (T.CLOSE_PRODUCER, None)])
