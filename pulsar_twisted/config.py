@@ -359,8 +359,8 @@ _BROKER_KEYS = [
     Key("managedLedgerMaxLedgerRolloverTimeMinutes", int, 240,
         "A ledger with entries is rolled over at this age.", "Storage"),
     Key("managedLedgerCacheSizeMB", int, 32,
-        "Entry cache of each managed ledger, in MB: recent entries served to tailing readers\n"
-        "without reading the bookie.", "Storage"),
+        "Entry cache shared by all the managed ledgers of the broker, in MB: recent entries served\n"
+        "to tailing readers without reading the bookie.", "Storage"),
     Key("managedLedgerCursorMaxEntriesPerLedger", int, 50000,
         "Cursor state snapshots per cursor ledger before it rolls over.", "Storage"),
     Key("managedLedgerMaxUnackedRangesToPersist", int, 10000,
@@ -383,7 +383,7 @@ _BROKER_KEYS = [
     Key("journalMaxSizeMB", int, 2048, "Journal file size before it rolls over.", "Bookie"),
     Key("flushInterval", int, 1000, "Milliseconds between checkpoints of the write cache to entry logs.",
         "Bookie"),
-    Key("dbStorage_writeCacheMaxSizeMb", int, 32,
+    Key("dbStorage_writeCacheMaxSizeMb", int, 16,
         "Bookie write cache (entries journaled, not yet in entry logs); a checkpoint starts when it\n"
         "is full. Up to twice this is held while a checkpoint writes.", "Bookie"),
     Key("logSizeLimit", int, 1024 * 1024 * 1024, "Entry log file size before it rolls over.", "Bookie"),

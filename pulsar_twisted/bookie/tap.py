@@ -15,7 +15,7 @@ from twisted.internet import defer, endpoints
 from twisted.logger import Logger
 
 from pulsar_twisted.config import BookieConfig, ConfigError
-from pulsar_twisted.common.gctune import tune_garbage_collector
+from pulsar_twisted.common.gctune import limit_malloc_arenas, tune_garbage_collector
 from pulsar_twisted.common.startup import startup_failed
 from pulsar_twisted.common.tapopts import config_options
 
@@ -156,4 +156,5 @@ def make_autorecovery(config: BookieConfig, store, reactor):
 
 
 def make_bookie_service(options):
+    limit_malloc_arenas()
     return BookieService(options.config)

@@ -12,7 +12,7 @@ from twisted.application import service
 from twisted.internet import defer, endpoints
 from twisted.logger import Logger
 
-from pulsar_twisted.common.gctune import tune_garbage_collector
+from pulsar_twisted.common.gctune import limit_malloc_arenas, tune_garbage_collector
 from pulsar_twisted.config import BrokerConfig, ConfigError, StandaloneConfig
 from pulsar_twisted.common.startup import startup_failed
 from pulsar_twisted.common.tapopts import config_options
@@ -178,9 +178,11 @@ BrokerOptions = config_options(BrokerConfig, check_broker)
 
 
 def make_standalone_service(options):
+    limit_malloc_arenas()
     return StandaloneService(options.config)
 
 
 def make_broker_service(options):
     from pulsar_twisted.broker.cluster import BrokerClusterService
+    limit_malloc_arenas()
     return BrokerClusterService(options.config)

@@ -1,5 +1,7 @@
-"""Garbage-collector settings for the long-running daemons (called once start-up is done)."""
+"""Memory settings for the long-running daemons (called once start-up is done)."""
 
+import ctypes
+import ctypes.util
 import gc
 
 
@@ -18,3 +20,27 @@ def tune_garbage_collector():
     """
     gc.freeze()
     gc.set_threshold(20_000, 20, 50)
+
+
+#: glibc's mallopt parameter for the number of malloc arenas.
+_M_ARENA_MAX = -8
+
+
+def limit_malloc_arenas(arenas: int = 2) -> None:
+    """
+    Cap glibc's malloc arenas. Every thread that allocates (journal writer, checkpoint and
+    metadata workers) otherwise gets an arena of its own, and payloads allocated in one and kept
+    or freed in another leave partly used arenas behind: RSS under a sustained 1 GB publish varied
+    from 215 to 309 MB between identical runs. Two arenas are plenty for one reactor thread and a
+    few workers. Call it before any thread starts (the twistd makeService functions do). A no-op
+    where the C library is not glibc.
+    """
+    name = ctypes.util.find_library("c")
+    if not name:
+        return
+    try:
+        libc = ctypes.CDLL(name)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(_M_ARENA_MAX, arenas)

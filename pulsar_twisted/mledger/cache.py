@@ -15,31 +15,63 @@ collector nothing, where Position-keyed dicts made every full collection walk ev
 from pulsar_twisted.common.position import Position
 
 
+class CacheBudget:
+    """
+    The bytes all the entry caches of one factory may hold together (Pulsar's
+    ``managedLedgerCacheSizeMB`` is broker-wide, not per topic). A cache inserting past the
+    budget evicts its own oldest entries first; if it holds nothing more to evict, it does not
+    cache the new entry — so the total stays bounded whatever the number of topics.
+    """
+
+    __slots__ = ("max_size_bytes", "size")
+
+    def __init__(self, max_size_bytes: int):
+        self.max_size_bytes = max_size_bytes
+        self.size = 0
+
+
 class EntryCache:
     """
-    Position -> bytes, bounded by ``max_size_bytes`` (0 disables caching).
+    Position -> bytes, bounded by ``max_size_bytes`` (0 disables caching) and, when given, by a
+    ``CacheBudget`` shared with the other managed ledgers of the factory.
 
     Contract: ``insert`` must be called in increasing position order (the managed ledger's
     add completions are); entries inserted out of order are ignored rather than breaking
     the front-eviction invariant.
     """
 
-    def __init__(self, max_size_bytes: int):
+    def __init__(self, max_size_bytes: int, budget: CacheBudget = None):
         self.max_size_bytes = max_size_bytes
+        self.budget = budget
         self._ledgers = {}
         self._count = 0
         self._last_ledger = -1
         self._last_entry = -1
-        self.size = 0
+        self._size = 0
         self.hits = 0
         self.misses = 0
 
     def __len__(self):
         return self._count
 
+    @property
+    def size(self) -> int:
+        return self._size
+
+    @size.setter
+    def size(self, value: int) -> None:
+        if self.budget is not None:
+            self.budget.size += value - self._size
+        self._size = value
+
     def insert(self, position: Position, data: bytes) -> None:
         if self.max_size_bytes <= 0 or len(data) > self.max_size_bytes:
             return
+        budget = self.budget
+        if budget is not None and budget.size + len(data) > budget.max_size_bytes:
+            self._evict_oldest(budget.size + len(data) - budget.max_size_bytes)
+            if budget.size + len(data) > budget.max_size_bytes:
+                return  # the others hold the budget; they evict as they insert
         ledger_id, entry_id = position
         if ledger_id < self._last_ledger or (ledger_id == self._last_ledger and entry_id <= self._last_entry):
             return

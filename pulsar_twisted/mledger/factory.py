@@ -11,6 +11,7 @@ from pulsar_twisted.mledger import formats
 from pulsar_twisted.mledger.config import ManagedLedgerConfig
 from pulsar_twisted.mledger.interfaces import IManagedLedgerFactory, ManagedLedgerClosedError
 from pulsar_twisted.mledger.ledger import ManagedLedgerImpl
+from pulsar_twisted.mledger.cache import CacheBudget
 
 log = Logger()
 
@@ -28,6 +29,8 @@ class ManagedLedgerFactory:
         self.store = metadata_store
         self.reactor = reactor
         self.default_config = default_config if default_config is not None else ManagedLedgerConfig()
+        #: One entry-cache budget for all the managed ledgers (cache_size_bytes is broker-wide).
+        self.cache_budget = CacheBudget(self.default_config.cache_size_bytes)
         self._ledgers = {}
         self._opening = {}
         self._shut_down = False

@@ -129,7 +129,7 @@ class ManagedLedgerImpl:
         self._drain_waiters = []
         self._read_handles = {}
         self._opening_handles = {}
-        self._cache = EntryCache(config.cache_size_bytes)
+        self._cache = EntryCache(config.cache_size_bytes, getattr(factory, "cache_budget", None))
         self._meta_version = None
         self._meta_writing = False
         self._meta_waiters = []

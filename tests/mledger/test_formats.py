@@ -66,3 +66,27 @@ class CacheTests(unittest.TestCase):
         cache.invalidate_ledger(1)
         self.assertEqual(len(cache), 1)
         self.assertEqual(cache.size, 1)
+
+
+class CacheBudgetTests(unittest.SynchronousTestCase):
+    def test_caches_share_one_budget(self):
+        """managedLedgerCacheSizeMB bounds all the managed ledgers' caches together."""
+        from pulsar_twisted.common.position import Position
+        from pulsar_twisted.mledger.cache import CacheBudget, EntryCache
+
+        budget = CacheBudget(1000)
+        a, b = EntryCache(1000, budget), EntryCache(1000, budget)
+        for i in range(6):
+            a.insert(Position(1, i), b"x" * 100)
+        self.assertEqual(budget.size, 600)
+        for i in range(6):
+            b.insert(Position(2, i), b"y" * 100)
+        # b evicted nothing of its own at first, then could not cache past the budget.
+        self.assertLessEqual(budget.size, 1000)
+        self.assertEqual(budget.size, a.size + b.size)
+        for i in range(6, 12):
+            a.insert(Position(1, i), b"x" * 100)
+        self.assertLessEqual(budget.size, 1000)
+        self.assertIsNotNone(a.get(Position(1, 11)))
+        a.clear()
+        self.assertEqual(budget.size, b.size)
