@@ -128,7 +128,19 @@ class PersistentSubscription:
             counts = self.redelivery_counts
             for position in positions:
                 counts[position] = counts.get(position, 0) + 1
+            if len(counts) > self.PRUNE_COUNTS_ABOVE:
+                self._prune_redelivery_counts()
         self.dispatcher.redeliver(consumer, positions)
+
+    #: Redelivery counts kept before the acknowledged ones are swept out (admin skips and
+    #: clear-backlog move the cursor without going through acknowledge()).
+    PRUNE_COUNTS_ABOVE = 10_000
+
+    def _prune_redelivery_counts(self) -> None:
+        is_acked = self.cursor.is_acknowledged
+        counts = self.redelivery_counts
+        for position in [p for p in counts if is_acked(p)]:
+            del counts[position]
 
     def mark_delete_position(self):
         return self.cursor.mark_delete_position

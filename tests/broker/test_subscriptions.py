@@ -358,3 +358,23 @@ class UnloadWithPublishesInFlightTests(Base):
                  for c in self.producer.commands()]
         self.assertEqual(kinds, [(T.SEND_RECEIPT, 0), (T.SEND_RECEIPT, 1), (T.SEND_RECEIPT, 2),
                                  (T.CLOSE_PRODUCER, None)])
+
+
+class RedeliveryCountPruningTests(Base):
+    def test_counts_of_acknowledged_messages_are_swept(self):
+        """Redelivery counts of messages acknowledged behind the subscription's back do not pile up."""
+        c = self.harness.client()
+        self.subscribe(c, 1, permits=100)
+        self.publish(5)
+        got = [f for f in c.received() if f[0].type == T.MESSAGE]
+        sub = self.harness.broker.topics[TOPIC].subscriptions["s"]
+        ids = [f[0].message.message_id for f in got]
+        c.send(T(type=T.REDELIVER_UNACKNOWLEDGED_MESSAGES, redeliverUnacknowledgedMessages=
+                 api.CommandRedeliverUnacknowledgedMessages(consumer_id=1, message_ids=ids)))
+        self.assertEqual(len(sub.redelivery_counts), 5)
+        # An admin skip: the cursor moves without acknowledge().
+        self.successResultOf(sub.cursor.skip_unacked(3))
+        sub.PRUNE_COUNTS_ABOVE = 0
+        c.send(T(type=T.REDELIVER_UNACKNOWLEDGED_MESSAGES, redeliverUnacknowledgedMessages=
+                 api.CommandRedeliverUnacknowledgedMessages(consumer_id=1, message_ids=ids[3:])))
+        self.assertEqual(sorted(sub.redelivery_counts.values()), [2, 2])
