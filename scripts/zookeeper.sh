@@ -8,6 +8,8 @@ set -uo pipefail
 cmd=${1:?start|stop}; dir=${2:?directory}; port=${3:-2181}
 server=/usr/share/zookeeper/bin/zkServer.sh
 
+case "$cmd" in start|stop) ;; *) echo "usage: $0 start|stop DIR [PORT]" >&2; exit 2 ;; esac
+
 if [ "$cmd" = stop ]; then
     [ -f "$dir/zoo.cfg" ] && "$server" stop "$dir/zoo.cfg" >/dev/null 2>&1
     exit 0

@@ -20,14 +20,13 @@ import atexit
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
 
-from pulsar_twisted.testing.process import _REPO_ROOT, _TWISTD, free_port, port_open
+from pulsar_twisted.testing.process import _REPO_ROOT, ChildProcess, free_port
 
 HOST = "127.0.0.1"
 ZK_ENV = "PULSAR_TEST_ZK"
@@ -116,8 +115,17 @@ class ZooKeeperServer:
             self.directory = None
 
 
-class DaemonProcess:
-    """One ``twistd -n <plugin> -c <conf>`` child; ready when ``ready_port`` accepts connections."""
+class DaemonProcess(ChildProcess):
+    """One ``twistd -n <plugin> -c <conf>`` child; ready when ``ready_port`` accepts connections.
+
+    The child's life (spawn, wait_ready, stop, kill9, restart, log tails) is ``ChildProcess``'s;
+    unlike the standalone, stop and kill9 do not wait for the port to close."""
+
+    host = HOST
+    error = ClusterError
+    running_registry = _RUNNING
+    wait_port_closed = False
+    log_tail_lines = 40
 
     def __init__(self, name: str, plugin: str, directory: str, settings: dict, ready_port: int,
                  start_timeout: float = 30.0, stop_timeout: float = 30.0):
@@ -131,9 +139,7 @@ class DaemonProcess:
         self.stop_timeout = stop_timeout
         self.config_path = os.path.join(directory, f"{name}.conf")
         self.log_path = os.path.join(directory, f"{name}.log")
-        self.process = None
-        self._log_file = None
-        self.starts = 0
+        self._init_child()
         self.write_config()
 
     def write_config(self) -> None:
@@ -141,93 +147,8 @@ class DaemonProcess:
             for key, value in self.settings.items():
                 f.write(f"{key}={value}\n")
 
-    def spawn(self) -> None:
-        """Start the child without waiting (see ``wait_ready``)."""
-        if self.running():
-            raise ClusterError(f"{self.name} is already running")
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            [_REPO_ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-        self._log_file = open(self.log_path, "ab")
-        self.starts += 1
-        self._log_file.write(f"===== start #{self.starts} =====\n".encode())
-        self._log_file.flush()
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", _TWISTD, "-n", "--pidfile=", self.plugin, "-c", self.config_path],
-            cwd=self.directory, env=env, stdin=subprocess.DEVNULL,
-            stdout=self._log_file, stderr=subprocess.STDOUT)
-        _RUNNING.add(self)
-
-    def wait_ready(self) -> "DaemonProcess":
-        deadline = time.monotonic() + self.start_timeout
-        while time.monotonic() < deadline:
-            if self.process is None or self.process.poll() is not None:
-                code = None if self.process is None else self.process.returncode
-                self._reap()
-                raise ClusterError(f"{self.name} exited with status {code} while starting\n"
-                                   + self.log_tail())
-            if port_open(HOST, self.ready_port):
-                return self
-            time.sleep(0.05)
-        self.kill9()
-        raise ClusterError(f"{self.name} did not listen on {self.ready_port} within "
-                           f"{self.start_timeout}s\n" + self.log_tail())
-
-    def start(self) -> "DaemonProcess":
-        self.spawn()
-        return self.wait_ready()
-
-    def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def stop(self) -> int:
-        """SIGTERM (twistd's graceful stop); SIGKILL and ClusterError if it overstays."""
-        if self.process is None:
-            return 0
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(self.stop_timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-                self._reap()
-                raise ClusterError(f"{self.name} ignored SIGTERM for {self.stop_timeout}s\n"
-                                   + self.log_tail())
-        code = self.process.returncode
-        self._reap()
-        return code
-
-    def kill9(self) -> None:
-        """SIGKILL: no shutdown code runs."""
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
-        self._reap()
-
-    def restart(self, graceful: bool = True) -> "DaemonProcess":
-        self.stop() if graceful else self.kill9()
-        return self.start()
-
-    def _reap(self) -> None:
-        _RUNNING.discard(self)
-        if self._log_file is not None:
-            self._log_file.close()
-            self._log_file = None
-        self.process = None
-
-    def log_text(self) -> str:
-        try:
-            with open(self.log_path, "rb") as f:
-                return f.read().decode("utf-8", "replace")
-        except OSError:
-            return ""
-
-    def log_tail(self, lines: int = 40) -> str:
-        tail = self.log_text().splitlines()[-lines:]
-        return f"--- last {len(tail)} lines of {self.log_path} ---\n" + "\n".join(tail)
+    def twistd_arguments(self) -> list:
+        return [self.plugin, "-c", self.config_path]
 
 
 class BookieProcess(DaemonProcess):

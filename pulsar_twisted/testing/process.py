@@ -69,7 +69,148 @@ def port_open(host: str, port: int, timeout: float = 0.2) -> bool:
         return False
 
 
-class StandaloneProcess:
+class ChildProcess:
+    """
+    The life of one ``twistd -n ...`` child writing to its own log file, shared by
+    ``StandaloneProcess`` and the cluster's ``DaemonProcess``: ``spawn()`` then ``wait_ready()``
+    (the child is ready once ``(host, ready_port)`` accepts connections), ``stop()`` (SIGTERM),
+    ``kill9()``, ``restart()``, log tails for failure messages.
+
+    A subclass sets ``name`` (it names the child in errors), ``error`` (the exception raised),
+    ``running_registry`` (the set its ``atexit`` hook kills), ``twistd_arguments()``, and in its
+    ``__init__`` ``directory``, ``log_path``, ``start_timeout``, ``stop_timeout`` and then calls
+    ``_init_child()``. Blocking (sleep-polling with deadlines), like the rest of this module.
+    """
+
+    host = "127.0.0.1"
+    name = "child"
+    error = StandaloneError
+    running_registry = _RUNNING
+    #: Whether stop() and kill9() also wait (at most 5 s) until ``ready_port`` stops accepting.
+    wait_port_closed = True
+    log_tail_lines = 60
+
+    def _init_child(self) -> None:
+        self.process = None
+        self._log_file = None
+        self.starts = 0
+
+    def twistd_arguments(self) -> list:
+        """What follows ``twistd -n --pidfile=`` on the child's command line."""
+        raise NotImplementedError
+
+    def spawn(self) -> None:
+        """Start the child without waiting (see ``wait_ready``)."""
+        if self.running():
+            raise self.error(f"{self.name} is already running")
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [_REPO_ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        self._log_file = open(self.log_path, "ab")
+        self.starts += 1
+        self._log_file.write(f"===== start #{self.starts} =====\n".encode())
+        self._log_file.flush()
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", _TWISTD, "-n", "--pidfile="] + self.twistd_arguments(),
+            cwd=self.directory, env=env, stdin=subprocess.DEVNULL,
+            stdout=self._log_file, stderr=subprocess.STDOUT)
+        self.running_registry.add(self)
+
+    def wait_ready(self):
+        """Wait until ``ready_port`` accepts connections; ``error`` (with the log tail) if the
+        child exits first or ``start_timeout`` passes (then it is killed)."""
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            if self.process is None or self.process.poll() is not None:
+                code = None if self.process is None else self.process.returncode
+                self._reap()
+                raise self.error(f"{self.name} exited with status {code} while starting\n"
+                                 + self.log_tail())
+            if port_open(self.host, self.ready_port):
+                return self
+            time.sleep(0.05)
+        self.kill9()
+        raise self.error(f"{self.name} did not listen on {self.ready_port} within "
+                         f"{self.start_timeout}s\n" + self.log_tail())
+
+    def start(self):
+        """Start the child and wait until it accepts connections."""
+        self.spawn()
+        return self.wait_ready()
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def stop(self) -> int:
+        """Graceful shutdown (SIGTERM, as twistd expects); SIGKILL if it overstays. Exit status."""
+        if self.process is None:
+            return 0
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(self.stop_timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+                self._reap()
+                raise self.error(f"{self.name} ignored SIGTERM for {self.stop_timeout}s\n"
+                                 + self.log_tail())
+        code = self.process.returncode
+        self._reap()
+        if self.wait_port_closed:
+            self._wait_port_closed()
+        return code
+
+    def kill9(self) -> None:
+        """SIGKILL: no shutdown code runs, as in a crash or power loss of the process."""
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        self._reap()
+        if self.wait_port_closed:
+            self._wait_port_closed()
+
+    def restart(self, graceful: bool = True):
+        """Stop (or kill -9) and start again on the same data, config and port."""
+        if graceful:
+            self.stop()
+        else:
+            self.kill9()
+        return self.start()
+
+    def _reap(self) -> None:
+        self.running_registry.discard(self)
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+        self.process = None
+
+    def _wait_port_closed(self, timeout: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and port_open(self.host, self.ready_port):
+            time.sleep(0.05)
+
+    # ------------------------------------------------------------------ diagnostics
+    def log_tail(self, lines: int = None) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                text = f.read().decode("utf-8", "replace")
+        except OSError:
+            return "(no log)"
+        tail = text.splitlines()[-(lines or self.log_tail_lines):]
+        return f"--- last {len(tail)} lines of {self.log_path} ---\n" + "\n".join(tail)
+
+    def log_text(self) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+
+class StandaloneProcess(ChildProcess):
     """
     One standalone (broker + bookie + embedded metadata) in a child process.
 
@@ -78,7 +219,7 @@ class StandaloneProcess:
     set here so that instances never share anything; the caller may still override them.
     """
 
-    host = "127.0.0.1"
+    name = "standalone"
 
     def __init__(self, config=None, start_timeout: float = 30.0, stop_timeout: float = 30.0,
                  base_dir: str = None):
@@ -104,9 +245,11 @@ class StandaloneProcess:
         with open(self.config_path, "w") as f:
             for key, value in settings.items():
                 f.write(f"{key}={value}\n")
-        self.process = None
-        self._log_file = None
-        self.starts = 0
+        self._init_child()
+
+    @property
+    def ready_port(self) -> int:
+        return self.port
 
     @property
     def service_url(self) -> str:
@@ -116,77 +259,8 @@ class StandaloneProcess:
     def web_service_url(self) -> str:
         return f"http://{self.host}:{self.web_port}"
 
-    # ------------------------------------------------------------------ lifecycle
-    def start(self) -> "StandaloneProcess":
-        """Start the child and wait until the broker port accepts connections."""
-        if self.running():
-            raise StandaloneError("already running")
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            [_REPO_ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-        self._log_file = open(self.log_path, "ab")
-        self.starts += 1
-        self._log_file.write(f"===== start #{self.starts} =====\n".encode())
-        self._log_file.flush()
-        self.process = subprocess.Popen(
-            [sys.executable, "-c", _TWISTD, "-n", "--pidfile=", "pulsar-standalone",
-             "--config", self.config_path],
-            cwd=self.directory, env=env, stdin=subprocess.DEVNULL,
-            stdout=self._log_file, stderr=subprocess.STDOUT)
-        _RUNNING.add(self)
-        deadline = time.monotonic() + self.start_timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                code = self.process.returncode
-                self._reap()
-                raise StandaloneError(f"standalone exited with status {code} while starting\n"
-                                      + self.log_tail())
-            if port_open(self.host, self.port):
-                return self
-            time.sleep(0.05)
-        self.kill9()
-        raise StandaloneError(f"standalone did not listen on {self.port} within "
-                              f"{self.start_timeout}s\n" + self.log_tail())
-
-    def running(self) -> bool:
-        return self.process is not None and self.process.poll() is None
-
-    def stop(self) -> int:
-        """Graceful shutdown (SIGTERM, as twistd expects); SIGKILL if it overstays. Exit status."""
-        if self.process is None:
-            return 0
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(self.stop_timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-                self._reap()
-                raise StandaloneError(f"standalone ignored SIGTERM for {self.stop_timeout}s\n"
-                                      + self.log_tail())
-        code = self.process.returncode
-        self._reap()
-        self._wait_port_closed()
-        return code
-
-    def kill9(self) -> None:
-        """SIGKILL: no shutdown code runs, as in a crash or power loss of the process."""
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
-        self._reap()
-        self._wait_port_closed()
-
-    def restart(self, graceful: bool = True) -> "StandaloneProcess":
-        """Stop (or kill -9) and start again on the same data, config and port."""
-        if graceful:
-            self.stop()
-        else:
-            self.kill9()
-        return self.start()
+    def twistd_arguments(self) -> list:
+        return ["pulsar-standalone", "--config", self.config_path]
 
     def cleanup(self) -> None:
         """Stop if running and remove the temporary directory."""
@@ -196,32 +270,3 @@ class StandaloneProcess:
         finally:
             self._reap()
             shutil.rmtree(self.directory, ignore_errors=True)
-
-    def _reap(self) -> None:
-        _RUNNING.discard(self)
-        if self._log_file is not None:
-            self._log_file.close()
-            self._log_file = None
-        self.process = None
-
-    def _wait_port_closed(self, timeout: float = 5.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and port_open(self.host, self.port):
-            time.sleep(0.05)
-
-    # ------------------------------------------------------------------ diagnostics
-    def log_tail(self, lines: int = 60) -> str:
-        try:
-            with open(self.log_path, "rb") as f:
-                text = f.read().decode("utf-8", "replace")
-        except OSError:
-            return "(no log)"
-        tail = text.splitlines()[-lines:]
-        return f"--- last {len(tail)} lines of {self.log_path} ---\n" + "\n".join(tail)
-
-    def log_text(self) -> str:
-        try:
-            with open(self.log_path, "rb") as f:
-                return f.read().decode("utf-8", "replace")
-        except OSError:
-            return ""

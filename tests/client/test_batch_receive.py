@@ -8,6 +8,7 @@ from pulsar_twisted.client.batch_receive import BatchReceivePolicy, as_policy
 from pulsar_twisted.client.consumer import Consumer
 from pulsar_twisted.client.partitioned import MultiConsumer
 from tests.client.helpers import T
+from tests.client.interop_support import StandaloneInteropCase
 from tests.client.test_consumer import CONSUMER_ID, ConsumerCase, batch, single
 
 try:
@@ -226,39 +227,8 @@ class MultiConsumerBatchTests(ConsumerCase):
         self.failureResultOf(d, errors.AlreadyClosed)
 
 
-_live = {"standalone": None, "remaining": 0}
-
-
-class BatchReceiveInteropTests(SynchronousTestCase):
+class BatchReceiveInteropTests(StandaloneInteropCase):
     """Our blocking consumer's batch_receive, the official producer, a real standalone."""
-
-    if pulsar is None:
-        skip = "needs the official pulsar client"
-
-    def setUp(self):
-        from pulsar_twisted.client.blocking import Client
-        from pulsar_twisted.testing.process import StandaloneProcess
-        from tests.client.test_interop import _private_reactor, _quiet_logger
-        if _live["standalone"] is None:
-            standalone = StandaloneProcess({})
-            standalone.start()
-            _live.update(standalone=standalone, remaining=len(
-                [n for n in dir(type(self)) if n.startswith("test_")]))
-        self.standalone = _live["standalone"]
-        self.addCleanup(self._done)
-        self.ours = Client(self.standalone.service_url, operation_timeout_seconds=10,
-                           reactor=_private_reactor())
-        self.addCleanup(self.ours.close)
-        self.theirs = pulsar.Client(self.standalone.service_url, operation_timeout_seconds=10,
-                                    logger=_quiet_logger())
-        self.addCleanup(self.theirs.close)
-
-    @staticmethod
-    def _done():
-        _live["remaining"] -= 1
-        if _live["remaining"] <= 0 and _live["standalone"] is not None:
-            _live["standalone"].cleanup()
-            _live["standalone"] = None
 
     def test_batches_from_official_producer(self):
         """Batched sends of the official producer come back as count-limited lists, then []."""

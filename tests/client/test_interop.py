@@ -5,27 +5,18 @@ Interop: our client (through its blocking facade, on a private reactor thread) a
 One standalone serves the whole module (started by the first test, stopped at the last).
 """
 
-import logging
 import time
 import urllib.request
 import uuid
-
-from twisted.trial.unittest import SynchronousTestCase
 
 from pulsar_twisted.client import errors
 from pulsar_twisted.client.blocking import Client
 from pulsar_twisted.client.message_id import MessageId
 from pulsar_twisted.client.routing import java_string_hash
-
-try:
-    import pulsar
-except ImportError:  # pragma: no cover
-    pulsar = None
-
-try:
-    from pulsar_twisted.testing.process import StandaloneProcess, free_port
-except ImportError:  # pragma: no cover
-    StandaloneProcess = None
+from pulsar_twisted.testing.process import free_port
+from tests.client.interop_support import StandaloneInteropCase, pulsar
+# Kept under its old name: tests.client.test_tls_auth imports the shared private reactor from here.
+from tests.client.interop_support import private_reactor as _private_reactor
 
 CODECS = ["NONE", "LZ4", "ZLIB", "ZSTD", "SNAPPY"]
 
@@ -34,54 +25,9 @@ def _their_codec(name):
     return getattr(pulsar.CompressionType, names[name])
 
 
-def _quiet_logger():
-    """The official client's log, errors only, kept out of the test output."""
-    logger = logging.getLogger("pulsar-twisted-client-interop")
-    logger.setLevel(logging.ERROR)
-    logger.propagate = False
-    if not logger.handlers:
-        logger.addHandler(logging.NullHandler())
-    return logger
-
-
-_state = {"standalone": None, "reactor": None, "remaining": None}
-
-
-def _private_reactor():
-    """A reactor of our own, so the global one stays free for trial's other tests."""
-    if _state["reactor"] is None:
-        from twisted.internet.epollreactor import EPollReactor
-        _state["reactor"] = EPollReactor()
-    return _state["reactor"]
-
-
-class InteropTests(SynchronousTestCase):
-    if pulsar is None or StandaloneProcess is None:
-        skip = "needs the official pulsar client and pulsar_twisted.testing.process"
-
-    def setUp(self):
-        if _state["standalone"] is None:
-            self.web_port = free_port()
-            standalone = StandaloneProcess({"webServicePort": self.web_port})
-            standalone.web_port = self.web_port
-            standalone.start()
-            _state["standalone"] = standalone
-            _state["remaining"] = len([n for n in dir(type(self)) if n.startswith("test_")])
-        self.standalone = _state["standalone"]
-        self.addCleanup(self._done)
-        self.ours = Client(self.standalone.service_url, operation_timeout_seconds=10,
-                           reactor=_private_reactor())
-        self.addCleanup(self.ours.close)
-        self.theirs = pulsar.Client(self.standalone.service_url, operation_timeout_seconds=10,
-                                    logger=_quiet_logger())
-        self.addCleanup(self.theirs.close)
-
-    @staticmethod
-    def _done():
-        _state["remaining"] -= 1
-        if _state["remaining"] <= 0 and _state["standalone"] is not None:
-            _state["standalone"].cleanup()
-            _state["standalone"] = None
+class InteropTests(StandaloneInteropCase):
+    def standalone_config(self):
+        return {"webServicePort": free_port()}
 
     def topic(self):
         return f"persistent://public/default/{self._testMethodName}-{uuid.uuid4().hex[:8]}"

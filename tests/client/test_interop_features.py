@@ -11,53 +11,17 @@ import sys
 import time
 import uuid
 
-from twisted.trial.unittest import SynchronousTestCase
-
 from pulsar_twisted.client import dlq, errors
-from pulsar_twisted.client.blocking import Client
 from pulsar_twisted.client.chunking import ChunkMessageId
-from tests.client.test_interop import _private_reactor, _quiet_logger
-
-try:
-    import pulsar
-except ImportError:  # pragma: no cover
-    pulsar = None
-
-try:
-    from pulsar_twisted.testing.process import StandaloneProcess
-except ImportError:  # pragma: no cover
-    StandaloneProcess = None
+from tests.client.interop_support import StandaloneInteropCase, pulsar
 
 MAX_MESSAGE_SIZE = 16 * 1024
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_state = {"standalone": None, "remaining": None}
 
 
-class FeatureInteropTests(SynchronousTestCase):
-    if pulsar is None or StandaloneProcess is None:
-        skip = "needs the official pulsar client and pulsar_twisted.testing.process"
-
-    def setUp(self):
-        if _state["standalone"] is None:
-            standalone = StandaloneProcess({"maxMessageSize": MAX_MESSAGE_SIZE})
-            standalone.start()
-            _state["standalone"] = standalone
-            _state["remaining"] = len([n for n in dir(type(self)) if n.startswith("test_")])
-        self.standalone = _state["standalone"]
-        self.addCleanup(self._done)
-        self.ours = Client(self.standalone.service_url, operation_timeout_seconds=10,
-                           reactor=_private_reactor())
-        self.addCleanup(self.ours.close)
-        self.theirs = pulsar.Client(self.standalone.service_url, operation_timeout_seconds=10,
-                                    logger=_quiet_logger())
-        self.addCleanup(self.theirs.close)
-
-    @staticmethod
-    def _done():
-        _state["remaining"] -= 1
-        if _state["remaining"] <= 0 and _state["standalone"] is not None:
-            _state["standalone"].cleanup()
-            _state["standalone"] = None
+class FeatureInteropTests(StandaloneInteropCase):
+    def standalone_config(self):
+        return {"maxMessageSize": MAX_MESSAGE_SIZE}
 
     def topic(self, name=None):
         return (f"persistent://public/default/{name or self._testMethodName}-"

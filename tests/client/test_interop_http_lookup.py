@@ -10,52 +10,18 @@ import re
 import urllib.request
 import uuid
 
-from twisted.trial.unittest import SynchronousTestCase
-
 from pulsar_twisted.client import errors
-from pulsar_twisted.client.blocking import Client
 from pulsar_twisted.client.http_lookup import HttpLookupService
-
-from tests.client.test_interop import _private_reactor, _quiet_logger
-
-try:
-    import pulsar
-except ImportError:  # pragma: no cover
-    pulsar = None
-
-try:
-    from pulsar_twisted.testing.process import StandaloneProcess
-except ImportError:  # pragma: no cover
-    StandaloneProcess = None
-
-_state = {"standalone": None, "remaining": None}
+from tests.client.interop_support import StandaloneInteropCase
 
 
-class HttpLookupInteropTests(SynchronousTestCase):
-    if pulsar is None or StandaloneProcess is None:
-        skip = "needs the official pulsar client and pulsar_twisted.testing.process"
+class HttpLookupInteropTests(StandaloneInteropCase):
+    def standalone_config(self):
+        return {"journalSyncData": "false"}
 
-    def setUp(self):
-        if _state["standalone"] is None:
-            standalone = StandaloneProcess({"journalSyncData": "false"})
-            standalone.start()
-            _state["standalone"] = standalone
-            _state["remaining"] = len([n for n in dir(type(self)) if n.startswith("test_")])
-        self.standalone = _state["standalone"]
-        self.addCleanup(self._done)
-        self.ours = Client(self.standalone.web_service_url, operation_timeout_seconds=10,
-                           reactor=_private_reactor())
-        self.addCleanup(self.ours.close)
-        self.theirs = pulsar.Client(self.standalone.service_url, operation_timeout_seconds=10,
-                                    logger=_quiet_logger())
-        self.addCleanup(self.theirs.close)
-
-    @staticmethod
-    def _done():
-        _state["remaining"] -= 1
-        if _state["remaining"] <= 0 and _state["standalone"] is not None:
-            _state["standalone"].cleanup()
-            _state["standalone"] = None
+    def our_service_url(self):
+        """Our client looks up over the web service (``http://``), the subject of this module."""
+        return self.standalone.web_service_url
 
     def topic(self, name=None):
         return (f"persistent://public/default/{name or self._testMethodName}-"

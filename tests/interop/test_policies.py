@@ -4,28 +4,15 @@ real ``twistd pulsar-standalone``: message TTL expiring a backlog, and a produce
 quota refusing producers with the client's ProducerBlockedQuotaExceededException.
 """
 
-import json
 import time
-import urllib.request
-import uuid
 
-from tests.interop.test_core import InteropCase, pulsar
+from tests.interop.admin_support import AdminInteropCase
+from tests.interop.test_core import pulsar
 
 
-class PolicyInteropTests(InteropCase):
+class PolicyInteropTests(AdminInteropCase):
     standalone_config = {"backlogQuotaCheckIntervalInSeconds": 1, "journalSyncData": "false"}
-
-    def rest(self, method: str, path: str, body=None) -> int:
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.standalone.web_service_url + path, data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status
-
-    def namespace(self) -> str:
-        ns = f"policies-{uuid.uuid4().hex[:8]}"
-        self.rest("PUT", f"/admin/v2/namespaces/public/{ns}", {})
-        return ns
+    namespace_prefix = "policies"
 
     def test_message_ttl_expires_the_backlog(self):
         """Messages older than a TTL set over REST are expired at once and never delivered."""

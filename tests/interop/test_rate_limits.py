@@ -5,28 +5,15 @@ consumer with a large receiver queue gets a backlog, and a publish rate slows a 
 Bounds are tolerant (timers and the first period's full budget), not exact.
 """
 
-import json
 import time
-import urllib.request
-import uuid
 
-from tests.interop.test_core import Earliest, InteropCase
+from tests.interop.admin_support import AdminInteropCase
+from tests.interop.test_core import Earliest
 
 
-class RateLimitInteropTests(InteropCase):
+class RateLimitInteropTests(AdminInteropCase):
     standalone_config = {"journalSyncData": "false"}
-
-    def rest(self, method: str, path: str, body=None) -> int:
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.standalone.web_service_url + path, data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status
-
-    def namespace(self) -> str:
-        ns = f"rates-{uuid.uuid4().hex[:8]}"
-        self.rest("PUT", f"/admin/v2/namespaces/public/{ns}", {})
-        return ns
+    namespace_prefix = "rates"
 
     def test_dispatch_rate_bounds_consume_rate(self):
         """A 200 msg/s subscription dispatch rate: about 200 messages a second reach a consumer
