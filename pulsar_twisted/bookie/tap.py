@@ -16,7 +16,7 @@ from twisted.logger import Logger
 
 from pulsar_twisted.config import BookieConfig, ConfigError
 from pulsar_twisted.common.gctune import limit_malloc_arenas, tune_garbage_collector
-from pulsar_twisted.common.startup import startup_failed
+from pulsar_twisted.common.startup import chain_startup
 from pulsar_twisted.common.tapopts import config_options
 
 
@@ -70,14 +70,8 @@ class BookieService(service.Service):
 
     def startService(self):
         service.Service.startService(self)
-        d = defer.ensureDeferred(self._start())
-
-        def failed(failure):
-            return startup_failed(self.reactor, self.log, failure, "pulsar-bookie")
-
-        d.addErrback(failed)
-        d.chainDeferred(self.ready)
-        self.ready.addErrback(lambda _: None)
+        chain_startup(defer.ensureDeferred(self._start()), self.ready, self.reactor, self.log,
+                      "pulsar-bookie")
 
     async def _start(self):
         from pulsar_twisted.bookie.server import BookieServer

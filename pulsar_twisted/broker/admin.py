@@ -1214,21 +1214,14 @@ def _previous_position(ledger, position):
 
 
 def _decompress(kind: int, data: bytes, size: int) -> bytes:
-    if kind == api.NONE:
-        return data
-    if kind == api.LZ4:
-        import lz4.block
-        return lz4.block.decompress(data, uncompressed_size=size)
-    if kind == api.ZLIB:
-        import zlib
-        return zlib.decompress(data)
-    if kind == api.ZSTD:
-        import zstandard
-        return zstandard.ZstdDecompressor().decompress(data, max_output_size=size)
-    if kind == api.SNAPPY:
-        import snappy
-        return snappy.uncompress(data)
-    raise AdminError(f"Unknown compression {kind}")
+    """The payload decoded with the codecs the clients use (one implementation of Pulsar's
+    encodings, ``client/compression.py``); a payload that does not decode is an AdminError."""
+    from pulsar_twisted.client.compression import decompress
+    from pulsar_twisted.client.errors import InvalidMessage
+    try:
+        return decompress(kind, data, size)
+    except InvalidMessage as e:
+        raise AdminError(str(e))
 
 
 def entry_response(position, data: bytes) -> tuple:

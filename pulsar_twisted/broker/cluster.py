@@ -38,7 +38,7 @@ from pulsar_twisted.broker.leader import LeaderElection
 from pulsar_twisted.broker.ownership import BROKERS_ROOT, BundleOwnership, topic_hash
 from pulsar_twisted.common.gctune import tune_garbage_collector
 from pulsar_twisted.config import ConfigError
-from pulsar_twisted.common.startup import startup_failed
+from pulsar_twisted.common.startup import chain_startup
 
 log = Logger()
 
@@ -162,14 +162,8 @@ class BrokerClusterService(service.Service):
     # ---------------------------------------------------------------- lifecycle
     def startService(self):
         super().startService()
-        d = defer.Deferred.fromCoroutine(self._start())
-
-        def failed(failure):
-            return startup_failed(self.reactor, log, failure, "pulsar-broker")
-
-        d.addErrback(failed)
-        d.chainDeferred(self.ready)
-        self.ready.addErrback(lambda _: None)
+        chain_startup(defer.Deferred.fromCoroutine(self._start()), self.ready, self.reactor, log,
+                      "pulsar-broker")
 
     async def _start(self):
         from pulsar_twisted.broker.admin import AdminService

@@ -14,7 +14,7 @@ from twisted.logger import Logger
 
 from pulsar_twisted.common.gctune import limit_malloc_arenas, tune_garbage_collector
 from pulsar_twisted.config import BrokerConfig, ConfigError, StandaloneConfig
-from pulsar_twisted.common.startup import startup_failed
+from pulsar_twisted.common.startup import chain_startup
 from pulsar_twisted.common.tapopts import config_options
 
 
@@ -42,13 +42,7 @@ class StandaloneService(service.MultiService):
 
     def startService(self):
         super().startService()
-        d = self._start()
-
-        def failed(failure):
-            return startup_failed(self.reactor, self.log, failure, "pulsar-standalone")
-
-        d.addErrback(failed)
-        d.chainDeferred(self.ready)
+        chain_startup(self._start(), self.ready, self.reactor, self.log, "pulsar-standalone")
 
     @defer.inlineCallbacks
     def _start(self):

@@ -19,3 +19,14 @@ def startup_failed(reactor, log, failure, daemon: str):
         # Failed inside startService, before twistd started the reactor.
         reactor.callWhenRunning(reactor.stop)
     return failure
+
+
+def chain_startup(starting, ready, reactor, log, daemon: str) -> None:
+    """
+    Wire a daemon's start-up Deferred ``starting`` to its ``ready`` Deferred: a failure goes
+    through ``startup_failed`` (logged once, exit status 1) and is then consumed, so observers of
+    ``ready`` added later do not log it a second time as an unhandled error.
+    """
+    starting.addErrback(lambda failure: startup_failed(reactor, log, failure, daemon))
+    starting.chainDeferred(ready)
+    ready.addErrback(lambda _: None)
