@@ -1,0 +1,141 @@
+"""
+The nemesis: one fault at a time on a running ``Cluster``, chosen by a seeded ``random.Random``,
+for a given duration, then ``heal()`` (every process running and thawed, registered again).
+
+Faults (``KINDS``):
+
+- ``kill-bookie`` / ``kill-broker``: kill -9, down for 1-6 s, start again on the same data and ports.
+- ``pause-bookie`` / ``pause-broker``: SIGSTOP until ZooKeeper has expired the process's session
+  (seen as its ephemeral registration vanishing or changing hands), 0.5-3 s more, then SIGCONT. The
+  process resumes believing it still holds its ephemeral nodes: the case session expiry exists for.
+- ``partition-bookie`` / ``partition-broker`` (``netns.Partitions``, only for daemons started inside
+  network namespaces): the daemon's link to the host goes down for a session timeout and more, while
+  the process keeps running.
+
+The schedule (kinds, targets, hold times, rests) depends only on the seed; how the cluster reacts
+depends on timing, as in any Jepsen run. Every fault is recorded in the History with wall-clock start
+and end, so a violation can be lined up with what was happening.
+"""
+
+import random
+import threading
+import time
+
+from pulsar_twisted.testing.chaos.history import Fault, History
+from pulsar_twisted.testing.cluster import Cluster, ClusterError, wait_for
+
+KINDS = ("kill-bookie", "kill-broker", "pause-bookie", "pause-broker")
+PARTITION_KINDS = ("partition-bookie", "partition-broker")
+
+
+class Nemesis:
+    """``run(duration)`` injects faults until ``duration`` seconds have passed (a fault under way
+    is finished first, so the run may overstay by one fault); ``stop()`` ends it early."""
+
+    def __init__(self, cluster: Cluster, history: History, seed: int, kinds=KINDS,
+                 session_timeout: float = 4.0, rest=(2.0, 5.0), partitions=None, log=print):
+        self.cluster = cluster
+        self.history = history
+        self.rng = random.Random(seed)
+        self.kinds = tuple(kinds)
+        self.session_timeout = session_timeout
+        self.rest = rest
+        self.partitions = partitions
+        self.log = log
+        self._stop = threading.Event()
+        self.errors = []
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _sleep(self, seconds: float) -> bool:
+        """Sleep unless stopped; True if stopped."""
+        return self._stop.wait(seconds)
+
+    def run(self, duration: float) -> None:
+        deadline = time.monotonic() + duration
+        if not self.kinds:                # a control run: the same timeline, no faults
+            self._sleep(duration)
+            return
+        if self._sleep(self.rng.uniform(*self.rest)):
+            return
+        while time.monotonic() < deadline and not self._stop.is_set():
+            kind = self.rng.choice(self.kinds)
+            group = self.cluster.bookies if kind.endswith("bookie") else self.cluster.brokers
+            target = self.rng.choice(group)
+            hold = self.rng.uniform(1.0, 6.0) if kind.startswith("kill") else self.rng.uniform(0.5, 3.0)
+            fault = Fault(kind, target.name, time.time())
+            self.history.record_fault(fault)
+            self.log(f"nemesis: {kind} {target.name} (hold {hold:.1f}s)")
+            try:
+                if kind.startswith("kill"):
+                    self._kill(target, hold)
+                elif kind.startswith("pause"):
+                    fault.note = self._pause(target, hold)
+                else:
+                    fault.note = self._partition(target, hold)
+            except Exception as e:
+                fault.note += f" error: {type(e).__name__}: {str(e)[:300]}"
+                self.errors.append(f"{kind} {target.name}: {e}")
+                self.log(f"nemesis: {kind} {target.name} failed: {str(e)[:300]}")
+                self._heal_one(target)
+            fault.ended = time.time()
+            if self._sleep(self.rng.uniform(*self.rest)):
+                return
+
+    def _kill(self, target, hold: float) -> None:
+        target.kill9()
+        self._sleep(hold)
+        target.start()
+
+    def _wait_expired(self, target, old_session) -> bool:
+        """Wait (at most 4 session timeouts) until ``target``'s registration is gone or held by
+        another session; whether it was."""
+        try:
+            wait_for(lambda: self.cluster.session_of(target.registration) != old_session,
+                     self.session_timeout * 4, f"{target.name}'s session to expire", interval=0.2)
+            return True
+        except ClusterError:
+            return False
+
+    def _pause(self, target, hold: float) -> str:
+        old = self.cluster.session_of(target.registration)
+        target.pause()
+        try:
+            expired = self._wait_expired(target, old)
+            self._sleep(hold)
+        finally:
+            target.resume()
+        return "session expired" if expired else "session did NOT expire"
+
+    def _partition(self, target, hold: float) -> str:
+        if self.partitions is None or not self.partitions.isolated(target):
+            raise ClusterError(f"{target.name} runs outside any network namespace")
+        old = self.cluster.session_of(target.registration)
+        self.partitions.cut(target)
+        try:
+            expired = self._wait_expired(target, old)
+            self._sleep(hold)
+        finally:
+            self.partitions.heal(target)
+        return "session expired" if expired else "session did NOT expire"
+
+    def _heal_one(self, process) -> None:
+        if self.partitions is not None:
+            self.partitions.heal(process)
+        process.resume()
+        if not process.running():
+            try:
+                process.start()
+            except ClusterError as e:
+                self.errors.append(f"restart {process.name}: {e}")
+
+    def heal(self, timeout: float = 60.0) -> None:
+        """Every process thawed, connected and running, and registered in ZooKeeper again
+        (ClusterError after ``timeout``)."""
+        for process in self.cluster.bookies + self.cluster.brokers:
+            self._heal_one(process)
+        wait_for(lambda: all(self.cluster.session_of(p.registration) is not None
+                             for p in self.cluster.bookies + self.cluster.brokers),
+                 timeout, "every daemon registered after the heal", interval=0.2,
+                 on_timeout=self.cluster.logs)
