@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pulsar_twisted.testing.chaos import checker  # noqa: E402
 from pulsar_twisted.testing.chaos.history import History  # noqa: E402
-from pulsar_twisted.testing.chaos.nemesis import KINDS, PARTITION_KINDS  # noqa: E402
+from pulsar_twisted.testing.chaos.nemesis import KINDS  # noqa: E402
 
 
 def _quorum(text: str) -> tuple:
@@ -35,10 +35,10 @@ def _quorum(text: str) -> tuple:
 
 def _kinds(text: str) -> tuple:
     kinds = tuple(k for k in text.split(",") if k)
-    unknown = set(kinds) - set(KINDS) - set(PARTITION_KINDS)
+    unknown = set(kinds) - set(KINDS)
     if unknown:
         raise argparse.ArgumentTypeError(f"unknown faults {sorted(unknown)}; known: "
-                                         f"{', '.join(KINDS + PARTITION_KINDS)}")
+                                         f"{', '.join(KINDS)}")
     return kinds
 
 
@@ -54,8 +54,6 @@ def parse(argv):
     p.add_argument("--faults", type=_kinds, default=KINDS,
                    help="comma-separated fault kinds; empty for a fault-free control run\n"
                         f"(default {','.join(KINDS)})")
-    p.add_argument("--partition-faults", action="store_true",
-                   help="also partition daemons run inside network namespaces (needs root, ip netns)")
     p.add_argument("--zk", default=None, help="ZooKeeper HOST:PORT (default $PULSAR_TEST_ZK)")
     p.add_argument("--json", default=None, help="write the verdict here as JSON")
     p.add_argument("--history", default=None, help="write the whole history here as JSON")
@@ -79,7 +77,7 @@ def main(argv=None) -> int:
 
     from pulsar_twisted.testing.chaos.runner import ChaosConfig, run
     signal.signal(signal.SIGTERM, _terminate)
-    kinds = tuple(args.faults) + (PARTITION_KINDS if args.partition_faults else ())
+    kinds = tuple(args.faults)
     started = time.monotonic()
 
     def log(text):

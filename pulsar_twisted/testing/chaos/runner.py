@@ -35,7 +35,8 @@ class ChaosConfig:
     session_timeout_ms: int = 4000
     warmup: float = 3.0               # publishing before the first fault
     after_heal: float = 8.0           # publishing after the heal
-    settle: float = 45.0              # for the last callbacks (longer than the 30 s send timeout)
+    send_timeout_ms: int = 30000      # the official client's send timeout
+    settle: float = 45.0              # for the last callbacks (longer than the send timeout)
     drain_idle: float = 10.0
     drain_timeout: float = 90.0
     zk_hosts: str = None              # None: PULSAR_TEST_ZK, else a ZooKeeper the harness starts
@@ -77,6 +78,7 @@ def make_cluster(config: ChaosConfig) -> Cluster:
         "managedLedgerDefaultAckQuorum": ack, "brokerDeduplicationEnabled": "true",
         "zooKeeperSessionTimeoutMillis": config.session_timeout_ms,
         "bookkeeperClientTimeoutInSeconds": 5,
+        "defaultRetentionTimeInMinutes": -1, "defaultRetentionSizeInMB": -1,
     }
     bookie_config = {"zkTimeout": config.session_timeout_ms}
     return Cluster(zk, bookies=config.bookies, brokers=config.brokers,
@@ -103,6 +105,10 @@ def run(config: ChaosConfig) -> tuple:
         # PUT .../partitions matters (issue 11, a non-owner caching the partitions' state).
         web = cluster.brokers[config.seed % len(cluster.brokers)].web_service_url
         admin(f"{web}/admin/v2/namespaces/public/default/deduplication", "POST", True)
+        # Infinite retention: the consumers acknowledge everything, and the read-back must still
+        # find every entry ever stored, not only what trimming left.
+        admin(f"{web}/admin/v2/namespaces/public/default/retention", "POST",
+              {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1})
         admin(f"{web}/admin/v2/persistent/public/default/{topic.rsplit('/', 1)[1]}/partitions",
               "PUT", config.partitions)
         service_url = "pulsar://" + ",".join(f"{b.host}:{b.port}" for b in cluster.brokers)
@@ -113,7 +119,8 @@ def run(config: ChaosConfig) -> tuple:
         producer_client = make_client(service_url, f"{cluster.directory}/client-producers.log")
         clients.append(producer_client)
         producers = Producers(producer_client, topic, history, count=config.producers,
-                              rate=config.rate, prefix=f"chaos{config.seed}")
+                              rate=config.rate, prefix=f"chaos{config.seed}",
+                              send_timeout_millis=config.send_timeout_ms)
         producers.start()
         log(f"publishing to {topic} ({config.producers} producers, {config.rate:.0f} msg/s), "
             f"consumers on {sorted(history.subscriptions)}")
@@ -121,11 +128,10 @@ def run(config: ChaosConfig) -> tuple:
 
         nemesis = Nemesis(cluster, history, config.seed, kinds=config.kinds,
                           session_timeout=config.session_timeout_ms / 1000.0, log=log)
-        thread = threading.Thread(target=nemesis.run, args=(config.duration,), daemon=True)
-        thread.start()
-        thread.join(config.duration + 120)
-        nemesis.stop()
-        thread.join(60)
+        # On this (the main) thread, not a helper: a child asks for SIGKILL when the thread that
+        # spawned it exits (PR_SET_PDEATHSIG follows the thread), so daemons restarted from a
+        # short-lived thread would die with it.
+        nemesis.run(config.duration)
         nemesis.heal()
         history.meta["healed_at"] = time.time()
         log(f"healed; {len(history.faults)} faults; publishing {config.after_heal:.0f}s more")
