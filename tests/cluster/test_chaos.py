@@ -231,6 +231,54 @@ class HistoryTests(SynchronousTestCase):
         self.assertEqual(again.sends[("a", 1)].message_id, (7, 1, 0))
 
 
+class RelayTests(SynchronousTestCase):
+    """The relays behind partitions, on real local sockets (no namespace needed)."""
+
+    def test_gate_holds_bytes_both_ways_until_opened(self):
+        """A closed gate passes no byte either way and keeps the connection up; opened, the held
+        bytes arrive."""
+        import socket
+        from pulsar_twisted.testing.chaos import relay
+        gate = relay.Gate()
+        self.addCleanup(setattr, gate, "stopped", True)
+        a, a_peer = socket.socketpair()
+        b, b_peer = socket.socketpair()
+        for sock in (a, a_peer, b, b_peer):
+            self.addCleanup(sock.close)
+        relay.join(a_peer, b_peer, gate)
+        a.sendall(b"ping")
+        self.assertEqual(b.recv(4), b"ping")
+        gate.close()
+        a.sendall(b"held")
+        b.sendall(b"back")
+        for sock in (a, b):
+            sock.settimeout(0.3)
+            self.assertRaises(socket.timeout, sock.recv, 4)
+            sock.settimeout(5)
+        gate.open()
+        self.assertEqual(b.recv(4), b"held")
+        self.assertEqual(a.recv(4), b"back")
+
+    def test_serve_drops_when_target_refuses(self):
+        """A relayed connection whose far side cannot be reached is closed at once (what the
+        readiness probe of a namespaced daemon relies on)."""
+        import os
+        import socket
+        from pulsar_twisted.testing.chaos import relay
+        directory = tempfile.mkdtemp(dir="/tmp")
+        path = os.path.join(directory, "x.sock")
+        listener = relay.unix_listener(path)
+        self.addCleanup(listener.close)
+
+        def refuse():
+            raise ConnectionRefusedError()
+        relay.serve(listener, refuse)
+        probe = relay.connect_unix(path)
+        self.addCleanup(probe.close)
+        probe.settimeout(5)
+        self.assertEqual(probe.recv(1), b"")
+
+
 class ShortChaosRunTests(SynchronousTestCase):
     """A short seeded chaos run on real processes: every acknowledged message is stored once, in
     order, and delivered; every send is answered (issue 11)."""

@@ -8,9 +8,9 @@ Faults (``KINDS``):
 - ``pause-bookie`` / ``pause-broker``: SIGSTOP until ZooKeeper has expired the process's session
   (seen as its ephemeral registration vanishing or changing hands), 0.5-3 s more, then SIGCONT. The
   process resumes believing it still holds its ephemeral nodes: the case session expiry exists for.
-
-Network partitions are not here yet (see the report on issue 11): a daemon would have to run inside
-a network namespace with its link cut while it keeps running.
+- ``partition-bookie`` / ``partition-broker``: only for daemons run in a network namespace of their
+  own (``netns.Isolation``): every byte to and from the daemon stops, both ways, while it keeps
+  running, until ZooKeeper has expired its session and 0.5-3 s more; then the bytes flow again.
 
 Run it on the thread that will outlive the daemons it restarts (the main thread): a cluster child
 asks for SIGKILL when the thread that spawned it exits (PR_SET_PDEATHSIG is per thread).
@@ -28,6 +28,7 @@ from pulsar_twisted.testing.chaos.history import Fault, History
 from pulsar_twisted.testing.cluster import Cluster, ClusterError, wait_for
 
 KINDS = ("kill-bookie", "kill-broker", "pause-bookie", "pause-broker")
+PARTITION_KINDS = ("partition-bookie", "partition-broker")
 
 
 class Nemesis:
@@ -39,7 +40,10 @@ class Nemesis:
         self.cluster = cluster
         self.history = history
         self.rng = random.Random(seed)
-        self.kinds = tuple(kinds)
+        isolated = any(getattr(p, "isolation", None) is not None
+                       for p in cluster.bookies + cluster.brokers)
+        # Partitions only where a daemon runs in a namespace of its own.
+        self.kinds = tuple(k for k in kinds if isolated or not k.startswith("partition"))
         self.session_timeout = session_timeout
         self.rest = rest
         self.log = log
@@ -63,6 +67,10 @@ class Nemesis:
         while time.monotonic() < deadline and not self._stop.is_set():
             kind = self.rng.choice(self.kinds)
             group = self.cluster.bookies if kind.endswith("bookie") else self.cluster.brokers
+            if kind.startswith("partition"):
+                group = [p for p in group if getattr(p, "isolation", None) is not None]
+                if not group:
+                    continue
             target = self.rng.choice(group)
             hold = self.rng.uniform(1.0, 6.0) if kind.startswith("kill") else self.rng.uniform(0.5, 3.0)
             fault = Fault(kind, target.name, time.time())
@@ -71,8 +79,10 @@ class Nemesis:
             try:
                 if kind.startswith("kill"):
                     self._kill(target, hold)
-                else:
+                elif kind.startswith("pause"):
                     fault.note = self._pause(target, hold)
+                else:
+                    fault.note = self._partition(target, hold)
             except Exception as e:
                 fault.note += f" error: {type(e).__name__}: {str(e)[:300]}"
                 self.errors.append(f"{kind} {target.name}: {e}")
@@ -107,7 +117,19 @@ class Nemesis:
             target.resume()
         return "session expired" if expired else "session did NOT expire"
 
+    def _partition(self, target, hold: float) -> str:
+        old = self.cluster.session_of(target.registration)
+        target.isolation.cut()
+        try:
+            expired = self._wait_expired(target, old)
+            self._sleep(hold)
+        finally:
+            target.isolation.heal()
+        return "session expired" if expired else "session did NOT expire"
+
     def _heal_one(self, process) -> None:
+        if getattr(process, "isolation", None) is not None:
+            process.isolation.heal()
         process.resume()
         if not process.running():
             try:

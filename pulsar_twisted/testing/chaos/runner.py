@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 
 from pulsar_twisted.testing.chaos import checker
 from pulsar_twisted.testing.chaos.history import History
-from pulsar_twisted.testing.chaos.nemesis import KINDS, Nemesis
+from pulsar_twisted.testing.chaos import netns
+from pulsar_twisted.testing.chaos.nemesis import KINDS, PARTITION_KINDS, Nemesis
 from pulsar_twisted.testing.chaos.workload import (Consumers, Producers, make_client, read_back)
 from pulsar_twisted.testing.cluster import Cluster, ClusterError, ZooKeeperServer
 
@@ -31,7 +32,10 @@ class ChaosConfig:
     partitions: int = 3
     producers: int = 7
     rate: float = 280.0               # messages per second, all producers together
-    kinds: tuple = KINDS
+    kinds: tuple = KINDS + PARTITION_KINDS
+    #: Daemons run in network namespaces of their own (the targets of partition faults) when a
+    #: partition kind is asked for and the machine allows it.
+    isolate: tuple = ("bookie2", "broker1")
     session_timeout_ms: int = 4000
     warmup: float = 3.0               # publishing before the first fault
     after_heal: float = 8.0           # publishing after the heal
@@ -95,8 +99,11 @@ def run(config: ChaosConfig) -> tuple:
                         rate=config.rate, producers=config.producers, directory=cluster.directory)
     clients = []
     nemesis = None
+    isolations = []
     try:
         started = time.monotonic()
+        isolations = _isolate(cluster, config)
+        history.meta["isolated"] = [i.process.name for i in isolations]
         cluster.start()
         log(f"cluster up in {time.monotonic() - started:.1f}s ({cluster.directory})")
         topic = f"persistent://public/default/chaos-{uuid.uuid4().hex[:8]}"
@@ -163,6 +170,37 @@ def run(config: ChaosConfig) -> tuple:
         if config.keep_logs:
             _copy_logs(cluster, config.keep_logs)
         cluster.cleanup()
+        for isolation in isolations:
+            isolation.cleanup()
+
+
+def _isolate(cluster: Cluster, config: ChaosConfig) -> list:
+    """Put ``config.isolate``'s daemons in network namespaces of their own (before they start),
+    if partitions are asked for and possible; the Isolations made."""
+    if not any(k.startswith("partition") for k in config.kinds):
+        return []
+    why = netns.available()
+    if why:
+        config.log(f"no partition faults: {why}")
+        return []
+    zk_ports = [int(h.rsplit(":", 1)[1]) for h in cluster.zk_server.hosts.split(",")]
+    bookie_ports = [b.port for b in cluster.bookies]
+    broker_ports = [p for b in cluster.brokers for p in (b.port, b.web_port)]
+    isolations = []
+    try:
+        for process in cluster.bookies + cluster.brokers:
+            if process.name not in config.isolate:
+                continue
+            # A broker talks to ZooKeeper, the bookies and the other brokers; a bookie to ZooKeeper.
+            outbound = zk_ports + (bookie_ports + broker_ports if process in cluster.brokers else [])
+            isolation = netns.Isolation(process, outbound)
+            isolations.append(isolation)
+            isolation.setup()
+    except Exception:
+        for isolation in isolations:
+            isolation.cleanup()
+        raise
+    return isolations
 
 
 def _copy_logs(cluster: Cluster, target: str) -> None:
