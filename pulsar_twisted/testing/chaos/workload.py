@@ -14,7 +14,7 @@ import time
 import pulsar
 
 from pulsar_twisted.testing.chaos.history import (EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED, Delivery,
-                                                  History, decode_payload, encode_payload)
+                                                  History, Stored, decode_payload, encode_payload)
 
 #: Subscription name -> (type, number of consumers).
 DEFAULT_SUBSCRIPTIONS = {
@@ -220,18 +220,23 @@ def read_partition(client, topic: str, partition: int, timeout: float) -> list:
         reader.close()
 
 
-def read_back(client, topic: str, partitions: int, history: History, timeout: float = 60.0,
+def read_back(client, topic: str, partitions: int, history: History, timeout: float = 90.0,
               attempts: int = 3) -> None:
-    """Fill ``history.storage`` (or ``history.unreadable``) for every partition."""
-    from pulsar_twisted.testing.chaos.history import Stored
+    """Fill ``history.storage`` (or ``history.unreadable``) for every partition, trying each up
+    to ``attempts`` times, all within ``timeout`` seconds (a partition whose turn comes after
+    that is unreadable)."""
+    deadline = time.monotonic() + timeout
     for partition in range(partitions):
-        error = None
+        error = "no time left to read it"
         for _ in range(attempts):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
             try:
-                entries = read_partition(client, topic, partition, timeout)
+                entries = read_partition(client, topic, partition, left)
             except Exception as e:
                 error = f"{type(e).__name__}: {e}"
-                time.sleep(2)
+                time.sleep(min(2, max(0, deadline - time.monotonic())))
                 continue
             stored = []
             for data, message_id in entries:
