@@ -18,6 +18,7 @@ from zope.interface import implementer
 from pulsar_twisted.common import errors
 from pulsar_twisted.common.naming import InvalidTopicNameError
 from pulsar_twisted.common.position import Position
+from pulsar_twisted.net.framing import KeepAlive
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.wire.frames import (
     FRAME_PADDING, ChecksumMismatch, FrameDecoder, FrameError, TooLongFrame, verify_message)
@@ -68,9 +69,7 @@ class ServerConnection(protocol.Protocol):
         self._throttle_reasons = 0
         self._send_throttled = False
         self.writable = True
-        self._last_received = 0.0
-        self._ping_outstanding = False
-        self._keep_alive_call = None
+        self._keep_alive = KeepAlive(clock, self.keep_alive_seconds, self._send_ping, self._keep_alive_timeout)
         self._handlers = {
             T.CONNECT: self.handle_connect,
             T.PING: self.handle_ping,
@@ -103,14 +102,12 @@ class ServerConnection(protocol.Protocol):
             # Receipts and messages are small and latency-bound: Nagle would hold them back
             # until the client's delayed ACK (tens of ms per synchronous send).
             self.transport.setTcpNoDelay(True)
-        self._last_received = self.clock.seconds()
         self.transport.registerProducer(self, True)
         self.service.connection_opened(self)
-        if self.keep_alive_seconds > 0:
-            self._keep_alive_call = self.clock.callLater(self.keep_alive_seconds, self._keep_alive)
+        self._keep_alive.start()
 
     def dataReceived(self, data):
-        self._last_received = self.clock.seconds()
+        self._keep_alive.received()
         try:
             frames = self.decoder.feed(data)
         except TooLongFrame as e:
@@ -158,8 +155,7 @@ class ServerConnection(protocol.Protocol):
 
     def connectionLost(self, reason):
         self.state = "closed"
-        if self._keep_alive_call is not None and self._keep_alive_call.active():
-            self._keep_alive_call.cancel()
+        self._keep_alive.stop()
         for producer in list(self.producers.values()):
             producer.topic.remove_producer(producer)
         self.producers.clear()
@@ -182,20 +178,16 @@ class ServerConnection(protocol.Protocol):
         self.writable = False
 
     # ------------------------------------------------------------------ keep-alive
-    def _keep_alive(self):
-        self._keep_alive_call = None
-        if self.state == "closed":
-            return
-        idle = self.clock.seconds() - self._last_received
-        if self._ping_outstanding and idle >= self.keep_alive_seconds:
-            self.log.info("{peer}: no answer to keep-alive ping in {seconds}s; closing",
-                          peer=self.peer, seconds=self.keep_alive_seconds)
-            self.transport.abortConnection()
-            return
-        if idle >= self.keep_alive_seconds and self.state == "connected":
-            self._ping_outstanding = True
-            self.sender.send_ping()
-        self._keep_alive_call = self.clock.callLater(self.keep_alive_seconds, self._keep_alive)
+    def _send_ping(self) -> bool:
+        if self.state != "connected":
+            return False
+        self.sender.send_ping()
+        return True
+
+    def _keep_alive_timeout(self, idle: float) -> None:
+        self.log.info("{peer}: no answer to keep-alive ping in {seconds}s; closing",
+                      peer=self.peer, seconds=self.keep_alive_seconds)
+        self.transport.abortConnection()
 
     # ------------------------------------------------------------------ connection commands
     def handle_connect(self, command, message):
@@ -224,7 +216,7 @@ class ServerConnection(protocol.Protocol):
         self.sender.send_pong()
 
     def handle_pong(self, command, message):
-        self._ping_outstanding = False
+        pass    # any input already counted as the answer (KeepAlive.received)
 
     def handle_auth_response(self, command, message):
         # Fresh credentials answering our AUTH_CHALLENGE: the security service decides.

@@ -4,11 +4,11 @@
 It frames and dispatches (house style: protocols parse, services decide):
 
 * the CONNECT/CONNECTED handshake (``when_connected()`` fires with the connection);
-* a request table ``request_id -> Deferred`` for every command that has an answer (SUCCESS,
-  ERROR, PRODUCER_SUCCESS, LOOKUP_RESPONSE, ...). Each request is failed with ``Timeout`` after the
+* a request table (``net.RequestTable``) for every command that has an answer (SUCCESS, ERROR,
+  PRODUCER_SUCCESS, LOOKUP_RESPONSE, ...). Each request is failed with ``Timeout`` after the
   operation timeout, and all of them with ``ConnectError`` when the connection is lost;
-* keep-alive: the broker's PING is answered; after ``keep_alive_seconds`` without any input we
-  PING, and a connection still silent one interval later is aborted;
+* keep-alive (``net.KeepAlive``): the broker's PING is answered; after ``keep_alive_seconds``
+  without any input we PING, and a connection still silent one interval later is aborted;
 * commands addressed to producers and consumers, dispatched by table to the handler objects
   registered with ``register_producer`` / ``register_consumer``. Their contract:
 
@@ -25,6 +25,7 @@ from twisted.internet import defer, protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from pulsar_twisted.net.framing import KeepAlive, RequestTable
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.wire.frames import (
     FRAME_PADDING, FrameDecoder, FrameError, encode_command, encode_payload_command)
@@ -82,14 +83,11 @@ class ClientConnection(protocol.Protocol):
         self.decoder = FrameDecoder(DEFAULT_MAX_MESSAGE_SIZE + FRAME_PADDING)
         self.producers = {}
         self.consumers = {}
-        self._requests = {}
-        self._request_ids = itertools.count(1)
+        self._requests = RequestTable(clock, self._timeout_error)
         self._connected_waiters = []
         self._closed_waiters = []
         self._close_reason = None
-        self._last_received = 0.0
-        self._ping_outstanding = False
-        self._keep_alive_call = None
+        self._keep_alive = KeepAlive(clock, keep_alive_seconds, self._send_ping, self._keep_alive_timeout)
         self._handlers = {
             T.CONNECTED: self._handle_connected,
             T.PING: self._handle_ping,
@@ -138,7 +136,7 @@ class ClientConnection(protocol.Protocol):
         return self.state == "ready"
 
     def new_request_id(self) -> int:
-        return next(self._request_ids)
+        return self._requests.next_id()
 
     def send_request(self, cmd: api.BaseCommand, request_id: int, timeout: float = None):
         """
@@ -147,10 +145,7 @@ class ClientConnection(protocol.Protocol):
         """
         if self.state != "ready":
             return defer.fail(errors.ConnectError("connection is not ready"))
-        d = defer.Deferred(lambda _: self._requests.pop(request_id, None))
-        timeout = self.operation_timeout if timeout is None else timeout
-        call = self.clock.callLater(timeout, self._request_timed_out, request_id) if timeout else None
-        self._requests[request_id] = (d, call)
+        d = self._requests.wait(request_id, self.operation_timeout if timeout is None else timeout)
         self.transport.write(encode_command(cmd))
         return d
 
@@ -198,7 +193,6 @@ class ClientConnection(protocol.Protocol):
             except Exception:
                 pass
         self.state = "handshake"
-        self._last_received = self.clock.seconds()
         connect = command(T.CONNECT, "connect", client_version=self.client_version,
                           protocol_version=PROTOCOL_VERSION)
         if self.auth is not None:
@@ -210,11 +204,10 @@ class ClientConnection(protocol.Protocol):
             connect.connect.proxy_to_broker_url = self.target_broker
         connect.connect.feature_flags.supports_auth_refresh = self.auth is not None
         self.transport.write(encode_command(connect))
-        self._schedule_keep_alive()
+        self._keep_alive.start()
 
     def dataReceived(self, data):
-        self._last_received = self.clock.seconds()
-        self._ping_outstanding = False
+        self._keep_alive.received()
         try:
             frames = self.decoder.feed(data)
         except FrameError as e:
@@ -237,20 +230,14 @@ class ClientConnection(protocol.Protocol):
     def connectionLost(self, reason=protocol.connectionDone):
         previous = self.state
         self.state = "closed"
-        if self._keep_alive_call is not None and self._keep_alive_call.active():
-            self._keep_alive_call.cancel()
-        self._keep_alive_call = None
+        self._keep_alive.stop()
         if self._close_reason is None:
             self._close_reason = errors.ConnectError(
                 f"connection to {getattr(self, 'peer', '?')} lost: {reason.getErrorMessage()}")
         waiters, self._connected_waiters = self._connected_waiters, []
         for d in waiters:
             d.errback(self._close_reason)
-        requests, self._requests = self._requests, {}
-        for d, call in requests.values():
-            if call is not None and call.active():
-                call.cancel()
-            d.errback(errors.ConnectError(str(self._close_reason)))
+        self._requests.fail_all(errors.ConnectError(str(self._close_reason)))
         if previous == "ready":
             for handler in list(self.producers.values()):
                 handler.connection_closed(self)
@@ -263,32 +250,22 @@ class ClientConnection(protocol.Protocol):
             d.callback(None)
 
     # ------------------------------------------------------------------ keep-alive
-    def _schedule_keep_alive(self):
-        if self.keep_alive_seconds and self.keep_alive_seconds > 0:
-            self._keep_alive_call = self.clock.callLater(self.keep_alive_seconds, self._keep_alive)
+    def _send_ping(self) -> bool:
+        if self.state != "ready":
+            return False
+        self.transport.write(encode_command(T(type=T.PING, ping=api.CommandPing())))
+        return True
 
-    def _keep_alive(self):
-        self._keep_alive_call = None
-        if self.state == "closed":
-            return
-        idle = self.clock.seconds() - self._last_received
-        if idle >= self.keep_alive_seconds:
-            if self._ping_outstanding:
-                self.log.info("{peer}: broker silent for {idle}s after our ping; closing",
-                              peer=self.peer, idle=idle)
-                self._close_reason = errors.ConnectError("keep-alive timeout")
-                self.transport.abortConnection()
-                return
-            if self.state == "ready":
-                self._ping_outstanding = True
-                self.transport.write(encode_command(T(type=T.PING, ping=api.CommandPing())))
-        self._schedule_keep_alive()
+    def _keep_alive_timeout(self, idle: float) -> None:
+        self.log.info("{peer}: broker silent for {idle}s after our ping; closing", peer=self.peer, idle=idle)
+        self._close_reason = errors.ConnectError("keep-alive timeout")
+        self.transport.abortConnection()
 
     def _handle_ping(self, cmd, message):
         self.transport.write(encode_command(T(type=T.PONG, pong=api.CommandPong())))
 
     def _handle_pong(self, cmd, message):
-        self._ping_outstanding = False
+        pass    # any input already counted as the answer (KeepAlive.received)
 
     # ------------------------------------------------------------------ handshake
     def _handle_connected(self, cmd, message):
@@ -313,25 +290,18 @@ class ClientConnection(protocol.Protocol):
         self.transport.write(encode_command(response))
 
     # ------------------------------------------------------------------ request table
-    def _request_timed_out(self, request_id):
-        entry = self._requests.pop(request_id, None)
-        if entry is not None:
-            entry[0].errback(errors.Timeout(f"request {request_id} timed out after "
-                                            f"{self.operation_timeout}s"))
+    @staticmethod
+    def _timeout_error(request_id: int, timeout: float) -> Exception:
+        return errors.Timeout(f"request {request_id} timed out after {timeout}s")
 
     def _resolve(self, request_id, result=None, failure=None):
-        entry = self._requests.pop(request_id, None)
-        if entry is None:
+        if failure is not None:
+            answered = self._requests.fail(request_id, failure)
+        else:
+            answered = self._requests.resolve(request_id, result)
+        if not answered:
             self.log.debug("{peer}: answer to unknown request {id}", peer=getattr(self, "peer", "?"),
                            id=request_id)
-            return
-        d, call = entry
-        if call is not None and call.active():
-            call.cancel()
-        if failure is not None:
-            d.errback(failure)
-        else:
-            d.callback(result)
 
     def _handle_response(self, field):
         def handle(cmd, message):
