@@ -8,6 +8,7 @@ is per connection: its producers and consumers by id, keep-alive, and the two ki
 backpressure (its own write buffer, and too many publishes in flight).
 """
 
+import enum
 import itertools
 
 from twisted.internet import defer, interfaces, protocol
@@ -32,6 +33,17 @@ SERVER_VERSION = "pulsar-twisted-0.1.0"
 PROTOCOL_VERSION = 21
 
 _connection_ids = itertools.count(1)
+
+
+class ConnectionState(enum.StrEnum):
+    """
+    START (accepted, waiting for CONNECT) -> CONNECTED (authenticated; every command allowed) ->
+    CLOSED (lost, from any state; final).
+    """
+
+    START = "start"
+    CONNECTED = "connected"
+    CLOSED = "closed"
 
 
 def _error_code(failure: Failure) -> int:
@@ -60,7 +72,7 @@ class ServerConnection(protocol.Protocol):
         self.max_pending_sends = config.maxPendingPublishRequestsPerConnection
         self.connection_id = next(_connection_ids)
         self.sender = None
-        self.state = "start"
+        self.state = ConnectionState.START
         self.protocol_version = 0
         self.client_version = ""
         self.producers = {}
@@ -120,7 +132,7 @@ class ServerConnection(protocol.Protocol):
             self.transport.loseConnection()
             return
         for command, message in frames:
-            if self.state == "closed":
+            if self.state == ConnectionState.CLOSED:
                 return
             self._dispatch(command, message)
 
@@ -131,7 +143,7 @@ class ServerConnection(protocol.Protocol):
             self.sender.send_error(self._request_id_of(command), api.NotAllowedError,
                                    f"Command {T.Type.Name(command.type) if command.type in T.Type.values() else command.type} is not supported")
             return
-        if self.state != "connected" and command.type != T.CONNECT:
+        if self.state != ConnectionState.CONNECTED and command.type != T.CONNECT:
             self.log.warn("{peer}: {type} before CONNECT; closing", peer=self.peer,
                           type=T.Type.Name(command.type))
             self.transport.loseConnection()
@@ -154,7 +166,7 @@ class ServerConnection(protocol.Protocol):
         return 0
 
     def connectionLost(self, reason):
-        self.state = "closed"
+        self.state = ConnectionState.CLOSED
         self._keep_alive.stop()
         for producer in list(self.producers.values()):
             producer.topic.remove_producer(producer)
@@ -179,7 +191,7 @@ class ServerConnection(protocol.Protocol):
 
     # ------------------------------------------------------------------ keep-alive
     def _send_ping(self) -> bool:
-        if self.state != "connected":
+        if self.state != ConnectionState.CONNECTED:
             return False
         self.sender.send_ping()
         return True
@@ -191,7 +203,7 @@ class ServerConnection(protocol.Protocol):
 
     # ------------------------------------------------------------------ connection commands
     def handle_connect(self, command, message):
-        if self.state == "connected":
+        if self.state == ConnectionState.CONNECTED:
             self.sender.send_error(0, api.NotAllowedError, "Already connected")
             return
         connect = command.connect
@@ -201,7 +213,7 @@ class ServerConnection(protocol.Protocol):
 
         def authenticated(role):
             self.role = role
-            self.state = "connected"
+            self.state = ConnectionState.CONNECTED
             self.sender.send_connected(SERVER_VERSION, self.protocol_version, self.max_message_size)
 
         def refused(failure):
@@ -284,7 +296,7 @@ class ServerConnection(protocol.Protocol):
             schemas.set_producer_version, version))
 
         def created(producer):
-            if self.state == "closed":
+            if self.state == ConnectionState.CLOSED:
                 producer.topic.remove_producer(producer)
                 return
             self.producers[request.producer_id] = producer
@@ -340,12 +352,12 @@ class ServerConnection(protocol.Protocol):
         resumes when the last one is removed (Pulsar's throttle tracker).
         """
         self._throttle_reasons += 1
-        if self._throttle_reasons == 1 and self.state != "closed":
+        if self._throttle_reasons == 1 and self.state != ConnectionState.CLOSED:
             self.transport.pauseProducing()
 
     def unthrottle(self):
         self._throttle_reasons -= 1
-        if self._throttle_reasons == 0 and self.state != "closed":
+        if self._throttle_reasons == 0 and self.state != ConnectionState.CLOSED:
             self.transport.resumeProducing()
 
     def handle_close_producer(self, command, message):
@@ -359,7 +371,7 @@ class ServerConnection(protocol.Protocol):
         """The broker closed a producer (topic unloaded or deleted): tell the client to reconnect."""
         if self.producers.get(producer.producer_id) is producer:
             del self.producers[producer.producer_id]
-            if self.state != "closed":
+            if self.state != ConnectionState.CLOSED:
                 self.sender.send_close_producer(producer.producer_id)
 
     # ------------------------------------------------------------------ consumers
@@ -377,7 +389,7 @@ class ServerConnection(protocol.Protocol):
         d.addCallback(lambda _: self.service.subscribe(self, request))
 
         def subscribed(consumer):
-            if self.state == "closed":
+            if self.state == ConnectionState.CLOSED:
                 consumer.subscription.remove_consumer(consumer)
                 return
             self.consumers[request.consumer_id] = consumer
@@ -454,7 +466,7 @@ class ServerConnection(protocol.Protocol):
         """The broker closed a consumer (seek, unload): the client resubscribes."""
         if self.consumers.get(consumer.consumer_id) is consumer:
             del self.consumers[consumer.consumer_id]
-            if self.state != "closed":
+            if self.state != ConnectionState.CLOSED:
                 self.sender.send_close_consumer(consumer.consumer_id)
 
     def handle_get_last_message_id(self, command, message):

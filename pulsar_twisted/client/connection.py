@@ -19,6 +19,7 @@ It frames and dispatches (house style: protocols parse, services decide):
     ``connection_closed(connection)``.
 """
 
+import enum
 import itertools
 
 from twisted.internet import defer, protocol
@@ -37,6 +38,18 @@ PROTOCOL_VERSION = 21
 DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024
 
 _connection_ids = itertools.count(1)
+
+
+class ConnectionState(enum.StrEnum):
+    """
+    CONNECTING (no transport yet) -> HANDSHAKE (CONNECT sent) -> READY (CONNECTED received) ->
+    CLOSED (lost, from any state; final). Requests and commands go out only while READY.
+    """
+
+    CONNECTING = "connecting"
+    HANDSHAKE = "handshake"
+    READY = "ready"
+    CLOSED = "closed"
 
 
 def command(kind: int, field: str = None, **fields) -> api.BaseCommand:
@@ -76,7 +89,7 @@ class ClientConnection(protocol.Protocol):
         self.target_broker = target_broker
         self.client_version = client_version
         self.connection_id = next(_connection_ids)
-        self.state = "connecting"
+        self.state = ConnectionState.CONNECTING
         self.server_version = None
         self.protocol_version = 0
         self.max_message_size = DEFAULT_MAX_MESSAGE_SIZE
@@ -115,9 +128,9 @@ class ClientConnection(protocol.Protocol):
     # ------------------------------------------------------------------ public API
     def when_connected(self) -> defer.Deferred:
         """Fires with this connection after CONNECTED, or fails (handshake refused, lost)."""
-        if self.state == "ready":
+        if self.state == ConnectionState.READY:
             return defer.succeed(self)
-        if self.state == "closed":
+        if self.state == ConnectionState.CLOSED:
             return defer.fail(self._close_reason or errors.ConnectError("connection closed"))
         d = defer.Deferred()
         self._connected_waiters.append(d)
@@ -125,7 +138,7 @@ class ClientConnection(protocol.Protocol):
 
     def when_closed(self) -> defer.Deferred:
         """Fires (with None) once the connection is lost."""
-        if self.state == "closed":
+        if self.state == ConnectionState.CLOSED:
             return defer.succeed(None)
         d = defer.Deferred()
         self._closed_waiters.append(d)
@@ -133,7 +146,7 @@ class ClientConnection(protocol.Protocol):
 
     @property
     def is_ready(self) -> bool:
-        return self.state == "ready"
+        return self.state == ConnectionState.READY
 
     def new_request_id(self) -> int:
         return self._requests.next_id()
@@ -143,7 +156,7 @@ class ClientConnection(protocol.Protocol):
         Write ``cmd`` (whose sub-command carries ``request_id``) and return a Deferred firing with
         the answering ``BaseCommand`` or failing with the broker's error as a ``PulsarException``.
         """
-        if self.state != "ready":
+        if self.state != ConnectionState.READY:
             return defer.fail(errors.ConnectError("connection is not ready"))
         d = self._requests.wait(request_id, self.operation_timeout if timeout is None else timeout)
         self.transport.write(encode_command(cmd))
@@ -151,7 +164,7 @@ class ClientConnection(protocol.Protocol):
 
     def send_command(self, cmd: api.BaseCommand) -> None:
         """Write a command that has no answer (FLOW, ACK, REDELIVER, ...)."""
-        if self.state == "ready":
+        if self.state == ConnectionState.READY:
             self.transport.write(encode_command(cmd))
 
     def send_payload(self, cmd: api.BaseCommand, message: bytes) -> None:
@@ -160,7 +173,7 @@ class ClientConnection(protocol.Protocol):
 
     def write_raw(self, frame: bytes) -> bool:
         """Write a ready-made frame; False when the connection cannot take it."""
-        if self.state != "ready":
+        if self.state != ConnectionState.READY:
             return False
         self.transport.write(frame)
         return True
@@ -181,7 +194,7 @@ class ClientConnection(protocol.Protocol):
 
     def close(self) -> None:
         """Close the connection (requests in flight fail with ``ConnectError``)."""
-        if self.transport is not None and self.state != "closed":
+        if self.transport is not None and self.state != ConnectionState.CLOSED:
             self.transport.loseConnection()
 
     # ------------------------------------------------------------------ transport events
@@ -192,7 +205,7 @@ class ClientConnection(protocol.Protocol):
                 self.transport.setTcpNoDelay(True)  # small, latency-bound frames
             except Exception:
                 pass
-        self.state = "handshake"
+        self.state = ConnectionState.HANDSHAKE
         connect = command(T.CONNECT, "connect", client_version=self.client_version,
                           protocol_version=PROTOCOL_VERSION)
         if self.auth is not None:
@@ -215,7 +228,7 @@ class ClientConnection(protocol.Protocol):
             self.transport.abortConnection()
             return
         for cmd, message in frames:
-            if self.state == "closed":
+            if self.state == ConnectionState.CLOSED:
                 return
             handler = self._handlers.get(cmd.type)
             if handler is None:
@@ -229,7 +242,7 @@ class ClientConnection(protocol.Protocol):
 
     def connectionLost(self, reason=protocol.connectionDone):
         previous = self.state
-        self.state = "closed"
+        self.state = ConnectionState.CLOSED
         self._keep_alive.stop()
         if self._close_reason is None:
             self._close_reason = errors.ConnectError(
@@ -238,7 +251,7 @@ class ClientConnection(protocol.Protocol):
         for d in waiters:
             d.errback(self._close_reason)
         self._requests.fail_all(errors.ConnectError(str(self._close_reason)))
-        if previous == "ready":
+        if previous == ConnectionState.READY:
             for handler in list(self.producers.values()):
                 handler.connection_closed(self)
             for handler in list(self.consumers.values()):
@@ -251,7 +264,7 @@ class ClientConnection(protocol.Protocol):
 
     # ------------------------------------------------------------------ keep-alive
     def _send_ping(self) -> bool:
-        if self.state != "ready":
+        if self.state != ConnectionState.READY:
             return False
         self.transport.write(encode_command(T(type=T.PING, ping=api.CommandPing())))
         return True
@@ -275,7 +288,7 @@ class ClientConnection(protocol.Protocol):
         if connected.HasField("max_message_size") and connected.max_message_size > 0:
             self.max_message_size = connected.max_message_size
             self.decoder.max_frame_size = self.max_message_size + FRAME_PADDING
-        self.state = "ready"
+        self.state = ConnectionState.READY
         waiters, self._connected_waiters = self._connected_waiters, []
         for d in waiters:
             d.callback(self)
@@ -325,7 +338,7 @@ class ClientConnection(protocol.Protocol):
     def _handle_error(self, cmd, message):
         error = cmd.error
         exc = errors.from_server_error(error.error, error.message)
-        if self.state == "handshake":
+        if self.state == ConnectionState.HANDSHAKE:
             # The broker refuses the CONNECT with request_id 0 (authentication, version).
             self._close_reason = exc
             self.transport.loseConnection()
