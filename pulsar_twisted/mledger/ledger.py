@@ -625,8 +625,9 @@ class ManagedLedgerImpl:
         last = ids[-1]
         return Position(last, self._ledgers[last].entries)
 
-    def _next_position(self, pos) -> Position:
-        return self._normalize(Position(pos[0], pos[1] + 1))
+    def next_position(self, position) -> Position:
+        """The entry after ``position`` (IManagedLedger.next_position)."""
+        return self._normalize(Position(position[0], position[1] + 1))
 
     def last_confirmed_entry(self) -> Position:
         return self._last_confirmed

@@ -38,6 +38,20 @@ class NonPersistentTests(unittest.TestCase):
         self.producer.send(T(type=T.SEND, send=api.CommandSend(producer_id=1, sequence_id=seq)), message(seq, key))
         return self.producer.commands(T.SEND_RECEIPT)
 
+    def test_topics_answer_persistent_or_not(self):
+        """Quota, TTL and stats code asks the topic whether it stores anything, not for a ledger."""
+        self.harness.client().send(T(type=T.PRODUCER, producer=api.CommandProducer(
+            topic="persistent://public/default/p", producer_id=1, request_id=1)))
+        topics = self.harness.broker.topics
+        np_topic, p_topic = topics[TOPIC], topics["persistent://public/default/p"]
+        self.subscribe(self.harness.client(), 1)
+        self.publish(0)
+        self.assertEqual((np_topic.persistent, np_topic.storage_size(), np_topic.backlog_size()),
+                         (False, 0, 0))
+        self.assertEqual(np_topic.durable_subscriptions(), [])
+        self.assertTrue(p_topic.persistent)
+        self.assertEqual(p_topic.storage_size(), p_topic.ledger.total_size())
+
     def test_generated_producer_name(self):
         self.assertTrue(self.producer_name.startswith("standalone-"))
 
