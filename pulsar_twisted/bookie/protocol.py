@@ -22,16 +22,10 @@ from twisted.internet import defer
 from twisted.internet.protocol import Factory
 from twisted.logger import Logger
 
+from pulsar_twisted.common.bk_errors import (
+    BookieReadOnlyError, BookieUnavailableError, DigestMismatchError, LedgerFencedError, NoSuchEntryError,
+    NoSuchLedgerError, UnauthorizedAccessError)
 from pulsar_twisted.ledger.digest import HEADER_SIZE, packed_lac
-from pulsar_twisted.ledger.interfaces import (
-    BookieReadOnlyError,
-    BookieUnavailableError,
-    DigestMismatchError,
-    LedgerFencedError,
-    NoSuchEntryError,
-    NoSuchLedgerError,
-    UnauthorizedAccessError,
-)
 from pulsar_twisted.net.framing import DEFAULT_MAX_FRAME_SIZE, FramedProtocol
 from pulsar_twisted.proto import bookie_pb2 as pb
 
@@ -51,7 +45,7 @@ _STATUS_BY_ERROR = (
     (ValueError, pb.BAD_REQUEST),
 )
 
-#: Status code -> the client-side exception (``pulsar_twisted.ledger.interfaces``).
+#: Status code -> the exception the client raises (``pulsar_twisted.common.bk_errors``).
 ERROR_BY_STATUS = {
     pb.NO_SUCH_LEDGER: NoSuchLedgerError,
     pb.NO_SUCH_ENTRY: NoSuchEntryError,

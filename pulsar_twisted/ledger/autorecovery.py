@@ -48,10 +48,10 @@ from twisted.application import service
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from pulsar_twisted.common.bk_errors import (
+    BKException, NoSuchEntryError, NoSuchLedgerError, UnauthorizedAccessError)
 from pulsar_twisted.ledger.client import AVAILABLE_PATH, READONLY_NAME, READONLY_PATH
 from pulsar_twisted.ledger.digest import unpack_entry
-from pulsar_twisted.ledger.interfaces import (
-    BKException, NoSuchEntryError, NoSuchLedgerError, UnauthorizedAccessError)
 from pulsar_twisted.ledger.metadata import (
     LEDGERS_ROOT, LedgerManager, LedgerMetadata, MetadataFormatError, master_key, password_digest)
 from pulsar_twisted.ledger.quorum import RandomPlacementPolicy, write_set

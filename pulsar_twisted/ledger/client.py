@@ -11,9 +11,9 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from pulsar_twisted.common.bk_errors import NoSuchLedgerError, UnauthorizedAccessError
 from pulsar_twisted.ledger.handle import LedgerEnv, LedgerHandle, ReadOnlyLedgerHandle
-from pulsar_twisted.ledger.interfaces import (
-    ILedgerClient, NoSuchLedgerError, UnauthorizedAccessError)
+from pulsar_twisted.ledger.interfaces import ILedgerClient
 from pulsar_twisted.ledger.metadata import (
     LedgerManager, LedgerMetadata, LedgerState, master_key, normalize_custom_metadata,
     password_digest)

@@ -16,7 +16,7 @@ from typing import NamedTuple, Optional
 
 import crc32c as _crc32c
 
-from pulsar_twisted.ledger.interfaces import DigestMismatchError
+from pulsar_twisted.common.bk_errors import DigestMismatchError
 
 _HEADER = struct.Struct(">QQqQ")
 _DIGEST = struct.Struct(">I")

@@ -4,7 +4,7 @@
 One connection per bookie id (``host:port``), made on demand by the first request to that bookie.
 Requests are pipelined on it; at most ``max_in_flight`` are outstanding per connection and further
 ones wait in a FIFO queue, sent as answers come back (Deferred-based flow control: the caller just
-sees a later callback). Statuses map to the ``pulsar_twisted.ledger.interfaces`` errors exactly as
+sees a later callback). Statuses map to the ``pulsar_twisted.common.bk_errors`` errors exactly as
 ``LocalBookieClient`` raises them, so a ``BookKeeperClient`` cannot tell TCP from local bookies.
 
 Failures: a connection that cannot be made, or is lost, fails every request sent or queued on it
@@ -27,8 +27,8 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from pulsar_twisted.bookie.protocol import ERROR_BY_STATUS
+from pulsar_twisted.common.bk_errors import BKException, BookieUnavailableError
 from pulsar_twisted.ledger.bookies import IBookieClient
-from pulsar_twisted.ledger.interfaces import BKException, BookieUnavailableError
 from pulsar_twisted.net.framing import DEFAULT_MAX_FRAME_SIZE, FramedProtocol, RequestTable
 from pulsar_twisted.proto import bookie_pb2 as pb
 

@@ -5,11 +5,11 @@ import random
 from twisted.internet import defer, task
 from twisted.trial import unittest
 
+from pulsar_twisted.common.bk_errors import (
+    BookieReadOnlyError, BookieUnavailableError, NoSuchLedgerError, NotEnoughBookiesError)
 from pulsar_twisted.ledger.bookies import LocalBookieClient
 from pulsar_twisted.ledger.client import (
     BookKeeperClient, register_bookie, unregister_bookie)
-from pulsar_twisted.ledger.interfaces import (
-    BookieReadOnlyError, BookieUnavailableError, NoSuchLedgerError, NotEnoughBookiesError)
 from pulsar_twisted.ledger.metadata import LedgerState, ledger_path
 from pulsar_twisted.ledger.quorum import RandomPlacementPolicy
 from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore

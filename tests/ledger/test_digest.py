@@ -6,9 +6,9 @@ import crc32c
 from hypothesis import given, strategies as st
 from twisted.trial import unittest
 
+from pulsar_twisted.common.bk_errors import DigestMismatchError
 from pulsar_twisted.ledger.digest import (
     PREFIX_SIZE, pack_entry, packed_lac, unpack_entry)
-from pulsar_twisted.ledger.interfaces import DigestMismatchError
 
 u63 = st.integers(0, 2 ** 63 - 1)
 
