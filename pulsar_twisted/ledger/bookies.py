@@ -13,7 +13,7 @@ from twisted.internet import defer
 from zope.interface import Interface, implementer
 
 from pulsar_twisted.common.bk_errors import BookieUnavailableError
-from pulsar_twisted.ledger.digest import packed_lac
+from pulsar_twisted.wire.bookie import packed_lac
 
 
 class IBookieClient(Interface):

@@ -26,11 +26,11 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from pulsar_twisted.bookie.protocol import ERROR_BY_STATUS
-from pulsar_twisted.common.bk_errors import BKException, BookieUnavailableError
+from pulsar_twisted.common.bk_errors import BookieUnavailableError
 from pulsar_twisted.ledger.bookies import IBookieClient
 from pulsar_twisted.net.framing import DEFAULT_MAX_FRAME_SIZE, FramedProtocol, RequestTable
 from pulsar_twisted.proto import bookie_pb2 as pb
+from pulsar_twisted.wire.bookie import error_for
 
 log = Logger()
 
@@ -429,7 +429,4 @@ def _check_status(response, bookie_id):
     status = response.status
     if status == pb.OK:
         return response
-    error = ERROR_BY_STATUS.get(status)
-    if error is None:
-        error = ValueError if status == pb.BAD_REQUEST else BKException
-    raise error(f"bookie {bookie_id}: {response.message or pb.StatusCode.Name(status)}")
+    raise error_for(status)(f"bookie {bookie_id}: {response.message or pb.StatusCode.Name(status)}")
