@@ -4,7 +4,7 @@ How the ledger client talks to bookies: ``IBookieClient``, transport-neutral, an
 tests). A TCP implementation of the same interface comes with the bookie protocol.
 
 Every method returns a Deferred and reports bookie-side conditions as the errors of
-``pulsar_twisted.ledger.interfaces`` (NoSuchLedgerError, NoSuchEntryError, LedgerFencedError,
+``pulsar_twisted.common.bk_errors`` (NoSuchLedgerError, NoSuchEntryError, LedgerFencedError,
 UnauthorizedAccessError, BookieReadOnlyError, ...); a bookie that cannot be reached at all is a
 BookieUnavailableError.
 """
@@ -12,8 +12,8 @@ BookieUnavailableError.
 from twisted.internet import defer
 from zope.interface import Interface, implementer
 
-from pulsar_twisted.ledger.digest import HEADER_SIZE, packed_lac
-from pulsar_twisted.ledger.interfaces import BookieUnavailableError
+from pulsar_twisted.common.bk_errors import BookieUnavailableError
+from pulsar_twisted.wire.bookie import HEADER_SIZE, packed_lac
 
 
 class IBookieClient(Interface):

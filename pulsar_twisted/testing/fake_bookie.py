@@ -22,9 +22,9 @@ from typing import Dict, List, Optional
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
-from pulsar_twisted.ledger.interfaces import (
-    BookieReadOnlyError, BookieUnavailableError, LedgerFencedError, NoSuchEntryError,
-    NoSuchLedgerError, UnauthorizedAccessError)
+from pulsar_twisted.common.bk_errors import (
+    BookieReadOnlyError, BookieUnavailableError, LedgerFencedError, NoSuchEntryError, NoSuchLedgerError,
+    UnauthorizedAccessError)
 
 OPS = ("add", "read", "fence", "lac", "delete")
 

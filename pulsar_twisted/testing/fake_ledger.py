@@ -26,10 +26,10 @@ Faults and observation::
 from twisted.internet import defer
 from zope.interface import implementer
 
-from pulsar_twisted.ledger.interfaces import (
-    ILedgerClient, ILedgerHandle, LedgerClosedError, LedgerFencedError, NoSuchEntryError,
-    NoSuchLedgerError, LedgerEntry, UnauthorizedAccessError, BKException,
-)
+from pulsar_twisted.common.bk_errors import (
+    LedgerClosedError, LedgerFencedError, NoSuchEntryError, NoSuchLedgerError, UnauthorizedAccessError,
+    BKException)
+from pulsar_twisted.ledger.interfaces import ILedgerClient, ILedgerHandle, LedgerEntry
 from pulsar_twisted.ledger.quorum import check_quorums
 
 

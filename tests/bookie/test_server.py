@@ -14,11 +14,11 @@ from twisted.trial import unittest
 
 from pulsar_twisted.bookie.server import BookieServer
 from pulsar_twisted.bookie.storage import BookieStorage
-from pulsar_twisted.ledger.digest import pack_entry
-from pulsar_twisted.ledger.interfaces import BookieReadOnlyError
+from pulsar_twisted.common.bk_errors import BookieReadOnlyError
 from pulsar_twisted.ledger.tcp import TcpBookieClient
 from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
 from pulsar_twisted.testing.fake_bookie import FakeBookie
+from pulsar_twisted.wire.bookie import pack_entry
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KEY = b"key"

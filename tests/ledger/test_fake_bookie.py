@@ -3,9 +3,8 @@
 from twisted.internet import task
 from twisted.trial import unittest
 
-from pulsar_twisted.ledger.interfaces import (
-    BookieUnavailableError, LedgerFencedError, NoSuchEntryError, NoSuchLedgerError,
-    UnauthorizedAccessError)
+from pulsar_twisted.common.bk_errors import (
+    BookieUnavailableError, LedgerFencedError, NoSuchEntryError, NoSuchLedgerError, UnauthorizedAccessError)
 from pulsar_twisted.testing.fake_bookie import FakeBookie
 
 

@@ -5,7 +5,7 @@ import hashlib
 from twisted.internet import task
 from twisted.trial import unittest
 
-from pulsar_twisted.ledger.interfaces import NoSuchLedgerError
+from pulsar_twisted.common.bk_errors import NoSuchLedgerError
 from pulsar_twisted.ledger.metadata import (
     LedgerManager, LedgerMetadata, LedgerState, MetadataFormatError, ledger_path, master_key,
     password_digest)

@@ -2,10 +2,10 @@
 
 from twisted.trial import unittest
 
+from pulsar_twisted.common.bk_errors import (
+    BookieUnavailableError, LedgerClosedError, LedgerFencedError, LedgerRecoveryError, NoSuchLedgerError,
+    UnauthorizedAccessError)
 from pulsar_twisted.ledger.handle import WriterState
-from pulsar_twisted.ledger.interfaces import (
-    BookieUnavailableError, LedgerClosedError, LedgerFencedError, LedgerRecoveryError,
-    NoSuchLedgerError, UnauthorizedAccessError)
 from pulsar_twisted.ledger.metadata import LedgerManager, LedgerState
 from tests.ledger.test_handle import LedgerHarness
 
