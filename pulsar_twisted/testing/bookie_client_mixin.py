@@ -20,8 +20,8 @@ from twisted.internet import defer
 from zope.interface.verify import verifyObject
 
 from pulsar_twisted.ledger.bookies import IBookieClient
-from pulsar_twisted.ledger.digest import pack_entry
-from pulsar_twisted.ledger.interfaces import (
+from pulsar_twisted.wire.bookie import pack_entry
+from pulsar_twisted.common.bk_errors import (
     BookieReadOnlyError, BookieUnavailableError, LedgerFencedError, NoSuchEntryError,
     NoSuchLedgerError, UnauthorizedAccessError)
 

@@ -19,9 +19,9 @@ carries the LAC of the adds before it), delete, and the error of each refusal.
 from twisted.internet import defer
 from zope.interface.verify import verifyObject
 
-from pulsar_twisted.ledger.interfaces import (
-    ILedgerClient, ILedgerHandle, LedgerClosedError, LedgerEntry, LedgerFencedError,
-    NoSuchEntryError, NoSuchLedgerError, UnauthorizedAccessError)
+from pulsar_twisted.common.bk_errors import (
+    LedgerClosedError, LedgerFencedError, NoSuchEntryError, NoSuchLedgerError, UnauthorizedAccessError)
+from pulsar_twisted.ledger.interfaces import ILedgerClient, ILedgerHandle, LedgerEntry
 from pulsar_twisted.testing.bookie_client_mixin import contract_test
 
 __all__ = ["LedgerClientTestsMixin"]
