@@ -53,18 +53,15 @@ from pulsar_twisted.ledger.digest import unpack_entry
 from pulsar_twisted.ledger.interfaces import (
     BKException, NoSuchEntryError, NoSuchLedgerError, UnauthorizedAccessError)
 from pulsar_twisted.ledger.metadata import (
-    LEDGERS_ROOT, LedgerManager, LedgerMetadata, MetadataFormatError, master_key, password_digest)
+    LedgerManager, LedgerMetadata, MetadataFormatError, master_key, password_digest)
 from pulsar_twisted.ledger.quorum import RandomPlacementPolicy, write_set
 from pulsar_twisted.metadata.embedded import StoreClosedError
 from pulsar_twisted.metadata.interfaces import (
     AlreadyExistsError, BadVersionError, MetadataStoreError, NotFoundError)
+from pulsar_twisted.metadata.layout import (
+    AUDITOR_ELECTION_PATH, LEDGERS_ROOT, LOCKS_PATH, UNDERREPLICATED_PATH)
 
 log = Logger()
-
-UNDERREPLICATION_ROOT = LEDGERS_ROOT + "/underreplication"
-AUDITOR_ELECTION_PATH = UNDERREPLICATION_ROOT + "/auditorelection"
-UNDERREPLICATED_PATH = UNDERREPLICATION_ROOT + "/ledgers"
-LOCKS_PATH = UNDERREPLICATION_ROOT + "/locks"
 
 _LEDGER_NAME = re.compile(r"^L(\d{10,})$")
 _LEDGER_PATH = re.compile(r"^" + re.escape(LEDGERS_ROOT) + r"/L(\d{10,})$")
