@@ -20,7 +20,8 @@ from pulsar_twisted.ledger.metadata import (
 from pulsar_twisted.ledger.quorum import RandomPlacementPolicy, check_quorums
 from pulsar_twisted.ledger.recovery import LedgerRecoveryOp, read_last_confirmed
 from pulsar_twisted.metadata.interfaces import AlreadyExistsError
-from pulsar_twisted.resources.bookies import AVAILABLE_PATH, registered_bookies
+from pulsar_twisted.metadata.layout import AVAILABLE_PATH
+from pulsar_twisted.resources.bookies import registered_bookies
 
 log = Logger()
 
