@@ -50,7 +50,7 @@ from twisted.logger import Logger
 
 from pulsar_twisted.common.bk_errors import (
     BKException, NoSuchEntryError, NoSuchLedgerError, UnauthorizedAccessError)
-from pulsar_twisted.ledger.metadata import (
+from pulsar_twisted.resources.ledgers import (
     LedgerManager, LedgerMetadata, MetadataFormatError, master_key, password_digest)
 from pulsar_twisted.ledger.quorum import RandomPlacementPolicy, write_set
 from pulsar_twisted.metadata.embedded import StoreClosedError

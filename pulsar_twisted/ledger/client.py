@@ -14,7 +14,7 @@ from zope.interface import implementer
 from pulsar_twisted.common.bk_errors import NoSuchLedgerError, UnauthorizedAccessError
 from pulsar_twisted.ledger.handle import LedgerEnv, LedgerHandle, ReadOnlyLedgerHandle
 from pulsar_twisted.ledger.interfaces import ILedgerClient
-from pulsar_twisted.ledger.metadata import (
+from pulsar_twisted.resources.ledgers import (
     LedgerManager, LedgerMetadata, LedgerState, master_key, normalize_custom_metadata,
     password_digest)
 from pulsar_twisted.ledger.quorum import RandomPlacementPolicy, check_quorums
