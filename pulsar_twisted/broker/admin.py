@@ -1216,8 +1216,8 @@ def _previous_position(ledger, position):
 def _decompress(kind: int, data: bytes, size: int) -> bytes:
     """The payload decoded with the codecs the clients use (one implementation of Pulsar's
     encodings, ``client/compression.py``); a payload that does not decode is an AdminError."""
-    from pulsar_twisted.client.compression import decompress
-    from pulsar_twisted.client.errors import InvalidMessage
+    from pulsar_twisted.wire.compression import decompress
+    from pulsar_twisted.wire.errors import InvalidMessage
     try:
         return decompress(kind, data, size)
     except InvalidMessage as e:
