@@ -30,7 +30,6 @@ from twisted.internet import task
 from twisted.logger import Logger
 
 from pulsar_twisted.broker import compaction
-from pulsar_twisted.broker.entryinfo import entry_metadata
 from pulsar_twisted.broker.policies import INACTIVE_TOPIC_MODES
 from pulsar_twisted.broker.service import TopicBusyError
 from pulsar_twisted.common import errors
@@ -41,6 +40,7 @@ from pulsar_twisted.metadata.interfaces import (
     AlreadyExistsError, BadVersionError, NotEmptyError, NotFoundError)
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.wire import frames
+from pulsar_twisted.wire.frames import entry_metadata
 
 POLICIES_ROOT = "/admin/policies"
 PARTITIONED_ROOT = "/admin/partitioned-topics"

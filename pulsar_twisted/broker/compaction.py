@@ -30,7 +30,6 @@ from twisted.internet import defer, task
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from pulsar_twisted.broker.entryinfo import entry_metadata
 from pulsar_twisted.common import errors
 from pulsar_twisted.common.position import Entry, Position
 from pulsar_twisted.mledger.interfaces import ManagedLedgerClosedError, ManagedLedgerFencedError
@@ -39,6 +38,7 @@ from pulsar_twisted.wire import frames
 from pulsar_twisted.wire.batch import decode_batch, encode_batch
 from pulsar_twisted.wire.compacted import decode_compacted_entry, encode_compacted_entry
 from pulsar_twisted.wire.compression import decompress
+from pulsar_twisted.wire.frames import entry_metadata
 
 log = Logger()
 

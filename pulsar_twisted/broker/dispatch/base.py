@@ -10,7 +10,8 @@ cache hit) never recurses.
 
 from twisted.logger import Logger
 
-from pulsar_twisted.broker.entryinfo import entry_metadata, num_messages
+from pulsar_twisted.broker.entryinfo import num_messages
+from pulsar_twisted.wire.frames import entry_metadata
 
 
 class PersistentDispatcher:

@@ -22,9 +22,10 @@ import bisect
 import mmh3
 
 from pulsar_twisted.broker.dispatch.shared import SharedDispatcher
-from pulsar_twisted.broker.entryinfo import entry_metadata, sticky_key
+from pulsar_twisted.broker.entryinfo import sticky_key
 from pulsar_twisted.common import errors
 from pulsar_twisted.proto import PulsarApi_pb2 as api
+from pulsar_twisted.wire.frames import entry_metadata
 
 RANGE_SIZE = 65536
 

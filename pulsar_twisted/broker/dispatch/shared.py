@@ -12,7 +12,7 @@ import heapq
 
 from pulsar_twisted.broker.delayed import DelayedDeliveryTracker
 from pulsar_twisted.broker.dispatch.base import PersistentDispatcher
-from pulsar_twisted.broker.entryinfo import entry_metadata
+from pulsar_twisted.wire.frames import entry_metadata
 
 
 #: Chunked messages being delivered at once on one subscription before the oldest is forgotten.
