@@ -14,10 +14,10 @@ from pulsar_twisted.broker.consumer import SUB_TYPE_NAMES
 from pulsar_twisted.broker.dispatch.key_shared import KeySharedDispatcher
 from pulsar_twisted.broker.dispatch.shared import SharedDispatcher
 from pulsar_twisted.broker.dispatch.single import ExclusiveDispatcher, FailoverDispatcher
+from pulsar_twisted.broker.entryinfo import lenient_metadata
 from pulsar_twisted.common import errors
 from pulsar_twisted.common.position import Position
 from pulsar_twisted.proto import PulsarApi_pb2 as api
-from pulsar_twisted.wire.frames import entry_metadata
 
 Sub = api.CommandSubscribe
 
@@ -289,7 +289,7 @@ class NonPersistentSubscription:
         if self.sub_type == Sub.Key_Shared:
             from pulsar_twisted.broker.dispatch.key_shared import key_hash
             from pulsar_twisted.broker.entryinfo import sticky_key
-            return self.selector.select(key_hash(sticky_key(entry_metadata(data))))
+            return self.selector.select(key_hash(sticky_key(lenient_metadata(data))))
         n = len(self.consumers)
         for i in range(n):
             consumer = self.consumers[(self._next + i) % n]

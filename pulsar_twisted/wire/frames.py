@@ -30,6 +30,8 @@ _MAGIC_CRC = struct.Struct(">HI")
 
 crc32c = _crc32c.crc32c
 _MessageMetadata = api.MessageMetadata
+_u16 = _U16.unpack_from
+_u32 = _U32.unpack_from
 
 
 class FrameError(Exception):
@@ -78,23 +80,26 @@ def _locate_metadata(message, verify: bool) -> tuple:
     0x0e01 magic is checked (``ChecksumMismatch``). A message without the checksum magic (very old
     clients) is read as ``[metadata_size][metadata][payload]``.
     """
-    size = len(message)
-    offset = 0
-    if size >= 2 and _U16.unpack_from(message, 0)[0] == MAGIC_BROKER_ENTRY_METADATA:
-        if size < 6:
-            raise FrameError("message part too short for its broker entry metadata")
-        offset = 6 + _U32.unpack_from(message, 2)[0]
-    if size - offset < 4:
-        raise FrameError("message part too short")
-    if _U16.unpack_from(message, offset)[0] == MAGIC_CRC32C:
-        if size - offset < 10:
-            raise FrameError("message part too short for its checksum")
-        if verify and crc32c(memoryview(message)[offset + 6:]) != _U32.unpack_from(message, offset + 2)[0]:
-            raise ChecksumMismatch("message checksum mismatch")
-        offset += 6
-    meta_size = _U32.unpack_from(message, offset)[0]
+    # On the dispatch path for every entry: reads past the end are left to struct.error (a try
+    # costs nothing until it raises) rather than tested before each read.
+    try:
+        offset = 0
+        magic = _u16(message, 0)[0]
+        if magic == MAGIC_BROKER_ENTRY_METADATA:
+            offset = 6 + _u32(message, 2)[0]
+            magic = _u16(message, offset)[0]
+        if magic == MAGIC_CRC32C:
+            expected = _u32(message, offset + 2)[0]
+            offset += 6
+            meta_size = _u32(message, offset)[0]
+            if verify and crc32c(memoryview(message)[offset:]) != expected:
+                raise ChecksumMismatch("message checksum mismatch")
+        else:
+            meta_size = _u32(message, offset)[0]
+    except struct.error:
+        raise FrameError(f"message part of {len(message)} bytes is too short") from None
     offset += 4
-    if meta_size > size - offset:
+    if meta_size > len(message) - offset:
         raise FrameError(f"metadata size {meta_size} exceeds the frame")
     return offset, meta_size
 
