@@ -51,10 +51,13 @@ class BookieRequestProcessor:
     Turns Requests into storage calls. ``storage`` has the ``BookieStorage`` methods; ``info`` is a
     callable returning the ``BookieInfo`` fields as a dict (the server supplies disk figures and its
     id). Keeps per-op counters (``counters[(op, status_name)]``) for the metrics endpoint.
+    ``admission`` (a ``bookie.admission.LedgerAdmission``, cluster mode) is asked before the first
+    add of a ledger the storage does not hold; None admits every ledger (standalone, tests).
     """
 
-    def __init__(self, storage, info=None):
+    def __init__(self, storage, info=None, admission=None):
         self.storage = storage
+        self.admission = admission
         self._info = info or (lambda: {"read_only": bool(storage.read_only), "version": VERSION})
         self.counters = {}
         self._table = {
@@ -105,10 +108,21 @@ class BookieRequestProcessor:
         body = req.body
         if len(body) < HEADER_SIZE:
             raise ValueError(f"entry body of {len(body)} bytes is shorter than the entry header")
-        # The bookie keeps the LAC the writer piggybacked, for read_lac, as LocalBookieClient does.
-        d = self.storage.add_entry(req.ledger_id, req.entry_id, body, req.master_key,
-                                   lac=packed_lac(body), recovery_add=req.recovery_add)
+        storage = self.storage
+        ledger_id = req.ledger_id
+        admission = self.admission
+        if (admission is not None and not storage.has_ledger(ledger_id)
+                and not storage.was_deleted(ledger_id)):
+            d = admission.check(ledger_id, req.recovery_add)
+            d.addCallback(lambda _: self._add(req, body))
+        else:
+            d = self._add(req, body)
         return d.addCallback(lambda _: pb.Response())
+
+    def _add(self, req, body):
+        # The bookie keeps the LAC the writer piggybacked, for read_lac, as LocalBookieClient does.
+        return self.storage.add_entry(req.ledger_id, req.entry_id, body, req.master_key,
+                                      lac=packed_lac(body), recovery_add=req.recovery_add)
 
     def process_read_entry(self, req) -> defer.Deferred:
         storage = self.storage

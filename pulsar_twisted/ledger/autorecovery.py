@@ -50,21 +50,18 @@ from twisted.logger import Logger
 
 from pulsar_twisted.common.bk_errors import (
     BKException, NoSuchEntryError, NoSuchLedgerError, UnauthorizedAccessError)
-from pulsar_twisted.ledger.metadata import (
-    LEDGERS_ROOT, LedgerManager, LedgerMetadata, MetadataFormatError, master_key, password_digest)
+from pulsar_twisted.resources.ledgers import (
+    LedgerManager, LedgerMetadata, MetadataFormatError, master_key, password_digest)
 from pulsar_twisted.ledger.quorum import RandomPlacementPolicy, write_set
 from pulsar_twisted.metadata.embedded import StoreClosedError
 from pulsar_twisted.metadata.interfaces import (
     AlreadyExistsError, BadVersionError, MetadataStoreError, NotFoundError)
-from pulsar_twisted.resources.bookies import AVAILABLE_PATH, registered_bookies
+from pulsar_twisted.metadata.layout import (
+    AUDITOR_ELECTION_PATH, AVAILABLE_PATH, LEDGERS_ROOT, LOCKS_PATH, UNDERREPLICATED_PATH)
+from pulsar_twisted.resources.bookies import registered_bookies
 from pulsar_twisted.wire.bookie import unpack_entry
 
 log = Logger()
-
-UNDERREPLICATION_ROOT = LEDGERS_ROOT + "/underreplication"
-AUDITOR_ELECTION_PATH = UNDERREPLICATION_ROOT + "/auditorelection"
-UNDERREPLICATED_PATH = UNDERREPLICATION_ROOT + "/ledgers"
-LOCKS_PATH = UNDERREPLICATION_ROOT + "/locks"
 
 _LEDGER_NAME = re.compile(r"^L(\d{10,})$")
 _LEDGER_PATH = re.compile(r"^" + re.escape(LEDGERS_ROOT) + r"/L(\d{10,})$")

@@ -13,7 +13,7 @@ from twisted.internet import defer
 from zope.interface import Interface, implementer
 
 from pulsar_twisted.common.bk_errors import BookieUnavailableError
-from pulsar_twisted.wire.bookie import packed_lac
+from pulsar_twisted.wire.bookie import HEADER_SIZE, packed_lac
 
 
 class IBookieClient(Interface):
@@ -57,6 +57,9 @@ class LocalBookieClient:
     def add_entry(self, bookie_id, ledger_id, entry_id, master_key, packed, recovery_add=False):
         try:
             bookie = self._bookie(bookie_id)
+            if len(packed) < HEADER_SIZE:
+                # As the TCP bookie answers it (BAD_REQUEST), not as a struct error from packed_lac.
+                raise ValueError(f"entry body of {len(packed)} bytes is shorter than the entry header")
             # The bookie keeps the LAC the writer piggybacked, for read_lac; it stores the packed
             # bytes as they are and never re-encodes them.
             return bookie.add_entry(ledger_id, entry_id, packed, master_key,

@@ -14,13 +14,14 @@ from zope.interface import implementer
 from pulsar_twisted.common.bk_errors import NoSuchLedgerError, UnauthorizedAccessError
 from pulsar_twisted.ledger.handle import LedgerEnv, LedgerHandle, ReadOnlyLedgerHandle
 from pulsar_twisted.ledger.interfaces import ILedgerClient
-from pulsar_twisted.ledger.metadata import (
+from pulsar_twisted.resources.ledgers import (
     LedgerManager, LedgerMetadata, LedgerState, master_key, normalize_custom_metadata,
     password_digest)
 from pulsar_twisted.ledger.quorum import RandomPlacementPolicy, check_quorums
 from pulsar_twisted.ledger.recovery import LedgerRecoveryOp, read_last_confirmed
 from pulsar_twisted.metadata.interfaces import AlreadyExistsError
-from pulsar_twisted.resources.bookies import AVAILABLE_PATH, registered_bookies
+from pulsar_twisted.metadata.layout import AVAILABLE_PATH
+from pulsar_twisted.resources.bookies import registered_bookies
 
 log = Logger()
 

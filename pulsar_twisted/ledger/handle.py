@@ -34,7 +34,7 @@ from pulsar_twisted.common.bk_errors import (
     BKException, BookieUnavailableError, DigestMismatchError, LedgerClosedError, LedgerFencedError,
     NoSuchEntryError, NoSuchLedgerError, UnauthorizedAccessError)
 from pulsar_twisted.ledger.interfaces import ILedgerHandle, LedgerEntry
-from pulsar_twisted.ledger.metadata import LedgerMetadata, LedgerState
+from pulsar_twisted.resources.ledgers import LedgerMetadata, LedgerState
 from pulsar_twisted.ledger.quorum import DistributionSchedule
 from pulsar_twisted.metadata.interfaces import BadVersionError, MetadataStoreError
 from pulsar_twisted.wire.bookie import pack_entry, unpack_entry

@@ -29,7 +29,7 @@ from pulsar_twisted.common.bk_errors import (
     BookieUnavailableError, DigestMismatchError, LedgerRecoveryError, NoSuchEntryError, NoSuchLedgerError,
     UnauthorizedAccessError)
 from pulsar_twisted.ledger.handle import ReadOnlyLedgerHandle
-from pulsar_twisted.ledger.metadata import LedgerState
+from pulsar_twisted.resources.ledgers import LedgerState
 from pulsar_twisted.ledger.quorum import DistributionSchedule
 from pulsar_twisted.metadata.interfaces import BadVersionError
 from pulsar_twisted.wire.bookie import unpack_entry

@@ -8,9 +8,7 @@ made them, so a bookie that dies (or loses its ZooKeeper session) leaves the lis
 Every function takes an ``IMetadataStore`` and returns a Deferred (or is a coroutine).
 """
 
-AVAILABLE_PATH = "/ledgers/available"
-READONLY_NAME = "readonly"
-READONLY_PATH = AVAILABLE_PATH + "/" + READONLY_NAME
+from pulsar_twisted.metadata.layout import AVAILABLE_PATH, READONLY_NAME, READONLY_PATH
 
 
 def registration_path(bookie_id: str, read_only: bool = False) -> str:

@@ -330,7 +330,7 @@ class ZooKeeperAutoRecoveryTests(unittest.TestCase):
         from pulsar_twisted.ledger.bookies import LocalBookieClient
         from pulsar_twisted.ledger.client import BookKeeperClient
         from pulsar_twisted.resources.bookies import register_bookie
-        from pulsar_twisted.ledger.metadata import LedgerManager
+        from pulsar_twisted.resources.ledgers import LedgerManager
         from pulsar_twisted.testing.fake_bookie import FakeBookie
         bookie_session = await self._open()
         store = await self._open()

@@ -22,6 +22,7 @@ class FakeBookieTests(unittest.TestCase):
         self.assertEqual(self.successResultOf(b.read_entry(1, -1)), b"one")
         self.failureResultOf(b.read_entry(1, 5), NoSuchEntryError)
         self.assertEqual((b.read_lac(1), b.last_entry_id(1)), (0, 1))
+        self.assertEqual(b.last_entry_id(42), -1)      # unknown: -1, as BookieStorage
         self.failureResultOf(b.add_entry(1, 2, b"x", b"other"), UnauthorizedAccessError)
         self.successResultOf(b.fence_ledger(1, b"k"))
         self.assertTrue(b.is_fenced(1))

@@ -12,7 +12,7 @@ from pulsar_twisted.ledger.bookies import IBookieClient, LocalBookieClient
 from pulsar_twisted.ledger.client import BookKeeperClient
 from pulsar_twisted.ledger.handle import WriterState
 from pulsar_twisted.ledger.interfaces import ILedgerClient, ILedgerHandle
-from pulsar_twisted.ledger.metadata import LedgerManager, LedgerState
+from pulsar_twisted.resources.ledgers import LedgerManager, LedgerState
 from pulsar_twisted.ledger.quorum import RandomPlacementPolicy
 from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
 from pulsar_twisted.resources.bookies import register_bookie

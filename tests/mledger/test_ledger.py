@@ -88,6 +88,16 @@ class RolloverTests(ManagedLedgerHarness, unittest.TestCase):
         entries = self.successResultOf(ml.read_entries(positions[0], 100))
         self.assertEqual([e.data for e in entries], [data(i) for i in range(8)])
 
+    def test_next_position_crosses_ledgers(self):
+        """next_position steps to the next entry, over a ledger boundary, and one past the end."""
+        ml = self.open(max_entries_per_ledger=3)
+        self.successResultOf(ml.open_cursor("keep", "earliest"))
+        positions = self.add(ml, 5)
+        self.assertEqual(ml.next_position(positions[0]), positions[1])
+        self.assertEqual(ml.next_position(positions[2]), positions[3])
+        last = positions[-1]
+        self.assertEqual(ml.next_position(last), Position(last.ledger_id, last.entry_id + 1))
+
     def test_adds_queue_while_rolling_and_keep_order(self):
         """Adds issued while the full ledger closes and the next is created wait, then go in order."""
         self.bk.pause_adds()
