@@ -30,7 +30,6 @@ from twisted.internet import task
 from twisted.logger import Logger
 
 from pulsar_twisted.broker import compaction
-from pulsar_twisted.broker.entryinfo import entry_metadata
 from pulsar_twisted.broker.policies import INACTIVE_TOPIC_MODES
 from pulsar_twisted.broker.service import TopicBusyError
 from pulsar_twisted.common import errors
@@ -42,6 +41,7 @@ from pulsar_twisted.metadata.interfaces import (
 from pulsar_twisted.metadata.layout import BROKERS_ROOT, CLUSTERS_ROOT, PARTITIONED_ROOT, POLICIES_ROOT
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.wire import frames
+from pulsar_twisted.wire.frames import entry_metadata
 
 
 #: Pulsar's NamedEntity rule for tenant, namespace and cluster names.
@@ -1213,8 +1213,8 @@ def _previous_position(ledger, position):
 def _decompress(kind: int, data: bytes, size: int) -> bytes:
     """The payload decoded with the codecs the clients use (one implementation of Pulsar's
     encodings, ``client/compression.py``); a payload that does not decode is an AdminError."""
-    from pulsar_twisted.client.compression import decompress
-    from pulsar_twisted.client.errors import InvalidMessage
+    from pulsar_twisted.wire.compression import decompress
+    from pulsar_twisted.wire.errors import InvalidMessage
     try:
         return decompress(kind, data, size)
     except InvalidMessage as e:

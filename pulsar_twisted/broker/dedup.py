@@ -32,8 +32,8 @@ holds no ``MessageDeduplication`` at all: the publish path pays one ``is None`` 
 from twisted.internet import defer
 from twisted.logger import Logger
 
-from pulsar_twisted.broker.entryinfo import entry_metadata
 from pulsar_twisted.common.position import Position
+from pulsar_twisted.wire.frames import entry_metadata
 
 #: Name of the managed-ledger cursor holding the snapshots (Pulsar's).
 DEDUP_CURSOR = "pulsar.dedup"

@@ -4,7 +4,7 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from pulsar_twisted.broker import dedup as dedup_states
-from pulsar_twisted.broker.entryinfo import entry_metadata
+from pulsar_twisted.broker.entryinfo import lenient_metadata
 from pulsar_twisted.common import errors
 from pulsar_twisted.mledger.interfaces import ManagedLedgerError
 from pulsar_twisted.proto import PulsarApi_pb2 as api
@@ -59,7 +59,7 @@ class Producer:
         counted = True
         if dedup is not None:
             if send.is_chunk:
-                counted = is_last_chunk(entry_metadata(message))
+                counted = is_last_chunk(lenient_metadata(message))
             if self._is_duplicate(dedup, sequence_id, highest, counted):
                 return defer.succeed(None)
         self.pending += 1

@@ -16,13 +16,14 @@ from pulsar_twisted.broker import compaction, seek_time
 from pulsar_twisted.broker.access_modes import ProducerAccess
 from pulsar_twisted.broker.consumer import Consumer
 from pulsar_twisted.broker.dedup import DEDUP_CURSOR, MessageDeduplication
-from pulsar_twisted.broker.entryinfo import entry_metadata, num_messages
+from pulsar_twisted.broker.entryinfo import num_messages
 from pulsar_twisted.broker.producer import Producer
 from pulsar_twisted.broker.storage_stats import StorageWriteStats
 from pulsar_twisted.broker.subscription import NonPersistentSubscription, PersistentSubscription
 from pulsar_twisted.common import errors
 from pulsar_twisted.common.position import EARLIEST, LATEST, Position
 from pulsar_twisted.proto import PulsarApi_pb2 as api
+from pulsar_twisted.wire.frames import entry_metadata
 
 Sub = api.CommandSubscribe
 _INT64_MAX = 0x7FFFFFFFFFFFFFFF
