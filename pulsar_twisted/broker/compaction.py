@@ -242,15 +242,14 @@ def _start_of(subscription, request):
     """Where a compacted subscriber begins (see ``CompactedCursor``), None for the read position."""
     cursor = subscription.cursor
     if not subscription.durable:
-        if request.HasField("start_message_id"):
-            mid = request.start_message_id
-            ledger_id = mid.ledgerId - (1 << 64) if mid.ledgerId >= (1 << 63) else mid.ledgerId
-            if ledger_id < 0:
+        start = request.start_message_id
+        if start is not None:
+            if start.ledger_id < 0:
                 return _FROM_START
-            if ledger_id >= (1 << 63) - 1:
+            if start.ledger_id >= (1 << 63) - 1:
                 return None
-            return Position(ledger_id, mid.entryId)
-        return _FROM_START if request.initialPosition == Sub.Earliest else None
+            return start
+        return _FROM_START if request.initial_position == Sub.Earliest else None
     md = cursor.mark_delete_position
     if md.entry_id < 0 and md.ledger_id <= subscription.topic.ledger.first_position().ledger_id:
         return _FROM_START  # nothing acknowledged yet: a new subscription from the earliest
@@ -262,7 +261,7 @@ def apply_read_compacted(topic, subscription, request) -> None:
     SUBSCRIBE hook: a ``read_compacted`` consumer's subscription reads through the compacted
     ledger (Exclusive and Failover only, as Pulsar allows); a plain one reads the cursor.
     """
-    if request.read_compacted and request.subType not in (Sub.Exclusive, Sub.Failover):
+    if request.read_compacted and request.sub_type not in (Sub.Exclusive, Sub.Failover):
         raise errors.NotAllowedError("Read compacted only supported on failover or exclusive subscriptions")
     if subscription.consumers:
         return

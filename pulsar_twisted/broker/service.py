@@ -423,14 +423,12 @@ class BrokerService(service.Service):
 
     @defer.inlineCallbacks
     def create_producer(self, cnx, request):
+        """The Producer of a ProducerRequest (authorization, topic load, quotas, access mode)."""
         yield defer.ensureDeferred(self.security.check_topic(cnx, request.topic, "produce"))
         topic = yield self.get_topic(request.topic)
-        if request.HasField("producer_name") and request.producer_name:
-            name = request.producer_name
-        else:
-            name = self.next_producer_name()
+        name = request.producer_name or self.next_producer_name()
         self.policies.check_new_producer(topic)
-        initial = request.initial_subscription_name if request.HasField("initial_subscription_name") else ""
+        initial = request.initial_subscription
         if initial and isinstance(topic, PersistentTopic) and initial not in topic.subscriptions:
             # Pulsar creates it at the earliest position before the producer exists, so nothing the
             # producer sends can be trimmed before that subscription reads it (used for DLQ topics).
@@ -441,6 +439,7 @@ class BrokerService(service.Service):
 
     @defer.inlineCallbacks
     def subscribe(self, cnx, request):
+        """The Consumer of a SubscribeRequest (authorization, topic load, then the topic's rules)."""
         if not request.subscription:
             raise errors.NotAllowedError("Empty subscription name")
         yield defer.ensureDeferred(self.security.check_topic(cnx, request.topic, "consume"))

@@ -234,7 +234,7 @@ class NonPersistentSubscription:
                 from pulsar_twisted.broker.dispatch.key_shared import (
                     ConsistentHashSelector, StickySelector)
                 meta = consumer.key_shared_meta
-                if meta is not None and meta.keySharedMode == api.STICKY:
+                if meta is not None and meta.mode == api.STICKY:
                     self.selector = StickySelector()
                 else:
                     self.selector = ConsistentHashSelector(
