@@ -127,6 +127,8 @@ class ServerConnection(protocol.Protocol):
         self.connection_id = next(_connection_ids)
         self.sender = None
         self.state = ConnectionState.START
+        #: The authenticated role (None until CONNECT is accepted, or without authentication).
+        self.role = None
         self.protocol_version = 0
         self.client_version = ""
         self.producers = {}
@@ -339,16 +341,12 @@ class ServerConnection(protocol.Protocol):
             if existing.topic.name == request.topic:
                 # The client retried a create that already succeeded: answer it again.
                 self.sender.send_producer_success(request.request_id, existing.name,
-                                                  existing.last_sequence_id,
-                                                  getattr(existing, "schema_version", b""))
+                                                  existing.last_sequence_id, existing.schema_version)
             else:
                 self.sender.send_error(request.request_id, api.ProducerBusy,
                                        f"Producer id {request.producer_id} is already in use")
             return
-        # The schema is decided first (Pulsar's order): an incompatible one creates nothing.
-        d = schemas.producer_schema_version(self.service, request)
-        d.addCallback(lambda version: self.service.create_producer(self, request).addCallback(
-            schemas.set_producer_version, version))
+        d = self.service.create_producer(self, request)
 
         def created(producer):
             if self.state == ConnectionState.CLOSED:

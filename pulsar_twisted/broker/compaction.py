@@ -267,7 +267,7 @@ def apply_read_compacted(topic, subscription, request) -> None:
         return
     wrapped = isinstance(subscription.cursor, CompactedCursor)
     if request.read_compacted and not wrapped:
-        subscription.cursor = CompactedCursor(subscription.cursor, compactor_of(topic.service), topic,
+        subscription.cursor = CompactedCursor(subscription.cursor, topic.service.compactor, topic,
                                               _start_of(subscription, request))
     elif not request.read_compacted and wrapped:
         subscription.cursor = subscription.cursor.cursor
@@ -287,7 +287,7 @@ def last_message_id(subscription):
     topic = subscription.topic
     cursor = getattr(subscription, "cursor", None)
     if isinstance(cursor, CompactedCursor):
-        state = compactor_of(topic.service).state_of(topic)
+        state = topic.service.compactor.state_of(topic)
         if state is not None and topic.ledger.last_confirmed_entry() <= state.horizon:
             yield state.load()
             if not state.positions:
@@ -318,12 +318,16 @@ class Compactor:
     def __init__(self, service):
         self.service = service
         self.clock = service.clock
-        self.ledger_client = service.ml_factory.ledger_client
         self.config = service.config
         self._states = {}
         self._status = {}
         self._running = {}
         self._monitor = None
+
+    @property
+    def ledger_client(self):
+        # Read when used: the broker is built before its managed-ledger factory in some tools.
+        return self.service.ml_factory.ledger_client
 
     # -- state per topic ----------------------------------------------------------------
     def state_of(self, topic):
@@ -466,7 +470,7 @@ class Compactor:
 
     def check_thresholds(self) -> None:
         """Compact every loaded topic whose backlog since its last compaction is over the threshold."""
-        topics = [t for t in list(self.service.topics.values()) if hasattr(t, "ledger")]
+        topics = [t for t in list(self.service.topics.values()) if t.persistent]
         if not topics:
             # The broker stopped (or unloaded everything): the next topic load restarts us.
             if self._monitor is not None and self._monitor.running:
@@ -501,9 +505,6 @@ async def _quietly(d):
 
 
 def compactor_of(service) -> Compactor:
-    """The broker's compactor (made on first use)."""
-    compactor = getattr(service, "compactor", None)
-    if compactor is None:
-        compactor = Compactor(service)
-        service.compactor = compactor
-    return compactor
+    """The broker's compactor: ``service.compactor``, made by BrokerService. Kept for
+    broker/admin.py callers until they read the attribute."""
+    return service.compactor

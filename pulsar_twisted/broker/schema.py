@@ -440,15 +440,6 @@ class SchemaRegistry:
         return bool(value) or self.config.schemaValidationEnforced
 
 
-def registry_of(service) -> SchemaRegistry:
-    """The broker's schema registry (made on first use, over the broker's store and clock)."""
-    registry = getattr(service, "schema_registry", None)
-    if registry is None:
-        registry = SchemaRegistry(service.store, service.clock, service.config)
-        service.schema_registry = registry
-    return registry
-
-
 # ------------------------------------------------------------------------------ broker hooks
 @defer.inlineCallbacks
 def producer_schema_version(service, request):
@@ -457,7 +448,7 @@ def producer_schema_version(service, request):
     (LongSchemaVersion bytes, ``b""`` for none), or IncompatibleSchema. Costs nothing for a
     producer without a schema on a topic without one beyond one metadata read.
     """
-    registry = registry_of(service)
+    registry = service.schema_registry
     try:
         parse_topic(request.topic)
     except InvalidTopicNameError as e:
@@ -484,7 +475,7 @@ def check_subscribe_schema(service, request):
     spec = request.schema
     if spec is None or spec.type in (BYTES, AUTO_CONSUME):
         return
-    registry = registry_of(service)
+    registry = service.schema_registry
     latest = yield registry.get(request.topic)
     if latest is None:
         topic = yield service.get_topic(request.topic, create=request.force_topic_creation)
@@ -499,7 +490,7 @@ def check_subscribe_schema(service, request):
 @defer.inlineCallbacks
 def get_or_create_schema(service, topic: str, spec):
     """GET_OR_CREATE_SCHEMA: the version of the SchemaSpec ``spec`` for ``topic`` (added when new)."""
-    registry = registry_of(service)
+    registry = service.schema_registry
     yield service.get_topic(topic)
     version = yield registry.add(topic, spec.type, spec.data, spec.properties, spec.name)
     return encode_version(version)
@@ -508,7 +499,7 @@ def get_or_create_schema(service, topic: str, spec):
 @defer.inlineCallbacks
 def get_schema(service, topic: str, version_bytes: bytes):
     """GET_SCHEMA: ``(SchemaVersion)`` latest or by version; TopicNotFound when there is none."""
-    registry = registry_of(service)
+    registry = service.schema_registry
     try:
         parse_topic(topic)
     except InvalidTopicNameError as e:
@@ -520,12 +511,6 @@ def get_schema(service, topic: str, version_bytes: bytes):
     if found is None:
         raise errors.TopicNotFound("Topic does not have schema")
     return found
-
-
-def set_producer_version(producer, version: bytes):
-    """Remember the schema version a producer was given (answered again on a retried create)."""
-    producer.schema_version = version
-    return producer
 
 
 # ------------------------------------------------------------------------------ admin REST
@@ -550,6 +535,6 @@ def admin_post(service, topic: str, payload: dict):
     properties = payload.get("properties") or {}
     if not isinstance(properties, dict):
         raise ValueError("properties must be an object")
-    version = yield registry_of(service).add(topic, TYPES_BY_NAME[type_name], data.encode(),
+    version = yield service.schema_registry.add(topic, TYPES_BY_NAME[type_name], data.encode(),
                                              {str(k): str(v) for k, v in properties.items()})
     return {"version": {"version": version}}

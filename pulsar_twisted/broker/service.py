@@ -16,6 +16,8 @@ from twisted.internet import defer, task
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from pulsar_twisted.broker import schema
+from pulsar_twisted.broker.compaction import Compactor
 from pulsar_twisted.broker.policies import PolicyService
 from pulsar_twisted.broker.topic import NonPersistentTopic, PersistentTopic
 from pulsar_twisted.security.broker import BrokerSecurity
@@ -63,6 +65,10 @@ class BrokerService(service.Service):
         self.ownership = None
         #: Namespace policies of the topics and their periodic checks (policies.py).
         self.policies = PolicyService(self, metadata_store, config, clock)
+        #: Schemas of the topics (schema.py), kept in the metadata store.
+        self.schema_registry = schema.SchemaRegistry(metadata_store, clock, config)
+        #: Topic compaction and the compacted-ledger state of its readers (compaction.py).
+        self.compactor = Compactor(self)
 
     # ---------------------------------------------------------------- lifecycle
     @defer.inlineCallbacks
@@ -423,7 +429,11 @@ class BrokerService(service.Service):
 
     @defer.inlineCallbacks
     def create_producer(self, cnx, request):
-        """The Producer of a ProducerRequest (authorization, topic load, quotas, access mode)."""
+        """
+        The Producer of a ProducerRequest: schema, authorization, topic load, quotas, access mode.
+        The schema is decided first (Pulsar's order), so an incompatible one creates nothing.
+        """
+        schema_version = yield schema.producer_schema_version(self, request)
         yield defer.ensureDeferred(self.security.check_topic(cnx, request.topic, "produce"))
         topic = yield self.get_topic(request.topic)
         name = request.producer_name or self.next_producer_name()
@@ -434,7 +444,7 @@ class BrokerService(service.Service):
             # producer sends can be trimmed before that subscription reads it (used for DLQ topics).
             yield topic.create_subscription(initial, EARLIEST)
         # A Producer, or a Deferred of one (exclusive access modes, deduplication recovery).
-        producer = yield defer.maybeDeferred(topic.add_producer, cnx, request, name)
+        producer = yield defer.maybeDeferred(topic.add_producer, cnx, request, name, schema_version)
         return producer
 
     @defer.inlineCallbacks

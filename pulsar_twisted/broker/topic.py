@@ -117,9 +117,9 @@ class TopicBase:
         self.max_consumers_per_subscription = max_consumers_per_subscription
 
     # ---------------------------------------------------------------- producers
-    def add_producer(self, cnx, request, name: str) -> Producer:
-        """The producer of ``request`` (a ProducerRequest) named ``name``, once its access mode
-        admits it: a Producer, or a Deferred of one."""
+    def add_producer(self, cnx, request, name: str, schema_version: bytes = b"") -> Producer:
+        """The producer of ``request`` (a ProducerRequest) named ``name``, publishing with
+        ``schema_version``, once its access mode admits it: a Producer, or a Deferred of one."""
         if self.closed:
             raise errors.ServiceNotReady(f"Topic {self.name} is being unloaded")
         existing = self.producers.get(name)
@@ -135,7 +135,7 @@ class TopicBase:
             if self.producers.get(name) is not None:
                 raise errors.ProducerBusy(f"Producer with name '{name}' is already connected to topic")
             producer = Producer(self, cnx, request.producer_id, name, request.access_mode,
-                                request.user_provided_name, dict(request.metadata))
+                                request.user_provided_name, dict(request.metadata), schema_version)
             if self.dedup is not None:
                 producer.last_sequence_id = self.dedup.last_sequence_id(name)
             self.producers[name] = producer
@@ -239,7 +239,7 @@ class PersistentTopic(TopicBase):
                 continue  # the deduplication snapshots' cursor, not a subscription
             self.subscriptions[name] = PersistentSubscription(self, name, cursor, clock, config)
         ledger.add_new_entries_listener(self._new_entries)
-        compaction.compactor_of(service).topic_loaded(self)
+        service.compactor.topic_loaded(self)
         if config.brokerDeduplicationEnabled:
             self.set_deduplication(True)
 
