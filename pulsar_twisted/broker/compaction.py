@@ -359,7 +359,7 @@ class Compactor:
     # -- running ------------------------------------------------------------------------
     def compact(self, topic):
         """Compact ``topic`` now; fails with NotAllowedError when a run is in progress."""
-        if not hasattr(topic, "ledger"):
+        if not topic.persistent:
             return defer.fail(errors.NotAllowedError("Compaction is only for persistent topics"))
         if topic.name in self._running:
             return defer.fail(errors.NotAllowedError("Compaction already in progress"))

@@ -108,7 +108,7 @@ class BrokerService(service.Service):
     def _check_retention(self):
         """Time-based retention: consumed ledgers age past the limit without any new ack."""
         for topic in list(self.topics.values()):
-            if isinstance(topic, PersistentTopic):
+            if topic.persistent:
                 d = defer.maybeDeferred(topic.ledger.trim_consumed_ledgers)
                 d.addErrback(lambda f, name=topic.name: self.log.failure(
                     "retention check of {topic} failed", f, topic=name))
@@ -439,7 +439,7 @@ class BrokerService(service.Service):
         name = request.producer_name or self.next_producer_name()
         self.policies.check_new_producer(topic)
         initial = request.initial_subscription
-        if initial and isinstance(topic, PersistentTopic) and initial not in topic.subscriptions:
+        if initial and topic.persistent and initial not in topic.subscriptions:
             # Pulsar creates it at the earliest position before the producer exists, so nothing the
             # producer sends can be trimmed before that subscription reads it (used for DLQ topics).
             yield topic.create_subscription(initial, EARLIEST)
