@@ -443,7 +443,7 @@ class NonPersistentTopic(TopicBase):
         try:
             self.check_consumer_limits(subscription)
             if subscription is None:
-                subscription = NonPersistentSubscription(self, name, self.config)
+                subscription = NonPersistentSubscription(self, name, self.clock, self.config)
                 self.subscriptions[name] = subscription
             consumer = self.make_consumer(subscription, cnx, request)
             subscription.add_consumer(consumer)

@@ -32,8 +32,8 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from pulsar_twisted.common.bk_errors import LedgerFencedError, NoSuchLedgerError
 from pulsar_twisted.common.position import EARLIEST, LATEST, Position
-from pulsar_twisted.ledger.interfaces import LedgerFencedError, NoSuchLedgerError
 from pulsar_twisted.metadata.interfaces import BadVersionError
 from pulsar_twisted.mledger import formats
 from pulsar_twisted.mledger.bitset import int_to_words, words_to_int

@@ -3,15 +3,15 @@
 from twisted.trial import unittest
 from zope.interface.verify import verifyObject
 
+from pulsar_twisted.common.bk_errors import NotEnoughBookiesError
 from pulsar_twisted.common.position import Position
-from pulsar_twisted.ledger.interfaces import NotEnoughBookiesError
+from pulsar_twisted.ledger.interfaces import ILedgerClient
 from pulsar_twisted.mledger.interfaces import (
     IManagedLedger, IManagedLedgerFactory, ManagedLedgerClosedError, ManagedLedgerError,
     ManagedLedgerFencedError,
 )
 from pulsar_twisted.mledger.ledger import ManagedLedgerTerminatedError, State
 from pulsar_twisted.testing.fake_ledger import FakeLedgerClient
-from pulsar_twisted.ledger.interfaces import ILedgerClient
 
 from tests.mledger.test_support import ManagedLedgerHarness, data
 
