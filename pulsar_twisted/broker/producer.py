@@ -23,7 +23,7 @@ class Producer:
     log = Logger()
 
     def __init__(self, topic, cnx, producer_id: int, name: str, access_mode: int = api.Shared,
-                 user_provided_name: bool = False, metadata=None):
+                 user_provided_name: bool = False, metadata=None, schema_version: bytes = b""):
         self.topic = topic
         self.cnx = cnx
         self.producer_id = producer_id
@@ -31,6 +31,9 @@ class Producer:
         self.access_mode = access_mode
         self.user_provided_name = user_provided_name
         self.metadata = dict(metadata or {})
+        #: The schema version it publishes with (LongSchemaVersion bytes, b"" for none), answered
+        #: in PRODUCER_SUCCESS and again to a retried create.
+        self.schema_version = schema_version
         self.last_sequence_id = -1
         #: Topic epoch answered in PRODUCER_SUCCESS (exclusive access modes), or None.
         self.topic_epoch = None

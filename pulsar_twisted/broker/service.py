@@ -16,6 +16,8 @@ from twisted.internet import defer, task
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from pulsar_twisted.broker import schema
+from pulsar_twisted.broker.compaction import Compactor
 from pulsar_twisted.broker.policies import PolicyService
 from pulsar_twisted.broker.topic import NonPersistentTopic, PersistentTopic
 from pulsar_twisted.security.broker import BrokerSecurity
@@ -61,6 +63,10 @@ class BrokerService(service.Service):
         self.ownership = None
         #: Namespace policies of the topics and their periodic checks (policies.py).
         self.policies = PolicyService(self, metadata_store, config, clock)
+        #: Schemas of the topics (schema.py), kept in the metadata store.
+        self.schema_registry = schema.SchemaRegistry(metadata_store, clock, config)
+        #: Topic compaction and the compacted-ledger state of its readers (compaction.py).
+        self.compactor = Compactor(self)
 
     # ---------------------------------------------------------------- lifecycle
     @defer.inlineCallbacks
@@ -100,7 +106,7 @@ class BrokerService(service.Service):
     def _check_retention(self):
         """Time-based retention: consumed ledgers age past the limit without any new ack."""
         for topic in list(self.topics.values()):
-            if isinstance(topic, PersistentTopic):
+            if topic.persistent:
                 d = defer.maybeDeferred(topic.ledger.trim_consumed_ledgers)
                 d.addErrback(lambda f, name=topic.name: self.log.failure(
                     "retention check of {topic} failed", f, topic=name))
@@ -421,24 +427,27 @@ class BrokerService(service.Service):
 
     @defer.inlineCallbacks
     def create_producer(self, cnx, request):
+        """
+        The Producer of a ProducerRequest: schema, authorization, topic load, quotas, access mode.
+        The schema is decided first (Pulsar's order), so an incompatible one creates nothing.
+        """
+        schema_version = yield schema.producer_schema_version(self, request)
         yield defer.ensureDeferred(self.security.check_topic(cnx, request.topic, "produce"))
         topic = yield self.get_topic(request.topic)
-        if request.HasField("producer_name") and request.producer_name:
-            name = request.producer_name
-        else:
-            name = self.next_producer_name()
+        name = request.producer_name or self.next_producer_name()
         self.policies.check_new_producer(topic)
-        initial = request.initial_subscription_name if request.HasField("initial_subscription_name") else ""
-        if initial and isinstance(topic, PersistentTopic) and initial not in topic.subscriptions:
+        initial = request.initial_subscription
+        if initial and topic.persistent and initial not in topic.subscriptions:
             # Pulsar creates it at the earliest position before the producer exists, so nothing the
             # producer sends can be trimmed before that subscription reads it (used for DLQ topics).
             yield topic.create_subscription(initial, EARLIEST)
         # A Producer, or a Deferred of one (exclusive access modes, deduplication recovery).
-        producer = yield defer.maybeDeferred(topic.add_producer, cnx, request, name)
+        producer = yield defer.maybeDeferred(topic.add_producer, cnx, request, name, schema_version)
         return producer
 
     @defer.inlineCallbacks
     def subscribe(self, cnx, request):
+        """The Consumer of a SubscribeRequest (authorization, topic load, then the topic's rules)."""
         if not request.subscription:
             raise errors.NotAllowedError("Empty subscription name")
         yield defer.ensureDeferred(self.security.check_topic(cnx, request.topic, "consume"))

@@ -29,15 +29,6 @@ Sub = api.CommandSubscribe
 _INT64_MAX = 0x7FFFFFFFFFFFFFFF
 
 
-def _signed(value: int) -> int:
-    return value - (1 << 64) if value >= (1 << 63) else value
-
-
-def position_of(message_id) -> Position:
-    """A MessageIdData as a Position: ids are uint64 on the wire, and -1 (earliest) wraps."""
-    return Position(_signed(message_id.ledgerId), _signed(message_id.entryId))
-
-
 class TopicCounters:
     """
     A topic's in/out counters, kept across producers and consumers coming and going: messages are
@@ -127,7 +118,9 @@ class TopicBase:
         self.max_consumers_per_subscription = max_consumers_per_subscription
 
     # ---------------------------------------------------------------- producers
-    def add_producer(self, cnx, request, name: str) -> Producer:
+    def add_producer(self, cnx, request, name: str, schema_version: bytes = b"") -> Producer:
+        """The producer of ``request`` (a ProducerRequest) named ``name``, publishing with
+        ``schema_version``, once its access mode admits it: a Producer, or a Deferred of one."""
         if self.closed:
             raise errors.ServiceNotReady(f"Topic {self.name} is being unloaded")
         existing = self.producers.get(name)
@@ -136,15 +129,14 @@ class TopicBase:
         limit = self.max_producers
         if limit and len(self.producers) >= limit:
             raise errors.ProducerBusy(f"Topic {self.name} reached max producers limit {limit}")
-        if request.producer_access_mode not in api.ProducerAccessMode.values():
-            raise errors.NotAllowedError(f"Unknown producer access mode {request.producer_access_mode}")
+        if request.access_mode not in api.ProducerAccessMode.values():
+            raise errors.NotAllowedError(f"Unknown producer access mode {request.access_mode}")
 
         def create():
             if self.producers.get(name) is not None:
                 raise errors.ProducerBusy(f"Producer with name '{name}' is already connected to topic")
-            producer = Producer(self, cnx, request.producer_id, name, request.producer_access_mode,
-                                request.user_provided_producer_name and request.HasField("producer_name"),
-                                {kv.key: kv.value for kv in request.metadata})
+            producer = Producer(self, cnx, request.producer_id, name, request.access_mode,
+                                request.user_provided_name, dict(request.metadata), schema_version)
             if self.dedup is not None:
                 producer.last_sequence_id = self.dedup.last_sequence_id(name)
             self.producers[name] = producer
@@ -188,13 +180,13 @@ class TopicBase:
             raise errors.ConsumerBusy(f"Subscription reached max consumers limit {limit}")
 
     def make_consumer(self, subscription, cnx, request) -> Consumer:
+        """The Consumer of a SubscribeRequest on ``subscription`` (not added to it yet)."""
         max_unacked = (self.config.maxUnackedMessagesPerConsumer
-                       if request.subType in (Sub.Shared, Sub.Key_Shared) else 0)
+                       if request.sub_type in (Sub.Shared, Sub.Key_Shared) else 0)
         consumer = Consumer(
             subscription, cnx, request.consumer_id, request.consumer_name or f"consumer-{request.consumer_id}",
-            request.subType, request.priority_level, self.partition,
-            {kv.key: kv.value for kv in request.metadata},
-            request.keySharedMeta if request.HasField("keySharedMeta") else None, max_unacked)
+            request.sub_type, request.priority_level, self.partition, dict(request.metadata),
+            request.key_shared_meta, max_unacked)
         consumer.connected_since = self.service.now_iso()
         return consumer
 
@@ -248,7 +240,7 @@ class PersistentTopic(TopicBase):
                 continue  # the deduplication snapshots' cursor, not a subscription
             self.subscriptions[name] = PersistentSubscription(self, name, cursor, clock, config)
         ledger.add_new_entries_listener(self._new_entries)
-        compaction.compactor_of(service).topic_loaded(self)
+        service.compactor.topic_loaded(self)
         if config.brokerDeduplicationEnabled:
             self.set_deduplication(True)
 
@@ -315,12 +307,13 @@ class PersistentTopic(TopicBase):
     # ---------------------------------------------------------------- subscribing
     @defer.inlineCallbacks
     def subscribe(self, cnx, request):
+        """A Consumer for the SubscribeRequest ``request`` (its subscription made if new)."""
         name = request.subscription
         subscription = self.subscriptions.get(name)
         self.check_consumer_limits(subscription)
         if subscription is None:
             if request.durable:
-                initial = "earliest" if request.initialPosition == Sub.Earliest else "latest"
+                initial = "earliest" if request.initial_position == Sub.Earliest else "latest"
                 cursor = yield self.ledger.open_cursor(name, initial)
             else:
                 cursor = self.ledger.new_non_durable_cursor(self._start_position(request), name=name)
@@ -336,14 +329,14 @@ class PersistentTopic(TopicBase):
         return consumer
 
     def _start_position(self, request) -> Position:
-        if request.HasField("start_message_id"):
-            position = position_of(request.start_message_id)
+        position = request.start_message_id
+        if position is not None:
             if position.ledger_id >= _INT64_MAX:
                 return LATEST
             if position.ledger_id < 0:
                 return EARLIEST
             return position
-        return EARLIEST if request.initialPosition == Sub.Earliest else LATEST
+        return EARLIEST if request.initial_position == Sub.Earliest else LATEST
 
     def clamp_position(self, position: Position) -> Position:
         """Positions a client may send (earliest/latest markers) made concrete."""

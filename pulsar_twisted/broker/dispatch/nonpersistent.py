@@ -111,7 +111,7 @@ class NonPersistentSharedDispatcher(NonPersistentDispatcher):
 class NonPersistentKeySharedDispatcher(NonPersistentDispatcher):
     def __init__(self, subscription, clock, config, meta=None):
         super().__init__(subscription, clock, config)
-        self.selector = selector_for(meta.keySharedMode if meta is not None else api.AUTO_SPLIT, config)
+        self.selector = selector_for(meta.mode if meta is not None else api.AUTO_SPLIT, config)
 
     def add_consumer(self, consumer) -> None:
         # The selector refuses a consumer first (ConsumerAssignError), before it is counted.
