@@ -17,7 +17,7 @@ import json
 from twisted.internet import defer, task
 from twisted.logger import Logger
 
-from pulsar_twisted.broker.ownership import BROKERS_ROOT
+from pulsar_twisted.metadata.layout import broker_path
 from pulsar_twisted.security.endpoints import tls_broker_url
 
 log = Logger()
@@ -69,7 +69,7 @@ class BrokerAddresses:
 
 class BrokerRegistration:
     """
-    The ephemeral registration ``BROKERS_ROOT/<broker_id>`` holding ``data`` in ``store`` (an
+    The ephemeral registration ``metadata.layout.broker_path(broker_id)`` holding ``data`` in ``store`` (an
     IMetadataStore with sessions), checked every ``check_interval`` seconds on ``clock``.
     ``start()`` fires once the node is written; ``stop()`` ends the checks.
     """
@@ -80,7 +80,7 @@ class BrokerRegistration:
         self.broker_id = broker_id
         self.data = data
         self.check_interval = check_interval
-        self.path = f"{BROKERS_ROOT}/{broker_id}"
+        self.path = broker_path(broker_id)
         self._loop = None
         self._running = False
 

@@ -28,10 +28,11 @@ from pulsar_twisted.daemons.options import config_options
 from pulsar_twisted.daemons.startup import Daemon
 from pulsar_twisted.daemons.tree import ListeningService, Step
 from pulsar_twisted.ledger.bookies import LocalBookieClient
-from pulsar_twisted.ledger.client import BookKeeperClient, register_bookie
+from pulsar_twisted.ledger.client import BookKeeperClient
 from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
 from pulsar_twisted.mledger.config import ManagedLedgerConfig
 from pulsar_twisted.mledger.factory import ManagedLedgerFactory
+from pulsar_twisted.resources.bookies import register_bookie
 from pulsar_twisted.security.endpoints import server_tls_context, tls_broker_url, tls_server_endpoint
 from pulsar_twisted.web.site import make_site
 
