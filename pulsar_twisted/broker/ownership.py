@@ -49,6 +49,14 @@ def topic_hash(topic: str) -> int:
     return zlib.crc32(topic.encode("utf-8")) & 0xFFFFFFFF
 
 
+def unload_bundle(broker, bundle) -> None:
+    """Unload the topics of ``broker`` (a BrokerService) that fall in ``bundle``, which this
+    broker no longer owns (the ``on_bundle_lost`` of a cluster broker's BundleOwnership)."""
+    namespace = bundle.namespace
+    broker.unload_topics(
+        lambda name: str(name.namespace_name) == namespace and bundle.includes(topic_hash(str(name))))
+
+
 def even_boundaries(num_bundles: int) -> list:
     """Pulsar's even split of the hash range: ``num_bundles + 1`` bounds, the last 0xffffffff."""
     if num_bundles < 1:
