@@ -36,7 +36,7 @@ from pulsar_twisted.ledger.interfaces import (
     LedgerEntry, LedgerFencedError, NoSuchEntryError, NoSuchLedgerError, UnauthorizedAccessError)
 from pulsar_twisted.ledger.metadata import LedgerMetadata, LedgerState
 from pulsar_twisted.ledger.quorum import DistributionSchedule
-from pulsar_twisted.metadata.interfaces import BadVersionError, MetadataStoreError
+from pulsar_twisted.metadata.interfaces import BadVersionError, MetadataStoreError, NotFoundError
 
 log = Logger()
 
@@ -476,6 +476,9 @@ class LedgerHandle(_BaseHandle):
             try:
                 version = await env.manager.write(self.ledger_id, candidate, version)
                 return candidate, version, ensemble
+            except NotFoundError:
+                # Recovered and deleted by the new owner: as fenced as a writer can be.
+                raise LedgerFencedError(f"ledger {self.ledger_id} was deleted") from None
             except BadVersionError:
                 # Only a recovering reader writes this ledger's metadata besides us: if it did, we
                 # are fenced; otherwise re-apply our segment to what is there now.
@@ -587,6 +590,8 @@ class LedgerHandle(_BaseHandle):
                     version = await manager.write(self.ledger_id, candidate, version)
                     self._set_metadata(candidate, version)
                     return None
+                except NotFoundError:
+                    raise LedgerFencedError(f"ledger {self.ledger_id} was deleted") from None
                 except BadVersionError:
                     metadata, version = await manager.read(self.ledger_id)
                     if metadata.state is LedgerState.CLOSED and \

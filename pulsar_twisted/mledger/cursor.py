@@ -34,7 +34,7 @@ from zope.interface import implementer
 
 from pulsar_twisted.common.position import EARLIEST, LATEST, Position
 from pulsar_twisted.ledger.interfaces import LedgerFencedError, NoSuchLedgerError
-from pulsar_twisted.metadata.interfaces import BadVersionError
+from pulsar_twisted.metadata.interfaces import AlreadyExistsError, BadVersionError, NotFoundError
 from pulsar_twisted.mledger import formats
 from pulsar_twisted.mledger.bitset import int_to_words, words_to_int
 from pulsar_twisted.mledger.interfaces import (
@@ -167,8 +167,9 @@ class ManagedCursorImpl:
     # -- reads ----------------------------------------------------------------------------
 
     def read_entries(self, count: int):
-        if self._state in (CursorState.CLOSED, CursorState.DELETED):
-            return defer.fail(ManagedLedgerClosedError(f"cursor {self.name} is closed"))
+        error = self._check_ack_open()
+        if error is not None:
+            return defer.fail(error)
         d = self.ml._read(self._read_position, count, self)
         d.addCallback(self._read_done, self._read_moves)
         return d
@@ -218,6 +219,8 @@ class ManagedCursorImpl:
 
     def _check_ack_open(self):
         if self._state in (CursorState.CLOSED, CursorState.DELETED):
+            if self.ml.is_fenced:
+                return ManagedLedgerFencedError(f"cursor {self.name} is fenced")
             return ManagedLedgerClosedError(f"cursor {self.name} is closed")
         return None
 
@@ -383,7 +386,8 @@ class ManagedCursorImpl:
         self._persisting = False
         self._ledger_entries += 1
         self.persist_count += 1
-        roll = self._ledger_entries >= self.ml.config.cursor_max_entries_per_ledger
+        roll = (self._ledger_entries >= self.ml.config.cursor_max_entries_per_ledger
+                and self._state is CursorState.OPEN)    # not once closed or fenced meanwhile
         if roll:
             self._state = CursorState.SWITCHING
         for w in waiters:
@@ -473,7 +477,7 @@ class ManagedCursorImpl:
         old = self._ledger
         try:
             await self._write_node(-1)
-        except BadVersionError:
+        except _NODE_CAS_LOST:
             self._become_fenced(waiters)
             return
         except Exception as e:
@@ -492,9 +496,17 @@ class ManagedCursorImpl:
         self._check_idle()
 
     def _become_fenced(self, waiters):
+        """Our node CAS (or cursor ledger) was taken over: stop, and fence the whole managed ledger
+        (one writer for the ledger and all its cursors)."""
         log.warn("cursor {ml}/{name} is owned by another instance now", ml=self.ml.name, name=self.name)
-        self._state = CursorState.CLOSED
-        waiters = waiters + self._waiting
+        self._stop_fenced(waiters)
+        self.ml._cursor_fenced(self)
+
+    def _stop_fenced(self, waiters=()):
+        """No more writes from this cursor: waiting persists fail with ManagedLedgerFencedError."""
+        if self._state is not CursorState.DELETED:
+            self._state = CursorState.CLOSED
+        waiters = list(waiters) + self._waiting
         self._waiting = []
         self._fail_waiting(waiters, ManagedLedgerFencedError(f"cursor {self.name} is fenced"))
         self._check_idle()
@@ -593,6 +605,11 @@ class ManagedCursorImpl:
         await self._wait_idle()
         ledger = self._ledger
         self._state = CursorState.CLOSED
+        if self.ml.is_fenced:
+            # Someone else owns the cursor node now: writing it would only fail (or overwrite).
+            if ledger is not None:
+                ledger.close()
+            return None
         try:
             await self._write_node(ledger.ledger_id if ledger is not None else self._old_ledger_id)
         finally:
@@ -612,6 +629,10 @@ class ManagedCursorImpl:
             self._ledger.close()
             self._ledger = None
 
+
+# A cursor node write that fails so is another owner's doing: a newer version (BadVersion), the node
+# removed (NotFound), or created by someone else first (AlreadyExists, for a new cursor).
+_NODE_CAS_LOST = (BadVersionError, NotFoundError, AlreadyExistsError)
 
 _ids = itertools.count(1)
 

@@ -454,9 +454,10 @@ class ManagedLedgerImpl:
     def _add_failed(self, op: AddOp, failure):
         if op.done:
             return
-        if failure.check(LedgerFencedError):
-            log.warn("managed ledger {name}: ledger {lid} fenced by another owner",
-                     name=self.name, lid=op.handle.ledger_id)
+        if failure.check(LedgerFencedError, NoSuchLedgerError):
+            # Recovered (fenced) or deleted by a new owner: this instance must stop writing.
+            log.warn("managed ledger {name}: ledger {lid} fenced by another owner ({err})",
+                     name=self.name, lid=op.handle.ledger_id, err=failure.getErrorMessage())
             self._set_fenced()
             return
         handle = op.handle
@@ -486,7 +487,9 @@ class ManagedLedgerImpl:
             o.deferred.errback(error)
 
     def _set_fenced(self):
-        if self._state is State.FENCED:
+        """Another owner took over: no add, cursor write or metadata write from here on; pending
+        and queued adds fail in order; the factory forgets us; then the fenced listeners run."""
+        if self._state in (State.FENCED, State.CLOSED):
             return
         self._state = State.FENCED
         self._cancel_timers()
@@ -496,10 +499,18 @@ class ManagedLedgerImpl:
         self._queued.clear()
         self._fail_ops(doomed, error)
         self._fire_drained()
+        for cursor in list(self.cursors.values()) + list(self._new_cursors.values()):
+            cursor._stop_fenced()
         self.factory._forget(self)
         listeners, self._fenced_listeners = self._fenced_listeners, []
         for cb in listeners:
             self._call_fenced_listener(cb)
+
+    def _cursor_fenced(self, cursor):
+        """A cursor lost a compare-and-set on its node: the whole managed ledger is someone else's."""
+        log.warn("managed ledger {name}: cursor {cursor} metadata changed by someone else, fencing",
+                 name=self.name, cursor=cursor.name)
+        self._set_fenced()
 
     def add_fenced_listener(self, callback):
         """``callback(self)`` once this instance is FENCED (see IManagedLedger.add_fenced_listener)."""
@@ -1079,6 +1090,11 @@ class ManagedLedgerImpl:
         self._terminated_at = self._last_confirmed
         await self._write_metadata()
         return self._last_confirmed
+
+    @property
+    def is_fenced(self) -> bool:
+        """True once another owner took this managed ledger over (see add_fenced_listener)."""
+        return self._state is State.FENCED
 
     @property
     def is_terminated(self) -> bool:
