@@ -32,8 +32,9 @@ from zope.interface import implementer
 
 from pulsar_twisted.ledger.digest import pack_entry, unpack_entry
 from pulsar_twisted.ledger.interfaces import (
-    BKException, BookieUnavailableError, DigestMismatchError, ILedgerHandle, LedgerClosedError,
-    LedgerEntry, LedgerFencedError, NoSuchEntryError, NoSuchLedgerError, UnauthorizedAccessError)
+    BKException, BookieReadOnlyError, BookieUnavailableError, DigestMismatchError, ILedgerHandle,
+    LedgerClosedError, LedgerEntry, LedgerFencedError, NoSuchEntryError, NoSuchLedgerError,
+    UnauthorizedAccessError)
 from pulsar_twisted.ledger.metadata import LedgerMetadata, LedgerState
 from pulsar_twisted.ledger.quorum import DistributionSchedule
 from pulsar_twisted.metadata.interfaces import BadVersionError, MetadataStoreError, NotFoundError
@@ -58,6 +59,8 @@ class LedgerEnv:
     read_timeout: float = 5.0
     speculative_read_timeout: float = 2.0
     add_timeout: float = 30.0
+    #: a ``ledger.health.BookieHealth`` told of failed and timed-out writes (None: nobody)
+    health: object = None
 
 
 class _ReadEntryOp:
@@ -406,6 +409,9 @@ class LedgerHandle(_BaseHandle):
         if isinstance(error, _FATAL_ADD_ERRORS):
             self._fail_handle(error)
             return None
+        health = self._env.health
+        if health is not None and not isinstance(error, BookieReadOnlyError):
+            health.record_error(bookie)
         if index not in self._failed:
             log.warn("ledger {ledger}: bookie {bookie} failed entry {entry}: {error!r}",
                      ledger=self.ledger_id, bookie=bookie, entry=op.entry_id, error=error)
@@ -552,15 +558,23 @@ class LedgerHandle(_BaseHandle):
             return
         if not self._changing:
             deadline = self._env.clock.seconds() - self._env.add_timeout
+            timed_out = {}      # ensemble index -> adds it left unanswered past the deadline
             for op in self._pending:
                 if op.sent_at > deadline:
                     continue
                 for index in op.write_set:
                     if not op.acked & (1 << index) and index not in self._failed:
-                        log.warn("ledger {ledger}: bookie {bookie} timed out on entry {entry}",
-                                 ledger=self.ledger_id, bookie=self._ensemble[index],
-                                 entry=op.entry_id)
-                        self._failed[index] = self._ensemble[index]
+                        if index not in timed_out:
+                            log.warn("ledger {ledger}: bookie {bookie} timed out on entry {entry}",
+                                     ledger=self.ledger_id, bookie=self._ensemble[index],
+                                     entry=op.entry_id)
+                        timed_out[index] = timed_out.get(index, 0) + 1
+            health = self._env.health
+            for index, count in timed_out.items():
+                self._failed[index] = self._ensemble[index]
+                if health is not None:
+                    for _ in range(count):      # each timed-out request is one error, as in BK
+                        health.record_error(self._ensemble[index])
             self._maybe_start_change()
         self._arm_timeout()
 

@@ -140,6 +140,7 @@ class ManagedLedgerImpl:
         self._throttle_listeners = []
         self._throttled = False
         self._fenced_listeners = []
+        self._closed_on_failure = False
 
     # -- small helpers ---------------------------------------------------------------------
 
@@ -392,6 +393,12 @@ class ManagedLedgerImpl:
         if self._state is not State.CLOSING_LEDGER:
             return
         self._state = State.LEDGER_CLOSED
+        failed, self._closed_on_failure = self._closed_on_failure, False
+        if failed and not self._queued:
+            # After a write failure the next ledger waits for the next add: while bookies are
+            # down, eager creation would leave one empty ledger per failure (issue 11: hundreds).
+            self._trim_in_background()
+            return
         # The next ledger is started at once (Pulsar does after a time rollover) so that the
         # next add does not wait and the full ledger becomes trimmable.
         self._create_ledger()
@@ -471,6 +478,7 @@ class ManagedLedgerImpl:
         rolling = self._current is handle and self._state in (State.LEDGER_OPENED, State.CLOSING_LEDGER)
         if rolling:
             self._state = State.CLOSING_LEDGER
+            self._closed_on_failure = True
         error = ManagedLedgerError(f"add to ledger {handle.ledger_id} failed: {failure.getErrorMessage()}")
         self._fail_ops(doomed, error)
         if not self._pending:

@@ -10,6 +10,7 @@ FakeBookies, on one task.Clock.
 import random
 
 from twisted.internet import task
+from twisted.python.failure import Failure
 from twisted.trial import unittest
 
 from pulsar_twisted.ledger.bookies import LocalBookieClient
@@ -228,3 +229,49 @@ class FencedListenerTests(ManagedLedgerHarness, unittest.TestCase):
         ml.add_fenced_listener(calls.append)
         self.successResultOf(ml.close())
         self.assertEqual(calls, [])
+
+
+class NoSpareBookieTests(TwoBrokers, unittest.TestCase):
+    """Issue 11 item 5: with no spare bookie, writes fail cleanly and resume once a bookie is back."""
+
+    def test_writes_fail_cleanly_then_resume(self):
+        factory = self.broker(ensemble_size=3, write_quorum=3, ack_quorum=2)
+        ml = self.open(factory)
+        cursor = self.successResultOf(ml.open_cursor("sub", "earliest"))
+        acked = [self.successResultOf(ml.add_entry(data(0)))]
+        creates = []
+        real_create = factory.ledger_client.create_ledger
+
+        def create(*args, **kw):
+            creates.append(1)
+            return real_create(*args, **kw)
+        factory.ledger_client.create_ledger = create
+        self.bookies["b1"].available = False       # dead, still registered: no replacement
+        attempts, failed, payloads = 12, 0, [data(0)]
+        for i in range(attempts):
+            # Every add is answered at once: acked when two bookies answered before the dead
+            # one's failure ended the ledger, failed (not fenced) otherwise. Never left hanging.
+            d = ml.add_entry(b"during-%d" % i)
+            results = []
+            d.addBoth(results.append)
+            self.assertEqual(len(results), 1)
+            if isinstance(results[0], Failure):
+                failed += 1
+                self.assertFalse(results[0].check(ManagedLedgerFencedError))
+            else:
+                acked.append(results[0])
+                payloads.append(b"during-%d" % i)
+            self.assertNotEqual(ml.state, State.FENCED)
+        self.assertGreater(failed, 0)
+        self.assertEqual(ml.state, State.LEDGER_CLOSED, "no ledger made until the next add")
+        self.assertLessEqual(len(creates), attempts)
+        self.bookies["b1"].available = True
+        for i in range(1, 4):
+            acked.append(self.successResultOf(ml.add_entry(data(i))))
+            payloads.append(data(i))
+        self.assertEqual(ml.state, State.LEDGER_OPENED)
+        self.assertTrue(all(info["entries"] > 0 for info in ml.ledgers_info()[:-1]),
+                        "failed empty ledgers are dropped")
+        entries = self.successResultOf(cursor.read_entries(100))
+        self.assertEqual([e.data for e in entries], payloads)
+        self.assertEqual([e.position for e in entries], acked)
