@@ -42,6 +42,17 @@ def unregister_bookie(store, bookie_id: str, read_only: bool = False):
     return store.delete(f"{parent}/{bookie_id}")
 
 
+def health_check_options(config) -> dict:
+    """``BookKeeperClient`` keyword arguments from a broker config's bookkeeperClientHealthCheck*
+    keys (``BookKeeperClient(store, bookies, reactor, **health_check_options(config))``)."""
+    return dict(
+        health_check_enabled=config.bookkeeperClientHealthCheckEnabled,
+        health_check_interval_seconds=config.bookkeeperClientHealthCheckIntervalSeconds,
+        health_check_error_threshold_per_interval=(
+            config.bookkeeperClientHealthCheckErrorThresholdPerInterval),
+        health_check_quarantine_time_seconds=config.bookkeeperClientHealthCheckQuarantineTimeInSeconds)
+
+
 @implementer(ILedgerClient)
 class BookKeeperClient:
     """

@@ -117,3 +117,24 @@ class ClientQuarantineTests(LedgerHarness, unittest.TestCase):
         self.bookies[flaky].fail("add", BookieUnavailableError("blip"), times=1)
         self.add_all(handle, [b"a"])
         self.assertEqual(self.client.health.quarantined(), frozenset())
+
+
+class ConfigTests(unittest.TestCase):
+
+    def test_broker_keys_reach_the_client(self):
+        """Pulsar's four keys, with its defaults, map onto the client's quarantine."""
+        from pulsar_twisted.config import BrokerConfig
+        from pulsar_twisted.ledger.client import BookKeeperClient, health_check_options
+        from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
+        config = BrokerConfig()
+        self.assertEqual((config.bookkeeperClientHealthCheckEnabled,
+                          config.bookkeeperClientHealthCheckIntervalSeconds,
+                          config.bookkeeperClientHealthCheckErrorThresholdPerInterval,
+                          config.bookkeeperClientHealthCheckQuarantineTimeInSeconds),
+                         (True, 60, 5, 1800))
+        clock = task.Clock()
+        client = BookKeeperClient(EmbeddedMetadataStore(None, clock), None, clock,
+                                  **health_check_options(config))
+        health = client.health
+        self.assertEqual((health.enabled, health.interval, health.error_threshold,
+                          health.quarantine_time), (True, 60, 5, 1800))
