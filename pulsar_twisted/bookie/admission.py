@@ -28,9 +28,9 @@ from twisted.internet import defer
 from twisted.python.failure import Failure
 from twisted.logger import Logger
 
-from pulsar_twisted.ledger.interfaces import (
+from pulsar_twisted.common.bk_errors import (
     BookieUnavailableError, LedgerFencedError, NoSuchLedgerError)
-from pulsar_twisted.ledger.metadata import LedgerManager
+from pulsar_twisted.resources.ledgers import LedgerManager
 
 log = Logger()
 

@@ -38,16 +38,12 @@ from twisted.web import resource, server as web_server
 from pulsar_twisted.bookie.admission import LedgerAdmission
 from pulsar_twisted.bookie.protocol import (
     VERSION, BookieRequestProcessor, BookieServerFactory, disk_space)
-from pulsar_twisted.ledger.client import AVAILABLE_PATH, READONLY_PATH
 from pulsar_twisted.metadata.interfaces import NotFoundError
 from pulsar_twisted.net.framing import DEFAULT_MAX_FRAME_SIZE
 from pulsar_twisted.proto import bookie_pb2 as pb
+from pulsar_twisted.resources.bookies import register_bookie, registration_path
 
 log = Logger()
-
-
-def registration_path(bookie_id: str, read_only: bool) -> str:
-    return f"{READONLY_PATH if read_only else AVAILABLE_PATH}/{bookie_id}"
 
 
 def fullest_disk(paths):
@@ -244,7 +240,7 @@ class BookieServer(Service):
         if old != want or await store.exists(want) is None:
             value = json.dumps({"bookieId": self.bookie_id, "readOnly": self.read_only,
                                 "version": VERSION}).encode()
-            await store.put(want, value, ephemeral=True)
+            await register_bookie(store, self.bookie_id, self.read_only, value)
             self.registered_path = want
             log.info("bookie {bookie} registered at {path}", bookie=self.bookie_id, path=want)
         if old is not None and old != want:

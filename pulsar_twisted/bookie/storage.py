@@ -27,15 +27,9 @@ from pulsar_twisted.bookie import formats
 from pulsar_twisted.bookie.entrylog import EntryLogger, EntryLogMissing
 from pulsar_twisted.bookie.index import LedgerIndex
 from pulsar_twisted.bookie.journal import Journal, replay_journal
-from pulsar_twisted.ledger.interfaces import (
-    BookieReadOnlyError,
-    BookieUnavailableError,
-    DigestMismatchError,
-    LedgerFencedError,
-    NoSuchEntryError,
-    NoSuchLedgerError,
-    UnauthorizedAccessError,
-)
+from pulsar_twisted.common.bk_errors import (
+    BookieReadOnlyError, BookieUnavailableError, DigestMismatchError, LedgerFencedError, NoSuchEntryError,
+    NoSuchLedgerError, UnauthorizedAccessError)
 
 log = Logger()
 
@@ -66,7 +60,7 @@ class BookieStorage(Service):
     ``checkpoint()`` and ``gc()`` themselves).
 
     ``start``/``stop`` (also ``startService``/``stopService``) return Deferreds. All other methods are for
-    the reactor thread only. Errors are the ``pulsar_twisted.ledger.interfaces`` exceptions.
+    the reactor thread only. Errors are the ``pulsar_twisted.common.bk_errors`` exceptions.
     """
 
     def __init__(self, journal_dir: str, ledger_dirs: list[str], reactor, *,

@@ -17,7 +17,7 @@ from typing import Iterable
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from pulsar_twisted.ledger.interfaces import NotEnoughBookiesError
+from pulsar_twisted.common.bk_errors import NotEnoughBookiesError
 from pulsar_twisted.ledger.quorum import IEnsemblePlacementPolicy
 
 log = Logger()

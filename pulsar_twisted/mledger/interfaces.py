@@ -68,6 +68,12 @@ class IManagedLedger(Interface):
     def first_position():
         """Position of the first entry still stored."""
 
+    def next_position(position):
+        """
+        The Position of the entry after ``position``, skipping ledgers with no entries (the end
+        of the log, one past the last entry, when nothing follows).
+        """
+
     def number_of_entries():
         """Entries currently stored (across all ledgers)."""
 

@@ -28,8 +28,8 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from pulsar_twisted.common.bk_errors import LedgerFencedError, NoSuchLedgerError
 from pulsar_twisted.common.position import EARLIEST, LATEST, Entry, Position
-from pulsar_twisted.ledger.interfaces import LedgerFencedError, NoSuchLedgerError
 from pulsar_twisted.metadata.interfaces import BadVersionError, NotFoundError
 from pulsar_twisted.mledger import formats
 from pulsar_twisted.mledger.cache import EntryCache
@@ -665,8 +665,9 @@ class ManagedLedgerImpl:
         last = ids[-1]
         return Position(last, self._ledgers[last].entries)
 
-    def _next_position(self, pos) -> Position:
-        return self._normalize(Position(pos[0], pos[1] + 1))
+    def next_position(self, position) -> Position:
+        """The entry after ``position`` (IManagedLedger.next_position)."""
+        return self._normalize(Position(position[0], position[1] + 1))
 
     def last_confirmed_entry(self) -> Position:
         return self._last_confirmed

@@ -22,9 +22,9 @@ from typing import Dict, List, Optional
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
-from pulsar_twisted.ledger.interfaces import (
-    BookieReadOnlyError, BookieUnavailableError, LedgerFencedError, NoSuchEntryError,
-    NoSuchLedgerError, UnauthorizedAccessError)
+from pulsar_twisted.common.bk_errors import (
+    BookieReadOnlyError, BookieUnavailableError, LedgerFencedError, NoSuchEntryError, NoSuchLedgerError,
+    UnauthorizedAccessError)
 
 OPS = ("add", "read", "fence", "lac", "delete")
 
@@ -151,8 +151,9 @@ class FakeBookie:
         return self._ledger(ledger_id).lac
 
     def last_entry_id(self, ledger_id) -> int:
-        ledger = self._ledger(ledger_id)
-        return max(ledger.entries) if ledger.entries else -1
+        # -1 for an unknown ledger too, as BookieStorage.last_entry_id answers.
+        ledger = self._ledgers.get(ledger_id)
+        return max(ledger.entries) if ledger is not None and ledger.entries else -1
 
     def fence_ledger(self, ledger_id, master_key):
         return self._run("fence", self._fence, ledger_id, master_key)

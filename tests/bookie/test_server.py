@@ -14,9 +14,9 @@ from twisted.trial import unittest
 
 from pulsar_twisted.bookie.server import BookieServer
 from pulsar_twisted.bookie.storage import BookieStorage
-from pulsar_twisted.ledger.digest import pack_entry
-from pulsar_twisted.ledger.interfaces import BookieReadOnlyError, LedgerFencedError
-from pulsar_twisted.ledger.metadata import LedgerManager, LedgerMetadata
+from pulsar_twisted.common.bk_errors import BookieReadOnlyError, LedgerFencedError
+from pulsar_twisted.resources.ledgers import LedgerManager, LedgerMetadata
+from pulsar_twisted.wire.bookie import pack_entry
 from pulsar_twisted.ledger.tcp import TcpBookieClient
 from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
 from pulsar_twisted.testing.fake_bookie import FakeBookie
@@ -256,7 +256,7 @@ class TwistdTests(unittest.TestCase):
         self.assertEqual(info["bookie_id"], bookie)
         ledger_id = 11
         if zk:
-            from pulsar_twisted.ledger.metadata import ledger_path
+            from pulsar_twisted.resources.ledgers import ledger_path
             from pulsar_twisted.metadata.zookeeper import ZooKeeperMetadataStore
             store = ZooKeeperMetadataStore(zk, reactor)
             await store.start()

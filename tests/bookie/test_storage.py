@@ -8,14 +8,9 @@ from twisted.trial import unittest
 
 from pulsar_twisted.bookie import formats
 from pulsar_twisted.bookie.storage import BookieStorage
-from pulsar_twisted.ledger.interfaces import (
-    BookieReadOnlyError,
-    DigestMismatchError,
-    LedgerFencedError,
-    NoSuchEntryError,
-    NoSuchLedgerError,
-    UnauthorizedAccessError,
-)
+from pulsar_twisted.common.bk_errors import (
+    BookieReadOnlyError, DigestMismatchError, LedgerFencedError, NoSuchEntryError, NoSuchLedgerError,
+    UnauthorizedAccessError)
 
 KEY = b"master-key"
 

@@ -7,7 +7,7 @@ from twisted.internet import task
 from twisted.trial import unittest
 
 from pulsar_twisted.ledger.health import BookieHealth, QuarantineAwarePlacement
-from pulsar_twisted.ledger.interfaces import BookieUnavailableError, NotEnoughBookiesError
+from pulsar_twisted.common.bk_errors import BookieUnavailableError, NotEnoughBookiesError
 from pulsar_twisted.ledger.quorum import IEnsemblePlacementPolicy, RandomPlacementPolicy
 from zope.interface.verify import verifyObject
 

@@ -14,8 +14,9 @@ from twisted.python.failure import Failure
 from twisted.trial import unittest
 
 from pulsar_twisted.ledger.bookies import LocalBookieClient
-from pulsar_twisted.ledger.client import BookKeeperClient, register_bookie
-from pulsar_twisted.ledger.interfaces import BookieUnavailableError
+from pulsar_twisted.ledger.client import BookKeeperClient
+from pulsar_twisted.resources.bookies import register_bookie
+from pulsar_twisted.common.bk_errors import BookieUnavailableError
 from pulsar_twisted.ledger.quorum import RandomPlacementPolicy
 from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
 from pulsar_twisted.mledger import formats
