@@ -81,6 +81,8 @@ class ManagedCursorImpl:
         self._ledger_entries = 0
         self._old_ledger_id = -1
         self._node_version = None
+        self._node_writes = 0       # node writes in flight
+        self._node_idle = []        # Deferreds waiting for them to settle
         self._waiting = []
         self._persisting = False
         self._idle_waiters = []
@@ -524,10 +526,27 @@ class ManagedCursorImpl:
         expected = -1 if self._node_version is None else self._node_version
         d = self.ml.store.put(formats.cursor_path(self.ml.name, self.name), data,
                               expected_version=expected)
+        self._node_writes += 1
 
         def written(stat):
             self._node_version = stat.version
-        return d.addCallback(written)
+
+        def settled(result):
+            self._node_writes -= 1
+            if not self._node_writes:
+                waiters, self._node_idle = self._node_idle, []
+                for w in waiters:
+                    w.callback(None)
+            return result
+        return d.addCallback(written).addBoth(settled)
+
+    def _wait_node_writes(self):
+        """Deferred firing once no node write of ours is in flight (so our version is current)."""
+        if not self._node_writes:
+            return defer.succeed(None)
+        d = defer.Deferred()
+        self._node_idle.append(d)
+        return d
 
     def _delete_ledger_quietly(self, lid):
         self.ml.ledger_client.delete_ledger(lid).addErrback(
@@ -621,7 +640,20 @@ class ManagedCursorImpl:
         self._state = CursorState.DELETED
         waiters, self._waiting = self._waiting, []
         self._fail_waiting(waiters, ManagedLedgerClosedError(f"cursor {self.name} deleted"))
-        await self.ml.store.delete_recursive(formats.cursor_path(self.ml.name, self.name))
+        await self._wait_node_writes()
+        path = formats.cursor_path(self.ml.name, self.name)
+        try:
+            # Versioned, like every other write of the node: a stale owner must not remove the
+            # cursor of the one that took the managed ledger over.
+            if self._node_version is None:
+                await self.ml.store.delete_recursive(path)     # never written by us
+            else:
+                await self.ml.store.delete(path, expected_version=self._node_version)
+        except NotFoundError:
+            pass
+        except BadVersionError:
+            self.ml._cursor_fenced(self)
+            raise ManagedLedgerFencedError(f"cursor {self.name} is owned by someone else") from None
         for lid in {self._ledger.ledger_id if self._ledger is not None else -1, self._old_ledger_id}:
             if lid >= 0:
                 self._delete_ledger_quietly(lid)

@@ -153,6 +153,33 @@ class StaleWriterTests(TwoBrokers, unittest.TestCase):
         self.failureResultOf(a.add_entry(b"x"), ManagedLedgerFencedError)
         self.failureResultOf(cursor.mark_delete(positions[2]), ManagedLedgerFencedError)
 
+    def test_cursor_created_by_the_new_owner_fences_the_stale_one(self):
+        """The issue's NodeExists: a stale instance creating a cursor the new owner already made
+        fences itself instead of carrying on without the cursor."""
+        a = self.open(self.broker())
+        self.successResultOf(a.add_entry(data(0)))
+        b = self.open(self.broker())
+        self.successResultOf(b.open_cursor("pulsar.dedup", "earliest"))
+        calls = self.watch(a)
+        self.failureResultOf(a.open_cursor("pulsar.dedup", "earliest"), ManagedLedgerFencedError)
+        self.assertTrue(a.is_fenced)
+        self.assertEqual(len(calls), 1)
+        # B's cursor is untouched and keeps persisting.
+        pos = self.successResultOf(b.add_entry(data(1)))
+        self.successResultOf(b.cursors["pulsar.dedup"].mark_delete(pos))
+
+    def test_stale_cursor_delete_refused(self):
+        """Deleting a cursor is versioned too: a stale instance cannot remove the new owner's."""
+        a = self.open(self.broker())
+        self.successResultOf(a.open_cursor("sub", "earliest"))
+        self.successResultOf(a.add_entry(data(0)))
+        b = self.open(self.broker())              # rewrites the cursor node (version moves on)
+        self.failureResultOf(a.delete_cursor("sub"), ManagedLedgerFencedError)
+        self.assertTrue(a.is_fenced)
+        self.assertIsNotNone(self.successResultOf(self.store.get(formats.cursor_path(b.name, "sub"))))
+        self.successResultOf(b.delete_cursor("sub"))
+        self.assertIsNone(self.successResultOf(self.store.get(formats.cursor_path(b.name, "sub"))))
+
     def test_fenced_close_writes_no_metadata(self):
         """Closing a fenced ML writes neither its node nor its cursors' nodes."""
         a = self.open(self.broker())
