@@ -26,6 +26,7 @@ again, and the next owner opens the managed ledgers, which fences this broker's 
 Only lookups, topic loads and the check consult the store; publishing and dispatch never do.
 """
 
+import itertools
 import json
 import zlib
 from dataclasses import dataclass
@@ -129,8 +130,12 @@ class IOwnership(Interface):
         """Deferred[LookupResult]: this broker (taking the bundle if it is free) or the owner."""
 
     def check_owned(name):
-        """Deferred[None] once this broker owns ``name``'s bundle (taking it if free);
-        ``errors.ServiceNotReady`` when another broker owns it."""
+        """Deferred firing once this broker owns ``name``'s bundle (taking it if free), with a
+        token for ``still_owns``; ``errors.ServiceNotReady`` when another broker owns it."""
+
+    def still_owns(token):
+        """True while the ownership ``check_owned`` found is held without interruption (a bundle
+        lost and taken again gives a new token: what was opened under the old one is stale)."""
 
 
 @implementer(IOwnership)
@@ -145,6 +150,9 @@ class LocalOwnership:
 
     def check_owned(self, name):
         return defer.succeed(None)
+
+    def still_owns(self, token) -> bool:
+        return True
 
 
 @implementer(IOwnership)
@@ -168,6 +176,9 @@ class BundleOwnership:
         self.check_interval = check_interval
         #: path -> NamespaceBundle, the bundles this broker holds.
         self.owned = {}
+        #: path -> number of the acquisition (a bundle lost and taken again gets a new one).
+        self._acquired = {}
+        self._acquisitions = itertools.count(1)
         self._bounds = {}           # namespace -> bounds, dropped when its policies change
         self._check_loop = None
         self._stopped = False
@@ -189,6 +200,7 @@ class BundleOwnership:
         if self._check_loop is not None and self._check_loop.running:
             self._check_loop.stop()
         owned, self.owned = list(self.owned.values()), {}
+        self._acquired.clear()
         ds = [self.store.delete(b.path).addErrback(lambda f: None) for b in owned]
         return defer.gatherResults(ds).addCallback(lambda _: None)
 
@@ -240,6 +252,13 @@ class BundleOwnership:
             # the client treats it as retryable and looks the topic up again.
             raise errors.ServiceNotReady(
                 f"Namespace bundle {bundle} is served by {owner.get('nativeUrl')}, not this broker")
+        return (bundle.path, self._acquired.get(bundle.path))
+
+    def still_owns(self, token) -> bool:
+        if token is None:
+            return False
+        path, acquisition = token
+        return path in self.owned and self._acquired.get(path) == acquisition
 
     async def acquire(self, bundle: NamespaceBundle):
         """None when this broker owns ``bundle`` (now or already); else the owner's data (dict)."""
@@ -267,6 +286,7 @@ class BundleOwnership:
     def _owned(self, bundle):
         if bundle.path not in self.owned:
             self.owned[bundle.path] = bundle
+            self._acquired[bundle.path] = next(self._acquisitions)
             log.info("this broker now owns bundle {bundle}", bundle=str(bundle))
 
     @staticmethod
@@ -319,6 +339,7 @@ class BundleOwnership:
 
     def _lost(self, path, reason) -> None:
         bundle = self.owned.pop(path, None)
+        self._acquired.pop(path, None)
         if bundle is None:
             return
         log.warn("this broker lost bundle {bundle}: {reason}; unloading its topics",
