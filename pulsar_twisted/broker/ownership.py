@@ -110,6 +110,15 @@ def bundle_for(namespace: str, bounds: list, topic: str) -> NamespaceBundle:
     return NamespaceBundle(namespace, bounds[lo], bounds[lo + 1])
 
 
+class NotOwnedError(errors.ServiceNotReady):
+    """Another broker owns the topic's bundle. ServiceNotReady on the binary protocol (the client
+    looks the topic up again); the admin API answers 307 to ``owner["httpUrl"]`` (as Pulsar)."""
+
+    def __init__(self, message: str, owner: dict):
+        super().__init__(message)
+        self.owner = owner
+
+
 class LookupResult(tuple):
     """``(broker_url, broker_url_tls)`` plus ``redirect``: True when another broker owns the topic
     (binary LOOKUP answers Redirect), False when the asking client should connect here."""
@@ -250,8 +259,9 @@ class BundleOwnership:
         if owner is not None:
             # Pulsar's answer to a producer/consumer on a broker that does not serve the topic:
             # the client treats it as retryable and looks the topic up again.
-            raise errors.ServiceNotReady(
-                f"Namespace bundle {bundle} is served by {owner.get('nativeUrl')}, not this broker")
+            raise NotOwnedError(
+                f"Namespace bundle {bundle} is served by {owner.get('nativeUrl')}, not this broker",
+                owner)
         return (bundle.path, self._acquired.get(bundle.path))
 
     def still_owns(self, token) -> bool:

@@ -20,6 +20,8 @@ from pulsar_twisted.broker.policies import PolicyService
 from pulsar_twisted.broker.topic import NonPersistentTopic, PersistentTopic
 from pulsar_twisted.security.broker import BrokerSecurity
 from pulsar_twisted.common import errors
+from pulsar_twisted.metadata.interfaces import AlreadyExistsError
+from pulsar_twisted.mledger import formats
 from pulsar_twisted.common.position import EARLIEST
 from pulsar_twisted.common.naming import (
     InvalidTopicNameError, NamespaceName, parse_topic, PERSISTENT, NON_PERSISTENT)
@@ -194,6 +196,19 @@ class BrokerService(service.Service):
         path = (f"{PARTITIONED_ROOT}/{topic_name.tenant}/{topic_name.namespace}/"
                 f"{topic_name.domain}/{topic_name.local_name}")
         yield self.store.put(path, json.dumps({"partitions": partitions}).encode(), expected_version=-1)
+
+    @defer.inlineCallbacks
+    def create_topic_storage(self, topic_name):
+        """
+        Make a persistent topic exist through metadata alone: its managed ledger's node with an
+        empty ledger list (Pulsar creates partitions the same way). Nothing is opened, so any
+        broker may do it; the owner opens the managed ledger on first use. No-op if it exists.
+        """
+        try:
+            yield self.store.put(formats.ledger_path(topic_name.managed_ledger_name),
+                                 formats.encode_ledger_info([], {}), expected_version=-1)
+        except AlreadyExistsError:
+            pass
 
     # ---------------------------------------------------------------- binary-protocol queries
     @defer.inlineCallbacks
