@@ -261,9 +261,8 @@ class PersistentTopic(TopicBase):
                 continue  # the deduplication snapshots' cursor, not a subscription
             self.subscriptions[name] = PersistentSubscription(self, name, cursor, clock, config)
         ledger.add_new_entries_listener(self._new_entries)
-        add_fenced_listener = getattr(ledger, "add_fenced_listener", None)
-        if add_fenced_listener is not None:
-            add_fenced_listener(self._ledger_fenced)
+        # Another broker took the managed ledger over: unload here (IManagedLedger contract).
+        ledger.add_fenced_listener(self._ledger_fenced)
         compaction.compactor_of(service).topic_loaded(self)
         if config.brokerDeduplicationEnabled:
             self.set_deduplication(True)
@@ -509,9 +508,7 @@ class PersistentTopic(TopicBase):
         if self._unfence_call is not None and self._unfence_call.active():
             self._unfence_call.cancel()
         self._unfence_call = None
-        remove = getattr(self.ledger, "remove_fenced_listener", None)
-        if remove is not None:
-            remove(self._ledger_fenced)
+        self.ledger.remove_fenced_listener(self._ledger_fenced)
         return self.ledger.close()
 
     def storage_size(self) -> int:

@@ -8,7 +8,7 @@ message that is not stored.
 from twisted.internet import defer
 
 from pulsar_twisted.broker.dedup import DEDUP_CURSOR, MessageDeduplication
-from pulsar_twisted.ledger.interfaces import BKException, LedgerFencedError
+from pulsar_twisted.common.bk_errors import BKException, LedgerFencedError
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 
 from tests.broker.messaging import T, FeatureCase, payloads
