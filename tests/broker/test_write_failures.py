@@ -11,6 +11,8 @@ from pulsar_twisted.broker.dedup import DEDUP_CURSOR, MessageDeduplication
 from pulsar_twisted.common.bk_errors import BKException, LedgerFencedError
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 
+from pulsar_twisted.testing.broker import BrokerHarness
+
 from tests.broker.messaging import T, FeatureCase, payloads
 
 NEG1 = 0xFFFFFFFFFFFFFFFF
@@ -168,3 +170,30 @@ class DedupRecoveryFailureTests(FeatureCase):
         [dup] = [x for x in self.send(c2, 2) if x.type == T.SEND_RECEIPT]
         self.assertEqual(dup.send_receipt.message_id.entryId, NEG1)
         self.assertIn(DEDUP_CURSOR, self.topic_object().ledger.cursors)
+
+
+class TakenOverTests(FeatureCase):
+    """Another broker opened the managed ledger (recovery fences ours): this broker unloads."""
+
+    def test_other_owner_fences_and_unloads_the_topic(self):
+        self.subscribe(self.harness.client(), 9, permits=0)    # keeps the entries
+        c = self.harness.client()
+        self.create_producer(c, name="p")
+        self.send(c, 0)
+        topic = self.topic_object()
+        other = BrokerHarness(clock=self.clock, store=self.harness.store,
+                              ledger_client=self.harness.ledger_client)
+        self.successResultOf(other.start())
+        self.successResultOf(other.ml_factory.open(topic.ledger.name))
+        answers = self.send(c, 1)
+        self.assertEqual(kinds(answers), [T.CLOSE_PRODUCER])
+        self.assertTrue(topic.closed)
+        self.assertNotIn(self.topic, self.harness.broker.topics)
+        self.assertIsNone(self.harness.ml_factory.get(topic.ledger.name))
+        # The new owner holds m0 only: nothing was written after the takeover.
+        reader = other.client()
+        reader.send(T(type=T.SUBSCRIBE, subscribe=api.CommandSubscribe(
+            topic=self.topic, subscription="after", subType=api.CommandSubscribe.Exclusive,
+            consumer_id=1, request_id=1, initialPosition=api.CommandSubscribe.Earliest)))
+        reader.send(T(type=T.FLOW, flow=api.CommandFlow(consumer_id=1, messagePermits=10)))
+        self.assertEqual(payloads(reader.received()), ["m0"])
