@@ -196,7 +196,7 @@ class BookieProcess(DaemonProcess):
 
     @property
     def registration(self) -> str:
-        return f"/ledgers/available/{self.bookie_id}"
+        return f"{layout.AVAILABLE_PATH}/{self.bookie_id}"
 
 
 class BrokerProcess(DaemonProcess):
@@ -226,7 +226,7 @@ class BrokerProcess(DaemonProcess):
 
     @property
     def registration(self) -> str:
-        return f"/loadbalance/brokers/{self.broker_id}"
+        return layout.broker_path(self.broker_id)
 
 
 class Cluster:
