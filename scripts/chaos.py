@@ -61,7 +61,29 @@ def parse(argv):
     p.add_argument("--keep-logs", default=None, help="copy the daemons' logs into this directory")
     p.add_argument("--check", default=None, metavar="HISTORY",
                    help="no run: check a history written by --history")
+    p.add_argument("--table", nargs="+", default=None, metavar="VERDICT",
+                   help="no run: one line of figures per verdict file written by --json")
     return p.parse_args(argv)
+
+
+def table(paths) -> str:
+    """One line per run: seed, quorum, faults and the verdict's figures."""
+    head = (f"{'seed':>4} {'E/Qw/Qa':>7} {'faults':>6} {'sent':>6} {'acked':>6} {'-1:-1':>5} "
+            f"{'failed':>6} {'unansw':>6} {'lost':>5} {'twice':>5} {'st-ord':>6} {'c-ord':>5} "
+            f"{'undeliv':>7} {'slow':>5}  file")
+    lines = [head]
+    for path in paths:
+        with open(path) as f:
+            data = json.load(f)
+        meta, v = data["meta"], data["verdict"]
+        lines.append(
+            f"{meta['seed']:>4} {'/'.join(map(str, meta['quorum'])):>7} {len(data['faults']):>6} "
+            f"{v['sent']:>6} {v['acked']:>6} {v['duplicate_receipts']:>5} {v['failed']:>6} "
+            f"{v['unanswered']:>6} {v['lost']:>5} {v['stored_twice']:>5} "
+            f"{v['storage_order_violations']:>6} {sum(v['consumer_order_violations'].values()):>5} "
+            f"{sum(v['undelivered'].values()):>7} {v.get('slow_after_heal', 0):>5}  "
+            f"{os.path.basename(path)}")
+    return "\n".join(lines)
 
 
 def _terminate(signum, frame):
@@ -71,6 +93,9 @@ def _terminate(signum, frame):
 
 def main(argv=None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
+    if args.table:
+        print(table(args.table))
+        return 0
     if args.check:
         verdict = checker.check(History.load(args.check))
         print(checker.format_verdict(verdict))

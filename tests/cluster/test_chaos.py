@@ -144,6 +144,8 @@ class CheckerTests(SynchronousTestCase):
             _deliver(history, "ks", "c0", "a", seq, key=f"k{seq % 2}")
         verdict = checker.check(history)
         self.assertEqual(verdict.consumer_order_violations, {"x": 1, "f": 1, "sh": 0, "ks": 0})
+        # Per subscription: everything c1 got, c0 had already had.
+        self.assertEqual(verdict.redeliveries, {"x": 6, "f": 0, "sh": 0, "ks": 0})
         history.deliveries.append(Delivery("ks", "c0", "a", 1, "k0", 0))   # k0: 1 after 2
         self.assertEqual(checker.check(history).consumer_order_violations["ks"], 1)
 

@@ -62,6 +62,8 @@ class Verdict:
     receipt_mismatches: int = 0
     slow_after_heal: int = 0
     delivered_then_gone: int = 0
+    deliveries: int = 0
+    redeliveries: dict = field(default_factory=dict)   # subscription -> deliveries of seen messages
     unreadable_partitions: dict = field(default_factory=dict)
     undecodable: int = 0
     examples: dict = field(default_factory=dict)                    # figure -> [example]
@@ -227,8 +229,14 @@ def _check_backlog(history: History, verdict: Verdict) -> None:
     for partition, entries in history.storage.items():
         stored.update((e.producer, e.seq) for e in entries)
     received = defaultdict(set)
+    again = Counter()
     for delivery in history.deliveries:
-        received[delivery.subscription].add((delivery.producer, delivery.seq))
+        name = (delivery.producer, delivery.seq)
+        if name in received[delivery.subscription]:
+            again[delivery.subscription] += 1
+        received[delivery.subscription].add(name)
+    verdict.deliveries = len(history.deliveries)
+    verdict.redeliveries = {s: again[s] for s in history.subscriptions}
     if not history.unreadable:
         gone = set().union(*received.values()) - stored if received else set()
         verdict.delivered_then_gone = len(gone)
@@ -256,6 +264,7 @@ def format_verdict(verdict: Verdict) -> str:
         f"{verdict.consumer_order_violations}",
         f"UNDELIVERED backlog {verdict.undelivered}  (delivered, then gone from storage: "
         f"{verdict.delivered_then_gone})",
+        f"deliveries {verdict.deliveries}, of which redeliveries {verdict.redeliveries}",
         f"slow after heal (>{LIVENESS:.0f}s or failed) {verdict.slow_after_heal}  "
         f"receipt mismatches {verdict.receipt_mismatches}  unreadable partitions "
         f"{verdict.unreadable_partitions or 0}  undecodable {verdict.undecodable}",
