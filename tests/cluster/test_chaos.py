@@ -281,6 +281,78 @@ class RelayTests(SynchronousTestCase):
         self.assertEqual(probe.recv(1), b"")
 
 
+_ECHO = ("import socket, sys\n"
+         "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+         "s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(5)\n"
+         "up = socket.create_connection(('127.0.0.1', int(sys.argv[2])))\n"
+         "up.sendall(b'hello from the namespace'); up.close()\n"
+         "while True:\n"
+         "    c, _ = s.accept()\n"
+         "    while True:\n"
+         "        d = c.recv(100)\n"
+         "        if not d: break\n"
+         "        c.sendall(d)\n")
+
+
+class IsolationTests(SynchronousTestCase):
+    """A process in a network namespace of its own, reached only through the relays: inbound
+    and outbound connections work, a cut stops them, a heal resumes them, cleanup removes the
+    namespace. Needs root and ``ip netns``."""
+
+    def test_cut_and_heal(self):
+        import socket
+        import subprocess
+        import sys
+        import time
+        from pulsar_twisted.testing.chaos import netns
+        from pulsar_twisted.testing.process import free_port
+        why = netns.available()
+        if why:
+            raise self.skipTest(why)
+
+        class Daemon:
+            name = "echo"
+            port = free_port("127.0.0.1")
+            ready_port = port
+        daemon = Daemon()
+        upstream = socket.socket()
+        upstream.bind(("127.0.0.1", 0))
+        upstream.listen(1)
+        self.addCleanup(upstream.close)
+        isolation = netns.Isolation(daemon, [upstream.getsockname()[1]])
+        self.addCleanup(isolation.cleanup)
+        isolation.setup()
+        self.assertFalse(isolation.accepting(), "ready before the daemon started")
+        child = subprocess.Popen(list(daemon.command_prefix) + [
+            sys.executable, "-c", _ECHO, str(daemon.port), str(upstream.getsockname()[1])])
+        self.addCleanup(child.wait)
+        self.addCleanup(child.kill)
+        upstream.settimeout(10)
+        connection, _ = upstream.accept()           # outbound: the namespace reached the host
+        self.assertEqual(connection.recv(100), b"hello from the namespace")
+        connection.close()
+        deadline = time.monotonic() + 10
+        while not isolation.accepting() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertTrue(isolation.accepting())
+        client = socket.create_connection(("127.0.0.1", daemon.port), timeout=5)
+        self.addCleanup(client.close)
+        client.sendall(b"one")
+        self.assertEqual(client.recv(3), b"one")
+        isolation.cut()
+        client.sendall(b"two")
+        client.settimeout(0.5)
+        self.assertRaises(socket.timeout, client.recv, 3)
+        isolation.heal()
+        client.settimeout(5)
+        self.assertEqual(client.recv(3), b"two")
+        name = isolation.name
+        child.kill()
+        isolation.cleanup()
+        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        self.assertNotIn(name, listed)
+
+
 class ShortChaosRunTests(SynchronousTestCase):
     """A short seeded chaos run on real processes: every acknowledged message is stored once, in
     order, and delivered; every send is answered (issue 11)."""

@@ -58,6 +58,12 @@ OPEN = Gate()
 
 
 def _close(sock) -> None:
+    # shutdown first: close alone neither wakes the other pump blocked in recv on this socket nor
+    # ends the connection while that recv holds the file.
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
     try:
         sock.close()
     except OSError:
