@@ -368,17 +368,19 @@ class ShortChaosRunTests(SynchronousTestCase):
             raise self.skipTest(str(e))
 
     def test_short_run(self):
-        """Seed 11, E/Qw/Qa 3/3/2, 20 s of faults (kill -9 and SIGSTOP of bookies and brokers),
-        then heal and drain: the verdict is clean. About 80-120 s with start-up."""
+        """Seed 49, E/Qw/Qa 3/3/2, 35 s of faults (as root: SIGSTOP of a broker, kill -9 of a
+        bookie and of a broker, a bookie partitioned; without network namespaces the seed draws
+        from kill -9 and SIGSTOP only), then heal and drain: the verdict is clean. About 60-100 s
+        with start-up."""
         from pulsar_twisted.testing.chaos.runner import ChaosConfig, run
         lines = []
-        config = ChaosConfig(seed=11, duration=20.0, quorum=(3, 3, 2), warmup=2.0, after_heal=4.0,
+        config = ChaosConfig(seed=49, duration=35.0, quorum=(3, 3, 2), warmup=2.0, after_heal=4.0,
                              send_timeout_ms=15000, settle=20.0, drain_idle=8.0, drain_timeout=30.0,
                              zk_hosts=self.zk.hosts, log=lines.append)
         history, verdict = run(config)
         print("\n  " + "\n  ".join(lines + checker.format_verdict(verdict).splitlines()))
         # The instrument did its job before the verdict is looked at.
-        self.assertTrue(history.faults, "the nemesis injected no fault")
+        self.assertGreaterEqual(len(history.faults), 3, "the nemesis injected too few faults")
         self.assertGreater(verdict.acked, 1000)
         self.assertEqual(history.meta["nemesis_errors"], [])
         self.assertTrue(verdict.ok, f"violations: {verdict.violations}")
