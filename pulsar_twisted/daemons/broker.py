@@ -41,7 +41,8 @@ from pulsar_twisted.daemons.startup import Daemon
 from pulsar_twisted.daemons.tree import ListeningService, Step
 from pulsar_twisted.ledger.client import BookKeeperClient
 from pulsar_twisted.ledger.tcp import TcpBookieClient
-from pulsar_twisted.metadata.urls import MetadataUrlError, parse_metadata_service_uri, parse_metadata_store_url
+from pulsar_twisted.metadata.urls import (
+    MetadataUrlError, parse_metadata_service_uri, parse_metadata_store_url)
 from pulsar_twisted.metadata.zookeeper import ZooKeeperMetadataStore
 from pulsar_twisted.mledger.config import ManagedLedgerConfig
 from pulsar_twisted.mledger.factory import ManagedLedgerFactory
