@@ -132,6 +132,9 @@ class ServerConnection(protocol.Protocol):
         self.protocol_version = 0
         self.client_version = ""
         self.producers = {}
+        #: Ids of producers the broker closed (CLOSE_PRODUCER sent) and the client has not yet
+        #: recreated: their SENDs in flight are ignored (Pulsar's recentlyClosedProducers).
+        self.closed_producer_ids = set()
         self.consumers = {}
         self.pending_sends = 0
         self._throttle_reasons = 0
@@ -353,6 +356,7 @@ class ServerConnection(protocol.Protocol):
                 producer.topic.remove_producer(producer)
                 return
             self.producers[request.producer_id] = producer
+            self.closed_producer_ids.discard(request.producer_id)
             self.sender.send_producer_success(request.request_id, producer.name, producer.last_sequence_id,
                                               producer.schema_version, topic_epoch=producer.topic_epoch)
 
@@ -367,6 +371,10 @@ class ServerConnection(protocol.Protocol):
         send = command.send
         producer = self.producers.get(send.producer_id)
         if producer is None:
+            if send.producer_id in self.closed_producer_ids:
+                # Sent before the client saw our CLOSE_PRODUCER: it resends them once it has
+                # recreated the producer (a SEND_ERROR would make it drop the connection).
+                return
             self.sender.send_send_error(send.producer_id, send.sequence_id, api.NotAllowedError,
                                         "Producer not found")
             return
@@ -416,6 +424,7 @@ class ServerConnection(protocol.Protocol):
     def handle_close_producer(self, command, message):
         request = command.close_producer
         producer = self.producers.pop(request.producer_id, None)
+        self.closed_producer_ids.discard(request.producer_id)
         if producer is not None:
             producer.topic.remove_producer(producer)
         self.sender.send_success(request.request_id)
@@ -424,6 +433,7 @@ class ServerConnection(protocol.Protocol):
         """The broker closed a producer (topic unloaded or deleted): tell the client to reconnect."""
         if self.producers.get(producer.producer_id) is producer:
             del self.producers[producer.producer_id]
+            self.closed_producer_ids.add(producer.producer_id)
             if self.state != ConnectionState.CLOSED:
                 self.sender.send_close_producer(producer.producer_id)
 

@@ -17,8 +17,7 @@ Then the ``__compaction`` durable cursor is marked deleted up to the horizon wit
 restarts, and ledgers before it may be trimmed once every subscription is past them. The
 previous compacted ledger is deleted only after that is durable.
 
-Compacted-ledger entry format (Pulsar's ``RawMessage``):
-``[u32 size][MessageIdData of the original position][u32 size][message part as stored]``.
+Compacted-ledger entries are Pulsar's ``RawMessage`` records (``pulsar_twisted.wire.compacted``).
 
 ``read_compacted`` subscriptions read through ``CompactedCursor``: compacted-ledger entries at
 or after the read position while it is <= the horizon, then the live ledger after the horizon.
@@ -26,52 +25,32 @@ or after the read position while it is <= the horizon, then the live ledger afte
 
 import bisect
 import enum
-import struct
 
 from twisted.internet import defer, task
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from pulsar_twisted.broker.entryinfo import entry_metadata
 from pulsar_twisted.common import errors
 from pulsar_twisted.common.position import Entry, Position
 from pulsar_twisted.mledger.interfaces import ManagedLedgerClosedError, ManagedLedgerFencedError
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.wire import frames
+from pulsar_twisted.wire.batch import decode_batch, encode_batch
+from pulsar_twisted.wire.compacted import decode_compacted_entry, encode_compacted_entry
+from pulsar_twisted.wire.compression import decompress
+from pulsar_twisted.wire.frames import entry_metadata
 
 log = Logger()
 
 COMPACTION_CURSOR = "__compaction"
 LEDGER_PROPERTY = "CompactedTopicLedger"
-_U32 = struct.Struct(">I")
 _READ_CHUNK = 100
 Sub = api.CommandSubscribe
 
 
-# ------------------------------------------------------------------------------ entry codec
-def encode_compacted_entry(position, data: bytes) -> bytes:
-    mid = api.MessageIdData(ledgerId=position[0], entryId=position[1]).SerializeToString()
-    return _U32.pack(len(mid)) + mid + _U32.pack(len(data)) + data
-
-
-def decode_compacted_entry(raw: bytes):
-    """``(Position, message part)`` of a compacted-ledger entry (ValueError when malformed)."""
-    try:
-        (size,) = _U32.unpack_from(raw, 0)
-        mid = api.MessageIdData.FromString(raw[4:4 + size])
-        (length,) = _U32.unpack_from(raw, 4 + size)
-        data = raw[8 + size:8 + size + length]
-    except Exception as e:
-        raise ValueError(f"malformed compacted entry: {e}") from e
-    if len(data) != length:
-        raise ValueError("truncated compacted entry")
-    return Position(mid.ledgerId, mid.entryId), data
-
-
+# ------------------------------------------------------------------------------ entry contents
 def _decompressed_batch(metadata, data: bytes):
     """The ``(SingleMessageMetadata, payload)`` members of a batch entry."""
-    from pulsar_twisted.client.compression import decompress
-    from pulsar_twisted.client.message import decode_batch
     _, payload = frames.split_message(data, verify=False)
     if metadata.compression != api.NONE:
         payload = decompress(metadata.compression, payload, metadata.uncompressed_size)
@@ -97,7 +76,6 @@ def message_keys(data: bytes):
 
 def retain_members(data: bytes, keep) -> bytes:
     """A batch entry with only the members whose index is in ``keep`` (uncompressed)."""
-    from pulsar_twisted.client.message import encode_batch
     metadata = entry_metadata(data)
     members = _decompressed_batch(metadata, data)
     kept = [m for i, m in enumerate(members) if i in keep]

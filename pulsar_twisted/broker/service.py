@@ -22,6 +22,8 @@ from pulsar_twisted.broker.policies import PolicyService
 from pulsar_twisted.broker.topic import NonPersistentTopic, PersistentTopic
 from pulsar_twisted.security.broker import BrokerSecurity
 from pulsar_twisted.common import errors
+from pulsar_twisted.metadata.interfaces import AlreadyExistsError
+from pulsar_twisted.mledger import formats
 from pulsar_twisted.common.position import EARLIEST
 from pulsar_twisted.common.naming import (
     InvalidTopicNameError, NamespaceName, parse_topic, PERSISTENT, NON_PERSISTENT)
@@ -199,6 +201,19 @@ class BrokerService(service.Service):
                 f"{topic_name.domain}/{topic_name.local_name}")
         yield self.store.put(path, json.dumps({"partitions": partitions}).encode(), expected_version=-1)
 
+    @defer.inlineCallbacks
+    def create_topic_storage(self, topic_name):
+        """
+        Make a persistent topic exist through metadata alone: its managed ledger's node with an
+        empty ledger list (Pulsar creates partitions the same way). Nothing is opened, so any
+        broker may do it; the owner opens the managed ledger on first use. No-op if it exists.
+        """
+        try:
+            yield self.store.put(formats.ledger_path(topic_name.managed_ledger_name),
+                                 formats.encode_ledger_info([], {}), expected_version=-1)
+        except AlreadyExistsError:
+            pass
+
     # ---------------------------------------------------------------- binary-protocol queries
     @defer.inlineCallbacks
     def lookup(self, topic: str, cnx=None):
@@ -310,8 +325,11 @@ class BrokerService(service.Service):
     @defer.inlineCallbacks
     def _load(self, name, create: bool):
         yield self._check_namespace(name.namespace_name)
+        ownership = None
         if self.ownership is not None:
-            yield self.ownership.check_owned(name)
+            # Nothing of the topic (managed ledger, cursors, dedup state) is opened on a broker
+            # that does not own its bundle; the token tells whether it was lost meanwhile.
+            ownership = yield self.ownership.check_owned(name)
         if name.partition_index < 0:
             partitions = yield self.partitions_of(name)
             if partitions > 0:
@@ -325,8 +343,20 @@ class BrokerService(service.Service):
             topic = PersistentTopic(self, name, ledger, self.clock, self.config)
         else:
             topic = NonPersistentTopic(self, name, self.clock, self.config)
-        # Namespace policies before any client sees the topic.
-        yield self.policies.topic_loaded(topic)
+        try:
+            # Namespace policies before any client sees the topic.
+            yield self.policies.topic_loaded(topic)
+            if name.persistent:
+                # Deduplication state recovered, or the load fails (retriable): never served
+                # with deduplication silently off.
+                yield topic.wait_ready()
+            if self.ownership is not None and not self.ownership.still_owns(ownership):
+                raise errors.ServiceNotReady(f"{name}: this broker lost its bundle while loading it")
+        except Exception:
+            self.log.warn("Loading topic {topic} failed; closing what was opened", topic=str(name))
+            yield defer.maybeDeferred(topic.close).addErrback(
+                lambda f: self.log.failure("closing {topic} after a failed load", f, topic=str(name)))
+            raise
         self.topics[str(name)] = topic
         self.log.info("Loaded topic {topic}", topic=str(name))
         return topic
@@ -420,6 +450,22 @@ class BrokerService(service.Service):
             self.log.info("Unloading topic {topic}", topic=key)
             defer.maybeDeferred(topic.close).addErrback(
                 lambda f, key=key: self.log.failure("unloading {topic}", f, topic=key))
+
+    def topic_failed(self, topic, reason: str) -> None:
+        """
+        ``topic`` cannot go on serving here (its managed ledger was fenced by a new owner, its
+        deduplication state could not be recovered): it is closed at once (clients reconnect
+        and look it up again) and forgotten, so that the next use loads it afresh.
+        """
+        key = topic.name
+        if self.topics.get(key) is topic:
+            del self.topics[key]
+            self.policies.topic_removed(topic)
+        if topic.closed:
+            return
+        self.log.warn("Unloading topic {topic}: {reason}", topic=key, reason=reason)
+        defer.maybeDeferred(topic.close).addErrback(
+            lambda f: self.log.failure("unloading {topic}", f, topic=key))
 
     def next_producer_name(self) -> str:
         self._producer_counter += 1

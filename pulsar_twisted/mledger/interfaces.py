@@ -95,7 +95,8 @@ class IManagedLedger(Interface):
         already ``FENCED``, the instance has left its factory's cache (the next ``factory.open``
         of the name builds a new instance that recovers from the metadata store), no add issued
         from then on reaches a bookie, and every add that was pending or queued has been failed,
-        in order, with ManagedLedgerFencedError. The owner is expected to unload the topic
+        in order, with ManagedLedgerFencedError (their errbacks have run: the owner sees those
+        add failures before this call). The owner is expected to unload the topic
         (close its producers and consumers, then ``close()`` this instance, which does not
         write any metadata when fenced). The callback runs synchronously, in the reactor thread,
         at most once per listener; an exception it raises is logged and does not stop the

@@ -14,7 +14,7 @@ round-robin over the consumers with permits; Key_Shared routes by key with the s
 
 from pulsar_twisted.broker.dispatch.key_shared import key_hash, selector_for
 from pulsar_twisted.broker.dispatch.single import FailoverSwitch
-from pulsar_twisted.broker.entryinfo import entry_metadata, sticky_key
+from pulsar_twisted.broker.entryinfo import lenient_metadata, sticky_key
 from pulsar_twisted.common import errors
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 
@@ -123,7 +123,7 @@ class NonPersistentKeySharedDispatcher(NonPersistentDispatcher):
         super().remove_consumer(consumer)
 
     def select(self, data: bytes):
-        return self.selector.select(key_hash(sticky_key(entry_metadata(data))))
+        return self.selector.select(key_hash(sticky_key(lenient_metadata(data))))
 
 
 def dispatcher_for(subscription, consumer, clock, config) -> NonPersistentDispatcher:
