@@ -30,7 +30,7 @@ from twisted.internet import task
 from twisted.logger import Logger
 
 from pulsar_twisted.broker import compaction
-from pulsar_twisted.broker.entryinfo import entry_metadata
+from pulsar_twisted.broker.ownership import NotOwnedError
 from pulsar_twisted.broker.policies import INACTIVE_TOPIC_MODES
 from pulsar_twisted.broker.service import TopicBusyError
 from pulsar_twisted.common import errors
@@ -42,6 +42,7 @@ from pulsar_twisted.metadata.interfaces import (
 from pulsar_twisted.metadata.layout import BROKERS_ROOT, CLUSTERS_ROOT, PARTITIONED_ROOT, POLICIES_ROOT
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.wire import frames
+from pulsar_twisted.wire.frames import entry_metadata
 
 
 #: Pulsar's NamedEntity rule for tenant, namespace and cluster names.
@@ -696,10 +697,13 @@ class AdminService(service.Service):
 
     async def _create_topic_storage(self, name: TopicName) -> None:
         if name.persistent:
-            # Opening the managed ledger creates it; BrokerService then loads it on first use
-            # even with allowAutoTopicCreation off, as Pulsar does for created topics.
-            await self.broker.ml_factory.open(name.managed_ledger_name)
-            await self.broker.get_topic(str(name), create=False)
+            # Created through metadata alone (a non-owner must not open the managed ledger);
+            # loaded here only on its owner, else on first use there.
+            await self.broker.create_topic_storage(name)
+            try:
+                await self.broker.get_topic(str(name), create=False)
+            except NotOwnedError:
+                pass
         else:
             # Non-persistent topics exist while loaded; create one even without auto-creation.
             await self.broker.create_non_persistent_topic(name)
@@ -749,7 +753,7 @@ class AdminService(service.Service):
         # Pulsar creates the partitions eagerly, so that they exist without auto-creation.
         for i in range(partitions):
             if name.persistent:
-                await self.broker.ml_factory.open(name.partition(i).managed_ledger_name)
+                await self.broker.create_topic_storage(name.partition(i))
 
     async def update_partitioned_topic(self, name: TopicName, partitions) -> None:
         partitions = _int(partitions, "partitions")
@@ -766,7 +770,7 @@ class AdminService(service.Service):
         await self._update_json(self._partitioned_path(name), "Partitioned topic does not exist", change)
         for i in range(current, partitions):
             if name.persistent:
-                await self.broker.ml_factory.open(name.partition(i).managed_ledger_name)
+                await self.broker.create_topic_storage(name.partition(i))
 
     async def delete_partitioned_topic(self, name: TopicName, force: bool = False) -> None:
         await self._check_namespace(name)
@@ -884,8 +888,8 @@ class AdminService(service.Service):
         for i in range(partitions):
             try:
                 stats = await self.get_topic_stats(name.partition(i))
-            except NotFound:
-                continue
+            except (NotFound, NotOwnedError):
+                continue    # partitions served by another broker are not loaded here
             for key in ("msgRateIn", "msgThroughputIn", "msgRateOut", "msgThroughputOut", "bytesInCounter",
                         "msgInCounter", "bytesOutCounter", "msgOutCounter", "storageSize", "backlogSize"):
                 total[key] += stats[key]
@@ -1213,8 +1217,8 @@ def _previous_position(ledger, position):
 def _decompress(kind: int, data: bytes, size: int) -> bytes:
     """The payload decoded with the codecs the clients use (one implementation of Pulsar's
     encodings, ``client/compression.py``); a payload that does not decode is an AdminError."""
-    from pulsar_twisted.client.compression import decompress
-    from pulsar_twisted.client.errors import InvalidMessage
+    from pulsar_twisted.wire.compression import decompress
+    from pulsar_twisted.wire.errors import InvalidMessage
     try:
         return decompress(kind, data, size)
     except InvalidMessage as e:

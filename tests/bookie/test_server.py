@@ -290,7 +290,7 @@ class ConfigTests(unittest.SynchronousTestCase):
 
     def test_bookkeeper_conf(self):
         """conf/bookkeeper.conf loads into BookieConfig with BookKeeper's defaults."""
-        from pulsar_twisted.bookie.tap import parse_metadata_service_uri
+        from pulsar_twisted.metadata.urls import parse_metadata_service_uri
         from pulsar_twisted.config import BookieConfig, ConfigError
         config = BookieConfig.from_file(os.path.join(ROOT, "conf", "bookkeeper.conf"))
         self.assertEqual((config.bookiePort, config.httpServerPort), (3181, 8000))
