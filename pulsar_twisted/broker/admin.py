@@ -31,7 +31,6 @@ from twisted.logger import Logger
 
 from pulsar_twisted.broker import compaction
 from pulsar_twisted.broker.entryinfo import entry_metadata
-from pulsar_twisted.broker.policies import INACTIVE_TOPIC_MODES
 from pulsar_twisted.broker.service import TopicBusyError
 from pulsar_twisted.common import errors
 from pulsar_twisted.common.naming import (
@@ -41,17 +40,18 @@ from pulsar_twisted.metadata.interfaces import (
     AlreadyExistsError, BadVersionError, NotEmptyError, NotFoundError)
 from pulsar_twisted.metadata.layout import BROKERS_ROOT, CLUSTERS_ROOT, PARTITIONED_ROOT, POLICIES_ROOT
 from pulsar_twisted.proto import PulsarApi_pb2 as api
+from pulsar_twisted.resources.checks import (
+    InvalidValue, OutOfRange, check_int as _int, check_object as _object, check_str as _str,
+    check_string_list as _string_list)
+from pulsar_twisted.resources.policies import (
+    NAMESPACE_POLICIES, QUOTA_TYPES, PolicyField, check_auth_actions, check_backlog_quota,
+    check_new_namespace, with_defaults)
 from pulsar_twisted.wire import frames
 
 
 #: Pulsar's NamedEntity rule for tenant, namespace and cluster names.
 _NAME = re.compile(r"^[-=:.\w]+$")
 _DOMAINS = (PERSISTENT, NON_PERSISTENT)
-_AUTH_ACTIONS = {"produce", "consume", "functions", "sources", "sinks", "packages"}
-_SCHEMA_STRATEGIES = {"UNDEFINED", "ALWAYS_INCOMPATIBLE", "ALWAYS_COMPATIBLE", "BACKWARD", "FORWARD",
-                      "FULL", "BACKWARD_TRANSITIVE", "FORWARD_TRANSITIVE", "FULL_TRANSITIVE"}
-_BACKLOG_QUOTA_TYPES = {"destination_storage", "message_age"}
-_BACKLOG_POLICIES = {"producer_request_hold", "producer_exception", "consumer_backlog_eviction"}
 _SUB_TYPE_NAMES = {api.CommandSubscribe.Exclusive: "Exclusive", api.CommandSubscribe.Shared: "Shared",
                    api.CommandSubscribe.Failover: "Failover", api.CommandSubscribe.Key_Shared: "Key_Shared"}
 
@@ -110,6 +110,10 @@ def http_status_of(error: Exception) -> int:
             if isinstance(error, cls):
                 return status
         return 500
+    if isinstance(error, InvalidValue):
+        return 400
+    if isinstance(error, OutOfRange):
+        return 412
     if isinstance(error, (NotFoundError,)):
         return 404
     if isinstance(error, (AlreadyExistsError, BadVersionError, NotEmptyError)):
@@ -122,172 +126,6 @@ def check_name(kind: str, name: str) -> str:
     if not isinstance(name, str) or not _NAME.match(name):
         raise PreconditionFailed(f"{kind} name is not valid: {name!r}")
     return name
-
-
-def _int(value, what: str, minimum: int = None) -> int:
-    # bool is an int in Python; Pulsar's Jackson refuses true for an int field.
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise BadRequest(f"{what} must be an integer")
-    if minimum is not None and value < minimum:
-        raise PreconditionFailed(f"{what} must be >= {minimum}")
-    return value
-
-
-def _bool(value, what: str) -> bool:
-    if not isinstance(value, bool):
-        raise BadRequest(f"{what} must be true or false")
-    return value
-
-
-def _object(value, what: str, fields: dict, required=()) -> dict:
-    """A JSON object whose known ``fields`` (name -> checker) are checked; unknown ones are kept."""
-    if not isinstance(value, dict):
-        raise BadRequest(f"{what} must be a JSON object")
-    for name in required:
-        if name not in value:
-            raise BadRequest(f"{what}: missing field {name}")
-    out = dict(value)
-    for name, checker in fields.items():
-        if name in value and value[name] is not None:
-            out[name] = checker(value[name], f"{what}.{name}")
-    return out
-
-
-def _string_list(value, what: str) -> list:
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise BadRequest(f"{what} must be a list of strings")
-    return value
-
-
-def _retention(value, what):
-    return _object(value, what, {"retentionTimeInMinutes": lambda v, w: _int(v, w, -1),
-                                 "retentionSizeInMB": lambda v, w: _int(v, w, -1)},
-                   required=("retentionTimeInMinutes", "retentionSizeInMB"))
-
-
-def _publish_rate(value, what):
-    return _object(value, what, {"publishThrottlingRateInMsg": lambda v, w: _int(v, w, -1),
-                                 "publishThrottlingRateInByte": lambda v, w: _int(v, w, -1)})
-
-
-def _dispatch_rate(value, what):
-    out = _object(value, what, {"dispatchThrottlingRateInMsg": lambda v, w: _int(v, w, -1),
-                                "dispatchThrottlingRateInByte": lambda v, w: _int(v, w, -1),
-                                "relativeToPublishRate": _bool,
-                                "ratePeriodInSecond": lambda v, w: _int(v, w, 1)})
-    out.setdefault("ratePeriodInSecond", 1)
-    out.setdefault("relativeToPublishRate", False)
-    return out
-
-
-def _schema_strategy(value, what):
-    if not isinstance(value, str) or value.upper() not in _SCHEMA_STRATEGIES:
-        raise BadRequest(f"{what} must be one of {sorted(_SCHEMA_STRATEGIES)}")
-    return value.upper()
-
-
-def _backlog_quota(value, what):
-    def policy(v, w):
-        if not isinstance(v, str) or v not in _BACKLOG_POLICIES:
-            raise BadRequest(f"{w} must be one of {sorted(_BACKLOG_POLICIES)}")
-        return v
-    out = _object(value, what, {"limitSize": lambda v, w: _int(v, w, -1),
-                                "limitTime": lambda v, w: _int(v, w, -1), "policy": policy})
-    out.setdefault("limitSize", -1)
-    out.setdefault("limitTime", -1)
-    out.setdefault("policy", "producer_request_hold")
-    return out
-
-
-def _inactive_topic_policies(value, what):
-    def mode(v, w):
-        if v not in INACTIVE_TOPIC_MODES:
-            raise BadRequest(f"{w} must be one of {list(INACTIVE_TOPIC_MODES)}")
-        return v
-    out = _object(value, what, {"inactiveTopicDeleteMode": mode, "deleteWhileInactive": _bool,
-                                "maxInactiveDurationSeconds": lambda v, w: _int(v, w, 0)},
-                  required=("deleteWhileInactive",))
-    out.setdefault("inactiveTopicDeleteMode", INACTIVE_TOPIC_MODES[0])
-    out.setdefault("maxInactiveDurationSeconds", 60)
-    return out
-
-
-class _Policy:
-    """One namespace policy sub-resource: where it lives in Policies and how its value is checked."""
-
-    def __init__(self, field, check, per_cluster=False, default=None, removable=True):
-        self.field = field
-        self.check = check
-        self.per_cluster = per_cluster   # stored as {cluster: value} (Pulsar's rate maps)
-        self.default = default           # what GET answers when unset (None: 204 No Content)
-        self.removable = removable
-
-
-#: Namespace policy sub-resources by their URL name (``/admin/v2/namespaces/t/ns/<name>``).
-NAMESPACE_POLICIES = {
-    "retention": _Policy("retention_policies", _retention),
-    "messageTTL": _Policy("message_ttl_in_seconds", lambda v, w: _int(v, w, 0)),
-    "deduplication": _Policy("deduplicationEnabled", _bool),
-    "replication": _Policy("replication_clusters", _string_list, removable=False),
-    "maxProducersPerTopic": _Policy("max_producers_per_topic", lambda v, w: _int(v, w, 0)),
-    "maxConsumersPerTopic": _Policy("max_consumers_per_topic", lambda v, w: _int(v, w, 0)),
-    "maxConsumersPerSubscription": _Policy("max_consumers_per_subscription", lambda v, w: _int(v, w, 0)),
-    "subscriptionExpirationTime": _Policy("subscription_expiration_time_minutes",
-                                          lambda v, w: _int(v, w, 0)),
-    "inactiveTopicPolicies": _Policy("inactive_topic_policies", _inactive_topic_policies),
-    "schemaCompatibilityStrategy": _Policy("schema_compatibility_strategy", _schema_strategy,
-                                           default="UNDEFINED"),
-    "publishRate": _Policy("publishMaxMessageRate", _publish_rate, per_cluster=True),
-    "dispatchRate": _Policy("topicDispatchRate", _dispatch_rate, per_cluster=True),
-    "subscriptionDispatchRate": _Policy("subscriptionDispatchRate", _dispatch_rate, per_cluster=True),
-}
-
-
-def bundle_boundaries(num_bundles: int) -> list:
-    """Pulsar's even split of the 32-bit hash range into ``num_bundles`` bundles."""
-    step = 0x100000000 // num_bundles
-    bounds = [i * step for i in range(num_bundles)] + [0xFFFFFFFF]
-    return ["0x%08x" % b for b in bounds]
-
-
-def default_policies(cluster: str) -> dict:
-    """A new namespace's Policies as ``pulsar-admin namespaces policies`` prints it (nulls omitted)."""
-    return {
-        "auth_policies": {"namespace_auth": {}, "destination_auth": {}, "subscription_auth_roles": {}},
-        "replication_clusters": [cluster],
-        "bundles": {"boundaries": bundle_boundaries(4), "numBundles": 4},
-        "backlog_quota_map": {},
-        "clusterDispatchRate": {},
-        "topicDispatchRate": {},
-        "subscriptionDispatchRate": {},
-        "replicatorDispatchRate": {},
-        "clusterSubscribeRate": {},
-        "publishMaxMessageRate": {},
-        "latency_stats_sample_rate": {},
-        "deleted": False,
-        "encryption_required": False,
-        "subscription_auth_mode": "None",
-        "offload_threshold": -1,
-        "schema_auto_update_compatibility_strategy": "Full",
-        "schema_compatibility_strategy": "UNDEFINED",
-        "is_allow_auto_update_schema": True,
-        "schema_validation_enforced": False,
-        "subscription_types_enabled": [],
-        "properties": {},
-    }
-
-
-def _normalise_policies(stored: dict, cluster: str) -> dict:
-    """Stored (possibly partial, as BrokerService writes public/default) Policies with defaults."""
-    policies = default_policies(cluster)
-    for key, value in stored.items():
-        if value is not None:
-            policies[key] = value
-    bundles = policies.get("bundles") or {}
-    n = bundles.get("numBundles") or 4
-    if not bundles.get("boundaries"):
-        policies["bundles"] = {"boundaries": bundle_boundaries(n), "numBundles": n}
-    return policies
 
 
 def message_id_json(ledger_id: int, entry_id: int, partition: int = -1, batch_index: int = -1) -> dict:
@@ -465,21 +303,7 @@ class AdminService(service.Service):
     async def create_namespace(self, tenant: str, ns: str, policies=None) -> None:
         path = self._ns_path(tenant, ns)
         info = await self.get_tenant(tenant)
-        value = default_policies(self.cluster)
-        if policies is not None:
-            if not isinstance(policies, dict):
-                raise BadRequest("Policies must be a JSON object")
-            for name, spec in NAMESPACE_POLICIES.items():
-                if policies.get(spec.field) is not None and not spec.per_cluster:
-                    policies[spec.field] = spec.check(policies[spec.field], spec.field)
-            value.update({k: v for k, v in policies.items() if v is not None})
-            bundles = value.get("bundles")
-            if not isinstance(bundles, dict) or not isinstance(bundles.get("numBundles", 4), int) or (
-                    bundles.get("numBundles", 4) < 1):
-                raise PreconditionFailed("bundles.numBundles must be a positive integer")
-            n = bundles.get("numBundles", 4)
-            value["bundles"] = {"boundaries": bundles.get("boundaries") or bundle_boundaries(n),
-                                "numBundles": n}
+        value = check_new_namespace(policies, self.cluster)
         await self._check_clusters(value["replication_clusters"], info)
         await self._create_json(path, value, "Namespace already exists")
 
@@ -494,7 +318,7 @@ class AdminService(service.Service):
 
     async def get_policies(self, tenant: str, ns: str) -> dict:
         stored, _ = await self._read_json(self._ns_path(tenant, ns), "Namespace does not exist")
-        return _normalise_policies(stored, self.cluster)
+        return with_defaults(stored, self.cluster)
 
     async def namespace_topics(self, tenant: str, ns: str, mode: str = "PERSISTENT") -> list:
         """Topics (and partitions) of a namespace: Pulsar's ``getTopics?mode=``."""
@@ -532,7 +356,7 @@ class AdminService(service.Service):
         await self.store.delete_recursive(f"{PARTITIONED_ROOT}/{tenant}/{ns}")
 
     # ---------------------------------------------------------------- namespace policies
-    def _policy(self, name: str) -> _Policy:
+    def _policy(self, name: str) -> PolicyField:
         spec = NAMESPACE_POLICIES.get(name)
         if spec is None:
             raise NotFound(f"Unknown policy {name}")
@@ -560,7 +384,7 @@ class AdminService(service.Service):
             raise NotAllowed(f"{name} cannot be removed")
         await self._change_policies(tenant, ns, lambda p: self._put_field(p, spec, None))
 
-    def _put_field(self, policies: dict, spec: _Policy, value) -> dict:
+    def _put_field(self, policies: dict, spec: PolicyField, value) -> dict:
         if spec.per_cluster:
             rates = dict(policies.get(spec.field) or {})
             if value is None:
@@ -587,9 +411,9 @@ class AdminService(service.Service):
 
     async def set_backlog_quota(self, tenant, ns, quota, quota_type=None) -> None:
         quota_type = quota_type or "destination_storage"
-        if quota_type not in _BACKLOG_QUOTA_TYPES:
+        if quota_type not in QUOTA_TYPES:
             raise BadRequest(f"Invalid backlogQuotaType {quota_type!r}")
-        quota = _backlog_quota(quota, "BacklogQuota")
+        quota = check_backlog_quota(quota, "BacklogQuota")
 
         def change(p):
             p["backlog_quota_map"] = dict(p.get("backlog_quota_map") or {}, **{quota_type: quota})
@@ -611,13 +435,10 @@ class AdminService(service.Service):
         return policies["auth_policies"].get("namespace_auth", {})
 
     async def grant_permission(self, tenant, ns, role: str, actions) -> None:
-        actions = _string_list(actions, "actions")
-        bad = [a for a in actions if a not in _AUTH_ACTIONS]
-        if bad:
-            raise BadRequest(f"Unknown auth actions {bad}: use {sorted(_AUTH_ACTIONS)}")
+        actions = check_auth_actions(actions)
 
         def change(p):
-            auth = copy.deepcopy(_normalise_policies(p, self.cluster)["auth_policies"])
+            auth = copy.deepcopy(with_defaults(p, self.cluster)["auth_policies"])
             auth["namespace_auth"][role] = sorted(set(actions))
             p["auth_policies"] = auth
             return p
@@ -625,7 +446,7 @@ class AdminService(service.Service):
 
     async def revoke_permission(self, tenant, ns, role: str) -> None:
         def change(p):
-            auth = copy.deepcopy(_normalise_policies(p, self.cluster)["auth_policies"])
+            auth = copy.deepcopy(with_defaults(p, self.cluster)["auth_policies"])
             if role not in auth["namespace_auth"]:
                 raise PreconditionFailed(f"Role {role} has no permission on the namespace")
             del auth["namespace_auth"][role]
@@ -1173,12 +994,6 @@ class AdminService(service.Service):
 
 
 # ------------------------------------------------------------------------------------ helpers
-def _str(value, what):
-    if not isinstance(value, str):
-        raise BadRequest(f"{what} must be a string")
-    return value
-
-
 def _pos(position) -> str:
     return f"{position[0]}:{position[1]}"
 

@@ -9,14 +9,14 @@ import json
 from twisted.internet import task
 from twisted.trial.unittest import TestCase
 
-from pulsar_twisted.broker.admin import bundle_boundaries
 from pulsar_twisted.broker.ownership import (
-    BundleOwnership, LocalOwnership, NamespaceBundle, boundaries_of_policies, bundle_for,
-    even_boundaries, topic_hash)
+    BundleOwnership, LocalOwnership, NamespaceBundle, bundle_for, topic_hash)
 from pulsar_twisted.common import errors
 from pulsar_twisted.common.naming import parse_topic
 from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
 from pulsar_twisted.proto import PulsarApi_pb2 as api
+from pulsar_twisted.resources.policies import (
+    boundaries_of_policies, bundle_boundaries, even_boundaries)
 from pulsar_twisted.testing.broker import BrokerHarness
 
 T = api.BaseCommand
