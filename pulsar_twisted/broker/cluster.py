@@ -167,7 +167,7 @@ class BrokerClusterService(service.Service):
                       "pulsar-broker")
 
     async def _start(self):
-        from pulsar_twisted.broker.admin import AdminService
+        from pulsar_twisted.broker.admin.service import AdminService
         from pulsar_twisted.broker.cnx import BrokerProtocolFactory
         from pulsar_twisted.broker.service import BrokerService
         from pulsar_twisted.broker.tap import managed_ledger_config

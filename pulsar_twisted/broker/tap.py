@@ -89,7 +89,7 @@ class StandaloneService(service.MultiService):
         yield self.broker.start()
         self.broker.startService()
 
-        from pulsar_twisted.broker.admin import AdminService
+        from pulsar_twisted.broker.admin.service import AdminService
         from pulsar_twisted.web.site import make_site
         self.admin = AdminService(self.broker, self.store, config, reactor)
         self.admin.startService()

@@ -14,14 +14,12 @@ The rules, in order:
 Permissions are read from the metadata store at each check (at PRODUCER / SUBSCRIBE / LOOKUP and
 per admin request, never per message), so a grant or a revoke applies to the next request.
 Refusals are ``AuthorizationError`` whose message says which role lacked which action where.
+This module only evaluates grants; the admin API changes them (``broker/admin/permissions.py``).
 """
-
-import copy
 
 from pulsar_twisted.common.errors import AuthorizationError
 from pulsar_twisted.resources.base import CorruptMetadataError
 from pulsar_twisted.resources.namespaces import NamespaceResources
-from pulsar_twisted.resources.policies import check_auth_actions
 from pulsar_twisted.resources.tenants import TenantResources
 
 
@@ -91,42 +89,3 @@ class AuthorizationService:
     def check_super_user(self, role) -> None:
         if self.enabled and not self.is_super_user(role):
             raise AuthorizationError(f"Role {role} is not a super user")
-
-
-# ------------------------------------------------------------------------------------ topic grants
-async def topic_permissions(admin, name) -> dict:
-    """``{role: [actions]}`` granted on the topic ``name`` itself."""
-    policies = await admin.get_policies(name.tenant, name.namespace)
-    return ((policies.get("auth_policies") or {}).get("destination_auth") or {}).get(str(name), {})
-
-
-async def grant_topic_permission(admin, name, role: str, actions) -> None:
-    """Grant ``actions`` to ``role`` on topic ``name`` (stored in its namespace's policies)."""
-    actions = check_auth_actions(actions)
-
-    def change(policies):
-        auth = copy.deepcopy(policies.get("auth_policies") or {})
-        auth.setdefault("namespace_auth", {})
-        auth.setdefault("destination_auth", {}).setdefault(str(name), {})[role] = actions
-        policies["auth_policies"] = auth
-        return policies
-    await admin._change_policies(name.tenant, name.namespace, change)
-
-
-async def revoke_topic_permission(admin, name, role: str) -> None:
-    """Revoke every action of ``role`` on topic ``name`` (412 when it had none, as Pulsar)."""
-    from pulsar_twisted.broker.admin import PreconditionFailed
-
-    def change(policies):
-        auth = copy.deepcopy(policies.get("auth_policies") or {})
-        topic = (auth.get("destination_auth") or {}).get(str(name)) or {}
-        if role not in topic:
-            raise PreconditionFailed(f"Role {role} has no permission on topic {name}")
-        del topic[role]
-        if not topic:
-            del auth["destination_auth"][str(name)]
-        else:
-            auth["destination_auth"][str(name)] = topic
-        policies["auth_policies"] = auth
-        return policies
-    await admin._change_policies(name.tenant, name.namespace, change)

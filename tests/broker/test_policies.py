@@ -10,7 +10,7 @@ from twisted.internet import defer
 from twisted.trial import unittest
 
 from pulsar_twisted.broker import backlog_quota
-from pulsar_twisted.broker.admin import AdminService
+from pulsar_twisted.broker.admin.service import AdminService
 from pulsar_twisted.broker.policies import PolicyService, check_config
 from pulsar_twisted.broker.service import TopicBusyError
 from pulsar_twisted.common import errors
