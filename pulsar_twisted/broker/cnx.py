@@ -8,6 +8,7 @@ is per connection: its producers and consumers by id, keep-alive, and the two ki
 backpressure (its own write buffer, and too many publishes in flight).
 """
 
+import enum
 import itertools
 
 from twisted.internet import defer, interfaces, protocol
@@ -18,12 +19,13 @@ from zope.interface import implementer
 from pulsar_twisted.common import errors
 from pulsar_twisted.common.naming import InvalidTopicNameError
 from pulsar_twisted.common.position import Position
+from pulsar_twisted.net.framing import KeepAlive
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.wire.frames import (
     FRAME_PADDING, ChecksumMismatch, FrameDecoder, FrameError, TooLongFrame, verify_message)
 from pulsar_twisted.broker import compaction, schema as schemas
+from pulsar_twisted.broker.requests import KeySharedMeta, ProducerRequest, SchemaSpec, SubscribeRequest
 from pulsar_twisted.broker.sender import CommandSender
-from pulsar_twisted.broker.topic import position_of
 
 T = api.BaseCommand
 SERVER_VERSION = "pulsar-twisted-0.1.0"
@@ -31,6 +33,71 @@ SERVER_VERSION = "pulsar-twisted-0.1.0"
 PROTOCOL_VERSION = 21
 
 _connection_ids = itertools.count(1)
+
+
+class ConnectionState(enum.StrEnum):
+    """
+    START (accepted, waiting for CONNECT) -> CONNECTED (authenticated; every command allowed) ->
+    CLOSED (lost, from any state; final).
+    """
+
+    START = "start"
+    CONNECTED = "connected"
+    CLOSED = "closed"
+
+
+def _signed(value: int) -> int:
+    return value - (1 << 64) if value >= (1 << 63) else value
+
+
+def position_of(message_id) -> Position:
+    """A MessageIdData as a Position: ids are uint64 on the wire, and -1 (earliest) wraps."""
+    return Position(_signed(message_id.ledgerId), _signed(message_id.entryId))
+
+
+def _key_values(pairs) -> dict:
+    return {kv.key: kv.value for kv in pairs}
+
+
+def schema_spec(schema: api.Schema) -> SchemaSpec:
+    """A Schema from the wire as a plain SchemaSpec."""
+    return SchemaSpec(schema.type, schema.schema_data, _key_values(schema.properties), schema.name)
+
+
+def producer_request(request: api.CommandProducer) -> ProducerRequest:
+    """CommandProducer as the plain request the service takes (absent fields as None / "")."""
+    named = request.HasField("producer_name")
+    return ProducerRequest(
+        topic=request.topic, producer_id=request.producer_id, request_id=request.request_id,
+        producer_name=request.producer_name if named else "",
+        user_provided_name=bool(request.user_provided_producer_name and named),
+        access_mode=request.producer_access_mode,
+        topic_epoch=request.topic_epoch if request.HasField("topic_epoch") else None,
+        metadata=_key_values(request.metadata),
+        schema=schema_spec(request.schema) if request.HasField("schema") else None,
+        initial_subscription=(request.initial_subscription_name
+                              if request.HasField("initial_subscription_name") else ""))
+
+
+def key_shared_meta(meta: api.KeySharedMeta) -> KeySharedMeta:
+    return KeySharedMeta(meta.keySharedMode, tuple((r.start, r.end) for r in meta.hashRanges),
+                         meta.allowOutOfOrderDelivery)
+
+
+def subscribe_request(request: api.CommandSubscribe) -> SubscribeRequest:
+    """CommandSubscribe as the plain request the service takes (Pulsar's SubscriptionOption)."""
+    return SubscribeRequest(
+        topic=request.topic, subscription=request.subscription, consumer_id=request.consumer_id,
+        request_id=request.request_id, sub_type=request.subType, consumer_name=request.consumer_name,
+        priority_level=request.priority_level, durable=request.durable,
+        initial_position=request.initialPosition,
+        start_message_id=(position_of(request.start_message_id)
+                          if request.HasField("start_message_id") else None),
+        metadata=_key_values(request.metadata),
+        key_shared_meta=(key_shared_meta(request.keySharedMeta)
+                         if request.HasField("keySharedMeta") else None),
+        read_compacted=request.read_compacted, force_topic_creation=request.force_topic_creation,
+        schema=schema_spec(request.schema) if request.HasField("schema") else None)
 
 
 def _error_code(failure: Failure) -> int:
@@ -59,18 +126,22 @@ class ServerConnection(protocol.Protocol):
         self.max_pending_sends = config.maxPendingPublishRequestsPerConnection
         self.connection_id = next(_connection_ids)
         self.sender = None
-        self.state = "start"
+        self.state = ConnectionState.START
+        #: The authenticated role (None until CONNECT is accepted, or without authentication).
+        self.role = None
         self.protocol_version = 0
         self.client_version = ""
         self.producers = {}
+        #: Ids of producers the broker closed (CLOSE_PRODUCER sent) and the client has not yet
+        #: recreated: their SENDs in flight are ignored (Pulsar's recentlyClosedProducers).
+        self.closed_producer_ids = set()
         self.consumers = {}
         self.pending_sends = 0
         self._throttle_reasons = 0
         self._send_throttled = False
         self.writable = True
-        self._last_received = 0.0
-        self._ping_outstanding = False
-        self._keep_alive_call = None
+        self._keep_alive = KeepAlive(clock, self.keep_alive_seconds, self._send_ping,
+                                     self._keep_alive_timeout)
         self._handlers = {
             T.CONNECT: self.handle_connect,
             T.PING: self.handle_ping,
@@ -103,14 +174,12 @@ class ServerConnection(protocol.Protocol):
             # Receipts and messages are small and latency-bound: Nagle would hold them back
             # until the client's delayed ACK (tens of ms per synchronous send).
             self.transport.setTcpNoDelay(True)
-        self._last_received = self.clock.seconds()
         self.transport.registerProducer(self, True)
         self.service.connection_opened(self)
-        if self.keep_alive_seconds > 0:
-            self._keep_alive_call = self.clock.callLater(self.keep_alive_seconds, self._keep_alive)
+        self._keep_alive.start()
 
     def dataReceived(self, data):
-        self._last_received = self.clock.seconds()
+        self._keep_alive.received()
         try:
             frames = self.decoder.feed(data)
         except TooLongFrame as e:
@@ -123,7 +192,7 @@ class ServerConnection(protocol.Protocol):
             self.transport.loseConnection()
             return
         for command, message in frames:
-            if self.state == "closed":
+            if self.state == ConnectionState.CLOSED:
                 return
             self._dispatch(command, message)
 
@@ -134,7 +203,7 @@ class ServerConnection(protocol.Protocol):
             self.sender.send_error(self._request_id_of(command), api.NotAllowedError,
                                    f"Command {T.Type.Name(command.type) if command.type in T.Type.values() else command.type} is not supported")
             return
-        if self.state != "connected" and command.type != T.CONNECT:
+        if self.state != ConnectionState.CONNECTED and command.type != T.CONNECT:
             self.log.warn("{peer}: {type} before CONNECT; closing", peer=self.peer,
                           type=T.Type.Name(command.type))
             self.transport.loseConnection()
@@ -157,9 +226,8 @@ class ServerConnection(protocol.Protocol):
         return 0
 
     def connectionLost(self, reason):
-        self.state = "closed"
-        if self._keep_alive_call is not None and self._keep_alive_call.active():
-            self._keep_alive_call.cancel()
+        self.state = ConnectionState.CLOSED
+        self._keep_alive.stop()
         for producer in list(self.producers.values()):
             producer.topic.remove_producer(producer)
         self.producers.clear()
@@ -182,24 +250,20 @@ class ServerConnection(protocol.Protocol):
         self.writable = False
 
     # ------------------------------------------------------------------ keep-alive
-    def _keep_alive(self):
-        self._keep_alive_call = None
-        if self.state == "closed":
-            return
-        idle = self.clock.seconds() - self._last_received
-        if self._ping_outstanding and idle >= self.keep_alive_seconds:
-            self.log.info("{peer}: no answer to keep-alive ping in {seconds}s; closing",
-                          peer=self.peer, seconds=self.keep_alive_seconds)
-            self.transport.abortConnection()
-            return
-        if idle >= self.keep_alive_seconds and self.state == "connected":
-            self._ping_outstanding = True
-            self.sender.send_ping()
-        self._keep_alive_call = self.clock.callLater(self.keep_alive_seconds, self._keep_alive)
+    def _send_ping(self) -> bool:
+        if self.state != ConnectionState.CONNECTED:
+            return False
+        self.sender.send_ping()
+        return True
+
+    def _keep_alive_timeout(self, idle: float) -> None:
+        self.log.info("{peer}: no answer to keep-alive ping in {seconds}s; closing",
+                      peer=self.peer, seconds=self.keep_alive_seconds)
+        self.transport.abortConnection()
 
     # ------------------------------------------------------------------ connection commands
     def handle_connect(self, command, message):
-        if self.state == "connected":
+        if self.state == ConnectionState.CONNECTED:
             self.sender.send_error(0, api.NotAllowedError, "Already connected")
             return
         connect = command.connect
@@ -209,7 +273,7 @@ class ServerConnection(protocol.Protocol):
 
         def authenticated(role):
             self.role = role
-            self.state = "connected"
+            self.state = ConnectionState.CONNECTED
             self.sender.send_connected(SERVER_VERSION, self.protocol_version, self.max_message_size)
 
         def refused(failure):
@@ -224,7 +288,7 @@ class ServerConnection(protocol.Protocol):
         self.sender.send_pong()
 
     def handle_pong(self, command, message):
-        self._ping_outstanding = False
+        pass    # any input already counted as the answer (KeepAlive.received)
 
     def handle_auth_response(self, command, message):
         # Fresh credentials answering our AUTH_CHALLENGE: the security service decides.
@@ -266,7 +330,7 @@ class ServerConnection(protocol.Protocol):
 
     def handle_get_or_create_schema(self, command, message):
         request = command.getOrCreateSchema
-        d = schemas.get_or_create_schema(self.service, request.topic, request.schema)
+        d = schemas.get_or_create_schema(self.service, request.topic, schema_spec(request.schema))
         d.addCallbacks(
             lambda version: self.sender.send_get_or_create_schema(request.request_id, version),
             lambda f: self.sender.send_get_or_create_schema_error(request.request_id, _error_code(f),
@@ -274,28 +338,25 @@ class ServerConnection(protocol.Protocol):
 
     # ------------------------------------------------------------------ producers
     def handle_producer(self, command, message):
-        request = command.producer
+        request = producer_request(command.producer)
         if request.producer_id in self.producers:
             existing = self.producers[request.producer_id]
             if existing.topic.name == request.topic:
                 # The client retried a create that already succeeded: answer it again.
                 self.sender.send_producer_success(request.request_id, existing.name,
-                                                  existing.last_sequence_id,
-                                                  getattr(existing, "schema_version", b""))
+                                                  existing.last_sequence_id, existing.schema_version)
             else:
                 self.sender.send_error(request.request_id, api.ProducerBusy,
                                        f"Producer id {request.producer_id} is already in use")
             return
-        # The schema is decided first (Pulsar's order): an incompatible one creates nothing.
-        d = schemas.producer_schema_version(self.service, request)
-        d.addCallback(lambda version: self.service.create_producer(self, request).addCallback(
-            schemas.set_producer_version, version))
+        d = self.service.create_producer(self, request)
 
         def created(producer):
-            if self.state == "closed":
+            if self.state == ConnectionState.CLOSED:
                 producer.topic.remove_producer(producer)
                 return
             self.producers[request.producer_id] = producer
+            self.closed_producer_ids.discard(request.producer_id)
             self.sender.send_producer_success(request.request_id, producer.name, producer.last_sequence_id,
                                               producer.schema_version, topic_epoch=producer.topic_epoch)
 
@@ -310,6 +371,10 @@ class ServerConnection(protocol.Protocol):
         send = command.send
         producer = self.producers.get(send.producer_id)
         if producer is None:
+            if send.producer_id in self.closed_producer_ids:
+                # Sent before the client saw our CLOSE_PRODUCER: it resends them once it has
+                # recreated the producer (a SEND_ERROR would make it drop the connection).
+                return
             self.sender.send_send_error(send.producer_id, send.sequence_id, api.NotAllowedError,
                                         "Producer not found")
             return
@@ -348,17 +413,18 @@ class ServerConnection(protocol.Protocol):
         resumes when the last one is removed (Pulsar's throttle tracker).
         """
         self._throttle_reasons += 1
-        if self._throttle_reasons == 1 and self.state != "closed":
+        if self._throttle_reasons == 1 and self.state != ConnectionState.CLOSED:
             self.transport.pauseProducing()
 
     def unthrottle(self):
         self._throttle_reasons -= 1
-        if self._throttle_reasons == 0 and self.state != "closed":
+        if self._throttle_reasons == 0 and self.state != ConnectionState.CLOSED:
             self.transport.resumeProducing()
 
     def handle_close_producer(self, command, message):
         request = command.close_producer
         producer = self.producers.pop(request.producer_id, None)
+        self.closed_producer_ids.discard(request.producer_id)
         if producer is not None:
             producer.topic.remove_producer(producer)
         self.sender.send_success(request.request_id)
@@ -367,12 +433,13 @@ class ServerConnection(protocol.Protocol):
         """The broker closed a producer (topic unloaded or deleted): tell the client to reconnect."""
         if self.producers.get(producer.producer_id) is producer:
             del self.producers[producer.producer_id]
-            if self.state != "closed":
+            self.closed_producer_ids.add(producer.producer_id)
+            if self.state != ConnectionState.CLOSED:
                 self.sender.send_close_producer(producer.producer_id)
 
     # ------------------------------------------------------------------ consumers
     def handle_subscribe(self, command, message):
-        request = command.subscribe
+        request = subscribe_request(command.subscribe)
         if request.consumer_id in self.consumers:
             existing = self.consumers[request.consumer_id]
             if existing.subscription.topic.name == request.topic:
@@ -385,7 +452,7 @@ class ServerConnection(protocol.Protocol):
         d.addCallback(lambda _: self.service.subscribe(self, request))
 
         def subscribed(consumer):
-            if self.state == "closed":
+            if self.state == ConnectionState.CLOSED:
                 consumer.subscription.remove_consumer(consumer)
                 return
             self.consumers[request.consumer_id] = consumer
@@ -462,7 +529,7 @@ class ServerConnection(protocol.Protocol):
         """The broker closed a consumer (seek, unload): the client resubscribes."""
         if self.consumers.get(consumer.consumer_id) is consumer:
             del self.consumers[consumer.consumer_id]
-            if self.state != "closed":
+            if self.state != ConnectionState.CLOSED:
                 self.sender.send_close_consumer(consumer.consumer_id)
 
     def handle_get_last_message_id(self, command, message):

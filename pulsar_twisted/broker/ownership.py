@@ -26,6 +26,7 @@ again, and the next owner opens the managed ledgers, which fences this broker's 
 Only lookups, topic loads and the check consult the store; publishing and dispatch never do.
 """
 
+import itertools
 import json
 import zlib
 from dataclasses import dataclass
@@ -48,6 +49,14 @@ log = Logger()
 def topic_hash(topic: str) -> int:
     """The 32-bit hash placing ``topic`` (its full name) in a bundle: CRC32 (see the module doc)."""
     return zlib.crc32(topic.encode("utf-8")) & 0xFFFFFFFF
+
+
+def unload_bundle(broker, bundle) -> None:
+    """Unload the topics of ``broker`` (a BrokerService) that fall in ``bundle``, which this
+    broker no longer owns (the ``on_bundle_lost`` of a cluster broker's BundleOwnership)."""
+    namespace = bundle.namespace
+    broker.unload_topics(
+        lambda name: str(name.namespace_name) == namespace and bundle.includes(topic_hash(str(name))))
 
 
 @dataclass(frozen=True)
@@ -87,6 +96,15 @@ def bundle_for(namespace: str, bounds: list, topic: str) -> NamespaceBundle:
     return NamespaceBundle(namespace, bounds[lo], bounds[lo + 1])
 
 
+class NotOwnedError(errors.ServiceNotReady):
+    """Another broker owns the topic's bundle. ServiceNotReady on the binary protocol (the client
+    looks the topic up again); the admin API answers 307 to ``owner["httpUrl"]`` (as Pulsar)."""
+
+    def __init__(self, message: str, owner: dict):
+        super().__init__(message)
+        self.owner = owner
+
+
 class LookupResult(tuple):
     """``(broker_url, broker_url_tls)`` plus ``redirect``: True when another broker owns the topic
     (binary LOOKUP answers Redirect), False when the asking client should connect here."""
@@ -107,8 +125,12 @@ class IOwnership(Interface):
         """Deferred[LookupResult]: this broker (taking the bundle if it is free) or the owner."""
 
     def check_owned(name):
-        """Deferred[None] once this broker owns ``name``'s bundle (taking it if free);
-        ``errors.ServiceNotReady`` when another broker owns it."""
+        """Deferred firing once this broker owns ``name``'s bundle (taking it if free), with a
+        token for ``still_owns``; ``errors.ServiceNotReady`` when another broker owns it."""
+
+    def still_owns(token):
+        """True while the ownership ``check_owned`` found is held without interruption (a bundle
+        lost and taken again gives a new token: what was opened under the old one is stale)."""
 
 
 @implementer(IOwnership)
@@ -123,6 +145,9 @@ class LocalOwnership:
 
     def check_owned(self, name):
         return defer.succeed(None)
+
+    def still_owns(self, token) -> bool:
+        return True
 
 
 @implementer(IOwnership)
@@ -147,6 +172,9 @@ class BundleOwnership:
         self.check_interval = check_interval
         #: path -> NamespaceBundle, the bundles this broker holds.
         self.owned = {}
+        #: path -> number of the acquisition (a bundle lost and taken again gets a new one).
+        self._acquired = {}
+        self._acquisitions = itertools.count(1)
         self._bounds = {}           # namespace -> bounds, dropped when its policies change
         self._check_loop = None
         self._stopped = False
@@ -168,6 +196,7 @@ class BundleOwnership:
         if self._check_loop is not None and self._check_loop.running:
             self._check_loop.stop()
         owned, self.owned = list(self.owned.values()), {}
+        self._acquired.clear()
         ds = [self.store.delete(b.path).addErrback(lambda f: None) for b in owned]
         return defer.gatherResults(ds).addCallback(lambda _: None)
 
@@ -217,8 +246,16 @@ class BundleOwnership:
         if owner is not None:
             # Pulsar's answer to a producer/consumer on a broker that does not serve the topic:
             # the client treats it as retryable and looks the topic up again.
-            raise errors.ServiceNotReady(
-                f"Namespace bundle {bundle} is served by {owner.get('nativeUrl')}, not this broker")
+            raise NotOwnedError(
+                f"Namespace bundle {bundle} is served by {owner.get('nativeUrl')}, not this broker",
+                owner)
+        return (bundle.path, self._acquired.get(bundle.path))
+
+    def still_owns(self, token) -> bool:
+        if token is None:
+            return False
+        path, acquisition = token
+        return path in self.owned and self._acquired.get(path) == acquisition
 
     async def acquire(self, bundle: NamespaceBundle):
         """None when this broker owns ``bundle`` (now or already); else the owner's data (dict)."""
@@ -246,6 +283,7 @@ class BundleOwnership:
     def _owned(self, bundle):
         if bundle.path not in self.owned:
             self.owned[bundle.path] = bundle
+            self._acquired[bundle.path] = next(self._acquisitions)
             log.info("this broker now owns bundle {bundle}", bundle=str(bundle))
 
     @staticmethod
@@ -298,6 +336,7 @@ class BundleOwnership:
 
     def _lost(self, path, reason) -> None:
         bundle = self.owned.pop(path, None)
+        self._acquired.pop(path, None)
         if bundle is None:
             return
         log.warn("this broker lost bundle {bundle}: {reason}; unloading its topics",

@@ -12,8 +12,8 @@ the cursor moves its read position past it, so expired entries not yet dispatche
 
 from twisted.logger import Logger
 
-from pulsar_twisted.broker.entryinfo import entry_metadata
 from pulsar_twisted.common.position import Position
+from pulsar_twisted.wire.frames import entry_metadata
 
 log = Logger()
 
@@ -99,7 +99,7 @@ async def expire_subscription(topic, subscription, age_seconds: int, now_ms: int
 
 async def expire_topic(topic, ttl_seconds: int, now_ms: int) -> int:
     """Run the TTL over every subscription of a persistent ``topic``; the number that moved."""
-    if ttl_seconds <= 0 or getattr(topic, "ledger", None) is None:
+    if ttl_seconds <= 0 or not topic.persistent:
         return 0
     moved = 0
     for subscription in list(topic.subscriptions.values()):

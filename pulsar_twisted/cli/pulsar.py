@@ -34,6 +34,7 @@ from twisted.logger import Logger
 from pulsar_twisted.metadata.interfaces import AlreadyExistsError, NotFoundError
 from pulsar_twisted.metadata.layout import (
     INSTANCE_ID_PATH, LOCAL_ROOTS, cluster_path, namespace_path, tenant_path)
+from pulsar_twisted.metadata.urls import MetadataUrlError, parse_metadata_store_url
 from pulsar_twisted.resources.clusters import ClusterResources
 from pulsar_twisted.resources.namespaces import NamespaceResources
 from pulsar_twisted.resources.policies import new_policies
@@ -47,39 +48,6 @@ DEFAULT_NAMESPACES = (("public", "default"), ("pulsar", "system"))
 
 class CommandError(Exception):
     """A user error: printed as ``pulsar <command>: error: <message>`` with exit code 1."""
-
-
-# -- metadata store URLs -------------------------------------------------------------------------
-
-def parse_metadata_store_url(url: str) -> tuple:
-    """
-    ``"zk:h1:2181,h2:2181/chroot"`` -> ``("h1:2181,h2:2181", "/chroot")`` (root ``"/"`` without a
-    chroot). CommandError saying what is wrong for anything else.
-    """
-    text = (url or "").strip()
-    if text.startswith("metadata-store:"):
-        text = text[len("metadata-store:"):]
-    scheme, sep, rest = text.partition(":")
-    if scheme == "zk" and sep:
-        text = rest
-    elif scheme in ("memory", "rocksdb", "etcd", "oxia", "local"):
-        raise CommandError(f"metadata store {url!r}: only ZooKeeper (zk:HOST:PORT) can be used from "
-                           f"the command line")
-    elif "//" in text:
-        raise CommandError(f"metadata store {url!r} is not zk:HOST:PORT[,HOST:PORT...][/chroot]")
-    hosts, slash, chroot = text.partition("/")
-    root = "/" + chroot.rstrip("/") if slash and chroot.strip("/") else "/"
-    if not hosts:
-        raise CommandError(f"metadata store {url!r} names no ZooKeeper host "
-                           f"(expected zk:HOST:PORT[,HOST:PORT...][/chroot])")
-    for server in hosts.split(","):
-        host, colon, port = server.rpartition(":")
-        if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise CommandError(f"metadata store {url!r}: {server!r} is not HOST:PORT "
-                               f"(expected zk:HOST:PORT[,HOST:PORT...][/chroot])")
-    if "//" in root or any(part in (".", "..") for part in root.split("/")):
-        raise CommandError(f"metadata store {url!r}: bad chroot {root!r}")
-    return hosts, root
 
 
 # -- cluster metadata ----------------------------------------------------------------------------
@@ -209,7 +177,7 @@ def main(argv=None) -> int:
         urls = [parse_metadata_store_url(args.metadata_store)]
         if getattr(args, "configuration_store", None):
             urls.append(parse_metadata_store_url(args.configuration_store))
-    except CommandError as e:
+    except MetadataUrlError as e:
         print(f"pulsar {args.command}: error: {e}", file=sys.stderr)
         return 1
     try:

@@ -3,42 +3,38 @@
 
 Bookie discovery follows BookKeeper's registration layout in the metadata store: a writable bookie
 holds an ephemeral node ``/ledgers/available/<bookie_id>``, a read-only one
-``/ledgers/available/readonly/<bookie_id>`` (see :func:`register_bookie`). The client keeps both
-sets current from store notifications, so ensemble placement never waits on the store.
+``/ledgers/available/readonly/<bookie_id>`` (``pulsar_twisted.resources.bookies``). The client keeps
+both sets current from store notifications, so ensemble placement never waits on the store.
 """
 
 from twisted.internet import defer
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from pulsar_twisted.common.bk_errors import NoSuchLedgerError, UnauthorizedAccessError
 from pulsar_twisted.ledger.handle import LedgerEnv, LedgerHandle, ReadOnlyLedgerHandle
-from pulsar_twisted.ledger.interfaces import (
-    ILedgerClient, NoSuchLedgerError, UnauthorizedAccessError)
-from pulsar_twisted.ledger.metadata import (
+from pulsar_twisted.ledger.health import BookieHealth, QuarantineAwarePlacement
+from pulsar_twisted.ledger.interfaces import ILedgerClient
+from pulsar_twisted.resources.ledgers import (
     LedgerManager, LedgerMetadata, LedgerState, master_key, normalize_custom_metadata,
     password_digest)
 from pulsar_twisted.ledger.quorum import RandomPlacementPolicy, check_quorums
 from pulsar_twisted.ledger.recovery import LedgerRecoveryOp, read_last_confirmed
 from pulsar_twisted.metadata.interfaces import AlreadyExistsError
+from pulsar_twisted.metadata.layout import AVAILABLE_PATH
+from pulsar_twisted.resources.bookies import registered_bookies
 
 log = Logger()
 
-AVAILABLE_PATH = "/ledgers/available"
-READONLY_NAME = "readonly"
-READONLY_PATH = AVAILABLE_PATH + "/" + READONLY_NAME
-
-
-def register_bookie(store, bookie_id: str, read_only: bool = False):
-    """Announce a bookie (bookie side): an ephemeral node that vanishes with the bookie's
-    metadata session. Deferred firing with the Stat."""
-    parent = READONLY_PATH if read_only else AVAILABLE_PATH
-    return store.put(f"{parent}/{bookie_id}", b"", ephemeral=True)
-
-
-def unregister_bookie(store, bookie_id: str, read_only: bool = False):
-    """Withdraw a registration made by :func:`register_bookie` (e.g. going read-only)."""
-    parent = READONLY_PATH if read_only else AVAILABLE_PATH
-    return store.delete(f"{parent}/{bookie_id}")
+def health_check_options(config) -> dict:
+    """``BookKeeperClient`` keyword arguments from a broker config's bookkeeperClientHealthCheck*
+    keys (``BookKeeperClient(store, bookies, reactor, **health_check_options(config))``)."""
+    return dict(
+        health_check_enabled=config.bookkeeperClientHealthCheckEnabled,
+        health_check_interval_seconds=config.bookkeeperClientHealthCheckIntervalSeconds,
+        health_check_error_threshold_per_interval=(
+            config.bookkeeperClientHealthCheckErrorThresholdPerInterval),
+        health_check_quarantine_time_seconds=config.bookkeeperClientHealthCheckQuarantineTimeInSeconds)
 
 
 @implementer(ILedgerClient)
@@ -46,19 +42,29 @@ class BookKeeperClient:
     """
     An ILedgerClient over an IMetadataStore (ledger metadata, ids, bookie registrations) and an
     IBookieClient (entries). ``reactor`` supplies the clock for timeouts. ``placement`` is an
-    IEnsemblePlacementPolicy (default: random). Call ``start()`` before use (the first
-    create/open does it if you did not).
+    IEnsemblePlacementPolicy (default: random), wrapped so that quarantined bookies are chosen
+    last (``ledger.health``; the ``health_check_*`` arguments are Pulsar's
+    bookkeeperClientHealthCheck* keys, with its defaults; ``health`` is the BookieHealth). Call
+    ``start()`` before use (the first create/open does it if you did not).
     """
 
     def __init__(self, metadata_store, bookie_client, reactor, *, read_timeout_ms=5000,
-                 add_timeout_ms=30000, speculative_read_timeout_ms=2000, placement=None):
+                 add_timeout_ms=30000, speculative_read_timeout_ms=2000, placement=None,
+                 health_check_enabled=True, health_check_interval_seconds=60,
+                 health_check_error_threshold_per_interval=5,
+                 health_check_quarantine_time_seconds=1800):
         self._store = metadata_store
         self._manager = LedgerManager(metadata_store)
         self.writable_bookies = frozenset()
         self.readonly_bookies = frozenset()
+        self.health = BookieHealth(
+            reactor, enabled=health_check_enabled, interval=health_check_interval_seconds,
+            error_threshold=health_check_error_threshold_per_interval,
+            quarantine_time=health_check_quarantine_time_seconds)
+        placement = placement if placement is not None else RandomPlacementPolicy()
         self.env = LedgerEnv(
             bookie_client=bookie_client, clock=reactor, manager=self._manager,
-            placement=placement if placement is not None else RandomPlacementPolicy(),
+            placement=QuarantineAwarePlacement(placement, self.health), health=self.health,
             writable_bookies=lambda: self.writable_bookies,
             read_timeout=(read_timeout_ms or 0) / 1000.0,
             speculative_read_timeout=(speculative_read_timeout_ms or 0) / 1000.0,
@@ -104,10 +110,7 @@ class BookKeeperClient:
         return d.addBoth(done)
 
     async def _load_bookies(self):
-        writable = await self._store.get_children(AVAILABLE_PATH)
-        readonly = await self._store.get_children(READONLY_PATH)
-        self.writable_bookies = frozenset(b for b in writable if b != READONLY_NAME)
-        self.readonly_bookies = frozenset(readonly)
+        self.writable_bookies, self.readonly_bookies = await registered_bookies(self._store)
 
     # -- ILedgerClient ---------------------------------------------------------------------------
 

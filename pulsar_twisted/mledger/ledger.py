@@ -28,8 +28,8 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from pulsar_twisted.common.bk_errors import LedgerFencedError, NoSuchLedgerError
 from pulsar_twisted.common.position import EARLIEST, LATEST, Entry, Position
-from pulsar_twisted.ledger.interfaces import LedgerFencedError, NoSuchLedgerError
 from pulsar_twisted.metadata.interfaces import BadVersionError, NotFoundError
 from pulsar_twisted.mledger import formats
 from pulsar_twisted.mledger.cache import EntryCache
@@ -140,6 +140,8 @@ class ManagedLedgerImpl:
         self._notify_call = None
         self._throttle_listeners = []
         self._throttled = False
+        self._fenced_listeners = []
+        self._closed_on_failure = False
 
     # -- small helpers ---------------------------------------------------------------------
 
@@ -392,6 +394,12 @@ class ManagedLedgerImpl:
         if self._state is not State.CLOSING_LEDGER:
             return
         self._state = State.LEDGER_CLOSED
+        failed, self._closed_on_failure = self._closed_on_failure, False
+        if failed and not self._queued:
+            # After a write failure the next ledger waits for the next add: while bookies are
+            # down, eager creation would leave one empty ledger per failure (issue 11: hundreds).
+            self._trim_in_background()
+            return
         # The next ledger is started at once (Pulsar does after a time rollover) so that the
         # next add does not wait and the full ledger becomes trimmable.
         self._create_ledger()
@@ -454,9 +462,10 @@ class ManagedLedgerImpl:
     def _add_failed(self, op: AddOp, failure):
         if op.done:
             return
-        if failure.check(LedgerFencedError):
-            log.warn("managed ledger {name}: ledger {lid} fenced by another owner",
-                     name=self.name, lid=op.handle.ledger_id)
+        if failure.check(LedgerFencedError, NoSuchLedgerError):
+            # Recovered (fenced) or deleted by a new owner: this instance must stop writing.
+            log.warn("managed ledger {name}: ledger {lid} fenced by another owner ({err})",
+                     name=self.name, lid=op.handle.ledger_id, err=failure.getErrorMessage())
             self._set_fenced()
             return
         handle = op.handle
@@ -470,6 +479,7 @@ class ManagedLedgerImpl:
         rolling = self._current is handle and self._state in (State.LEDGER_OPENED, State.CLOSING_LEDGER)
         if rolling:
             self._state = State.CLOSING_LEDGER
+            self._closed_on_failure = True
         error = ManagedLedgerError(f"add to ledger {handle.ledger_id} failed: {failure.getErrorMessage()}")
         self._fail_ops(doomed, error)
         if not self._pending:
@@ -486,7 +496,9 @@ class ManagedLedgerImpl:
             o.deferred.errback(error)
 
     def _set_fenced(self):
-        if self._state is State.FENCED:
+        """Another owner took over: no add, cursor write or metadata write from here on; pending
+        and queued adds fail in order; the factory forgets us; then the fenced listeners run."""
+        if self._state in (State.FENCED, State.CLOSED):
             return
         self._state = State.FENCED
         self._cancel_timers()
@@ -496,7 +508,35 @@ class ManagedLedgerImpl:
         self._queued.clear()
         self._fail_ops(doomed, error)
         self._fire_drained()
+        for cursor in list(self.cursors.values()) + list(self._new_cursors.values()):
+            cursor._stop_fenced()
         self.factory._forget(self)
+        listeners, self._fenced_listeners = self._fenced_listeners, []
+        for cb in listeners:
+            self._call_fenced_listener(cb)
+
+    def _cursor_fenced(self, cursor):
+        """A cursor lost a compare-and-set on its node: the whole managed ledger is someone else's."""
+        log.warn("managed ledger {name}: cursor {cursor} metadata changed by someone else, fencing",
+                 name=self.name, cursor=cursor.name)
+        self._set_fenced()
+
+    def add_fenced_listener(self, callback):
+        """``callback(self)`` once this instance is FENCED (see IManagedLedger.add_fenced_listener)."""
+        if self._state is State.FENCED:
+            self._call_fenced_listener(callback)
+        else:
+            self._fenced_listeners.append(callback)
+
+    def remove_fenced_listener(self, callback):
+        if callback in self._fenced_listeners:
+            self._fenced_listeners.remove(callback)
+
+    def _call_fenced_listener(self, callback):
+        try:
+            callback(self)
+        except Exception:
+            log.failure("managed ledger {name}: fenced listener failed", name=self.name)
 
     def _fire_drained(self):
         waiters, self._drain_waiters = self._drain_waiters, []
@@ -626,8 +666,9 @@ class ManagedLedgerImpl:
         last = ids[-1]
         return Position(last, self._ledgers[last].entries)
 
-    def _next_position(self, pos) -> Position:
-        return self._normalize(Position(pos[0], pos[1] + 1))
+    def next_position(self, position) -> Position:
+        """The entry after ``position`` (IManagedLedger.next_position)."""
+        return self._normalize(Position(position[0], position[1] + 1))
 
     def last_confirmed_entry(self) -> Position:
         return self._last_confirmed
@@ -1080,6 +1121,11 @@ class ManagedLedgerImpl:
         self._terminated_at = self._last_confirmed
         await self._write_metadata()
         return self._last_confirmed
+
+    @property
+    def is_fenced(self) -> bool:
+        """True once another owner took this managed ledger over (see add_fenced_listener)."""
+        return self._state is State.FENCED
 
     @property
     def is_terminated(self) -> bool:

@@ -296,7 +296,7 @@ class Cluster:
 
     def ledger_metadata(self) -> dict:
         """Ledger id -> its LedgerMetadata (from ``/ledgers/L...``)."""
-        from pulsar_twisted.ledger.metadata import LedgerMetadata
+        from pulsar_twisted.resources.ledgers import LedgerMetadata
         out = {}
         for name in self.zk.get_children(self.path(layout.LEDGERS_ROOT)):
             if name.startswith("L") and name[1:].isdigit():

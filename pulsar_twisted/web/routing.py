@@ -192,6 +192,15 @@ class RouterResource(resource.Resource):
         request.finish()
 
     def _write_failure(self, failure: Failure, request, finished):
+        owner = getattr(failure.value, "owner", None)
+        owner_url = owner.get("httpUrl") if isinstance(owner, dict) else None
+        if owner_url and not finished[0]:
+            # Another broker owns the topic (ownership.NotOwnedError): Pulsar's 307 to it, so that
+            # nothing of the topic is loaded on this broker.
+            request.setResponseCode(307)
+            request.setHeader(b"Location", owner_url.rstrip("/").encode() + request.uri)
+            request.finish()
+            return
         status = http_status_of(failure.value)
         if status >= 500:
             self.log.failure("{method} {path} failed", failure,

@@ -19,7 +19,7 @@ def add_schema_routes(router, admin) -> None:
         return str(admin.topic_name("persistent", tenant, namespace, topic))
 
     def registry():
-        return schema.registry_of(admin.broker)
+        return admin.broker.schema_registry
 
     async def get_latest(request, tenant, namespace, topic):
         found = await registry().get(topic_of(tenant, namespace, topic))

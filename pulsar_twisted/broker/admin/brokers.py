@@ -59,7 +59,6 @@ class BrokersAdmin(AdminArea):
         for topic in list(self.broker.topics.values()):
             msg_in, bytes_in, msg_out, bytes_out = topic.counters.totals()
             rate_in, tput_in, rate_out, tput_out = topic.counters.rates
-            ledger = getattr(topic, "ledger", None)
             subscriptions = list(topic.subscriptions.values())
             rows.append({
                 "namespace": str(topic.topic_name.namespace_name), "topic": topic.name,
@@ -67,7 +66,7 @@ class BrokersAdmin(AdminArea):
                 "throughput_out": tput_out, "in_messages_total": msg_in, "in_bytes_total": bytes_in,
                 "out_messages_total": msg_out, "out_bytes_total": bytes_out,
                 "msg_backlog": sum(s.backlog() for s in subscriptions),
-                "storage_size": ledger.total_size() if ledger is not None else 0,
+                "storage_size": topic.storage_size(),
                 "producers_count": len(topic.producers),
                 "subscriptions_count": len(topic.subscriptions),
                 "consumers_count": sum(len(s.consumers) for s in subscriptions),

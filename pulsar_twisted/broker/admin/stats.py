@@ -9,6 +9,7 @@ rates are the counter deltas between the last two samples.
 
 from pulsar_twisted.broker.admin.base import AdminArea
 from pulsar_twisted.broker.admin.errors import NotAllowed, NotFound
+from pulsar_twisted.broker.ownership import NotOwnedError
 from pulsar_twisted.common.naming import TopicName
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 
@@ -36,9 +37,8 @@ class StatsAdmin(AdminArea):
         base = topic.stats()
         subscriptions = {name: self._subscription_stats(s)
                          for name, s in list(topic.subscriptions.items())}
-        ledger = getattr(topic, "ledger", None)
         backlog_size = 0
-        if ledger is not None:
+        if topic.persistent:
             for s in topic.subscriptions.values():
                 backlog_size = max(backlog_size, subscriptions[s.name]["backlogSize"])
         return {
@@ -48,7 +48,7 @@ class StatsAdmin(AdminArea):
             "bytesOutCounter": bytes_out, "msgOutCounter": msg_out,
             "averageMsgSize": (bytes_in / msg_in) if msg_in else 0.0,
             "msgChunkPublished": False,
-            "storageSize": ledger.total_size() if ledger is not None else 0,
+            "storageSize": topic.storage_size(),
             "backlogSize": backlog_size,
             "offloadedStorageSize": 0,
             "publishers": [dict(p, msgRateIn=0.0, msgThroughputIn=0.0, averageMsgSize=0.0)
@@ -64,7 +64,7 @@ class StatsAdmin(AdminArea):
 
     def _subscription_stats(self, subscription) -> dict:
         consumers = list(subscription.consumers)
-        cursor = getattr(subscription, "cursor", None)
+        cursor = subscription.cursor if subscription.topic.persistent else None
         ranges = len(cursor.individually_deleted_ranges()) if cursor is not None else 0
         backlog_size = 0
         if cursor is not None and hasattr(cursor, "estimated_backlog_size"):
@@ -110,8 +110,8 @@ class StatsAdmin(AdminArea):
         for i in range(partitions):
             try:
                 stats = await self.get_topic_stats(name.partition(i))
-            except NotFound:
-                continue
+            except (NotFound, NotOwnedError):
+                continue    # partitions served by another broker are not loaded here
             _add_partition(total, stats)
             if per_partition:
                 total["partitions"][str(name.partition(i))] = stats
@@ -123,10 +123,9 @@ class StatsAdmin(AdminArea):
         """Pulsar's PersistentTopicInternalStats: the managed ledger's own internal stats, plus
         the schema and compacted ledgers (none kept in ledgers here)."""
         topic = await self.load(name)
-        ledger = getattr(topic, "ledger", None)
-        if ledger is None:
+        if not topic.persistent:
             raise NotAllowed("Internal stats exist only for persistent topics")
-        stats = ledger.internal_stats()
+        stats = topic.ledger.internal_stats()
         stats["schemaLedgers"] = []
         stats["compactedLedger"] = {"ledgerId": -1, "entries": -1, "size": -1, "offloaded": False,
                                     "underReplicated": False}

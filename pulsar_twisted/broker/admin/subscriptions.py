@@ -8,7 +8,6 @@ peek, which name one partition.
 from pulsar_twisted.broker.admin.base import AdminArea, position_from
 from pulsar_twisted.broker.admin.errors import (
     AdminError, Conflict, NotAllowed, NotFound, PreconditionFailed)
-from pulsar_twisted.broker.entryinfo import entry_metadata
 from pulsar_twisted.common import errors
 from pulsar_twisted.common.naming import TopicName
 from pulsar_twisted.common.position import Position
@@ -16,6 +15,9 @@ from pulsar_twisted.mledger.stats import iso_ms, position_text
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.resources.checks import check_int
 from pulsar_twisted.wire import frames
+from pulsar_twisted.wire.compression import decompress
+from pulsar_twisted.wire.errors import InvalidMessage
+from pulsar_twisted.wire.frames import entry_metadata
 
 
 class SubscriptionsAdmin(AdminArea):
@@ -71,9 +73,9 @@ class SubscriptionsAdmin(AdminArea):
 
         async def skip(topic_name):
             topic, subscription = await self._subscription(topic_name, sub)
-            cursor = getattr(subscription, "cursor", None)
-            if cursor is None:
+            if not topic.persistent:
                 raise NotAllowed("Skip is not supported on non-persistent topics")
+            cursor = subscription.cursor
             if await cursor.skip_unacked(count):
                 subscription.new_entries()
         await self.each_partition(name, skip)
@@ -82,9 +84,9 @@ class SubscriptionsAdmin(AdminArea):
         """Clear the backlog: everything up to the last entry acknowledged."""
         async def clear(topic_name):
             topic, subscription = await self._subscription(topic_name, sub)
-            cursor = getattr(subscription, "cursor", None)
-            if cursor is None:
+            if not topic.persistent:
                 return
+            cursor = subscription.cursor
             last = topic.ledger.last_confirmed_entry()
             if last > cursor.mark_delete_position:
                 await cursor.mark_delete(last)
@@ -115,9 +117,9 @@ class SubscriptionsAdmin(AdminArea):
 
         async def expire(topic_name):
             topic, subscription = await self._subscription(topic_name, sub)
-            cursor = getattr(subscription, "cursor", None)
-            if cursor is None:
+            if not topic.persistent:
                 return
+            cursor = subscription.cursor
             cutoff_ms = int(self.clock.seconds() * 1000) - seconds * 1000
             first_kept = await topic.find_position_by_time(cutoff_ms + 1)
             last_expired = _previous_position(topic.ledger, first_kept)
@@ -133,9 +135,9 @@ class SubscriptionsAdmin(AdminArea):
         """
         n = check_int(n, "messagePosition", 1)
         topic, subscription = await self._subscription(name, sub)
-        cursor = getattr(subscription, "cursor", None)
-        if cursor is None:
+        if not topic.persistent:
             raise NotAllowed("Peek is not supported on non-persistent topics")
+        cursor = subscription.cursor
         position = cursor.nth_unacked_position(n)
         if position is None:
             raise NotFound("Message not found")
@@ -161,9 +163,7 @@ def _previous_position(ledger, position):
 # ------------------------------------------------------------------------------------ peek
 def _decompress(kind: int, data: bytes, size: int) -> bytes:
     """The payload decoded with the codecs the clients use (one implementation of Pulsar's
-    encodings, ``client/compression.py``); a payload that does not decode is an AdminError."""
-    from pulsar_twisted.client.compression import decompress
-    from pulsar_twisted.client.errors import InvalidMessage
+    encodings, ``wire/compression.py``); a payload that does not decode is an AdminError."""
     try:
         return decompress(kind, data, size)
     except InvalidMessage as e:

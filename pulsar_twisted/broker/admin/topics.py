@@ -8,6 +8,7 @@ from pulsar_twisted.broker.admin.base import (
     DOMAINS, AdminArea, message_id_json, namespace_key, update_or_404)
 from pulsar_twisted.broker.admin.errors import (
     BadRequest, Conflict, NotAcceptable, NotAllowed, NotFound, PreconditionFailed)
+from pulsar_twisted.broker.ownership import NotOwnedError
 from pulsar_twisted.broker.service import TopicBusyError
 from pulsar_twisted.common import errors
 from pulsar_twisted.common.naming import PERSISTENT, TopicName
@@ -56,10 +57,13 @@ class TopicsAdmin(AdminArea):
         if await self.topic_exists(name) or await self.broker.partitions_of(name) > 0:
             raise Conflict("This topic already exists")
         if name.persistent:
-            # Opening the managed ledger creates it; BrokerService then loads it on first use
-            # even with allowAutoTopicCreation off, as Pulsar does for created topics.
-            await self.broker.ml_factory.open(name.managed_ledger_name)
-            await self.broker.get_topic(str(name), create=False)
+            # Created through metadata alone (a non-owner must not open the managed ledger);
+            # loaded here only on its owner, else on first use there.
+            await self.broker.create_topic_storage(name)
+            try:
+                await self.broker.get_topic(str(name), create=False)
+            except NotOwnedError:
+                pass
         else:
             # Non-persistent topics exist while loaded; create one even without auto-creation.
             await self.broker.create_non_persistent_topic(name)
@@ -112,7 +116,7 @@ class TopicsAdmin(AdminArea):
     async def _create_partitions(self, name: TopicName, first: int, end: int) -> None:
         if name.persistent:
             for i in range(first, end):
-                await self.broker.ml_factory.open(name.partition(i).managed_ledger_name)
+                await self.broker.create_topic_storage(name.partition(i))
 
     async def update_partitioned_topic(self, name: TopicName, partitions) -> None:
         partitions = check_int(partitions, "partitions")

@@ -18,7 +18,7 @@ from typing import Dict, Optional, Sequence, Tuple
 
 from twisted.internet import defer
 
-from pulsar_twisted.ledger.interfaces import BKException, NoSuchLedgerError
+from pulsar_twisted.common.bk_errors import BKException, NoSuchLedgerError
 from pulsar_twisted.metadata.interfaces import NotFoundError
 from pulsar_twisted.metadata.layout import IDGEN_PREFIX, LEDGERS_ROOT
 
