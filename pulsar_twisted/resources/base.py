@@ -100,3 +100,37 @@ class JsonNodes:
 
     def delete_recursive(self, path: str):
         return self.store.delete_recursive(path)
+
+
+class Documents:
+    """
+    Typed access to one kind of document (Pulsar's ``BaseResources<T>``): a subclass names the
+    node of each key in ``path(key)``; every method returns a Deferred.
+    """
+
+    def __init__(self, store):
+        self.store = store
+        self._nodes = JsonNodes(store)
+
+    def path(self, key) -> str:
+        raise NotImplementedError
+
+    def get(self, key):
+        """The stored document, or None when there is none (CorruptMetadataError when the node is
+        not JSON)."""
+        return self._nodes.read(self.path(key)).addCallback(lambda node: None if node is None else node[0])
+
+    def exists(self, key):
+        return self._nodes.exists(self.path(key))
+
+    def create(self, key, document):
+        """Store a new document (``AlreadyExistsError`` if there is one)."""
+        return self._nodes.create(self.path(key), document)
+
+    def ensure(self, key, document):
+        """Create the document unless it exists (True if this call did)."""
+        return self._nodes.ensure(self.path(key), document)
+
+    def update(self, key, change):
+        """Compare-and-set ``change(document) -> document`` (see ``JsonNodes.update``)."""
+        return self._nodes.update(self.path(key), change)

@@ -5,8 +5,7 @@ returns a Deferred.
 """
 
 from pulsar_twisted.metadata import layout
-from pulsar_twisted.metadata.layout import CLUSTERS_ROOT
-from pulsar_twisted.resources.base import JsonNodes
+from pulsar_twisted.resources.base import Documents
 from pulsar_twisted.resources.checks import check_object, check_str
 
 
@@ -16,31 +15,14 @@ def check_cluster_data(data) -> dict:
                          "brokerServiceUrl": check_str, "brokerServiceUrlTls": check_str})
 
 
-class ClusterResources:
-    """``ClusterResources(store)`` over an IMetadataStore."""
+class ClusterResources(Documents):
+    """``ClusterResources(store)``: keys are cluster names."""
 
-    def __init__(self, store):
-        self._nodes = JsonNodes(store)
+    def path(self, cluster: str) -> str:
+        return layout.cluster_path(cluster)
 
     def list(self):
-        return self._nodes.children(CLUSTERS_ROOT)
-
-    def get(self, cluster: str):
-        """The ClusterData document, or None when the cluster does not exist."""
-        d = self._nodes.read(layout.cluster_path(cluster))
-        return d.addCallback(lambda node: None if node is None else node[0])
-
-    def exists(self, cluster: str):
-        return self._nodes.exists(layout.cluster_path(cluster))
-
-    def create(self, cluster: str, data):
-        return self._nodes.create(layout.cluster_path(cluster), data)
-
-    def ensure(self, cluster: str, data):
-        return self._nodes.ensure(layout.cluster_path(cluster), data)
-
-    def update(self, cluster: str, change):
-        return self._nodes.update(layout.cluster_path(cluster), change)
+        return self._nodes.children(layout.CLUSTERS_ROOT)
 
     def delete(self, cluster: str):
-        return self._nodes.delete(layout.cluster_path(cluster))
+        return self._nodes.delete(self.path(cluster))

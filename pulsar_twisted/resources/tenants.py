@@ -4,8 +4,7 @@ Tenants (Pulsar's ``TenantResources``): TenantInfo documents at ``/admin/policie
 """
 
 from pulsar_twisted.metadata import layout
-from pulsar_twisted.metadata.layout import POLICIES_ROOT
-from pulsar_twisted.resources.base import JsonNodes
+from pulsar_twisted.resources.base import Documents
 from pulsar_twisted.resources.checks import check_object, check_string_list
 
 
@@ -19,32 +18,15 @@ def check_tenant_info(info) -> dict:
     return info
 
 
-class TenantResources:
-    """``TenantResources(store)`` over an IMetadataStore."""
+class TenantResources(Documents):
+    """``TenantResources(store)``: keys are tenant names."""
 
-    def __init__(self, store):
-        self._nodes = JsonNodes(store)
+    def path(self, tenant: str) -> str:
+        return layout.tenant_path(tenant)
 
     def list(self):
-        return self._nodes.children(POLICIES_ROOT)
-
-    def get(self, tenant: str):
-        """The TenantInfo document, or None when the tenant does not exist."""
-        d = self._nodes.read(layout.tenant_path(tenant))
-        return d.addCallback(lambda node: None if node is None else node[0])
-
-    def exists(self, tenant: str):
-        return self._nodes.exists(layout.tenant_path(tenant))
-
-    def create(self, tenant: str, info):
-        return self._nodes.create(layout.tenant_path(tenant), info)
-
-    def ensure(self, tenant: str, info):
-        return self._nodes.ensure(layout.tenant_path(tenant), info)
-
-    def update(self, tenant: str, change):
-        return self._nodes.update(layout.tenant_path(tenant), change)
+        return self._nodes.children(layout.POLICIES_ROOT)
 
     def delete(self, tenant: str):
         """Remove the tenant's node (``NotEmptyError`` while it has namespaces)."""
-        return self._nodes.delete(layout.tenant_path(tenant))
+        return self._nodes.delete(self.path(tenant))

@@ -146,6 +146,7 @@ class PoliciesModelTests(unittest.TestCase):
         self.assertRaises(InvalidValue, check_tenant_info, {"adminRoles": "root"})
 
     def test_auth_actions(self):
-        self.assertEqual(policies.check_auth_actions(["produce", "consume", "produce"]), ["consume", "produce"])
+        self.assertEqual(policies.check_auth_actions(["produce", "consume", "produce"]),
+                         ["consume", "produce"])
         self.assertRaises(InvalidValue, policies.check_auth_actions, ["fly"])
         self.assertRaises(InvalidValue, policies.check_auth_actions, "produce")

@@ -3,7 +3,6 @@ Topics of the admin API (Pulsar's ``PersistentTopicsBase``, topic level): listin
 deletion of topics and partitioned topics, unloading, termination, last message id, compaction.
 """
 
-from pulsar_twisted.broker import compaction
 from pulsar_twisted.broker.admin.base import (
     DOMAINS, AdminArea, message_id_json, namespace_key, update_or_404)
 from pulsar_twisted.broker.admin.errors import (
@@ -166,11 +165,11 @@ class TopicsAdmin(AdminArea):
         topic = await self.load(name)
         if not name.persistent:
             raise NotAllowed("Compaction is only supported on persistent topics")
-        compactor = compaction.compactor_of(self.broker)
+        compactor = self.broker.compactor
         if compactor.is_running(topic.name):
             raise Conflict("Compaction already in progress")
         compactor.compact(topic).addErrback(lambda f: None)  # the failure is logged and kept as status
 
     async def compaction_status(self, name: TopicName) -> dict:
         await self.load(name)
-        return compaction.compactor_of(self.broker).status(str(name))
+        return self.broker.compactor.status(str(name))
