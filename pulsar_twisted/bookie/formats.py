@@ -36,6 +36,8 @@ Ledger index file ``<ledger_dirs[0]>/index/<ledger_id hex>.idx``::
     The file's size tells the highest slot ever written; slots are written with pwrite (sparse files).
 
 Entry log usage sidecar ``<log_id hex>.meta``: see ``encode_usage``.
+
+Deleted-ledger list ``<ledger_dirs[0]>/index/deleted``: see ``encode_deleted_header``.
 """
 
 import struct
@@ -232,6 +234,48 @@ def decode_slot(data: bytes) -> tuple[int, int, int] | None:
     if log_plus_one == 0:
         return None
     return log_plus_one - 1, offset, length
+
+
+# ----------------------------------------------------------------------------------------------- deleted
+
+# Deleted-ledger list ``<ledger_dirs[0]>/index/deleted``: the ids of every ledger this bookie deleted, so
+# that an add to one is refused after its index file (and its DELETE journal record) are gone:
+#     [magic "PTDL"][version u16][pad u16] then records [ledger_id u64][crc32c of the 8 id bytes u32]
+# Append-only; a torn or junk record at the tail (crash mid-append) ends the list: its delete is still
+# in the journal, which is only trimmed after the append was fsynced.
+DELETED_MAGIC = b"PTDL"
+DELETED_VERSION = 1
+DELETED_HEADER = struct.Struct(">4sHH")
+DELETED_RECORD = struct.Struct(">QI")
+
+
+def encode_deleted_header() -> bytes:
+    return DELETED_HEADER.pack(DELETED_MAGIC, DELETED_VERSION, 0)
+
+
+def encode_deleted_records(ledger_ids) -> bytes:
+    return b"".join(DELETED_RECORD.pack(lid, crc32c.crc32c(lid.to_bytes(8, "big"))) for lid in sorted(ledger_ids))
+
+
+def decode_deleted(data: bytes) -> tuple[set[int], int]:
+    """``(ledger ids, length of the valid prefix)``; FormatError if the header is not ours. An empty
+    file (crash before the header reached the disk) is an empty list."""
+    if not data:
+        return set(), 0
+    if len(data) < DELETED_HEADER.size:
+        raise FormatError("deleted-ledger list header truncated")
+    magic, version, _ = DELETED_HEADER.unpack_from(data)
+    if magic != DELETED_MAGIC or version != DELETED_VERSION:
+        raise FormatError("not a deleted-ledger list")
+    ids = set()
+    offset = DELETED_HEADER.size
+    while offset + DELETED_RECORD.size <= len(data):
+        lid, crc = DELETED_RECORD.unpack_from(data, offset)
+        if crc32c.crc32c(lid.to_bytes(8, "big")) != crc:
+            break
+        ids.add(lid)
+        offset += DELETED_RECORD.size
+    return ids, offset
 
 
 # ----------------------------------------------------------------------------------------------- scanning

@@ -22,6 +22,7 @@ from pulsar_twisted.common.threads import GIL_YIELD_EVERY, yield_gil
 log = Logger()
 
 _SUFFIX = ".idx"
+_DELETED = "deleted"
 _OPEN_FILES = 512
 _SCAN_SLOTS = 4096
 
@@ -121,6 +122,52 @@ class LedgerIndex:
 
     def sync_dir(self) -> None:
         fsync_dir(self._dir)
+
+    # The deleted-ledger list lives next to the index files because it replaces them: a ledger's
+    # id goes into the list (fsynced) before its index file is removed.
+
+    def load_deleted(self) -> set[int]:
+        """The ids in the deleted-ledger list (empty if there is none). Blocking. A torn tail is
+        cut off so later appends follow the last valid record."""
+        path = os.path.join(self._dir, _DELETED)
+        os.makedirs(self._dir, exist_ok=True)
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return set()
+        try:
+            ids, valid = formats.decode_deleted(data)
+        except formats.FormatError as e:
+            log.warn("deleted-ledger list {path} unreadable ({error}): starting a new one",
+                     path=path, error=str(e))
+            os.replace(path, path + ".bad")
+            return set()
+        if valid < len(data):
+            log.warn("deleted-ledger list {path}: {n} torn bytes at the tail cut off",
+                     path=path, n=len(data) - valid)
+            with open(path, "r+b") as f:
+                f.truncate(valid)
+                os.fsync(f.fileno())
+        return ids
+
+    def append_deleted(self, ledger_ids) -> None:
+        """Append ``ledger_ids`` to the deleted-ledger list and fsync it. Blocking; flush thread."""
+        if not ledger_ids:
+            return
+        path = os.path.join(self._dir, _DELETED)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            created = os.fstat(fd).st_size == 0
+            data = formats.encode_deleted_records(ledger_ids)
+            if created:
+                data = formats.encode_deleted_header() + data
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if created:
+            fsync_dir(self._dir)
 
     def close(self) -> None:
         with self._lock:

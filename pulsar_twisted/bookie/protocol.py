@@ -5,7 +5,7 @@ The bookie's side of the bookie protocol (``protocol/bookie.proto``).
 which dispatches by a table (op name -> processor method, built once, BookKeeper's
 ``BookieRequestHandler`` -> ``*Processor``) and knows nothing of the transport. Every processor
 returns a Deferred firing with a ``Response``; storage errors become status codes
-(``status_for``), so nothing raised by storage ever escapes ``dataReceived``.
+(``wire.bookie.status_for``), so nothing raised by storage ever escapes ``dataReceived``.
 
 A Request that does not parse closes that connection (the stream cannot be trusted any more); one
 that parses but names no known op is answered BAD_REQUEST.
@@ -22,54 +22,13 @@ from twisted.internet import defer
 from twisted.internet.protocol import Factory
 from twisted.logger import Logger
 
-from pulsar_twisted.ledger.digest import HEADER_SIZE, packed_lac
-from pulsar_twisted.ledger.interfaces import (
-    BookieReadOnlyError,
-    BookieUnavailableError,
-    DigestMismatchError,
-    LedgerFencedError,
-    NoSuchEntryError,
-    NoSuchLedgerError,
-    UnauthorizedAccessError,
-)
 from pulsar_twisted.net.framing import DEFAULT_MAX_FRAME_SIZE, FramedProtocol
 from pulsar_twisted.proto import bookie_pb2 as pb
+from pulsar_twisted.wire.bookie import HEADER_SIZE, packed_lac, status_for
 
 log = Logger()
 
 VERSION = "pulsar-twisted-bookie/0.1"
-
-#: Storage exception -> status code. Checked in order with isinstance.
-_STATUS_BY_ERROR = (
-    (NoSuchLedgerError, pb.NO_SUCH_LEDGER),
-    (NoSuchEntryError, pb.NO_SUCH_ENTRY),
-    (LedgerFencedError, pb.FENCED),
-    (UnauthorizedAccessError, pb.UNAUTHORIZED),
-    (BookieReadOnlyError, pb.READ_ONLY),
-    (DigestMismatchError, pb.DIGEST_MISMATCH),
-    (BookieUnavailableError, pb.UNAVAILABLE),
-    (ValueError, pb.BAD_REQUEST),
-)
-
-#: Status code -> the client-side exception (``pulsar_twisted.ledger.interfaces``).
-ERROR_BY_STATUS = {
-    pb.NO_SUCH_LEDGER: NoSuchLedgerError,
-    pb.NO_SUCH_ENTRY: NoSuchEntryError,
-    pb.FENCED: LedgerFencedError,
-    pb.UNAUTHORIZED: UnauthorizedAccessError,
-    pb.READ_ONLY: BookieReadOnlyError,
-    pb.DIGEST_MISMATCH: DigestMismatchError,
-    pb.UNAVAILABLE: BookieUnavailableError,
-}
-
-
-def status_for(error: BaseException) -> int:
-    """The status code reporting ``error`` (ERROR for anything unexpected)."""
-    for error_type, status in _STATUS_BY_ERROR:
-        if isinstance(error, error_type):
-            return status
-    return pb.ERROR
-
 
 def disk_space(paths) -> tuple[int, int]:
     """(free, total) bytes over the distinct filesystems holding ``paths`` (0, 0 if none exist)."""
@@ -92,10 +51,13 @@ class BookieRequestProcessor:
     Turns Requests into storage calls. ``storage`` has the ``BookieStorage`` methods; ``info`` is a
     callable returning the ``BookieInfo`` fields as a dict (the server supplies disk figures and its
     id). Keeps per-op counters (``counters[(op, status_name)]``) for the metrics endpoint.
+    ``admission`` (a ``bookie.admission.LedgerAdmission``, cluster mode) is asked before the first
+    add of a ledger the storage does not hold; None admits every ledger (standalone, tests).
     """
 
-    def __init__(self, storage, info=None):
+    def __init__(self, storage, info=None, admission=None):
         self.storage = storage
+        self.admission = admission
         self._info = info or (lambda: {"read_only": bool(storage.read_only), "version": VERSION})
         self.counters = {}
         self._table = {
@@ -146,10 +108,21 @@ class BookieRequestProcessor:
         body = req.body
         if len(body) < HEADER_SIZE:
             raise ValueError(f"entry body of {len(body)} bytes is shorter than the entry header")
-        # The bookie keeps the LAC the writer piggybacked, for read_lac, as LocalBookieClient does.
-        d = self.storage.add_entry(req.ledger_id, req.entry_id, body, req.master_key,
-                                   lac=packed_lac(body), recovery_add=req.recovery_add)
+        storage = self.storage
+        ledger_id = req.ledger_id
+        admission = self.admission
+        if (admission is not None and not storage.has_ledger(ledger_id)
+                and not storage.was_deleted(ledger_id)):
+            d = admission.check(ledger_id, req.recovery_add)
+            d.addCallback(lambda _: self._add(req, body))
+        else:
+            d = self._add(req, body)
         return d.addCallback(lambda _: pb.Response())
+
+    def _add(self, req, body):
+        # The bookie keeps the LAC the writer piggybacked, for read_lac, as LocalBookieClient does.
+        return self.storage.add_entry(req.ledger_id, req.entry_id, body, req.master_key,
+                                      lac=packed_lac(body), recovery_add=req.recovery_add)
 
     def process_read_entry(self, req) -> defer.Deferred:
         storage = self.storage

@@ -35,18 +35,15 @@ from twisted.internet import defer, endpoints, task
 from twisted.logger import Logger
 from twisted.web import resource, server as web_server
 
+from pulsar_twisted.bookie.admission import LedgerAdmission
 from pulsar_twisted.bookie.protocol import (
     VERSION, BookieRequestProcessor, BookieServerFactory, disk_space)
-from pulsar_twisted.ledger.client import AVAILABLE_PATH, READONLY_PATH
 from pulsar_twisted.metadata.interfaces import NotFoundError
 from pulsar_twisted.net.framing import DEFAULT_MAX_FRAME_SIZE
 from pulsar_twisted.proto import bookie_pb2 as pb
+from pulsar_twisted.resources.bookies import register_bookie, registration_path
 
 log = Logger()
-
-
-def registration_path(bookie_id: str, read_only: bool) -> str:
-    return f"{READONLY_PATH if read_only else AVAILABLE_PATH}/{bookie_id}"
 
 
 def fullest_disk(paths):
@@ -72,7 +69,9 @@ class BookieServer(Service):
     description string or an ``IStreamServerEndpoint``).
 
     ``bookie_id`` defaults to ``advertised_address:<listening port>`` (so ``tcp:0`` works in tests).
-    ``metadata_store`` None: no registration (standalone testing). ``own_storage``: start and stop
+    ``metadata_store`` None: no registration (standalone testing); with a store, the first add of a
+    ledger the storage does not hold is checked against the ledger's metadata
+    (``bookie.admission``; ``verify_ledgers=False`` turns that off). ``own_storage``: start and stop
     the storage with the server. ``http_endpoint`` None: no HTTP server. Times are seconds.
     ``startService``/``start`` and ``stopService``/``stop`` return Deferreds.
     """
@@ -81,7 +80,7 @@ class BookieServer(Service):
                  advertised_address="localhost", metadata_store=None, data_dirs=(), disk_usage=None,
                  disk_check_interval=10.0, disk_usage_threshold=0.95,
                  disk_usage_lwm_threshold=0.90, http_endpoint=None, own_storage=True,
-                 max_frame_size=DEFAULT_MAX_FRAME_SIZE):
+                 max_frame_size=DEFAULT_MAX_FRAME_SIZE, verify_ledgers=True):
         if not 0 < disk_usage_lwm_threshold <= disk_usage_threshold <= 1:
             raise ValueError("need 0 < diskUsageLwmThreshold <= diskUsageThreshold <= 1")
         self.storage = storage
@@ -98,7 +97,10 @@ class BookieServer(Service):
         self.http_endpoint = http_endpoint
         self.own_storage = own_storage
         self.disk_usage_ratio = 0.0
-        self.processor = BookieRequestProcessor(storage, self.info)
+        admission = None
+        if metadata_store is not None and verify_ledgers:
+            admission = LedgerAdmission(metadata_store, lambda: self.bookie_id)
+        self.processor = BookieRequestProcessor(storage, self.info, admission)
         self.factory = BookieServerFactory(self.processor, max_frame_size)
         self.port = None
         self.http_port = None
@@ -238,7 +240,7 @@ class BookieServer(Service):
         if old != want or await store.exists(want) is None:
             value = json.dumps({"bookieId": self.bookie_id, "readOnly": self.read_only,
                                 "version": VERSION}).encode()
-            await store.put(want, value, ephemeral=True)
+            await register_bookie(store, self.bookie_id, self.read_only, value)
             self.registered_path = want
             log.info("bookie {bookie} registered at {path}", bookie=self.bookie_id, path=want)
         if old is not None and old != want:

@@ -27,15 +27,9 @@ from pulsar_twisted.bookie import formats
 from pulsar_twisted.bookie.entrylog import EntryLogger, EntryLogMissing
 from pulsar_twisted.bookie.index import LedgerIndex
 from pulsar_twisted.bookie.journal import Journal, replay_journal
-from pulsar_twisted.ledger.interfaces import (
-    BookieReadOnlyError,
-    BookieUnavailableError,
-    DigestMismatchError,
-    LedgerFencedError,
-    NoSuchEntryError,
-    NoSuchLedgerError,
-    UnauthorizedAccessError,
-)
+from pulsar_twisted.common.bk_errors import (
+    BookieReadOnlyError, BookieUnavailableError, DigestMismatchError, LedgerFencedError, NoSuchEntryError,
+    NoSuchLedgerError, UnauthorizedAccessError)
 
 log = Logger()
 
@@ -66,7 +60,7 @@ class BookieStorage(Service):
     ``checkpoint()`` and ``gc()`` themselves).
 
     ``start``/``stop`` (also ``startService``/``stopService``) return Deferreds. All other methods are for
-    the reactor thread only. Errors are the ``pulsar_twisted.ledger.interfaces`` exceptions.
+    the reactor thread only. Errors are the ``pulsar_twisted.common.bk_errors`` exceptions.
     """
 
     def __init__(self, journal_dir: str, ledger_dirs: list[str], reactor, *,
@@ -106,6 +100,9 @@ class BookieStorage(Service):
         self._pending_deletes = set()   # deleted since the last snapshot: index files to remove
         self._stale_index = set()   # deleted, index file not yet removed: lookups must not trust it
         self._undurable_deletes = {}    # ledger_id -> count of DELETE records not yet on disk (for GC)
+        # Every ledger this bookie deleted (journal, then the index's deleted list): adds to them are
+        # refused, so a stale writer cannot bring a deleted ledger back to life.
+        self._deleted = set()
         self._flush_lock = defer.DeferredLock()
         self._flush_loop = None
         self._gc_loop = None
@@ -133,8 +130,14 @@ class BookieStorage(Service):
     async def _start(self):
         self._pool.start()
         loaded = await deferToThreadPool(self._reactor, self._pool, self._load)
-        ledgers, replay = loaded
+        ledgers, deleted, replay = loaded
+        self._deleted = deleted
         for ledger_id, (key, fenced, lac, last_entry) in ledgers.items():
+            if ledger_id in deleted:
+                # Listed before its index file was removed, then a crash: finish the delete.
+                self._pending_deletes.add(ledger_id)
+                self._stale_index.add(ledger_id)
+                continue
             self._ledgers[ledger_id] = _Ledger(key, fenced, lac, last_entry)
         for record in replay.records:
             self._apply(*record)
@@ -156,8 +159,9 @@ class BookieStorage(Service):
     def _load(self):
         os.makedirs(self._journal_dir, exist_ok=True)
         ledgers = self._index.load_all()
+        deleted = self._index.load_deleted()
         self._entry_logs.open()
-        return ledgers, replay_journal(self._journal_dir)
+        return ledgers, deleted, replay_journal(self._journal_dir)
 
     def stop(self) -> defer.Deferred:
         """Stop the periodic work, checkpoint everything, stop the journal and the flush thread."""
@@ -211,7 +215,9 @@ class BookieStorage(Service):
     def add_entry(self, ledger_id: int, entry_id: int, data: bytes, master_key: bytes, lac: int = -1, *,
                   recovery_add: bool = False) -> defer.Deferred:
         """Store an entry; the Deferred fires (None) once it is durable in the journal. The entry is
-        readable as soon as this returns. Re-adding an entry id overwrites it."""
+        readable as soon as this returns. Re-adding an entry id overwrites it. An unknown ledger is
+        created, unless this bookie deleted it: then LedgerFencedError, recovery add or not (a
+        deleted ledger stays fenced for good)."""
         if self._read_only:
             return defer.fail(BookieReadOnlyError(f"bookie is read-only; add {ledger_id}:{entry_id} refused"))
         if not self._running:
@@ -220,6 +226,8 @@ class BookieStorage(Service):
             return defer.fail(ValueError(f"entry id {entry_id} < 0"))
         ledger = self._ledgers.get(ledger_id)
         if ledger is None:
+            if ledger_id in self._deleted:
+                return defer.fail(LedgerFencedError(f"ledger {ledger_id} was deleted on this bookie"))
             try:
                 ledger = self._create_ledger(ledger_id, master_key)
             except ValueError as e:
@@ -261,11 +269,14 @@ class BookieStorage(Service):
         return ledger
 
     def fence_ledger(self, ledger_id: int, master_key: bytes) -> defer.Deferred:
-        """Fence a ledger (creating it if unknown): later non-recovery adds fail. Durable when it fires."""
+        """Fence a ledger (creating it if unknown): later non-recovery adds fail. Durable when it fires.
+        NoSuchLedgerError for a ledger this bookie deleted."""
         if not self._running:
             return defer.fail(BookieUnavailableError("bookie storage is not running"))
         ledger = self._ledgers.get(ledger_id)
         if ledger is None:
+            if ledger_id in self._deleted:
+                return defer.fail(NoSuchLedgerError(f"ledger {ledger_id} was deleted on this bookie"))
             try:
                 ledger = self._create_ledger(ledger_id, master_key)
             except ValueError as e:
@@ -299,6 +310,7 @@ class BookieStorage(Service):
         return result
 
     def _forget(self, ledger_id: int) -> None:
+        self._deleted.add(ledger_id)
         self._ledgers.pop(ledger_id, None)
         self._dirty.discard(ledger_id)
         entries = self._cache.pop(ledger_id, None)
@@ -309,6 +321,8 @@ class BookieStorage(Service):
 
     def _apply(self, rtype: int, ledger_id: int, entry_id: int, payload: bytes) -> None:
         """Re-apply one replayed journal record to the in-memory state."""
+        if ledger_id in self._deleted and rtype != formats.REC_CHECKPOINT:
+            return   # deleted for good (adds to it were refused after the DELETE)
         if rtype == formats.REC_ADD:
             lac, data = formats.decode_add_payload(payload)
             ledger = self._ledgers.get(ledger_id)
@@ -395,6 +409,10 @@ class BookieStorage(Service):
     def has_ledger(self, ledger_id: int) -> bool:
         return ledger_id in self._ledgers
 
+    def was_deleted(self, ledger_id: int) -> bool:
+        """True when this bookie deleted the ledger (it refuses adds and fences to it for good)."""
+        return ledger_id in self._deleted
+
     def ledger_ids(self) -> list[int]:
         return sorted(self._ledgers)
 
@@ -404,7 +422,7 @@ class BookieStorage(Service):
         s.update(fsyncs=self._journal.fsyncs, journal_groups=self._journal.groups,
                  journal_records=self._journal.records, journal_bytes=self._journal.bytes_written,
                  journal_file=self._journal.file_id, entry_logs=self._entry_logs.log_count(),
-                 ledgers=len(self._ledgers), write_cache_bytes=self._cache_bytes,
+                 ledgers=len(self._ledgers), deleted_ledgers=len(self._deleted), write_cache_bytes=self._cache_bytes,
                  write_cache_entries=sum(len(v) for v in self._cache.values()), read_only=self._read_only)
         return s
 
@@ -459,8 +477,10 @@ class BookieStorage(Service):
         await deferToThreadPool(self._reactor, self._pool, self._journal.trim, mark[0])
 
     def _write_checkpoint(self, snapshot: dict, headers: dict, deletes: set) -> None:
-        """Flush thread: deletes first (a ledger deleted then re-created gets a fresh file), then entries
-        (durable in the entry log before any index slot names them), then index files."""
+        """Flush thread: deletes first (listed durably in the deleted list before their index files go,
+        so a crash in between cannot bring them back), then entries (durable in the entry log before any
+        index slot names them), then index files."""
+        self._index.append_deleted(deletes)
         for ledger_id in deletes:
             self._index.delete(ledger_id)
         placements = self._entry_logs.append_entries(snapshot) if snapshot else {}

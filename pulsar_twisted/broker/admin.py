@@ -39,12 +39,10 @@ from pulsar_twisted.common.naming import (
 from pulsar_twisted.common.position import Position
 from pulsar_twisted.metadata.interfaces import (
     AlreadyExistsError, BadVersionError, NotEmptyError, NotFoundError)
+from pulsar_twisted.metadata.layout import BROKERS_ROOT, CLUSTERS_ROOT, PARTITIONED_ROOT, POLICIES_ROOT
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.wire import frames
 
-POLICIES_ROOT = "/admin/policies"
-PARTITIONED_ROOT = "/admin/partitioned-topics"
-CLUSTERS_ROOT = "/admin/clusters"
 
 #: Pulsar's NamedEntity rule for tenant, namespace and cluster names.
 _NAME = re.compile(r"^[-=:.\w]+$")
@@ -1137,7 +1135,6 @@ class AdminService(service.Service):
             raise NotFound("Cluster does not exist")
         if cluster != self.cluster:
             return []
-        from pulsar_twisted.broker.ownership import BROKERS_ROOT
         return await self.store.get_children(BROKERS_ROOT) or [self.broker_id()]
 
     async def leader_broker(self) -> dict:

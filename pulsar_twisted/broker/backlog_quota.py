@@ -67,19 +67,13 @@ class BacklogQuota:
     policy: str = PRODUCER_REQUEST_HOLD
 
 
-def durable_subscriptions(topic) -> list:
-    return [s for s in list(topic.subscriptions.values())
-            if getattr(s, "durable", False) and getattr(s, "cursor", None) is not None]
-
-
 def backlog_size(topic) -> int:
-    """Bytes after the mark-delete position of the slowest durable subscription."""
-    sizes = [s.cursor.estimated_backlog_size() for s in durable_subscriptions(topic)]
-    return max(sizes) if sizes else 0
+    """The byte backlog the storage quota is measured on (``topic.backlog_size()``)."""
+    return topic.backlog_size()
 
 
 def size_exceeded(topic, quota) -> bool:
-    if quota is None or quota.limit_size < 0 or getattr(topic, "ledger", None) is None:
+    if quota is None or quota.limit_size < 0 or not topic.persistent:
         return False
     return backlog_size(topic) >= quota.limit_size
 
@@ -87,7 +81,7 @@ def size_exceeded(topic, quota) -> bool:
 async def oldest_backlog_age_ms(topic, now_ms: int) -> int:
     """Age of the oldest unacknowledged message over the durable subscriptions (0: none)."""
     oldest = None
-    for subscription in durable_subscriptions(topic):
+    for subscription in topic.durable_subscriptions():
         position = subscription.cursor.nth_unacked_position(1)
         if position is None:
             continue
@@ -136,7 +130,7 @@ class BacklogQuotaEnforcer:
 
     async def enforce(self, topic, quotas: dict) -> None:
         """Check ``topic`` against its quotas now and act on the exceeded ones."""
-        if getattr(topic, "ledger", None) is None:
+        if not topic.persistent:
             return
         quota = quotas.get(DESTINATION_STORAGE)
         if size_exceeded(topic, quota):
@@ -172,7 +166,7 @@ class BacklogQuotaEnforcer:
             size = backlog_size(topic)
             if size <= target:
                 return
-            slowest = max(durable_subscriptions(topic), key=lambda s: s.cursor.estimated_backlog_size())
+            slowest = max(topic.durable_subscriptions(), key=lambda s: s.cursor.estimated_backlog_size())
             entries = slowest.cursor.number_of_entries_in_backlog()
             if entries <= 0:
                 return
@@ -184,5 +178,5 @@ class BacklogQuotaEnforcer:
 
     async def evict_by_age(self, topic, limit_seconds: int) -> None:
         now_ms = self._now_ms()
-        for subscription in durable_subscriptions(topic):
+        for subscription in topic.durable_subscriptions():
             await ttl.expire_subscription(topic, subscription, limit_seconds, now_ms)

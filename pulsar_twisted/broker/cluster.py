@@ -35,10 +35,11 @@ from twisted.internet import defer, endpoints, task
 from twisted.logger import Logger
 
 from pulsar_twisted.broker.leader import LeaderElection
-from pulsar_twisted.broker.ownership import BROKERS_ROOT, BundleOwnership, topic_hash
+from pulsar_twisted.broker.ownership import BundleOwnership, topic_hash
 from pulsar_twisted.common.gctune import tune_garbage_collector
 from pulsar_twisted.config import ConfigError
 from pulsar_twisted.common.startup import chain_startup
+from pulsar_twisted.metadata.layout import broker_path
 
 log = Logger()
 
@@ -244,11 +245,11 @@ class BrokerClusterService(service.Service):
         return self
 
     def _register(self):
-        return self.store.put(f"{BROKERS_ROOT}/{self.broker_id}", self.broker_data(), ephemeral=True)
+        return self.store.put(broker_path(self.broker_id), self.broker_data(), ephemeral=True)
 
     def _check_registration(self):
         """Re-register after a ZooKeeper session expiry took the ephemeral node away."""
-        d = self.store.exists(f"{BROKERS_ROOT}/{self.broker_id}")
+        d = self.store.exists(broker_path(self.broker_id))
 
         def checked(stat):
             if stat is None:

@@ -8,6 +8,7 @@ is per connection: its producers and consumers by id, keep-alive, and the two ki
 backpressure (its own write buffer, and too many publishes in flight).
 """
 
+import enum
 import itertools
 
 from twisted.internet import defer, interfaces, protocol
@@ -18,6 +19,7 @@ from zope.interface import implementer
 from pulsar_twisted.common import errors
 from pulsar_twisted.common.naming import InvalidTopicNameError
 from pulsar_twisted.common.position import Position
+from pulsar_twisted.net.framing import KeepAlive
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.wire.frames import (
     FRAME_PADDING, ChecksumMismatch, FrameDecoder, FrameError, TooLongFrame, verify_message)
@@ -31,6 +33,17 @@ SERVER_VERSION = "pulsar-twisted-0.1.0"
 PROTOCOL_VERSION = 21
 
 _connection_ids = itertools.count(1)
+
+
+class ConnectionState(enum.StrEnum):
+    """
+    START (accepted, waiting for CONNECT) -> CONNECTED (authenticated; every command allowed) ->
+    CLOSED (lost, from any state; final).
+    """
+
+    START = "start"
+    CONNECTED = "connected"
+    CLOSED = "closed"
 
 
 def _error_code(failure: Failure) -> int:
@@ -59,7 +72,7 @@ class ServerConnection(protocol.Protocol):
         self.max_pending_sends = config.maxPendingPublishRequestsPerConnection
         self.connection_id = next(_connection_ids)
         self.sender = None
-        self.state = "start"
+        self.state = ConnectionState.START
         self.protocol_version = 0
         self.client_version = ""
         self.producers = {}
@@ -68,9 +81,7 @@ class ServerConnection(protocol.Protocol):
         self._throttle_reasons = 0
         self._send_throttled = False
         self.writable = True
-        self._last_received = 0.0
-        self._ping_outstanding = False
-        self._keep_alive_call = None
+        self._keep_alive = KeepAlive(clock, self.keep_alive_seconds, self._send_ping, self._keep_alive_timeout)
         self._handlers = {
             T.CONNECT: self.handle_connect,
             T.PING: self.handle_ping,
@@ -103,14 +114,12 @@ class ServerConnection(protocol.Protocol):
             # Receipts and messages are small and latency-bound: Nagle would hold them back
             # until the client's delayed ACK (tens of ms per synchronous send).
             self.transport.setTcpNoDelay(True)
-        self._last_received = self.clock.seconds()
         self.transport.registerProducer(self, True)
         self.service.connection_opened(self)
-        if self.keep_alive_seconds > 0:
-            self._keep_alive_call = self.clock.callLater(self.keep_alive_seconds, self._keep_alive)
+        self._keep_alive.start()
 
     def dataReceived(self, data):
-        self._last_received = self.clock.seconds()
+        self._keep_alive.received()
         try:
             frames = self.decoder.feed(data)
         except TooLongFrame as e:
@@ -123,7 +132,7 @@ class ServerConnection(protocol.Protocol):
             self.transport.loseConnection()
             return
         for command, message in frames:
-            if self.state == "closed":
+            if self.state == ConnectionState.CLOSED:
                 return
             self._dispatch(command, message)
 
@@ -134,7 +143,7 @@ class ServerConnection(protocol.Protocol):
             self.sender.send_error(self._request_id_of(command), api.NotAllowedError,
                                    f"Command {T.Type.Name(command.type) if command.type in T.Type.values() else command.type} is not supported")
             return
-        if self.state != "connected" and command.type != T.CONNECT:
+        if self.state != ConnectionState.CONNECTED and command.type != T.CONNECT:
             self.log.warn("{peer}: {type} before CONNECT; closing", peer=self.peer,
                           type=T.Type.Name(command.type))
             self.transport.loseConnection()
@@ -157,9 +166,8 @@ class ServerConnection(protocol.Protocol):
         return 0
 
     def connectionLost(self, reason):
-        self.state = "closed"
-        if self._keep_alive_call is not None and self._keep_alive_call.active():
-            self._keep_alive_call.cancel()
+        self.state = ConnectionState.CLOSED
+        self._keep_alive.stop()
         for producer in list(self.producers.values()):
             producer.topic.remove_producer(producer)
         self.producers.clear()
@@ -182,24 +190,20 @@ class ServerConnection(protocol.Protocol):
         self.writable = False
 
     # ------------------------------------------------------------------ keep-alive
-    def _keep_alive(self):
-        self._keep_alive_call = None
-        if self.state == "closed":
-            return
-        idle = self.clock.seconds() - self._last_received
-        if self._ping_outstanding and idle >= self.keep_alive_seconds:
-            self.log.info("{peer}: no answer to keep-alive ping in {seconds}s; closing",
-                          peer=self.peer, seconds=self.keep_alive_seconds)
-            self.transport.abortConnection()
-            return
-        if idle >= self.keep_alive_seconds and self.state == "connected":
-            self._ping_outstanding = True
-            self.sender.send_ping()
-        self._keep_alive_call = self.clock.callLater(self.keep_alive_seconds, self._keep_alive)
+    def _send_ping(self) -> bool:
+        if self.state != ConnectionState.CONNECTED:
+            return False
+        self.sender.send_ping()
+        return True
+
+    def _keep_alive_timeout(self, idle: float) -> None:
+        self.log.info("{peer}: no answer to keep-alive ping in {seconds}s; closing",
+                      peer=self.peer, seconds=self.keep_alive_seconds)
+        self.transport.abortConnection()
 
     # ------------------------------------------------------------------ connection commands
     def handle_connect(self, command, message):
-        if self.state == "connected":
+        if self.state == ConnectionState.CONNECTED:
             self.sender.send_error(0, api.NotAllowedError, "Already connected")
             return
         connect = command.connect
@@ -209,7 +213,7 @@ class ServerConnection(protocol.Protocol):
 
         def authenticated(role):
             self.role = role
-            self.state = "connected"
+            self.state = ConnectionState.CONNECTED
             self.sender.send_connected(SERVER_VERSION, self.protocol_version, self.max_message_size)
 
         def refused(failure):
@@ -224,7 +228,7 @@ class ServerConnection(protocol.Protocol):
         self.sender.send_pong()
 
     def handle_pong(self, command, message):
-        self._ping_outstanding = False
+        pass    # any input already counted as the answer (KeepAlive.received)
 
     def handle_auth_response(self, command, message):
         # Fresh credentials answering our AUTH_CHALLENGE: the security service decides.
@@ -292,7 +296,7 @@ class ServerConnection(protocol.Protocol):
             schemas.set_producer_version, version))
 
         def created(producer):
-            if self.state == "closed":
+            if self.state == ConnectionState.CLOSED:
                 producer.topic.remove_producer(producer)
                 return
             self.producers[request.producer_id] = producer
@@ -348,12 +352,12 @@ class ServerConnection(protocol.Protocol):
         resumes when the last one is removed (Pulsar's throttle tracker).
         """
         self._throttle_reasons += 1
-        if self._throttle_reasons == 1 and self.state != "closed":
+        if self._throttle_reasons == 1 and self.state != ConnectionState.CLOSED:
             self.transport.pauseProducing()
 
     def unthrottle(self):
         self._throttle_reasons -= 1
-        if self._throttle_reasons == 0 and self.state != "closed":
+        if self._throttle_reasons == 0 and self.state != ConnectionState.CLOSED:
             self.transport.resumeProducing()
 
     def handle_close_producer(self, command, message):
@@ -367,7 +371,7 @@ class ServerConnection(protocol.Protocol):
         """The broker closed a producer (topic unloaded or deleted): tell the client to reconnect."""
         if self.producers.get(producer.producer_id) is producer:
             del self.producers[producer.producer_id]
-            if self.state != "closed":
+            if self.state != ConnectionState.CLOSED:
                 self.sender.send_close_producer(producer.producer_id)
 
     # ------------------------------------------------------------------ consumers
@@ -385,7 +389,7 @@ class ServerConnection(protocol.Protocol):
         d.addCallback(lambda _: self.service.subscribe(self, request))
 
         def subscribed(consumer):
-            if self.state == "closed":
+            if self.state == ConnectionState.CLOSED:
                 consumer.subscription.remove_consumer(consumer)
                 return
             self.consumers[request.consumer_id] = consumer
@@ -462,7 +466,7 @@ class ServerConnection(protocol.Protocol):
         """The broker closed a consumer (seek, unload): the client resubscribes."""
         if self.consumers.get(consumer.consumer_id) is consumer:
             del self.consumers[consumer.consumer_id]
-            if self.state != "closed":
+            if self.state != ConnectionState.CLOSED:
                 self.sender.send_close_consumer(consumer.consumer_id)
 
     def handle_get_last_message_id(self, command, message):

@@ -98,7 +98,7 @@ class MessageDeduplication:
     async def _replay(self, after: Position) -> int:
         ledger = self.ledger
         last = ledger.last_confirmed_entry()
-        position = ledger._next_position(after)
+        position = ledger.next_position(after)
         replayed = 0
         while position <= last:
             entries = await ledger.read_entries(position, 500)
@@ -119,7 +119,7 @@ class MessageDeduplication:
                 if sequence_id > self.persisted_ids.get(producer, -1):
                     self.persisted_ids[producer] = sequence_id
                 replayed += 1
-            position = ledger._next_position(entries[-1].position)
+            position = ledger.next_position(entries[-1].position)
         self._since_snapshot = replayed
         return replayed
 

@@ -16,10 +16,9 @@ from twisted.internet import defer, task
 from twisted.logger import Logger
 
 from pulsar_twisted.metadata.interfaces import AlreadyExistsError
+from pulsar_twisted.metadata.layout import LEADER_PATH
 
 log = Logger()
-
-LEADER_PATH = "/loadbalance/leader"
 
 
 def leader_data(broker_id: str, service_url: str) -> bytes:

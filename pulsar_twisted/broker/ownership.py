@@ -36,14 +36,12 @@ from zope.interface import Interface, implementer
 
 from pulsar_twisted.common import errors
 from pulsar_twisted.metadata.interfaces import AlreadyExistsError, MetadataStoreError
+from pulsar_twisted.metadata.layout import POLICIES_ROOT, ownership_path
 
 log = Logger()
 
 FULL_RANGE_UPPER = 0xFFFFFFFF
 DEFAULT_NUM_BUNDLES = 4
-OWNERSHIP_ROOT = "/namespace"
-POLICIES_ROOT = "/admin/policies"
-BROKERS_ROOT = "/loadbalance/brokers"
 
 
 def topic_hash(topic: str) -> int:
@@ -86,7 +84,7 @@ class NamespaceBundle:
 
     @property
     def path(self) -> str:
-        return f"{OWNERSHIP_ROOT}/{self.namespace}/{self.range_name}"
+        return ownership_path(self.namespace, self.range_name)
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.range_name}"

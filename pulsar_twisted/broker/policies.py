@@ -49,8 +49,8 @@ from pulsar_twisted.broker.backlog_quota import BacklogQuota, BacklogQuotaEnforc
 from pulsar_twisted.broker.ratelimit import UNLIMITED, RateLimit
 from pulsar_twisted.common import errors
 from pulsar_twisted.config import ConfigError
+from pulsar_twisted.metadata.layout import POLICIES_ROOT
 
-POLICIES_ROOT = "/admin/policies"
 
 DELETE_WHEN_NO_SUBSCRIPTIONS = "delete_when_no_subscriptions"
 DELETE_WHEN_SUBSCRIPTIONS_CAUGHT_UP = "delete_when_subscriptions_caught_up"

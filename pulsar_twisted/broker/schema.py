@@ -36,12 +36,11 @@ from twisted.logger import Logger
 from pulsar_twisted.common import errors
 from pulsar_twisted.common.naming import InvalidTopicNameError, parse_topic
 from pulsar_twisted.metadata.interfaces import AlreadyExistsError, BadVersionError
+from pulsar_twisted.metadata.layout import POLICIES_ROOT, SCHEMAS_ROOT
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 
 log = Logger()
 
-SCHEMAS_ROOT = "/schemas"
-POLICIES_ROOT = "/admin/policies"
 _VERSION = struct.Struct(">q")
 
 ST = api.Schema

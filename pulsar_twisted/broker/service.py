@@ -23,15 +23,13 @@ from pulsar_twisted.common import errors
 from pulsar_twisted.common.position import EARLIEST
 from pulsar_twisted.common.naming import (
     InvalidTopicNameError, NamespaceName, parse_topic, PERSISTENT, NON_PERSISTENT)
+from pulsar_twisted.metadata.layout import PARTITIONED_ROOT, POLICIES_ROOT, PRODUCER_NAME_COUNTER, cluster_path
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.wire.frames import crc32c
-
-POLICIES_ROOT = "/admin/policies"
 
 
 class TopicBusyError(errors.PulsarError):
     """A topic with producers or consumers that was to be deleted without force."""
-PARTITIONED_ROOT = "/admin/partitioned-topics"
 
 
 def _default_namespace_policies(cluster: str) -> bytes:
@@ -69,12 +67,12 @@ class BrokerService(service.Service):
     def start(self):
         """Create the default tenant and namespace, and reserve a producer-name prefix."""
         cluster = self.config.clusterName
-        yield self._ensure(f"/admin/clusters/{cluster}",
+        yield self._ensure(cluster_path(cluster),
                            json.dumps({"serviceUrl": "", "brokerServiceUrl": self.broker_url}).encode())
         yield self._ensure(f"{POLICIES_ROOT}/public",
                            json.dumps({"adminRoles": [], "allowedClusters": [cluster]}).encode())
         yield self._ensure(f"{POLICIES_ROOT}/public/default", _default_namespace_policies(cluster))
-        stat = yield self.store.put("/counters/producer-name/broker-", b"", sequential=True)
+        stat = yield self.store.put(PRODUCER_NAME_COUNTER, b"", sequential=True)
         # The sequence number makes names unique across brokers and restarts (deduplication
         # keys its state on producer names).
         self.producer_name_prefix = f"{cluster}-{int(stat.path.rsplit('-', 1)[1])}"

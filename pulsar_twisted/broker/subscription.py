@@ -11,6 +11,7 @@ from twisted.logger import Logger
 
 from pulsar_twisted.broker.batch_acks import BatchIndexAcks
 from pulsar_twisted.broker.consumer import SUB_TYPE_NAMES
+from pulsar_twisted.broker.dispatch import nonpersistent
 from pulsar_twisted.broker.dispatch.key_shared import KeySharedDispatcher
 from pulsar_twisted.broker.dispatch.shared import SharedDispatcher
 from pulsar_twisted.broker.dispatch.single import ExclusiveDispatcher, FailoverDispatcher
@@ -200,71 +201,58 @@ class PersistentSubscription:
 
 class NonPersistentSubscription:
     """
-    A subscription of a non-persistent topic: nothing is stored, so a message goes to a consumer
-    that can take it right now or is dropped (counted), as Pulsar's non-persistent topics do.
+    A subscription of a non-persistent topic: nothing is stored, so each message goes to the
+    consumer its dispatcher (``dispatch.nonpersistent``) picks if that consumer can take it right
+    now, or is dropped (counted), as Pulsar's non-persistent topics do. The subscription only
+    hands messages over; it goes away with its last consumer.
     """
 
     batch_acks = None
+    durable = False
 
-    def __init__(self, topic, name: str, config):
+    def __init__(self, topic, name: str, clock, config):
         self.topic = topic
         self.name = name
+        self.clock = clock
         self.config = config
         self.sub_type = None
-        self.consumers = []
-        self.selector = None
+        self.dispatcher = None
         self.redelivery_counts = {}
-        self.dropped = 0
-        self._next = 0
-        self.durable = False
 
     def describe(self) -> str:
         return f"{self.topic.name} [{self.name}]"
+
+    @property
+    def consumers(self):
+        return self.dispatcher.consumers if self.dispatcher is not None else []
+
+    @property
+    def dropped(self) -> int:
+        return self.dispatcher.dropped if self.dispatcher is not None else 0
 
     def add_consumer(self, consumer) -> None:
         if self.consumers:
             if consumer.sub_type != self.sub_type:
                 raise errors.ConsumerBusy("Subscription is of different type")
-            if consumer.sub_type == Sub.Exclusive:
-                raise errors.ConsumerBusy("Exclusive consumer is already connected")
         else:
+            if self.dispatcher is not None:
+                self.dispatcher.close()
             self.sub_type = consumer.sub_type
-            self.selector = None
-            if consumer.sub_type == Sub.Key_Shared:
-                from pulsar_twisted.broker.dispatch.key_shared import (
-                    ConsistentHashSelector, StickySelector)
-                meta = consumer.key_shared_meta
-                if meta is not None and meta.keySharedMode == api.STICKY:
-                    self.selector = StickySelector()
-                else:
-                    self.selector = ConsistentHashSelector(
-                        self.config.subscriptionKeySharedConsistentHashingReplicaPoints)
-        if self.selector is not None:
-            self.selector.add(consumer)
-        self.consumers.append(consumer)
+            self.dispatcher = nonpersistent.dispatcher_for(self, consumer, self.clock, self.config)
+        self.dispatcher.add_consumer(consumer)
 
     def consumer_ready(self, consumer) -> None:
-        if self.sub_type == Sub.Failover:
-            active = self._active()
-            for c in self.consumers:
-                c.sender.send_active_consumer_change(c.consumer_id, c is active)
+        if self.dispatcher is not None:
+            self.dispatcher.consumer_ready(consumer)
 
     def remove_consumer(self, consumer) -> None:
         consumer.closed = True
-        if consumer in self.consumers:
-            self.consumers.remove(consumer)
-            if self.selector is not None:
-                self.selector.remove(consumer)
-            if self.sub_type == Sub.Failover and self.consumers:
-                active = self._active()
-                for c in self.consumers:
-                    c.sender.send_active_consumer_change(c.consumer_id, c is active)
+        if self.dispatcher is not None:
+            self.dispatcher.remove_consumer(consumer)
         if not self.consumers:
+            if self.dispatcher is not None:
+                self.dispatcher.close()
             self.topic.remove_subscription(self)
-
-    def _active(self):
-        ordered = sorted(self.consumers, key=lambda c: (c.priority_level, c.name, c.consumer_id))
-        return ordered[0] if ordered else None
 
     def consumer_flow(self, consumer) -> None:
         pass
@@ -273,30 +261,9 @@ class NonPersistentSubscription:
         pass
 
     def deliver(self, position, data: bytes, count: int) -> None:
-        consumer = self._pick(data)
-        if consumer is None or not consumer.available():
-            self.dropped += count
-            return
-        consumer.sender.send_message(consumer.consumer_id, position[0], position[1], 0, data,
-                                     consumer.partition)
-        consumer.sent(position, count, len(data), False)
-
-    def _pick(self, data: bytes):
-        if not self.consumers:
-            return None
-        if self.sub_type in (Sub.Exclusive, Sub.Failover):
-            return self._active()
-        if self.sub_type == Sub.Key_Shared:
-            from pulsar_twisted.broker.dispatch.key_shared import key_hash
-            from pulsar_twisted.broker.entryinfo import sticky_key
-            return self.selector.select(key_hash(sticky_key(entry_metadata(data))))
-        n = len(self.consumers)
-        for i in range(n):
-            consumer = self.consumers[(self._next + i) % n]
-            if consumer.available():
-                self._next = (self._next + i + 1) % n
-                return consumer
-        return None
+        """The topic published ``data`` (``count`` messages) at ``position``: send it or drop it."""
+        if self.dispatcher is not None:
+            self.dispatcher.dispatch(position, data, count)
 
     def acknowledge(self, consumer, cumulative, positions):
         return defer.succeed(None)
@@ -329,7 +296,9 @@ class NonPersistentSubscription:
     def close(self) -> None:
         for consumer in list(self.consumers):
             consumer.close_by_broker()
-        self.consumers = []
+        if self.dispatcher is not None:
+            self.dispatcher.close()
+            self.dispatcher = None
 
     def stats(self) -> dict:
         return {"type": SUB_TYPE_NAMES.get(self.sub_type, "Exclusive"), "msgBacklog": 0,

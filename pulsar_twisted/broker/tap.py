@@ -50,7 +50,8 @@ class StandaloneService(service.MultiService):
         from pulsar_twisted.broker.cnx import BrokerProtocolFactory
         from pulsar_twisted.broker.service import BrokerService
         from pulsar_twisted.ledger.bookies import LocalBookieClient
-        from pulsar_twisted.ledger.client import BookKeeperClient, register_bookie
+        from pulsar_twisted.ledger.client import BookKeeperClient
+        from pulsar_twisted.resources.bookies import register_bookie
         from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
         from pulsar_twisted.mledger.factory import ManagedLedgerFactory
 

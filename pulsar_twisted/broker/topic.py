@@ -82,7 +82,15 @@ class TopicCounters:
 
 
 class TopicBase:
+    """
+    What persistent and non-persistent topics share. Code that treats the two kinds differently
+    asks the topic (``persistent``, ``storage_size()``, ``backlog_size()``) rather than looking
+    for a managed ledger.
+    """
+
     log = Logger()
+    #: True for topics whose messages are stored (a managed ledger, cursors, a backlog).
+    persistent = False
 
     def __init__(self, service, topic_name, clock, config):
         self.service = service
@@ -204,6 +212,19 @@ class TopicBase:
             subscription.close()
         return defer.succeed(None)
 
+    def storage_size(self) -> int:
+        """Bytes this topic stores (0: it stores nothing)."""
+        return 0
+
+    def durable_subscriptions(self) -> list:
+        """The subscriptions whose position is kept, so whose backlog counts against quotas."""
+        return []
+
+    def backlog_size(self) -> int:
+        """Bytes after the mark-delete position of the slowest durable subscription (0: none)."""
+        sizes = [s.cursor.estimated_backlog_size() for s in self.durable_subscriptions()]
+        return max(sizes) if sizes else 0
+
     def stats(self) -> dict:
         return {"publishers": [p.stats() for p in self.producers.values()],
                 "subscriptions": {name: s.stats() for name, s in self.subscriptions.items()}}
@@ -211,6 +232,8 @@ class TopicBase:
 
 class PersistentTopic(TopicBase):
     """A topic on a managed ledger."""
+
+    persistent = True
 
     def __init__(self, service, topic_name, ledger, clock, config):
         super().__init__(service, topic_name, clock, config)
@@ -390,9 +413,16 @@ class PersistentTopic(TopicBase):
         super().close()
         return self.ledger.close()
 
+    def storage_size(self) -> int:
+        return self.ledger.total_size()
+
+    def durable_subscriptions(self) -> list:
+        return [s for s in list(self.subscriptions.values())
+                if s.durable and s.cursor is not None]
+
     def stats(self) -> dict:
         stats = super().stats()
-        stats.update({"storageSize": self.ledger.total_size(),
+        stats.update({"storageSize": self.storage_size(),
                       "msgBacklog": sum(s.backlog() for s in self.subscriptions.values())})
         return stats
 
@@ -420,7 +450,7 @@ class NonPersistentTopic(TopicBase):
         try:
             self.check_consumer_limits(subscription)
             if subscription is None:
-                subscription = NonPersistentSubscription(self, name, self.config)
+                subscription = NonPersistentSubscription(self, name, self.clock, self.config)
                 self.subscriptions[name] = subscription
             consumer = self.make_consumer(subscription, cnx, request)
             subscription.add_consumer(consumer)

@@ -99,7 +99,7 @@ async def expire_subscription(topic, subscription, age_seconds: int, now_ms: int
 
 async def expire_topic(topic, ttl_seconds: int, now_ms: int) -> int:
     """Run the TTL over every subscription of a persistent ``topic``; the number that moved."""
-    if ttl_seconds <= 0 or getattr(topic, "ledger", None) is None:
+    if ttl_seconds <= 0 or not topic.persistent:
         return 0
     moved = 0
     for subscription in list(topic.subscriptions.values()):

@@ -33,18 +33,12 @@ from twisted.internet import defer, task
 from twisted.logger import Logger
 
 from pulsar_twisted.metadata.interfaces import AlreadyExistsError, BadVersionError, NotFoundError
+from pulsar_twisted.metadata.layout import CLUSTERS_ROOT, INSTANCE_ID_PATH, LOCAL_ROOTS, POLICIES_ROOT
 
 log = Logger()
 
-CLUSTERS_ROOT = "/admin/clusters"
-POLICIES_ROOT = "/admin/policies"
 #: Tenants and namespaces every Pulsar cluster starts with.
 DEFAULT_NAMESPACES = (("public", "default"), ("pulsar", "system"))
-#: BookKeeper's layout roots (``bookkeeper shell metaformat``), plus auto-recovery's and the
-#: managed ledgers' roots so that watchers started before the first write see a stable tree.
-LOCAL_ROOTS = ("/ledgers", "/ledgers/available", "/ledgers/available/readonly", "/ledgers/idgen",
-               "/ledgers/underreplication", "/managed-ledgers")
-INSTANCE_ID_PATH = "/ledgers/INSTANCEID"
 
 
 class CommandError(Exception):

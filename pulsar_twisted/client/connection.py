@@ -4,11 +4,11 @@
 It frames and dispatches (house style: protocols parse, services decide):
 
 * the CONNECT/CONNECTED handshake (``when_connected()`` fires with the connection);
-* a request table ``request_id -> Deferred`` for every command that has an answer (SUCCESS,
-  ERROR, PRODUCER_SUCCESS, LOOKUP_RESPONSE, ...). Each request is failed with ``Timeout`` after the
+* a request table (``net.RequestTable``) for every command that has an answer (SUCCESS, ERROR,
+  PRODUCER_SUCCESS, LOOKUP_RESPONSE, ...). Each request is failed with ``Timeout`` after the
   operation timeout, and all of them with ``ConnectError`` when the connection is lost;
-* keep-alive: the broker's PING is answered; after ``keep_alive_seconds`` without any input we
-  PING, and a connection still silent one interval later is aborted;
+* keep-alive (``net.KeepAlive``): the broker's PING is answered; after ``keep_alive_seconds``
+  without any input we PING, and a connection still silent one interval later is aborted;
 * commands addressed to producers and consumers, dispatched by table to the handler objects
   registered with ``register_producer`` / ``register_consumer``. Their contract:
 
@@ -19,12 +19,14 @@ It frames and dispatches (house style: protocols parse, services decide):
     ``connection_closed(connection)``.
 """
 
+import enum
 import itertools
 
 from twisted.internet import defer, protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from pulsar_twisted.net.framing import KeepAlive, RequestTable
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.wire.frames import (
     FRAME_PADDING, FrameDecoder, FrameError, encode_command, encode_payload_command)
@@ -36,6 +38,18 @@ PROTOCOL_VERSION = 21
 DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024
 
 _connection_ids = itertools.count(1)
+
+
+class ConnectionState(enum.StrEnum):
+    """
+    CONNECTING (no transport yet) -> HANDSHAKE (CONNECT sent) -> READY (CONNECTED received) ->
+    CLOSED (lost, from any state; final). Requests and commands go out only while READY.
+    """
+
+    CONNECTING = "connecting"
+    HANDSHAKE = "handshake"
+    READY = "ready"
+    CLOSED = "closed"
 
 
 def command(kind: int, field: str = None, **fields) -> api.BaseCommand:
@@ -75,21 +89,18 @@ class ClientConnection(protocol.Protocol):
         self.target_broker = target_broker
         self.client_version = client_version
         self.connection_id = next(_connection_ids)
-        self.state = "connecting"
+        self.state = ConnectionState.CONNECTING
         self.server_version = None
         self.protocol_version = 0
         self.max_message_size = DEFAULT_MAX_MESSAGE_SIZE
         self.decoder = FrameDecoder(DEFAULT_MAX_MESSAGE_SIZE + FRAME_PADDING)
         self.producers = {}
         self.consumers = {}
-        self._requests = {}
-        self._request_ids = itertools.count(1)
+        self._requests = RequestTable(clock, self._timeout_error)
         self._connected_waiters = []
         self._closed_waiters = []
         self._close_reason = None
-        self._last_received = 0.0
-        self._ping_outstanding = False
-        self._keep_alive_call = None
+        self._keep_alive = KeepAlive(clock, keep_alive_seconds, self._send_ping, self._keep_alive_timeout)
         self._handlers = {
             T.CONNECTED: self._handle_connected,
             T.PING: self._handle_ping,
@@ -117,9 +128,9 @@ class ClientConnection(protocol.Protocol):
     # ------------------------------------------------------------------ public API
     def when_connected(self) -> defer.Deferred:
         """Fires with this connection after CONNECTED, or fails (handshake refused, lost)."""
-        if self.state == "ready":
+        if self.state == ConnectionState.READY:
             return defer.succeed(self)
-        if self.state == "closed":
+        if self.state == ConnectionState.CLOSED:
             return defer.fail(self._close_reason or errors.ConnectError("connection closed"))
         d = defer.Deferred()
         self._connected_waiters.append(d)
@@ -127,7 +138,7 @@ class ClientConnection(protocol.Protocol):
 
     def when_closed(self) -> defer.Deferred:
         """Fires (with None) once the connection is lost."""
-        if self.state == "closed":
+        if self.state == ConnectionState.CLOSED:
             return defer.succeed(None)
         d = defer.Deferred()
         self._closed_waiters.append(d)
@@ -135,28 +146,25 @@ class ClientConnection(protocol.Protocol):
 
     @property
     def is_ready(self) -> bool:
-        return self.state == "ready"
+        return self.state == ConnectionState.READY
 
     def new_request_id(self) -> int:
-        return next(self._request_ids)
+        return self._requests.next_id()
 
     def send_request(self, cmd: api.BaseCommand, request_id: int, timeout: float = None):
         """
         Write ``cmd`` (whose sub-command carries ``request_id``) and return a Deferred firing with
         the answering ``BaseCommand`` or failing with the broker's error as a ``PulsarException``.
         """
-        if self.state != "ready":
+        if self.state != ConnectionState.READY:
             return defer.fail(errors.ConnectError("connection is not ready"))
-        d = defer.Deferred(lambda _: self._requests.pop(request_id, None))
-        timeout = self.operation_timeout if timeout is None else timeout
-        call = self.clock.callLater(timeout, self._request_timed_out, request_id) if timeout else None
-        self._requests[request_id] = (d, call)
+        d = self._requests.wait(request_id, self.operation_timeout if timeout is None else timeout)
         self.transport.write(encode_command(cmd))
         return d
 
     def send_command(self, cmd: api.BaseCommand) -> None:
         """Write a command that has no answer (FLOW, ACK, REDELIVER, ...)."""
-        if self.state == "ready":
+        if self.state == ConnectionState.READY:
             self.transport.write(encode_command(cmd))
 
     def send_payload(self, cmd: api.BaseCommand, message: bytes) -> None:
@@ -165,7 +173,7 @@ class ClientConnection(protocol.Protocol):
 
     def write_raw(self, frame: bytes) -> bool:
         """Write a ready-made frame; False when the connection cannot take it."""
-        if self.state != "ready":
+        if self.state != ConnectionState.READY:
             return False
         self.transport.write(frame)
         return True
@@ -186,7 +194,7 @@ class ClientConnection(protocol.Protocol):
 
     def close(self) -> None:
         """Close the connection (requests in flight fail with ``ConnectError``)."""
-        if self.transport is not None and self.state != "closed":
+        if self.transport is not None and self.state != ConnectionState.CLOSED:
             self.transport.loseConnection()
 
     # ------------------------------------------------------------------ transport events
@@ -197,8 +205,7 @@ class ClientConnection(protocol.Protocol):
                 self.transport.setTcpNoDelay(True)  # small, latency-bound frames
             except Exception:
                 pass
-        self.state = "handshake"
-        self._last_received = self.clock.seconds()
+        self.state = ConnectionState.HANDSHAKE
         connect = command(T.CONNECT, "connect", client_version=self.client_version,
                           protocol_version=PROTOCOL_VERSION)
         if self.auth is not None:
@@ -210,11 +217,10 @@ class ClientConnection(protocol.Protocol):
             connect.connect.proxy_to_broker_url = self.target_broker
         connect.connect.feature_flags.supports_auth_refresh = self.auth is not None
         self.transport.write(encode_command(connect))
-        self._schedule_keep_alive()
+        self._keep_alive.start()
 
     def dataReceived(self, data):
-        self._last_received = self.clock.seconds()
-        self._ping_outstanding = False
+        self._keep_alive.received()
         try:
             frames = self.decoder.feed(data)
         except FrameError as e:
@@ -222,7 +228,7 @@ class ClientConnection(protocol.Protocol):
             self.transport.abortConnection()
             return
         for cmd, message in frames:
-            if self.state == "closed":
+            if self.state == ConnectionState.CLOSED:
                 return
             handler = self._handlers.get(cmd.type)
             if handler is None:
@@ -236,22 +242,16 @@ class ClientConnection(protocol.Protocol):
 
     def connectionLost(self, reason=protocol.connectionDone):
         previous = self.state
-        self.state = "closed"
-        if self._keep_alive_call is not None and self._keep_alive_call.active():
-            self._keep_alive_call.cancel()
-        self._keep_alive_call = None
+        self.state = ConnectionState.CLOSED
+        self._keep_alive.stop()
         if self._close_reason is None:
             self._close_reason = errors.ConnectError(
                 f"connection to {getattr(self, 'peer', '?')} lost: {reason.getErrorMessage()}")
         waiters, self._connected_waiters = self._connected_waiters, []
         for d in waiters:
             d.errback(self._close_reason)
-        requests, self._requests = self._requests, {}
-        for d, call in requests.values():
-            if call is not None and call.active():
-                call.cancel()
-            d.errback(errors.ConnectError(str(self._close_reason)))
-        if previous == "ready":
+        self._requests.fail_all(errors.ConnectError(str(self._close_reason)))
+        if previous == ConnectionState.READY:
             for handler in list(self.producers.values()):
                 handler.connection_closed(self)
             for handler in list(self.consumers.values()):
@@ -263,32 +263,22 @@ class ClientConnection(protocol.Protocol):
             d.callback(None)
 
     # ------------------------------------------------------------------ keep-alive
-    def _schedule_keep_alive(self):
-        if self.keep_alive_seconds and self.keep_alive_seconds > 0:
-            self._keep_alive_call = self.clock.callLater(self.keep_alive_seconds, self._keep_alive)
+    def _send_ping(self) -> bool:
+        if self.state != ConnectionState.READY:
+            return False
+        self.transport.write(encode_command(T(type=T.PING, ping=api.CommandPing())))
+        return True
 
-    def _keep_alive(self):
-        self._keep_alive_call = None
-        if self.state == "closed":
-            return
-        idle = self.clock.seconds() - self._last_received
-        if idle >= self.keep_alive_seconds:
-            if self._ping_outstanding:
-                self.log.info("{peer}: broker silent for {idle}s after our ping; closing",
-                              peer=self.peer, idle=idle)
-                self._close_reason = errors.ConnectError("keep-alive timeout")
-                self.transport.abortConnection()
-                return
-            if self.state == "ready":
-                self._ping_outstanding = True
-                self.transport.write(encode_command(T(type=T.PING, ping=api.CommandPing())))
-        self._schedule_keep_alive()
+    def _keep_alive_timeout(self, idle: float) -> None:
+        self.log.info("{peer}: broker silent for {idle}s after our ping; closing", peer=self.peer, idle=idle)
+        self._close_reason = errors.ConnectError("keep-alive timeout")
+        self.transport.abortConnection()
 
     def _handle_ping(self, cmd, message):
         self.transport.write(encode_command(T(type=T.PONG, pong=api.CommandPong())))
 
     def _handle_pong(self, cmd, message):
-        self._ping_outstanding = False
+        pass    # any input already counted as the answer (KeepAlive.received)
 
     # ------------------------------------------------------------------ handshake
     def _handle_connected(self, cmd, message):
@@ -298,7 +288,7 @@ class ClientConnection(protocol.Protocol):
         if connected.HasField("max_message_size") and connected.max_message_size > 0:
             self.max_message_size = connected.max_message_size
             self.decoder.max_frame_size = self.max_message_size + FRAME_PADDING
-        self.state = "ready"
+        self.state = ConnectionState.READY
         waiters, self._connected_waiters = self._connected_waiters, []
         for d in waiters:
             d.callback(self)
@@ -313,25 +303,18 @@ class ClientConnection(protocol.Protocol):
         self.transport.write(encode_command(response))
 
     # ------------------------------------------------------------------ request table
-    def _request_timed_out(self, request_id):
-        entry = self._requests.pop(request_id, None)
-        if entry is not None:
-            entry[0].errback(errors.Timeout(f"request {request_id} timed out after "
-                                            f"{self.operation_timeout}s"))
+    @staticmethod
+    def _timeout_error(request_id: int, timeout: float) -> Exception:
+        return errors.Timeout(f"request {request_id} timed out after {timeout}s")
 
     def _resolve(self, request_id, result=None, failure=None):
-        entry = self._requests.pop(request_id, None)
-        if entry is None:
+        if failure is not None:
+            answered = self._requests.fail(request_id, failure)
+        else:
+            answered = self._requests.resolve(request_id, result)
+        if not answered:
             self.log.debug("{peer}: answer to unknown request {id}", peer=getattr(self, "peer", "?"),
                            id=request_id)
-            return
-        d, call = entry
-        if call is not None and call.active():
-            call.cancel()
-        if failure is not None:
-            d.errback(failure)
-        else:
-            d.callback(result)
 
     def _handle_response(self, field):
         def handle(cmd, message):
@@ -355,7 +338,7 @@ class ClientConnection(protocol.Protocol):
     def _handle_error(self, cmd, message):
         error = cmd.error
         exc = errors.from_server_error(error.error, error.message)
-        if self.state == "handshake":
+        if self.state == ConnectionState.HANDSHAKE:
             # The broker refuses the CONNECT with request_id 0 (authentication, version).
             self._close_reason = exc
             self.transport.loseConnection()

@@ -48,23 +48,20 @@ from twisted.application import service
 from twisted.internet import defer
 from twisted.logger import Logger
 
-from pulsar_twisted.ledger.client import AVAILABLE_PATH, READONLY_NAME, READONLY_PATH
-from pulsar_twisted.ledger.digest import unpack_entry
-from pulsar_twisted.ledger.interfaces import (
+from pulsar_twisted.common.bk_errors import (
     BKException, NoSuchEntryError, NoSuchLedgerError, UnauthorizedAccessError)
-from pulsar_twisted.ledger.metadata import (
-    LEDGERS_ROOT, LedgerManager, LedgerMetadata, MetadataFormatError, master_key, password_digest)
+from pulsar_twisted.resources.ledgers import (
+    LedgerManager, LedgerMetadata, MetadataFormatError, master_key, password_digest)
 from pulsar_twisted.ledger.quorum import RandomPlacementPolicy, write_set
 from pulsar_twisted.metadata.embedded import StoreClosedError
 from pulsar_twisted.metadata.interfaces import (
     AlreadyExistsError, BadVersionError, MetadataStoreError, NotFoundError)
+from pulsar_twisted.metadata.layout import (
+    AUDITOR_ELECTION_PATH, AVAILABLE_PATH, LEDGERS_ROOT, LOCKS_PATH, UNDERREPLICATED_PATH)
+from pulsar_twisted.resources.bookies import registered_bookies
+from pulsar_twisted.wire.bookie import unpack_entry
 
 log = Logger()
-
-UNDERREPLICATION_ROOT = LEDGERS_ROOT + "/underreplication"
-AUDITOR_ELECTION_PATH = UNDERREPLICATION_ROOT + "/auditorelection"
-UNDERREPLICATED_PATH = UNDERREPLICATION_ROOT + "/ledgers"
-LOCKS_PATH = UNDERREPLICATION_ROOT + "/locks"
 
 _LEDGER_NAME = re.compile(r"^L(\d{10,})$")
 _LEDGER_PATH = re.compile(r"^" + re.escape(LEDGERS_ROOT) + r"/L(\d{10,})$")
@@ -100,13 +97,6 @@ async def list_ledger_ids(store) -> list:
     """The ids of every ledger with metadata, ascending."""
     names = await store.get_children(LEDGERS_ROOT)
     return sorted(i for i in map(parse_ledger_name, names) if i is not None)
-
-
-async def registered_bookies(store) -> tuple:
-    """``(writable, readonly)`` frozensets of the bookie ids registered right now."""
-    writable = await store.get_children(AVAILABLE_PATH)
-    readonly = await store.get_children(READONLY_PATH)
-    return frozenset(b for b in writable if b != READONLY_NAME), frozenset(readonly)
 
 
 def missing_bookies_of(raw: bytes) -> set:

@@ -4,7 +4,7 @@ How the ledger client talks to bookies: ``IBookieClient``, transport-neutral, an
 tests). A TCP implementation of the same interface comes with the bookie protocol.
 
 Every method returns a Deferred and reports bookie-side conditions as the errors of
-``pulsar_twisted.ledger.interfaces`` (NoSuchLedgerError, NoSuchEntryError, LedgerFencedError,
+``pulsar_twisted.common.bk_errors`` (NoSuchLedgerError, NoSuchEntryError, LedgerFencedError,
 UnauthorizedAccessError, BookieReadOnlyError, ...); a bookie that cannot be reached at all is a
 BookieUnavailableError.
 """
@@ -12,8 +12,8 @@ BookieUnavailableError.
 from twisted.internet import defer
 from zope.interface import Interface, implementer
 
-from pulsar_twisted.ledger.digest import packed_lac
-from pulsar_twisted.ledger.interfaces import BookieUnavailableError
+from pulsar_twisted.common.bk_errors import BookieUnavailableError
+from pulsar_twisted.wire.bookie import HEADER_SIZE, packed_lac
 
 
 class IBookieClient(Interface):
@@ -57,6 +57,9 @@ class LocalBookieClient:
     def add_entry(self, bookie_id, ledger_id, entry_id, master_key, packed, recovery_add=False):
         try:
             bookie = self._bookie(bookie_id)
+            if len(packed) < HEADER_SIZE:
+                # As the TCP bookie answers it (BAD_REQUEST), not as a struct error from packed_lac.
+                raise ValueError(f"entry body of {len(packed)} bytes is shorter than the entry header")
             # The bookie keeps the LAC the writer piggybacked, for read_lac; it stores the packed
             # bytes as they are and never re-encodes them.
             return bookie.add_entry(ledger_id, entry_id, packed, master_key,

@@ -3,43 +3,27 @@
 
 Bookie discovery follows BookKeeper's registration layout in the metadata store: a writable bookie
 holds an ephemeral node ``/ledgers/available/<bookie_id>``, a read-only one
-``/ledgers/available/readonly/<bookie_id>`` (see :func:`register_bookie`). The client keeps both
-sets current from store notifications, so ensemble placement never waits on the store.
+``/ledgers/available/readonly/<bookie_id>`` (``pulsar_twisted.resources.bookies``). The client keeps
+both sets current from store notifications, so ensemble placement never waits on the store.
 """
 
 from twisted.internet import defer
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from pulsar_twisted.common.bk_errors import NoSuchLedgerError, UnauthorizedAccessError
 from pulsar_twisted.ledger.handle import LedgerEnv, LedgerHandle, ReadOnlyLedgerHandle
-from pulsar_twisted.ledger.interfaces import (
-    ILedgerClient, NoSuchLedgerError, UnauthorizedAccessError)
-from pulsar_twisted.ledger.metadata import (
+from pulsar_twisted.ledger.interfaces import ILedgerClient
+from pulsar_twisted.resources.ledgers import (
     LedgerManager, LedgerMetadata, LedgerState, master_key, normalize_custom_metadata,
     password_digest)
 from pulsar_twisted.ledger.quorum import RandomPlacementPolicy, check_quorums
 from pulsar_twisted.ledger.recovery import LedgerRecoveryOp, read_last_confirmed
 from pulsar_twisted.metadata.interfaces import AlreadyExistsError
+from pulsar_twisted.metadata.layout import AVAILABLE_PATH
+from pulsar_twisted.resources.bookies import registered_bookies
 
 log = Logger()
-
-AVAILABLE_PATH = "/ledgers/available"
-READONLY_NAME = "readonly"
-READONLY_PATH = AVAILABLE_PATH + "/" + READONLY_NAME
-
-
-def register_bookie(store, bookie_id: str, read_only: bool = False):
-    """Announce a bookie (bookie side): an ephemeral node that vanishes with the bookie's
-    metadata session. Deferred firing with the Stat."""
-    parent = READONLY_PATH if read_only else AVAILABLE_PATH
-    return store.put(f"{parent}/{bookie_id}", b"", ephemeral=True)
-
-
-def unregister_bookie(store, bookie_id: str, read_only: bool = False):
-    """Withdraw a registration made by :func:`register_bookie` (e.g. going read-only)."""
-    parent = READONLY_PATH if read_only else AVAILABLE_PATH
-    return store.delete(f"{parent}/{bookie_id}")
-
 
 @implementer(ILedgerClient)
 class BookKeeperClient:
@@ -104,10 +88,7 @@ class BookKeeperClient:
         return d.addBoth(done)
 
     async def _load_bookies(self):
-        writable = await self._store.get_children(AVAILABLE_PATH)
-        readonly = await self._store.get_children(READONLY_PATH)
-        self.writable_bookies = frozenset(b for b in writable if b != READONLY_NAME)
-        self.readonly_bookies = frozenset(readonly)
+        self.writable_bookies, self.readonly_bookies = await registered_bookies(self._store)
 
     # -- ILedgerClient ---------------------------------------------------------------------------
 

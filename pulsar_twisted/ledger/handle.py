@@ -30,13 +30,14 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from pulsar_twisted.ledger.digest import pack_entry, unpack_entry
-from pulsar_twisted.ledger.interfaces import (
-    BKException, BookieUnavailableError, DigestMismatchError, ILedgerHandle, LedgerClosedError,
-    LedgerEntry, LedgerFencedError, NoSuchEntryError, NoSuchLedgerError, UnauthorizedAccessError)
-from pulsar_twisted.ledger.metadata import LedgerMetadata, LedgerState
+from pulsar_twisted.common.bk_errors import (
+    BKException, BookieUnavailableError, DigestMismatchError, LedgerClosedError, LedgerFencedError,
+    NoSuchEntryError, NoSuchLedgerError, UnauthorizedAccessError)
+from pulsar_twisted.ledger.interfaces import ILedgerHandle, LedgerEntry
+from pulsar_twisted.resources.ledgers import LedgerMetadata, LedgerState
 from pulsar_twisted.ledger.quorum import DistributionSchedule
 from pulsar_twisted.metadata.interfaces import BadVersionError, MetadataStoreError
+from pulsar_twisted.wire.bookie import pack_entry, unpack_entry
 
 log = Logger()
 

@@ -4,51 +4,13 @@ The BookKeeper client contract, as the managed ledger sees it.
 A ledger is an append-only log of entries numbered 0, 1, 2, ... with a single writer. Entry ids
 are assigned by the writer in order; an add completes (its Deferred fires) only once it and every
 earlier entry are acknowledged by the ack quorum, so completions are in entry order.
+
+The errors named below are the BookKeeper family in ``pulsar_twisted.common.bk_errors``.
 """
 
 from dataclasses import dataclass
 
 from zope.interface import Attribute, Interface
-
-
-class BKException(Exception):
-    """Base of the ledger client's errors. ``code`` names BookKeeper's error."""
-
-    code = "UnexpectedCondition"
-
-
-class NoSuchLedgerError(BKException):
-    code = "NoSuchLedgerExists"
-
-
-class NoSuchEntryError(BKException):
-    code = "NoSuchEntry"
-
-
-class LedgerFencedError(BKException):
-    """The ledger was fenced by a recovering reader: this writer may not add any more."""
-
-    code = "LedgerFenced"
-
-
-class LedgerClosedError(BKException):
-    code = "LedgerClosed"
-
-
-class NotEnoughBookiesError(BKException):
-    code = "NotEnoughBookies"
-
-
-class DigestMismatchError(BKException):
-    code = "DigestMatch"
-
-
-class BookieUnavailableError(BKException):
-    code = "BookieHandleNotAvailable"
-
-
-class LedgerRecoveryError(BKException):
-    code = "LedgerRecovery"
 
 
 @dataclass(frozen=True)
@@ -92,15 +54,3 @@ class ILedgerClient(Interface):
 
     def delete_ledger(ledger_id: int):
         """Remove the ledger's metadata and its entries from the bookies. Deferred."""
-
-
-class UnauthorizedAccessError(BKException):
-    """The master key (derived from the ledger password) did not match the ledger's."""
-
-    code = "UnauthorizedAccess"
-
-
-class BookieReadOnlyError(BKException):
-    """The bookie is read-only (disks full) and refuses adds."""
-
-    code = "BookieReadOnly"

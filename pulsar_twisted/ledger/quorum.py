@@ -13,7 +13,7 @@ from typing import Iterable, Optional, Sequence
 
 from zope.interface import Interface, implementer
 
-from pulsar_twisted.ledger.interfaces import NotEnoughBookiesError
+from pulsar_twisted.common.bk_errors import NotEnoughBookiesError
 
 
 def check_quorums(ensemble_size: int, write_quorum: int, ack_quorum: int) -> None:

@@ -25,14 +25,14 @@ Recovery, in order:
 from twisted.internet import defer
 from twisted.logger import Logger
 
-from pulsar_twisted.ledger.digest import unpack_entry
+from pulsar_twisted.common.bk_errors import (
+    BookieUnavailableError, DigestMismatchError, LedgerRecoveryError, NoSuchEntryError, NoSuchLedgerError,
+    UnauthorizedAccessError)
 from pulsar_twisted.ledger.handle import ReadOnlyLedgerHandle
-from pulsar_twisted.ledger.interfaces import (
-    BookieUnavailableError, DigestMismatchError, LedgerRecoveryError, NoSuchEntryError,
-    NoSuchLedgerError, UnauthorizedAccessError)
-from pulsar_twisted.ledger.metadata import LedgerState
+from pulsar_twisted.resources.ledgers import LedgerState
 from pulsar_twisted.ledger.quorum import DistributionSchedule
 from pulsar_twisted.metadata.interfaces import BadVersionError
+from pulsar_twisted.wire.bookie import unpack_entry
 
 log = Logger()
 

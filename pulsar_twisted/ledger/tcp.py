@@ -4,7 +4,7 @@
 One connection per bookie id (``host:port``), made on demand by the first request to that bookie.
 Requests are pipelined on it; at most ``max_in_flight`` are outstanding per connection and further
 ones wait in a FIFO queue, sent as answers come back (Deferred-based flow control: the caller just
-sees a later callback). Statuses map to the ``pulsar_twisted.ledger.interfaces`` errors exactly as
+sees a later callback). Statuses map to the ``pulsar_twisted.common.bk_errors`` errors exactly as
 ``LocalBookieClient`` raises them, so a ``BookKeeperClient`` cannot tell TCP from local bookies.
 
 Failures: a connection that cannot be made, or is lost, fails every request sent or queued on it
@@ -26,11 +26,11 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from pulsar_twisted.bookie.protocol import ERROR_BY_STATUS
+from pulsar_twisted.common.bk_errors import BookieUnavailableError
 from pulsar_twisted.ledger.bookies import IBookieClient
-from pulsar_twisted.ledger.interfaces import BKException, BookieUnavailableError
 from pulsar_twisted.net.framing import DEFAULT_MAX_FRAME_SIZE, FramedProtocol, RequestTable
 from pulsar_twisted.proto import bookie_pb2 as pb
+from pulsar_twisted.wire.bookie import error_for
 
 log = Logger()
 
@@ -429,7 +429,4 @@ def _check_status(response, bookie_id):
     status = response.status
     if status == pb.OK:
         return response
-    error = ERROR_BY_STATUS.get(status)
-    if error is None:
-        error = ValueError if status == pb.BAD_REQUEST else BKException
-    raise error(f"bookie {bookie_id}: {response.message or pb.StatusCode.Name(status)}")
+    raise error_for(status)(f"bookie {bookie_id}: {response.message or pb.StatusCode.Name(status)}")

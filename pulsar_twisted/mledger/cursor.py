@@ -32,8 +32,8 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from pulsar_twisted.common.bk_errors import LedgerFencedError, NoSuchLedgerError
 from pulsar_twisted.common.position import EARLIEST, LATEST, Position
-from pulsar_twisted.ledger.interfaces import LedgerFencedError, NoSuchLedgerError
 from pulsar_twisted.metadata.interfaces import BadVersionError
 from pulsar_twisted.mledger import formats
 from pulsar_twisted.mledger.bitset import int_to_words, words_to_int
@@ -108,7 +108,7 @@ class ManagedCursorImpl:
         md = self.mark_delete_position
         while True:
             if pos <= md:
-                pos = ml._next_position(md)
+                pos = ml.next_position(md)
             if not self._acked:
                 return pos
             r = self._acked.range_containing(pos)
@@ -122,13 +122,13 @@ class ManagedCursorImpl:
         ml = self.ml
         last = ml.last_confirmed_entry()
         positions = []
-        pos = ml._next_position(self.mark_delete_position)
+        pos = ml.next_position(self.mark_delete_position)
         while len(positions) < count:
             pos = self._first_unacked_from(pos)
             if pos > last:
                 break
             positions.append(pos)
-            pos = ml._next_position(pos)
+            pos = ml.next_position(pos)
         return positions
 
     def nth_unacked_position(self, n: int):
@@ -186,19 +186,19 @@ class ManagedCursorImpl:
 
     def rewind(self):
         self._read_moves += 1
-        self._read_position = self.ml._next_position(self.mark_delete_position)
+        self._read_position = self.ml.next_position(self.mark_delete_position)
 
     def _resolve(self, position) -> Position:
         if position == EARLIEST:
             return self.ml.first_position()
         if position == LATEST:
-            return self.ml._next_position(self.ml.last_confirmed_entry())
+            return self.ml.next_position(self.ml.last_confirmed_entry())
         return Position(*position)
 
     def seek(self, position):
         position = self._resolve(position)
         if position <= self.mark_delete_position:
-            position = self.ml._next_position(self.mark_delete_position)
+            position = self.ml.next_position(self.mark_delete_position)
         self._read_moves += 1
         self._read_position = position
 
@@ -209,7 +209,7 @@ class ManagedCursorImpl:
             pos = self._first_unacked_from(pos)
             if pos > self.ml.last_confirmed_entry():
                 break
-            pos = self.ml._next_position(pos)
+            pos = self.ml.next_position(pos)
             count -= 1
         self._read_moves += 1
         self._read_position = pos
@@ -274,7 +274,7 @@ class ManagedCursorImpl:
         ml = self.ml
         moved = False
         while acked:
-            nxt = ml._next_position(self.mark_delete_position)
+            nxt = ml.next_position(self.mark_delete_position)
             r = acked.range_containing(nxt)
             if r is None:
                 break

@@ -35,13 +35,13 @@ from typing import NamedTuple
 from urllib.parse import quote, unquote
 
 from pulsar_twisted.common.position import Position
+from pulsar_twisted.metadata.layout import MANAGED_LEDGERS_ROOT as ROOT
 from pulsar_twisted.mledger.bitset import int_to_words, is_int64, words_to_int
 
 #: Version of the ledger node.
 VERSION = 1
 #: Version of the cursor node and cursor snapshots (2: batch deleted indexes, ``bi``).
 CURSOR_VERSION = 2
-ROOT = "/managed-ledgers"
 
 
 class FormatError(ValueError):

@@ -68,6 +68,12 @@ class IManagedLedger(Interface):
     def first_position():
         """Position of the first entry still stored."""
 
+    def next_position(position):
+        """
+        The Position of the entry after ``position``, skipping ledgers with no entries (the end
+        of the log, one past the last entry, when nothing follows).
+        """
+
     def number_of_entries():
         """Entries currently stored (across all ledgers)."""
 
@@ -79,6 +85,24 @@ class IManagedLedger(Interface):
 
     def add_new_entries_listener(callback):
         """Call ``callback()`` each time entries become durable (used to wake dispatchers)."""
+
+    def add_fenced_listener(callback):
+        """Call ``callback(managed_ledger)`` once when this instance is fenced: a versioned
+        compare-and-set of its metadata or of one of its cursors' metadata failed (BadVersion or
+        NotFound: another broker owns it now), or a bookie answered an add with LedgerFenced.
+
+        Contract, for the owner (the broker's topic): by the time the callback runs the state is
+        already ``FENCED``, the instance has left its factory's cache (the next ``factory.open``
+        of the name builds a new instance that recovers from the metadata store), no add issued
+        from then on reaches a bookie, and every add that was pending or queued has been failed,
+        in order, with ManagedLedgerFencedError. The owner is expected to unload the topic
+        (close its producers and consumers, then ``close()`` this instance, which does not
+        write any metadata when fenced). The callback runs synchronously, in the reactor thread,
+        at most once per listener; an exception it raises is logged and does not stop the
+        others. A listener added after the instance was fenced is called at once."""
+
+    def remove_fenced_listener(callback):
+        """Forget a callback given to ``add_fenced_listener`` (no error if unknown)."""
 
     def close():
         """Flush cursor state, close the current ledger. Deferred."""

@@ -28,8 +28,8 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from zope.interface import implementer
 
+from pulsar_twisted.common.bk_errors import LedgerFencedError, NoSuchLedgerError
 from pulsar_twisted.common.position import EARLIEST, LATEST, Entry, Position
-from pulsar_twisted.ledger.interfaces import LedgerFencedError, NoSuchLedgerError
 from pulsar_twisted.metadata.interfaces import BadVersionError, NotFoundError
 from pulsar_twisted.mledger import formats
 from pulsar_twisted.mledger.cache import EntryCache
@@ -139,6 +139,7 @@ class ManagedLedgerImpl:
         self._notify_call = None
         self._throttle_listeners = []
         self._throttled = False
+        self._fenced_listeners = []
 
     # -- small helpers ---------------------------------------------------------------------
 
@@ -496,6 +497,26 @@ class ManagedLedgerImpl:
         self._fail_ops(doomed, error)
         self._fire_drained()
         self.factory._forget(self)
+        listeners, self._fenced_listeners = self._fenced_listeners, []
+        for cb in listeners:
+            self._call_fenced_listener(cb)
+
+    def add_fenced_listener(self, callback):
+        """``callback(self)`` once this instance is FENCED (see IManagedLedger.add_fenced_listener)."""
+        if self._state is State.FENCED:
+            self._call_fenced_listener(callback)
+        else:
+            self._fenced_listeners.append(callback)
+
+    def remove_fenced_listener(self, callback):
+        if callback in self._fenced_listeners:
+            self._fenced_listeners.remove(callback)
+
+    def _call_fenced_listener(self, callback):
+        try:
+            callback(self)
+        except Exception:
+            log.failure("managed ledger {name}: fenced listener failed", name=self.name)
 
     def _fire_drained(self):
         waiters, self._drain_waiters = self._drain_waiters, []
@@ -625,8 +646,9 @@ class ManagedLedgerImpl:
         last = ids[-1]
         return Position(last, self._ledgers[last].entries)
 
-    def _next_position(self, pos) -> Position:
-        return self._normalize(Position(pos[0], pos[1] + 1))
+    def next_position(self, position) -> Position:
+        """The entry after ``position`` (IManagedLedger.next_position)."""
+        return self._normalize(Position(position[0], position[1] + 1))
 
     def last_confirmed_entry(self) -> Position:
         return self._last_confirmed

@@ -1,5 +1,6 @@
 """
-Shared connection helpers: length-prefixed framing with a size limit, and a request table.
+Shared connection helpers: length-prefixed framing with a size limit, a request table, and a
+keep-alive timer.
 
 ``FramedProtocol`` turns a byte stream of ``[u32 big-endian length][payload]`` frames into
 ``frame_received(payload)`` calls and writes frames with ``send_frame``. A frame announced longer
@@ -8,7 +9,10 @@ peer is either broken or hostile and nothing later on the stream can be trusted.
 
 ``RequestTable`` is AMP's ``_outstandingRequests`` as an object: request id -> Deferred, with every
 Deferred still waiting failed with one reason when the connection goes. Protocols that pipeline
-requests (bookie client, broker-to-broker, our Pulsar client) share it.
+requests (bookie client, broker-to-broker, our Pulsar client) share it; a request may carry a
+deadline on the table's clock.
+
+``KeepAlive`` is the PING/PONG idle timer both ends of a Pulsar connection run.
 """
 
 import struct
@@ -113,18 +117,34 @@ class FramedProtocol(Protocol):
             return "?"
 
 
+class RequestTimeoutError(Exception):
+    """A request waited past its deadline (the default error of ``RequestTable``)."""
+
+
+def _default_timeout_error(request_id: int, timeout: float) -> Exception:
+    return RequestTimeoutError(f"request {request_id} timed out after {timeout}s")
+
+
 class RequestTable:
     """
     Outstanding requests of one connection: ``request_id -> Deferred``. Ids increase from 1 and are
     never reused on one table (64-bit: they do not wrap in practice).
 
+    A request may have a deadline: given a ``clock``, ``wait(request_id, timeout)`` fails the
+    Deferred with ``timeout_error(request_id, timeout)`` (a callable returning the exception, so
+    each protocol keeps its own error type) once ``timeout`` seconds pass without an answer; an
+    answer after that is a late answer (``resolve`` returns False). Cancelling a waiting Deferred
+    forgets the request.
+
     ``fail_all(reason)`` fails every waiting Deferred with the same reason (AMP's
-    ``failAllOutgoing``); after it, ``new`` hands out Deferreds that fail at once with that reason, so
-    a request made on a dead connection never waits forever.
+    ``failAllOutgoing``); after it, ``new``/``wait`` hand out Deferreds that fail at once with that
+    reason, so a request made on a dead connection never waits forever.
     """
 
-    def __init__(self):
-        self._pending = {}
+    def __init__(self, clock=None, timeout_error=_default_timeout_error):
+        self._clock = clock
+        self._timeout_error = timeout_error
+        self._pending = {}      # request_id -> (Deferred, IDelayedCall or None)
         self._next_id = 1
         self._failed = None
 
@@ -134,24 +154,46 @@ class RequestTable:
     def __contains__(self, request_id: int) -> bool:
         return request_id in self._pending
 
-    def new(self) -> tuple[int, defer.Deferred]:
-        """A fresh ``(request_id, Deferred)``; the Deferred fires through ``resolve``/``fail``."""
+    def next_id(self) -> int:
+        """Reserve a request id, for protocols that build the request before ``wait`` on it."""
         request_id = self._next_id
         self._next_id += 1
-        d = defer.Deferred()
+        return request_id
+
+    def wait(self, request_id: int, timeout: float = None) -> defer.Deferred:
+        """
+        A Deferred for the answer to ``request_id`` (from ``next_id``), fired through
+        ``resolve``/``fail``; with a ``timeout`` (seconds, needs the clock) it fails on its own
+        once that has passed.
+        """
+        d = defer.Deferred(lambda _: self._forget(request_id))
         if self._failed is not None:
             d.errback(self._failed)
-        else:
-            self._pending[request_id] = d
-        return request_id, d
+            return d
+        call = None
+        if timeout:
+            call = self._clock.callLater(timeout, self._timed_out, request_id, timeout)
+        self._pending[request_id] = (d, call)
+        return d
+
+    def new(self, timeout: float = None) -> tuple[int, defer.Deferred]:
+        """A fresh ``(request_id, Deferred)``: ``next_id`` and ``wait`` in one call."""
+        request_id = self.next_id()
+        return request_id, self.wait(request_id, timeout)
 
     def pop(self, request_id: int):
         """Remove and return the Deferred for ``request_id`` (None if unknown or done)."""
-        return self._pending.pop(request_id, None)
+        entry = self._pending.pop(request_id, None)
+        if entry is None:
+            return None
+        d, call = entry
+        if call is not None and call.active():
+            call.cancel()
+        return d
 
     def resolve(self, request_id: int, result) -> bool:
         """Fire the request's Deferred with ``result``; False if it is not waiting (late answer)."""
-        d = self._pending.pop(request_id, None)
+        d = self.pop(request_id)
         if d is None:
             return False
         d.callback(result)
@@ -159,7 +201,7 @@ class RequestTable:
 
     def fail(self, request_id: int, reason) -> bool:
         """Fail one request; False if it is not waiting."""
-        d = self._pending.pop(request_id, None)
+        d = self.pop(request_id)
         if d is None:
             return False
         d.errback(reason)
@@ -172,5 +214,66 @@ class RequestTable:
             reason = Failure(reason)
         self._failed = reason
         pending, self._pending = self._pending, {}
-        for d in pending.values():
+        for d, call in pending.values():
+            if call is not None and call.active():
+                call.cancel()
             d.errback(reason)
+
+    def _forget(self, request_id: int) -> None:
+        self.pop(request_id)
+
+    def _timed_out(self, request_id: int, timeout: float) -> None:
+        entry = self._pending.pop(request_id, None)
+        if entry is not None:
+            entry[0].errback(self._timeout_error(request_id, timeout))
+
+
+class KeepAlive:
+    """
+    The keep-alive of one connection (Pulsar's PING/PONG): every ``interval`` seconds, a
+    connection idle for the whole interval is sent a PING (``send_ping()``, which returns False
+    when the connection is not in a state to ping, e.g. before the handshake); a connection still
+    silent one interval after a PING is given up (``on_timeout(idle_seconds)``, which closes it).
+    Any input counts as an answer (``received()``), as in Pulsar, where every command clears the
+    wait for the PONG. ``interval`` <= 0 turns it off. Times come from the injected ``clock``.
+    """
+
+    def __init__(self, clock, interval: float, send_ping, on_timeout):
+        self.clock = clock
+        self.interval = interval
+        self._send_ping = send_ping
+        self._on_timeout = on_timeout
+        self._last_received = clock.seconds()
+        self._ping_outstanding = False
+        self._call = None
+
+    def start(self) -> None:
+        """Start the timer (the connection is up; its first input is awaited from now)."""
+        self._last_received = self.clock.seconds()
+        self._schedule()
+
+    def received(self) -> None:
+        """The peer sent something: it is alive."""
+        self._last_received = self.clock.seconds()
+        self._ping_outstanding = False
+
+    def stop(self) -> None:
+        """The connection is gone: no more pings."""
+        if self._call is not None and self._call.active():
+            self._call.cancel()
+        self._call = None
+
+    def _schedule(self) -> None:
+        if self.interval and self.interval > 0:
+            self._call = self.clock.callLater(self.interval, self._tick)
+
+    def _tick(self) -> None:
+        self._call = None
+        idle = self.clock.seconds() - self._last_received
+        if idle >= self.interval:
+            if self._ping_outstanding:
+                self._on_timeout(idle)
+                return
+            if self._send_ping():
+                self._ping_outstanding = True
+        self._schedule()

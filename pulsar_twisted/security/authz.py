@@ -20,8 +20,8 @@ import copy
 import json
 
 from pulsar_twisted.common.errors import AuthorizationError
+from pulsar_twisted.metadata.layout import POLICIES_ROOT
 
-POLICIES_ROOT = "/admin/policies"
 ACTIONS = {"produce", "consume", "functions", "sources", "sinks", "packages"}
 
 

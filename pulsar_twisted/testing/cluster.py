@@ -26,6 +26,7 @@ import tempfile
 import time
 import uuid
 
+from pulsar_twisted.metadata import layout
 from pulsar_twisted.testing.process import _REPO_ROOT, ChildProcess, free_port
 
 HOST = "127.0.0.1"
@@ -267,14 +268,14 @@ class Cluster:
 
     def available_bookies(self) -> list:
         try:
-            return [b for b in self.zk.get_children(self.path("/ledgers/available"))
-                    if b != "readonly"]
+            return [b for b in self.zk.get_children(self.path(layout.AVAILABLE_PATH))
+                    if b != layout.READONLY_NAME]
         except Exception:
             return []
 
     def registered_brokers(self) -> list:
         try:
-            return self.zk.get_children(self.path("/loadbalance/brokers"))
+            return self.zk.get_children(self.path(layout.BROKERS_ROOT))
         except Exception:
             return []
 
@@ -282,12 +283,12 @@ class Cluster:
         """Bundle range name -> the owner's nativeUrl."""
         owners = {}
         try:
-            names = self.zk.get_children(self.path(f"/namespace/{namespace}"))
+            names = self.zk.get_children(self.path(f"{layout.OWNERSHIP_ROOT}/{namespace}"))
         except Exception:
             return owners
         for name in names:
             try:
-                raw, _ = self.zk.get(self.path(f"/namespace/{namespace}/{name}"))
+                raw, _ = self.zk.get(self.path(layout.ownership_path(namespace, name)))
                 owners[name] = json.loads(raw).get("nativeUrl")
             except Exception:
                 pass
@@ -295,12 +296,12 @@ class Cluster:
 
     def ledger_metadata(self) -> dict:
         """Ledger id -> its LedgerMetadata (from ``/ledgers/L...``)."""
-        from pulsar_twisted.ledger.metadata import LedgerMetadata
+        from pulsar_twisted.resources.ledgers import LedgerMetadata
         out = {}
-        for name in self.zk.get_children(self.path("/ledgers")):
+        for name in self.zk.get_children(self.path(layout.LEDGERS_ROOT)):
             if name.startswith("L") and name[1:].isdigit():
                 try:
-                    raw, _ = self.zk.get(self.path(f"/ledgers/{name}"))
+                    raw, _ = self.zk.get(self.path(f"{layout.LEDGERS_ROOT}/{name}"))
                 except Exception:
                     continue
                 out[int(name[1:])] = LedgerMetadata.from_bytes(raw)

@@ -22,9 +22,9 @@ from typing import Dict, List, Optional
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
-from pulsar_twisted.ledger.interfaces import (
-    BookieReadOnlyError, BookieUnavailableError, LedgerFencedError, NoSuchEntryError,
-    NoSuchLedgerError, UnauthorizedAccessError)
+from pulsar_twisted.common.bk_errors import (
+    BookieReadOnlyError, BookieUnavailableError, LedgerFencedError, NoSuchEntryError, NoSuchLedgerError,
+    UnauthorizedAccessError)
 
 OPS = ("add", "read", "fence", "lac", "delete")
 
@@ -78,6 +78,7 @@ class FakeBookie:
         self.hung: List[defer.Deferred] = []
         self._faults: List[_Fault] = []
         self._ledgers: Dict[int, _Ledger] = {}
+        self._deleted = set()   # as BookieStorage: a deleted ledger refuses adds and fences for good
 
     # -- fault programming -------------------------------------------------------------------------
 
@@ -117,6 +118,9 @@ class FakeBookie:
     def has_ledger(self, ledger_id: int) -> bool:
         return ledger_id in self._ledgers
 
+    def was_deleted(self, ledger_id: int) -> bool:
+        return ledger_id in self._deleted
+
     def corrupt_entry(self, ledger_id: int, entry_id: int) -> None:
         """Flip the last byte of a stored entry (payload corruption on disk)."""
         entries = self._ledgers[ledger_id].entries
@@ -147,8 +151,9 @@ class FakeBookie:
         return self._ledger(ledger_id).lac
 
     def last_entry_id(self, ledger_id) -> int:
-        ledger = self._ledger(ledger_id)
-        return max(ledger.entries) if ledger.entries else -1
+        # -1 for an unknown ledger too, as BookieStorage.last_entry_id answers.
+        ledger = self._ledgers.get(ledger_id)
+        return max(ledger.entries) if ledger is not None and ledger.entries else -1
 
     def fence_ledger(self, ledger_id, master_key):
         return self._run("fence", self._fence, ledger_id, master_key)
@@ -182,6 +187,8 @@ class FakeBookie:
             raise ValueError(f"entry id {entry_id} < 0")
         ledger = self._ledgers.get(ledger_id)
         if ledger is None:
+            if ledger_id in self._deleted:
+                raise LedgerFencedError(f"{self.bookie_id}: ledger {ledger_id} was deleted")
             ledger = self._ledgers[ledger_id] = _Ledger(master_key)
         if ledger.master_key != master_key:
             raise UnauthorizedAccessError(f"{self.bookie_id}: wrong master key for {ledger_id}")
@@ -206,6 +213,8 @@ class FakeBookie:
         # first add to this bookie is refused too (BookKeeper does the same).
         ledger = self._ledgers.get(ledger_id)
         if ledger is None:
+            if ledger_id in self._deleted:
+                raise NoSuchLedgerError(f"{self.bookie_id}: ledger {ledger_id} was deleted")
             ledger = self._ledgers[ledger_id] = _Ledger(master_key)
         if ledger.master_key != master_key:
             raise UnauthorizedAccessError(f"{self.bookie_id}: wrong master key for {ledger_id}")
@@ -213,6 +222,7 @@ class FakeBookie:
 
     def _delete(self, ledger_id):
         self._ledgers.pop(ledger_id, None)
+        self._deleted.add(ledger_id)
 
     def _run(self, op, work, *args, key=None):
         self.calls[op] += 1

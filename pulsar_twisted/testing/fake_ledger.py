@@ -6,7 +6,11 @@ Signatures are the real client's (``pulsar_twisted.ledger.interfaces``). Semanti
 entry ids assigned in order; adds complete in order; after one add fails every later add of
 that handle fails too (a BookKeeper handle in error); ``open_ledger(recovery=True)`` fences
 the ledger (its writer's next and pending adds fail with ``LedgerFencedError``) and closes it
-at its last confirmed entry; reads beyond the LAC fail with ``NoSuchEntryError``.
+at its last confirmed entry; ``open_ledger(recovery=False)`` of a ledger still open reads up
+to the LAC the last stored add carried (one behind the writer's, as bookies know it), and a
+reader's LAC is fixed when it is opened; reads beyond the LAC fail with ``NoSuchEntryError``,
+bad ranges and bad quorums with ``ValueError``. The contract is checked against the real client
+by ``testing.ledger_client_mixin``.
 
 Faults and observation::
 
@@ -22,10 +26,11 @@ Faults and observation::
 from twisted.internet import defer
 from zope.interface import implementer
 
-from pulsar_twisted.ledger.interfaces import (
-    ILedgerClient, ILedgerHandle, LedgerClosedError, LedgerFencedError, NoSuchEntryError,
-    NoSuchLedgerError, LedgerEntry, UnauthorizedAccessError, BKException,
-)
+from pulsar_twisted.common.bk_errors import (
+    LedgerClosedError, LedgerFencedError, NoSuchEntryError, NoSuchLedgerError, UnauthorizedAccessError,
+    BKException)
+from pulsar_twisted.ledger.interfaces import ILedgerClient, ILedgerHandle, LedgerEntry
+from pulsar_twisted.ledger.quorum import check_quorums
 
 
 class _StoredLedger:
@@ -40,25 +45,33 @@ class _StoredLedger:
         self.closed = False
         self.fenced = False
         self.last_entry_id = -1    # recorded at close
+        self.bookie_lac = -1       # highest LAC piggybacked on a stored add (what read_lac finds)
 
 
 @implementer(ILedgerHandle)
 class FakeLedgerHandle:
-    """A writer handle (from ``create_ledger``) or a read-only one (from ``open_ledger``)."""
+    """
+    A writer handle (from ``create_ledger``) or a read-only one (from ``open_ledger``, with the
+    ``reader_lac`` it learned). A reader's ``closed`` says whether the ledger was closed when it
+    was opened, as the real reader's metadata does.
+    """
 
-    def __init__(self, client, stored, writable):
+    def __init__(self, client, stored, writable, reader_lac=None):
         self._client = client
         self._stored = stored
         self._writable = writable
+        self._reader_lac = reader_lac
         self.ledger_id = stored.ledger_id
         self.length = sum(len(e) for e in stored.entries)
-        self.closed = stored.closed or not writable
+        self.closed = stored.closed
         self._next_entry_id = len(stored.entries)
         self._pending = []         # [(entry_id, data, Deferred)] not yet completed, in order
         self._error = None         # once set, every later add fails with it
 
     @property
     def last_add_confirmed(self):
+        if not self._writable:
+            return self._reader_lac
         return len(self._stored.entries) - 1
 
     def add_entry(self, data: bytes):
@@ -71,7 +84,9 @@ class FakeLedgerHandle:
         d = defer.Deferred()
         entry_id = self._next_entry_id
         self._next_entry_id += 1
-        self._pending.append((entry_id, bytes(data), d, self._client._take_add_fault()))
+        # The LAC this add carries to the bookies: the writer's at the time it is sent.
+        self._pending.append((entry_id, bytes(data), d, self._client._take_add_fault(),
+                              self.last_add_confirmed))
         self._client.add_calls += 1
         if self._client._adds_paused:
             self._client._held.append(self)
@@ -85,7 +100,7 @@ class FakeLedgerHandle:
         """Complete the oldest pending add (completions are in order by construction)."""
         if not self._pending:
             return
-        entry_id, data, d, fault = self._pending.pop(0)
+        entry_id, data, d, fault, piggybacked_lac = self._pending.pop(0)
         if self._error is None:
             if self._stored.fenced:
                 self._error = LedgerFencedError(f"ledger {self.ledger_id} is fenced")
@@ -97,6 +112,7 @@ class FakeLedgerHandle:
             d.errback(self._error)
             return
         self._stored.entries.append(data)
+        self._stored.bookie_lac = max(self._stored.bookie_lac, piggybacked_lac)
         self.length += len(data)
         d.callback(entry_id)
 
@@ -107,7 +123,9 @@ class FakeLedgerHandle:
             return defer.fail(fault)
         if self._stored.ledger_id not in self._client._ledgers:
             return defer.fail(NoSuchLedgerError(str(self.ledger_id)))
-        if first < 0 or last < first or last > self.last_add_confirmed:
+        if first < 0 or last < first:
+            return defer.fail(ValueError(f"bad entry range {first}..{last}"))
+        if last > self.last_add_confirmed:
             return defer.fail(NoSuchEntryError(
                 f"ledger {self.ledger_id} entries {first}..{last}, lac {self.last_add_confirmed}"))
         ents = self._stored.entries
@@ -118,12 +136,12 @@ class FakeLedgerHandle:
             self.closed = True
             # Pending adds can no longer complete: BookKeeper fails them on close.
             while self._pending:
-                _, _, d, _ = self._pending.pop(0)
+                d = self._pending.pop(0)[2]
                 d.errback(LedgerClosedError(f"ledger {self.ledger_id} closed"))
             if not self._stored.closed:
                 self._stored.closed = True
                 self._stored.last_entry_id = self.last_add_confirmed
-        self.closed = True
+        # A reader's close only releases it (its ``closed`` stays what the ledger was).
         return defer.succeed(None)
 
 
@@ -212,6 +230,10 @@ class FakeLedgerClient:
         fault = self._take("_create_faults")
         if fault is not None:
             return defer.fail(fault)
+        try:
+            check_quorums(ensemble_size, write_quorum, ack_quorum)
+        except ValueError:
+            return defer.fail()
         lid = self._next_id
         self._next_id += 1
         stored = _StoredLedger(lid, password, ensemble_size, write_quorum, ack_quorum, custom_metadata)
@@ -233,7 +255,8 @@ class FakeLedgerClient:
             stored.fenced = True
             stored.closed = True
             stored.last_entry_id = len(stored.entries) - 1
-        return defer.succeed(FakeLedgerHandle(self, stored, writable=False))
+        lac = stored.last_entry_id if stored.closed else stored.bookie_lac
+        return defer.succeed(FakeLedgerHandle(self, stored, writable=False, reader_lac=lac))
 
     def delete_ledger(self, ledger_id: int):
         fault = self._take("_delete_faults")

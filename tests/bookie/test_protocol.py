@@ -11,15 +11,15 @@ from zope.interface.verify import verifyObject
 
 from pulsar_twisted.bookie.protocol import (
     BookieRequestProcessor, BookieServerFactory, BookieServerProtocol)
+from pulsar_twisted.common.bk_errors import (
+    BookieReadOnlyError, BookieUnavailableError, LedgerFencedError, NoSuchEntryError, NoSuchLedgerError,
+    UnauthorizedAccessError)
 from pulsar_twisted.ledger.bookies import IBookieClient
-from pulsar_twisted.ledger.digest import pack_entry
-from pulsar_twisted.ledger.interfaces import (
-    BookieReadOnlyError, BookieUnavailableError, LedgerFencedError, NoSuchEntryError,
-    NoSuchLedgerError, UnauthorizedAccessError)
 from pulsar_twisted.ledger.tcp import BookieClientProtocol, BookieTimeoutError, TcpBookieClient
 from pulsar_twisted.net.framing import encode_frame
 from pulsar_twisted.proto import bookie_pb2 as pb
 from pulsar_twisted.testing.fake_bookie import FakeBookie
+from pulsar_twisted.wire.bookie import pack_entry
 
 KEY = b"master-key"
 

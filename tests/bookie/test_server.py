@@ -14,11 +14,13 @@ from twisted.trial import unittest
 
 from pulsar_twisted.bookie.server import BookieServer
 from pulsar_twisted.bookie.storage import BookieStorage
-from pulsar_twisted.ledger.digest import pack_entry
-from pulsar_twisted.ledger.interfaces import BookieReadOnlyError
+from pulsar_twisted.common.bk_errors import BookieReadOnlyError, LedgerFencedError
+from pulsar_twisted.resources.ledgers import LedgerManager, LedgerMetadata
+from pulsar_twisted.wire.bookie import pack_entry
 from pulsar_twisted.ledger.tcp import TcpBookieClient
 from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
 from pulsar_twisted.testing.fake_bookie import FakeBookie
+from pulsar_twisted.wire.bookie import pack_entry
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KEY = b"key"
@@ -28,6 +30,13 @@ READONLY = "/ledgers/available/readonly/b1:3181"
 
 def packed(ledger_id, entry_id, payload=b"data"):
     return pack_entry(ledger_id, entry_id, -1, len(payload), payload)
+
+
+def record_ledger(store, ledger_id, bookie_id):
+    """Ledger metadata naming ``bookie_id``: a cluster bookie takes adds only for such ledgers."""
+    metadata = LedgerMetadata(ensemble_size=1, write_quorum=1, ack_quorum=1,
+                              ensembles=((0, (bookie_id,)),), password_digest="", ctime_ms=0)
+    return LedgerManager(store).create(ledger_id, metadata)
 
 
 def free_port() -> int:
@@ -65,6 +74,7 @@ class RegistrationTests(unittest.TestCase):
                                    disk_usage=lambda: self.usage, disk_check_interval=10.0)
         self.endpoint = _ServerEndpoint(self.server)
         self.client = TcpBookieClient(self.reactor, endpoint_factory=lambda _: self.endpoint)
+        self.successResultOf(record_ledger(self.store, 1, "b1:3181"))
 
     def exists(self, path):
         return self.successResultOf(self.store.exists(path))
@@ -167,6 +177,7 @@ class HttpTests(unittest.TestCase):
         self.addCleanup(server.stop)
         client = TcpBookieClient(reactor)
         self.addCleanup(client.close)
+        await record_ledger(store, 4, server.bookie_id)
         await client.add_entry(server.bookie_id, 4, 0, KEY, packed(4, 0))
         self.assertEqual(await client.read_entry(server.bookie_id, 4, 0), packed(4, 0))
         port = server.http_port.getHost().port
@@ -244,14 +255,23 @@ class TwistdTests(unittest.TestCase):
         else:
             self.fail(f"pulsar-bookie did not answer on {bookie}:\n{log_tail()}")
         self.assertEqual(info["bookie_id"], bookie)
-        await client.add_entry(bookie, 11, 0, KEY, packed(11, 0, b"hello"))
-        self.assertEqual(await client.read_entry(bookie, 11, 0), packed(11, 0, b"hello"))
+        ledger_id = 11
         if zk:
+            from pulsar_twisted.resources.ledgers import ledger_path
             from pulsar_twisted.metadata.zookeeper import ZooKeeperMetadataStore
             store = ZooKeeperMetadataStore(zk, reactor)
             await store.start()
             self.addCleanup(store.close)
             self.assertIn(bookie, await store.get_children("/ledgers/available"))
+            # A cluster bookie refuses a ledger without metadata, and takes one naming it. The id
+            # is the port, so parallel runs sharing this ZooKeeper root do not collide.
+            ledger_id = 9_000_000_000 + port
+            with self.assertRaises(LedgerFencedError):
+                await client.add_entry(bookie, ledger_id, 0, KEY, packed(ledger_id, 0, b"hello"))
+            await record_ledger(store, ledger_id, bookie)
+            self.addCleanup(store.delete, ledger_path(ledger_id))
+        await client.add_entry(bookie, ledger_id, 0, KEY, packed(ledger_id, 0, b"hello"))
+        self.assertEqual(await client.read_entry(bookie, ledger_id, 0), packed(ledger_id, 0, b"hello"))
         await client.close()
         process.send_signal(signal.SIGTERM)
         for _ in range(200):

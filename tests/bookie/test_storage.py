@@ -8,14 +8,9 @@ from twisted.trial import unittest
 
 from pulsar_twisted.bookie import formats
 from pulsar_twisted.bookie.storage import BookieStorage
-from pulsar_twisted.ledger.interfaces import (
-    BookieReadOnlyError,
-    DigestMismatchError,
-    LedgerFencedError,
-    NoSuchEntryError,
-    NoSuchLedgerError,
-    UnauthorizedAccessError,
-)
+from pulsar_twisted.common.bk_errors import (
+    BookieReadOnlyError, DigestMismatchError, LedgerFencedError, NoSuchEntryError, NoSuchLedgerError,
+    UnauthorizedAccessError)
 
 KEY = b"master-key"
 
@@ -254,6 +249,8 @@ class RestartTests(StorageTestBase):
         for wave in range(20):
             adds = []
             for i in range(wave * 50, wave * 50 + 50):
+                if i % 3 == 2 and wave > 10:
+                    continue   # ledger 3 is deleted: adds to it are refused (DeletedLedgerTests)
                 d = storage.add_entry(1 + i % 3, i, self.data(1 + i % 3, i), KEY)
                 d.addCallback(lambda _, i=i: acked.add(i))
                 adds.append(d)
@@ -270,7 +267,8 @@ class RestartTests(StorageTestBase):
                 continue
             got = yield storage.read_entry(ledger_id, i)
             self.assertEqual(got, self.data(ledger_id, i))
-        yield self.assertFailure(storage.read_entry(3, 0), NoSuchEntryError)
+        yield self.assertFailure(storage.read_entry(3, 0), NoSuchLedgerError)
+        yield self.assertFailure(storage.add_entry(3, 2000, b"x", KEY), LedgerFencedError)
 
     @defer.inlineCallbacks
     def test_torn_tail(self):
@@ -401,3 +399,103 @@ class CorruptionAndGCTests(StorageTestBase):
         yield deleted
         figures = yield storage.gc()
         self.assertGreaterEqual(figures["logs_deleted"], 1)
+
+
+class RefusalTests(StorageTestBase):
+    """A bookie refuses adds to fenced and deleted ledgers, and never serves a deleted one, across
+    restarts and crashes (issue 11: a stale writer's adds to a recovered-then-deleted ledger)."""
+
+    @defer.inlineCallbacks
+    def assert_deleted(self, storage, ledger_id):
+        self.assertTrue(storage.was_deleted(ledger_id))
+        self.assertFalse(storage.has_ledger(ledger_id))
+        yield self.assertFailure(storage.read_entry(ledger_id, 0), NoSuchLedgerError)
+        yield self.assertFailure(storage.read_entry(ledger_id, -1), NoSuchLedgerError)
+        yield self.assertFailure(storage.add_entry(ledger_id, 0, b"x", KEY), LedgerFencedError)
+        yield self.assertFailure(storage.add_entry(ledger_id, 99, b"x", KEY, recovery_add=True),
+                                 LedgerFencedError)
+        yield self.assertFailure(storage.fence_ledger(ledger_id, KEY), NoSuchLedgerError)
+        self.assertFalse(storage.has_ledger(ledger_id), "a refused add must not re-create it")
+
+    @defer.inlineCallbacks
+    def test_add_to_deleted_ledger_refused(self):
+        """Once deleted, a ledger is never re-created by an add, a recovery add or a fence."""
+        storage = yield self.open()
+        yield self.fill(storage, 7, 5)
+        yield storage.delete_ledger(7)
+        yield self.assert_deleted(storage, 7)
+        self.assertEqual(storage.stats()["deleted_ledgers"], 1)
+
+    @defer.inlineCallbacks
+    def test_deleted_survives_crash_before_checkpoint(self):
+        """The DELETE journal record alone keeps the ledger deleted after a crash."""
+        storage = yield self.open()
+        yield self.fill(storage, 7, 5)
+        yield storage.checkpoint()      # its index file exists
+        yield storage.delete_ledger(7)
+        self.crash(storage)
+        storage = yield self.open()
+        yield self.assert_deleted(storage, 7)
+
+    @defer.inlineCallbacks
+    def test_deleted_survives_journal_trim(self):
+        """After checkpoints trimmed the DELETE out of the journal, the deleted list keeps it."""
+        storage = yield self.open(journal_max_size_mb=0)
+        yield self.fill(storage, 7, 5)
+        yield self.fill(storage, 8, 5)
+        yield storage.checkpoint()
+        yield storage.delete_ledger(7)
+        yield storage.checkpoint()
+        yield self.fill(storage, 8, 5, first=5)
+        yield storage.checkpoint()
+        self.crash(storage)
+        storage = yield self.open()
+        self.assertEqual(storage.stats()["replayed_records"], 0)
+        yield self.assert_deleted(storage, 7)
+        yield self.assert_entries(storage, 8, range(10))
+        yield storage.stop()
+        storage = yield self.open()
+        yield self.assert_deleted(storage, 7)
+
+    @defer.inlineCallbacks
+    def test_deleted_list_torn_tail(self):
+        """A torn record at the end of the deleted list is cut off; the ids before it stay deleted
+        and later appends follow them."""
+        storage = yield self.open()
+        for lid in (1, 2):
+            yield self.fill(storage, lid, 2)
+            yield storage.delete_ledger(lid)
+        yield storage.stop()
+        path = os.path.join(self.ledger_dirs[0], "index", "deleted")
+        with open(path, "ab") as f:
+            f.write(b"\x00\x00\x00")
+        storage = yield self.open()
+        yield self.assert_deleted(storage, 1)
+        yield self.assert_deleted(storage, 2)
+        yield self.fill(storage, 3, 2)
+        yield storage.delete_ledger(3)
+        yield storage.stop()
+        storage = yield self.open()
+        for lid in (1, 2, 3):
+            yield self.assert_deleted(storage, lid)
+
+    def test_deleted_list_codec(self):
+        """Round trip; junk after the valid records is ignored and reported by the valid length."""
+        data = formats.encode_deleted_header() + formats.encode_deleted_records({5, 1, 2 ** 40})
+        ids, valid = formats.decode_deleted(data + b"junkjunkjunk")
+        self.assertEqual((ids, valid), ({1, 5, 2 ** 40}, len(data)))
+        self.assertEqual(formats.decode_deleted(b""), (set(), 0))
+        self.assertRaises(formats.FormatError, formats.decode_deleted, b"PTIX\x00\x01\x00\x00")
+
+    @defer.inlineCallbacks
+    def test_fence_survives_crash(self):
+        """A fence acknowledged (durable in the journal) and then a crash: adds are still refused."""
+        storage = yield self.open()
+        yield self.fill(storage, 4, 3)
+        yield storage.fence_ledger(4, KEY)
+        self.crash(storage)
+        storage = yield self.open()
+        self.assertTrue(storage.is_fenced(4))
+        yield self.assertFailure(storage.add_entry(4, 3, b"x", KEY), LedgerFencedError)
+        yield storage.add_entry(4, 3, b"x", KEY, recovery_add=True)
+        yield self.assert_entries(storage, 4, range(3))

@@ -123,6 +123,6 @@ class EvictionTests(QuotaCase):
 
 class QuotaValueTests(unittest.TestCase):
     def test_no_ledger_never_exceeded(self):
-        topic = type("NP", (), {"ledger": None, "subscriptions": {}})()
+        topic = type("NP", (), {"persistent": False, "subscriptions": {}})()
         self.assertFalse(backlog_quota.size_exceeded(topic, backlog_quota.BacklogQuota(limit_size=0)))
         self.assertFalse(backlog_quota.size_exceeded(topic, None))

@@ -5,6 +5,7 @@ import struct
 from twisted.internet import defer
 from twisted.trial import unittest
 
+from pulsar_twisted.broker.cnx import ConnectionState
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.testing.broker import BrokerHarness
 from pulsar_twisted.wire import frames
@@ -17,6 +18,16 @@ class ConnectionTests(unittest.TestCase):
     def setUp(self):
         self.harness = BrokerHarness()
         yield self.harness.start()
+
+    def test_states(self):
+        """START until CONNECT is accepted, then CONNECTED, CLOSED once lost."""
+        from pulsar_twisted.testing.broker import FakeClient
+        c = FakeClient(self.harness, 1)
+        self.assertIs(c.protocol.state, ConnectionState.START)
+        c.connect()
+        self.assertIs(c.protocol.state, ConnectionState.CONNECTED)
+        c.protocol.connectionLost(None)
+        self.assertIs(c.protocol.state, ConnectionState.CLOSED)
 
     def test_ping_answered(self):
         """A client's PING gets a PONG."""

@@ -38,6 +38,20 @@ class NonPersistentTests(unittest.TestCase):
         self.producer.send(T(type=T.SEND, send=api.CommandSend(producer_id=1, sequence_id=seq)), message(seq, key))
         return self.producer.commands(T.SEND_RECEIPT)
 
+    def test_topics_answer_persistent_or_not(self):
+        """Quota, TTL and stats code asks the topic whether it stores anything, not for a ledger."""
+        self.harness.client().send(T(type=T.PRODUCER, producer=api.CommandProducer(
+            topic="persistent://public/default/p", producer_id=1, request_id=1)))
+        topics = self.harness.broker.topics
+        np_topic, p_topic = topics[TOPIC], topics["persistent://public/default/p"]
+        self.subscribe(self.harness.client(), 1)
+        self.publish(0)
+        self.assertEqual((np_topic.persistent, np_topic.storage_size(), np_topic.backlog_size()),
+                         (False, 0, 0))
+        self.assertEqual(np_topic.durable_subscriptions(), [])
+        self.assertTrue(p_topic.persistent)
+        self.assertEqual(p_topic.storage_size(), p_topic.ledger.total_size())
+
     def test_generated_producer_name(self):
         self.assertTrue(self.producer_name.startswith("standalone-"))
 
@@ -59,3 +73,33 @@ class NonPersistentTests(unittest.TestCase):
         self.subscribe(c, 1, kind=api.CommandSubscribe.Exclusive)
         [err] = [x for x in self.subscribe(c, 2, kind=api.CommandSubscribe.Exclusive) if x.type == T.ERROR]
         self.assertEqual(err.error.error, api.ConsumerBusy)
+
+    def test_key_shared_one_key_one_consumer(self):
+        """Key_Shared routes every key to one consumer (the persistent selectors), in order."""
+        c1, c2 = self.harness.client(), self.harness.client()
+        self.subscribe(c1, 1, kind=api.CommandSubscribe.Key_Shared, name="c1")
+        self.subscribe(c2, 2, kind=api.CommandSubscribe.Key_Shared, name="c2")
+        for client, consumer_id in ((c1, 1), (c2, 2)):
+            client.send(T(type=T.FLOW, flow=api.CommandFlow(consumer_id=consumer_id, messagePermits=100)))
+        for seq in range(20):
+            self.publish(seq, key=f"k{seq % 4}")
+        owners = {}
+        for name, client in (("c1", c1), ("c2", c2)):
+            for cmd, m in client.received():
+                if cmd.type == T.MESSAGE:
+                    meta, payload = frames.split_message(m)
+                    key = api.MessageMetadata.FromString(meta).partition_key
+                    owners.setdefault(key, set()).add(name)
+                    self.assertEqual(int(payload[1:]) % 4, int(key[1:]))
+        self.assertEqual(sorted(owners), ["k0", "k1", "k2", "k3"])
+        self.assertTrue(all(len(names) == 1 for names in owners.values()))
+
+    def test_drops_counted_in_stats(self):
+        """Messages nobody can take are dropped and counted in the subscription's stats."""
+        c = self.harness.client()
+        self.subscribe(c, 1)
+        c.send(T(type=T.FLOW, flow=api.CommandFlow(consumer_id=1, messagePermits=1)))
+        for seq in range(3):
+            self.publish(seq)
+        topic = self.harness.broker.topics[TOPIC]
+        self.assertEqual(topic.subscriptions["s"].stats()["dropped"], 2)

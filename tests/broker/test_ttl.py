@@ -124,5 +124,5 @@ class DefaultTtlTests(PolicyCase):
 
 class NonPersistentTtlTests(unittest.TestCase):
     def test_topic_without_ledger_is_ignored(self):
-        topic = type("NP", (), {"ledger": None, "subscriptions": {}})()
+        topic = type("NP", (), {"persistent": False, "subscriptions": {}})()
         self.assertEqual(self.successResultOf(defer.Deferred.fromCoroutine(ttl.expire_topic(topic, 5, 0))), 0)

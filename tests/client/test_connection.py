@@ -5,7 +5,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.client import errors
-from pulsar_twisted.client.connection import CLIENT_VERSION, PROTOCOL_VERSION, command
+from pulsar_twisted.client.connection import CLIENT_VERSION, PROTOCOL_VERSION, ConnectionState, command
 from tests.client.helpers import FakeBroker, T
 
 
@@ -24,6 +24,17 @@ class HandshakeTests(SynchronousTestCase):
             server_version="x", protocol_version=21, max_message_size=1000)))
         self.assertIs(self.successResultOf(d), broker.cnx)
         self.assertEqual(broker.cnx.max_message_size, 1000)
+
+    def test_states(self):
+        """HANDSHAKE once CONNECT is written, READY on CONNECTED, CLOSED once lost."""
+        broker = FakeBroker(task.Clock(), handshake=False)
+        self.assertIs(broker.cnx.state, ConnectionState.HANDSHAKE)
+        self.assertFalse(broker.cnx.is_ready)
+        broker.feed(T(type=T.CONNECTED, connected=api.CommandConnected(server_version="x", protocol_version=21)))
+        self.assertIs(broker.cnx.state, ConnectionState.READY)
+        broker.lose()
+        self.assertIs(broker.cnx.state, ConnectionState.CLOSED)
+        self.failureResultOf(broker.cnx.when_connected(), errors.ConnectError)
 
     def test_handshake_error_fails_waiters(self):
         """An ERROR during the handshake (authentication) fails when_connected with its class."""

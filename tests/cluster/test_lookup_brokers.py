@@ -10,8 +10,9 @@ from twisted.internet import task
 from twisted.trial.unittest import TestCase
 
 from pulsar_twisted.broker.admin import AdminService
-from pulsar_twisted.broker.leader import LEADER_PATH, LeaderElection, read_leader
-from pulsar_twisted.broker.ownership import BROKERS_ROOT, BundleOwnership
+from pulsar_twisted.broker.leader import LeaderElection, read_leader
+from pulsar_twisted.broker.ownership import BundleOwnership
+from pulsar_twisted.metadata.layout import BROKERS_ROOT, LEADER_PATH
 from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
 from pulsar_twisted.testing.broker import BrokerHarness
 from pulsar_twisted.web.site import make_router

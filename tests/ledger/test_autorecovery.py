@@ -11,9 +11,9 @@ from twisted.trial import unittest
 from pulsar_twisted.ledger.autorecovery import (
     AUDITOR_ELECTION_PATH, LOCKS_PATH, UNDERREPLICATED_PATH, AutoRecoveryService,
     mark_underreplicated, underreplicated_path)
-from pulsar_twisted.ledger.client import unregister_bookie
 from pulsar_twisted.ledger.quorum import RandomPlacementPolicy, write_set
 from pulsar_twisted.metadata.interfaces import Stat
+from pulsar_twisted.resources.bookies import unregister_bookie
 from tests.ledger.test_handle import LedgerHarness
 
 PASSWORD = b"pw"
@@ -114,7 +114,7 @@ class LostBookieTests(AutoRecoveryHarness, unittest.TestCase):
 
     def test_bookie_back_within_delay_triggers_nothing(self):
         """A bookie that re-registers before the delay ends costs no marker and no copy."""
-        from pulsar_twisted.ledger.client import register_bookie
+        from pulsar_twisted.resources.bookies import register_bookie
         self.make_service(delay=30)
         handles = [self.write_ledger(10) for _ in range(3)]
         before = {h.ledger_id: self.stored_metadata(h.ledger_id) for h in handles}
@@ -131,7 +131,7 @@ class LostBookieTests(AutoRecoveryHarness, unittest.TestCase):
 
     def test_read_only_switch_is_not_a_loss(self):
         """A bookie moving from writable to read-only in one step is still registered."""
-        from pulsar_twisted.ledger.client import register_bookie
+        from pulsar_twisted.resources.bookies import register_bookie
         self.make_service()
         handle = self.write_ledger(5)
         bookie = handle.metadata.ensembles[0][1][0]
@@ -175,7 +175,7 @@ class LostBookieTests(AutoRecoveryHarness, unittest.TestCase):
 
     def test_no_replacement_bookie_keeps_marker_then_retries(self):
         """With no writable bookie outside the segment the marker stays; a new bookie fixes it."""
-        from pulsar_twisted.ledger.client import register_bookie
+        from pulsar_twisted.resources.bookies import register_bookie
         from pulsar_twisted.testing.fake_bookie import FakeBookie
         self.make_service(retry_delay=60)
         handle = self.write_ledger(6, e=3, w=3, a=2)
@@ -328,8 +328,9 @@ class ZooKeeperAutoRecoveryTests(unittest.TestCase):
 
     async def _lost_bookie_on_zookeeper(self):
         from pulsar_twisted.ledger.bookies import LocalBookieClient
-        from pulsar_twisted.ledger.client import BookKeeperClient, register_bookie
-        from pulsar_twisted.ledger.metadata import LedgerManager
+        from pulsar_twisted.ledger.client import BookKeeperClient
+        from pulsar_twisted.resources.bookies import register_bookie
+        from pulsar_twisted.resources.ledgers import LedgerManager
         from pulsar_twisted.testing.fake_bookie import FakeBookie
         bookie_session = await self._open()
         store = await self._open()

@@ -5,14 +5,14 @@ import random
 from twisted.internet import defer, task
 from twisted.trial import unittest
 
-from pulsar_twisted.ledger.bookies import LocalBookieClient
-from pulsar_twisted.ledger.client import (
-    BookKeeperClient, register_bookie, unregister_bookie)
-from pulsar_twisted.ledger.interfaces import (
+from pulsar_twisted.common.bk_errors import (
     BookieReadOnlyError, BookieUnavailableError, NoSuchLedgerError, NotEnoughBookiesError)
-from pulsar_twisted.ledger.metadata import LedgerState, ledger_path
+from pulsar_twisted.ledger.bookies import LocalBookieClient
+from pulsar_twisted.ledger.client import BookKeeperClient
+from pulsar_twisted.resources.ledgers import LedgerState, ledger_path
 from pulsar_twisted.ledger.quorum import RandomPlacementPolicy
 from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
+from pulsar_twisted.resources.bookies import register_bookie, unregister_bookie
 from pulsar_twisted.testing.fake_bookie import FakeBookie
 from tests.ledger.test_handle import LedgerHarness
 

@@ -5,8 +5,8 @@ from twisted.internet import defer
 from twisted.logger import globalLogPublisher
 from twisted.trial import unittest
 
-from pulsar_twisted.ledger.interfaces import LedgerClosedError
-from pulsar_twisted.ledger.metadata import LedgerState
+from pulsar_twisted.common.bk_errors import LedgerClosedError
+from pulsar_twisted.resources.ledgers import LedgerState
 from pulsar_twisted.metadata.interfaces import MetadataStoreError
 from tests.ledger.test_handle import LedgerHarness
 

@@ -3,9 +3,8 @@
 from twisted.internet import task
 from twisted.trial import unittest
 
-from pulsar_twisted.ledger.interfaces import (
-    BookieUnavailableError, LedgerFencedError, NoSuchEntryError, NoSuchLedgerError,
-    UnauthorizedAccessError)
+from pulsar_twisted.common.bk_errors import (
+    BookieUnavailableError, LedgerFencedError, NoSuchEntryError, NoSuchLedgerError, UnauthorizedAccessError)
 from pulsar_twisted.testing.fake_bookie import FakeBookie
 
 
@@ -23,6 +22,7 @@ class FakeBookieTests(unittest.TestCase):
         self.assertEqual(self.successResultOf(b.read_entry(1, -1)), b"one")
         self.failureResultOf(b.read_entry(1, 5), NoSuchEntryError)
         self.assertEqual((b.read_lac(1), b.last_entry_id(1)), (0, 1))
+        self.assertEqual(b.last_entry_id(42), -1)      # unknown: -1, as BookieStorage
         self.failureResultOf(b.add_entry(1, 2, b"x", b"other"), UnauthorizedAccessError)
         self.successResultOf(b.fence_ledger(1, b"k"))
         self.assertTrue(b.is_fenced(1))

@@ -6,15 +6,16 @@ from twisted.internet import task
 from twisted.trial import unittest
 from zope.interface.verify import verifyObject
 
+from pulsar_twisted.common.bk_errors import (
+    BookieUnavailableError, DigestMismatchError, LedgerClosedError, NoSuchEntryError, NotEnoughBookiesError)
 from pulsar_twisted.ledger.bookies import IBookieClient, LocalBookieClient
-from pulsar_twisted.ledger.client import BookKeeperClient, register_bookie
-from pulsar_twisted.ledger.interfaces import (
-    BookieUnavailableError, DigestMismatchError, ILedgerClient, ILedgerHandle, LedgerClosedError,
-    NoSuchEntryError, NotEnoughBookiesError)
+from pulsar_twisted.ledger.client import BookKeeperClient
 from pulsar_twisted.ledger.handle import WriterState
-from pulsar_twisted.ledger.metadata import LedgerManager, LedgerState
+from pulsar_twisted.ledger.interfaces import ILedgerClient, ILedgerHandle
+from pulsar_twisted.resources.ledgers import LedgerManager, LedgerState
 from pulsar_twisted.ledger.quorum import RandomPlacementPolicy
 from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
+from pulsar_twisted.resources.bookies import register_bookie
 from pulsar_twisted.testing.fake_bookie import FakeBookie
 
 

@@ -6,7 +6,7 @@ from hypothesis import given, strategies as st
 from twisted.trial import unittest
 from zope.interface.verify import verifyObject
 
-from pulsar_twisted.ledger.interfaces import NotEnoughBookiesError
+from pulsar_twisted.common.bk_errors import NotEnoughBookiesError
 from pulsar_twisted.ledger.quorum import (
     DistributionSchedule, IEnsemblePlacementPolicy, RandomPlacementPolicy, check_quorums,
     write_set)

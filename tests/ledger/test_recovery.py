@@ -2,11 +2,11 @@
 
 from twisted.trial import unittest
 
+from pulsar_twisted.common.bk_errors import (
+    BookieUnavailableError, LedgerClosedError, LedgerFencedError, LedgerRecoveryError, NoSuchLedgerError,
+    UnauthorizedAccessError)
 from pulsar_twisted.ledger.handle import WriterState
-from pulsar_twisted.ledger.interfaces import (
-    BookieUnavailableError, LedgerClosedError, LedgerFencedError, LedgerRecoveryError,
-    NoSuchLedgerError, UnauthorizedAccessError)
-from pulsar_twisted.ledger.metadata import LedgerManager, LedgerState
+from pulsar_twisted.resources.ledgers import LedgerManager, LedgerState
 from tests.ledger.test_handle import LedgerHarness
 
 

@@ -11,8 +11,8 @@ from twisted.trial import unittest
 
 from pulsar_twisted.bookie.server import BookieServer
 from pulsar_twisted.bookie.storage import BookieStorage
+from pulsar_twisted.common.bk_errors import BookieUnavailableError, LedgerFencedError
 from pulsar_twisted.ledger.client import BookKeeperClient
-from pulsar_twisted.ledger.interfaces import BookieUnavailableError, LedgerFencedError
 from pulsar_twisted.ledger.quorum import RandomPlacementPolicy
 from pulsar_twisted.ledger.tcp import TcpBookieClient
 from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore

@@ -3,8 +3,8 @@
 from twisted.trial import unittest
 from zope.interface.verify import verifyObject
 
+from pulsar_twisted.common.bk_errors import BookieUnavailableError
 from pulsar_twisted.common.position import EARLIEST, LATEST, Position
-from pulsar_twisted.ledger.interfaces import BookieUnavailableError
 from pulsar_twisted.mledger import formats
 from pulsar_twisted.mledger.interfaces import IManagedCursor, ManagedLedgerFencedError
 from pulsar_twisted.mledger.rangeset import PositionRangeSet

@@ -3,15 +3,15 @@
 from twisted.trial import unittest
 from zope.interface.verify import verifyObject
 
+from pulsar_twisted.common.bk_errors import NotEnoughBookiesError
 from pulsar_twisted.common.position import Position
-from pulsar_twisted.ledger.interfaces import NotEnoughBookiesError
+from pulsar_twisted.ledger.interfaces import ILedgerClient
 from pulsar_twisted.mledger.interfaces import (
     IManagedLedger, IManagedLedgerFactory, ManagedLedgerClosedError, ManagedLedgerError,
     ManagedLedgerFencedError,
 )
 from pulsar_twisted.mledger.ledger import ManagedLedgerTerminatedError, State
 from pulsar_twisted.testing.fake_ledger import FakeLedgerClient
-from pulsar_twisted.ledger.interfaces import ILedgerClient
 
 from tests.mledger.test_support import ManagedLedgerHarness, data
 
@@ -87,6 +87,16 @@ class RolloverTests(ManagedLedgerHarness, unittest.TestCase):
         self.assertEqual([i["entries"] for i in ml.ledgers_info()], [3, 3, 2])
         entries = self.successResultOf(ml.read_entries(positions[0], 100))
         self.assertEqual([e.data for e in entries], [data(i) for i in range(8)])
+
+    def test_next_position_crosses_ledgers(self):
+        """next_position steps to the next entry, over a ledger boundary, and one past the end."""
+        ml = self.open(max_entries_per_ledger=3)
+        self.successResultOf(ml.open_cursor("keep", "earliest"))
+        positions = self.add(ml, 5)
+        self.assertEqual(ml.next_position(positions[0]), positions[1])
+        self.assertEqual(ml.next_position(positions[2]), positions[3])
+        last = positions[-1]
+        self.assertEqual(ml.next_position(last), Position(last.ledger_id, last.entry_id + 1))
 
     def test_adds_queue_while_rolling_and_keep_order(self):
         """Adds issued while the full ledger closes and the next is created wait, then go in order."""

@@ -1,13 +1,14 @@
-"""Length-prefixed framing and the request table."""
+"""Length-prefixed framing, the request table and the keep-alive timer."""
 
 import struct
 
 from hypothesis import given, strategies as st
+from twisted.internet import defer, task
 from twisted.internet.testing import StringTransport
 from twisted.trial import unittest
 
 from pulsar_twisted.net.framing import (
-    FramedProtocol, FrameTooLargeError, RequestTable, encode_frame)
+    FramedProtocol, FrameTooLargeError, KeepAlive, RequestTable, RequestTimeoutError, encode_frame)
 
 
 class Recorder(FramedProtocol):
@@ -112,3 +113,119 @@ class RequestTableTests(unittest.SynchronousTestCase):
             self.failureResultOf(d, ConnectionError)
         self.failureResultOf(table.new()[1], ConnectionError)
         self.assertEqual(len(table), 0)
+
+    def test_deadline(self):
+        """A request with a timeout fails on the clock with the table's error; a late answer is
+        refused and other requests are untouched."""
+        clock = task.Clock()
+        table = RequestTable(clock, lambda rid, t: TimeoutError(f"{rid} after {t}"))
+        request_id, d = table.new(timeout=5)
+        _, untimed = table.new()
+        clock.advance(4.9)
+        self.assertNoResult(d)
+        clock.advance(0.1)
+        self.assertEqual(str(self.failureResultOf(d, TimeoutError).value), "1 after 5")
+        self.assertFalse(table.resolve(request_id, "late"))
+        self.assertNoResult(untimed)
+        self.assertEqual(len(table), 1)
+
+    def test_default_timeout_error(self):
+        clock = task.Clock()
+        table = RequestTable(clock)
+        d = table.wait(table.next_id(), 1)
+        clock.advance(1)
+        self.failureResultOf(d, RequestTimeoutError)
+
+    def test_answer_cancels_deadline(self):
+        """An answered request leaves no timer behind."""
+        clock = task.Clock()
+        table = RequestTable(clock)
+        request_id, d = table.new(timeout=5)
+        table.resolve(request_id, "ok")
+        self.assertEqual(self.successResultOf(d), "ok")
+        self.assertEqual(clock.getDelayedCalls(), [])
+
+    def test_fail_all_cancels_deadlines(self):
+        clock = task.Clock()
+        table = RequestTable(clock)
+        d = table.new(timeout=5)[1]
+        table.fail_all(ConnectionError("gone"))
+        self.failureResultOf(d, ConnectionError)
+        self.assertEqual(clock.getDelayedCalls(), [])
+
+    def test_cancel_forgets_request(self):
+        """Cancelling a waiting Deferred removes the request and its timer."""
+        clock = task.Clock()
+        table = RequestTable(clock)
+        request_id, d = table.new(timeout=5)
+        d.cancel()
+        self.failureResultOf(d, defer.CancelledError)
+        self.assertNotIn(request_id, table)
+        self.assertEqual(clock.getDelayedCalls(), [])
+        self.assertFalse(table.resolve(request_id, "late"))
+
+    def test_reserved_ids_are_not_waiting(self):
+        """next_id reserves an id without a request; wait then registers it."""
+        table = RequestTable()
+        request_id = table.next_id()
+        self.assertNotIn(request_id, table)
+        d = table.wait(request_id)
+        self.assertIn(request_id, table)
+        self.assertEqual(table.next_id(), request_id + 1)
+        table.resolve(request_id, "x")
+        self.assertEqual(self.successResultOf(d), "x")
+
+
+class KeepAliveTests(unittest.SynchronousTestCase):
+    def setUp(self):
+        self.clock = task.Clock()
+        self.pings = []
+        self.timeouts = []
+        self.can_ping = True
+        self.keep_alive = KeepAlive(self.clock, 30, self.ping, self.timeouts.append)
+        self.keep_alive.start()
+
+    def ping(self):
+        if self.can_ping:
+            self.pings.append(self.clock.seconds())
+        return self.can_ping
+
+    def test_idle_ping_then_timeout(self):
+        """Idle for an interval: PING; still silent one interval later: given up, timer ends."""
+        self.clock.advance(30)
+        self.assertEqual(self.pings, [30])
+        self.clock.advance(30)
+        self.assertEqual(self.timeouts, [60])
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
+    def test_any_input_answers(self):
+        """Input after the PING (a PONG or any command) keeps the connection."""
+        for _ in range(3):
+            self.clock.advance(30)
+            self.keep_alive.received()
+        self.assertEqual(self.pings, [30, 60, 90])
+        self.assertEqual(self.timeouts, [])
+
+    def test_busy_connection_not_pinged(self):
+        """Input within the interval: no PING at all."""
+        for _ in range(4):
+            self.clock.advance(15)
+            self.keep_alive.received()
+        self.assertEqual(self.pings, [])
+
+    def test_no_ping_before_ready(self):
+        """send_ping refusing (handshake not done) is not a PING waiting for its answer."""
+        self.can_ping = False
+        self.clock.advance(90)
+        self.assertEqual((self.pings, self.timeouts), ([], []))
+
+    def test_stop(self):
+        self.keep_alive.stop()
+        self.clock.advance(90)
+        self.assertEqual((self.pings, self.timeouts), ([], []))
+
+    def test_disabled(self):
+        """An interval of 0 schedules nothing."""
+        clock = task.Clock()
+        KeepAlive(clock, 0, self.ping, self.timeouts.append).start()
+        self.assertEqual(clock.getDelayedCalls(), [])

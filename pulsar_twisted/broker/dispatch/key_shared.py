@@ -94,15 +94,19 @@ class StickySelector:
         return None
 
 
+def selector_for(mode: int, config):
+    """The key -> consumer selector of a Key_Shared subscription in ``mode`` (STICKY or AUTO_SPLIT)."""
+    if mode == api.STICKY:
+        return StickySelector()
+    return ConsistentHashSelector(config.subscriptionKeySharedConsistentHashingReplicaPoints)
+
+
 class KeySharedDispatcher(SharedDispatcher):
     def __init__(self, subscription, cursor, clock, config, meta=None):
         super().__init__(subscription, cursor, clock, config)
         self.mode = meta.keySharedMode if meta is not None else api.AUTO_SPLIT
         self.allow_out_of_order = bool(meta is not None and meta.allowOutOfOrderDelivery)
-        if self.mode == api.STICKY:
-            self.selector = StickySelector()
-        else:
-            self.selector = ConsistentHashSelector(config.subscriptionKeySharedConsistentHashingReplicaPoints)
+        self.selector = selector_for(self.mode, config)
         #: consumer -> last position read from the cursor when it joined (module docstring).
         self.recently_joined = {}
         #: The newest entry read from the cursor and dispatched (not counting replays), or None.

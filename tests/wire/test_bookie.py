@@ -1,4 +1,5 @@
-"""Entry packing: BookKeeper header + CRC32C, verified on unpack."""
+"""The bookie codecs: entry packing (BookKeeper header + CRC32C, verified on unpack) and the
+status <-> error table."""
 
 import struct
 
@@ -6,9 +7,11 @@ import crc32c
 from hypothesis import given, strategies as st
 from twisted.trial import unittest
 
-from pulsar_twisted.ledger.digest import (
-    PREFIX_SIZE, pack_entry, packed_lac, unpack_entry)
-from pulsar_twisted.ledger.interfaces import DigestMismatchError
+from pulsar_twisted.common import bk_errors
+from pulsar_twisted.common.bk_errors import DigestMismatchError
+from pulsar_twisted.proto import bookie_pb2 as pb
+from pulsar_twisted.wire.bookie import (
+    ERROR_BY_STATUS, PREFIX_SIZE, error_for, pack_entry, packed_lac, status_for, unpack_entry)
 
 u63 = st.integers(0, 2 ** 63 - 1)
 
@@ -46,3 +49,27 @@ class DigestTests(unittest.TestCase):
         self.assertRaises(DigestMismatchError, unpack_entry, packed, 1, 3)
         self.assertRaises(DigestMismatchError, unpack_entry, packed[:20])
         self.assertRaises(DigestMismatchError, unpack_entry, packed[:-1])
+
+
+class StatusTableTests(unittest.TestCase):
+
+    def test_every_mapped_status_round_trips(self):
+        """The error a client raises for a status is reported by the bookie as that same status."""
+        for status in ERROR_BY_STATUS:
+            self.assertEqual(status_for(error_for(status)("x")), status, pb.StatusCode.Name(status))
+
+    def test_subclasses_take_their_parents_status(self):
+        """status_for matches with isinstance, so a refinement of a mapped error keeps its status."""
+        class Refined(bk_errors.LedgerFencedError):
+            pass
+        self.assertEqual(status_for(Refined("x")), pb.FENCED)
+
+    def test_unexpected_errors(self):
+        """Anything storage raises that is not in the table is ERROR; a client raises BKException for
+        ERROR and for a status it does not know, ValueError for BAD_REQUEST."""
+        self.assertEqual(status_for(RuntimeError("boom")), pb.ERROR)
+        self.assertEqual(status_for(bk_errors.BKException("x")), pb.ERROR)
+        self.assertIs(error_for(pb.ERROR), bk_errors.BKException)
+        self.assertIs(error_for(12345), bk_errors.BKException)
+        self.assertIs(error_for(pb.BAD_REQUEST), ValueError)
+        self.assertEqual(status_for(ValueError("bad")), pb.BAD_REQUEST)

@@ -1,14 +1,20 @@
 """
-Entry packing as BookKeeper's ``DigestManager`` does it, with the CRC32C digest type.
+The bookie protocol's codecs, shared by the bookie server and the ledger client (pure: no Twisted).
 
-A packed entry is what travels to the bookies and what they store and return::
+**Status <-> error.** The bookie answers every request with a ``StatusCode`` (``protocol/bookie.proto``).
+``status_for`` turns what storage raised into that code; ``error_for`` turns a code back into the
+``pulsar_twisted.common.bk_errors`` exception the client raises, so a ``BookKeeperClient`` sees the same
+errors from a TCP bookie as from an in-process one.
+
+**Entry digest**, as BookKeeper's ``DigestManager`` does it with the CRC32C digest type. A packed entry
+is what travels to the bookies and what they store and return::
 
     [ledger_id u64][entry_id u64][lac i64][length u64][crc32c u32][payload ...]
 
 ``lac`` is the writer's last-add-confirmed when the entry was packed (piggybacked so that
 readers and recovery learn it from the bookies); ``length`` is the ledger's total payload length
 including this entry. The CRC32C covers the 32-byte header and the payload, so a bookie or
-network corrupting either is detected by the reader. Pure functions: no Twisted import.
+network corrupting either is detected by the reader.
 """
 
 import struct
@@ -16,7 +22,49 @@ from typing import NamedTuple, Optional
 
 import crc32c as _crc32c
 
-from pulsar_twisted.ledger.interfaces import DigestMismatchError
+from pulsar_twisted.common.bk_errors import (
+    BKException, BookieReadOnlyError, BookieUnavailableError, DigestMismatchError, LedgerFencedError,
+    NoSuchEntryError, NoSuchLedgerError, UnauthorizedAccessError)
+from pulsar_twisted.proto import bookie_pb2 as pb
+
+#: Storage exception -> status code. Checked in order with isinstance.
+_STATUS_BY_ERROR = (
+    (NoSuchLedgerError, pb.NO_SUCH_LEDGER),
+    (NoSuchEntryError, pb.NO_SUCH_ENTRY),
+    (LedgerFencedError, pb.FENCED),
+    (UnauthorizedAccessError, pb.UNAUTHORIZED),
+    (BookieReadOnlyError, pb.READ_ONLY),
+    (DigestMismatchError, pb.DIGEST_MISMATCH),
+    (BookieUnavailableError, pb.UNAVAILABLE),
+    (ValueError, pb.BAD_REQUEST),
+)
+
+#: Status code -> the exception the client raises.
+ERROR_BY_STATUS = {
+    pb.NO_SUCH_LEDGER: NoSuchLedgerError,
+    pb.NO_SUCH_ENTRY: NoSuchEntryError,
+    pb.FENCED: LedgerFencedError,
+    pb.UNAUTHORIZED: UnauthorizedAccessError,
+    pb.READ_ONLY: BookieReadOnlyError,
+    pb.DIGEST_MISMATCH: DigestMismatchError,
+    pb.UNAVAILABLE: BookieUnavailableError,
+    pb.BAD_REQUEST: ValueError,
+}
+
+
+def status_for(error: BaseException) -> int:
+    """The status code reporting ``error`` (ERROR for anything unexpected)."""
+    for error_type, status in _STATUS_BY_ERROR:
+        if isinstance(error, error_type):
+            return status
+    return pb.ERROR
+
+
+def error_for(status: int) -> type:
+    """The exception type a client raises for a non-OK ``status`` (BKException for ERROR or any code
+    it does not know)."""
+    return ERROR_BY_STATUS.get(status, BKException)
+
 
 _HEADER = struct.Struct(">QQqQ")
 _DIGEST = struct.Struct(">I")

@@ -18,12 +18,11 @@ from typing import Dict, Optional, Sequence, Tuple
 
 from twisted.internet import defer
 
-from pulsar_twisted.ledger.interfaces import BKException, NoSuchLedgerError
+from pulsar_twisted.common.bk_errors import BKException, NoSuchLedgerError
 from pulsar_twisted.metadata.interfaces import NotFoundError
+from pulsar_twisted.metadata.layout import IDGEN_PREFIX, LEDGERS_ROOT
 
 FORMAT_VERSION = 1
-LEDGERS_ROOT = "/ledgers"
-IDGEN_PREFIX = "/ledgers/idgen/ID-"
 
 
 class LedgerState(enum.Enum):

@@ -1,0 +1,90 @@
+"""
+``LedgerAdmission``: a cluster bookie checks the metadata store before it takes a ledger it does not
+hold yet.
+
+A bookie learns of a ledger from its first add. Real BookKeeper bookies create the ledger on that
+first add whatever it is: they never consult the ledger's metadata on the write path, and forget a
+deleted ledger entirely once garbage collection (which compares local ledgers with the metadata
+store) has removed it; so a writer that kept a stale handle can make such a bookie accept adds to a
+ledger someone else recovered and deleted. Issue 11 saw exactly that. Here the storage remembers
+what it deleted (``BookieStorage.was_deleted``), and in cluster mode this check covers the bookies
+that never saw the ledger (a replacement chosen by a stale writer, a bookie whose disk was wiped):
+
+- no metadata (deleted, or never created): the add is refused with LedgerFencedError, which makes
+  the writer stop (its managed ledger fences itself);
+- metadata that does not name this bookie in any ensemble: refused with BookieUnavailableError
+  unless it is a recovery add (recovery and re-replication write to a bookie before, or without,
+  recording it), so a writer whose ensemble change was not recorded replaces this bookie again.
+
+Only the first add of an unknown ledger pays the metadata read: once the add went through the
+storage holds the ledger. Concurrent first adds of one ledger share one read and are then applied
+in arrival order. A positive answer is also kept (bounded) so a failed first add does not read
+again.
+"""
+
+from collections import OrderedDict
+
+from twisted.internet import defer
+from twisted.python.failure import Failure
+from twisted.logger import Logger
+
+from pulsar_twisted.common.bk_errors import (
+    BookieUnavailableError, LedgerFencedError, NoSuchLedgerError)
+from pulsar_twisted.resources.ledgers import LedgerManager
+
+log = Logger()
+
+_KEEP = 4096
+
+
+class LedgerAdmission:
+    """``check(ledger_id, recovery_add)`` -> Deferred firing (None) when this bookie may take the
+    ledger, failing as the module docstring says. ``bookie_id`` is a callable (the id is known only
+    once the server listens)."""
+
+    def __init__(self, metadata_store, bookie_id):
+        self._manager = LedgerManager(metadata_store)
+        self._bookie_id = bookie_id
+        self._admitted = OrderedDict()   # ledger_id -> True, most recent last
+        self._reading = {}               # ledger_id -> [Deferred] waiting on one metadata read
+        self.refused = 0
+
+    def check(self, ledger_id: int, recovery_add: bool = False) -> defer.Deferred:
+        if ledger_id in self._admitted:
+            return defer.succeed(None)
+        waiters = self._reading.get(ledger_id)
+        d = defer.Deferred()
+        d.addBoth(self._decide, ledger_id, recovery_add)
+        if waiters is not None:
+            waiters.append(d)
+            return d
+        self._reading[ledger_id] = [d]
+        self._manager.read(ledger_id).addBoth(self._read_done, ledger_id)
+        return d
+
+    def _read_done(self, result, ledger_id):
+        for d in self._reading.pop(ledger_id, []):
+            d.callback(result)
+
+    def _decide(self, result, ledger_id, recovery_add):
+        if isinstance(result, Failure):
+            if result.check(NoSuchLedgerError):
+                self.refused += 1
+                log.warn("bookie refuses an add to ledger {ledger}: it has no metadata (deleted?)",
+                         ledger=ledger_id)
+                raise LedgerFencedError(f"ledger {ledger_id} has no metadata: refusing adds")
+            # The store is unreachable: the writer may try another bookie.
+            raise BookieUnavailableError(
+                f"cannot check ledger {ledger_id} in the metadata store: {result.getErrorMessage()}")
+        metadata, _version = result
+        me = self._bookie_id()
+        if me not in metadata.all_bookies() and not recovery_add:
+            self.refused += 1
+            log.warn("bookie {bookie} refuses an add to ledger {ledger}: not in its ensembles {ens}",
+                     bookie=me, ledger=ledger_id, ens=[list(e) for _, e in metadata.ensembles])
+            raise BookieUnavailableError(
+                f"bookie {me} is not in any ensemble of ledger {ledger_id}")
+        self._admitted[ledger_id] = True
+        if len(self._admitted) > _KEEP:
+            self._admitted.popitem(last=False)
+        return None

@@ -1,0 +1,102 @@
+"""A cluster bookie checks a ledger's metadata before it takes the first add of a ledger it does
+not hold (bookie.admission), on an EmbeddedMetadataStore and a FakeBookie, without sockets."""
+
+from twisted.internet import defer, task
+from twisted.trial import unittest
+
+from pulsar_twisted.bookie.admission import LedgerAdmission
+from pulsar_twisted.bookie.protocol import BookieRequestProcessor
+from pulsar_twisted.wire.bookie import pack_entry
+from pulsar_twisted.resources.ledgers import LedgerManager, LedgerMetadata
+from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
+from pulsar_twisted.proto import bookie_pb2 as pb
+from pulsar_twisted.testing.fake_bookie import FakeBookie
+
+KEY = b"master-key"
+
+
+def add_request(ledger_id, entry_id, recovery_add=False):
+    body = pack_entry(ledger_id, entry_id, entry_id - 1, 1, b"x")
+    return pb.Request(request_id=entry_id + 1, add_entry=pb.AddEntryRequest(
+        ledger_id=ledger_id, entry_id=entry_id, master_key=KEY, body=body,
+        recovery_add=recovery_add))
+
+
+class AdmissionTests(unittest.TestCase):
+
+    def setUp(self):
+        self.clock = task.Clock()
+        self.store = EmbeddedMetadataStore(None, self.clock)
+        self.successResultOf(self.store.start())
+        self.manager = LedgerManager(self.store)
+        self.bookie = FakeBookie("b1:3181", self.clock)
+        self.admission = LedgerAdmission(self.store, lambda: "b1:3181")
+        self.processor = BookieRequestProcessor(self.bookie, admission=self.admission)
+
+    def create(self, ledger_id, ensemble):
+        metadata = LedgerMetadata(ensemble_size=len(ensemble), write_quorum=len(ensemble),
+                                  ack_quorum=1, ensembles=((0, tuple(ensemble)),),
+                                  password_digest="", ctime_ms=0)
+        self.successResultOf(self.manager.create(ledger_id, metadata))
+
+    def add(self, ledger_id, entry_id, recovery_add=False):
+        return self.successResultOf(self.processor.process(add_request(ledger_id, entry_id, recovery_add)))
+
+    def test_known_ledger_in_ensemble_admitted(self):
+        """A ledger whose metadata names this bookie is taken; later adds skip the check."""
+        self.create(5, ["b0:3181", "b1:3181"])
+        self.assertEqual(self.add(5, 0).status, pb.OK)
+        self.successResultOf(self.manager.delete(5))
+        # The storage holds it now: the next adds do not read the metadata again.
+        self.assertEqual(self.add(5, 1).status, pb.OK)
+        self.assertEqual(self.bookie.entry_ids(5), [0, 1])
+
+    def test_no_metadata_refused_fenced(self):
+        """No metadata (deleted elsewhere, never seen here): FENCED, and nothing is created."""
+        response = self.add(9, 0)
+        self.assertEqual(response.status, pb.FENCED)
+        self.assertFalse(self.bookie.has_ledger(9))
+        self.assertEqual(self.add(9, 0, recovery_add=True).status, pb.FENCED)
+        self.assertEqual(self.admission.refused, 2)
+
+    def test_not_in_ensemble(self):
+        """Metadata that does not name this bookie: a writer's add is refused as UNAVAILABLE (the
+        writer replaces the bookie); a recovery add (re-replication) is taken."""
+        self.create(6, ["b0:3181", "b2:3181"])
+        self.assertEqual(self.add(6, 0).status, pb.UNAVAILABLE)
+        self.assertFalse(self.bookie.has_ledger(6))
+        self.assertEqual(self.add(6, 0, recovery_add=True).status, pb.OK)
+        self.assertTrue(self.bookie.has_ledger(6))
+
+    def test_deleted_here_refused_without_reading(self):
+        """A ledger this bookie deleted is refused by the storage itself, metadata or not."""
+        self.create(4, ["b1:3181"])
+        self.assertEqual(self.add(4, 0).status, pb.OK)
+        self.successResultOf(self.bookie.delete_ledger(4))
+        self.assertEqual(self.add(4, 1).status, pb.FENCED)
+        self.assertFalse(self.bookie.has_ledger(4))
+
+    def test_concurrent_first_adds_share_one_read_in_order(self):
+        """First adds arriving while the metadata read is in flight share it and are applied in
+        arrival order."""
+        self.create(8, ["b1:3181"])
+        reads = []
+        real_read = self.admission._manager.read
+        gate = defer.Deferred()
+
+        def slow_read(ledger_id):
+            reads.append(ledger_id)
+            return gate.addCallback(lambda _: real_read(ledger_id))
+        self.admission._manager.read = slow_read
+        order = []
+        real_add = self.bookie.add_entry
+
+        def recording_add(ledger_id, entry_id, *a, **kw):
+            order.append(entry_id)
+            return real_add(ledger_id, entry_id, *a, **kw)
+        self.bookie.add_entry = recording_add
+        ds = [self.processor.process(add_request(8, e)) for e in range(3)]
+        self.assertEqual(order, [])
+        gate.callback(None)
+        self.assertEqual([self.successResultOf(d).status for d in ds], [pb.OK] * 3)
+        self.assertEqual((reads, order), ([8], [0, 1, 2]))

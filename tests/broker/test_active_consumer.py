@@ -1,0 +1,99 @@
+"""
+One active-consumer rule for Failover on both kinds of topic: among the consumers of the best
+priority level, sorted by name, a partition's active consumer is ``partition % count``.
+"""
+
+from twisted.internet import defer
+from twisted.trial import unittest
+
+from pulsar_twisted.proto import PulsarApi_pb2 as api
+from pulsar_twisted.testing.broker import BrokerHarness
+from pulsar_twisted.wire import frames
+
+T = api.BaseCommand
+Sub = api.CommandSubscribe
+
+
+def message(seq):
+    meta = api.MessageMetadata(producer_name="p", sequence_id=seq, publish_time=1000 + seq)
+    return frames.encode_message(meta, b"m%d" % seq)
+
+
+def payloads(received):
+    return [frames.split_message(m)[1].decode() for c, m in received if c.type == T.MESSAGE]
+
+
+def active_flags(received):
+    return [c.active_consumer_change.is_active for c, _ in received if c.type == T.ACTIVE_CONSUMER_CHANGE]
+
+
+class FailoverPartitionRuleMixin:
+    """``topic``: a partition of index 1, so with consumers a and b the active one is b."""
+
+    topic = None
+
+    @defer.inlineCallbacks
+    def setUp(self):
+        self.harness = BrokerHarness()
+        yield self.harness.start()
+        self.producer = self.harness.client()
+        self.producer.send(T(type=T.PRODUCER, producer=api.CommandProducer(
+            topic=self.topic, producer_id=1, request_id=1)))
+        self.assertEqual(len(self.producer.commands(T.PRODUCER_SUCCESS)), 1)
+
+    def subscribe(self, client, consumer_id, name, priority=0):
+        client.send(T(type=T.SUBSCRIBE, subscribe=api.CommandSubscribe(
+            topic=self.topic, subscription="s", subType=Sub.Failover, consumer_id=consumer_id,
+            request_id=100 + consumer_id, consumer_name=name, priority_level=priority)))
+        client.send(T(type=T.FLOW, flow=api.CommandFlow(consumer_id=consumer_id, messagePermits=10)))
+
+    def publish(self, n):
+        for seq in range(n):
+            self.producer.send(T(type=T.SEND, send=api.CommandSend(producer_id=1, sequence_id=seq)),
+                               message(seq))
+        self.assertEqual(len(self.producer.commands(T.SEND_RECEIPT)), n)
+
+    def test_partition_index_picks_active(self):
+        """Partition 1 of two Failover consumers a, b: b is active (1 % 2) once the delay passed."""
+        a, b = self.harness.client(), self.harness.client()
+        self.subscribe(a, 1, "a")
+        self.subscribe(b, 2, "b")
+        self.harness.clock.advance(2)
+        self.publish(3)
+        got_a, got_b = a.received(), b.received()
+        self.assertEqual(active_flags(got_b)[-1], True)
+        self.assertEqual(active_flags(got_a)[-1], False)
+        self.assertEqual(payloads(got_b), ["m0", "m1", "m2"])
+        self.assertEqual(payloads(got_a), [])
+
+    def test_newcomer_takes_over_only_after_delay(self):
+        """The consumer that should be active takes over after activeConsumerFailoverDelayTimeMillis."""
+        a, b = self.harness.client(), self.harness.client()
+        self.subscribe(a, 1, "a")
+        self.harness.pump()
+        self.subscribe(b, 2, "b")
+        self.harness.pump()
+        self.assertEqual(active_flags(a.received()), [True])
+        self.assertEqual(active_flags(b.received()), [False])
+        self.harness.clock.advance(1.0)
+        self.assertEqual(active_flags(a.received()), [False])
+        self.assertEqual(active_flags(b.received()), [True])
+
+    def test_best_priority_level_only(self):
+        """Only consumers of the best (lowest) priority level count for ``partition % count``."""
+        a, b, c = self.harness.client(), self.harness.client(), self.harness.client()
+        self.subscribe(a, 1, "a")
+        self.subscribe(b, 2, "b", priority=1)
+        self.subscribe(c, 3, "c", priority=1)
+        self.harness.clock.advance(2)
+        self.publish(2)
+        self.assertEqual(payloads(a.received()), ["m0", "m1"])
+        self.assertEqual(payloads(b.received()) + payloads(c.received()), [])
+
+
+class PersistentFailoverTests(FailoverPartitionRuleMixin, unittest.TestCase):
+    topic = "persistent://public/default/t-partition-1"
+
+
+class NonPersistentFailoverTests(FailoverPartitionRuleMixin, unittest.TestCase):
+    topic = "non-persistent://public/default/t-partition-1"

@@ -1,0 +1,104 @@
+"""
+The IBookieClient contract (``testing.bookie_client_mixin``) over every bookie client: the
+in-process client over the fake bookie and over real storage, and the TCP client over a real
+bookie server on 127.0.0.1.
+"""
+
+from twisted.internet import defer, endpoints, task
+from twisted.trial import unittest
+
+from pulsar_twisted.bookie.server import BookieServer
+from pulsar_twisted.bookie.storage import BookieStorage
+from pulsar_twisted.ledger.bookies import LocalBookieClient
+from pulsar_twisted.ledger.tcp import TcpBookieClient
+from pulsar_twisted.testing.bookie_client_mixin import BookieClientTestsMixin
+from pulsar_twisted.testing.fake_bookie import FakeBookie
+
+
+def real_storage(test):
+    """A started BookieStorage in a temp dir on the global reactor (stopped at cleanup)."""
+    from twisted.internet import reactor
+    base = test.mktemp()
+    storage = BookieStorage(f"{base}/journal", [f"{base}/ledgers"], reactor, journal_sync_data=False,
+                            flush_interval_ms=0, gc_wait_time_ms=0)
+    test.addCleanup(storage.stop)
+    return storage
+
+
+class LocalOverFakeBookieTests(BookieClientTestsMixin, unittest.TestCase):
+    def make_bookie_client(self, count):
+        self.clock = task.Clock()
+        self.bookies = {f"bookie-{i}": FakeBookie(f"bookie-{i}", self.clock) for i in range(count)}
+        return LocalBookieClient(self.bookies), sorted(self.bookies)
+
+    def set_read_only(self, bookie_id, flag):
+        self.bookies[bookie_id].set_read_only(flag)
+
+    def stop_bookie(self, bookie_id):
+        self.bookies[bookie_id].available = False
+        return defer.succeed(None)
+
+    def drop_connections(self, bookie_id):
+        return defer.succeed(None)
+
+
+class LocalOverStorageTests(BookieClientTestsMixin, unittest.TestCase):
+    async def make_bookie_client(self, count):
+        self.bookies = {}
+        for i in range(count):
+            storage = real_storage(self)
+            await storage.start()
+            self.bookies[f"bookie-{i}"] = storage
+        return LocalBookieClient(self.bookies), sorted(self.bookies)
+
+    def set_read_only(self, bookie_id, flag):
+        self.bookies[bookie_id].set_read_only(flag)
+
+    def stop_bookie(self, bookie_id):
+        # An in-process bookie that is gone is one the client no longer has.
+        del self.bookies[bookie_id]
+        return defer.succeed(None)
+
+    def drop_connections(self, bookie_id):
+        return defer.succeed(None)
+
+
+class TcpOverServerTests(BookieClientTestsMixin, unittest.TestCase):
+    async def make_bookie_client(self, count):
+        from twisted.internet import reactor
+        self.servers = {}
+        for _ in range(count):
+            storage = real_storage(self)
+            server = BookieServer(storage, reactor,
+                                  endpoint=endpoints.TCP4ServerEndpoint(reactor, 0, interface="127.0.0.1"),
+                                  advertised_address="127.0.0.1", disk_usage=lambda: 0.1,
+                                  disk_check_interval=0)
+            await server.start()
+            self.addCleanup(server.stop)
+            self.servers[server.bookie_id] = server
+        self.tcp = TcpBookieClient(reactor, request_timeout=10.0, connect_timeout=5.0)
+        self.addCleanup(self.tcp.close)
+        return self.tcp, sorted(self.servers)
+
+    def set_read_only(self, bookie_id, flag):
+        self.servers[bookie_id].storage.set_read_only(flag)
+
+    def stop_bookie(self, bookie_id):
+        return self.servers[bookie_id].stop()
+
+    def missing_bookie_id(self):
+        # Port 1 on loopback: nothing listens there, the connection is refused at once.
+        return "127.0.0.1:1"
+
+    def drop_connections(self, bookie_id):
+        # Wait until the client side saw the loss, so the next request is a new connection.
+        connection = self.tcp._connections[bookie_id]
+        protocol, lost = connection.protocol, defer.Deferred()
+        previous = protocol.on_lost
+
+        def on_lost(p, reason):
+            previous(p, reason)
+            lost.callback(None)
+        protocol.on_lost = on_lost
+        self.servers[bookie_id].factory.close_connections()
+        return lost
