@@ -410,6 +410,15 @@ _BROKER_KEYS = [
     Key("bookkeeperClientTimeoutInSeconds", int, 30,
         "Deadline of each request to a bookie; a bookie that misses it is replaced in the ensemble.",
         "Cluster"),
+    Key("bookkeeperClientHealthCheckEnabled", bool, True,
+        "Quarantine bookies whose writes fail or time out (see the next three keys).", "Cluster"),
+    Key("bookkeeperClientHealthCheckIntervalSeconds", int, 60,
+        "Interval over which a bookie's failed writes are counted.", "Cluster"),
+    Key("bookkeeperClientHealthCheckErrorThresholdPerInterval", int, 5,
+        "Failed writes within one interval that quarantine a bookie.", "Cluster"),
+    Key("bookkeeperClientHealthCheckQuarantineTimeInSeconds", int, 1800,
+        "How long a quarantined bookie is left out of new ensembles and replacements (used anyway\n"
+        "when nothing else can make up an ensemble).", "Cluster"),
     Key("bookkeeperTLSTrustCertsFilePath", str, "",
         "PEM CA certificate of the bookies. When set, the broker talks TLS to every bookie and checks\n"
         "its certificate against this CA and the bookie's host name.", "Cluster"),

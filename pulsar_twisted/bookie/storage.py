@@ -442,7 +442,8 @@ class BookieStorage(Service):
         s.update(fsyncs=self._journal.fsyncs, journal_groups=self._journal.groups,
                  journal_records=self._journal.records, journal_bytes=self._journal.bytes_written,
                  journal_file=self._journal.file_id, entry_logs=self._entry_logs.log_count(),
-                 ledgers=len(self._ledgers), deleted_ledgers=len(self._deleted), write_cache_bytes=self._cache_bytes,
+                 ledgers=len(self._ledgers), deleted_ledgers=len(self._deleted),
+                 write_cache_bytes=self._cache_bytes,
                  write_cache_entries=sum(len(v) for v in self._cache.values()), read_only=self._read_only)
         return s
 

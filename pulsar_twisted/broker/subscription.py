@@ -15,7 +15,6 @@ from pulsar_twisted.broker.dispatch import nonpersistent
 from pulsar_twisted.broker.dispatch.key_shared import KeySharedDispatcher
 from pulsar_twisted.broker.dispatch.shared import SharedDispatcher
 from pulsar_twisted.broker.dispatch.single import ExclusiveDispatcher, FailoverDispatcher
-from pulsar_twisted.broker.entryinfo import entry_metadata
 from pulsar_twisted.common import errors
 from pulsar_twisted.common.position import Position
 from pulsar_twisted.proto import PulsarApi_pb2 as api

@@ -44,7 +44,11 @@ class LedgerClientTestsMixin:
         return defer.ensureDeferred(self._setup())
 
     def create(self, ensemble=3, write=2, ack=2, password=PASSWORD):
-        return self.client.create_ledger(ensemble, write, ack, password)
+        """A new ledger's writer, closed at cleanup (a real writer keeps an add-timeout timer)."""
+        def created(handle):
+            self.addCleanup(handle.close)
+            return handle
+        return self.client.create_ledger(ensemble, write, ack, password).addCallback(created)
 
     async def write(self, payloads, password=PASSWORD):
         """A new ledger holding ``payloads`` (still open); returns its writer."""

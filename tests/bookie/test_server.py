@@ -20,7 +20,6 @@ from pulsar_twisted.wire.bookie import pack_entry
 from pulsar_twisted.ledger.tcp import TcpBookieClient
 from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
 from pulsar_twisted.testing.fake_bookie import FakeBookie
-from pulsar_twisted.wire.bookie import pack_entry
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KEY = b"key"

@@ -6,6 +6,7 @@ priority level, sorted by name, a partition's active consumer is ``partition % c
 from twisted.internet import defer
 from twisted.trial import unittest
 
+from pulsar_twisted.broker.dispatch.single import choose_active
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.testing.broker import BrokerHarness
 from pulsar_twisted.wire import frames
@@ -97,3 +98,21 @@ class PersistentFailoverTests(FailoverPartitionRuleMixin, unittest.TestCase):
 
 class NonPersistentFailoverTests(FailoverPartitionRuleMixin, unittest.TestCase):
     topic = "non-persistent://public/default/t-partition-1"
+
+
+class _Consumer:
+    def __init__(self, name, consumer_id, priority_level=0):
+        self.name, self.consumer_id, self.priority_level = name, consumer_id, priority_level
+
+
+class ChooseActiveTests(unittest.SynchronousTestCase):
+    def test_rule(self):
+        """Best priority level only, sorted by name then id; partition % count; first if unpartitioned."""
+        a, b, c = _Consumer("a", 3), _Consumer("b", 1), _Consumer("c", 2)
+        low = _Consumer("0-low", 9, priority_level=1)
+        consumers = [c, low, b, a]
+        self.assertIsNone(choose_active([], 0))
+        self.assertIs(choose_active(consumers, -1), a)
+        self.assertEqual([choose_active(consumers, p) for p in range(4)], [a, b, c, a])
+        twin = _Consumer("a", 0)
+        self.assertIs(choose_active([a, twin], -1), twin)
