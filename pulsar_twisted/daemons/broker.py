@@ -28,7 +28,7 @@ ZooKeeper session.
 
 from twisted.internet import endpoints
 
-from pulsar_twisted.broker.admin import AdminService
+from pulsar_twisted.broker.admin.service import AdminService
 from pulsar_twisted.broker.cnx import BrokerProtocolFactory
 from pulsar_twisted.broker.leader import LeaderElection
 from pulsar_twisted.broker.ownership import BundleOwnership, unload_bundle

@@ -34,6 +34,7 @@ from pulsar_twisted.metadata.interfaces import BadVersionError, NotFoundError
 from pulsar_twisted.mledger import formats
 from pulsar_twisted.mledger.cache import EntryCache
 from pulsar_twisted.mledger.config import ManagedLedgerConfig
+from pulsar_twisted.mledger.stats import iso_ms, position_text
 from pulsar_twisted.mledger.interfaces import (
     CursorNotFoundError, IManagedLedger, ManagedLedgerClosedError, ManagedLedgerError,
     ManagedLedgerFencedError,
@@ -687,6 +688,27 @@ class ManagedLedgerImpl:
         """For internal stats: ``[{"ledgerId", "entries", "size", "timestamp"}, ...]``."""
         return [{"ledgerId": i.ledger_id, "entries": i.entries, "size": i.size,
                  "timestamp": i.timestamp} for i in (self._ledgers[lid] for lid in self._ledger_ids)]
+
+    def internal_stats(self) -> dict:
+        """Pulsar's ManagedLedgerInternalStats of this ledger and its durable cursors (the
+        admin API's ``internalStats`` without the topic's schema and compaction ledgers)."""
+        ledgers = self.ledgers_info()
+        current = ledgers[-1] if ledgers else {"entries": 0, "size": 0, "timestamp": 0}
+        return {
+            "entriesAddedCounter": self.number_of_entries(),
+            "numberOfEntries": self.number_of_entries(),
+            "totalSize": self.total_size(),
+            "currentLedgerEntries": current["entries"],
+            "currentLedgerSize": current["size"],
+            "lastLedgerCreatedTimestamp": iso_ms(current.get("timestamp", 0)),
+            "waitingCursorsCount": 0,
+            "pendingAddEntriesCount": self.pending_adds_count,
+            "lastConfirmedEntry": position_text(self.last_confirmed_entry()),
+            "state": self.state.name,
+            "ledgers": [{"ledgerId": i["ledgerId"], "entries": i["entries"], "size": i["size"],
+                         "offloaded": False, "underReplicated": False} for i in ledgers],
+            "cursors": {name: cursor.internal_stats() for name, cursor in list(self.cursors.items())},
+        }
 
     def current_ledger_id(self):
         return self._current.ledger_id if self._current is not None else None
