@@ -526,7 +526,7 @@ class LazyFSMount:
     """One lazyfs process serving ``backing`` at ``mountpoint`` (both created if missing).
 
     Blocking: ``start()`` (returns once mounted), ``cut()`` (a power cut; returns what was dropped),
-    ``stats()``, ``stop()`` (unmount; safe to call twice, and at interpreter exit for a forgotten
+    ``kill()`` (kill -9 of the process: a cut and an unmount), ``stats()``, ``stop()`` (unmount; safe to call twice, and at interpreter exit for a forgotten
     mount), ``restart()`` (stop, then mount the backing directory again)."""
 
     def __init__(self, backing: str, mountpoint: str, log_path: str = None):
@@ -602,6 +602,13 @@ class LazyFSMount:
             self._log.close()
         if os.path.ismount(self.mountpoint):
             subprocess.run(["fusermount3", "-u", "-z", self.mountpoint], capture_output=True)
+
+    def kill(self) -> None:
+        """kill -9 the filesystem process: a power cut that also takes the mount away (the backing
+        directory keeps the durable state; ``start()`` mounts it again)."""
+        if self.process is not None:
+            self.process.kill()
+        self.stop()
 
     def restart(self, timeout: float = 15.0) -> "LazyFSMount":
         self.stop()
