@@ -13,14 +13,20 @@ the calls that make data durable on a real disk:
   for the directory is also needed").
 
 A *cut* throws the volatile state away and reloads the tree from the backing directory. Open files
-become stale (every call on them fails with EIO). Killing the filesystem's process is a cut too: the
-backing directory is always exactly the durable state, so a new mount on it sees what survived.
+become stale (every call on them fails with EIO). A *dead* cut, as a power cut, also fails every later
+call with EIO until the next mount, so nothing more can be made durable. An *armed* cut is a dead cut
+that happens inside the N-th write from now, so it always lands with that write (at least) not yet
+durable, wherever the program is in its write/fsync cycle. Killing the filesystem's process is a cut
+too: the backing directory is always exactly the durable state, so a new mount on it sees what
+survived.
 
 Hard links and symlinks are not supported (nothing here needs them).
 
 Run as a process: ``python -m pulsar_twisted.testing.lazyfs BACKING MOUNTPOINT``. It prints ``ready``
-once mounted and reads commands on stdin, one a line, answering each with one line: ``cut`` (answer
-``cut <json stats of what was dropped>``), ``stats`` (``stats <json>``), ``quit`` (unmount and exit).
+once mounted and reads commands on stdin, one a line, answering each with one line: ``cut`` and
+``cut dead`` (answer ``cut <json stats of what was dropped>``), ``arm N`` (answer ``arm ok``),
+``wait-cut SECONDS`` (answer ``wait-cut <json stats>`` once the armed cut has happened, or
+``wait-cut null``), ``stats`` (``stats <json>``), ``quit`` (unmount and exit).
 End of stdin also unmounts, so a test process that dies takes its mount with it. ``LazyFSMount`` drives
 such a process for blocking (``SynchronousTestCase``) tests; ``unavailable_reason()`` says why FUSE
 cannot be used here (tests skip on it).
@@ -83,6 +89,10 @@ class LazyFileSystem:
         self._handles = {}      # fh -> (node, flags)
         self._next_fh = 1
         self.counters = dict(writes=0, write_bytes=0, fsyncs=0, dir_fsyncs=0, cuts=0)
+        self.dead = False
+        self._armed = None          # writes left before an armed cut
+        self.armed_cut = None       # what the armed cut dropped, once it happened
+        self.armed_event = threading.Event()
         self.root = self._load()
 
     # ------------------------------------------------------------------ durable state <-> backing
@@ -176,9 +186,17 @@ class LazyFileSystem:
         for key, n in moved.items():
             n.shadow = None if key in still_named else contents[key]
 
-    def cut(self) -> dict:
-        """Power cut: drop the volatile state, reload the durable one; open handles go stale.
-        Returns what was lost (files with unsynced data, names not made durable)."""
+    def arm(self, writes: int) -> None:
+        """Make the ``writes``-th write from now (1: the next) a dead cut, the write itself lost."""
+        with self._lock:
+            self._armed = max(1, int(writes))
+            self.armed_cut = None
+            self.armed_event.clear()
+
+    def cut(self, dead: bool = False) -> dict:
+        """Power cut: drop the volatile state, reload the durable one; open handles go stale; when
+        ``dead``, every later call fails with EIO. Returns what was lost (bytes written and not
+        fsynced, names not made durable)."""
         with self._lock:
             unsynced = volatile_names = 0
 
@@ -195,11 +213,17 @@ class LazyFileSystem:
             self.root = self._load()
             self._handles.clear()
             self.counters["cuts"] += 1
+            self.dead = self.dead or dead
             return dict(unsynced_bytes=unsynced, volatile_names=volatile_names)
 
     # ------------------------------------------------------------------------------ path helpers
 
+    def _alive(self) -> None:
+        if self.dead:
+            raise _fuse_error(errno.EIO)
+
     def _lookup(self, path: str) -> _Node:
+        self._alive()
         node = self.root
         for part in path.strip("/").split("/"):
             if not part:
@@ -217,6 +241,7 @@ class LazyFileSystem:
         return parent, name
 
     def _handle(self, fh) -> tuple[_Node, int]:
+        self._alive()
         try:
             return self._handles[fh]
         except KeyError:
@@ -372,6 +397,13 @@ class LazyFileSystem:
             node.mtime = time.time()
             self.counters["writes"] += 1
             self.counters["write_bytes"] += len(data)
+            if self._armed is not None:
+                self._armed -= 1
+                if self._armed == 0:
+                    self._armed = None
+                    self.armed_cut = self.cut(dead=True)
+                    self.armed_event.set()
+                    raise _fuse_error(errno.EIO)
             if flags & (os.O_SYNC | os.O_DSYNC):
                 self._sync_file(node)
             return len(data)
@@ -425,6 +457,7 @@ class LazyFileSystem:
         return 0
 
     def statfs(self, path):
+        self._alive()
         st = os.statvfs(self.backing)
         return {key: getattr(st, key) for key in (
             "f_bsize", "f_frsize", "f_blocks", "f_bfree", "f_bavail", "f_files", "f_ffree", "f_favail",
@@ -437,8 +470,14 @@ def _control_loop(fs: LazyFileSystem, mountpoint: str) -> None:
     """Read commands on stdin (see the module docstring); on quit or EOF unmount, ending the FUSE loop."""
     for line in sys.stdin:
         command = line.strip()
-        if command == "cut":
-            print("cut " + json.dumps(fs.cut()), flush=True)
+        if command in ("cut", "cut dead"):
+            print("cut " + json.dumps(fs.cut(dead=command == "cut dead")), flush=True)
+        elif command.startswith("arm "):
+            fs.arm(int(command.split()[1]))
+            print("arm ok", flush=True)
+        elif command.startswith("wait-cut "):
+            fs.armed_event.wait(float(command.split()[1]))
+            print("wait-cut " + json.dumps(fs.armed_cut), flush=True)
         elif command == "stats":
             with fs._lock:
                 print("stats " + json.dumps(fs.counters), flush=True)
@@ -526,7 +565,7 @@ class LazyFSMount:
     """One lazyfs process serving ``backing`` at ``mountpoint`` (both created if missing).
 
     Blocking: ``start()`` (returns once mounted), ``cut()`` (a power cut; returns what was dropped),
-    ``kill()`` (kill -9 of the process: a cut and an unmount), ``stats()``, ``stop()`` (unmount; safe to call twice, and at interpreter exit for a forgotten
+    ``arm()`` and ``wait_cut()`` (a power cut inside a later write), ``kill()`` (kill -9 of the process: a cut and an unmount), ``stats()``, ``stop()`` (unmount; safe to call twice, and at interpreter exit for a forgotten
     mount), ``restart()`` (stop, then mount the backing directory again)."""
 
     def __init__(self, backing: str, mountpoint: str, log_path: str = None):
@@ -573,13 +612,24 @@ class LazyFSMount:
             raise LazyFSError(f"lazyfs at {self.mountpoint} is not running: {self.log_tail()}")
         self.process.stdin.write(command.encode() + b"\n")
         line = self._read_line(timeout)
-        if not line.startswith(command + " "):
+        verb = command.split()[0]
+        if not line.startswith(verb + " "):
             raise LazyFSError(f"lazyfs {command!r}: unexpected answer {line!r}: {self.log_tail()}")
-        return line[len(command) + 1:]
+        return line[len(verb) + 1:]
 
-    def cut(self) -> dict:
-        """Drop every write not made durable; the mount stays, its open files go stale."""
-        return json.loads(self._command("cut"))
+    def cut(self, dead: bool = False) -> dict:
+        """Drop every write not made durable; the mount stays, its open files go stale; when
+        ``dead``, every later call on the mount fails (EIO) until ``restart()``."""
+        return json.loads(self._command("cut dead" if dead else "cut"))
+
+    def arm(self, writes: int) -> None:
+        """Cut (dead) inside the ``writes``-th write from now; see ``wait_cut``."""
+        if self._command(f"arm {int(writes)}") != "ok":
+            raise LazyFSError("arm not acknowledged")
+
+    def wait_cut(self, timeout: float) -> dict | None:
+        """What the armed cut dropped, once it has happened; None if it has not within ``timeout``."""
+        return json.loads(self._command(f"wait-cut {timeout}", timeout=timeout + 10))
 
     def stats(self) -> dict:
         return json.loads(self._command("stats"))

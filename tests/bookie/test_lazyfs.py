@@ -334,3 +334,33 @@ class LazyFSTests(unittest.SynchronousTestCase):
         self.durable_file("f", b"abc")
         stats = self.fs.stats()
         self.assertEqual((stats["fsyncs"], stats["dir_fsyncs"], stats["write_bytes"]), (1, 1, 3))
+
+    def test_dead_cut_fails_everything_until_the_next_mount(self):
+        self.durable_file("f", b"abc")
+        self.write("f", b"d", mode="ab")
+        self.assertEqual(self.fs.cut(dead=True)["unsynced_bytes"], 1)
+        with self.assertRaises(OSError) as e:
+            open(self.path("f"), "rb")
+        self.assertEqual(e.exception.errno, errno.EIO)
+        self.fs.restart()
+        self.assertEqual(self.read("f"), b"abc")
+
+    def test_armed_cut_lands_inside_a_write(self):
+        """``arm(3)``: the first two writes go through (one of them fsynced), the third fails with EIO
+        and is the moment of the cut: only the fsynced write survives."""
+        self.durable_file("f", b"")
+        self.assertIsNone(self.fs.wait_cut(0.1))
+        self.fs.arm(3)
+        fd = os.open(self.path("f"), os.O_WRONLY)
+        os.pwrite(fd, b"one", 0)
+        os.fsync(fd)
+        os.pwrite(fd, b"two", 3)
+        with self.assertRaises(OSError) as e:
+            os.pwrite(fd, b"three", 6)
+        self.assertEqual(e.exception.errno, errno.EIO)
+        with self.assertRaises(OSError):
+            os.fsync(fd)
+        os.close(fd)
+        self.assertEqual(self.fs.wait_cut(5), dict(unsynced_bytes=len(b"twothree"), volatile_names=0))
+        self.fs.restart()
+        self.assertEqual(self.read("f"), b"one")
