@@ -211,6 +211,36 @@ _SECURITY_KEYS = [
 ]
 
 
+#: The bookie's journal and storage keys (BookKeeper's names), read by
+#: ``BookieStorage.from_config``: one list for ``pulsar-bookie`` and the in-process bookie of
+#: ``pulsar-standalone``, so the two cannot drift apart.
+_STORAGE_KEYS = [
+    Key("journalDirectory", str, "data/bookkeeper/journal", "Bookie journal directory.", "Bookie storage"),
+    Key("ledgerDirectories", list, ["data/bookkeeper/ledgers"],
+        "Bookie entry log and index directories (comma separated).", "Bookie storage"),
+    Key("journalSyncData", bool, True,
+        "fsync the journal before acknowledging an add. Turning it off trades durability on power\n"
+        "loss or kill -9 for latency.", "Bookie storage"),
+    Key("journalMaxGroupWaitMSec", float, 1.0,
+        "Longest wait, in ms, to gather adds into one journal group commit (one fsync).", "Bookie storage"),
+    Key("journalBufferedWritesThreshold", int, 512 * 1024,
+        "Commit a journal group at once when this many bytes are waiting.", "Bookie storage"),
+    Key("journalBufferedEntriesThreshold", int, 0,
+        "Commit a journal group at once when this many entries are waiting (0: no limit).",
+        "Bookie storage"),
+    Key("journalMaxSizeMB", int, 2048, "Journal file size before it rolls over.", "Bookie storage"),
+    Key("flushInterval", int, 1000, "Milliseconds between checkpoints of the write cache to entry logs.",
+        "Bookie storage"),
+    Key("dbStorage_writeCacheMaxSizeMb", int, 16,
+        "Bookie write cache (entries journaled, not yet in entry logs); a checkpoint starts when it\n"
+        "is full. Up to twice this is held while a checkpoint writes.", "Bookie storage"),
+    Key("logSizeLimit", int, 1024 * 1024 * 1024, "Entry log file size before it rolls over.",
+        "Bookie storage"),
+    Key("gcWaitTime", int, 900000,
+        "Milliseconds between garbage collections of entry logs (0: never).", "Bookie storage"),
+]
+
+
 _BROKER_KEYS = [
     # --- service ---
     Key("clusterName", str, "standalone", "Name of the cluster this broker belongs to.", "Service"),
@@ -367,26 +397,6 @@ _BROKER_KEYS = [
         "Ranges of individually acked messages persisted per cursor.", "Storage"),
     Key("managedLedgerMaxPendingAddsPerTopic", int, 5000,
         "Adds in flight per topic before its producers' connections are paused.", "Storage"),
-    # --- bookie (in-process in standalone) ---
-    Key("journalDirectory", str, "data/bookkeeper/journal", "Bookie journal directory.", "Bookie"),
-    Key("ledgerDirectories", list, ["data/bookkeeper/ledgers"],
-        "Bookie entry log and index directories (comma separated).", "Bookie"),
-    Key("journalSyncData", bool, True,
-        "fsync the journal before acknowledging an add. Turning it off trades durability on power\n"
-        "loss or kill -9 for latency.", "Bookie"),
-    Key("journalMaxGroupWaitMSec", float, 1.0,
-        "Longest wait, in ms, to gather adds into one journal group commit (one fsync).", "Bookie"),
-    Key("journalBufferedWritesThreshold", int, 512 * 1024,
-        "Commit a journal group at once when this many bytes are waiting.", "Bookie"),
-    Key("journalBufferedEntriesThreshold", int, 0,
-        "Commit a journal group at once when this many entries are waiting (0: no limit).", "Bookie"),
-    Key("journalMaxSizeMB", int, 2048, "Journal file size before it rolls over.", "Bookie"),
-    Key("flushInterval", int, 1000, "Milliseconds between checkpoints of the write cache to entry logs.",
-        "Bookie"),
-    Key("dbStorage_writeCacheMaxSizeMb", int, 16,
-        "Bookie write cache (entries journaled, not yet in entry logs); a checkpoint starts when it\n"
-        "is full. Up to twice this is held while a checkpoint writes.", "Bookie"),
-    Key("logSizeLimit", int, 1024 * 1024 * 1024, "Entry log file size before it rolls over.", "Bookie"),
     # --- security ---
     Key("authenticationEnabled", bool, False, "Require clients to authenticate.", "Security"),
     Key("authorizationEnabled", bool, False, "Check permissions of authenticated roles.", "Security"),
@@ -400,6 +410,15 @@ _BROKER_KEYS = [
     Key("bookkeeperClientTimeoutInSeconds", int, 30,
         "Deadline of each request to a bookie; a bookie that misses it is replaced in the ensemble.",
         "Cluster"),
+    Key("bookkeeperClientHealthCheckEnabled", bool, True,
+        "Quarantine bookies whose writes fail or time out (see the next three keys).", "Cluster"),
+    Key("bookkeeperClientHealthCheckIntervalSeconds", int, 60,
+        "Interval over which a bookie's failed writes are counted.", "Cluster"),
+    Key("bookkeeperClientHealthCheckErrorThresholdPerInterval", int, 5,
+        "Failed writes within one interval that quarantine a bookie.", "Cluster"),
+    Key("bookkeeperClientHealthCheckQuarantineTimeInSeconds", int, 1800,
+        "How long a quarantined bookie is left out of new ensembles and replacements (used anyway\n"
+        "when nothing else can make up an ensemble).", "Cluster"),
     Key("bookkeeperTLSTrustCertsFilePath", str, "",
         "PEM CA certificate of the bookies. When set, the broker talks TLS to every bookie and checks\n"
         "its certificate against this CA and the bookie's host name.", "Cluster"),
@@ -424,9 +443,9 @@ class BrokerConfig(Config):
 
 
 class StandaloneConfig(Config):
-    """Configuration of ``twistd pulsar-standalone`` (conf/standalone.conf): broker + bookie keys."""
+    """Configuration of ``twistd pulsar-standalone`` (conf/standalone.conf): broker + bookie storage keys."""
 
-    KEYS = _BROKER_KEYS
+    KEYS = _BROKER_KEYS + _STORAGE_KEYS
     DEFAULTS = {}
 
 
@@ -437,7 +456,7 @@ def load(cls, path: Optional[str], **overrides: Any) -> Config:
     return cls.from_file(path, **overrides)
 
 
-_BOOKIE_KEYS = [
+_BOOKIE_SERVER_KEYS = [
     # --- server ---
     Key("bookiePort", int, 3181, "Port of the bookie protocol (plain TCP, or TLS when tlsCertificatePath is set).",
         "Server"),
@@ -455,25 +474,11 @@ _BOOKIE_KEYS = [
         "ledgers root; anything before /ledgers is the store's root). Empty: no registration at all\n"
         "(standalone testing only: no BookKeeper client can discover this bookie).", "Server"),
     Key("zkTimeout", int, 30000, "Metadata (ZooKeeper) session timeout in milliseconds.", "Server"),
-    # --- journal and storage ---
-    Key("journalDirectory", str, "data/bookkeeper/journal", "Journal directory.", "Storage"),
-    Key("ledgerDirectories", list, ["data/bookkeeper/ledgers"],
-        "Entry log and index directories (comma separated).", "Storage"),
-    Key("journalSyncData", bool, True,
-        "fsync the journal before acknowledging an add. Turning it off trades durability on power\n"
-        "loss or kill -9 for latency.", "Storage"),
-    Key("journalMaxGroupWaitMSec", float, 1.0,
-        "Longest wait, in ms, to gather adds into one journal group commit (one fsync).", "Storage"),
-    Key("journalBufferedWritesThreshold", int, 512 * 1024,
-        "Commit a journal group at once when this many bytes are waiting.", "Storage"),
-    Key("journalBufferedEntriesThreshold", int, 0,
-        "Commit a journal group at once when this many entries are waiting (0: no limit).", "Storage"),
-    Key("journalMaxSizeMB", int, 2048, "Journal file size before it rolls over.", "Storage"),
-    Key("flushInterval", int, 1000, "Milliseconds between checkpoints of the write cache to entry logs.",
-        "Storage"),
-    Key("logSizeLimit", int, 1024 * 1024 * 1024, "Entry log file size before it rolls over.", "Storage"),
-    Key("gcWaitTime", int, 900000,
-        "Milliseconds between garbage collections of entry logs (0: never).", "Storage"),
+]
+
+
+#: The rest of the bookie's keys (after _STORAGE_KEYS in conf/bookkeeper.conf).
+_BOOKIE_KEYS = [
     # --- disks ---
     Key("diskUsageThreshold", float, 0.95,
         "Fraction of disk used above which the bookie turns read-only (refuses adds).", "Disks"),
@@ -508,5 +513,5 @@ _BOOKIE_KEYS = [
 class BookieConfig(Config):
     """Configuration of ``twistd pulsar-bookie`` (conf/bookkeeper.conf): BookKeeper's key names."""
 
-    KEYS = _BOOKIE_KEYS
+    KEYS = _BOOKIE_SERVER_KEYS + _STORAGE_KEYS + _BOOKIE_KEYS
     DEFAULTS = {}

@@ -112,6 +112,26 @@ class BookieStorage(Service):
                               checkpoint_failures=0, gc_runs=0, logs_deleted=0, logs_compacted=0,
                               entries_moved=0, replayed_records=0, journal_problems=0)
 
+    @classmethod
+    def from_config(cls, config, reactor) -> "BookieStorage":
+        """
+        The storage a configuration's journal and storage keys describe (``config.py``'s
+        ``_STORAGE_KEYS``: ``BookieConfig`` for ``pulsar-bookie``, ``StandaloneConfig`` for the
+        standalone's in-process bookie). The one place a daemon's BookieStorage is built, so a
+        cluster bookie and a standalone bookie run the same settings.
+        """
+        return cls(
+            config.journalDirectory, list(config.ledgerDirectories), reactor,
+            journal_sync_data=config.journalSyncData,
+            journal_max_group_wait_ms=config.journalMaxGroupWaitMSec,
+            journal_buffered_writes_threshold=config.journalBufferedWritesThreshold,
+            journal_buffered_entries_threshold=config.journalBufferedEntriesThreshold,
+            journal_max_size_mb=config.journalMaxSizeMB,
+            entry_log_size_limit=config.logSizeLimit,
+            flush_interval_ms=config.flushInterval,
+            write_cache_max_bytes=config.dbStorage_writeCacheMaxSizeMb * 1024 * 1024,
+            gc_wait_time_ms=config.gcWaitTime)
+
     # ------------------------------------------------------------------------------------ lifecycle
 
     def startService(self):
@@ -422,7 +442,8 @@ class BookieStorage(Service):
         s.update(fsyncs=self._journal.fsyncs, journal_groups=self._journal.groups,
                  journal_records=self._journal.records, journal_bytes=self._journal.bytes_written,
                  journal_file=self._journal.file_id, entry_logs=self._entry_logs.log_count(),
-                 ledgers=len(self._ledgers), deleted_ledgers=len(self._deleted), write_cache_bytes=self._cache_bytes,
+                 ledgers=len(self._ledgers), deleted_ledgers=len(self._deleted),
+                 write_cache_bytes=self._cache_bytes,
                  write_cache_entries=sum(len(v) for v in self._cache.values()), read_only=self._read_only)
         return s
 

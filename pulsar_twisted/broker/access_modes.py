@@ -47,12 +47,12 @@ class ProducerAccess:
 
     def acquire(self, cnx, request, name: str, create):
         """
-        Admit a producer of ``request`` (mode in ``request.producer_access_mode``). ``create()``
-        builds and registers the Producer; the result is it, or a Deferred of it (exclusive modes
+        Admit a producer of ``request`` (a ProducerRequest; mode in ``request.access_mode``).
+        ``create()`` builds and registers the Producer; the result is it, or a Deferred of it (exclusive modes
         store the new epoch first; WaitForExclusive waits for its turn). Raises ProducerBusy /
         ProducerFenced as Pulsar does.
         """
-        mode = request.producer_access_mode
+        mode = request.access_mode
         producers = self.topic.producers
         if mode == api.Shared:
             if self.exclusive is not None or self.waiting:
@@ -61,7 +61,7 @@ class ProducerAccess:
             producer = create()
             producer.topic_epoch = self.epoch if self.epoch >= 0 else None
             return producer
-        requested_epoch = request.topic_epoch if request.HasField("topic_epoch") else None
+        requested_epoch = request.topic_epoch
         if mode == api.Exclusive:
             if self.exclusive is not None or self.waiting:
                 raise errors.ProducerFenced(f"Topic has an existing exclusive producer: {self.exclusive}")

@@ -24,8 +24,8 @@ from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.wire.frames import (
     FRAME_PADDING, ChecksumMismatch, FrameDecoder, FrameError, TooLongFrame, verify_message)
 from pulsar_twisted.broker import compaction, schema as schemas
+from pulsar_twisted.broker.requests import KeySharedMeta, ProducerRequest, SchemaSpec, SubscribeRequest
 from pulsar_twisted.broker.sender import CommandSender
-from pulsar_twisted.broker.topic import position_of
 
 T = api.BaseCommand
 SERVER_VERSION = "pulsar-twisted-0.1.0"
@@ -44,6 +44,60 @@ class ConnectionState(enum.StrEnum):
     START = "start"
     CONNECTED = "connected"
     CLOSED = "closed"
+
+
+def _signed(value: int) -> int:
+    return value - (1 << 64) if value >= (1 << 63) else value
+
+
+def position_of(message_id) -> Position:
+    """A MessageIdData as a Position: ids are uint64 on the wire, and -1 (earliest) wraps."""
+    return Position(_signed(message_id.ledgerId), _signed(message_id.entryId))
+
+
+def _key_values(pairs) -> dict:
+    return {kv.key: kv.value for kv in pairs}
+
+
+def schema_spec(schema: api.Schema) -> SchemaSpec:
+    """A Schema from the wire as a plain SchemaSpec."""
+    return SchemaSpec(schema.type, schema.schema_data, _key_values(schema.properties), schema.name)
+
+
+def producer_request(request: api.CommandProducer) -> ProducerRequest:
+    """CommandProducer as the plain request the service takes (absent fields as None / "")."""
+    named = request.HasField("producer_name")
+    return ProducerRequest(
+        topic=request.topic, producer_id=request.producer_id, request_id=request.request_id,
+        producer_name=request.producer_name if named else "",
+        user_provided_name=bool(request.user_provided_producer_name and named),
+        access_mode=request.producer_access_mode,
+        topic_epoch=request.topic_epoch if request.HasField("topic_epoch") else None,
+        metadata=_key_values(request.metadata),
+        schema=schema_spec(request.schema) if request.HasField("schema") else None,
+        initial_subscription=(request.initial_subscription_name
+                              if request.HasField("initial_subscription_name") else ""))
+
+
+def key_shared_meta(meta: api.KeySharedMeta) -> KeySharedMeta:
+    return KeySharedMeta(meta.keySharedMode, tuple((r.start, r.end) for r in meta.hashRanges),
+                         meta.allowOutOfOrderDelivery)
+
+
+def subscribe_request(request: api.CommandSubscribe) -> SubscribeRequest:
+    """CommandSubscribe as the plain request the service takes (Pulsar's SubscriptionOption)."""
+    return SubscribeRequest(
+        topic=request.topic, subscription=request.subscription, consumer_id=request.consumer_id,
+        request_id=request.request_id, sub_type=request.subType, consumer_name=request.consumer_name,
+        priority_level=request.priority_level, durable=request.durable,
+        initial_position=request.initialPosition,
+        start_message_id=(position_of(request.start_message_id)
+                          if request.HasField("start_message_id") else None),
+        metadata=_key_values(request.metadata),
+        key_shared_meta=(key_shared_meta(request.keySharedMeta)
+                         if request.HasField("keySharedMeta") else None),
+        read_compacted=request.read_compacted, force_topic_creation=request.force_topic_creation,
+        schema=schema_spec(request.schema) if request.HasField("schema") else None)
 
 
 def _error_code(failure: Failure) -> int:
@@ -73,15 +127,21 @@ class ServerConnection(protocol.Protocol):
         self.connection_id = next(_connection_ids)
         self.sender = None
         self.state = ConnectionState.START
+        #: The authenticated role (None until CONNECT is accepted, or without authentication).
+        self.role = None
         self.protocol_version = 0
         self.client_version = ""
         self.producers = {}
+        #: Ids of producers the broker closed (CLOSE_PRODUCER sent) and the client has not yet
+        #: recreated: their SENDs in flight are ignored (Pulsar's recentlyClosedProducers).
+        self.closed_producer_ids = set()
         self.consumers = {}
         self.pending_sends = 0
         self._throttle_reasons = 0
         self._send_throttled = False
         self.writable = True
-        self._keep_alive = KeepAlive(clock, self.keep_alive_seconds, self._send_ping, self._keep_alive_timeout)
+        self._keep_alive = KeepAlive(clock, self.keep_alive_seconds, self._send_ping,
+                                     self._keep_alive_timeout)
         self._handlers = {
             T.CONNECT: self.handle_connect,
             T.PING: self.handle_ping,
@@ -270,7 +330,7 @@ class ServerConnection(protocol.Protocol):
 
     def handle_get_or_create_schema(self, command, message):
         request = command.getOrCreateSchema
-        d = schemas.get_or_create_schema(self.service, request.topic, request.schema)
+        d = schemas.get_or_create_schema(self.service, request.topic, schema_spec(request.schema))
         d.addCallbacks(
             lambda version: self.sender.send_get_or_create_schema(request.request_id, version),
             lambda f: self.sender.send_get_or_create_schema_error(request.request_id, _error_code(f),
@@ -278,28 +338,25 @@ class ServerConnection(protocol.Protocol):
 
     # ------------------------------------------------------------------ producers
     def handle_producer(self, command, message):
-        request = command.producer
+        request = producer_request(command.producer)
         if request.producer_id in self.producers:
             existing = self.producers[request.producer_id]
             if existing.topic.name == request.topic:
                 # The client retried a create that already succeeded: answer it again.
                 self.sender.send_producer_success(request.request_id, existing.name,
-                                                  existing.last_sequence_id,
-                                                  getattr(existing, "schema_version", b""))
+                                                  existing.last_sequence_id, existing.schema_version)
             else:
                 self.sender.send_error(request.request_id, api.ProducerBusy,
                                        f"Producer id {request.producer_id} is already in use")
             return
-        # The schema is decided first (Pulsar's order): an incompatible one creates nothing.
-        d = schemas.producer_schema_version(self.service, request)
-        d.addCallback(lambda version: self.service.create_producer(self, request).addCallback(
-            schemas.set_producer_version, version))
+        d = self.service.create_producer(self, request)
 
         def created(producer):
             if self.state == ConnectionState.CLOSED:
                 producer.topic.remove_producer(producer)
                 return
             self.producers[request.producer_id] = producer
+            self.closed_producer_ids.discard(request.producer_id)
             self.sender.send_producer_success(request.request_id, producer.name, producer.last_sequence_id,
                                               producer.schema_version, topic_epoch=producer.topic_epoch)
 
@@ -314,6 +371,10 @@ class ServerConnection(protocol.Protocol):
         send = command.send
         producer = self.producers.get(send.producer_id)
         if producer is None:
+            if send.producer_id in self.closed_producer_ids:
+                # Sent before the client saw our CLOSE_PRODUCER: it resends them once it has
+                # recreated the producer (a SEND_ERROR would make it drop the connection).
+                return
             self.sender.send_send_error(send.producer_id, send.sequence_id, api.NotAllowedError,
                                         "Producer not found")
             return
@@ -363,6 +424,7 @@ class ServerConnection(protocol.Protocol):
     def handle_close_producer(self, command, message):
         request = command.close_producer
         producer = self.producers.pop(request.producer_id, None)
+        self.closed_producer_ids.discard(request.producer_id)
         if producer is not None:
             producer.topic.remove_producer(producer)
         self.sender.send_success(request.request_id)
@@ -371,12 +433,13 @@ class ServerConnection(protocol.Protocol):
         """The broker closed a producer (topic unloaded or deleted): tell the client to reconnect."""
         if self.producers.get(producer.producer_id) is producer:
             del self.producers[producer.producer_id]
+            self.closed_producer_ids.add(producer.producer_id)
             if self.state != ConnectionState.CLOSED:
                 self.sender.send_close_producer(producer.producer_id)
 
     # ------------------------------------------------------------------ consumers
     def handle_subscribe(self, command, message):
-        request = command.subscribe
+        request = subscribe_request(command.subscribe)
         if request.consumer_id in self.consumers:
             existing = self.consumers[request.consumer_id]
             if existing.subscription.topic.name == request.topic:

@@ -17,8 +17,7 @@ Then the ``__compaction`` durable cursor is marked deleted up to the horizon wit
 restarts, and ledgers before it may be trimmed once every subscription is past them. The
 previous compacted ledger is deleted only after that is durable.
 
-Compacted-ledger entry format (Pulsar's ``RawMessage``):
-``[u32 size][MessageIdData of the original position][u32 size][message part as stored]``.
+Compacted-ledger entries are Pulsar's ``RawMessage`` records (``pulsar_twisted.wire.compacted``).
 
 ``read_compacted`` subscriptions read through ``CompactedCursor``: compacted-ledger entries at
 or after the read position while it is <= the horizon, then the live ledger after the horizon.
@@ -26,52 +25,32 @@ or after the read position while it is <= the horizon, then the live ledger afte
 
 import bisect
 import enum
-import struct
 
 from twisted.internet import defer, task
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from pulsar_twisted.broker.entryinfo import entry_metadata
 from pulsar_twisted.common import errors
 from pulsar_twisted.common.position import Entry, Position
 from pulsar_twisted.mledger.interfaces import ManagedLedgerClosedError, ManagedLedgerFencedError
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.wire import frames
+from pulsar_twisted.wire.batch import decode_batch, encode_batch
+from pulsar_twisted.wire.compacted import decode_compacted_entry, encode_compacted_entry
+from pulsar_twisted.wire.compression import decompress
+from pulsar_twisted.wire.frames import entry_metadata
 
 log = Logger()
 
 COMPACTION_CURSOR = "__compaction"
 LEDGER_PROPERTY = "CompactedTopicLedger"
-_U32 = struct.Struct(">I")
 _READ_CHUNK = 100
 Sub = api.CommandSubscribe
 
 
-# ------------------------------------------------------------------------------ entry codec
-def encode_compacted_entry(position, data: bytes) -> bytes:
-    mid = api.MessageIdData(ledgerId=position[0], entryId=position[1]).SerializeToString()
-    return _U32.pack(len(mid)) + mid + _U32.pack(len(data)) + data
-
-
-def decode_compacted_entry(raw: bytes):
-    """``(Position, message part)`` of a compacted-ledger entry (ValueError when malformed)."""
-    try:
-        (size,) = _U32.unpack_from(raw, 0)
-        mid = api.MessageIdData.FromString(raw[4:4 + size])
-        (length,) = _U32.unpack_from(raw, 4 + size)
-        data = raw[8 + size:8 + size + length]
-    except Exception as e:
-        raise ValueError(f"malformed compacted entry: {e}") from e
-    if len(data) != length:
-        raise ValueError("truncated compacted entry")
-    return Position(mid.ledgerId, mid.entryId), data
-
-
+# ------------------------------------------------------------------------------ entry contents
 def _decompressed_batch(metadata, data: bytes):
     """The ``(SingleMessageMetadata, payload)`` members of a batch entry."""
-    from pulsar_twisted.client.compression import decompress
-    from pulsar_twisted.client.message import decode_batch
     _, payload = frames.split_message(data, verify=False)
     if metadata.compression != api.NONE:
         payload = decompress(metadata.compression, payload, metadata.uncompressed_size)
@@ -97,7 +76,6 @@ def message_keys(data: bytes):
 
 def retain_members(data: bytes, keep) -> bytes:
     """A batch entry with only the members whose index is in ``keep`` (uncompressed)."""
-    from pulsar_twisted.client.message import encode_batch
     metadata = entry_metadata(data)
     members = _decompressed_batch(metadata, data)
     kept = [m for i, m in enumerate(members) if i in keep]
@@ -242,15 +220,14 @@ def _start_of(subscription, request):
     """Where a compacted subscriber begins (see ``CompactedCursor``), None for the read position."""
     cursor = subscription.cursor
     if not subscription.durable:
-        if request.HasField("start_message_id"):
-            mid = request.start_message_id
-            ledger_id = mid.ledgerId - (1 << 64) if mid.ledgerId >= (1 << 63) else mid.ledgerId
-            if ledger_id < 0:
+        start = request.start_message_id
+        if start is not None:
+            if start.ledger_id < 0:
                 return _FROM_START
-            if ledger_id >= (1 << 63) - 1:
+            if start.ledger_id >= (1 << 63) - 1:
                 return None
-            return Position(ledger_id, mid.entryId)
-        return _FROM_START if request.initialPosition == Sub.Earliest else None
+            return start
+        return _FROM_START if request.initial_position == Sub.Earliest else None
     md = cursor.mark_delete_position
     if md.entry_id < 0 and md.ledger_id <= subscription.topic.ledger.first_position().ledger_id:
         return _FROM_START  # nothing acknowledged yet: a new subscription from the earliest
@@ -262,13 +239,13 @@ def apply_read_compacted(topic, subscription, request) -> None:
     SUBSCRIBE hook: a ``read_compacted`` consumer's subscription reads through the compacted
     ledger (Exclusive and Failover only, as Pulsar allows); a plain one reads the cursor.
     """
-    if request.read_compacted and request.subType not in (Sub.Exclusive, Sub.Failover):
+    if request.read_compacted and request.sub_type not in (Sub.Exclusive, Sub.Failover):
         raise errors.NotAllowedError("Read compacted only supported on failover or exclusive subscriptions")
     if subscription.consumers:
         return
     wrapped = isinstance(subscription.cursor, CompactedCursor)
     if request.read_compacted and not wrapped:
-        subscription.cursor = CompactedCursor(subscription.cursor, compactor_of(topic.service), topic,
+        subscription.cursor = CompactedCursor(subscription.cursor, topic.service.compactor, topic,
                                               _start_of(subscription, request))
     elif not request.read_compacted and wrapped:
         subscription.cursor = subscription.cursor.cursor
@@ -288,7 +265,7 @@ def last_message_id(subscription):
     topic = subscription.topic
     cursor = getattr(subscription, "cursor", None)
     if isinstance(cursor, CompactedCursor):
-        state = compactor_of(topic.service).state_of(topic)
+        state = topic.service.compactor.state_of(topic)
         if state is not None and topic.ledger.last_confirmed_entry() <= state.horizon:
             yield state.load()
             if not state.positions:
@@ -319,12 +296,16 @@ class Compactor:
     def __init__(self, service):
         self.service = service
         self.clock = service.clock
-        self.ledger_client = service.ml_factory.ledger_client
         self.config = service.config
         self._states = {}
         self._status = {}
         self._running = {}
         self._monitor = None
+
+    @property
+    def ledger_client(self):
+        # Read when used: the broker is built before its managed-ledger factory in some tools.
+        return self.service.ml_factory.ledger_client
 
     # -- state per topic ----------------------------------------------------------------
     def state_of(self, topic):
@@ -356,7 +337,7 @@ class Compactor:
     # -- running ------------------------------------------------------------------------
     def compact(self, topic):
         """Compact ``topic`` now; fails with NotAllowedError when a run is in progress."""
-        if not hasattr(topic, "ledger"):
+        if not topic.persistent:
             return defer.fail(errors.NotAllowedError("Compaction is only for persistent topics"))
         if topic.name in self._running:
             return defer.fail(errors.NotAllowedError("Compaction already in progress"))
@@ -467,7 +448,7 @@ class Compactor:
 
     def check_thresholds(self) -> None:
         """Compact every loaded topic whose backlog since its last compaction is over the threshold."""
-        topics = [t for t in list(self.service.topics.values()) if hasattr(t, "ledger")]
+        topics = [t for t in list(self.service.topics.values()) if t.persistent]
         if not topics:
             # The broker stopped (or unloaded everything): the next topic load restarts us.
             if self._monitor is not None and self._monitor.running:
@@ -502,9 +483,6 @@ async def _quietly(d):
 
 
 def compactor_of(service) -> Compactor:
-    """The broker's compactor (made on first use)."""
-    compactor = getattr(service, "compactor", None)
-    if compactor is None:
-        compactor = Compactor(service)
-        service.compactor = compactor
-    return compactor
+    """The broker's compactor: ``service.compactor``, made by BrokerService. Kept for
+    broker/admin.py callers until they read the attribute."""
+    return service.compactor

@@ -14,8 +14,11 @@ A batch is accepted as a whole and advances the producer to its ``highest_sequen
 The chunks of a chunked message all carry the message's sequence id: only the last chunk is
 checked and recorded (Pulsar's rule); an earlier chunk is a duplicate only once the whole
 message is stored.
-A failed write sets the producer's pushed id back to its persisted one, so the client's retry
-is not mistaken for a duplicate.
+A failed write fences the topic (topic.PersistentTopic.fence); once the writes in flight are
+done, ``reset_pushed`` sets every pushed id back to the persisted one (Pulsar's
+resetHighestSequenceIdPushed), so the resends of the failed messages are stored. Resetting at
+each failure instead would let a later message's success raise persisted above pushed, and its
+resend would be stored twice.
 
 Durability (Pulsar's layout): a cursor named ``pulsar.dedup`` on the topic's managed ledger; every
 ``brokerDeduplicationEntriesInterval`` stored entries its mark-delete position moves to the
@@ -32,8 +35,8 @@ holds no ``MessageDeduplication`` at all: the publish path pays one ``is None`` 
 from twisted.internet import defer
 from twisted.logger import Logger
 
-from pulsar_twisted.broker.entryinfo import entry_metadata
 from pulsar_twisted.common.position import Position
+from pulsar_twisted.wire.frames import entry_metadata
 
 #: Name of the managed-ledger cursor holding the snapshots (Pulsar's).
 DEDUP_CURSOR = "pulsar.dedup"
@@ -131,11 +134,12 @@ class MessageDeduplication:
     def check(self, producer_name: str, sequence_id: int, highest: int) -> int:
         """NOT_DUP (and the producer's pushed id moves to ``highest``), DUP or UNKNOWN."""
         sequence_id = _signed(sequence_id)
+        persisted = self.persisted_ids.get(producer_name)
+        if persisted is not None and sequence_id <= persisted:
+            return DUP
         pushed = self.pushed.get(producer_name)
         if pushed is not None and sequence_id <= pushed:
-            persisted = self.persisted_ids.get(producer_name)
-            if persisted is not None and sequence_id <= persisted:
-                return DUP
+            # The first copy is still being written: whether it gets stored is not known yet.
             return UNKNOWN
         self.pushed[producer_name] = _signed(highest)
         return NOT_DUP
@@ -156,13 +160,13 @@ class MessageDeduplication:
         if self._since_snapshot >= self.snapshot_interval and not self.recovering:
             self.take_snapshot(Position(*position))
 
-    def failed(self, producer_name: str) -> None:
-        """A write failed: later copies of its messages must not count as duplicates."""
-        persisted = self.persisted_ids.get(producer_name)
-        if persisted is None:
-            self.pushed.pop(producer_name, None)
-        else:
-            self.pushed[producer_name] = persisted
+    def reset_pushed(self) -> None:
+        """
+        The topic's writes after a failure are all done (none in flight): every producer's pushed
+        id falls back to its persisted one, so that resends of what failed are stored. Only
+        called while nothing is being written (topic.PersistentTopic._unfence).
+        """
+        self.pushed = dict(self.persisted_ids)
 
     # ---------------------------------------------------------------- snapshots
     def take_snapshot(self, position: Position):

@@ -1,29 +1,32 @@
 """
-What the broker needs to know of a stored entry, parsed from its MessageMetadata once per dispatch:
-how many messages it holds (permits are counted in messages) and its key (Key_Shared routing).
-The payload itself is never decoded or re-encoded.
+What the broker needs to know of a stored entry, from its MessageMetadata (parsed once per dispatch
+by ``wire.frames.entry_metadata``): how many messages it holds (permits are counted in messages)
+and its key (Key_Shared routing). The payload itself is never decoded or re-encoded.
 """
 
-import struct
+from twisted.logger import Logger
 
 from pulsar_twisted.proto import PulsarApi_pb2 as api
-from pulsar_twisted.wire.frames import MAGIC_BROKER_ENTRY_METADATA, MAGIC_CRC32C
+from pulsar_twisted.wire.frames import FrameError, entry_metadata
 
-_U16 = struct.Struct(">H")
-_U32 = struct.Struct(">I")
-_MessageMetadata = api.MessageMetadata
+log = Logger()
 
 
-def entry_metadata(data: bytes) -> api.MessageMetadata:
-    """The MessageMetadata of a stored message part (magic and checksum skipped, not verified)."""
-    offset = 0
-    if _U16.unpack_from(data, 0)[0] == MAGIC_BROKER_ENTRY_METADATA:
-        offset = 6 + _U32.unpack_from(data, 2)[0]
-    if _U16.unpack_from(data, offset)[0] == MAGIC_CRC32C:
-        offset += 6
-    size = _U32.unpack_from(data, offset)[0]
-    offset += 4
-    return _MessageMetadata.FromString(data[offset:offset + size])
+def lenient_metadata(data: bytes) -> api.MessageMetadata:
+    """
+    ``entry_metadata(data)`` for the dispatch and publish paths: bytes holding no readable metadata
+    (a producer may send anything after a valid checksum, and the broker stores it as it came) give
+    an empty MessageMetadata instead, read as one message, no key, no delivery time, not a chunk.
+    Pulsar's dispatcher does the same with metadata it cannot peek: the entry goes out as it is and
+    the consumer's client acks it with a validation error. So one bad entry neither stalls a
+    subscription nor closes a connection. Each time is logged as a warning.
+    """
+    try:
+        return entry_metadata(data)
+    except FrameError as e:
+        log.warn("entry of {size} bytes has unreadable metadata ({error}): handled as one message "
+                 "without key", size=len(data), error=e)
+        return api.MessageMetadata()
 
 
 def num_messages(metadata: api.MessageMetadata) -> int:

@@ -26,6 +26,7 @@ again, and the next owner opens the managed ledgers, which fences this broker's 
 Only lookups, topic loads and the check consult the store; publishing and dispatch never do.
 """
 
+import itertools
 import json
 import zlib
 from dataclasses import dataclass
@@ -36,12 +37,13 @@ from zope.interface import Interface, implementer
 
 from pulsar_twisted.common import errors
 from pulsar_twisted.metadata.interfaces import AlreadyExistsError, MetadataStoreError
-from pulsar_twisted.metadata.layout import POLICIES_ROOT, ownership_path
+from pulsar_twisted.metadata.layout import namespace_of_policies_path, ownership_path
+from pulsar_twisted.resources.base import CorruptMetadataError
+from pulsar_twisted.resources.namespaces import NamespaceResources
+from pulsar_twisted.resources.policies import (
+    DEFAULT_NUM_BUNDLES, FULL_RANGE_UPPER, boundaries_of_policies, even_boundaries)
 
 log = Logger()
-
-FULL_RANGE_UPPER = 0xFFFFFFFF
-DEFAULT_NUM_BUNDLES = 4
 
 
 def topic_hash(topic: str) -> int:
@@ -49,25 +51,12 @@ def topic_hash(topic: str) -> int:
     return zlib.crc32(topic.encode("utf-8")) & 0xFFFFFFFF
 
 
-def even_boundaries(num_bundles: int) -> list:
-    """Pulsar's even split of the hash range: ``num_bundles + 1`` bounds, the last 0xffffffff."""
-    if num_bundles < 1:
-        raise ValueError(f"numBundles must be at least 1, got {num_bundles}")
-    step = 0x100000000 // num_bundles
-    return [i * step for i in range(num_bundles)] + [FULL_RANGE_UPPER]
-
-
-def boundaries_of_policies(policies: dict) -> list:
-    """The bundle bounds (ints) a namespace's policies describe; ValueError when malformed."""
-    bundles = policies.get("bundles") or {}
-    raw = bundles.get("boundaries")
-    if raw:
-        bounds = [int(b, 16) if isinstance(b, str) else int(b) for b in raw]
-        if (len(bounds) < 2 or bounds[0] != 0 or bounds[-1] != FULL_RANGE_UPPER
-                or any(a >= b for a, b in zip(bounds, bounds[1:]))):
-            raise ValueError(f"bad bundle boundaries {raw!r}")
-        return bounds
-    return even_boundaries(int(bundles.get("numBundles") or DEFAULT_NUM_BUNDLES))
+def unload_bundle(broker, bundle) -> None:
+    """Unload the topics of ``broker`` (a BrokerService) that fall in ``bundle``, which this
+    broker no longer owns (the ``on_bundle_lost`` of a cluster broker's BundleOwnership)."""
+    namespace = bundle.namespace
+    broker.unload_topics(
+        lambda name: str(name.namespace_name) == namespace and bundle.includes(topic_hash(str(name))))
 
 
 @dataclass(frozen=True)
@@ -107,6 +96,15 @@ def bundle_for(namespace: str, bounds: list, topic: str) -> NamespaceBundle:
     return NamespaceBundle(namespace, bounds[lo], bounds[lo + 1])
 
 
+class NotOwnedError(errors.ServiceNotReady):
+    """Another broker owns the topic's bundle. ServiceNotReady on the binary protocol (the client
+    looks the topic up again); the admin API answers 307 to ``owner["httpUrl"]`` (as Pulsar)."""
+
+    def __init__(self, message: str, owner: dict):
+        super().__init__(message)
+        self.owner = owner
+
+
 class LookupResult(tuple):
     """``(broker_url, broker_url_tls)`` plus ``redirect``: True when another broker owns the topic
     (binary LOOKUP answers Redirect), False when the asking client should connect here."""
@@ -127,8 +125,12 @@ class IOwnership(Interface):
         """Deferred[LookupResult]: this broker (taking the bundle if it is free) or the owner."""
 
     def check_owned(name):
-        """Deferred[None] once this broker owns ``name``'s bundle (taking it if free);
-        ``errors.ServiceNotReady`` when another broker owns it."""
+        """Deferred firing once this broker owns ``name``'s bundle (taking it if free), with a
+        token for ``still_owns``; ``errors.ServiceNotReady`` when another broker owns it."""
+
+    def still_owns(token):
+        """True while the ownership ``check_owned`` found is held without interruption (a bundle
+        lost and taken again gives a new token: what was opened under the old one is stale)."""
 
 
 @implementer(IOwnership)
@@ -144,6 +146,9 @@ class LocalOwnership:
     def check_owned(self, name):
         return defer.succeed(None)
 
+    def still_owns(self, token) -> bool:
+        return True
+
 
 @implementer(IOwnership)
 class BundleOwnership:
@@ -157,6 +162,7 @@ class BundleOwnership:
 
     def __init__(self, store, clock, urls: dict, on_bundle_lost=None, check_interval: float = 5.0):
         self.store = store
+        self.namespaces = NamespaceResources(store)
         self.clock = clock
         self.urls = {"nativeUrl": urls.get("nativeUrl", ""), "nativeUrlTls": urls.get("nativeUrlTls", ""),
                      "httpUrl": urls.get("httpUrl", ""), "httpUrlTls": urls.get("httpUrlTls", ""),
@@ -166,6 +172,9 @@ class BundleOwnership:
         self.check_interval = check_interval
         #: path -> NamespaceBundle, the bundles this broker holds.
         self.owned = {}
+        #: path -> number of the acquisition (a bundle lost and taken again gets a new one).
+        self._acquired = {}
+        self._acquisitions = itertools.count(1)
         self._bounds = {}           # namespace -> bounds, dropped when its policies change
         self._check_loop = None
         self._stopped = False
@@ -187,6 +196,7 @@ class BundleOwnership:
         if self._check_loop is not None and self._check_loop.running:
             self._check_loop.stop()
         owned, self.owned = list(self.owned.values()), {}
+        self._acquired.clear()
         ds = [self.store.delete(b.path).addErrback(lambda f: None) for b in owned]
         return defer.gatherResults(ds).addCallback(lambda _: None)
 
@@ -200,14 +210,14 @@ class BundleOwnership:
         return defer.Deferred.fromCoroutine(self._load_bundle(namespace, str(name)))
 
     async def _load_bundle(self, namespace, topic):
-        node = await self.store.get(f"{POLICIES_ROOT}/{namespace}")
         bounds = even_boundaries(DEFAULT_NUM_BUNDLES)
-        if node is not None:
-            try:
-                bounds = boundaries_of_policies(json.loads(node[0] or b"{}"))
-            except (ValueError, TypeError, AttributeError) as e:
-                log.warn("namespace {ns}: {error}; using {n} even bundles", ns=namespace,
-                         error=e, n=DEFAULT_NUM_BUNDLES)
+        try:
+            policies = await self.namespaces.get(namespace)
+            if policies is not None:
+                bounds = boundaries_of_policies(policies)
+        except (CorruptMetadataError, ValueError, TypeError, AttributeError) as e:
+            log.warn("namespace {ns}: {error}; using {n} even bundles", ns=namespace,
+                     error=e, n=DEFAULT_NUM_BUNDLES)
         self._bounds[namespace] = bounds
         return bundle_for(namespace, bounds, topic)
 
@@ -236,8 +246,16 @@ class BundleOwnership:
         if owner is not None:
             # Pulsar's answer to a producer/consumer on a broker that does not serve the topic:
             # the client treats it as retryable and looks the topic up again.
-            raise errors.ServiceNotReady(
-                f"Namespace bundle {bundle} is served by {owner.get('nativeUrl')}, not this broker")
+            raise NotOwnedError(
+                f"Namespace bundle {bundle} is served by {owner.get('nativeUrl')}, not this broker",
+                owner)
+        return (bundle.path, self._acquired.get(bundle.path))
+
+    def still_owns(self, token) -> bool:
+        if token is None:
+            return False
+        path, acquisition = token
+        return path in self.owned and self._acquired.get(path) == acquisition
 
     async def acquire(self, bundle: NamespaceBundle):
         """None when this broker owns ``bundle`` (now or already); else the owner's data (dict)."""
@@ -265,6 +283,7 @@ class BundleOwnership:
     def _owned(self, bundle):
         if bundle.path not in self.owned:
             self.owned[bundle.path] = bundle
+            self._acquired[bundle.path] = next(self._acquisitions)
             log.info("this broker now owns bundle {bundle}", bundle=str(bundle))
 
     @staticmethod
@@ -284,9 +303,9 @@ class BundleOwnership:
         path = notification.path
         if notification.kind == "deleted" and path in self.owned:
             self._lost(path, "its ownership node was deleted")
-        elif notification.kind == "modified" and path.startswith(POLICIES_ROOT + "/"):
+        elif notification.kind == "modified" and namespace_of_policies_path(path) is not None:
             # Bundle splits change the boundaries; reread them on the next lookup.
-            self._bounds.pop(path[len(POLICIES_ROOT) + 1:], None)
+            self._bounds.pop(namespace_of_policies_path(path), None)
 
     def _on_session(self, state: str) -> None:
         # "lost" (metadata/zookeeper.py): every ownership node went with the session and another
@@ -317,6 +336,7 @@ class BundleOwnership:
 
     def _lost(self, path, reason) -> None:
         bundle = self.owned.pop(path, None)
+        self._acquired.pop(path, None)
         if bundle is None:
             return
         log.warn("this broker lost bundle {bundle}: {reason}; unloading its topics",

@@ -4,10 +4,15 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from pulsar_twisted.broker import dedup as dedup_states
-from pulsar_twisted.broker.entryinfo import entry_metadata
+from pulsar_twisted.broker.entryinfo import lenient_metadata
 from pulsar_twisted.common import errors
 from pulsar_twisted.mledger.interfaces import ManagedLedgerError
+from pulsar_twisted.mledger.ledger import ManagedLedgerTerminatedError
 from pulsar_twisted.proto import PulsarApi_pb2 as api
+
+
+class TopicFencedError(errors.ServiceNotReady):
+    """The topic is fenced after a write failure (topic.PersistentTopic.fence): retry later."""
 
 
 def is_last_chunk(metadata) -> bool:
@@ -23,7 +28,7 @@ class Producer:
     log = Logger()
 
     def __init__(self, topic, cnx, producer_id: int, name: str, access_mode: int = api.Shared,
-                 user_provided_name: bool = False, metadata=None):
+                 user_provided_name: bool = False, metadata=None, schema_version: bytes = b""):
         self.topic = topic
         self.cnx = cnx
         self.producer_id = producer_id
@@ -31,6 +36,9 @@ class Producer:
         self.access_mode = access_mode
         self.user_provided_name = user_provided_name
         self.metadata = dict(metadata or {})
+        #: The schema version it publishes with (LongSchemaVersion bytes, b"" for none), answered
+        #: in PRODUCER_SUCCESS and again to a retried create.
+        self.schema_version = schema_version
         self.last_sequence_id = -1
         #: Topic epoch answered in PRODUCER_SUCCESS (exclusive access modes), or None.
         self.topic_epoch = None
@@ -45,6 +53,12 @@ class Producer:
 
     def publish(self, send, message: bytes):
         """Store ``message``; Deferred fires (always successfully) once the client is answered."""
+        if self.closing or self.closed:
+            # The broker is closing this producer (CLOSE_PRODUCER sent or about to be): the
+            # client resends every unacknowledged message once it has reconnected. Storing this
+            # one could put it after a message that failed; a SEND_ERROR would make the official
+            # client drop its whole connection. So: neither stored nor answered.
+            return defer.succeed(None)
         self.msg_in += send.num_messages
         self.bytes_in += len(message)
         sequence_id = send.sequence_id
@@ -59,7 +73,7 @@ class Producer:
         counted = True
         if dedup is not None:
             if send.is_chunk:
-                counted = is_last_chunk(entry_metadata(message))
+                counted = is_last_chunk(lenient_metadata(message))
             if self._is_duplicate(dedup, sequence_id, highest, counted):
                 return defer.succeed(None)
         self.pending += 1
@@ -104,16 +118,20 @@ class Producer:
                                          position[0], position[1])
 
     def _failed(self, failure, sequence_id):
-        dedup = self.topic.dedup
-        if dedup is not None:
-            dedup.failed(self.name)
-        if failure.check(errors.PulsarError):
+        if failure.check(ManagedLedgerTerminatedError):
+            code, message = api.TopicTerminatedError, f"Topic was terminated: {failure.value}"
+        elif failure.check(errors.PulsarError) and not failure.check(TopicFencedError):
             code, message = failure.value.code, str(failure.value)
-        elif failure.check(ManagedLedgerError):
-            code, message = api.PersistenceError, f"Failed to persist the message: {failure.value}"
         else:
-            self.log.failure("publish on {topic} failed", failure, topic=self.topic.name)
-            code, message = api.PersistenceError, "Failed to persist the message"
+            # The write failed and the topic fenced itself (PersistentTopic.fence): this producer
+            # is being closed and the client resends after reconnecting, in order. No SEND_ERROR
+            # (the official client drops its connection on one); no dedup change either: the
+            # topic resets the pushed ids once every write in flight is done.
+            if not failure.check(ManagedLedgerError, TopicFencedError):
+                self.log.failure("publish on {topic} failed", failure, topic=self.topic.name)
+            if not (self.closing or self.closed):
+                self.topic.evict_producer(self)
+            return
         if not self.closed:
             self.cnx.sender.send_send_error(self.producer_id, sequence_id, code, message)
 

@@ -36,8 +36,10 @@ from twisted.logger import Logger
 from pulsar_twisted.common import errors
 from pulsar_twisted.common.naming import InvalidTopicNameError, parse_topic
 from pulsar_twisted.metadata.interfaces import AlreadyExistsError, BadVersionError
-from pulsar_twisted.metadata.layout import POLICIES_ROOT, SCHEMAS_ROOT
+from pulsar_twisted.metadata.layout import SCHEMAS_ROOT
 from pulsar_twisted.proto import PulsarApi_pb2 as api
+from pulsar_twisted.resources.base import CorruptMetadataError
+from pulsar_twisted.resources.namespaces import NamespaceResources
 
 log = Logger()
 
@@ -112,12 +114,6 @@ class SchemaVersion:
         for key, value in sorted(self.properties.items()):
             schema.properties.add(key=key, value=value)
         return schema
-
-
-def incoming(schema: api.Schema):
-    """``(type, data, properties, name)`` of a Schema from the wire."""
-    return (schema.type, schema.schema_data, {kv.key: kv.value for kv in schema.properties},
-            schema.name)
 
 
 # ------------------------------------------------------------------------------ compatibility
@@ -294,6 +290,7 @@ class SchemaRegistry:
 
     def __init__(self, store, clock, config):
         self.store = store
+        self.namespaces = NamespaceResources(store)
         self.clock = clock
         self.config = config
 
@@ -334,13 +331,11 @@ class SchemaRegistry:
 
     @defer.inlineCallbacks
     def policies(self, topic: str) -> dict:
-        name = parse_topic(topic)
-        node = yield self.store.get(f"{POLICIES_ROOT}/{name.tenant}/{name.namespace}")
-        if node is None:
-            return {}
+        """The stored Policies document of ``topic``'s namespace ({} when absent or unreadable:
+        the broker configuration then decides)."""
         try:
-            policies = json.loads(node[0])
-        except ValueError:
+            policies = yield self.namespaces.get(parse_topic(topic).namespace_name)
+        except CorruptMetadataError:
             return {}
         return policies if isinstance(policies, dict) else {}
 
@@ -445,31 +440,22 @@ class SchemaRegistry:
         return bool(value) or self.config.schemaValidationEnforced
 
 
-def registry_of(service) -> SchemaRegistry:
-    """The broker's schema registry (made on first use, over the broker's store and clock)."""
-    registry = getattr(service, "schema_registry", None)
-    if registry is None:
-        registry = SchemaRegistry(service.store, service.clock, service.config)
-        service.schema_registry = registry
-    return registry
-
-
 # ------------------------------------------------------------------------------ broker hooks
 @defer.inlineCallbacks
 def producer_schema_version(service, request):
     """
-    Before a producer is created: the schema version it publishes with (LongSchemaVersion bytes,
-    ``b""`` for none), or IncompatibleSchema. Costs nothing for a producer without a schema on a
-    topic without one beyond one metadata read.
+    Before the producer of a ProducerRequest is created: the schema version it publishes with
+    (LongSchemaVersion bytes, ``b""`` for none), or IncompatibleSchema. Costs nothing for a
+    producer without a schema on a topic without one beyond one metadata read.
     """
-    registry = registry_of(service)
+    registry = service.schema_registry
     try:
         parse_topic(request.topic)
     except InvalidTopicNameError as e:
         raise errors.InvalidTopicName(str(e))
-    if request.HasField("schema") and request.schema.type != BYTES:
-        type_, data, props, name = incoming(request.schema)
-        version = yield registry.add(request.topic, type_, data, props, name)
+    spec = request.schema
+    if spec is not None and spec.type != BYTES:
+        version = yield registry.add(request.topic, spec.type, spec.data, spec.properties, spec.name)
         return encode_version(version)
     latest = yield registry.get(request.topic)
     if latest is not None and latest.type != BYTES:
@@ -482,39 +468,38 @@ def producer_schema_version(service, request):
 
 @defer.inlineCallbacks
 def check_subscribe_schema(service, request):
-    """Before a consumer subscribes with a schema: check it, or register it on an idle topic."""
-    if not request.HasField("schema"):
+    """
+    Before the consumer of a SubscribeRequest with a schema subscribes: check the schema, or
+    register it on an idle topic.
+    """
+    spec = request.schema
+    if spec is None or spec.type in (BYTES, AUTO_CONSUME):
         return
-    registry = registry_of(service)
-    type_, data, props, name = incoming(request.schema)
-    if type_ in (BYTES, AUTO_CONSUME):
-        return
+    registry = service.schema_registry
     latest = yield registry.get(request.topic)
     if latest is None:
         topic = yield service.get_topic(request.topic, create=request.force_topic_creation)
-        ledger = getattr(topic, "ledger", None)
         idle = (not topic.producers and not any(s.consumers for s in topic.subscriptions.values())
-                and (ledger is None or ledger.total_size() == 0))
+                and topic.storage_size() == 0)
         if idle:
-            yield registry.add(request.topic, type_, data, props, name)
+            yield registry.add(request.topic, spec.type, spec.data, spec.properties, spec.name)
         return
-    yield registry.check_consumer(request.topic, type_, data)
+    yield registry.check_consumer(request.topic, spec.type, spec.data)
 
 
 @defer.inlineCallbacks
-def get_or_create_schema(service, topic: str, schema: api.Schema):
-    """GET_OR_CREATE_SCHEMA: the version of ``schema`` for ``topic`` (added when new)."""
-    registry = registry_of(service)
-    type_, data, props, name = incoming(schema)
+def get_or_create_schema(service, topic: str, spec):
+    """GET_OR_CREATE_SCHEMA: the version of the SchemaSpec ``spec`` for ``topic`` (added when new)."""
+    registry = service.schema_registry
     yield service.get_topic(topic)
-    version = yield registry.add(topic, type_, data, props, name)
+    version = yield registry.add(topic, spec.type, spec.data, spec.properties, spec.name)
     return encode_version(version)
 
 
 @defer.inlineCallbacks
 def get_schema(service, topic: str, version_bytes: bytes):
     """GET_SCHEMA: ``(SchemaVersion)`` latest or by version; TopicNotFound when there is none."""
-    registry = registry_of(service)
+    registry = service.schema_registry
     try:
         parse_topic(topic)
     except InvalidTopicNameError as e:
@@ -526,12 +511,6 @@ def get_schema(service, topic: str, version_bytes: bytes):
     if found is None:
         raise errors.TopicNotFound("Topic does not have schema")
     return found
-
-
-def set_producer_version(producer, version: bytes):
-    """Remember the schema version a producer was given (answered again on a retried create)."""
-    producer.schema_version = version
-    return producer
 
 
 # ------------------------------------------------------------------------------ admin REST
@@ -556,6 +535,6 @@ def admin_post(service, topic: str, payload: dict):
     properties = payload.get("properties") or {}
     if not isinstance(properties, dict):
         raise ValueError("properties must be an object")
-    version = yield registry_of(service).add(topic, TYPES_BY_NAME[type_name], data.encode(),
+    version = yield service.schema_registry.add(topic, TYPES_BY_NAME[type_name], data.encode(),
                                              {str(k): str(v) for k, v in properties.items()})
     return {"version": {"version": version}}

@@ -10,8 +10,8 @@ log2(ledgers) + log2(entries per ledger) reads instead of a scan of the whole ba
 
 from twisted.internet import defer
 
-from pulsar_twisted.broker.entryinfo import entry_metadata
 from pulsar_twisted.common.position import Position
+from pulsar_twisted.wire.frames import entry_metadata
 
 
 @defer.inlineCallbacks

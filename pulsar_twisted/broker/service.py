@@ -8,7 +8,6 @@ hands out unique producer names.
 """
 
 import datetime
-import json
 import re
 
 from twisted.application import service
@@ -16,24 +15,29 @@ from twisted.internet import defer, task
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
+from pulsar_twisted.broker import schema
+from pulsar_twisted.broker.compaction import Compactor
 from pulsar_twisted.broker.policies import PolicyService
 from pulsar_twisted.broker.topic import NonPersistentTopic, PersistentTopic
 from pulsar_twisted.security.broker import BrokerSecurity
 from pulsar_twisted.common import errors
+from pulsar_twisted.metadata.interfaces import AlreadyExistsError
+from pulsar_twisted.mledger import formats
 from pulsar_twisted.common.position import EARLIEST
 from pulsar_twisted.common.naming import (
     InvalidTopicNameError, NamespaceName, parse_topic, PERSISTENT, NON_PERSISTENT)
-from pulsar_twisted.metadata.layout import PARTITIONED_ROOT, POLICIES_ROOT, PRODUCER_NAME_COUNTER, cluster_path
+from pulsar_twisted.metadata.layout import PRODUCER_NAME_COUNTER
 from pulsar_twisted.proto import PulsarApi_pb2 as api
+from pulsar_twisted.resources.clusters import ClusterResources
+from pulsar_twisted.resources.namespaces import NamespaceResources
+from pulsar_twisted.resources.partitioned import PartitionedTopicResources
+from pulsar_twisted.resources.policies import bootstrap_policies
+from pulsar_twisted.resources.tenants import TenantResources
 from pulsar_twisted.wire.frames import crc32c
 
 
 class TopicBusyError(errors.PulsarError):
     """A topic with producers or consumers that was to be deleted without force."""
-
-
-def _default_namespace_policies(cluster: str) -> bytes:
-    return json.dumps({"replication_clusters": [cluster], "bundles": {"numBundles": 4}}).encode()
 
 
 class BrokerService(service.Service):
@@ -59,33 +63,31 @@ class BrokerService(service.Service):
         self.security = BrokerSecurity(config, clock, metadata_store)
         #: An ``ownership.IOwnership`` (cluster mode); None: this broker serves every topic.
         self.ownership = None
+        #: The metadata documents (pulsar_twisted.resources).
+        self.clusters = ClusterResources(metadata_store)
+        self.tenants = TenantResources(metadata_store)
+        self.namespaces = NamespaceResources(metadata_store)
+        self.partitioned = PartitionedTopicResources(metadata_store)
         #: Namespace policies of the topics and their periodic checks (policies.py).
         self.policies = PolicyService(self, metadata_store, config, clock)
+        #: Schemas of the topics (schema.py), kept in the metadata store.
+        self.schema_registry = schema.SchemaRegistry(metadata_store, clock, config)
+        #: Topic compaction and the compacted-ledger state of its readers (compaction.py).
+        self.compactor = Compactor(self)
 
     # ---------------------------------------------------------------- lifecycle
     @defer.inlineCallbacks
     def start(self):
         """Create the default tenant and namespace, and reserve a producer-name prefix."""
         cluster = self.config.clusterName
-        yield self._ensure(cluster_path(cluster),
-                           json.dumps({"serviceUrl": "", "brokerServiceUrl": self.broker_url}).encode())
-        yield self._ensure(f"{POLICIES_ROOT}/public",
-                           json.dumps({"adminRoles": [], "allowedClusters": [cluster]}).encode())
-        yield self._ensure(f"{POLICIES_ROOT}/public/default", _default_namespace_policies(cluster))
+        yield self.clusters.ensure(cluster, {"serviceUrl": "", "brokerServiceUrl": self.broker_url})
+        yield self.tenants.ensure("public", {"adminRoles": [], "allowedClusters": [cluster]})
+        yield self.namespaces.ensure("public/default", bootstrap_policies(cluster))
         stat = yield self.store.put(PRODUCER_NAME_COUNTER, b"", sequential=True)
         # The sequence number makes names unique across brokers and restarts (deduplication
         # keys its state on producer names).
         self.producer_name_prefix = f"{cluster}-{int(stat.path.rsplit('-', 1)[1])}"
         self.policies.start()
-
-    @defer.inlineCallbacks
-    def _ensure(self, path, value):
-        existing = yield self.store.get(path)
-        if existing is None:
-            try:
-                yield self.store.put(path, value, expected_version=-1)
-            except Exception:
-                pass  # created meanwhile by another broker
 
     #: Seconds between retention checks of the loaded topics (Pulsar's retentionCheckIntervalInSeconds).
     retention_check_interval = 120
@@ -100,7 +102,7 @@ class BrokerService(service.Service):
     def _check_retention(self):
         """Time-based retention: consumed ledgers age past the limit without any new ack."""
         for topic in list(self.topics.values()):
-            if isinstance(topic, PersistentTopic):
+            if topic.persistent:
                 d = defer.maybeDeferred(topic.ledger.trim_consumed_ledgers)
                 d.addErrback(lambda f, name=topic.name: self.log.failure(
                     "retention check of {topic} failed", f, topic=name))
@@ -174,24 +176,28 @@ class BrokerService(service.Service):
 
     @defer.inlineCallbacks
     def _check_namespace(self, namespace: NamespaceName):
-        node = yield self.store.get(f"{POLICIES_ROOT}/{namespace.tenant}/{namespace.namespace}")
-        if node is None:
+        if not (yield self.namespaces.exists(namespace)):
             raise errors.TopicNotFound(f"Namespace {namespace} does not exist")
 
-    @defer.inlineCallbacks
-    def partitions_of(self, topic_name) -> int:
-        base = topic_name.partitioned_topic_name
-        node = yield self.store.get(
-            f"{PARTITIONED_ROOT}/{base.tenant}/{base.namespace}/{base.domain}/{base.local_name}")
-        if node is None:
-            return 0
-        return int(json.loads(node[0]).get("partitions", 0))
+    def partitions_of(self, topic_name) -> defer.Deferred:
+        """Deferred partition count of ``topic_name``'s partitioned topic (0: not partitioned)."""
+        return self.partitioned.partitions(topic_name)
+
+    def create_partitioned_topic(self, topic_name, partitions: int) -> defer.Deferred:
+        return self.partitioned.create(topic_name, partitions)
 
     @defer.inlineCallbacks
-    def create_partitioned_topic(self, topic_name, partitions: int):
-        path = (f"{PARTITIONED_ROOT}/{topic_name.tenant}/{topic_name.namespace}/"
-                f"{topic_name.domain}/{topic_name.local_name}")
-        yield self.store.put(path, json.dumps({"partitions": partitions}).encode(), expected_version=-1)
+    def create_topic_storage(self, topic_name):
+        """
+        Make a persistent topic exist through metadata alone: its managed ledger's node with an
+        empty ledger list (Pulsar creates partitions the same way). Nothing is opened, so any
+        broker may do it; the owner opens the managed ledger on first use. No-op if it exists.
+        """
+        try:
+            yield self.store.put(formats.ledger_path(topic_name.managed_ledger_name),
+                                 formats.encode_ledger_info([], {}), expected_version=-1)
+        except AlreadyExistsError:
+            pass
 
     # ---------------------------------------------------------------- binary-protocol queries
     @defer.inlineCallbacks
@@ -304,8 +310,11 @@ class BrokerService(service.Service):
     @defer.inlineCallbacks
     def _load(self, name, create: bool):
         yield self._check_namespace(name.namespace_name)
+        ownership = None
         if self.ownership is not None:
-            yield self.ownership.check_owned(name)
+            # Nothing of the topic (managed ledger, cursors, dedup state) is opened on a broker
+            # that does not own its bundle; the token tells whether it was lost meanwhile.
+            ownership = yield self.ownership.check_owned(name)
         if name.partition_index < 0:
             partitions = yield self.partitions_of(name)
             if partitions > 0:
@@ -319,8 +328,20 @@ class BrokerService(service.Service):
             topic = PersistentTopic(self, name, ledger, self.clock, self.config)
         else:
             topic = NonPersistentTopic(self, name, self.clock, self.config)
-        # Namespace policies before any client sees the topic.
-        yield self.policies.topic_loaded(topic)
+        try:
+            # Namespace policies before any client sees the topic.
+            yield self.policies.topic_loaded(topic)
+            if name.persistent:
+                # Deduplication state recovered, or the load fails (retriable): never served
+                # with deduplication silently off.
+                yield topic.wait_ready()
+            if self.ownership is not None and not self.ownership.still_owns(ownership):
+                raise errors.ServiceNotReady(f"{name}: this broker lost its bundle while loading it")
+        except Exception:
+            self.log.warn("Loading topic {topic} failed; closing what was opened", topic=str(name))
+            yield defer.maybeDeferred(topic.close).addErrback(
+                lambda f: self.log.failure("closing {topic} after a failed load", f, topic=str(name)))
+            raise
         self.topics[str(name)] = topic
         self.log.info("Loaded topic {topic}", topic=str(name))
         return topic
@@ -415,30 +436,49 @@ class BrokerService(service.Service):
             defer.maybeDeferred(topic.close).addErrback(
                 lambda f, key=key: self.log.failure("unloading {topic}", f, topic=key))
 
+    def topic_failed(self, topic, reason: str) -> None:
+        """
+        ``topic`` cannot go on serving here (its managed ledger was fenced by a new owner, its
+        deduplication state could not be recovered): it is closed at once (clients reconnect
+        and look it up again) and forgotten, so that the next use loads it afresh.
+        """
+        key = topic.name
+        if self.topics.get(key) is topic:
+            del self.topics[key]
+            self.policies.topic_removed(topic)
+        if topic.closed:
+            return
+        self.log.warn("Unloading topic {topic}: {reason}", topic=key, reason=reason)
+        defer.maybeDeferred(topic.close).addErrback(
+            lambda f: self.log.failure("unloading {topic}", f, topic=key))
+
     def next_producer_name(self) -> str:
         self._producer_counter += 1
         return f"{self.producer_name_prefix}-{self._producer_counter}"
 
     @defer.inlineCallbacks
     def create_producer(self, cnx, request):
+        """
+        The Producer of a ProducerRequest: schema, authorization, topic load, quotas, access mode.
+        The schema is decided first (Pulsar's order), so an incompatible one creates nothing.
+        """
+        schema_version = yield schema.producer_schema_version(self, request)
         yield defer.ensureDeferred(self.security.check_topic(cnx, request.topic, "produce"))
         topic = yield self.get_topic(request.topic)
-        if request.HasField("producer_name") and request.producer_name:
-            name = request.producer_name
-        else:
-            name = self.next_producer_name()
+        name = request.producer_name or self.next_producer_name()
         self.policies.check_new_producer(topic)
-        initial = request.initial_subscription_name if request.HasField("initial_subscription_name") else ""
-        if initial and isinstance(topic, PersistentTopic) and initial not in topic.subscriptions:
+        initial = request.initial_subscription
+        if initial and topic.persistent and initial not in topic.subscriptions:
             # Pulsar creates it at the earliest position before the producer exists, so nothing the
             # producer sends can be trimmed before that subscription reads it (used for DLQ topics).
             yield topic.create_subscription(initial, EARLIEST)
         # A Producer, or a Deferred of one (exclusive access modes, deduplication recovery).
-        producer = yield defer.maybeDeferred(topic.add_producer, cnx, request, name)
+        producer = yield defer.maybeDeferred(topic.add_producer, cnx, request, name, schema_version)
         return producer
 
     @defer.inlineCallbacks
     def subscribe(self, cnx, request):
+        """The Consumer of a SubscribeRequest (authorization, topic load, then the topic's rules)."""
         if not request.subscription:
             raise errors.NotAllowedError("Empty subscription name")
         yield defer.ensureDeferred(self.security.check_topic(cnx, request.topic, "consume"))

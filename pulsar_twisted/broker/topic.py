@@ -11,30 +11,26 @@ import itertools
 
 from twisted.internet import defer
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from pulsar_twisted.broker import compaction, seek_time
 from pulsar_twisted.broker.access_modes import ProducerAccess
 from pulsar_twisted.broker.consumer import Consumer
 from pulsar_twisted.broker.dedup import DEDUP_CURSOR, MessageDeduplication
-from pulsar_twisted.broker.entryinfo import entry_metadata, num_messages
-from pulsar_twisted.broker.producer import Producer
+from pulsar_twisted.broker.entryinfo import num_messages
+from pulsar_twisted.broker.producer import Producer, TopicFencedError
 from pulsar_twisted.broker.storage_stats import StorageWriteStats
 from pulsar_twisted.broker.subscription import NonPersistentSubscription, PersistentSubscription
 from pulsar_twisted.common import errors
 from pulsar_twisted.common.position import EARLIEST, LATEST, Position
+from pulsar_twisted.mledger.interfaces import ManagedLedgerFencedError
+from pulsar_twisted.mledger.ledger import ManagedLedgerTerminatedError
 from pulsar_twisted.proto import PulsarApi_pb2 as api
+from pulsar_twisted.wire.frames import entry_metadata
 
 Sub = api.CommandSubscribe
+
 _INT64_MAX = 0x7FFFFFFFFFFFFFFF
-
-
-def _signed(value: int) -> int:
-    return value - (1 << 64) if value >= (1 << 63) else value
-
-
-def position_of(message_id) -> Position:
-    """A MessageIdData as a Position: ids are uint64 on the wire, and -1 (earliest) wraps."""
-    return Position(_signed(message_id.ledgerId), _signed(message_id.entryId))
 
 
 class TopicCounters:
@@ -126,24 +122,29 @@ class TopicBase:
         self.max_consumers_per_subscription = max_consumers_per_subscription
 
     # ---------------------------------------------------------------- producers
-    def add_producer(self, cnx, request, name: str) -> Producer:
+    def _check_ready(self) -> None:
+        """ServiceNotReady (the client retries) while the topic cannot take producers."""
         if self.closed:
             raise errors.ServiceNotReady(f"Topic {self.name} is being unloaded")
+
+    def add_producer(self, cnx, request, name: str, schema_version: bytes = b"") -> Producer:
+        """The producer of ``request`` (a ProducerRequest) named ``name``, publishing with
+        ``schema_version``, once its access mode admits it: a Producer, or a Deferred of one."""
+        self._check_ready()
         existing = self.producers.get(name)
         if existing is not None:
             raise errors.ProducerBusy(f"Producer with name '{name}' is already connected to topic")
         limit = self.max_producers
         if limit and len(self.producers) >= limit:
             raise errors.ProducerBusy(f"Topic {self.name} reached max producers limit {limit}")
-        if request.producer_access_mode not in api.ProducerAccessMode.values():
-            raise errors.NotAllowedError(f"Unknown producer access mode {request.producer_access_mode}")
+        if request.access_mode not in api.ProducerAccessMode.values():
+            raise errors.NotAllowedError(f"Unknown producer access mode {request.access_mode}")
 
         def create():
             if self.producers.get(name) is not None:
                 raise errors.ProducerBusy(f"Producer with name '{name}' is already connected to topic")
-            producer = Producer(self, cnx, request.producer_id, name, request.producer_access_mode,
-                                request.user_provided_producer_name and request.HasField("producer_name"),
-                                {kv.key: kv.value for kv in request.metadata})
+            producer = Producer(self, cnx, request.producer_id, name, request.access_mode,
+                                request.user_provided_name, dict(request.metadata), schema_version)
             if self.dedup is not None:
                 producer.last_sequence_id = self.dedup.last_sequence_id(name)
             self.producers[name] = producer
@@ -155,6 +156,7 @@ class TopicBase:
             # its last stored sequence id.
             d = defer.Deferred()
             dedup.ready.addBoth(lambda _: d.callback(None))
+            d.addCallback(lambda _: self._check_ready())
             d.addCallback(lambda _: self.access.acquire(cnx, request, name, create))
             return d
         return self.access.acquire(cnx, request, name, create)
@@ -187,13 +189,13 @@ class TopicBase:
             raise errors.ConsumerBusy(f"Subscription reached max consumers limit {limit}")
 
     def make_consumer(self, subscription, cnx, request) -> Consumer:
+        """The Consumer of a SubscribeRequest on ``subscription`` (not added to it yet)."""
         max_unacked = (self.config.maxUnackedMessagesPerConsumer
-                       if request.subType in (Sub.Shared, Sub.Key_Shared) else 0)
+                       if request.sub_type in (Sub.Shared, Sub.Key_Shared) else 0)
         consumer = Consumer(
             subscription, cnx, request.consumer_id, request.consumer_name or f"consumer-{request.consumer_id}",
-            request.subType, request.priority_level, self.partition,
-            {kv.key: kv.value for kv in request.metadata},
-            request.keySharedMeta if request.HasField("keySharedMeta") else None, max_unacked)
+            request.sub_type, request.priority_level, self.partition, dict(request.metadata),
+            request.key_shared_meta, max_unacked)
         consumer.connected_since = self.service.now_iso()
         return consumer
 
@@ -241,13 +243,20 @@ class PersistentTopic(TopicBase):
         self.pending_adds = 0
         self.max_pending_adds = config.managedLedgerMaxPendingAddsPerTopic
         self._throttled = []
+        #: A write failed: nothing more is written until the adds in flight are done (``fence``).
+        self.fenced = False
+        self._unfence_call = None
+        #: Why deduplication could not be recovered (the topic serves no producer then), or None.
+        self.dedup_error = None
         self.access = ProducerAccess(self, ledger)
         for name, cursor in ledger.cursors.items():
             if name == DEDUP_CURSOR:
                 continue  # the deduplication snapshots' cursor, not a subscription
             self.subscriptions[name] = PersistentSubscription(self, name, cursor, clock, config)
         ledger.add_new_entries_listener(self._new_entries)
-        compaction.compactor_of(service).topic_loaded(self)
+        # Another broker took the managed ledger over: unload here (IManagedLedger contract).
+        ledger.add_fenced_listener(self._ledger_fenced)
+        service.compactor.topic_loaded(self)
         if config.brokerDeduplicationEnabled:
             self.set_deduplication(True)
 
@@ -274,9 +283,33 @@ class PersistentTopic(TopicBase):
         return defer.succeed(None)
 
     def _dedup_failed(self, failure):
-        self.log.failure("{topic}: recovering the deduplication state failed; deduplication off",
-                         failure, topic=self.name)
-        self.dedup = None
+        # Turning deduplication off here would store the resends of messages already stored:
+        # the topic refuses producers instead, and unloads so that the next use retries.
+        self.log.failure("{topic}: recovering the deduplication state failed; the topic is "
+                         "unavailable until it is loaded again", failure, topic=self.name)
+        self.dedup_error = failure.value
+        self.service.topic_failed(self, f"deduplication state not recovered: {failure.getErrorMessage()}")
+
+    def wait_ready(self):
+        """
+        Deferred firing once the topic can take producers: its deduplication state recovered
+        (if on). Fails with ServiceNotReady (retriable) if the state cannot be recovered.
+        """
+        dedup = self.dedup
+        d = defer.succeed(None)
+        if dedup is not None and dedup.recovering and dedup.ready is not None:
+            d = defer.Deferred()
+            dedup.ready.addBoth(lambda result: d.callback(None) or result)
+        d.addCallback(lambda _: self._check_ready())
+        return d
+
+    def _check_ready(self):
+        if self.dedup_error is not None:
+            raise errors.ServiceNotReady(f"Topic {self.name}: deduplication state not available")
+        if self.closed:
+            raise errors.ServiceNotReady(f"Topic {self.name} is being unloaded")
+        if self.fenced:
+            raise TopicFencedError(f"Topic {self.name} is fenced after a write failure; retry")
 
     def _new_entries(self) -> None:
         for subscription in list(self.subscriptions.values()):
@@ -286,6 +319,8 @@ class PersistentTopic(TopicBase):
     def publish(self, message: bytes, count: int):
         if self.closed:
             return defer.fail(errors.ServiceNotReady(f"Topic {self.name} is being unloaded"))
+        if self.fenced:
+            return defer.fail(TopicFencedError(f"Topic {self.name} is fenced after a write failure"))
         if self.publish_limiter is not None:
             self.publish_limiter.published(count, len(message))
         self.pending_adds += 1
@@ -303,7 +338,59 @@ class PersistentTopic(TopicBase):
             throttled, self._throttled = self._throttled, []
             for cnx in throttled:
                 cnx.unthrottle()
+        if isinstance(result, Failure):
+            if result.check(ManagedLedgerFencedError):
+                self._ledger_fenced(self.ledger)
+            elif not result.check(ManagedLedgerTerminatedError):
+                self.fence(result.getErrorMessage())
+        if self.fenced and not self.pending_adds:
+            self._schedule_unfence()
         return result
+
+    # ---------------------------------------------------------------- write failures
+    def fence(self, reason: str) -> None:
+        """
+        A write failed (Pulsar's PersistentTopic.addFailed): from now on nothing is written, so
+        no message can be stored after one that was not. The producers are closed (their
+        publishes in flight are answered first, then CLOSE_PRODUCER; never a SEND_ERROR, which
+        makes the official client drop its whole connection); they reconnect and resend every
+        unacknowledged message, in order. Once the last add in flight is done the topic
+        unfences: deduplication's pushed ids fall back to the persisted ones, so those resends
+        are stored and not taken for duplicates.
+        """
+        if self.fenced or self.closed:
+            return
+        self.fenced = True
+        self.log.warn("{topic}: write failed ({reason}); fencing the topic and closing its "
+                      "{n} producers", topic=self.name, reason=reason, n=len(self.producers))
+        for producer in list(self.producers.values()):
+            self.evict_producer(producer)
+        if not self.pending_adds:
+            self._schedule_unfence()
+
+    def _schedule_unfence(self) -> None:
+        # Later in this reactor turn: the callbacks of the last add (receipts, deduplication's
+        # persisted ids, the producers' closes) run first.
+        if self._unfence_call is None:
+            self._unfence_call = self.clock.callLater(0, self._unfence)
+
+    def _unfence(self) -> None:
+        self._unfence_call = None
+        if not self.fenced or self.closed or self.pending_adds:
+            return
+        if self.dedup is not None:
+            self.dedup.reset_pushed()
+        self.fenced = False
+        self.log.info("{topic}: writes drained after the failure; unfenced", topic=self.name)
+
+    def _ledger_fenced(self, ledger) -> None:
+        """The managed ledger was fenced (another broker owns it now): unload the topic here."""
+        if ledger is not self.ledger or self.closed:
+            return
+        self.fenced = True
+        self.log.warn("{topic}: managed ledger fenced by another owner; unloading the topic",
+                      topic=self.name)
+        self.service.topic_failed(self, "managed ledger fenced")
 
     def _throttle_producers(self) -> None:
         """Too many writes in flight: stop reading from every connection publishing here."""
@@ -314,12 +401,13 @@ class PersistentTopic(TopicBase):
     # ---------------------------------------------------------------- subscribing
     @defer.inlineCallbacks
     def subscribe(self, cnx, request):
+        """A Consumer for the SubscribeRequest ``request`` (its subscription made if new)."""
         name = request.subscription
         subscription = self.subscriptions.get(name)
         self.check_consumer_limits(subscription)
         if subscription is None:
             if request.durable:
-                initial = "earliest" if request.initialPosition == Sub.Earliest else "latest"
+                initial = "earliest" if request.initial_position == Sub.Earliest else "latest"
                 cursor = yield self.ledger.open_cursor(name, initial)
             else:
                 cursor = self.ledger.new_non_durable_cursor(self._start_position(request), name=name)
@@ -335,14 +423,14 @@ class PersistentTopic(TopicBase):
         return consumer
 
     def _start_position(self, request) -> Position:
-        if request.HasField("start_message_id"):
-            position = position_of(request.start_message_id)
+        position = request.start_message_id
+        if position is not None:
             if position.ledger_id >= _INT64_MAX:
                 return LATEST
             if position.ledger_id < 0:
                 return EARLIEST
             return position
-        return EARLIEST if request.initialPosition == Sub.Earliest else LATEST
+        return EARLIEST if request.initial_position == Sub.Earliest else LATEST
 
     def clamp_position(self, position: Position) -> Position:
         """Positions a client may send (earliest/latest markers) made concrete."""
@@ -411,6 +499,10 @@ class PersistentTopic(TopicBase):
 
     def close(self):
         super().close()
+        if self._unfence_call is not None and self._unfence_call.active():
+            self._unfence_call.cancel()
+        self._unfence_call = None
+        self.ledger.remove_fenced_listener(self._ledger_fenced)
         return self.ledger.close()
 
     def storage_size(self) -> int:

@@ -12,8 +12,8 @@ the cursor moves its read position past it, so expired entries not yet dispatche
 
 from twisted.logger import Logger
 
-from pulsar_twisted.broker.entryinfo import entry_metadata
 from pulsar_twisted.common.position import Position
+from pulsar_twisted.wire.frames import entry_metadata
 
 log = Logger()
 

@@ -19,15 +19,17 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from pulsar_twisted.proto import PulsarApi_pb2 as api
+from pulsar_twisted.wire.batch import decode_batch
+from pulsar_twisted.wire.compression import decompress
+from pulsar_twisted.wire.errors import CodecError
 from pulsar_twisted.wire.frames import ChecksumMismatch, FrameError, split_message
 from pulsar_twisted.client import errors
 from pulsar_twisted.client import batch_ack
 from pulsar_twisted.client.backoff import Backoff
 from pulsar_twisted.client.batch_receive import PendingBatches, as_policy
 from pulsar_twisted.client.chunking import ChunkAssembler
-from pulsar_twisted.client.compression import decompress
 from pulsar_twisted.client.connection import T, command
-from pulsar_twisted.client.message import Message, decode_batch
+from pulsar_twisted.client.message import Message
 from pulsar_twisted.client.message_id import MessageId
 
 Sub = api.CommandSubscribe
@@ -251,7 +253,7 @@ class Consumer(ConnectionHandler):
             payload, message_id = assembled
         try:
             payload = decompress(metadata.compression, payload, metadata.uncompressed_size)
-        except errors.InvalidMessage:
+        except CodecError:
             self._discard(ledger_id, entry_id, Ack.DecompressionError, count)
             return
         redelivery_count = cmd.redelivery_count
@@ -265,7 +267,7 @@ class Consumer(ConnectionHandler):
             return
         try:
             members = decode_batch(payload, count)
-        except errors.InvalidMessage:
+        except CodecError:
             self._discard(ledger_id, entry_id, Ack.BatchDeSerializeError, count)
             return
         wanted = range(count)

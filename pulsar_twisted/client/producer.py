@@ -22,15 +22,16 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from pulsar_twisted.proto import PulsarApi_pb2 as api
+from pulsar_twisted.wire.batch import encode_batch, single_metadata
+from pulsar_twisted.wire.compression import NONE, compress
+from pulsar_twisted.wire.compression import compression_type as _compression_type
+from pulsar_twisted.wire.errors import UnknownCompression
 from pulsar_twisted.wire.frames import FRAME_PADDING, encode_message, encode_payload_command
 from pulsar_twisted.client import errors
 from pulsar_twisted.client.backoff import Backoff
-from pulsar_twisted.client.compression import NONE, compress
-from pulsar_twisted.client.compression import compression_type as _compression_type
 from pulsar_twisted.client.chunking import (
     ChunkMessageId, chunk_payload_size, chunk_uuid, split)
 from pulsar_twisted.client.connection import DEFAULT_MAX_MESSAGE_SIZE, T, command
-from pulsar_twisted.client.message import encode_batch, single_metadata
 from pulsar_twisted.client.message_id import MessageId
 
 from pulsar_twisted.client.handler import (  # noqa: F401 (the states, re-exported)
@@ -126,7 +127,10 @@ class Producer(ConnectionHandler):
         self.batching_max_bytes = batching_max_bytes
         self.batching_max_delay = batching_max_publish_delay_ms / 1000.0
         self.key_based_batching = batching_type in (KEY_BASED_BATCHING, "KeyBased", 1)
-        self.compression = _compression_type(compression_type)
+        try:
+            self.compression = _compression_type(compression_type)
+        except UnknownCompression as e:
+            raise errors.InvalidConfiguration(str(e)) from None
         self.chunking_enabled = chunking_enabled
         self.chunk_max_message_size = chunk_max_message_size
         self.initial_subscription_name = initial_subscription_name

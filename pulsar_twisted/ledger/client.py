@@ -13,6 +13,7 @@ from zope.interface import implementer
 
 from pulsar_twisted.common.bk_errors import NoSuchLedgerError, UnauthorizedAccessError
 from pulsar_twisted.ledger.handle import LedgerEnv, LedgerHandle, ReadOnlyLedgerHandle
+from pulsar_twisted.ledger.health import BookieHealth, QuarantineAwarePlacement
 from pulsar_twisted.ledger.interfaces import ILedgerClient
 from pulsar_twisted.resources.ledgers import (
     LedgerManager, LedgerMetadata, LedgerState, master_key, normalize_custom_metadata,
@@ -25,24 +26,45 @@ from pulsar_twisted.resources.bookies import registered_bookies
 
 log = Logger()
 
+def health_check_options(config) -> dict:
+    """``BookKeeperClient`` keyword arguments from a broker config's bookkeeperClientHealthCheck*
+    keys (``BookKeeperClient(store, bookies, reactor, **health_check_options(config))``)."""
+    return dict(
+        health_check_enabled=config.bookkeeperClientHealthCheckEnabled,
+        health_check_interval_seconds=config.bookkeeperClientHealthCheckIntervalSeconds,
+        health_check_error_threshold_per_interval=(
+            config.bookkeeperClientHealthCheckErrorThresholdPerInterval),
+        health_check_quarantine_time_seconds=config.bookkeeperClientHealthCheckQuarantineTimeInSeconds)
+
+
 @implementer(ILedgerClient)
 class BookKeeperClient:
     """
     An ILedgerClient over an IMetadataStore (ledger metadata, ids, bookie registrations) and an
     IBookieClient (entries). ``reactor`` supplies the clock for timeouts. ``placement`` is an
-    IEnsemblePlacementPolicy (default: random). Call ``start()`` before use (the first
-    create/open does it if you did not).
+    IEnsemblePlacementPolicy (default: random), wrapped so that quarantined bookies are chosen
+    last (``ledger.health``; the ``health_check_*`` arguments are Pulsar's
+    bookkeeperClientHealthCheck* keys, with its defaults; ``health`` is the BookieHealth). Call
+    ``start()`` before use (the first create/open does it if you did not).
     """
 
     def __init__(self, metadata_store, bookie_client, reactor, *, read_timeout_ms=5000,
-                 add_timeout_ms=30000, speculative_read_timeout_ms=2000, placement=None):
+                 add_timeout_ms=30000, speculative_read_timeout_ms=2000, placement=None,
+                 health_check_enabled=True, health_check_interval_seconds=60,
+                 health_check_error_threshold_per_interval=5,
+                 health_check_quarantine_time_seconds=1800):
         self._store = metadata_store
         self._manager = LedgerManager(metadata_store)
         self.writable_bookies = frozenset()
         self.readonly_bookies = frozenset()
+        self.health = BookieHealth(
+            reactor, enabled=health_check_enabled, interval=health_check_interval_seconds,
+            error_threshold=health_check_error_threshold_per_interval,
+            quarantine_time=health_check_quarantine_time_seconds)
+        placement = placement if placement is not None else RandomPlacementPolicy()
         self.env = LedgerEnv(
             bookie_client=bookie_client, clock=reactor, manager=self._manager,
-            placement=placement if placement is not None else RandomPlacementPolicy(),
+            placement=QuarantineAwarePlacement(placement, self.health), health=self.health,
             writable_bookies=lambda: self.writable_bookies,
             read_timeout=(read_timeout_ms or 0) / 1000.0,
             speculative_read_timeout=(speculative_read_timeout_ms or 0) / 1000.0,

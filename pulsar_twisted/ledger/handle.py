@@ -31,12 +31,12 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from pulsar_twisted.common.bk_errors import (
-    BKException, BookieUnavailableError, DigestMismatchError, LedgerClosedError, LedgerFencedError,
-    NoSuchEntryError, NoSuchLedgerError, UnauthorizedAccessError)
+    BKException, BookieReadOnlyError, BookieUnavailableError, DigestMismatchError, LedgerClosedError,
+    LedgerFencedError, NoSuchEntryError, NoSuchLedgerError, UnauthorizedAccessError)
 from pulsar_twisted.ledger.interfaces import ILedgerHandle, LedgerEntry
 from pulsar_twisted.resources.ledgers import LedgerMetadata, LedgerState
 from pulsar_twisted.ledger.quorum import DistributionSchedule
-from pulsar_twisted.metadata.interfaces import BadVersionError, MetadataStoreError
+from pulsar_twisted.metadata.interfaces import BadVersionError, MetadataStoreError, NotFoundError
 from pulsar_twisted.wire.bookie import pack_entry, unpack_entry
 
 log = Logger()
@@ -59,6 +59,8 @@ class LedgerEnv:
     read_timeout: float = 5.0
     speculative_read_timeout: float = 2.0
     add_timeout: float = 30.0
+    #: a ``ledger.health.BookieHealth`` told of failed and timed-out writes (None: nobody)
+    health: object = None
 
 
 class _ReadEntryOp:
@@ -407,6 +409,9 @@ class LedgerHandle(_BaseHandle):
         if isinstance(error, _FATAL_ADD_ERRORS):
             self._fail_handle(error)
             return None
+        health = self._env.health
+        if health is not None and not isinstance(error, BookieReadOnlyError):
+            health.record_error(bookie)
         if index not in self._failed:
             log.warn("ledger {ledger}: bookie {bookie} failed entry {entry}: {error!r}",
                      ledger=self.ledger_id, bookie=bookie, entry=op.entry_id, error=error)
@@ -477,6 +482,9 @@ class LedgerHandle(_BaseHandle):
             try:
                 version = await env.manager.write(self.ledger_id, candidate, version)
                 return candidate, version, ensemble
+            except NotFoundError:
+                # Recovered and deleted by the new owner: as fenced as a writer can be.
+                raise LedgerFencedError(f"ledger {self.ledger_id} was deleted") from None
             except BadVersionError:
                 # Only a recovering reader writes this ledger's metadata besides us: if it did, we
                 # are fenced; otherwise re-apply our segment to what is there now.
@@ -550,15 +558,23 @@ class LedgerHandle(_BaseHandle):
             return
         if not self._changing:
             deadline = self._env.clock.seconds() - self._env.add_timeout
+            timed_out = {}      # ensemble index -> adds it left unanswered past the deadline
             for op in self._pending:
                 if op.sent_at > deadline:
                     continue
                 for index in op.write_set:
                     if not op.acked & (1 << index) and index not in self._failed:
-                        log.warn("ledger {ledger}: bookie {bookie} timed out on entry {entry}",
-                                 ledger=self.ledger_id, bookie=self._ensemble[index],
-                                 entry=op.entry_id)
-                        self._failed[index] = self._ensemble[index]
+                        if index not in timed_out:
+                            log.warn("ledger {ledger}: bookie {bookie} timed out on entry {entry}",
+                                     ledger=self.ledger_id, bookie=self._ensemble[index],
+                                     entry=op.entry_id)
+                        timed_out[index] = timed_out.get(index, 0) + 1
+            health = self._env.health
+            for index, count in timed_out.items():
+                self._failed[index] = self._ensemble[index]
+                if health is not None:
+                    for _ in range(count):      # each timed-out request is one error, as in BK
+                        health.record_error(self._ensemble[index])
             self._maybe_start_change()
         self._arm_timeout()
 
@@ -588,6 +604,8 @@ class LedgerHandle(_BaseHandle):
                     version = await manager.write(self.ledger_id, candidate, version)
                     self._set_metadata(candidate, version)
                     return None
+                except NotFoundError:
+                    raise LedgerFencedError(f"ledger {self.ledger_id} was deleted") from None
                 except BadVersionError:
                     metadata, version = await manager.read(self.ledger_id)
                     if metadata.state is LedgerState.CLOSED and \

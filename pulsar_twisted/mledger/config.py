@@ -47,6 +47,25 @@ class ManagedLedgerConfig:
     max_pending_adds: int = 10_000
     """Adds in flight above which throttle listeners are told to pause producers."""
 
+    @classmethod
+    def from_config(cls, config) -> "ManagedLedgerConfig":
+        """The broker's ``managedLedger*`` and default retention keys (a ``BrokerConfig`` or
+        ``StandaloneConfig``) as the default configuration of its managed ledgers."""
+        return cls(
+            ensemble_size=config.managedLedgerDefaultEnsembleSize,
+            write_quorum=config.managedLedgerDefaultWriteQuorum,
+            ack_quorum=config.managedLedgerDefaultAckQuorum,
+            max_entries_per_ledger=config.managedLedgerMaxEntriesPerLedger,
+            min_rollover_time_ms=config.managedLedgerMinLedgerRolloverTimeMinutes * 60_000,
+            max_rollover_time_ms=config.managedLedgerMaxLedgerRolloverTimeMinutes * 60_000,
+            # -1 means "forever" for both retention limits, as in Pulsar.
+            retention_time_ms=(config.defaultRetentionTimeInMinutes * 60_000
+                               if config.defaultRetentionTimeInMinutes >= 0 else -1),
+            retention_size_mb=config.defaultRetentionSizeInMB,
+            cursor_max_entries_per_ledger=config.managedLedgerCursorMaxEntriesPerLedger,
+            max_unacked_ranges_to_persist=config.managedLedgerMaxUnackedRangesToPersist,
+            cache_size_bytes=config.managedLedgerCacheSizeMB * 1024 * 1024)
+
     def __post_init__(self):
         if not 1 <= self.ack_quorum <= self.write_quorum <= self.ensemble_size:
             raise ValueError("need 1 <= ack_quorum <= write_quorum <= ensemble_size")

@@ -34,13 +34,14 @@ from zope.interface import implementer
 
 from pulsar_twisted.common.bk_errors import LedgerFencedError, NoSuchLedgerError
 from pulsar_twisted.common.position import EARLIEST, LATEST, Position
-from pulsar_twisted.metadata.interfaces import BadVersionError
+from pulsar_twisted.metadata.interfaces import AlreadyExistsError, BadVersionError, NotFoundError
 from pulsar_twisted.mledger import formats
 from pulsar_twisted.mledger.bitset import int_to_words, words_to_int
 from pulsar_twisted.mledger.interfaces import (
     IManagedCursor, ManagedLedgerClosedError, ManagedLedgerError, ManagedLedgerFencedError,
 )
 from pulsar_twisted.mledger.rangeset import PositionRangeSet
+from pulsar_twisted.mledger.stats import position_text, ranges_text
 
 log = Logger()
 
@@ -81,6 +82,8 @@ class ManagedCursorImpl:
         self._ledger_entries = 0
         self._old_ledger_id = -1
         self._node_version = None
+        self._node_writes = 0       # node writes in flight
+        self._node_idle = []        # Deferreds waiting for them to settle
         self._waiting = []
         self._persisting = False
         self._idle_waiters = []
@@ -101,6 +104,25 @@ class ManagedCursorImpl:
 
     def individually_deleted_ranges(self):
         return self._acked.position_ranges()
+
+    def internal_stats(self) -> dict:
+        """Pulsar's CursorStats of this cursor (the admin API's ``internalStats``); the counters
+        Pulsar keeps and we do not (pending reads, consumed messages) are reported as zero."""
+        ranges = self.individually_deleted_ranges()
+        return {
+            "markDeletePosition": position_text(self.mark_delete_position),
+            "readPosition": position_text(self.read_position),
+            "waitingReadOp": False, "pendingReadOps": 0,
+            "messagesConsumedCounter": 0,
+            "cursorLedger": self._ledger.ledger_id if self._ledger is not None else -1,
+            "cursorLedgerLastEntry": -1,
+            "individuallyDeletedMessages": ranges_text(ranges),
+            "lastLedgerSwitchTimestamp": "",
+            "state": self._state.name,
+            "numberOfEntriesSinceFirstNotAckedMessage": self.number_of_entries_in_backlog(),
+            "totalNonContiguousDeletedMessagesRange": len(ranges),
+            "properties": dict(self.properties or {}),
+        }
 
     def _first_unacked_from(self, pos) -> Position:
         """``pos`` (normalized) moved past acknowledged entries."""
@@ -167,8 +189,9 @@ class ManagedCursorImpl:
     # -- reads ----------------------------------------------------------------------------
 
     def read_entries(self, count: int):
-        if self._state in (CursorState.CLOSED, CursorState.DELETED):
-            return defer.fail(ManagedLedgerClosedError(f"cursor {self.name} is closed"))
+        error = self._check_ack_open()
+        if error is not None:
+            return defer.fail(error)
         d = self.ml._read(self._read_position, count, self)
         d.addCallback(self._read_done, self._read_moves)
         return d
@@ -218,6 +241,8 @@ class ManagedCursorImpl:
 
     def _check_ack_open(self):
         if self._state in (CursorState.CLOSED, CursorState.DELETED):
+            if self.ml.is_fenced:
+                return ManagedLedgerFencedError(f"cursor {self.name} is fenced")
             return ManagedLedgerClosedError(f"cursor {self.name} is closed")
         return None
 
@@ -383,7 +408,8 @@ class ManagedCursorImpl:
         self._persisting = False
         self._ledger_entries += 1
         self.persist_count += 1
-        roll = self._ledger_entries >= self.ml.config.cursor_max_entries_per_ledger
+        roll = (self._ledger_entries >= self.ml.config.cursor_max_entries_per_ledger
+                and self._state is CursorState.OPEN)    # not once closed or fenced meanwhile
         if roll:
             self._state = CursorState.SWITCHING
         for w in waiters:
@@ -473,7 +499,7 @@ class ManagedCursorImpl:
         old = self._ledger
         try:
             await self._write_node(-1)
-        except BadVersionError:
+        except _NODE_CAS_LOST:
             self._become_fenced(waiters)
             return
         except Exception as e:
@@ -492,9 +518,17 @@ class ManagedCursorImpl:
         self._check_idle()
 
     def _become_fenced(self, waiters):
+        """Our node CAS (or cursor ledger) was taken over: stop, and fence the whole managed ledger
+        (one writer for the ledger and all its cursors)."""
         log.warn("cursor {ml}/{name} is owned by another instance now", ml=self.ml.name, name=self.name)
-        self._state = CursorState.CLOSED
-        waiters = waiters + self._waiting
+        self._stop_fenced(waiters)
+        self.ml._cursor_fenced(self)
+
+    def _stop_fenced(self, waiters=()):
+        """No more writes from this cursor: waiting persists fail with ManagedLedgerFencedError."""
+        if self._state is not CursorState.DELETED:
+            self._state = CursorState.CLOSED
+        waiters = list(waiters) + self._waiting
         self._waiting = []
         self._fail_waiting(waiters, ManagedLedgerFencedError(f"cursor {self.name} is fenced"))
         self._check_idle()
@@ -512,10 +546,27 @@ class ManagedCursorImpl:
         expected = -1 if self._node_version is None else self._node_version
         d = self.ml.store.put(formats.cursor_path(self.ml.name, self.name), data,
                               expected_version=expected)
+        self._node_writes += 1
 
         def written(stat):
             self._node_version = stat.version
-        return d.addCallback(written)
+
+        def settled(result):
+            self._node_writes -= 1
+            if not self._node_writes:
+                waiters, self._node_idle = self._node_idle, []
+                for w in waiters:
+                    w.callback(None)
+            return result
+        return d.addCallback(written).addBoth(settled)
+
+    def _wait_node_writes(self):
+        """Deferred firing once no node write of ours is in flight (so our version is current)."""
+        if not self._node_writes:
+            return defer.succeed(None)
+        d = defer.Deferred()
+        self._node_idle.append(d)
+        return d
 
     def _delete_ledger_quietly(self, lid):
         self.ml.ledger_client.delete_ledger(lid).addErrback(
@@ -593,6 +644,11 @@ class ManagedCursorImpl:
         await self._wait_idle()
         ledger = self._ledger
         self._state = CursorState.CLOSED
+        if self.ml.is_fenced:
+            # Someone else owns the cursor node now: writing it would only fail (or overwrite).
+            if ledger is not None:
+                ledger.close()
+            return None
         try:
             await self._write_node(ledger.ledger_id if ledger is not None else self._old_ledger_id)
         finally:
@@ -604,7 +660,20 @@ class ManagedCursorImpl:
         self._state = CursorState.DELETED
         waiters, self._waiting = self._waiting, []
         self._fail_waiting(waiters, ManagedLedgerClosedError(f"cursor {self.name} deleted"))
-        await self.ml.store.delete_recursive(formats.cursor_path(self.ml.name, self.name))
+        await self._wait_node_writes()
+        path = formats.cursor_path(self.ml.name, self.name)
+        try:
+            # Versioned, like every other write of the node: a stale owner must not remove the
+            # cursor of the one that took the managed ledger over.
+            if self._node_version is None:
+                await self.ml.store.delete_recursive(path)     # never written by us
+            else:
+                await self.ml.store.delete(path, expected_version=self._node_version)
+        except NotFoundError:
+            pass
+        except BadVersionError:
+            self.ml._cursor_fenced(self)
+            raise ManagedLedgerFencedError(f"cursor {self.name} is owned by someone else") from None
         for lid in {self._ledger.ledger_id if self._ledger is not None else -1, self._old_ledger_id}:
             if lid >= 0:
                 self._delete_ledger_quietly(lid)
@@ -612,6 +681,10 @@ class ManagedCursorImpl:
             self._ledger.close()
             self._ledger = None
 
+
+# A cursor node write that fails so is another owner's doing: a newer version (BadVersion), the node
+# removed (NotFound), or created by someone else first (AlreadyExists, for a new cursor).
+_NODE_CAS_LOST = (BadVersionError, NotFoundError, AlreadyExistsError)
 
 _ids = itertools.count(1)
 

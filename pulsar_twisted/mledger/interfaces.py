@@ -95,7 +95,8 @@ class IManagedLedger(Interface):
         already ``FENCED``, the instance has left its factory's cache (the next ``factory.open``
         of the name builds a new instance that recovers from the metadata store), no add issued
         from then on reaches a bookie, and every add that was pending or queued has been failed,
-        in order, with ManagedLedgerFencedError. The owner is expected to unload the topic
+        in order, with ManagedLedgerFencedError (their errbacks have run: the owner sees those
+        add failures before this call). The owner is expected to unload the topic
         (close its producers and consumers, then ``close()`` this instance, which does not
         write any metadata when fenced). The callback runs synchronously, in the reactor thread,
         at most once per listener; an exception it raises is logged and does not stop the
@@ -106,6 +107,9 @@ class IManagedLedger(Interface):
 
     def close():
         """Flush cursor state, close the current ledger. Deferred."""
+
+    def internal_stats():
+        """Pulsar's ManagedLedgerInternalStats (a JSON-ready dict), its cursors' included."""
 
 
 class IManagedCursor(Interface):
@@ -156,3 +160,6 @@ class IManagedCursor(Interface):
 
     def batch_deleted_indexes(position):
         """The bit-set words of the indexes of ``position`` still unacknowledged, or None."""
+
+    def internal_stats():
+        """Pulsar's CursorStats of this cursor (a JSON-ready dict)."""

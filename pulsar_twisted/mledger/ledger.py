@@ -34,6 +34,7 @@ from pulsar_twisted.metadata.interfaces import BadVersionError, NotFoundError
 from pulsar_twisted.mledger import formats
 from pulsar_twisted.mledger.cache import EntryCache
 from pulsar_twisted.mledger.config import ManagedLedgerConfig
+from pulsar_twisted.mledger.stats import iso_ms, position_text
 from pulsar_twisted.mledger.interfaces import (
     CursorNotFoundError, IManagedLedger, ManagedLedgerClosedError, ManagedLedgerError,
     ManagedLedgerFencedError,
@@ -140,6 +141,7 @@ class ManagedLedgerImpl:
         self._throttle_listeners = []
         self._throttled = False
         self._fenced_listeners = []
+        self._closed_on_failure = False
 
     # -- small helpers ---------------------------------------------------------------------
 
@@ -392,6 +394,12 @@ class ManagedLedgerImpl:
         if self._state is not State.CLOSING_LEDGER:
             return
         self._state = State.LEDGER_CLOSED
+        failed, self._closed_on_failure = self._closed_on_failure, False
+        if failed and not self._queued:
+            # After a write failure the next ledger waits for the next add: while bookies are
+            # down, eager creation would leave one empty ledger per failure (issue 11: hundreds).
+            self._trim_in_background()
+            return
         # The next ledger is started at once (Pulsar does after a time rollover) so that the
         # next add does not wait and the full ledger becomes trimmable.
         self._create_ledger()
@@ -454,9 +462,10 @@ class ManagedLedgerImpl:
     def _add_failed(self, op: AddOp, failure):
         if op.done:
             return
-        if failure.check(LedgerFencedError):
-            log.warn("managed ledger {name}: ledger {lid} fenced by another owner",
-                     name=self.name, lid=op.handle.ledger_id)
+        if failure.check(LedgerFencedError, NoSuchLedgerError):
+            # Recovered (fenced) or deleted by a new owner: this instance must stop writing.
+            log.warn("managed ledger {name}: ledger {lid} fenced by another owner ({err})",
+                     name=self.name, lid=op.handle.ledger_id, err=failure.getErrorMessage())
             self._set_fenced()
             return
         handle = op.handle
@@ -470,6 +479,7 @@ class ManagedLedgerImpl:
         rolling = self._current is handle and self._state in (State.LEDGER_OPENED, State.CLOSING_LEDGER)
         if rolling:
             self._state = State.CLOSING_LEDGER
+            self._closed_on_failure = True
         error = ManagedLedgerError(f"add to ledger {handle.ledger_id} failed: {failure.getErrorMessage()}")
         self._fail_ops(doomed, error)
         if not self._pending:
@@ -486,7 +496,9 @@ class ManagedLedgerImpl:
             o.deferred.errback(error)
 
     def _set_fenced(self):
-        if self._state is State.FENCED:
+        """Another owner took over: no add, cursor write or metadata write from here on; pending
+        and queued adds fail in order; the factory forgets us; then the fenced listeners run."""
+        if self._state in (State.FENCED, State.CLOSED):
             return
         self._state = State.FENCED
         self._cancel_timers()
@@ -496,10 +508,18 @@ class ManagedLedgerImpl:
         self._queued.clear()
         self._fail_ops(doomed, error)
         self._fire_drained()
+        for cursor in list(self.cursors.values()) + list(self._new_cursors.values()):
+            cursor._stop_fenced()
         self.factory._forget(self)
         listeners, self._fenced_listeners = self._fenced_listeners, []
         for cb in listeners:
             self._call_fenced_listener(cb)
+
+    def _cursor_fenced(self, cursor):
+        """A cursor lost a compare-and-set on its node: the whole managed ledger is someone else's."""
+        log.warn("managed ledger {name}: cursor {cursor} metadata changed by someone else, fencing",
+                 name=self.name, cursor=cursor.name)
+        self._set_fenced()
 
     def add_fenced_listener(self, callback):
         """``callback(self)`` once this instance is FENCED (see IManagedLedger.add_fenced_listener)."""
@@ -668,6 +688,27 @@ class ManagedLedgerImpl:
         """For internal stats: ``[{"ledgerId", "entries", "size", "timestamp"}, ...]``."""
         return [{"ledgerId": i.ledger_id, "entries": i.entries, "size": i.size,
                  "timestamp": i.timestamp} for i in (self._ledgers[lid] for lid in self._ledger_ids)]
+
+    def internal_stats(self) -> dict:
+        """Pulsar's ManagedLedgerInternalStats of this ledger and its durable cursors (the
+        admin API's ``internalStats`` without the topic's schema and compaction ledgers)."""
+        ledgers = self.ledgers_info()
+        current = ledgers[-1] if ledgers else {"entries": 0, "size": 0, "timestamp": 0}
+        return {
+            "entriesAddedCounter": self.number_of_entries(),
+            "numberOfEntries": self.number_of_entries(),
+            "totalSize": self.total_size(),
+            "currentLedgerEntries": current["entries"],
+            "currentLedgerSize": current["size"],
+            "lastLedgerCreatedTimestamp": iso_ms(current.get("timestamp", 0)),
+            "waitingCursorsCount": 0,
+            "pendingAddEntriesCount": self.pending_adds_count,
+            "lastConfirmedEntry": position_text(self.last_confirmed_entry()),
+            "state": self.state.name,
+            "ledgers": [{"ledgerId": i["ledgerId"], "entries": i["entries"], "size": i["size"],
+                         "offloaded": False, "underReplicated": False} for i in ledgers],
+            "cursors": {name: cursor.internal_stats() for name, cursor in list(self.cursors.items())},
+        }
 
     def current_ledger_id(self):
         return self._current.ledger_id if self._current is not None else None
@@ -1080,6 +1121,11 @@ class ManagedLedgerImpl:
         self._terminated_at = self._last_confirmed
         await self._write_metadata()
         return self._last_confirmed
+
+    @property
+    def is_fenced(self) -> bool:
+        """True once another owner took this managed ledger over (see add_fenced_listener)."""
+        return self._state is State.FENCED
 
     @property
     def is_terminated(self) -> bool:

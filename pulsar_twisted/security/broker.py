@@ -189,7 +189,7 @@ class BrokerSecurity:
             name = parse_topic(topic)
         except InvalidTopicNameError as e:
             raise errors.InvalidTopicName(str(e))
-        role = getattr(cnx, "role", None)
+        role = cnx.role
         if not await self.authz.allowed(name, role, action):
             self.log.info("{peer}: role {role} refused {action} on {topic}", peer=cnx.peer, role=role,
                           action=action, topic=str(name))

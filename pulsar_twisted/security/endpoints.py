@@ -106,20 +106,3 @@ def tls_broker_url(config) -> str:
         return ""
     return f"pulsar+ssl://{config.advertisedAddress}:{config.brokerServicePortTls}"
 
-
-async def listen_tls(reactor, config, broker_factory, site) -> list:
-    """
-    Start the TLS listeners the configuration asks for (``brokerServicePortTls`` with
-    ``broker_factory``, ``webServicePortTls`` with ``site``); the listening ports, to stop later.
-    """
-    ports = []
-    if not (config.brokerServicePortTls or config.webServicePortTls):
-        return ports
-    context = server_tls_context(config)
-    if config.brokerServicePortTls:
-        ports.append(await tls_server_endpoint(reactor, config.brokerServicePortTls, config,
-                                               context).listen(broker_factory))
-    if config.webServicePortTls:
-        ports.append(await tls_server_endpoint(reactor, config.webServicePortTls, config,
-                                               context).listen(site))
-    return ports

@@ -10,9 +10,9 @@ from twisted.internet.testing import StringTransport
 
 from pulsar_twisted.broker.cnx import ServerConnection
 from pulsar_twisted.broker.service import BrokerService
-from pulsar_twisted.broker.tap import managed_ledger_config
 from pulsar_twisted.config import StandaloneConfig
 from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
+from pulsar_twisted.mledger.config import ManagedLedgerConfig
 from pulsar_twisted.mledger.factory import ManagedLedgerFactory
 from pulsar_twisted.testing.fake_ledger import FakeLedgerClient
 from pulsar_twisted.proto import PulsarApi_pb2 as api
@@ -73,7 +73,7 @@ class BrokerHarness:
         self.store = store if store is not None else EmbeddedMetadataStore(None, self.clock)
         self.ledger_client = ledger_client if ledger_client is not None else FakeLedgerClient(self.clock)
         self.ml_factory = ManagedLedgerFactory(self.ledger_client, self.store, self.clock,
-                                               managed_ledger_config(self.config))
+                                               ManagedLedgerConfig.from_config(self.config))
         self.broker = BrokerService(self.config, self.ml_factory, self.store, self.clock,
                                     "pulsar://localhost:6650")
         self._ports = iter(range(40000, 60000))

@@ -11,15 +11,18 @@ each other.
 ``Cluster(zk, bookies=3, brokers=1, broker_config=..., bookie_config=...)``: ``start()`` runs
 ``pulsar initialize-cluster-metadata`` (the real command), starts the bookies in parallel, waits for
 their registrations, then starts the brokers. Each ``DaemonProcess`` has ``stop()`` (SIGTERM),
-``kill9()``, ``start()`` again on the same data and ports, and ``log_tail()``; ``cluster.logs()`` gathers
-every tail for a failure message. ``cluster.zk`` is a synchronous kazoo client on the chroot for
-inspecting metadata. Blocking code (sleep-polling with deadlines): for ``SynchronousTestCase``.
+``kill9()``, ``pause()`` (SIGSTOP) and ``resume()`` (SIGCONT), ``start()`` again on the same data and
+ports, and ``log_tail()``; ``cluster.logs()`` gathers every tail for a failure message. Each knows its
+ephemeral ``registration`` path, and ``cluster.session_of(path)`` the session holding it.
+``cluster.zk`` is a synchronous kazoo client on the chroot for inspecting metadata. Blocking code (sleep-polling with
+deadlines): for ``SynchronousTestCase``.
 """
 
 import atexit
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -141,6 +144,7 @@ class DaemonProcess(ChildProcess):
         self.config_path = os.path.join(directory, f"{name}.conf")
         self.log_path = os.path.join(directory, f"{name}.log")
         self._init_child()
+        self.paused = False
         self.write_config()
 
     def write_config(self) -> None:
@@ -150,6 +154,26 @@ class DaemonProcess(ChildProcess):
 
     def twistd_arguments(self) -> list:
         return [self.plugin, "-c", self.config_path]
+
+    #: The ephemeral node (under the chroot) the daemon holds while its session lives.
+    registration = None
+
+    def pause(self) -> None:
+        """SIGSTOP: the process freezes with its sockets open (a long GC pause, a hung VM)."""
+        if self.running() and not self.paused:
+            os.kill(self.process.pid, signal.SIGSTOP)
+            self.paused = True
+
+    def resume(self) -> None:
+        """SIGCONT after ``pause``."""
+        if self.paused:
+            self.paused = False
+            if self.running():
+                os.kill(self.process.pid, signal.SIGCONT)
+
+    def _reap(self) -> None:
+        self.paused = False
+        super()._reap()
 
 
 class BookieProcess(DaemonProcess):
@@ -169,6 +193,10 @@ class BookieProcess(DaemonProcess):
     @property
     def bookie_id(self) -> str:
         return f"{HOST}:{self.port}"
+
+    @property
+    def registration(self) -> str:
+        return f"{layout.AVAILABLE_PATH}/{self.bookie_id}"
 
 
 class BrokerProcess(DaemonProcess):
@@ -195,6 +223,10 @@ class BrokerProcess(DaemonProcess):
     @property
     def broker_id(self) -> str:
         return f"{HOST}:{self.web_port}"
+
+    @property
+    def registration(self) -> str:
+        return layout.broker_path(self.broker_id)
 
 
 class Cluster:
@@ -265,6 +297,14 @@ class Cluster:
     def path(self, path: str) -> str:
         """The ZooKeeper path of a metadata path of this cluster (under its chroot)."""
         return self.chroot + path
+
+    def session_of(self, path: str):
+        """The session id holding the ephemeral node at ``path`` (under the chroot), or None."""
+        try:
+            stat = self.zk.exists(self.path(path))
+        except Exception:
+            return None
+        return None if stat is None else stat.ephemeralOwner
 
     def available_bookies(self) -> list:
         try:

@@ -95,9 +95,17 @@ class ChildProcess:
         self._log_file = None
         self.starts = 0
 
+    #: Words before the interpreter on the child's command line (``ip netns exec NAME``, which
+    #: execs the interpreter in place: the child's pid stays the one to signal).
+    command_prefix = ()
+
     def twistd_arguments(self) -> list:
         """What follows ``twistd -n --pidfile=`` on the child's command line."""
         raise NotImplementedError
+
+    def accepting(self) -> bool:
+        """Whether the child accepts connections on ``ready_port`` (what ``wait_ready`` waits for)."""
+        return port_open(self.host, self.ready_port)
 
     def spawn(self) -> None:
         """Start the child without waiting (see ``wait_ready``)."""
@@ -111,7 +119,8 @@ class ChildProcess:
         self._log_file.write(f"===== start #{self.starts} =====\n".encode())
         self._log_file.flush()
         self.process = subprocess.Popen(
-            [sys.executable, "-c", _TWISTD, "-n", "--pidfile="] + self.twistd_arguments(),
+            list(self.command_prefix) + [sys.executable, "-c", _TWISTD, "-n", "--pidfile="]
+            + self.twistd_arguments(),
             cwd=self.directory, env=env, stdin=subprocess.DEVNULL,
             stdout=self._log_file, stderr=subprocess.STDOUT)
         self.running_registry.add(self)
@@ -126,7 +135,7 @@ class ChildProcess:
                 self._reap()
                 raise self.error(f"{self.name} exited with status {code} while starting\n"
                                  + self.log_tail())
-            if port_open(self.host, self.ready_port):
+            if self.accepting():
                 return self
             time.sleep(0.05)
         self.kill9()

@@ -10,7 +10,7 @@ the template. They return:
 * ``None`` -> 204 No Content (what Pulsar answers to successful mutations and unset policies);
 * a ``Response`` for anything else (other status, headers, raw bytes).
 
-Errors become ``{"reason": "..."}`` with the status ``admin.http_status_of`` gives; unexpected
+Errors become ``{"reason": "..."}`` with the status ``broker.admin.errors.http_status_of`` gives; unexpected
 ones are logged with their traceback and answered 500. Nothing a client sends can raise out of
 ``render``.
 """
@@ -24,7 +24,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web import resource, server
 
-from pulsar_twisted.broker.admin import BadRequest, http_status_of
+from pulsar_twisted.broker.admin.errors import BadRequest, http_status_of
 from pulsar_twisted.web.headers import set_headers
 
 _PARAM = re.compile(r"\{(\w+)\}")
@@ -192,6 +192,15 @@ class RouterResource(resource.Resource):
         request.finish()
 
     def _write_failure(self, failure: Failure, request, finished):
+        owner = getattr(failure.value, "owner", None)
+        owner_url = owner.get("httpUrl") if isinstance(owner, dict) else None
+        if owner_url and not finished[0]:
+            # Another broker owns the topic (ownership.NotOwnedError): Pulsar's 307 to it, so that
+            # nothing of the topic is loaded on this broker.
+            request.setResponseCode(307)
+            request.setHeader(b"Location", owner_url.rstrip("/").encode() + request.uri)
+            request.finish()
+            return
         status = http_status_of(failure.value)
         if status >= 500:
             self.log.failure("{method} {path} failed", failure,

@@ -5,7 +5,7 @@ schema, one version, every version, a new version (POST) and deletion. The rules
 """
 
 from pulsar_twisted.broker import schema
-from pulsar_twisted.broker.admin import BadRequest, Conflict, NotFound
+from pulsar_twisted.broker.admin.errors import BadRequest, Conflict, NotFound
 from pulsar_twisted.common import errors
 from pulsar_twisted.web.routing import int_param, json_body
 
@@ -19,7 +19,7 @@ def add_schema_routes(router, admin) -> None:
         return str(admin.topic_name("persistent", tenant, namespace, topic))
 
     def registry():
-        return schema.registry_of(admin.broker)
+        return admin.broker.schema_registry
 
     async def get_latest(request, tenant, namespace, topic):
         found = await registry().get(topic_of(tenant, namespace, topic))

@@ -17,7 +17,7 @@ def storage_families(topics: dict, cluster: str):
     nothing to storage and are left out, as in Pulsar."""
     families = [GaugeMetricFamily(name, doc, labels=_LABELS) for name, doc in STORAGE_METRICS_HELP]
     for topic in list(topics.values()):
-        if getattr(topic, "ledger", None) is None:
+        if not topic.persistent:
             continue
         labels = [cluster, str(topic.topic_name.namespace_name), topic.name]
         for family, (_name, value) in zip(families, topic.counters.storage.metrics()):

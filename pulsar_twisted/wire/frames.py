@@ -29,6 +29,9 @@ _HEADER = struct.Struct(">II")
 _MAGIC_CRC = struct.Struct(">HI")
 
 crc32c = _crc32c.crc32c
+_MessageMetadata = api.MessageMetadata
+_u16 = _U16.unpack_from
+_u32 = _U32.unpack_from
 
 
 class FrameError(Exception):
@@ -69,43 +72,68 @@ def encode_message(metadata: api.MessageMetadata, payload: bytes) -> bytes:
     return _MAGIC_CRC.pack(MAGIC_CRC32C, crc32c(rest)) + rest
 
 
+def _locate_metadata(message, verify: bool) -> tuple:
+    """
+    ``(offset, size)`` of the MessageMetadata in a message part, every length checked against the
+    bytes there are (``FrameError``). The one reader of the message-part layout: a leading
+    broker-entry-metadata block (magic 0x0e02) is skipped; with ``verify`` the CRC32C after the
+    0x0e01 magic is checked (``ChecksumMismatch``). A message without the checksum magic (very old
+    clients) is read as ``[metadata_size][metadata][payload]``.
+    """
+    # On the dispatch path for every entry: reads past the end are left to struct.error (a try
+    # costs nothing until it raises) rather than tested before each read.
+    try:
+        offset = 0
+        magic = _u16(message, 0)[0]
+        if magic == MAGIC_BROKER_ENTRY_METADATA:
+            offset = 6 + _u32(message, 2)[0]
+            magic = _u16(message, offset)[0]
+        if magic == MAGIC_CRC32C:
+            expected = _u32(message, offset + 2)[0]
+            offset += 6
+            meta_size = _u32(message, offset)[0]
+            if verify and crc32c(memoryview(message)[offset:]) != expected:
+                raise ChecksumMismatch("message checksum mismatch")
+        else:
+            meta_size = _u32(message, offset)[0]
+    except struct.error:
+        raise FrameError(f"message part of {len(message)} bytes is too short") from None
+    offset += 4
+    if meta_size > len(message) - offset:
+        raise FrameError(f"metadata size {meta_size} exceeds the frame")
+    return offset, meta_size
+
+
 def split_message(message: bytes, verify: bool = True):
     """
-    Split a stored/received message part into ``(metadata_bytes, payload)``.
-
-    A leading broker-entry-metadata block (magic 0x0e02) is skipped. With ``verify`` the CRC32C is
-    checked (``ChecksumMismatch``). A message without the checksum magic (very old clients) is
-    accepted as ``[metadata_size][metadata][payload]``.
+    Split a stored/received message part into ``(metadata_bytes, payload)`` (copies of both).
+    ``FrameError`` when its lengths do not add up; with ``verify``, ``ChecksumMismatch`` when its
+    CRC32C is wrong (see ``_locate_metadata``).
     """
+    offset, meta_size = _locate_metadata(message, verify)
     view = memoryview(message)
-    offset = 0
-    if len(view) >= 2 and _U16.unpack_from(view, 0)[0] == MAGIC_BROKER_ENTRY_METADATA:
-        offset = 6 + _U32.unpack_from(view, 2)[0]
-    if len(view) - offset < 4:
-        raise FrameError("message part too short")
-    if _U16.unpack_from(view, offset)[0] == MAGIC_CRC32C:
-        if len(view) - offset < 10:
-            raise FrameError("message part too short for its checksum")
-        expected = _U32.unpack_from(view, offset + 2)[0]
-        offset += 6
-        if verify and crc32c(view[offset:]) != expected:
-            raise ChecksumMismatch("message checksum mismatch")
-    meta_size = _U32.unpack_from(view, offset)[0]
-    offset += 4
-    if meta_size > len(view) - offset:
-        raise FrameError(f"metadata size {meta_size} exceeds the frame")
     return bytes(view[offset:offset + meta_size]), bytes(view[offset + meta_size:])
 
 
-def parse_metadata(message: bytes, verify: bool = False) -> api.MessageMetadata:
-    """The MessageMetadata of a message part (``FrameError`` when it does not parse)."""
-    meta, _ = split_message(message, verify)
-    metadata = api.MessageMetadata()
+def entry_metadata(message: bytes) -> api.MessageMetadata:
+    """
+    The MessageMetadata of a stored entry or received message part, checksum not verified: the
+    broker's per-entry read on the dispatch path. Nothing but the metadata is copied, and bytes
+    that do not hold one (truncated, lengths past the end, a protobuf that does not parse) are
+    ``FrameError``, never whatever ``struct`` or protobuf raised, so callers need one ``except``.
+    """
+    offset, meta_size = _locate_metadata(message, False)
     try:
-        metadata.ParseFromString(meta)
+        return _MessageMetadata.FromString(message[offset:offset + meta_size])
     except Exception as e:  # protobuf raises DecodeError and, for missing fields, others
         raise FrameError(f"bad message metadata: {e}") from e
-    return metadata
+
+
+def parse_metadata(message: bytes, verify: bool = False) -> api.MessageMetadata:
+    """``entry_metadata``, with the CRC32C checked first when ``verify`` (``ChecksumMismatch``)."""
+    if verify:
+        _locate_metadata(message, True)
+    return entry_metadata(message)
 
 
 def verify_message(message: bytes) -> None:

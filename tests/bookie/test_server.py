@@ -20,7 +20,6 @@ from pulsar_twisted.wire.bookie import pack_entry
 from pulsar_twisted.ledger.tcp import TcpBookieClient
 from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
 from pulsar_twisted.testing.fake_bookie import FakeBookie
-from pulsar_twisted.wire.bookie import pack_entry
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KEY = b"key"
@@ -291,7 +290,7 @@ class ConfigTests(unittest.SynchronousTestCase):
 
     def test_bookkeeper_conf(self):
         """conf/bookkeeper.conf loads into BookieConfig with BookKeeper's defaults."""
-        from pulsar_twisted.bookie.tap import parse_metadata_service_uri
+        from pulsar_twisted.metadata.urls import parse_metadata_service_uri
         from pulsar_twisted.config import BookieConfig, ConfigError
         config = BookieConfig.from_file(os.path.join(ROOT, "conf", "bookkeeper.conf"))
         self.assertEqual((config.bookiePort, config.httpServerPort), (3181, 8000))

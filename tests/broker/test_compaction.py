@@ -3,10 +3,10 @@
 from twisted.trial import unittest
 
 from pulsar_twisted.broker import compaction
-from pulsar_twisted.client.compression import LZ4, compress
-from pulsar_twisted.client.message import encode_batch, single_metadata
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.wire import frames
+from pulsar_twisted.wire.batch import encode_batch, single_metadata
+from pulsar_twisted.wire.compression import LZ4, compress
 from tests.broker.messaging import FeatureCase, Sub, T, messages
 
 

@@ -24,10 +24,19 @@ class ConnectionTests(unittest.TestCase):
         from pulsar_twisted.testing.broker import FakeClient
         c = FakeClient(self.harness, 1)
         self.assertIs(c.protocol.state, ConnectionState.START)
+        self.assertIsNone(c.protocol.role)      # declared before any authentication
         c.connect()
         self.assertIs(c.protocol.state, ConnectionState.CONNECTED)
         c.protocol.connectionLost(None)
         self.assertIs(c.protocol.state, ConnectionState.CLOSED)
+
+    def test_features_built_with_the_broker(self):
+        """The schema registry and the compactor belong to BrokerService from its construction."""
+        from pulsar_twisted.broker.compaction import Compactor
+        from pulsar_twisted.broker.schema import SchemaRegistry
+        broker = self.harness.broker
+        self.assertIsInstance(broker.schema_registry, SchemaRegistry)
+        self.assertIsInstance(broker.compactor, Compactor)
 
     def test_ping_answered(self):
         """A client's PING gets a PONG."""

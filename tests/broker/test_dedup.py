@@ -158,11 +158,25 @@ class CheckUnitTests(FeatureCase):
         dedup.persisted("p", 0, (1, 0))
         self.assertEqual(dedup.check("p", 0, 0), DUP)
 
-    def test_failed_write_resets_pushed(self):
+    def test_reset_pushed_falls_back_to_persisted(self):
+        """After a failure's writes drained, pushed = persisted: resends of what failed are stored."""
         dedup = MessageDeduplication(self.topic_ledger(), self.harness.config, "t")
+        dedup.recovering = False
         self.assertEqual(dedup.check("p", 0, 0), NOT_DUP)
-        dedup.failed("p")
-        self.assertEqual(dedup.check("p", 0, 0), NOT_DUP)
+        self.assertEqual(dedup.check("p", 1, 1), NOT_DUP)
+        dedup.persisted("p", 0, (1, 0))     # 1 failed
+        self.assertEqual(dedup.check("p", 1, 1), UNKNOWN)
+        dedup.reset_pushed()
+        self.assertEqual(dedup.check("p", 0, 0), DUP)
+        self.assertEqual(dedup.check("p", 1, 1), NOT_DUP)
+
+    def test_persisted_above_pushed_is_still_a_duplicate(self):
+        """A sequence id at or below persisted is a duplicate whatever pushed says."""
+        dedup = MessageDeduplication(self.topic_ledger(), self.harness.config, "t")
+        dedup.recovering = False
+        dedup.persisted("p", 5, (1, 0))
+        self.assertEqual(dedup.check("p", 3, 3), DUP)
+        self.assertEqual(dedup.check("p", 6, 6), NOT_DUP)
 
     def test_negative_one_sequence_id(self):
         """uint64 2**64-1 on the wire is -1 (a producer that never sent)."""

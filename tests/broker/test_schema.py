@@ -100,6 +100,15 @@ class RegistryTests(FeatureCase):
         client.send(T(type=T.PRODUCER, producer=request))
         return client.commands()
 
+    def test_retried_create_answers_the_same_version(self):
+        """A PRODUCER retried on the same connection gets the stored producer's schema version."""
+        client = self.harness.client()
+        self.producer(client, 1, ST.Avro, V1)
+        self.producer(client, 2, ST.Avro, record(A, B_DEFAULT))
+        [again] = self.producer(client, 1, ST.Avro, V1)
+        self.assertEqual(again.type, T.PRODUCER_SUCCESS)
+        self.assertEqual(again.producer_success.schema_version, schema.encode_version(0))
+
     def test_producer_gets_versions(self):
         """A new schema gets version 0; the same again 0; a compatible change 1."""
         client = self.harness.client()
@@ -119,7 +128,7 @@ class RegistryTests(FeatureCase):
         self.assertEqual(error.error.error, api.IncompatibleSchema)
         self.assertIn("incompatible with the latest schema", error.error.message)
         self.assertEqual(len(self.topic_object().producers), 1)
-        versions = self.successResultOf(schema.registry_of(self.harness.broker).versions(self.topic))
+        versions = self.successResultOf(self.harness.broker.schema_registry.versions(self.topic))
         self.assertEqual(len(versions), 1)
 
     def test_namespace_strategy_overrides(self):
@@ -192,7 +201,7 @@ class RegistryTests(FeatureCase):
         client = self.harness.client()
         [ok] = self.subscribe_with(client, 1, ST.Avro, V1)
         self.assertEqual(ok.type, T.SUCCESS)
-        latest = self.successResultOf(schema.registry_of(self.harness.broker).get(self.topic))
+        latest = self.successResultOf(self.harness.broker.schema_registry.get(self.topic))
         self.assertEqual(latest.data, V1)
 
     def test_consumer_checked_not_registered(self):
@@ -202,7 +211,7 @@ class RegistryTests(FeatureCase):
         self.assertEqual(ok.type, T.SUCCESS)
         [error] = self.subscribe_with(client, 2, ST.Avro, record(A, B_NO_DEFAULT), sub="b")
         self.assertEqual(error.error.error, api.IncompatibleSchema)
-        versions = self.successResultOf(schema.registry_of(self.harness.broker).versions(self.topic))
+        versions = self.successResultOf(self.harness.broker.schema_registry.versions(self.topic))
         self.assertEqual(len(versions), 1)
 
     @defer.inlineCallbacks
@@ -215,7 +224,7 @@ class RegistryTests(FeatureCase):
         self.assertEqual(ok.producer_success.schema_version, schema.encode_version(0))
 
     def test_delete(self):
-        registry = schema.registry_of(self.harness.broker)
+        registry = self.harness.broker.schema_registry
         client = self.harness.client()
         self.producer(client, 1, ST.Avro, V1)
         self.assertEqual(self.successResultOf(registry.delete(self.topic)), 1)

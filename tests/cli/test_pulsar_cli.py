@@ -14,9 +14,9 @@ from twisted.internet import defer, reactor, task
 from twisted.internet.threads import deferToThread
 from twisted.trial import unittest
 
-from pulsar_twisted.cli.pulsar import (
-    CommandError, initialize_cluster_metadata, main, parse_metadata_store_url)
+from pulsar_twisted.cli.pulsar import CommandError, initialize_cluster_metadata, main
 from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
+from pulsar_twisted.metadata.urls import MetadataUrlError, parse_metadata_store_url
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TEST_ROOT = "/pulsar-twisted-tests"
@@ -46,10 +46,10 @@ class UrlTests(unittest.TestCase):
         self.assertEqual(parse_metadata_store_url("metadata-store:zk:a:1"), ("a:1", "/"))
 
     def test_bad_urls(self):
-        """Anything else is a CommandError naming the URL."""
+        """Anything else is a MetadataUrlError naming the URL (the command prints it, exit 1)."""
         for url in ("", "zk:", "zk:host", "zk:host:port", "zk:host:99999", "bogus://x",
                     "memory:local", "etcd:http://x:2379", "zk:a:1//x", "zk:a:1/../b"):
-            with self.assertRaises(CommandError, msg=url) as caught:
+            with self.assertRaises(MetadataUrlError, msg=url) as caught:
                 parse_metadata_store_url(url)
             self.assertIn(repr(url), str(caught.exception))
 

@@ -142,7 +142,7 @@ class ConsumerChunkTests(SynchronousTestCase):
 
     def test_compressed_chunks(self):
         """The chunks of a compressed payload are decompressed once reassembled."""
-        from pulsar_twisted.client.compression import compress
+        from pulsar_twisted.wire.compression import compress
         raw = b"hello world " * 50
         data = compress(api.ZLIB, raw)
         consumer = self.make()

@@ -2,13 +2,13 @@
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from pulsar_twisted.proto import PulsarApi_pb2 as api
-from pulsar_twisted.wire.frames import encode_message
 from pulsar_twisted.client import errors
-from pulsar_twisted.client.compression import compress
 from pulsar_twisted.client.consumer import Consumer, Sub
-from pulsar_twisted.client.message import encode_batch, single_metadata
 from pulsar_twisted.client.message_id import MessageId
+from pulsar_twisted.proto import PulsarApi_pb2 as api
+from pulsar_twisted.wire.batch import encode_batch, single_metadata
+from pulsar_twisted.wire.compression import compress
+from pulsar_twisted.wire.frames import encode_message
 from tests.client.helpers import FakeClient, T
 
 CONSUMER_ID = 5
@@ -156,6 +156,27 @@ class AckTests(ConsumerCase):
         self.assertEqual(consumer.available_messages(), 0)
         (ack,) = self.broker.commands(T.ACK)
         self.assertEqual(ack.ack.validation_error, api.CommandAck.ChecksumMismatch)
+
+    def test_undecompressable_entry_discarded(self):
+        """An entry whose payload does not decompress is acked with DecompressionError, not delivered."""
+        consumer = self.make()
+        metadata = api.MessageMetadata(producer_name="prod", sequence_id=1, publish_time=1000,
+                                       compression=api.ZLIB, uncompressed_size=10)
+        self.broker.message(CONSUMER_ID, encode_message(metadata, b"not zlib"), entry_id=4)
+        self.assertEqual(consumer.available_messages(), 0)
+        (ack,) = self.broker.commands(T.ACK)
+        self.assertEqual(ack.ack.validation_error, api.CommandAck.DecompressionError)
+
+    def test_undecodable_batch_discarded(self):
+        """A batch whose members run past its payload is acked with BatchDeSerializeError."""
+        consumer = self.make()
+        metadata = api.MessageMetadata(producer_name="prod", sequence_id=0, publish_time=1000,
+                                       num_messages_in_batch=3)
+        raw = encode_batch([(single_metadata(b"one"), b"one")])[:-1]
+        self.broker.message(CONSUMER_ID, encode_message(metadata, raw), entry_id=5)
+        self.assertEqual(consumer.available_messages(), 0)
+        (ack,) = self.broker.commands(T.ACK)
+        self.assertEqual(ack.ack.validation_error, api.CommandAck.BatchDeSerializeError)
 
 
 class RedeliveryTests(ConsumerCase):

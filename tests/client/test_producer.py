@@ -2,13 +2,13 @@
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from pulsar_twisted.proto import PulsarApi_pb2 as api
-from pulsar_twisted.wire.frames import parse_metadata, split_message
 from pulsar_twisted.client import errors
-from pulsar_twisted.client.compression import decompress
-from pulsar_twisted.client.message import decode_batch
 from pulsar_twisted.client.message_id import MessageId
 from pulsar_twisted.client.producer import Producer
+from pulsar_twisted.proto import PulsarApi_pb2 as api
+from pulsar_twisted.wire.batch import decode_batch
+from pulsar_twisted.wire.compression import decompress
+from pulsar_twisted.wire.frames import parse_metadata, split_message
 from tests.client.helpers import FakeClient, T
 
 
@@ -185,3 +185,11 @@ class BatchTests(ProducerCase):
         self.assertEqual(metadata.compression, api.ZSTD)
         raw = decompress(api.ZSTD, split_message(part)[1], metadata.uncompressed_size)
         self.assertEqual([p for _, p in decode_batch(raw, 2)], [b"x" * 100, b"y" * 100])
+
+    def test_unknown_compression_is_invalid_configuration(self):
+        """A compression type that does not exist is the client's InvalidConfiguration, as before
+        the codec moved to wire/."""
+        for bogus in ("BROTLI", 99):
+            self.assertRaises(errors.InvalidConfiguration, Producer, FakeClient(), "t", 1,
+                              compression_type=bogus)
+        self.assertEqual(self.make(compression_type="lz4").compression, api.LZ4)

@@ -2,10 +2,10 @@
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from pulsar_twisted.client.compression import compress, decompress
 from pulsar_twisted.client.routing import (
     MURMUR3_32_HASH, ROUND_ROBIN, SINGLE_PARTITION, MessageRouter, java_string_hash, key_hash,
     murmur3_32_hash)
+from pulsar_twisted.wire.compression import compress, decompress
 
 
 class _Msg:

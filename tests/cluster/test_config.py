@@ -3,8 +3,8 @@
 from twisted.python import usage
 from twisted.trial.unittest import SynchronousTestCase
 
-from pulsar_twisted.broker import tap
-from pulsar_twisted.broker.cluster import (
+from pulsar_twisted.daemons import broker as tap
+from pulsar_twisted.daemons.broker import (
     BrokerClusterService, bookie_tls_options, bookkeeper_store_location, check_config,
     metadata_store_location)
 from pulsar_twisted.config import BrokerConfig, ConfigError

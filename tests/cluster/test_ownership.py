@@ -6,18 +6,21 @@ brokers' ZooKeeper sessions), and the broker's LOOKUP / PRODUCER answers through
 
 import json
 
-from twisted.internet import task
+from twisted.internet import defer, task
+from twisted.python.failure import Failure
 from twisted.trial.unittest import TestCase
 
-from pulsar_twisted.broker.admin import bundle_boundaries
+from pulsar_twisted.broker.admin.service import AdminService
 from pulsar_twisted.broker.ownership import (
-    BundleOwnership, LocalOwnership, NamespaceBundle, boundaries_of_policies, bundle_for,
-    even_boundaries, topic_hash)
+    BundleOwnership, LocalOwnership, NamespaceBundle, NotOwnedError, bundle_for, topic_hash)
 from pulsar_twisted.common import errors
 from pulsar_twisted.common.naming import parse_topic
 from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
 from pulsar_twisted.proto import PulsarApi_pb2 as api
+from pulsar_twisted.resources.policies import (
+    boundaries_of_policies, bundle_boundaries, even_boundaries)
 from pulsar_twisted.testing.broker import BrokerHarness
+from pulsar_twisted.wire import frames
 
 T = api.BaseCommand
 A = {"nativeUrl": "pulsar://a:6650", "httpUrl": "http://a:8080"}
@@ -222,3 +225,114 @@ class BrokerWithOwnershipTests(TestCase):
         self.assertEqual(command.type, T.PRODUCER_SUCCESS)
         r = self.lookup(a, topic, request_id=9)
         self.assertEqual((r.response, r.brokerServiceUrl), (r.Redirect, "pulsar://b:6650"))
+
+
+class OwnershipTokenTests(BundleOwnershipTests):
+    """``check_owned`` tokens: a load can tell whether its bundle was lost while it ran."""
+
+    def test_token_valid_until_lost_and_not_after_reacquiring(self):
+        token = self.successResultOf(self.a.check_owned(self.topic))
+        self.assertTrue(self.a.still_owns(token))
+        bundle = self.successResultOf(self.a.bundle_of(self.topic))
+        self.successResultOf(self.root.delete(bundle.path))
+        self.assertFalse(self.a.still_owns(token))
+        again = self.successResultOf(self.a.check_owned(self.topic))
+        self.assertTrue(self.a.still_owns(again))
+        self.assertFalse(self.a.still_owns(token), "a bundle lost and retaken is a new ownership")
+
+    def test_not_owned_error_carries_the_owner(self):
+        """NotOwnedError is a ServiceNotReady (binary clients retry) naming the owner's web URL."""
+        self.successResultOf(self.a.check_owned(self.topic))
+        f = self.failureResultOf(self.b.check_owned(self.topic), NotOwnedError)
+        self.assertIsInstance(f.value, errors.ServiceNotReady)
+        self.assertEqual(f.value.owner["httpUrl"], "http://a:8080")
+
+
+class OwnershipGuardsLoadsTests(BrokerWithOwnershipTests):
+    """A broker opens nothing of a topic whose bundle it does not own (issue 11, item 1)."""
+
+    def admin(self, harness):
+        return AdminService(harness.broker, harness.store, harness.config, self.clock)
+
+    def test_partitions_created_on_a_non_owner_open_no_managed_ledger(self):
+        """PUT .../partitions on a non-owner: metadata only; the owner opens them on first use."""
+        a = self.harness_a.client()
+        topic = parse_topic("persistent://public/default/parts")
+        for i in range(3):      # A owns the partitions' bundles
+            self.successResultOf(self.ownership_a.check_owned(topic.partition(i)))
+        self.successResultOf(defer.ensureDeferred(
+            self.admin(self.harness_b).create_partitioned_topic(topic, 3)))
+        self.assertEqual(self.harness_b.ml_factory.ledgers, {})
+        names = self.successResultOf(self.harness_b.ml_factory.list_names())
+        for i in range(3):
+            self.assertIn(topic.partition(i).managed_ledger_name, names)
+        [(command, _)] = self.producer(a, str(topic.partition(0)))
+        self.assertEqual(command.type, T.PRODUCER_SUCCESS)
+        self.assertEqual(self.harness_b.ml_factory.ledgers, {})
+
+    def test_admin_on_non_owner_is_refused_without_loading(self):
+        """Admin calls needing a topic's state on a non-owner: NotOwnedError (307), nothing opened."""
+        topic = parse_topic("persistent://public/default/stats-here")
+        [(command, _)] = self.producer(self.harness_a.client(), str(topic))
+        self.assertEqual(command.type, T.PRODUCER_SUCCESS)
+        admin_b = self.admin(self.harness_b)
+        self.failureResultOf(defer.ensureDeferred(admin_b.get_topic_stats(topic)), NotOwnedError)
+        self.assertEqual(self.harness_b.ml_factory.ledgers, {})
+        self.assertNotIn(str(topic), self.harness_b.broker.topics)
+
+    def test_http_answer_is_307_to_the_owner(self):
+        """The web layer turns NotOwnedError into Pulsar's 307 to the owner's web URL."""
+        from twisted.web.test.requesthelper import DummyRequest
+        from pulsar_twisted.web.routing import RouterResource
+
+        resource = RouterResource(None)
+        request = DummyRequest([b""])
+        request.uri = b"/admin/v2/persistent/public/default/t/stats"
+        resource._write_failure(Failure(NotOwnedError("elsewhere", {"httpUrl": "http://a:8080/"})),
+                                request, [False])
+        self.assertEqual(request.responseCode, 307)
+        self.assertEqual(request.responseHeaders.getRawHeaders(b"location"),
+                         [b"http://a:8080/admin/v2/persistent/public/default/t/stats"])
+
+    def test_load_finishing_after_the_bundle_was_lost_is_refused(self):
+        """Ownership lost while the managed ledger was opening: the load fails, the ML is closed,
+        the topic is never served from this broker."""
+        topic = "persistent://public/default/racing"
+        factory = self.harness_a.ml_factory
+        real_open = factory.open
+        gate = defer.Deferred()
+        self.patch(factory, "open", lambda name, config=None: gate.addCallback(lambda _: real_open(name)))
+        a = self.harness_a.client()
+        a.send(T(type=T.PRODUCER, producer=api.CommandProducer(topic=topic, producer_id=1, request_id=2)))
+        self.assertEqual(a.received(), [])
+        bundle = self.successResultOf(self.ownership_a.bundle_of(parse_topic(topic)))
+        self.successResultOf(self.harness_a.store.delete(bundle.path))
+        gate.callback(None)
+        self.harness_a.pump()
+        [(command, _)] = a.received()
+        self.assertEqual((command.type, command.error.error), (T.ERROR, api.ServiceNotReady))
+        self.assertNotIn(topic, self.harness_a.broker.topics)
+        self.assertIsNone(factory.get(parse_topic(topic).managed_ledger_name))
+
+    def test_new_owner_serves_what_the_old_one_stored(self):
+        """The bundle moves: the new owner opens the ML afresh and serves every stored message."""
+        topic = "persistent://public/default/moving"
+        a, b = self.harness_a.client(), self.harness_b.client()
+        subscribe = api.CommandSubscribe(
+            topic=topic, subscription="s", subType=api.CommandSubscribe.Exclusive, consumer_id=1,
+            request_id=5, initialPosition=api.CommandSubscribe.Earliest)
+        a.send(T(type=T.SUBSCRIBE, subscribe=subscribe))     # keeps the entry (no retention)
+        answers = self.producer(a, topic, producer_id=1, request_id=3)
+        self.assertEqual([c.type for c, _ in answers], [T.SUCCESS, T.PRODUCER_SUCCESS])
+        meta = api.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1)
+        a.send(T(type=T.SEND, send=api.CommandSend(producer_id=1, sequence_id=0, num_messages=1)),
+               frames.encode_message(meta, b"first"))
+        self.assertIn(T.SEND_RECEIPT, [c.type for c, _ in a.received()])
+        bundle = self.successResultOf(self.ownership_a.bundle_of(parse_topic(topic)))
+        self.successResultOf(self.harness_a.store.delete(bundle.path))
+        self.harness_a.pump()
+        self.assertEqual(self.harness_a.ml_factory.ledgers, {})
+        b.send(T(type=T.SUBSCRIBE, subscribe=subscribe))
+        b.send(T(type=T.FLOW, flow=api.CommandFlow(consumer_id=1, messagePermits=10)))
+        got = [frames.split_message(m)[1] for c, m in b.received() if c.type == T.MESSAGE]
+        self.assertEqual(got, [b"first"])

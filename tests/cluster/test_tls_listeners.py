@@ -1,5 +1,5 @@
 """
-TLS listeners of a cluster broker (``pulsar_twisted.broker.cluster``): ``brokerServicePortTls`` /
+TLS listeners of a cluster broker (``pulsar_twisted.daemons.broker``): ``brokerServicePortTls`` /
 ``webServicePortTls`` opened, their URLs in the broker's registration and bundle ownership nodes,
 and the official client producing and consuming over ``pulsar+ssl://`` through Connect and Redirect
 answers. The unit tests need nothing; the process test needs ZooKeeper and the official client.
@@ -15,11 +15,12 @@ import uuid
 from twisted.internet import task
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
-from pulsar_twisted.broker.cluster import BrokerClusterService, check_config
-from pulsar_twisted.broker.ownership import BundleOwnership, bundle_for, even_boundaries
+from pulsar_twisted.daemons.broker import BrokerClusterService, check_config
+from pulsar_twisted.broker.ownership import BundleOwnership, bundle_for
 from pulsar_twisted.common.naming import parse_topic
 from pulsar_twisted.config import BrokerConfig, ConfigError
 from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
+from pulsar_twisted.resources.policies import even_boundaries
 from pulsar_twisted.testing.certs import TestPKI
 from pulsar_twisted.testing.cluster import (
     HOST, Cluster, ZooKeeperServer, ZooKeeperUnavailable, free_port, wait_for)

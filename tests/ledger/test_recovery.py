@@ -3,8 +3,8 @@
 from twisted.trial import unittest
 
 from pulsar_twisted.common.bk_errors import (
-    BookieUnavailableError, LedgerClosedError, LedgerFencedError, LedgerRecoveryError, NoSuchLedgerError,
-    UnauthorizedAccessError)
+    BookieUnavailableError, LedgerClosedError, LedgerFencedError, LedgerRecoveryError, NoSuchEntryError,
+    NoSuchLedgerError, UnauthorizedAccessError)
 from pulsar_twisted.ledger.handle import WriterState
 from pulsar_twisted.resources.ledgers import LedgerManager, LedgerState
 from tests.ledger.test_handle import LedgerHarness
@@ -183,3 +183,74 @@ class RecoveryTests(LedgerHarness, unittest.TestCase):
                              UnauthorizedAccessError)
         self.failureResultOf(self.client.open_ledger(12345, b"pw"), NoSuchLedgerError)
         self.assertEqual(self.successResultOf(writer.add_entry(b"ok")), 0)
+
+
+class AckedSurviveFailuresTests(LedgerHarness, unittest.TestCase):
+    """Issue 11 item 5: a bookie fails mid-write (some adds reached Qa, some not), the writer changes
+    its ensemble, then a second client recovers the ledger: every entry acked to the writer is
+    readable, and nothing past the recovered end is."""
+
+    def test_mid_write_failure_then_recovery_by_another_client(self):
+        """Recovery finds 8 and 9 on the spare: it may keep them (never acked, but written)."""
+        end = self.scenario(spare_down=False)
+        self.assertIn(end, (7, 8, 9))
+
+    def test_recovery_without_the_only_copy_of_unacked_entries(self):
+        """The spare (only holder of 8 and 9) is down at recovery: the end is exactly the last
+        acked entry."""
+        self.assertEqual(self.scenario(spare_down=True), 7)
+
+    def scenario(self, spare_down):
+        writer = self.create(3, 3, 2)
+        first_ensemble = list(writer.metadata.last_ensemble[1])
+        spare = next(b for b in self.bookies if b not in first_ensemble)
+        b0, b1, b2 = (self.bookies[b] for b in first_ensemble)
+        acked = {}
+
+        def add(i):
+            payload = b"entry-%d" % i
+            d = writer.add_entry(payload)
+            d.addCallbacks(lambda eid, p=payload: acked.__setitem__(eid, p), lambda f: None)
+            return d
+
+        for i in range(5):                  # 0..4: all three bookies
+            add(i)
+        self.assertEqual(sorted(acked), list(range(5)))
+        # b2 dies (its adds fail) and b1 stops answering (stores nothing): 5..7 are acked only
+        # once the ensemble change puts the spare in b2's place (b0 + spare = Qa).
+        b2.fail("add")
+        b1.hang("add")
+        for i in range(5, 8):
+            add(i)
+        self.assertEqual(writer.metadata.last_ensemble[1][first_ensemble.index(b2.bookie_id)], spare)
+        self.assertEqual(sorted(acked), list(range(8)))
+        # Then b0 hangs too: 8 and 9 reach the spare only, one ack short of Qa: never acked.
+        b0.hang("add")
+        for i in range(8, 10):
+            add(i)
+        self.assertEqual(sorted(acked), list(range(8)))
+
+        # The writer's broker dies; b0 and b1 answer again (b2 stays down) and another client
+        # recovers the ledger.
+        b0.clear_faults()
+        b1.clear_faults()
+        if spare_down:
+            self.bookies[spare].available = False
+        other = self.make_client()
+        reader = self.successResultOf(other.open_ledger(writer.ledger_id, b"pw", recovery=True))
+        end = reader.last_add_confirmed
+        self.assertGreaterEqual(end, max(acked))
+        self.assertLessEqual(end, 9)
+        self.assertTrue(reader.closed)
+        got = self.successResultOf(reader.read_entries(0, end))
+        for entry in got:
+            if entry.entry_id in acked:
+                self.assertEqual(entry.data, acked[entry.entry_id])
+            else:               # recovered although never acked: only 8/9, as the writer sent them
+                self.assertEqual(entry.data, b"entry-%d" % entry.entry_id)
+        self.failureResultOf(reader.read_entries(end + 1, end + 1), NoSuchEntryError)
+        # A third client sees the same end (the recovery was recorded), and the writer is done.
+        again = self.successResultOf(self.make_client().open_ledger(writer.ledger_id, b"pw"))
+        self.assertEqual(again.last_add_confirmed, end)
+        self.failureResultOf(writer.add_entry(b"late"), LedgerFencedError)
+        return end

@@ -108,3 +108,69 @@ class FrameErrorTests(unittest.SynchronousTestCase):
     def test_metadata_size_beyond_message(self):
         message = struct.pack(">HI", 0x0E01, 0) + struct.pack(">I", 99) + b"ab"
         self.assertRaises(frames.FrameError, frames.split_message, message, False)
+
+
+def _broker_entry_metadata(message: bytes, index: int = 7) -> bytes:
+    """``message`` behind a broker-entry-metadata block, as a broker with that feature stores it."""
+    raw = api.BrokerEntryMetadata(broker_timestamp=5, index=index).SerializeToString()
+    return struct.pack(">HI", frames.MAGIC_BROKER_ENTRY_METADATA, len(raw)) + raw + message
+
+
+class MetadataParserTests(unittest.SynchronousTestCase):
+    """entry_metadata is the one reader of a message part's metadata; parse_metadata and
+    split_message agree with it."""
+
+    @settings(max_examples=100, deadline=None)
+    @given(st.text(max_size=20), st.integers(0, 2**63), st.binary(max_size=300), st.booleans(),
+           st.booleans())
+    def test_all_readers_agree(self, key, sequence_id, payload, with_entry_metadata, old_format):
+        """Checksummed, pre-checksum and broker-entry-prefixed parts all give the same metadata."""
+        metadata = _metadata(partition_key=key, sequence_id=sequence_id)
+        message = frames.encode_message(metadata, payload)
+        if old_format:
+            message = message[6:]
+        if with_entry_metadata:
+            message = _broker_entry_metadata(message)
+        self.assertEqual(frames.entry_metadata(message), metadata)
+        self.assertEqual(frames.parse_metadata(message, verify=True), metadata)
+        self.assertEqual(frames.split_message(message), (metadata.SerializeToString(), payload))
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.binary(max_size=120), st.data())
+    def test_malformed_parts_are_frame_errors(self, junk, data):
+        """Any truncation or corruption of a part is FrameError (never struct or protobuf errors)."""
+        message = frames.encode_message(_metadata(partition_key="k"), b"payload")
+        choice = data.draw(st.sampled_from(["junk", "cut", "prefixed-cut", "flip"]))
+        if choice == "junk":
+            bad = junk
+        elif choice == "cut":
+            bad = message[:data.draw(st.integers(0, len(message) - 1))]
+        elif choice == "prefixed-cut":
+            full = _broker_entry_metadata(message)
+            bad = full[:data.draw(st.integers(0, len(full) - 1))]
+        else:
+            position = data.draw(st.integers(0, len(message) * 8 - 1))
+            bad = bytearray(message)
+            bad[position // 8] ^= 1 << (position % 8)
+            bad = bytes(bad)
+        for reader in (frames.entry_metadata, frames.parse_metadata):
+            try:
+                reader(bad)
+            except frames.FrameError:
+                pass
+
+    def test_short_and_oversized(self):
+        """Fixed cases: empty, a lone magic, a size past the end, a bad protobuf."""
+        good = frames.encode_message(_metadata(), b"p")
+        for bad in (b"", b"\x0e", b"\x0e\x02\x00", b"\x0e\x01\x00\x00\x00\x00\x00",
+                    good[:6] + struct.pack(">I", 999) + good[10:],
+                    struct.pack(">I", 3) + b"\xff\xff\xff"):
+            self.assertRaises(frames.FrameError, frames.entry_metadata, bad)
+
+    def test_checksum_only_with_verify(self):
+        """entry_metadata does not check the CRC (the broker forwards it); parse_metadata(verify=True)
+        does."""
+        message = bytearray(frames.encode_message(_metadata(), b"payload"))
+        message[-1] ^= 0xFF
+        self.assertEqual(frames.entry_metadata(bytes(message)).producer_name, "p")
+        self.assertRaises(frames.ChecksumMismatch, frames.parse_metadata, bytes(message), True)

@@ -1,5 +1,5 @@
 from twisted.application.service import ServiceMaker
 
 pulsar_bookie = ServiceMaker(
-    "pulsar-bookie", "pulsar_twisted.bookie.tap_bookie", "Pulsar bookie (BookKeeper storage server)",
+    "pulsar-bookie", "pulsar_twisted.daemons.bookie", "Pulsar bookie (BookKeeper storage server)",
     "pulsar-bookie")

@@ -1,4 +1,4 @@
 from twisted.application.service import ServiceMaker
 
 pulsar_broker = ServiceMaker(
-    "pulsar-broker", "pulsar_twisted.broker.tap_broker", "Pulsar broker", "pulsar-broker")
+    "pulsar-broker", "pulsar_twisted.daemons.broker", "Pulsar broker", "pulsar-broker")

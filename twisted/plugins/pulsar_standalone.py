@@ -1,5 +1,5 @@
 from twisted.application.service import ServiceMaker
 
 pulsar_standalone = ServiceMaker(
-    "pulsar-standalone", "pulsar_twisted.broker.tap_standalone",
+    "pulsar-standalone", "pulsar_twisted.daemons.standalone",
     "Pulsar standalone: broker, bookie and metadata store in one process", "pulsar-standalone")

@@ -10,7 +10,7 @@ cache hit) never recurses.
 
 from twisted.logger import Logger
 
-from pulsar_twisted.broker.entryinfo import entry_metadata, num_messages
+from pulsar_twisted.broker.entryinfo import lenient_metadata, num_messages
 
 
 class PersistentDispatcher:
@@ -104,7 +104,7 @@ class PersistentDispatcher:
     def send_entry(self, consumer, entry, metadata=None) -> None:
         """Write one entry to ``consumer`` and account for it."""
         if metadata is None:
-            metadata = entry_metadata(entry.data)
+            metadata = lenient_metadata(entry.data)
         count = num_messages(metadata)
         position = entry.position
         batch_acks = self.subscription.batch_acks

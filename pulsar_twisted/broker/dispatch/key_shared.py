@@ -22,7 +22,7 @@ import bisect
 import mmh3
 
 from pulsar_twisted.broker.dispatch.shared import SharedDispatcher
-from pulsar_twisted.broker.entryinfo import entry_metadata, sticky_key
+from pulsar_twisted.broker.entryinfo import lenient_metadata, sticky_key
 from pulsar_twisted.common import errors
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 
@@ -68,7 +68,7 @@ class StickySelector:
         self._ranges = []        # sorted (start, end, consumer)
 
     def add(self, consumer) -> None:
-        ranges = [(r.start, r.end) for r in consumer.key_shared_meta.hashRanges]
+        ranges = list(consumer.key_shared_meta.hash_ranges)
         if not ranges:
             raise errors.ConsumerAssignError("Ranges for KeyShared policy must not be empty")
         for start, end in ranges:
@@ -104,8 +104,8 @@ def selector_for(mode: int, config):
 class KeySharedDispatcher(SharedDispatcher):
     def __init__(self, subscription, cursor, clock, config, meta=None):
         super().__init__(subscription, cursor, clock, config)
-        self.mode = meta.keySharedMode if meta is not None else api.AUTO_SPLIT
-        self.allow_out_of_order = bool(meta is not None and meta.allowOutOfOrderDelivery)
+        self.mode = meta.mode if meta is not None else api.AUTO_SPLIT
+        self.allow_out_of_order = bool(meta is not None and meta.allow_out_of_order)
         self.selector = selector_for(self.mode, config)
         #: consumer -> last position read from the cursor when it joined (module docstring).
         self.recently_joined = {}
@@ -116,9 +116,9 @@ class KeySharedDispatcher(SharedDispatcher):
 
     def add_consumer(self, consumer) -> None:
         if self.mode == api.STICKY:
-            if consumer.key_shared_meta is None or consumer.key_shared_meta.keySharedMode != api.STICKY:
+            if consumer.key_shared_meta is None or consumer.key_shared_meta.mode != api.STICKY:
                 raise errors.ConsumerAssignError("Subscription is in STICKY mode")
-        elif consumer.key_shared_meta is not None and consumer.key_shared_meta.keySharedMode != self.mode:
+        elif consumer.key_shared_meta is not None and consumer.key_shared_meta.mode != self.mode:
             raise errors.ConsumerAssignError("Subscription is in AUTO_SPLIT mode")
         self.selector.add(consumer)
         # Only messages still unacked can be overtaken: with none outstanding (Pulsar: "if all
@@ -183,7 +183,7 @@ class KeySharedDispatcher(SharedDispatcher):
                 self.last_sent = newest
         sent = 0
         for entry in entries:
-            metadata = entry_metadata(entry.data)
+            metadata = lenient_metadata(entry.data)
             if self.hold_delayed(entry, metadata):
                 continue
             hash_value = key_hash(sticky_key(metadata))

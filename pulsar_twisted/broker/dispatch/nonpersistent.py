@@ -14,7 +14,7 @@ round-robin over the consumers with permits; Key_Shared routes by key with the s
 
 from pulsar_twisted.broker.dispatch.key_shared import key_hash, selector_for
 from pulsar_twisted.broker.dispatch.single import FailoverSwitch
-from pulsar_twisted.broker.entryinfo import entry_metadata, sticky_key
+from pulsar_twisted.broker.entryinfo import lenient_metadata, sticky_key
 from pulsar_twisted.common import errors
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 
@@ -111,7 +111,7 @@ class NonPersistentSharedDispatcher(NonPersistentDispatcher):
 class NonPersistentKeySharedDispatcher(NonPersistentDispatcher):
     def __init__(self, subscription, clock, config, meta=None):
         super().__init__(subscription, clock, config)
-        self.selector = selector_for(meta.keySharedMode if meta is not None else api.AUTO_SPLIT, config)
+        self.selector = selector_for(meta.mode if meta is not None else api.AUTO_SPLIT, config)
 
     def add_consumer(self, consumer) -> None:
         # The selector refuses a consumer first (ConsumerAssignError), before it is counted.
@@ -123,7 +123,7 @@ class NonPersistentKeySharedDispatcher(NonPersistentDispatcher):
         super().remove_consumer(consumer)
 
     def select(self, data: bytes):
-        return self.selector.select(key_hash(sticky_key(entry_metadata(data))))
+        return self.selector.select(key_hash(sticky_key(lenient_metadata(data))))
 
 
 def dispatcher_for(subscription, consumer, clock, config) -> NonPersistentDispatcher:

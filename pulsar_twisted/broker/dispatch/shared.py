@@ -12,7 +12,7 @@ import heapq
 
 from pulsar_twisted.broker.delayed import DelayedDeliveryTracker
 from pulsar_twisted.broker.dispatch.base import PersistentDispatcher
-from pulsar_twisted.broker.entryinfo import entry_metadata
+from pulsar_twisted.broker.entryinfo import lenient_metadata
 
 
 #: Chunked messages being delivered at once on one subscription before the oldest is forgotten.
@@ -139,7 +139,7 @@ class SharedDispatcher(PersistentDispatcher):
     def dispatch(self, entries) -> None:
         sent = 0
         for entry in entries:
-            metadata = entry_metadata(entry.data)
+            metadata = lenient_metadata(entry.data)
             if self.hold_delayed(entry, metadata):
                 continue
             if metadata.num_chunks_from_msg > 1:

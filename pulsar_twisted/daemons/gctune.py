@@ -32,7 +32,7 @@ def limit_malloc_arenas(arenas: int = 2) -> None:
     metadata workers) otherwise gets an arena of its own, and payloads allocated in one and kept
     or freed in another leave partly used arenas behind: RSS under a sustained 1 GB publish varied
     from 215 to 309 MB between identical runs. Two arenas are plenty for one reactor thread and a
-    few workers. Call it before any thread starts (the twistd makeService functions do). A no-op
+    few workers. Call it before any thread starts (the daemons' makeService functions do). A no-op
     where the C library is not glibc.
     """
     name = ctypes.util.find_library("c")

@@ -4,13 +4,14 @@ Payload compression with Pulsar's exact encodings (what the Java and C++ clients
 LZ4 is a raw LZ4 *block* (no frame, no size prefix), ZLIB a zlib stream with its header, ZSTD a
 zstd frame, SNAPPY a raw snappy block. The uncompressed size travels in
 ``MessageMetadata.uncompressed_size``: LZ4 blocks need it to decompress, and a mismatch marks the
-message corrupt. Pure functions, no Twisted.
+message corrupt. Pure functions, no Twisted. Errors are ``wire.errors``: ``UnknownCompression`` for a
+type that does not exist, ``InvalidMessage`` for data that does not decompress.
 """
 
 import zlib
 
 from pulsar_twisted.proto import PulsarApi_pb2 as api
-from pulsar_twisted.client.errors import InvalidConfiguration, InvalidMessage
+from pulsar_twisted.wire.errors import InvalidMessage, UnknownCompression
 
 NONE, LZ4, ZLIB, ZSTD, SNAPPY = api.NONE, api.LZ4, api.ZLIB, api.ZSTD, api.SNAPPY
 
@@ -18,25 +19,27 @@ _NAMES = {"NONE": NONE, "LZ4": LZ4, "ZLIB": ZLIB, "ZSTD": ZSTD, "SNAPPY": SNAPPY
 
 
 def compression_type(value) -> int:
-    """A ``CompressionType`` from an int, a name (``"LZ4"``) or an official-client enum value."""
+    """A ``CompressionType`` from an int, a name (``"LZ4"``) or an official-client enum value
+    (``UnknownCompression`` for anything else)."""
     if value is None:
         return NONE
     if isinstance(value, str):
         try:
             return _NAMES[value.upper()]
         except KeyError:
-            raise InvalidConfiguration(f"unknown compression type {value!r}") from None
+            raise UnknownCompression(f"unknown compression type {value!r}") from None
     name = getattr(value, "name", None)  # the official client's CompressionType enum
     if name is not None and name.upper() in _NAMES:
         return _NAMES[name.upper()]
     value = int(value)
     if value not in _NAMES.values():
-        raise InvalidConfiguration(f"unknown compression type {value!r}")
+        raise UnknownCompression(f"unknown compression type {value!r}")
     return value
 
 
 def compress(codec: int, data: bytes) -> bytes:
-    """``data`` encoded with ``codec`` (``NONE`` returns it unchanged)."""
+    """``data`` encoded with ``codec`` (``NONE`` returns it unchanged; ``UnknownCompression`` for a
+    codec that does not exist)."""
     if codec == NONE:
         return data
     if codec == LZ4:
@@ -50,7 +53,7 @@ def compress(codec: int, data: bytes) -> bytes:
     if codec == SNAPPY:
         import snappy
         return snappy.compress(data)
-    raise InvalidConfiguration(f"unknown compression type {codec}")
+    raise UnknownCompression(f"unknown compression type {codec}")
 
 
 def decompress(codec: int, data: bytes, uncompressed_size: int) -> bytes:

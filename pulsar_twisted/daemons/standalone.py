@@ -1,0 +1,148 @@
+"""
+``twistd -n pulsar-standalone [-c conf/standalone.conf]``: a whole Pulsar in one process.
+
+The very pieces a cluster runs, as one ordered tree (``tree.py``), started in this order and
+stopped in reverse:
+
+1. the embedded metadata store under ``dataDirectory/metadata``;
+2. one bookie (``BookieStorage.from_config``, as a cluster bookie's) and its registration;
+3. the BookKeeper client over that bookie, in process;
+4. the managed-ledger factory (``ManagedLedgerConfig.from_config``);
+5. the ``BrokerService`` and the ``AdminService``;
+6. the listeners: web (``webServicePort``), web TLS and binary TLS when configured, and the plain
+   binary port (``brokerServicePort`` or ``brokerServiceEndpoint``) last, so that once it accepts
+   connections every listener does.
+"""
+
+import os
+
+from twisted.internet import endpoints
+
+from pulsar_twisted.bookie.storage import BookieStorage
+from pulsar_twisted.broker.admin.service import AdminService
+from pulsar_twisted.broker.cnx import BrokerProtocolFactory
+from pulsar_twisted.broker.service import BrokerService
+from pulsar_twisted.config import ConfigError, StandaloneConfig
+from pulsar_twisted.daemons.gctune import limit_malloc_arenas
+from pulsar_twisted.daemons.options import config_options
+from pulsar_twisted.daemons.startup import Daemon
+from pulsar_twisted.daemons.tree import ListeningService, Step
+from pulsar_twisted.ledger.bookies import LocalBookieClient
+from pulsar_twisted.ledger.client import BookKeeperClient
+from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
+from pulsar_twisted.mledger.config import ManagedLedgerConfig
+from pulsar_twisted.mledger.factory import ManagedLedgerFactory
+from pulsar_twisted.resources.bookies import register_bookie
+from pulsar_twisted.security.endpoints import server_tls_context, tls_broker_url, tls_server_endpoint
+from pulsar_twisted.web.site import make_site
+
+
+def check_standalone(config) -> None:
+    """What start-up would refuse, refused while twistd parses options (ConfigError naming the key)."""
+    if config.metadataStoreUrl:
+        raise ConfigError("metadataStoreUrl: standalone runs on its embedded metadata store; "
+                          "leave metadataStoreUrl empty (use pulsar-broker for a cluster)")
+
+
+class StandaloneService(Daemon):
+    """Metadata store + bookie + ledger client + managed ledgers + broker in one reactor (see the
+    module docstring). The parts are attributes once their step has started."""
+
+    def __init__(self, config: StandaloneConfig, reactor=None):
+        super().__init__("pulsar-standalone", reactor)
+        self.config = config
+        self.store = self.bookie = self.ledger_client = self.ml_factory = None
+        self.broker = self.admin = None
+        self._tls_context = None
+        self.bookie_id = f"{config.advertisedAddress}:3181"
+        self.broker_url = f"pulsar://{config.advertisedAddress}:{config.brokerServicePort}"
+        steps = [
+            Step("metadata store", self._start_store, lambda: self.store.close()),
+            Step("bookie", self._start_bookie, lambda: self.bookie.stop()),
+            Step("ledger client", self._start_ledger_client),
+            Step("managed ledgers", self._start_managed_ledgers, lambda: self.ml_factory.shutdown()),
+            Step("broker", self._start_broker, lambda: self.broker.stopService()),
+            Step("admin", self._start_admin, lambda: self.admin.stopService()),
+            ListeningService("web", self._web_endpoint, self._site),
+        ]
+        if config.webServicePortTls:
+            steps.append(ListeningService(
+                "web TLS", lambda: self._tls_endpoint(config.webServicePortTls), self._site))
+        if config.brokerServicePortTls:
+            steps.append(ListeningService(
+                "binary TLS", lambda: self._tls_endpoint(config.brokerServicePortTls), self._binary_factory))
+        steps.append(ListeningService("binary", self._binary_endpoint, self._binary_factory))
+        for step in steps:
+            step.setServiceParent(self)
+
+    # ---------------------------------------------------------------- steps
+    def _start_store(self):
+        check_standalone(self.config)
+        data = self.config.dataDirectory
+        os.makedirs(data, exist_ok=True)
+        self.store = EmbeddedMetadataStore(os.path.join(data, "metadata"), self.reactor)
+        return self.store.start()
+
+    async def _start_bookie(self):
+        self.bookie = BookieStorage.from_config(self.config, self.reactor)
+        await self.bookie.start()
+        await register_bookie(self.store, self.bookie_id)
+
+    def _start_ledger_client(self):
+        self.ledger_client = BookKeeperClient(
+            self.store, LocalBookieClient({self.bookie_id: self.bookie}), self.reactor)
+        return self.ledger_client.start()
+
+    def _start_managed_ledgers(self):
+        self.ml_factory = ManagedLedgerFactory(self.ledger_client, self.store, self.reactor,
+                                               ManagedLedgerConfig.from_config(self.config))
+
+    async def _start_broker(self):
+        self.broker = BrokerService(self.config, self.ml_factory, self.store, self.reactor,
+                                    self.broker_url, tls_broker_url(self.config))
+        await self.broker.start()
+        self.broker.startService()
+
+    def _start_admin(self):
+        self.admin = AdminService(self.broker, self.store, self.config, self.reactor)
+        self.admin.startService()
+
+    # ---------------------------------------------------------------- listeners
+    def _site(self):
+        return make_site(self.admin, self.broker, self.config)
+
+    def _binary_factory(self):
+        return BrokerProtocolFactory(self.broker, self.reactor)
+
+    def _web_endpoint(self):
+        return endpoints.serverFromString(
+            self.reactor, f"tcp:{self.config.webServicePort}:interface={self.config.bindAddress}")
+
+    def _tls_endpoint(self, port: int):
+        # One context for both TLS listeners, as Pulsar has one TLS configuration per broker.
+        if self._tls_context is None:
+            self._tls_context = server_tls_context(self.config)
+        return tls_server_endpoint(self.reactor, port, self.config, self._tls_context)
+
+    def _binary_endpoint(self):
+        config = self.config
+        return endpoints.serverFromString(self.reactor, config.brokerServiceEndpoint or (
+            f"tcp:{config.brokerServicePort}:interface={config.bindAddress}"))
+
+    def announce(self) -> None:
+        config = self.config
+        self.log.info("pulsar-standalone ready: {url}, http://{host}:{web} (data in {data})",
+                      url=self.broker_url, host=config.advertisedAddress, web=config.webServicePort,
+                      data=os.path.abspath(config.dataDirectory))
+
+
+StandaloneOptions = config_options(StandaloneConfig, check_standalone)
+
+
+def make_standalone_service(options) -> StandaloneService:
+    limit_malloc_arenas()
+    return StandaloneService(options.config)
+
+
+#: The names twistd's ServiceMaker looks up in this module.
+Options, makeService = StandaloneOptions, make_standalone_service

@@ -1,0 +1,77 @@
+"""
+What a daemon does once its tree has started (say it is ready) and when it could not start (say
+why, stop, and exit with a non-zero status).
+"""
+
+import atexit
+import os
+
+from twisted.internet import defer
+
+from pulsar_twisted.daemons.gctune import tune_garbage_collector
+from pulsar_twisted.daemons.tree import OrderedMultiService
+
+
+def startup_failed(reactor, log, failure, daemon: str):
+    """
+    Log ``failure`` as the reason ``daemon`` could not start, stop the reactor, and make the
+    process exit with status 1 once twistd has cleaned up (its pidfile included), so that
+    scripts and supervisors see the failure. Returns ``failure`` for the Deferred chain.
+    """
+    log.failure("{daemon} failed to start", failure, daemon=daemon)
+    # Registered now, run last: twistd's own clean-up has happened by then.
+    atexit.register(os._exit, 1)
+    if reactor.running:
+        reactor.stop()
+    else:
+        # Failed inside startService, before twistd started the reactor.
+        reactor.callWhenRunning(reactor.stop)
+    return failure
+
+
+def chain_startup(starting, ready, reactor, log, daemon: str) -> None:
+    """
+    Wire a daemon's start-up Deferred ``starting`` to its ``ready`` Deferred: a failure goes
+    through ``startup_failed`` (logged once, exit status 1) and is then consumed, so observers of
+    ``ready`` added later do not log it a second time as an unhandled error.
+    """
+    starting.addErrback(lambda failure: startup_failed(reactor, log, failure, daemon))
+    starting.chainDeferred(ready)
+    ready.addErrback(lambda _: None)
+
+
+class Daemon(OrderedMultiService):
+    """
+    The root of a daemon's tree (``daemon`` names it in the log). ``ready`` fires with the root
+    once every child has started; the garbage collector is then tuned for serving and
+    ``announce()`` logs what the daemon serves. A child that fails to start stops the process
+    with exit status 1 (``startup_failed``); a stop that comes during start-up is not a failure.
+    """
+
+    def __init__(self, daemon: str, reactor=None):
+        super().__init__()
+        if reactor is None:
+            from twisted.internet import reactor
+        self.daemon = daemon
+        self.reactor = reactor
+        self.ready = defer.Deferred()
+
+    def startService(self):
+        starting = super().startService()
+        starting.addCallbacks(self._started, self._stopped_while_starting)
+        chain_startup(starting, self.ready, self.reactor, self.log, self.daemon)
+
+    def _started(self, _):
+        tune_garbage_collector()
+        self.announce()
+        return self
+
+    def _stopped_while_starting(self, failure):
+        if self.running or not failure.check(defer.CancelledError):
+            return failure
+        self.log.info("{daemon} stopped before it was ready", daemon=self.daemon)
+        return None
+
+    def announce(self) -> None:
+        """Log that the daemon is ready and what it serves (subclasses say more)."""
+        self.log.info("{daemon} ready", daemon=self.daemon)

@@ -1,0 +1,148 @@
+"""
+The nemesis: one fault at a time on a running ``Cluster``, chosen by a seeded ``random.Random``,
+for a given duration, then ``heal()`` (every process running and thawed, registered again).
+
+Faults (``KINDS``):
+
+- ``kill-bookie`` / ``kill-broker``: kill -9, down for 1-6 s, start again on the same data and ports.
+- ``pause-bookie`` / ``pause-broker``: SIGSTOP until ZooKeeper has expired the process's session
+  (seen as its ephemeral registration vanishing or changing hands), 0.5-3 s more, then SIGCONT. The
+  process resumes believing it still holds its ephemeral nodes: the case session expiry exists for.
+- ``partition-bookie`` / ``partition-broker``: only for daemons run in a network namespace of their
+  own (``netns.Isolation``): every byte to and from the daemon stops, both ways, while it keeps
+  running, until ZooKeeper has expired its session and 0.5-3 s more; then the bytes flow again.
+
+Run it on the thread that will outlive the daemons it restarts (the main thread): a cluster child
+asks for SIGKILL when the thread that spawned it exits (PR_SET_PDEATHSIG is per thread).
+
+The schedule (kinds, targets, hold times, rests) depends only on the seed; how the cluster reacts
+depends on timing, as in any Jepsen run. Every fault is recorded in the History with wall-clock start
+and end, so a violation can be lined up with what was happening.
+"""
+
+import random
+import threading
+import time
+
+from pulsar_twisted.testing.chaos.history import Fault, History
+from pulsar_twisted.testing.cluster import Cluster, ClusterError, wait_for
+
+KINDS = ("kill-bookie", "kill-broker", "pause-bookie", "pause-broker")
+PARTITION_KINDS = ("partition-bookie", "partition-broker")
+
+
+class Nemesis:
+    """``run(duration)`` injects faults until ``duration`` seconds have passed (a fault under way
+    is finished first, so the run may overstay by one fault); ``stop()`` ends it early."""
+
+    def __init__(self, cluster: Cluster, history: History, seed: int, kinds=KINDS,
+                 session_timeout: float = 4.0, rest=(2.0, 5.0), log=print):
+        self.cluster = cluster
+        self.history = history
+        self.rng = random.Random(seed)
+        isolated = any(getattr(p, "isolation", None) is not None
+                       for p in cluster.bookies + cluster.brokers)
+        # Partitions only where a daemon runs in a namespace of its own.
+        self.kinds = tuple(k for k in kinds if isolated or not k.startswith("partition"))
+        self.session_timeout = session_timeout
+        self.rest = rest
+        self.log = log
+        self._stop = threading.Event()
+        self.errors = []
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _sleep(self, seconds: float) -> bool:
+        """Sleep unless stopped; True if stopped."""
+        return self._stop.wait(seconds)
+
+    def run(self, duration: float) -> None:
+        deadline = time.monotonic() + duration
+        if not self.kinds:                # a control run: the same timeline, no faults
+            self._sleep(duration)
+            return
+        if self._sleep(self.rng.uniform(*self.rest)):
+            return
+        while time.monotonic() < deadline and not self._stop.is_set():
+            kind = self.rng.choice(self.kinds)
+            group = self.cluster.bookies if kind.endswith("bookie") else self.cluster.brokers
+            if kind.startswith("partition"):
+                group = [p for p in group if getattr(p, "isolation", None) is not None]
+                if not group:
+                    continue
+            target = self.rng.choice(group)
+            hold = self.rng.uniform(1.0, 6.0) if kind.startswith("kill") else self.rng.uniform(0.5, 3.0)
+            fault = Fault(kind, target.name, time.time())
+            self.history.record_fault(fault)
+            self.log(f"nemesis: {kind} {target.name} (hold {hold:.1f}s)")
+            try:
+                if kind.startswith("kill"):
+                    self._kill(target, hold)
+                elif kind.startswith("pause"):
+                    fault.note = self._pause(target, hold)
+                else:
+                    fault.note = self._partition(target, hold)
+            except Exception as e:
+                fault.note += f" error: {type(e).__name__}: {str(e)[:300]}"
+                self.errors.append(f"{kind} {target.name}: {e}")
+                self.log(f"nemesis: {kind} {target.name} failed: {str(e)[:300]}")
+                self._heal_one(target)
+            fault.ended = time.time()
+            if self._sleep(self.rng.uniform(*self.rest)):
+                return
+
+    def _kill(self, target, hold: float) -> None:
+        target.kill9()
+        self._sleep(hold)
+        target.start()
+
+    def _wait_expired(self, target, old_session) -> bool:
+        """Wait (at most 4 session timeouts) until ``target``'s registration is gone or held by
+        another session; whether it was."""
+        try:
+            wait_for(lambda: self.cluster.session_of(target.registration) != old_session,
+                     self.session_timeout * 4, f"{target.name}'s session to expire", interval=0.2)
+            return True
+        except ClusterError:
+            return False
+
+    def _pause(self, target, hold: float) -> str:
+        old = self.cluster.session_of(target.registration)
+        target.pause()
+        try:
+            expired = self._wait_expired(target, old)
+            self._sleep(hold)
+        finally:
+            target.resume()
+        return "session expired" if expired else "session did NOT expire"
+
+    def _partition(self, target, hold: float) -> str:
+        old = self.cluster.session_of(target.registration)
+        target.isolation.cut()
+        try:
+            expired = self._wait_expired(target, old)
+            self._sleep(hold)
+        finally:
+            target.isolation.heal()
+        return "session expired" if expired else "session did NOT expire"
+
+    def _heal_one(self, process) -> None:
+        if getattr(process, "isolation", None) is not None:
+            process.isolation.heal()
+        process.resume()
+        if not process.running():
+            try:
+                process.start()
+            except ClusterError as e:
+                self.errors.append(f"restart {process.name}: {e}")
+
+    def heal(self, timeout: float = 60.0) -> None:
+        """Every process thawed, connected and running, and registered in ZooKeeper again
+        (ClusterError after ``timeout``)."""
+        for process in self.cluster.bookies + self.cluster.brokers:
+            self._heal_one(process)
+        wait_for(lambda: all(self.cluster.session_of(p.registration) is not None
+                             for p in self.cluster.bookies + self.cluster.brokers),
+                 timeout, "every daemon registered after the heal", interval=0.2,
+                 on_timeout=self.cluster.logs)

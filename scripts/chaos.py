@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""
+Jepsen-style chaos run against a real cluster (issue 11): see pulsar_twisted/testing/chaos/.
+
+    python scripts/chaos.py --seed 1 --quorum 3/3/2 --duration 75
+    python scripts/chaos.py --seed 2 --quorum 2/2/2 --json /tmp/run2.json
+    python scripts/chaos.py --check /tmp/run2.history.json      # check a saved history again
+
+ZooKeeper: --zk HOST:PORT, else $PULSAR_TEST_ZK, else one started with scripts/zookeeper.sh.
+Prints the figures; exit status 0 only if nothing acknowledged was lost and no violation was seen,
+1 on violations, 2 if the run itself could not be made. Every process the run started is killed on
+the way out, Ctrl-C and SIGTERM included.
+"""
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from pulsar_twisted.testing.chaos import checker  # noqa: E402
+from pulsar_twisted.testing.chaos.history import History  # noqa: E402
+from pulsar_twisted.testing.chaos.nemesis import KINDS, PARTITION_KINDS  # noqa: E402
+
+
+def _quorum(text: str) -> tuple:
+    parts = tuple(int(p) for p in text.split("/"))
+    if len(parts) != 3 or not parts[0] >= parts[1] >= parts[2] >= 1:
+        raise argparse.ArgumentTypeError("E/Qw/Qa with E >= Qw >= Qa >= 1, e.g. 3/3/2")
+    return parts
+
+
+def _kinds(text: str) -> tuple:
+    kinds = tuple(k for k in text.split(",") if k)
+    unknown = set(kinds) - set(KINDS) - set(PARTITION_KINDS)
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown faults {sorted(unknown)}; known: "
+                                         f"{', '.join(KINDS + PARTITION_KINDS)}")
+    return kinds
+
+
+def parse(argv):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--duration", type=float, default=75.0, help="seconds of faults (default 75)")
+    p.add_argument("--quorum", type=_quorum, default=(3, 3, 2), help="E/Qw/Qa (default 3/3/2)")
+    p.add_argument("--brokers", type=int, default=2)
+    p.add_argument("--bookies", type=int, default=3)
+    p.add_argument("--producers", type=int, default=7)
+    p.add_argument("--rate", type=float, default=280.0, help="msg/s, all producers (default 280)")
+    p.add_argument("--faults", type=_kinds, default=KINDS + PARTITION_KINDS,
+                   help="comma-separated fault kinds; empty for a fault-free control run\n"
+                        f"(default {','.join(KINDS + PARTITION_KINDS)}; partitions put bookie2\n"
+                        "and broker1 in network namespaces, needs root and ip netns)")
+    p.add_argument("--zk", default=None, help="ZooKeeper HOST:PORT (default $PULSAR_TEST_ZK)")
+    p.add_argument("--json", default=None, help="write the verdict here as JSON")
+    p.add_argument("--history", default=None, help="write the whole history here as JSON")
+    p.add_argument("--keep-logs", default=None, help="copy the daemons' logs into this directory")
+    p.add_argument("--check", default=None, metavar="HISTORY",
+                   help="no run: check a history written by --history")
+    p.add_argument("--table", nargs="+", default=None, metavar="VERDICT",
+                   help="no run: one line of figures per verdict file written by --json")
+    return p.parse_args(argv)
+
+
+def table(paths) -> str:
+    """One line per run: seed, quorum, faults and the verdict's figures."""
+    head = (f"{'seed':>4} {'E/Qw/Qa':>7} {'faults':>6} {'sent':>6} {'acked':>6} {'-1:-1':>5} "
+            f"{'failed':>6} {'unansw':>6} {'lost':>5} {'twice':>5} {'st-ord':>6} {'c-ord':>5} "
+            f"{'undeliv':>7} {'slow':>5}  file")
+    lines = [head]
+    for path in paths:
+        with open(path) as f:
+            data = json.load(f)
+        meta, v = data["meta"], data["verdict"]
+        lines.append(
+            f"{meta['seed']:>4} {'/'.join(map(str, meta['quorum'])):>7} {len(data['faults']):>6} "
+            f"{v['sent']:>6} {v['acked']:>6} {v['duplicate_receipts']:>5} {v['failed']:>6} "
+            f"{v['unanswered']:>6} {v['lost']:>5} {v['stored_twice']:>5} "
+            f"{v['storage_order_violations']:>6} {sum(v['consumer_order_violations'].values()):>5} "
+            f"{sum(v['undelivered'].values()):>7} {v.get('slow_after_heal', 0):>5}  "
+            f"{os.path.basename(path)}")
+    return "\n".join(lines)
+
+
+def _terminate(signum, frame):
+    # SIGTERM unwinds like Ctrl-C, so the run's finally clause kills what it started.
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main(argv=None) -> int:
+    args = parse(sys.argv[1:] if argv is None else argv)
+    if args.table:
+        print(table(args.table))
+        return 0
+    if args.check:
+        verdict = checker.check(History.load(args.check))
+        print(checker.format_verdict(verdict))
+        return 0 if verdict.ok else 1
+
+    from pulsar_twisted.testing.chaos.runner import ChaosConfig, run
+    signal.signal(signal.SIGTERM, _terminate)
+    kinds = tuple(args.faults)
+    started = time.monotonic()
+
+    def log(text):
+        print(f"[{time.monotonic() - started:6.1f}s] {text}", flush=True)
+
+    config = ChaosConfig(seed=args.seed, duration=args.duration, quorum=args.quorum,
+                         brokers=args.brokers, bookies=args.bookies, producers=args.producers,
+                         rate=args.rate, kinds=kinds, zk_hosts=args.zk, keep_logs=args.keep_logs,
+                         log=log)
+    log(f"chaos run: {' '.join(sys.argv)}")
+    try:
+        history, verdict = run(config)
+    except KeyboardInterrupt:
+        log("interrupted: every process of the run was killed")
+        return 130
+    except Exception as e:
+        log(f"the run failed: {type(e).__name__}: {e}")
+        return 2
+    if args.history:
+        history.dump(args.history)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"meta": history.meta, "verdict": verdict.to_json(),
+                       "faults": [f.__dict__ for f in history.faults]}, f, indent=1, default=str)
+    print(f"faults: " + "; ".join(f"{f.kind} {f.target}{' (' + f.note.strip() + ')' if f.note else ''}"
+                                  for f in history.faults))
+    print(f"daemon tracebacks: {history.meta.get('tracebacks') or 'none'}; nemesis errors: "
+          f"{len(history.meta.get('nemesis_errors', []))}")
+    print(checker.format_verdict(verdict))
+    return 0 if verdict.ok else 1
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    # The official client's threads can keep a finished interpreter alive: leave at once.
+    os._exit(code)

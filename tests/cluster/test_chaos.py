@@ -1,0 +1,384 @@
+"""
+The chaos harness (``pulsar_twisted.testing.chaos``, issue 11).
+
+``CheckerTests`` and ``HistoryTests``: the checker on hand-made histories, no processes.
+``ShortChaosRunTests``: a short seeded run on a real cluster (ZooKeeper, 3 bookies, 2 brokers, the
+official client), bounded to about two minutes with start-up; skipped without ZooKeeper or the
+official client. It fails while the cluster loses, duplicates or reorders acknowledged messages.
+"""
+
+import os
+import tempfile
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from pulsar_twisted.testing.chaos import checker
+from pulsar_twisted.testing.chaos.history import (EXCLUSIVE, FAILOVER, KEY_SHARED, SHARED, Delivery,
+                                                  History, Send, Stored, decode_payload,
+                                                  encode_payload)
+
+
+def _history(subscriptions=None, partitions=1, meta=None) -> History:
+    return History(subscriptions=dict(subscriptions or {}), partitions=partitions,
+                   meta=dict(meta or {}))
+
+
+def _acked(history, producer, seq, message_id, key=None, sent_at=0.0, answered_at=0.1):
+    history.sends[(producer, seq)] = Send(producer, seq, key, sent_at, "acked", message_id,
+                                          None, answered_at)
+
+
+def _store(history, partition, producer, seq, message_id, key=None):
+    history.storage.setdefault(partition, []).append(Stored(producer, seq, key, message_id))
+
+
+def _deliver(history, subscription, consumer, producer, seq, partition=0, key=None):
+    history.deliveries.append(Delivery(subscription, consumer, producer, seq, key, partition))
+
+
+def _clean(n=3, subscriptions=None) -> History:
+    """``n`` messages of producer "a" acked, stored in order at entries 0..n-1 of ledger 7."""
+    history = _history(subscriptions)
+    for seq in range(n):
+        _acked(history, "a", seq, (7, seq, 0))
+        _store(history, 0, "a", seq, (7, seq, 0))
+    return history
+
+
+class PayloadTests(SynchronousTestCase):
+
+    def test_round_trip(self):
+        """A payload carries producer, seq and key, padded to the size asked."""
+        data = encode_payload("p1", 42, "k", size=64)
+        self.assertEqual(len(data), 64)
+        self.assertEqual(decode_payload(data), ("p1", 42, "k"))
+        self.assertEqual(decode_payload(encode_payload("p1", 0, None)), ("p1", 0, None))
+
+    def test_foreign_payload(self):
+        """Something that is not a chaos payload is refused, not misread."""
+        self.assertRaises(ValueError, decode_payload, b"hello")
+
+
+class CheckerTests(SynchronousTestCase):
+
+    def test_clean_history(self):
+        """Everything acked is stored once, in order, and delivered in order: no violation."""
+        history = _clean(3, {"s": FAILOVER})
+        for seq in range(3):
+            _deliver(history, "s", "c0", "a", seq)
+        verdict = checker.check(history)
+        self.assertTrue(verdict.ok, verdict.violations)
+        self.assertEqual((verdict.sent, verdict.acked, verdict.stored_distinct), (3, 3, 3))
+        self.assertIn("VERDICT: ok", checker.format_verdict(verdict))
+
+    def test_lost(self):
+        """An acked message absent from storage is lost; a -1:-1 receipt among them is counted."""
+        history = _clean(2)
+        _acked(history, "a", 2, (7, 2, 0))
+        _acked(history, "a", 3, (-1, -1, 0))
+        verdict = checker.check(history)
+        self.assertEqual(verdict.lost, 2)
+        self.assertEqual(verdict.lost_duplicate_receipts, 1)
+        self.assertEqual(verdict.duplicate_receipts, 1)
+        self.assertEqual(verdict.violations, {"lost": 2})
+        self.assertEqual(sorted(e[:2] for e in verdict.examples["lost"]), [("a", 2), ("a", 3)])
+
+    def test_failed_and_unacked_stored_are_not_lost(self):
+        """A failed send promised nothing: missing or stored, it is no violation."""
+        history = _clean(1)
+        history.sends[("a", 1)] = Send("a", 1, None, 0.0, "failed", None, "Timeout", 1.0)
+        history.sends[("a", 2)] = Send("a", 2, None, 0.0, "failed", None, "Timeout", 1.0)
+        _store(history, 0, "a", 2, (7, 5, 0))
+        verdict = checker.check(history)
+        self.assertTrue(verdict.ok, verdict.violations)
+        self.assertEqual(verdict.failed_by_reason, {"Timeout": 2})
+        self.assertEqual(verdict.stored_unacked, 1)
+
+    def test_unreadable_partition(self):
+        """Acks on a partition that could not be read are unverifiable, and the partition being
+        unreadable is itself a violation."""
+        history = _clean(1)
+        _acked(history, "a", 1, (9, 0, 1))
+        history.unreadable[1] = "TimeoutError"
+        verdict = checker.check(history)
+        self.assertEqual((verdict.lost, verdict.unverifiable), (0, 1))
+        self.assertEqual(verdict.violations, {"unreadable_partitions": 1})
+
+    def test_stored_twice(self):
+        """One (producer, seq) at two positions, even in different ledgers, is stored twice."""
+        history = _clean(2)
+        _store(history, 0, "a", 1, (8, 0, 0))
+        _store(history, 0, "a", 1, (8, 1, 0))
+        verdict = checker.check(history)
+        self.assertEqual((verdict.stored_twice, verdict.extra_copies), (1, 2))
+        self.assertEqual(verdict.storage_order_violations, 0, "a copy is not a reordering")
+        self.assertEqual(verdict.violations, {"stored_twice": 1})
+
+    def test_storage_order(self):
+        """A producer's seq stored for the first time after a higher one of the same producer in
+        the same partition is an order violation; other producers and partitions are apart."""
+        history = _history(partitions=2)
+        for seq, entry in ((0, 0), (2, 1), (1, 2), (3, 3)):
+            _acked(history, "a", seq, (7, entry, 0))
+            _store(history, 0, "a", seq, (7, entry, 0))
+        _acked(history, "b", 0, (7, 4, 0))
+        _store(history, 0, "b", 0, (7, 4, 0))          # b's first, after a's 3: fine
+        _acked(history, "a", 4, (9, 0, 1))
+        _store(history, 1, "a", 4, (9, 0, 1))
+        verdict = checker.check(history)
+        self.assertEqual(verdict.storage_order_violations, 1)
+        self.assertEqual(verdict.examples["storage_order_violations"], [(0, "a", 1, "after", 2)])
+
+    def test_consumer_order_by_subscription_type(self):
+        """Out-of-order first deliveries break Exclusive, Failover and Key_Shared (per key), never
+        Shared; redeliveries of seen seqs are allowed everywhere."""
+        subscriptions = {"x": EXCLUSIVE, "f": FAILOVER, "sh": SHARED, "ks": KEY_SHARED}
+        history = _clean(4, subscriptions)
+        for subscription in ("x", "f", "sh"):
+            for seq in (0, 2, 1, 3):
+                _deliver(history, subscription, "c0", "a", seq)
+        for seq in (0, 1, 0, 1, 2, 3):                  # a rewind: redeliveries only
+            _deliver(history, "x", "c1", "a", seq)
+        # Key_Shared: seqs 0, 2 under key k0 and 1, 3 under k1, interleaved: in order per key.
+        for seq in (0, 1, 3, 2):
+            _deliver(history, "ks", "c0", "a", seq, key=f"k{seq % 2}")
+        verdict = checker.check(history)
+        self.assertEqual(verdict.consumer_order_violations, {"x": 1, "f": 1, "sh": 0, "ks": 0})
+        # Per subscription: everything c1 got, c0 had already had.
+        self.assertEqual(verdict.redeliveries, {"x": 6, "f": 0, "sh": 0, "ks": 0})
+        history.deliveries.append(Delivery("ks", "c0", "a", 1, "k0", 0))   # k0: 1 after 2
+        self.assertEqual(checker.check(history).consumer_order_violations["ks"], 1)
+
+    def test_consumer_order_per_partition_and_consumer(self):
+        """Order holds per partition and per consumer: interleaving across them is no violation."""
+        history = _clean(4, {"f": FAILOVER})
+        _deliver(history, "f", "c0", "a", 3, partition=1)
+        _deliver(history, "f", "c0", "a", 0, partition=0)
+        _deliver(history, "f", "c1", "a", 1, partition=0)
+        _deliver(history, "f", "c1", "a", 2, partition=0)
+        self.assertEqual(checker.check(history).consumer_order_violations, {"f": 0})
+
+    def test_undelivered_backlog(self):
+        """Stored messages a subscription never received are its undelivered backlog; a Shared
+        subscription's consumers count together."""
+        history = _clean(3, {"sh": SHARED, "x": EXCLUSIVE})
+        _deliver(history, "sh", "c0", "a", 0)
+        _deliver(history, "sh", "c1", "a", 1)
+        _deliver(history, "sh", "c1", "a", 2)
+        _deliver(history, "x", "c0", "a", 0)
+        verdict = checker.check(history)
+        self.assertEqual(verdict.undelivered, {"sh": 0, "x": 2})
+        self.assertEqual(verdict.violations, {"undelivered": 2})
+
+    def test_unanswered(self):
+        """A send with no callback by the end is a violation."""
+        history = _clean(1)
+        history.sends[("a", 1)] = Send("a", 1, None, 0.0)
+        verdict = checker.check(history)
+        self.assertEqual(verdict.violations, {"unanswered": 1})
+
+    def test_receipt_mismatch(self):
+        """An ack naming a position that holds another message is a violation."""
+        history = _clean(2)
+        history.sends[("a", 1)].message_id = (7, 0, 0)
+        verdict = checker.check(history)
+        self.assertEqual(verdict.receipt_mismatches, 1)
+        self.assertEqual(verdict.lost, 0)
+
+    def test_slow_after_heal(self):
+        """After the heal, a send must be acked within LIVENESS seconds; before it, anything goes."""
+        history = _history(meta={"healed_at": 100.0})
+        _acked(history, "a", 0, (7, 0, 0), sent_at=50.0, answered_at=90.0)    # before the heal
+        _acked(history, "a", 1, (7, 1, 0), sent_at=101.0, answered_at=102.0)
+        _acked(history, "a", 2, (7, 2, 0), sent_at=101.0, answered_at=101.0 + checker.LIVENESS + 1)
+        history.sends[("a", 3)] = Send("a", 3, None, 101.0, "failed", None, "Timeout", 131.0)
+        for seq in range(4):
+            _store(history, 0, "a", seq, (7, seq, 0))
+        verdict = checker.check(history)
+        self.assertEqual(verdict.violations, {"slow_after_heal": 2})
+
+    def test_delivered_then_gone(self):
+        """A message a consumer received but storage no longer holds is counted as evidence."""
+        history = _clean(1, {"s": SHARED})
+        _acked(history, "a", 1, (7, 1, 0))
+        _deliver(history, "s", "c0", "a", 0)
+        _deliver(history, "s", "c0", "a", 1)
+        verdict = checker.check(history)
+        self.assertEqual((verdict.delivered_then_gone, verdict.lost), (1, 1))
+
+
+class HistoryTests(SynchronousTestCase):
+
+    def test_outcome_once(self):
+        """A send keeps its first answer; an answer for an unknown send is ignored."""
+        history = History()
+        history.record_send("a", 0, None)
+        history.record_outcome("a", 0, True, (1, 2, 0))
+        history.record_outcome("a", 0, False, reason="late")
+        history.record_outcome("b", 9, True, (1, 3, 0))
+        self.assertEqual(history.sends[("a", 0)].outcome, "acked")
+        self.assertEqual(list(history.sends), [("a", 0)])
+
+    def test_json_round_trip(self):
+        """A history saved as JSON checks the same once loaded again."""
+        history = _clean(3, {"f": FAILOVER})
+        _store(history, 0, "a", 1, (8, 0, 0))
+        _deliver(history, "f", "c0", "a", 2)
+        _deliver(history, "f", "c0", "a", 1)
+        history.unreadable[1] = "gone"
+        path = os.path.join(tempfile.mkdtemp(), "h.json")
+        history.dump(path)
+        again = History.load(path)
+        self.assertEqual(checker.check(again).to_json(), checker.check(history).to_json())
+        self.assertEqual(again.sends[("a", 1)].message_id, (7, 1, 0))
+
+
+class RelayTests(SynchronousTestCase):
+    """The relays behind partitions, on real local sockets (no namespace needed)."""
+
+    def test_gate_holds_bytes_both_ways_until_opened(self):
+        """A closed gate passes no byte either way and keeps the connection up; opened, the held
+        bytes arrive."""
+        import socket
+        from pulsar_twisted.testing.chaos import relay
+        gate = relay.Gate()
+        self.addCleanup(setattr, gate, "stopped", True)
+        a, a_peer = socket.socketpair()
+        b, b_peer = socket.socketpair()
+        for sock in (a, a_peer, b, b_peer):
+            self.addCleanup(sock.close)
+        relay.join(a_peer, b_peer, gate)
+        a.sendall(b"ping")
+        self.assertEqual(b.recv(4), b"ping")
+        gate.close()
+        a.sendall(b"held")
+        b.sendall(b"back")
+        for sock in (a, b):
+            sock.settimeout(0.3)
+            self.assertRaises(socket.timeout, sock.recv, 4)
+            sock.settimeout(5)
+        gate.open()
+        self.assertEqual(b.recv(4), b"held")
+        self.assertEqual(a.recv(4), b"back")
+
+    def test_serve_drops_when_target_refuses(self):
+        """A relayed connection whose far side cannot be reached is closed at once (what the
+        readiness probe of a namespaced daemon relies on)."""
+        import os
+        import socket
+        from pulsar_twisted.testing.chaos import relay
+        directory = tempfile.mkdtemp(dir="/tmp")
+        path = os.path.join(directory, "x.sock")
+        listener = relay.unix_listener(path)
+        self.addCleanup(listener.close)
+
+        def refuse():
+            raise ConnectionRefusedError()
+        relay.serve(listener, refuse)
+        probe = relay.connect_unix(path)
+        self.addCleanup(probe.close)
+        probe.settimeout(5)
+        self.assertEqual(probe.recv(1), b"")
+
+
+_ECHO = ("import socket, sys\n"
+         "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+         "s.bind(('127.0.0.1', int(sys.argv[1]))); s.listen(5)\n"
+         "up = socket.create_connection(('127.0.0.1', int(sys.argv[2])))\n"
+         "up.sendall(b'hello from the namespace'); up.close()\n"
+         "while True:\n"
+         "    c, _ = s.accept()\n"
+         "    while True:\n"
+         "        d = c.recv(100)\n"
+         "        if not d: break\n"
+         "        c.sendall(d)\n")
+
+
+class IsolationTests(SynchronousTestCase):
+    """A process in a network namespace of its own, reached only through the relays: inbound
+    and outbound connections work, a cut stops them, a heal resumes them, cleanup removes the
+    namespace. Needs root and ``ip netns``."""
+
+    def test_cut_and_heal(self):
+        import socket
+        import subprocess
+        import sys
+        import time
+        from pulsar_twisted.testing.chaos import netns
+        from pulsar_twisted.testing.process import free_port
+        why = netns.available()
+        if why:
+            raise self.skipTest(why)
+
+        class Daemon:
+            name = "echo"
+            port = free_port("127.0.0.1")
+            ready_port = port
+        daemon = Daemon()
+        upstream = socket.socket()
+        upstream.bind(("127.0.0.1", 0))
+        upstream.listen(1)
+        self.addCleanup(upstream.close)
+        isolation = netns.Isolation(daemon, [upstream.getsockname()[1]])
+        self.addCleanup(isolation.cleanup)
+        isolation.setup()
+        self.assertFalse(isolation.accepting(), "ready before the daemon started")
+        child = subprocess.Popen(list(daemon.command_prefix) + [
+            sys.executable, "-c", _ECHO, str(daemon.port), str(upstream.getsockname()[1])])
+        self.addCleanup(child.wait)
+        self.addCleanup(child.kill)
+        upstream.settimeout(10)
+        connection, _ = upstream.accept()           # outbound: the namespace reached the host
+        self.assertEqual(connection.recv(100), b"hello from the namespace")
+        connection.close()
+        deadline = time.monotonic() + 10
+        while not isolation.accepting() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertTrue(isolation.accepting())
+        client = socket.create_connection(("127.0.0.1", daemon.port), timeout=5)
+        self.addCleanup(client.close)
+        client.sendall(b"one")
+        self.assertEqual(client.recv(3), b"one")
+        isolation.cut()
+        client.sendall(b"two")
+        client.settimeout(0.5)
+        self.assertRaises(socket.timeout, client.recv, 3)
+        isolation.heal()
+        client.settimeout(5)
+        self.assertEqual(client.recv(3), b"two")
+        name = isolation.name
+        child.kill()
+        isolation.cleanup()
+        listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        self.assertNotIn(name, listed)
+
+
+class ShortChaosRunTests(SynchronousTestCase):
+    """A short seeded chaos run on real processes: every acknowledged message is stored once, in
+    order, and delivered; every send is answered (issue 11)."""
+
+    def setUp(self):
+        from tests.cluster.test_processes import pulsar
+        if pulsar is None:
+            raise self.skipTest("the official pulsar-client package is not installed")
+        from pulsar_twisted.testing.cluster import ZooKeeperServer, ZooKeeperUnavailable
+        try:
+            self.zk = ZooKeeperServer.shared()
+        except ZooKeeperUnavailable as e:
+            raise self.skipTest(str(e))
+
+    def test_short_run(self):
+        """Seed 11, E/Qw/Qa 3/3/2, 20 s of faults (kill -9 and SIGSTOP of bookies and brokers),
+        then heal and drain: the verdict is clean. About 80-120 s with start-up."""
+        from pulsar_twisted.testing.chaos.runner import ChaosConfig, run
+        lines = []
+        config = ChaosConfig(seed=11, duration=20.0, quorum=(3, 3, 2), warmup=2.0, after_heal=4.0,
+                             send_timeout_ms=15000, settle=20.0, drain_idle=8.0, drain_timeout=30.0,
+                             zk_hosts=self.zk.hosts, log=lines.append)
+        history, verdict = run(config)
+        print("\n  " + "\n  ".join(lines + checker.format_verdict(verdict).splitlines()))
+        # The instrument did its job before the verdict is looked at.
+        self.assertTrue(history.faults, "the nemesis injected no fault")
+        self.assertGreater(verdict.acked, 1000)
+        self.assertEqual(history.meta["nemesis_errors"], [])
+        self.assertTrue(verdict.ok, f"violations: {verdict.violations}")
