@@ -32,7 +32,7 @@ from twisted.python.threadpool import ThreadPool
 from pulsar_twisted.bookie import formats
 from pulsar_twisted.bookie.entrylog import EntryLogger, EntryLogMissing
 from pulsar_twisted.bookie.index import LedgerIndex
-from pulsar_twisted.bookie.journal import Journal, replay_journal
+from pulsar_twisted.bookie.journal import Journal, ensure_durable_dir, replay_journal
 from pulsar_twisted.common.bk_errors import (
     BookieReadOnlyError, BookieUnavailableError, DigestMismatchError, LedgerFencedError, NoSuchEntryError,
     NoSuchLedgerError, UnauthorizedAccessError)
@@ -183,7 +183,7 @@ class BookieStorage(Service):
             self._gc_loop.start(self._gc_interval, now=False)
 
     def _load(self):
-        os.makedirs(self._journal_dir, exist_ok=True)
+        ensure_durable_dir(self._journal_dir)
         ledgers = self._index.load_all()
         deleted = self._index.load_deleted()
         self._entry_logs.open()
