@@ -474,6 +474,10 @@ class ManagedLedgerImpl:
         doomed = [o for o in self._pending if o.handle is handle]
         for o in doomed:
             self._pending.remove(o)
+        # The adds queued meanwhile (a rollover in progress) came after the failed one: they
+        # fail too, or they would be stored after a gap.
+        doomed.extend(self._queued)
+        self._queued.clear()
         log.warn("managed ledger {name}: add to ledger {lid} failed ({err}); {n} adds failed",
                  name=self.name, lid=handle.ledger_id, err=failure.getErrorMessage(), n=len(doomed))
         rolling = self._current is handle and self._state in (State.LEDGER_OPENED, State.CLOSING_LEDGER)
