@@ -288,6 +288,27 @@ class LifecycleTests(ManagedLedgerHarness, unittest.TestCase):
         self.assertIsNot(again, ml)
         self.assertEqual(again.number_of_entries(), 3)
 
+    def test_open_during_close_waits_for_a_new_instance(self):
+        """An open while the instance is still closing (adds in flight draining: a topic unloaded
+        and loaded again at once) waits for the close and gives a new instance, never the
+        closed one (a topic built on it would fail every add and never be reloaded)."""
+        ml = self.open()
+        self.cursor(ml)
+        self.add(ml, 1)
+        self.bk.pause_adds()
+        in_flight = ml.add_entry(data(1))
+        closing = ml.close()
+        self.assertNoResult(closing)
+        d = self.factory.open(ml.name)
+        self.assertNoResult(d)
+        self.bk.resume_adds()
+        self.successResultOf(in_flight)
+        self.successResultOf(closing)
+        again = self.successResultOf(d)
+        self.assertIsNot(again, ml)
+        self.assertEqual(again.number_of_entries(), 2)
+        self.assertEqual(self.add(again, 1, start=2)[0].entry_id, 0)
+
     def test_empty_ledgers_skipped(self):
         """Restarts leave no empty ledgers behind, and reads skip across them."""
         ml = self.open()
