@@ -199,34 +199,31 @@ class TakenOverTests(FeatureCase):
         self.assertEqual(payloads(reader.received()), ["m0"])
 
 
-class RolloverFailureTests(FeatureCase):
-    """An add failing as the last entry of a ledger while the next add waits for the next ledger.
-    The waiting add must not be stored after the failed one (its resend would then be taken for
-    a duplicate: acknowledged, never stored). Today ManagedLedgerImpl._add_failed fails only the
-    adds of the failed ledger and sends the queued ones to the next: a storage-side fix (issue 11,
-    mledger), hence ``todo``."""
+class FailureDuringRolloverTests(FeatureCase):
+    """The add that fills a ledger fails while the next publishes wait for the next ledger."""
 
     config = {"brokerDeduplicationEnabled": True, "managedLedgerMaxEntriesPerLedger": 2,
               "managedLedgerMinLedgerRolloverTimeMinutes": 0}
-    checks = 0
 
-    def test_add_queued_for_the_next_ledger_is_not_stored_after_a_failed_one(self):
+    def test_publishes_queued_behind_a_failed_add_are_not_stored(self):
+        """m1 (the ledger's last entry) fails, m2 waits for the next ledger: m2 is not stored
+        either, so the resend of m1 is stored and not answered as a duplicate of m2."""
         c = self.harness.client()
         self.create_producer(c, name="p")
+        self.send(c, 0)
         ledger_client = self.harness.ledger_client
         ledger_client.pause_adds()
-        self.send(c, 0)
         ledger_client.fail_next_adds(1)
-        self.send(c, 1)         # the last entry of ledger 1: fails
-        self.send(c, 2)         # queued for the next ledger
+        self.assertEqual(self.send(c, 1), [])
+        self.assertEqual(self.send(c, 2), [])
         ledger_client.resume_adds()
-        c.commands()
-        self.create_producer(c, name="p", request_id=300)
-        for seq in (1, 2):      # the client resends what was not acknowledged, in order
-            self.send(c, seq)
+        self.assertEqual(kinds(c.commands()), [T.CLOSE_PRODUCER])
+        [ok] = self.create_producer(c, name="p", request_id=200)
+        self.assertEqual(ok.producer_success.last_sequence_id, 0)
+        for seq in (1, 2):
+            [receipt] = self.send(c, seq)
+            self.assertNotEqual(receipt.send_receipt.message_id.entryId, NEG1,
+                                f"sequence id {seq} acknowledged as a duplicate, never stored")
         consumer = self.harness.client()
-        self.subscribe(consumer, 5)
+        self.subscribe(consumer, 77, sub="check")
         self.assertEqual(payloads(consumer.received()), ["m0", "m1", "m2"])
-
-    test_add_queued_for_the_next_ledger_is_not_stored_after_a_failed_one.todo = (
-        "mledger: an add failure must also fail (or resend first) the adds queued behind it")
