@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from hypothesis import HealthCheck, given, seed, settings, strategies as st  # noqa: E402
 
-from pulsar_twisted.broker.admin import AdminService  # noqa: E402
+from pulsar_twisted.broker.admin.service import AdminService  # noqa: E402
 from pulsar_twisted.security.http import secure  # noqa: E402
 from pulsar_twisted.testing import fuzz  # noqa: E402
 from pulsar_twisted.testing.broker import BrokerHarness  # noqa: E402

@@ -254,7 +254,8 @@ def encode_deleted_header() -> bytes:
 
 
 def encode_deleted_records(ledger_ids) -> bytes:
-    return b"".join(DELETED_RECORD.pack(lid, crc32c.crc32c(lid.to_bytes(8, "big"))) for lid in sorted(ledger_ids))
+    return b"".join(DELETED_RECORD.pack(lid, crc32c.crc32c(lid.to_bytes(8, "big")))
+                    for lid in sorted(ledger_ids))
 
 
 def decode_deleted(data: bytes) -> tuple[set[int], int]:

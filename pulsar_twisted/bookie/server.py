@@ -36,6 +36,7 @@ from twisted.logger import Logger
 from twisted.web import resource, server as web_server
 
 from pulsar_twisted.bookie.admission import LedgerAdmission
+from pulsar_twisted.bookie.metadata_gc import MetadataGarbageCollector
 from pulsar_twisted.bookie.protocol import (
     VERSION, BookieRequestProcessor, BookieServerFactory, disk_space)
 from pulsar_twisted.metadata.interfaces import NotFoundError
@@ -71,7 +72,9 @@ class BookieServer(Service):
     ``bookie_id`` defaults to ``advertised_address:<listening port>`` (so ``tcp:0`` works in tests).
     ``metadata_store`` None: no registration (standalone testing); with a store, the first add of a
     ledger the storage does not hold is checked against the ledger's metadata
-    (``bookie.admission``; ``verify_ledgers=False`` turns that off). ``own_storage``: start and stop
+    (``bookie.admission``; ``verify_ledgers=False`` turns that off), and every
+    ``metadata_gc_interval`` seconds (0: never) the ledgers whose metadata is gone are deleted
+    (``bookie.metadata_gc``). ``own_storage``: start and stop
     the storage with the server. ``http_endpoint`` None: no HTTP server. Times are seconds.
     ``startService``/``start`` and ``stopService``/``stop`` return Deferreds.
     """
@@ -80,7 +83,8 @@ class BookieServer(Service):
                  advertised_address="localhost", metadata_store=None, data_dirs=(), disk_usage=None,
                  disk_check_interval=10.0, disk_usage_threshold=0.95,
                  disk_usage_lwm_threshold=0.90, http_endpoint=None, own_storage=True,
-                 max_frame_size=DEFAULT_MAX_FRAME_SIZE, verify_ledgers=True):
+                 max_frame_size=DEFAULT_MAX_FRAME_SIZE, verify_ledgers=True,
+                 metadata_gc_interval=600.0):
         if not 0 < disk_usage_lwm_threshold <= disk_usage_threshold <= 1:
             raise ValueError("need 0 < diskUsageLwmThreshold <= diskUsageThreshold <= 1")
         self.storage = storage
@@ -101,6 +105,11 @@ class BookieServer(Service):
         if metadata_store is not None and verify_ledgers:
             admission = LedgerAdmission(metadata_store, lambda: self.bookie_id)
         self.processor = BookieRequestProcessor(storage, self.info, admission)
+        self.metadata_gc = None
+        if metadata_store is not None and verify_ledgers:
+            self.metadata_gc = MetadataGarbageCollector(storage, metadata_store)
+        self.metadata_gc_interval = metadata_gc_interval
+        self._gc_loop = None
         self.factory = BookieServerFactory(self.processor, max_frame_size)
         self.port = None
         self.http_port = None
@@ -146,6 +155,10 @@ class BookieServer(Service):
             self._disk_loop = task.LoopingCall(self._periodic_check)
             self._disk_loop.clock = self.reactor
             self._disk_loop.start(self.disk_check_interval, now=False)
+        if self.metadata_gc is not None and self.metadata_gc_interval and self.metadata_gc_interval > 0:
+            self._gc_loop = task.LoopingCall(self._periodic_metadata_gc)
+            self._gc_loop.clock = self.reactor
+            self._gc_loop.start(self.metadata_gc_interval, now=False)
         if self.http_endpoint is not None:
             http = self.http_endpoint
             if isinstance(http, str):
@@ -161,8 +174,9 @@ class BookieServer(Service):
         if not self._serving:
             return
         self._serving = False
-        if self._disk_loop is not None and self._disk_loop.running:
-            self._disk_loop.stop()
+        for loop in (self._disk_loop, self._gc_loop):
+            if loop is not None and loop.running:
+                loop.stop()
         if self.store is not None:
             await self._registration_lock.run(self._unregister)
         if self.http_port is not None:
@@ -209,6 +223,11 @@ class BookieServer(Service):
                      bookie=self.bookie_id, usage=usage, limit=self.disk_usage_lwm_threshold)
             return self.set_read_only(False)
         return None
+
+    def _periodic_metadata_gc(self) -> None:
+        self.metadata_gc.run().addErrback(
+            lambda f: log.warn("bookie {bookie}: metadata gc failed: {err}", bookie=self.bookie_id,
+                               err=f.getErrorMessage()))
 
     def _periodic_check(self) -> None:
         d = self.check_disks()

@@ -21,24 +21,17 @@ What an exceeded quota does, by its ``policy``, as Pulsar does it:
 """
 
 import math
-from dataclasses import dataclass
 
 from twisted.logger import Logger
 
 from pulsar_twisted.broker import ttl
 from pulsar_twisted.common import errors
 from pulsar_twisted.proto import PulsarApi_pb2 as api
+from pulsar_twisted.resources.policies import (
+    CONSUMER_BACKLOG_EVICTION, DESTINATION_STORAGE, MESSAGE_AGE, PRODUCER_EXCEPTION,
+    PRODUCER_REQUEST_HOLD, BacklogQuota)
 
 log = Logger()
-
-DESTINATION_STORAGE = "destination_storage"
-MESSAGE_AGE = "message_age"
-QUOTA_TYPES = (DESTINATION_STORAGE, MESSAGE_AGE)
-
-PRODUCER_REQUEST_HOLD = "producer_request_hold"
-PRODUCER_EXCEPTION = "producer_exception"
-CONSUMER_BACKLOG_EVICTION = "consumer_backlog_eviction"
-RETENTION_POLICIES = (PRODUCER_REQUEST_HOLD, PRODUCER_EXCEPTION, CONSUMER_BACKLOG_EVICTION)
 
 #: Eviction brings the byte backlog down to this fraction of the limit (Pulsar's reductionFactor).
 REDUCTION_FACTOR = 0.9
@@ -58,21 +51,12 @@ class ProducerBlockedQuotaExceededException(errors.PulsarError):
     code = api.ProducerBlockedQuotaExceededException
 
 
-@dataclass(frozen=True)
-class BacklogQuota:
-    """One quota: ``limit_size`` bytes or ``limit_time`` seconds (-1: none) and its policy."""
-
-    limit_size: int = -1
-    limit_time: int = -1
-    policy: str = PRODUCER_REQUEST_HOLD
-
-
 def backlog_size(topic) -> int:
     """The byte backlog the storage quota is measured on (``topic.backlog_size()``)."""
     return topic.backlog_size()
 
 
-def size_exceeded(topic, quota) -> bool:
+def size_exceeded(topic, quota: BacklogQuota) -> bool:
     if quota is None or quota.limit_size < 0 or not topic.persistent:
         return False
     return backlog_size(topic) >= quota.limit_size

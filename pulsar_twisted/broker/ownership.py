@@ -37,12 +37,13 @@ from zope.interface import Interface, implementer
 
 from pulsar_twisted.common import errors
 from pulsar_twisted.metadata.interfaces import AlreadyExistsError, MetadataStoreError
-from pulsar_twisted.metadata.layout import POLICIES_ROOT, ownership_path
+from pulsar_twisted.metadata.layout import namespace_of_policies_path, ownership_path
+from pulsar_twisted.resources.base import CorruptMetadataError
+from pulsar_twisted.resources.namespaces import NamespaceResources
+from pulsar_twisted.resources.policies import (
+    DEFAULT_NUM_BUNDLES, FULL_RANGE_UPPER, boundaries_of_policies, even_boundaries)
 
 log = Logger()
-
-FULL_RANGE_UPPER = 0xFFFFFFFF
-DEFAULT_NUM_BUNDLES = 4
 
 
 def topic_hash(topic: str) -> int:
@@ -56,27 +57,6 @@ def unload_bundle(broker, bundle) -> None:
     namespace = bundle.namespace
     broker.unload_topics(
         lambda name: str(name.namespace_name) == namespace and bundle.includes(topic_hash(str(name))))
-
-
-def even_boundaries(num_bundles: int) -> list:
-    """Pulsar's even split of the hash range: ``num_bundles + 1`` bounds, the last 0xffffffff."""
-    if num_bundles < 1:
-        raise ValueError(f"numBundles must be at least 1, got {num_bundles}")
-    step = 0x100000000 // num_bundles
-    return [i * step for i in range(num_bundles)] + [FULL_RANGE_UPPER]
-
-
-def boundaries_of_policies(policies: dict) -> list:
-    """The bundle bounds (ints) a namespace's policies describe; ValueError when malformed."""
-    bundles = policies.get("bundles") or {}
-    raw = bundles.get("boundaries")
-    if raw:
-        bounds = [int(b, 16) if isinstance(b, str) else int(b) for b in raw]
-        if (len(bounds) < 2 or bounds[0] != 0 or bounds[-1] != FULL_RANGE_UPPER
-                or any(a >= b for a, b in zip(bounds, bounds[1:]))):
-            raise ValueError(f"bad bundle boundaries {raw!r}")
-        return bounds
-    return even_boundaries(int(bundles.get("numBundles") or DEFAULT_NUM_BUNDLES))
 
 
 @dataclass(frozen=True)
@@ -182,6 +162,7 @@ class BundleOwnership:
 
     def __init__(self, store, clock, urls: dict, on_bundle_lost=None, check_interval: float = 5.0):
         self.store = store
+        self.namespaces = NamespaceResources(store)
         self.clock = clock
         self.urls = {"nativeUrl": urls.get("nativeUrl", ""), "nativeUrlTls": urls.get("nativeUrlTls", ""),
                      "httpUrl": urls.get("httpUrl", ""), "httpUrlTls": urls.get("httpUrlTls", ""),
@@ -229,14 +210,14 @@ class BundleOwnership:
         return defer.Deferred.fromCoroutine(self._load_bundle(namespace, str(name)))
 
     async def _load_bundle(self, namespace, topic):
-        node = await self.store.get(f"{POLICIES_ROOT}/{namespace}")
         bounds = even_boundaries(DEFAULT_NUM_BUNDLES)
-        if node is not None:
-            try:
-                bounds = boundaries_of_policies(json.loads(node[0] or b"{}"))
-            except (ValueError, TypeError, AttributeError) as e:
-                log.warn("namespace {ns}: {error}; using {n} even bundles", ns=namespace,
-                         error=e, n=DEFAULT_NUM_BUNDLES)
+        try:
+            policies = await self.namespaces.get(namespace)
+            if policies is not None:
+                bounds = boundaries_of_policies(policies)
+        except (CorruptMetadataError, ValueError, TypeError, AttributeError) as e:
+            log.warn("namespace {ns}: {error}; using {n} even bundles", ns=namespace,
+                     error=e, n=DEFAULT_NUM_BUNDLES)
         self._bounds[namespace] = bounds
         return bundle_for(namespace, bounds, topic)
 
@@ -322,9 +303,9 @@ class BundleOwnership:
         path = notification.path
         if notification.kind == "deleted" and path in self.owned:
             self._lost(path, "its ownership node was deleted")
-        elif notification.kind == "modified" and path.startswith(POLICIES_ROOT + "/"):
+        elif notification.kind == "modified" and namespace_of_policies_path(path) is not None:
             # Bundle splits change the boundaries; reread them on the next lookup.
-            self._bounds.pop(path[len(POLICIES_ROOT) + 1:], None)
+            self._bounds.pop(namespace_of_policies_path(path), None)
 
     def _on_session(self, state: str) -> None:
         # "lost" (metadata/zookeeper.py): every ownership node went with the session and another

@@ -2,11 +2,12 @@
 Namespace policies, enforced on the broker's topics (Pulsar's ``Policies`` as the admin API stores
 them at ``/admin/policies/<tenant>/<namespace>``).
 
-``NamespacePolicies`` is the effective value object: the stored JSON with every unset field
-resolved to the broker's configuration, as Pulsar resolves them. ``PolicyService`` reads a topic's
-namespace policies when the topic loads (BrokerService waits for it, so a topic never serves a
-client under the broker-wide defaults by mistake), watches the metadata store and pushes every
-change to the loaded topics of that namespace at once, and runs the periodic checks:
+``NamespacePolicies`` (``resources/policies.py``) is the effective value object: the stored JSON
+with every unset field resolved to the broker's configuration, as Pulsar resolves them.
+``PolicyService`` reads a topic's namespace policies when the topic loads (BrokerService waits for
+it, so a topic never serves a client under the broker-wide defaults by mistake), watches the
+metadata store and pushes every change to the loaded topics of that namespace at once, and runs
+the periodic checks:
 
 =============================  ================================================  ==========================
 policy (Policies field)        effect                                            when
@@ -37,219 +38,28 @@ in/out counters moved), and the duration is measured from the first check that s
 so a deletion may come up to one check interval later than Pulsar would make it.
 """
 
-import json
-from dataclasses import dataclass, field
-
 from twisted.application import service
 from twisted.internet import defer, task
 from twisted.logger import Logger
 
-from pulsar_twisted.broker import backlog_quota, ratelimit, ttl
-from pulsar_twisted.broker.backlog_quota import BacklogQuota, BacklogQuotaEnforcer
-from pulsar_twisted.broker.ratelimit import UNLIMITED, RateLimit
+from pulsar_twisted.broker import ratelimit, ttl
+from pulsar_twisted.broker.backlog_quota import BacklogQuotaEnforcer
 from pulsar_twisted.common import errors
 from pulsar_twisted.config import ConfigError
-from pulsar_twisted.metadata.layout import POLICIES_ROOT
-
-
-DELETE_WHEN_NO_SUBSCRIPTIONS = "delete_when_no_subscriptions"
-DELETE_WHEN_SUBSCRIPTIONS_CAUGHT_UP = "delete_when_subscriptions_caught_up"
-INACTIVE_TOPIC_MODES = (DELETE_WHEN_NO_SUBSCRIPTIONS, DELETE_WHEN_SUBSCRIPTIONS_CAUGHT_UP)
+from pulsar_twisted.resources.base import CorruptMetadataError
+from pulsar_twisted.resources.namespaces import NamespaceResources
+from pulsar_twisted.resources.policies import (
+    DELETE_WHEN_NO_SUBSCRIPTIONS, DELETE_WHEN_SUBSCRIPTIONS_CAUGHT_UP, INACTIVE_TOPIC_MODES,
+    RETENTION_POLICIES, NamespacePolicies)
 
 log = Logger()
 
 
-class PolicyValueError(ValueError):
-    """A stored policy value that cannot be used (the broker default is used instead)."""
-
-
-def _int(data: dict, key: str, default: int, minimum: int = None) -> int:
-    value = data.get(key)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum):
-        raise PolicyValueError(f"{key} must be an integer >= {minimum}, not {value!r}")
-    return value
-
-
-def _choice(data: dict, key: str, default: str, choices) -> str:
-    value = data.get(key)
-    if value is None:
-        return default
-    if value not in choices:
-        raise PolicyValueError(f"{key} must be one of {', '.join(choices)}, not {value!r}")
-    return value
-
-
-@dataclass(frozen=True)
-class InactiveTopicPolicies:
-    """Pulsar's InactiveTopicPolicies (deleteWhileInactive, maxInactiveDurationSeconds, mode)."""
-
-    delete_while_inactive: bool = False
-    max_inactive_seconds: int = 60
-    mode: str = DELETE_WHEN_NO_SUBSCRIPTIONS
-
-
-@dataclass(frozen=True)
-class NamespacePolicies:
-    """
-    The policies in force for the topics of one namespace, every field resolved (stored value, else
-    the broker configuration). Retention: minutes / MB, -1 unlimited. Limits: 0 none. TTL and
-    subscription expiration: 0 never. ``backlog_quotas``: quota type -> BacklogQuota.
-    """
-
-    retention_time_minutes: int = 0
-    retention_size_mb: int = 0
-    message_ttl_seconds: int = 0
-    backlog_quotas: dict = field(default_factory=dict)
-    max_producers_per_topic: int = 0
-    max_consumers_per_topic: int = 0
-    max_consumers_per_subscription: int = 0
-    deduplication_enabled: bool = False
-    subscription_expiration_minutes: int = 0
-    inactive_topic: InactiveTopicPolicies = InactiveTopicPolicies()
-    #: Rates (ratelimit.py): this cluster's publishRate, dispatchRate, subscriptionDispatchRate.
-    publish_rate: RateLimit = UNLIMITED
-    topic_dispatch_rate: RateLimit = UNLIMITED
-    subscription_dispatch_rate: RateLimit = UNLIMITED
-    cluster: str = ""
-
-    @classmethod
-    def defaults(cls, config) -> "NamespacePolicies":
-        """What a namespace without stored policies gets: the broker configuration."""
-        quotas = {}
-        policy = config.backlogQuotaDefaultRetentionPolicy
-        if config.backlogQuotaDefaultLimitBytes >= 0:
-            quotas[backlog_quota.DESTINATION_STORAGE] = BacklogQuota(
-                limit_size=config.backlogQuotaDefaultLimitBytes, policy=policy)
-        if config.backlogQuotaDefaultLimitSecond >= 0:
-            quotas[backlog_quota.MESSAGE_AGE] = BacklogQuota(
-                limit_time=config.backlogQuotaDefaultLimitSecond, policy=policy)
-        return cls(
-            retention_time_minutes=config.defaultRetentionTimeInMinutes,
-            retention_size_mb=config.defaultRetentionSizeInMB,
-            message_ttl_seconds=config.ttlDurationDefaultInSeconds,
-            backlog_quotas=quotas,
-            max_producers_per_topic=config.maxProducersPerTopic,
-            max_consumers_per_topic=config.maxConsumersPerTopic,
-            max_consumers_per_subscription=config.maxConsumersPerSubscription,
-            deduplication_enabled=config.brokerDeduplicationEnabled,
-            subscription_expiration_minutes=config.subscriptionExpirationTimeMinutes,
-            inactive_topic=InactiveTopicPolicies(
-                config.brokerDeleteInactiveTopicsEnabled,
-                (config.brokerDeleteInactiveTopicsMaxInactiveDurationSeconds
-                 or config.brokerDeleteInactiveTopicsFrequencySeconds),
-                config.brokerDeleteInactiveTopicsMode),
-            cluster=config.clusterName, **ratelimit.config_rates(config))
-
-    @classmethod
-    def from_json(cls, data, config, where: str = "") -> "NamespacePolicies":
-        """
-        Resolve stored Policies JSON (a dict). A field whose value cannot be used is logged and
-        left at the broker's default, so that one bad field does not disable the others.
-        """
-        base = cls.defaults(config)
-        if not isinstance(data, dict):
-            log.warn("policies {where}: not a JSON object; broker defaults apply", where=where)
-            return base
-        values = {}
-        for name, parse in _FIELDS:
-            try:
-                parsed = parse(data, base)
-            except (PolicyValueError, TypeError, AttributeError) as e:
-                log.warn("policies {where}: {field}: {error}; broker default applies",
-                         where=where, field=name, error=e)
-                continue
-            values.update(parsed)
-        return cls(**{**base.__dict__, **values})
-
-
-def _retention(data, base):
-    retention = data.get("retention_policies")
-    if retention is None:
-        return {}
-    return {"retention_time_minutes": _int(retention, "retentionTimeInMinutes", base.retention_time_minutes, -1),
-            "retention_size_mb": _int(retention, "retentionSizeInMB", base.retention_size_mb, -1)}
-
-
-def _backlog_quotas(data, base):
-    stored = data.get("backlog_quota_map")
-    if not stored:
-        return {}
-    quotas = dict(base.backlog_quotas)
-    for kind, value in stored.items():
-        if kind not in backlog_quota.QUOTA_TYPES:
-            raise PolicyValueError(f"unknown backlog quota type {kind!r}")
-        # "limit" is the deprecated name of limitSize.
-        size = _int(value, "limitSize", _int(value, "limit", -1, -1), -1)
-        quotas[kind] = BacklogQuota(
-            limit_size=size if kind == backlog_quota.DESTINATION_STORAGE else -1,
-            limit_time=_int(value, "limitTime", -1, -1) if kind == backlog_quota.MESSAGE_AGE else -1,
-            policy=_choice(value, "policy", backlog_quota.PRODUCER_REQUEST_HOLD,
-                           backlog_quota.RETENTION_POLICIES))
-    return {"backlog_quotas": quotas}
-
-
-def _inactive_topic(data, base):
-    stored = data.get("inactive_topic_policies")
-    if stored is None:
-        return {}
-    default = base.inactive_topic
-    enabled = stored.get("deleteWhileInactive", default.delete_while_inactive)
-    if not isinstance(enabled, bool):
-        raise PolicyValueError(f"deleteWhileInactive must be true or false, not {enabled!r}")
-    return {"inactive_topic": InactiveTopicPolicies(
-        enabled, _int(stored, "maxInactiveDurationSeconds", default.max_inactive_seconds, 0),
-        _choice(stored, "inactiveTopicDeleteMode", default.mode, INACTIVE_TOPIC_MODES))}
-
-
-def _dedup(data, base):
-    value = data.get("deduplicationEnabled")
-    if value is None:
-        return {}
-    if not isinstance(value, bool):
-        raise PolicyValueError(f"must be true or false, not {value!r}")
-    return {"deduplication_enabled": value}
-
-
-def _simple(json_key, attribute, minimum=0):
-    def parse(data, base):
-        return {attribute: _int(data, json_key, getattr(base, attribute), minimum)}
-    return parse
-
-
-def _rate(json_key):
-    def parse(data, base):
-        try:
-            return ratelimit.policy_rate(data, json_key, base.cluster)
-        except ratelimit.RateValueError as e:
-            raise PolicyValueError(str(e)) from None
-    return parse
-
-
-_FIELDS = [
-    ("retention_policies", _retention),
-    ("message_ttl_in_seconds", _simple("message_ttl_in_seconds", "message_ttl_seconds")),
-    ("backlog_quota_map", _backlog_quotas),
-    ("max_producers_per_topic", _simple("max_producers_per_topic", "max_producers_per_topic")),
-    ("max_consumers_per_topic", _simple("max_consumers_per_topic", "max_consumers_per_topic")),
-    ("max_consumers_per_subscription", _simple("max_consumers_per_subscription",
-                                               "max_consumers_per_subscription")),
-    ("deduplicationEnabled", _dedup),
-    ("subscription_expiration_time_minutes", _simple("subscription_expiration_time_minutes",
-                                                     "subscription_expiration_minutes")),
-    ("inactive_topic_policies", _inactive_topic),
-    ("publishMaxMessageRate", _rate("publishMaxMessageRate")),
-    ("topicDispatchRate", _rate("topicDispatchRate")),
-    ("subscriptionDispatchRate", _rate("subscriptionDispatchRate")),
-]
-
-
 def check_config(config) -> None:
     """Refuse configuration values the policy checks cannot use (ConfigError names the key)."""
-    if config.backlogQuotaDefaultRetentionPolicy not in backlog_quota.RETENTION_POLICIES:
+    if config.backlogQuotaDefaultRetentionPolicy not in RETENTION_POLICIES:
         raise ConfigError(f"backlogQuotaDefaultRetentionPolicy must be one of "
-                          f"{', '.join(backlog_quota.RETENTION_POLICIES)}")
+                          f"{', '.join(RETENTION_POLICIES)}")
     if config.brokerDeleteInactiveTopicsMode not in INACTIVE_TOPIC_MODES:
         raise ConfigError(f"brokerDeleteInactiveTopicsMode must be one of {', '.join(INACTIVE_TOPIC_MODES)}")
     for key in ("messageExpiryCheckIntervalInMinutes", "backlogQuotaCheckIntervalInSeconds",
@@ -284,6 +94,7 @@ class PolicyService(service.Service):
         check_config(config)
         self.broker = broker
         self.store = store
+        self.namespaces = NamespaceResources(store)
         self.config = config
         self.clock = clock
         self.defaults = NamespacePolicies.defaults(config)
@@ -298,30 +109,22 @@ class PolicyService(service.Service):
     def start(self) -> None:
         if not self._listening:
             self._listening = True
-            self.store.register_listener(self._on_notification)
+            self.namespaces.watch(self._on_change)
 
-    def _on_notification(self, notification) -> None:
-        path = notification.path
-        if not path.startswith(POLICIES_ROOT + "/"):
-            return
-        parts = path[len(POLICIES_ROOT) + 1:].split("/")
-        if len(parts) != 2 or notification.kind not in ("created", "modified", "deleted"):
-            return
-        namespace = "/".join(parts)
-        if notification.kind == "deleted":
+    def _on_change(self, namespace: str, kind: str) -> None:
+        if kind == "deleted":
             self._cache.pop(namespace, None)
             return
         self.refresh(namespace).addErrback(
             lambda f: log.failure("applying policies of {ns}", f, ns=namespace))
 
     async def _read(self, namespace: str) -> NamespacePolicies:
-        node = await self.store.get(f"{POLICIES_ROOT}/{namespace}")
-        if node is None:
-            return self.defaults
         try:
-            data = json.loads(node[0] or b"{}")
-        except ValueError:
+            data = await self.namespaces.get(namespace)
+        except CorruptMetadataError:
             log.warn("policies of {ns} are not JSON; broker defaults apply", ns=namespace)
+            return self.defaults
+        if data is None:
             return self.defaults
         return NamespacePolicies.from_json(data, self.config, where=namespace)
 

@@ -26,9 +26,10 @@ Non-persistent topics are publish-limited; their dispatch is not (nothing is rea
 """
 
 import weakref
-from dataclasses import dataclass
 
 from twisted.logger import Logger
+
+from pulsar_twisted.resources.policies import UNLIMITED, RateLimit
 
 log = Logger()
 
@@ -36,95 +37,6 @@ log = Logger()
 #: even when the float sum of the delays lands a hair before it.
 _EPSILON = 1e-6
 _UNLIMITED = 1 << 62
-
-
-class RateValueError(ValueError):
-    """A rate policy value that cannot be used."""
-
-
-@dataclass(frozen=True)
-class RateLimit:
-    """``msgs`` messages and ``bytes`` bytes per ``period`` seconds; <= 0: that dimension unlimited."""
-
-    msgs: int = 0
-    bytes: int = 0
-    period: float = 1.0
-
-    @property
-    def enabled(self) -> bool:
-        return self.msgs > 0 or self.bytes > 0
-
-
-UNLIMITED = RateLimit()
-
-
-def _rate_int(value: dict, key: str) -> int:
-    found = value.get(key, -1)
-    if found is None:
-        return -1
-    if isinstance(found, bool) or not isinstance(found, int):
-        raise RateValueError(f"{key} must be an integer, not {found!r}")
-    return found
-
-
-def publish_rate_from_json(value) -> RateLimit:
-    """Pulsar's PublishRate ``{"publishThrottlingRateInMsg": N, "publishThrottlingRateInByte": B}``."""
-    if not isinstance(value, dict):
-        raise RateValueError(f"must be a JSON object, not {value!r}")
-    return RateLimit(_rate_int(value, "publishThrottlingRateInMsg"),
-                     _rate_int(value, "publishThrottlingRateInByte"))
-
-
-def dispatch_rate_from_json(value) -> RateLimit:
-    """Pulsar's DispatchRate (``dispatchThrottlingRateInMsg``, ``...InByte``, ``ratePeriodInSecond``)."""
-    if not isinstance(value, dict):
-        raise RateValueError(f"must be a JSON object, not {value!r}")
-    period = value.get("ratePeriodInSecond", 1)
-    if period is None:
-        period = 1
-    if isinstance(period, bool) or not isinstance(period, int) or period < 1:
-        raise RateValueError(f"ratePeriodInSecond must be an integer >= 1, not {period!r}")
-    if value.get("relativeToPublishRate"):
-        log.warn("dispatch rate policy: relativeToPublishRate is not supported; the absolute rate "
-                 "applies")
-    return RateLimit(_rate_int(value, "dispatchThrottlingRateInMsg"),
-                     _rate_int(value, "dispatchThrottlingRateInByte"), float(period))
-
-
-_PARSERS = {"publishMaxMessageRate": ("publish_rate", publish_rate_from_json),
-            "topicDispatchRate": ("topic_dispatch_rate", dispatch_rate_from_json),
-            "subscriptionDispatchRate": ("subscription_dispatch_rate", dispatch_rate_from_json)}
-
-
-def policy_rate(data: dict, field: str, cluster: str) -> dict:
-    """
-    ``{NamespacePolicies attribute: RateLimit}`` for the Policies field ``field``
-    (publishMaxMessageRate, topicDispatchRate or subscriptionDispatchRate) if it is set for
-    ``cluster`` (Pulsar keeps these policies per cluster), else ``{}``. Raises RateValueError.
-    """
-    attribute, parse = _PARSERS[field]
-    per_cluster = data.get(field)
-    if per_cluster is None:
-        return {}
-    if not isinstance(per_cluster, dict):
-        raise RateValueError("must be a JSON object of cluster -> rate")
-    value = per_cluster.get(cluster)
-    if value is None:
-        return {}
-    try:
-        return {attribute: parse(value)}
-    except RateValueError as e:
-        raise RateValueError(f"{cluster}: {e}") from None
-
-
-def config_rates(config) -> dict:
-    """The broker's default rates (0: unlimited), as NamespacePolicies attributes."""
-    return {"publish_rate": RateLimit(config.maxPublishRatePerTopicInMessages,
-                                      config.maxPublishRatePerTopicInBytes),
-            "topic_dispatch_rate": RateLimit(config.dispatchThrottlingRatePerTopicInMsg,
-                                             config.dispatchThrottlingRatePerTopicInByte),
-            "subscription_dispatch_rate": RateLimit(config.dispatchThrottlingRatePerSubscriptionInMsg,
-                                                    config.dispatchThrottlingRatePerSubscriptionInByte)}
 
 
 class RateLimiter:

@@ -36,8 +36,10 @@ from twisted.logger import Logger
 from pulsar_twisted.common import errors
 from pulsar_twisted.common.naming import InvalidTopicNameError, parse_topic
 from pulsar_twisted.metadata.interfaces import AlreadyExistsError, BadVersionError
-from pulsar_twisted.metadata.layout import POLICIES_ROOT, SCHEMAS_ROOT
+from pulsar_twisted.metadata.layout import SCHEMAS_ROOT
 from pulsar_twisted.proto import PulsarApi_pb2 as api
+from pulsar_twisted.resources.base import CorruptMetadataError
+from pulsar_twisted.resources.namespaces import NamespaceResources
 
 log = Logger()
 
@@ -288,6 +290,7 @@ class SchemaRegistry:
 
     def __init__(self, store, clock, config):
         self.store = store
+        self.namespaces = NamespaceResources(store)
         self.clock = clock
         self.config = config
 
@@ -328,13 +331,11 @@ class SchemaRegistry:
 
     @defer.inlineCallbacks
     def policies(self, topic: str) -> dict:
-        name = parse_topic(topic)
-        node = yield self.store.get(f"{POLICIES_ROOT}/{name.tenant}/{name.namespace}")
-        if node is None:
-            return {}
+        """The stored Policies document of ``topic``'s namespace ({} when absent or unreadable:
+        the broker configuration then decides)."""
         try:
-            policies = json.loads(node[0])
-        except ValueError:
+            policies = yield self.namespaces.get(parse_topic(topic).namespace_name)
+        except CorruptMetadataError:
             return {}
         return policies if isinstance(policies, dict) else {}
 

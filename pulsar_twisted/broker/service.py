@@ -8,7 +8,6 @@ hands out unique producer names.
 """
 
 import datetime
-import json
 import re
 
 from twisted.application import service
@@ -27,17 +26,18 @@ from pulsar_twisted.mledger import formats
 from pulsar_twisted.common.position import EARLIEST
 from pulsar_twisted.common.naming import (
     InvalidTopicNameError, NamespaceName, parse_topic, PERSISTENT, NON_PERSISTENT)
-from pulsar_twisted.metadata.layout import PARTITIONED_ROOT, POLICIES_ROOT, PRODUCER_NAME_COUNTER, cluster_path
+from pulsar_twisted.metadata.layout import PRODUCER_NAME_COUNTER
 from pulsar_twisted.proto import PulsarApi_pb2 as api
+from pulsar_twisted.resources.clusters import ClusterResources
+from pulsar_twisted.resources.namespaces import NamespaceResources
+from pulsar_twisted.resources.partitioned import PartitionedTopicResources
+from pulsar_twisted.resources.policies import bootstrap_policies
+from pulsar_twisted.resources.tenants import TenantResources
 from pulsar_twisted.wire.frames import crc32c
 
 
 class TopicBusyError(errors.PulsarError):
     """A topic with producers or consumers that was to be deleted without force."""
-
-
-def _default_namespace_policies(cluster: str) -> bytes:
-    return json.dumps({"replication_clusters": [cluster], "bundles": {"numBundles": 4}}).encode()
 
 
 class BrokerService(service.Service):
@@ -63,6 +63,11 @@ class BrokerService(service.Service):
         self.security = BrokerSecurity(config, clock, metadata_store)
         #: An ``ownership.IOwnership`` (cluster mode); None: this broker serves every topic.
         self.ownership = None
+        #: The metadata documents (pulsar_twisted.resources).
+        self.clusters = ClusterResources(metadata_store)
+        self.tenants = TenantResources(metadata_store)
+        self.namespaces = NamespaceResources(metadata_store)
+        self.partitioned = PartitionedTopicResources(metadata_store)
         #: Namespace policies of the topics and their periodic checks (policies.py).
         self.policies = PolicyService(self, metadata_store, config, clock)
         #: Schemas of the topics (schema.py), kept in the metadata store.
@@ -75,25 +80,14 @@ class BrokerService(service.Service):
     def start(self):
         """Create the default tenant and namespace, and reserve a producer-name prefix."""
         cluster = self.config.clusterName
-        yield self._ensure(cluster_path(cluster),
-                           json.dumps({"serviceUrl": "", "brokerServiceUrl": self.broker_url}).encode())
-        yield self._ensure(f"{POLICIES_ROOT}/public",
-                           json.dumps({"adminRoles": [], "allowedClusters": [cluster]}).encode())
-        yield self._ensure(f"{POLICIES_ROOT}/public/default", _default_namespace_policies(cluster))
+        yield self.clusters.ensure(cluster, {"serviceUrl": "", "brokerServiceUrl": self.broker_url})
+        yield self.tenants.ensure("public", {"adminRoles": [], "allowedClusters": [cluster]})
+        yield self.namespaces.ensure("public/default", bootstrap_policies(cluster))
         stat = yield self.store.put(PRODUCER_NAME_COUNTER, b"", sequential=True)
         # The sequence number makes names unique across brokers and restarts (deduplication
         # keys its state on producer names).
         self.producer_name_prefix = f"{cluster}-{int(stat.path.rsplit('-', 1)[1])}"
         self.policies.start()
-
-    @defer.inlineCallbacks
-    def _ensure(self, path, value):
-        existing = yield self.store.get(path)
-        if existing is None:
-            try:
-                yield self.store.put(path, value, expected_version=-1)
-            except Exception:
-                pass  # created meanwhile by another broker
 
     #: Seconds between retention checks of the loaded topics (Pulsar's retentionCheckIntervalInSeconds).
     retention_check_interval = 120
@@ -182,24 +176,15 @@ class BrokerService(service.Service):
 
     @defer.inlineCallbacks
     def _check_namespace(self, namespace: NamespaceName):
-        node = yield self.store.get(f"{POLICIES_ROOT}/{namespace.tenant}/{namespace.namespace}")
-        if node is None:
+        if not (yield self.namespaces.exists(namespace)):
             raise errors.TopicNotFound(f"Namespace {namespace} does not exist")
 
-    @defer.inlineCallbacks
-    def partitions_of(self, topic_name) -> int:
-        base = topic_name.partitioned_topic_name
-        node = yield self.store.get(
-            f"{PARTITIONED_ROOT}/{base.tenant}/{base.namespace}/{base.domain}/{base.local_name}")
-        if node is None:
-            return 0
-        return int(json.loads(node[0]).get("partitions", 0))
+    def partitions_of(self, topic_name) -> defer.Deferred:
+        """Deferred partition count of ``topic_name``'s partitioned topic (0: not partitioned)."""
+        return self.partitioned.partitions(topic_name)
 
-    @defer.inlineCallbacks
-    def create_partitioned_topic(self, topic_name, partitions: int):
-        path = (f"{PARTITIONED_ROOT}/{topic_name.tenant}/{topic_name.namespace}/"
-                f"{topic_name.domain}/{topic_name.local_name}")
-        yield self.store.put(path, json.dumps({"partitions": partitions}).encode(), expected_version=-1)
+    def create_partitioned_topic(self, topic_name, partitions: int) -> defer.Deferred:
+        return self.partitioned.create(topic_name, partitions)
 
     @defer.inlineCallbacks
     def create_topic_storage(self, topic_name):

@@ -24,7 +24,6 @@ stderr with exit code 1.
 """
 
 import argparse
-import json
 import logging
 import sys
 import uuid
@@ -32,9 +31,14 @@ import uuid
 from twisted.internet import defer, task
 from twisted.logger import Logger
 
-from pulsar_twisted.metadata.interfaces import AlreadyExistsError, BadVersionError, NotFoundError
-from pulsar_twisted.metadata.layout import CLUSTERS_ROOT, INSTANCE_ID_PATH, LOCAL_ROOTS, POLICIES_ROOT
+from pulsar_twisted.metadata.interfaces import AlreadyExistsError, NotFoundError
+from pulsar_twisted.metadata.layout import (
+    INSTANCE_ID_PATH, LOCAL_ROOTS, cluster_path, namespace_path, tenant_path)
 from pulsar_twisted.metadata.urls import MetadataUrlError, parse_metadata_store_url
+from pulsar_twisted.resources.clusters import ClusterResources
+from pulsar_twisted.resources.namespaces import NamespaceResources
+from pulsar_twisted.resources.policies import new_policies
+from pulsar_twisted.resources.tenants import TenantResources
 
 log = Logger()
 
@@ -57,13 +61,6 @@ def _cluster_data(web_service_url, broker_service_url, web_service_url_tls, brok
     return data
 
 
-def _namespace_policies(cluster: str) -> dict:
-    # The admin service's defaults, so a namespace made here reads exactly like one made through
-    # the REST API. Imported late: the broker package is heavy for a command that only writes JSON.
-    from pulsar_twisted.broker.admin import default_policies
-    return default_policies(cluster)
-
-
 async def _create_if_absent(store, path: str, value: bytes) -> bool:
     """True when this call created ``path``; an existing node is left as it is."""
     if await store.exists(path) is not None:
@@ -75,23 +72,24 @@ async def _create_if_absent(store, path: str, value: bytes) -> bool:
         return False        # another setup run won the race
 
 
-async def _add_to_list(store, path: str, key: str, item: str) -> bool:
-    """Add ``item`` to the JSON list ``key`` of the node at ``path`` (CAS). True if it changed."""
-    while True:
-        current = await store.get(path)
-        if current is None:
-            return False
-        raw, stat = current
-        doc = json.loads(raw.decode("utf-8") or "{}")
+class _Unchanged(Exception):
+    """Raised inside an update that has nothing to write."""
+
+
+async def _add_to_list(resources, key_of_node: str, key: str, item: str) -> bool:
+    """Add ``item`` to the JSON list ``key`` of a tenant or namespace document (compare-and-set,
+    through ``resources.update``). True if it changed; False if it was there or there is no node."""
+    def change(doc):
         values = list(doc.get(key) or [])
         if item in values:
-            return False
+            raise _Unchanged()
         doc[key] = values + [item]
-        try:
-            await store.put(path, json.dumps(doc).encode(), expected_version=stat.version)
-            return True
-        except (BadVersionError, NotFoundError):
-            continue
+        return doc
+    try:
+        await resources.update(key_of_node, change)
+        return True
+    except (_Unchanged, NotFoundError):
+        return False
 
 
 async def initialize_cluster_metadata(metadata_store, configuration_store, cluster: str,
@@ -112,25 +110,25 @@ async def initialize_cluster_metadata(metadata_store, configuration_store, clust
     if await _create_if_absent(metadata_store, INSTANCE_ID_PATH, uuid.uuid4().hex.encode()):
         changed.append(("created", INSTANCE_ID_PATH))
 
-    config = configuration_store
+    clusters = ClusterResources(configuration_store)
+    tenants = TenantResources(configuration_store)
+    namespaces = NamespaceResources(configuration_store)
     data = _cluster_data(web_service_url, broker_service_url, web_service_url_tls,
                          broker_service_url_tls)
-    path = f"{CLUSTERS_ROOT}/{cluster}"
-    if await _create_if_absent(config, path, json.dumps(data).encode()):
-        changed.append(("created", path))
-    for tenant, namespace in DEFAULT_NAMESPACES:
-        tenant_path = f"{POLICIES_ROOT}/{tenant}"
+    if await clusters.ensure(cluster, data):
+        changed.append(("created", cluster_path(cluster)))
+    for tenant, local_name in DEFAULT_NAMESPACES:
         info = {"adminRoles": [], "allowedClusters": [cluster]}
-        if await _create_if_absent(config, tenant_path, json.dumps(info).encode()):
-            changed.append(("created", tenant_path))
-        elif await _add_to_list(config, tenant_path, "allowedClusters", cluster):
-            changed.append(("updated", tenant_path))
-        ns_path = f"{tenant_path}/{namespace}"
-        policies = json.dumps(_namespace_policies(cluster)).encode()
-        if await _create_if_absent(config, ns_path, policies):
-            changed.append(("created", ns_path))
-        elif await _add_to_list(config, ns_path, "replication_clusters", cluster):
-            changed.append(("updated", ns_path))
+        if await tenants.ensure(tenant, info):
+            changed.append(("created", tenant_path(tenant)))
+        elif await _add_to_list(tenants, tenant, "allowedClusters", cluster):
+            changed.append(("updated", tenant_path(tenant)))
+        # The admin API's defaults, so a namespace made here reads exactly like one made through it.
+        namespace = f"{tenant}/{local_name}"
+        if await namespaces.ensure(namespace, new_policies(cluster)):
+            changed.append(("created", namespace_path(namespace)))
+        elif await _add_to_list(namespaces, namespace, "replication_clusters", cluster):
+            changed.append(("updated", namespace_path(namespace)))
     return changed
 
 

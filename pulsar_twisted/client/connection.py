@@ -100,7 +100,8 @@ class ClientConnection(protocol.Protocol):
         self._connected_waiters = []
         self._closed_waiters = []
         self._close_reason = None
-        self._keep_alive = KeepAlive(clock, keep_alive_seconds, self._send_ping, self._keep_alive_timeout)
+        self._keep_alive = KeepAlive(clock, keep_alive_seconds, self._send_ping,
+                                     self._keep_alive_timeout)
         self._handlers = {
             T.CONNECTED: self._handle_connected,
             T.PING: self._handle_ping,

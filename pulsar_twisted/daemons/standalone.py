@@ -19,7 +19,7 @@ import os
 from twisted.internet import endpoints
 
 from pulsar_twisted.bookie.storage import BookieStorage
-from pulsar_twisted.broker.admin import AdminService
+from pulsar_twisted.broker.admin.service import AdminService
 from pulsar_twisted.broker.cnx import BrokerProtocolFactory
 from pulsar_twisted.broker.service import BrokerService
 from pulsar_twisted.config import ConfigError, StandaloneConfig

@@ -13,6 +13,7 @@ are ``MetadataUrlError`` naming the URL; the caller adds the name of the key or 
 from urllib.parse import urlsplit
 
 from pulsar_twisted.config import ConfigError
+from pulsar_twisted.metadata.layout import LEDGERS_ROOT
 
 _STORE_FORM = "zk:HOST:PORT[,HOST:PORT...][/chroot]"
 
@@ -63,7 +64,7 @@ def parse_metadata_service_uri(uri: str) -> tuple:
         raise MetadataUrlError(f"expected zk+null://host:port[;host:port]/ledgers, got {uri!r}")
     hosts = parts.netloc.replace(";", ",")
     path = parts.path.rstrip("/")
-    if path and not path.endswith("/ledgers"):
-        raise MetadataUrlError(f"the path must end in /ledgers, got {parts.path!r}")
-    root = path[:-len("/ledgers")] if path else ""
+    if path and not path.endswith(LEDGERS_ROOT):
+        raise MetadataUrlError(f"the path must end in {LEDGERS_ROOT}, got {parts.path!r}")
+    root = path[:-len(LEDGERS_ROOT)] if path else ""
     return hosts, root or "/"

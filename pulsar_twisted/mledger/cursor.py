@@ -41,6 +41,7 @@ from pulsar_twisted.mledger.interfaces import (
     IManagedCursor, ManagedLedgerClosedError, ManagedLedgerError, ManagedLedgerFencedError,
 )
 from pulsar_twisted.mledger.rangeset import PositionRangeSet
+from pulsar_twisted.mledger.stats import position_text, ranges_text
 
 log = Logger()
 
@@ -103,6 +104,25 @@ class ManagedCursorImpl:
 
     def individually_deleted_ranges(self):
         return self._acked.position_ranges()
+
+    def internal_stats(self) -> dict:
+        """Pulsar's CursorStats of this cursor (the admin API's ``internalStats``); the counters
+        Pulsar keeps and we do not (pending reads, consumed messages) are reported as zero."""
+        ranges = self.individually_deleted_ranges()
+        return {
+            "markDeletePosition": position_text(self.mark_delete_position),
+            "readPosition": position_text(self.read_position),
+            "waitingReadOp": False, "pendingReadOps": 0,
+            "messagesConsumedCounter": 0,
+            "cursorLedger": self._ledger.ledger_id if self._ledger is not None else -1,
+            "cursorLedgerLastEntry": -1,
+            "individuallyDeletedMessages": ranges_text(ranges),
+            "lastLedgerSwitchTimestamp": "",
+            "state": self._state.name,
+            "numberOfEntriesSinceFirstNotAckedMessage": self.number_of_entries_in_backlog(),
+            "totalNonContiguousDeletedMessagesRange": len(ranges),
+            "properties": dict(self.properties or {}),
+        }
 
     def _first_unacked_from(self, pos) -> Position:
         """``pos`` (normalized) moved past acknowledged entries."""

@@ -108,6 +108,9 @@ class IManagedLedger(Interface):
     def close():
         """Flush cursor state, close the current ledger. Deferred."""
 
+    def internal_stats():
+        """Pulsar's ManagedLedgerInternalStats (a JSON-ready dict), its cursors' included."""
+
 
 class IManagedCursor(Interface):
     name = Attribute("str")
@@ -157,3 +160,6 @@ class IManagedCursor(Interface):
 
     def batch_deleted_indexes(position):
         """The bit-set words of the indexes of ``position`` still unacknowledged, or None."""
+
+    def internal_stats():
+        """Pulsar's CursorStats of this cursor (a JSON-ready dict)."""

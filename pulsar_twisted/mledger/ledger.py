@@ -34,6 +34,7 @@ from pulsar_twisted.metadata.interfaces import BadVersionError, NotFoundError
 from pulsar_twisted.mledger import formats
 from pulsar_twisted.mledger.cache import EntryCache
 from pulsar_twisted.mledger.config import ManagedLedgerConfig
+from pulsar_twisted.mledger.stats import iso_ms, position_text
 from pulsar_twisted.mledger.interfaces import (
     CursorNotFoundError, IManagedLedger, ManagedLedgerClosedError, ManagedLedgerError,
     ManagedLedgerFencedError,
@@ -140,6 +141,7 @@ class ManagedLedgerImpl:
         self._throttle_listeners = []
         self._throttled = False
         self._fenced_listeners = []
+        self._close_waiters = None    # a close is in progress: [Deferred] fired when it is done
         self._closed_on_failure = False
 
     # -- small helpers ---------------------------------------------------------------------
@@ -473,6 +475,10 @@ class ManagedLedgerImpl:
         doomed = [o for o in self._pending if o.handle is handle]
         for o in doomed:
             self._pending.remove(o)
+        # The adds queued meanwhile (a rollover in progress) came after the failed one: they
+        # fail too, or they would be stored after a gap.
+        doomed.extend(self._queued)
+        self._queued.clear()
         log.warn("managed ledger {name}: add to ledger {lid} failed ({err}); {n} adds failed",
                  name=self.name, lid=handle.ledger_id, err=failure.getErrorMessage(), n=len(doomed))
         rolling = self._current is handle and self._state in (State.LEDGER_OPENED, State.CLOSING_LEDGER)
@@ -687,6 +693,27 @@ class ManagedLedgerImpl:
         """For internal stats: ``[{"ledgerId", "entries", "size", "timestamp"}, ...]``."""
         return [{"ledgerId": i.ledger_id, "entries": i.entries, "size": i.size,
                  "timestamp": i.timestamp} for i in (self._ledgers[lid] for lid in self._ledger_ids)]
+
+    def internal_stats(self) -> dict:
+        """Pulsar's ManagedLedgerInternalStats of this ledger and its durable cursors (the
+        admin API's ``internalStats`` without the topic's schema and compaction ledgers)."""
+        ledgers = self.ledgers_info()
+        current = ledgers[-1] if ledgers else {"entries": 0, "size": 0, "timestamp": 0}
+        return {
+            "entriesAddedCounter": self.number_of_entries(),
+            "numberOfEntries": self.number_of_entries(),
+            "totalSize": self.total_size(),
+            "currentLedgerEntries": current["entries"],
+            "currentLedgerSize": current["size"],
+            "lastLedgerCreatedTimestamp": iso_ms(current.get("timestamp", 0)),
+            "waitingCursorsCount": 0,
+            "pendingAddEntriesCount": self.pending_adds_count,
+            "lastConfirmedEntry": position_text(self.last_confirmed_entry()),
+            "state": self.state.name,
+            "ledgers": [{"ledgerId": i["ledgerId"], "entries": i["entries"], "size": i["size"],
+                         "offloaded": False, "underReplicated": False} for i in ledgers],
+            "cursors": {name: cursor.internal_stats() for name, cursor in list(self.cursors.items())},
+        }
 
     def current_ledger_id(self):
         return self._current.ledger_id if self._current is not None else None
@@ -1045,9 +1072,27 @@ class ManagedLedgerImpl:
         adds in flight, flush and close the cursors, close the current ledger. Deferred."""
         return defer.Deferred.fromCoroutine(self._close())
 
+    def when_closed(self):
+        """Deferred firing once the close in progress (if any) is done: the factory then opens
+        a new instance instead of handing out this closed one."""
+        if self._close_waiters is None:
+            return defer.succeed(None)
+        d = defer.Deferred()
+        self._close_waiters.append(d)
+        return d
+
     async def _close(self):
         if self._state is State.CLOSED:
             return None
+        self._close_waiters = []
+        try:
+            await self._close_steps()
+        finally:
+            waiters, self._close_waiters = self._close_waiters, None
+            for d in waiters:
+                d.callback(None)
+
+    async def _close_steps(self):
         fenced = self._state is State.FENCED
         self._state = State.CLOSED
         self._cancel_timers()

@@ -14,15 +14,13 @@ The rules, in order:
 Permissions are read from the metadata store at each check (at PRODUCER / SUBSCRIBE / LOOKUP and
 per admin request, never per message), so a grant or a revoke applies to the next request.
 Refusals are ``AuthorizationError`` whose message says which role lacked which action where.
+This module only evaluates grants; the admin API changes them (``broker/admin/permissions.py``).
 """
 
-import copy
-import json
-
 from pulsar_twisted.common.errors import AuthorizationError
-from pulsar_twisted.metadata.layout import POLICIES_ROOT
-
-ACTIONS = {"produce", "consume", "functions", "sources", "sinks", "packages"}
+from pulsar_twisted.resources.base import CorruptMetadataError
+from pulsar_twisted.resources.namespaces import NamespaceResources
+from pulsar_twisted.resources.tenants import TenantResources
 
 
 class AuthorizationService:
@@ -32,17 +30,18 @@ class AuthorizationService:
         self.enabled = config.authorizationEnabled
         self.super_users = frozenset(config.superUserRoles)
         self.store = store
+        self.tenants = TenantResources(store)
+        self.namespaces = NamespaceResources(store)
 
     def is_super_user(self, role) -> bool:
         return role is not None and role in self.super_users
 
-    async def _json(self, path: str) -> dict:
-        node = await self.store.get(path)
-        if node is None:
-            return {}
+    @staticmethod
+    async def _document(read, key) -> dict:
+        """A stored document, {} when absent or unreadable (nothing is granted by it then)."""
         try:
-            value = json.loads(node[0])
-        except (ValueError, UnicodeDecodeError):
+            value = await read(key)
+        except CorruptMetadataError:
             return {}
         return value if isinstance(value, dict) else {}
 
@@ -52,12 +51,12 @@ class AuthorizationService:
             return False
         if self.is_super_user(role):
             return True
-        info = await self._json(f"{POLICIES_ROOT}/{tenant}")
+        info = await self._document(self.tenants.get, tenant)
         return role in (info.get("adminRoles") or [])
 
     async def topic_actions(self, topic_name, role) -> set:
         """The actions granted to ``role`` on ``topic_name`` (namespace and topic grants)."""
-        policies = await self._json(f"{POLICIES_ROOT}/{topic_name.tenant}/{topic_name.namespace}")
+        policies = await self._document(self.namespaces.get, topic_name.namespace_name)
         auth = policies.get("auth_policies") or {}
         actions = set((auth.get("namespace_auth") or {}).get(role) or [])
         destinations = auth.get("destination_auth") or {}
@@ -90,53 +89,3 @@ class AuthorizationService:
     def check_super_user(self, role) -> None:
         if self.enabled and not self.is_super_user(role):
             raise AuthorizationError(f"Role {role} is not a super user")
-
-
-# ------------------------------------------------------------------------------------ topic grants
-def _check_actions(actions) -> list:
-    if not isinstance(actions, list) or not all(isinstance(a, str) for a in actions):
-        from pulsar_twisted.broker.admin import BadRequest
-        raise BadRequest("actions must be a JSON list of strings")
-    bad = sorted(set(actions) - ACTIONS)
-    if bad:
-        from pulsar_twisted.broker.admin import BadRequest
-        raise BadRequest(f"Unknown auth actions {bad}: use {sorted(ACTIONS)}")
-    return sorted(set(actions))
-
-
-async def topic_permissions(admin, name) -> dict:
-    """``{role: [actions]}`` granted on the topic ``name`` itself."""
-    policies = await admin.get_policies(name.tenant, name.namespace)
-    return ((policies.get("auth_policies") or {}).get("destination_auth") or {}).get(str(name), {})
-
-
-async def grant_topic_permission(admin, name, role: str, actions) -> None:
-    """Grant ``actions`` to ``role`` on topic ``name`` (stored in its namespace's policies)."""
-    actions = _check_actions(actions)
-
-    def change(policies):
-        auth = copy.deepcopy(policies.get("auth_policies") or {})
-        auth.setdefault("namespace_auth", {})
-        auth.setdefault("destination_auth", {}).setdefault(str(name), {})[role] = actions
-        policies["auth_policies"] = auth
-        return policies
-    await admin._change_policies(name.tenant, name.namespace, change)
-
-
-async def revoke_topic_permission(admin, name, role: str) -> None:
-    """Revoke every action of ``role`` on topic ``name`` (412 when it had none, as Pulsar)."""
-    from pulsar_twisted.broker.admin import PreconditionFailed
-
-    def change(policies):
-        auth = copy.deepcopy(policies.get("auth_policies") or {})
-        topic = (auth.get("destination_auth") or {}).get(str(name)) or {}
-        if role not in topic:
-            raise PreconditionFailed(f"Role {role} has no permission on topic {name}")
-        del topic[role]
-        if not topic:
-            del auth["destination_auth"][str(name)]
-        else:
-            auth["destination_auth"][str(name)] = topic
-        policies["auth_policies"] = auth
-        return policies
-    await admin._change_policies(name.tenant, name.namespace, change)

@@ -15,8 +15,7 @@ or, on HTTPS, a client certificate (``tls`` provider); otherwise 401 with the re
   official client calls them with an ``http://`` service URL);
 * ``/metrics`` and anything else: any authenticated role.
 
-``add_topic_permission_routes`` adds Pulsar's topic-level grants,
-``/admin/v2/{persistent,non-persistent}/{t}/{ns}/{topic}/permissions[/{role}]``.
+Pulsar's topic-level grant routes live with the other routes (``web/permissions.py``).
 
 Credentials are never logged; refusals log the peer, the path and the reason.
 """
@@ -30,7 +29,6 @@ from twisted.web import resource, server
 
 from pulsar_twisted.common.errors import AuthenticationError, AuthorizationError
 from pulsar_twisted.common.naming import InvalidTopicNameError, NON_PERSISTENT, PERSISTENT, parse_topic
-from pulsar_twisted.security import authz
 from pulsar_twisted.security.endpoints import peer_certificate_of
 
 _DOMAINS = (PERSISTENT, NON_PERSISTENT)
@@ -161,26 +159,3 @@ def secure(root, broker_service):
     if security is None or not security.authn.enabled:
         return root
     return SecuredResource(root, security)
-
-
-def add_topic_permission_routes(router, admin) -> None:
-    """GET/POST/DELETE ``/admin/v2/{domain}/{t}/{ns}/{topic}/permissions[/{role}]``."""
-    from pulsar_twisted.web.routing import json_body
-    for domain in _DOMAINS:
-        base = f"/admin/v2/{domain}/{{tenant}}/{{namespace}}/{{topic}}/permissions"
-
-        def get(request, tenant, namespace, topic, _domain=domain):
-            return defer.ensureDeferred(authz.topic_permissions(
-                admin, admin.topic_name(_domain, tenant, namespace, topic)))
-
-        def grant(request, tenant, namespace, topic, role, _domain=domain):
-            name = admin.topic_name(_domain, tenant, namespace, topic)
-            return defer.ensureDeferred(authz.grant_topic_permission(admin, name, role, json_body(request)))
-
-        def revoke(request, tenant, namespace, topic, role, _domain=domain):
-            name = admin.topic_name(_domain, tenant, namespace, topic)
-            return defer.ensureDeferred(authz.revoke_topic_permission(admin, name, role))
-
-        router.add("GET", base, get)
-        router.add("POST", base + "/{role}", grant)
-        router.add("DELETE", base + "/{role}", revoke)

@@ -264,6 +264,10 @@ class Cluster:
             broker.spawn()
         for broker in self.brokers:
             broker.wait_ready()
+        # A broker registers after it listens (as Pulsar's load manager does): ready means both.
+        wanted = {b.broker_id for b in self.brokers}
+        wait_for(lambda: wanted <= set(self.registered_brokers()), 20, "broker registrations",
+                 on_timeout=self.logs)
         return self
 
     def initialize_metadata(self) -> None:

@@ -121,6 +121,9 @@ class FakeBookie:
     def was_deleted(self, ledger_id: int) -> bool:
         return ledger_id in self._deleted
 
+    def ledger_ids(self) -> List[int]:
+        return sorted(self._ledgers)
+
     def corrupt_entry(self, ledger_id: int, entry_id: int) -> None:
         """Flip the last byte of a stored entry (payload corruption on disk)."""
         entries = self._ledgers[ledger_id].entries

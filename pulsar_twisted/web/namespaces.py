@@ -5,6 +5,7 @@ Each handler parses the request (path parameters, query, JSON body), calls one A
 method and returns its result; the rules live in ``pulsar_twisted.broker.admin``.
 """
 
+from pulsar_twisted.resources.policies import NAMESPACE_POLICIES
 from pulsar_twisted.web.routing import json_body, query, query_bool, text_or_json_body
 
 V2 = "/admin/v2"
@@ -100,7 +101,6 @@ def add_namespace_routes(router, admin) -> None:
         return admin.namespace_topics(tenant, namespace, query(request, "mode", "PERSISTENT"))
 
     # Policies stored as one value each: GET reads, POST (PUT for some in Pulsar) sets, DELETE removes.
-    from pulsar_twisted.broker.admin import NAMESPACE_POLICIES
     for name in NAMESPACE_POLICIES:
         _add_policy_routes(router, admin, f"{ns}/{name}", name)
 

@@ -10,7 +10,7 @@ the template. They return:
 * ``None`` -> 204 No Content (what Pulsar answers to successful mutations and unset policies);
 * a ``Response`` for anything else (other status, headers, raw bytes).
 
-Errors become ``{"reason": "..."}`` with the status ``admin.http_status_of`` gives; unexpected
+Errors become ``{"reason": "..."}`` with the status ``broker.admin.errors.http_status_of`` gives; unexpected
 ones are logged with their traceback and answered 500. Nothing a client sends can raise out of
 ``render``.
 """
@@ -24,7 +24,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web import resource, server
 
-from pulsar_twisted.broker.admin import BadRequest, http_status_of
+from pulsar_twisted.broker.admin.errors import BadRequest, http_status_of
 from pulsar_twisted.web.headers import set_headers
 
 _PARAM = re.compile(r"\{(\w+)\}")

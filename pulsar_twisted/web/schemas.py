@@ -5,7 +5,7 @@ schema, one version, every version, a new version (POST) and deletion. The rules
 """
 
 from pulsar_twisted.broker import schema
-from pulsar_twisted.broker.admin import BadRequest, Conflict, NotFound
+from pulsar_twisted.broker.admin.errors import BadRequest, Conflict, NotFound
 from pulsar_twisted.common import errors
 from pulsar_twisted.web.routing import int_param, json_body
 

@@ -4,7 +4,7 @@ The broker's HTTP service: admin REST API v2, HTTP lookup and /metrics in one tw
 Wiring (in ``broker/tap.py``, after ``BrokerService.start()``)::
 
     from twisted.internet import endpoints
-    from pulsar_twisted.broker.admin import AdminService
+    from pulsar_twisted.broker.admin.service import AdminService
     from pulsar_twisted.web.site import make_site
 
     admin = AdminService(broker, store, config, reactor)
@@ -21,7 +21,8 @@ from pulsar_twisted.web.openapi import add_openapi_route
 from pulsar_twisted.web.namespaces import (
     add_broker_routes, add_cluster_routes, add_namespace_routes, add_tenant_routes)
 from pulsar_twisted.web.routing import Router, RouterResource
-from pulsar_twisted.security.http import add_topic_permission_routes, secure
+from pulsar_twisted.security.http import secure
+from pulsar_twisted.web.permissions import add_topic_permission_routes
 from pulsar_twisted.web.topics import add_lookup_routes, add_topic_routes
 
 

@@ -22,7 +22,8 @@ def add_request(ledger_id, entry_id, recovery_add=False):
         recovery_add=recovery_add))
 
 
-class AdmissionTests(unittest.TestCase):
+class _Harness:
+    """Mixin: a FakeBookie behind a processor with admission, over an embedded store."""
 
     def setUp(self):
         self.clock = task.Clock()
@@ -41,6 +42,9 @@ class AdmissionTests(unittest.TestCase):
 
     def add(self, ledger_id, entry_id, recovery_add=False):
         return self.successResultOf(self.processor.process(add_request(ledger_id, entry_id, recovery_add)))
+
+
+class AdmissionTests(_Harness, unittest.TestCase):
 
     def test_known_ledger_in_ensemble_admitted(self):
         """A ledger whose metadata names this bookie is taken; later adds skip the check."""
@@ -100,3 +104,91 @@ class AdmissionTests(unittest.TestCase):
         gate.callback(None)
         self.assertEqual([self.successResultOf(d).status for d in ds], [pb.OK] * 3)
         self.assertEqual((reads, order), ([8], [0, 1, 2]))
+
+
+class MetadataGcTests(_Harness, unittest.TestCase):
+    """A bookie that missed a delete drops the ledger once its metadata is gone."""
+
+    def setUp(self):
+        super().setUp()
+        from pulsar_twisted.bookie.metadata_gc import MetadataGarbageCollector
+        self.successResultOf(self.store.put("/ledgers/INSTANCEID", b"cluster-a"))
+        self.gc = MetadataGarbageCollector(self.bookie, self.store)
+
+    def test_deletes_only_ledgers_without_metadata(self):
+        self.create(1, ["b1:3181"])
+        self.create(2, ["b1:3181"])
+        self.assertEqual(self.add(1, 0).status, pb.OK)
+        self.assertEqual(self.add(2, 0).status, pb.OK)
+        self.successResultOf(self.manager.delete(2))   # deleted while this bookie was away
+        self.assertEqual(self.successResultOf(self.gc.run()), [2])
+        self.assertEqual(self.bookie.ledger_ids(), [1])
+        self.assertTrue(self.bookie.was_deleted(2))
+        self.assertEqual(self.add(2, 1).status, pb.FENCED)
+        read = pb.Request(request_id=9, read_entry=pb.ReadEntryRequest(ledger_id=2, entry_id=0))
+        self.assertEqual(self.successResultOf(self.processor.process(read)).status,
+                         pb.NO_SUCH_LEDGER)
+        self.assertEqual(self.successResultOf(self.gc.run()), [])
+
+    def test_ledger_created_during_the_listing_is_kept(self):
+        """A ledger whose first add arrives while the metadata is being listed is not touched:
+        the local ids are taken before the listing."""
+        self.create(3, ["b1:3181"])
+        real = self.store.get_children
+        gate = defer.Deferred()
+
+        def slow_children(path):
+            return gate.addCallback(lambda _: real(path))
+        self.store.get_children = slow_children
+        d = self.gc.run()
+        self.assertEqual(self.add(3, 0).status, pb.OK)
+        gate.callback(None)
+        self.assertEqual(self.successResultOf(d), [])
+        self.assertEqual(self.bookie.ledger_ids(), [3])
+
+    def test_server_runs_it_periodically(self):
+        """BookieServer with a metadata store runs the pass on its clock."""
+        from twisted.internet.testing import MemoryReactorClock
+        from pulsar_twisted.bookie.server import BookieServer
+        clock = MemoryReactorClock()
+        store = EmbeddedMetadataStore(None, clock)
+        self.successResultOf(store.start())
+        self.successResultOf(store.put("/ledgers/INSTANCEID", b"cluster-a"))
+        bookie = FakeBookie("b1:3181", clock)
+        server = BookieServer(bookie, clock, endpoint="tcp:3181", bookie_id="b1:3181",
+                              metadata_store=store, own_storage=False, disk_usage=lambda: 0.1,
+                              disk_check_interval=0, metadata_gc_interval=60)
+        self.successResultOf(server.start())
+        self.addCleanup(server.stop)
+        self.successResultOf(bookie.add_entry(5, 0, b"x", KEY))   # no metadata at all
+        clock.advance(60)
+        self.assertFalse(bookie.has_ledger(5))
+        self.assertEqual(server.metadata_gc.deleted, 1)
+
+    def test_store_without_the_cluster_layout_deletes_nothing(self):
+        """A store that does not hold this cluster's BookKeeper layout (a wrong chroot, a store
+        not initialized yet) lists no ledger at all: nothing is deleted, since absence from it
+        proves nothing (BookKeeper's cookie check refuses such a bookie for the same reason)."""
+        from pulsar_twisted.bookie.metadata_gc import MetadataGarbageCollector
+        self.create(1, ["b1:3181"])
+        self.assertEqual(self.add(1, 0).status, pb.OK)
+        other = EmbeddedMetadataStore(None, self.clock)      # the wrong chroot: empty
+        self.successResultOf(other.start())
+        self.successResultOf(other.put("/ledgers/available/b1:3181", b""))  # our registration
+        gc = MetadataGarbageCollector(self.bookie, other)
+        self.assertEqual(self.successResultOf(gc.run()), [])
+        self.assertEqual(self.bookie.ledger_ids(), [1])
+
+    def test_instance_id_changed_deletes_nothing(self):
+        """The store now holds another cluster's layout (INSTANCEID differs from the one this
+        bookie first saw): the pass deletes nothing."""
+        self.create(1, ["b1:3181"])
+        self.create(2, ["b1:3181"])
+        self.assertEqual(self.add(1, 0).status, pb.OK)
+        self.assertEqual(self.add(2, 0).status, pb.OK)
+        self.assertEqual(self.successResultOf(self.gc.run()), [])
+        self.successResultOf(self.store.put("/ledgers/INSTANCEID", b"cluster-b"))
+        self.successResultOf(self.manager.delete(1))
+        self.successResultOf(self.manager.delete(2))
+        self.assertEqual(self.successResultOf(self.gc.run()), [])
+        self.assertEqual(self.bookie.ledger_ids(), [1, 2])

@@ -10,13 +10,13 @@ from twisted.internet import defer
 from twisted.trial import unittest
 
 from pulsar_twisted.broker import backlog_quota
-from pulsar_twisted.broker.admin import AdminService
-from pulsar_twisted.broker.policies import (
-    DELETE_WHEN_SUBSCRIPTIONS_CAUGHT_UP, NamespacePolicies, PolicyService, check_config)
+from pulsar_twisted.broker.admin.service import AdminService
+from pulsar_twisted.broker.policies import PolicyService, check_config
 from pulsar_twisted.broker.service import TopicBusyError
 from pulsar_twisted.common import errors
 from pulsar_twisted.config import ConfigError, StandaloneConfig
 from pulsar_twisted.proto import PulsarApi_pb2 as api
+from pulsar_twisted.resources.policies import DELETE_WHEN_SUBSCRIPTIONS_CAUGHT_UP, NamespacePolicies
 from pulsar_twisted.testing.broker import BrokerHarness
 from pulsar_twisted.wire import frames
 

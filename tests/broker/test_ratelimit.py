@@ -12,11 +12,11 @@ from twisted.logger import capturedLogs
 from twisted.trial import unittest
 
 from pulsar_twisted.broker import ratelimit
-from pulsar_twisted.broker.admin import AdminService
-from pulsar_twisted.broker.policies import NamespacePolicies
-from pulsar_twisted.broker.ratelimit import RateLimit, RateLimiter
+from pulsar_twisted.broker.admin.service import AdminService
+from pulsar_twisted.broker.ratelimit import RateLimiter
 from pulsar_twisted.config import StandaloneConfig
 from pulsar_twisted.proto import PulsarApi_pb2 as api
+from pulsar_twisted.resources.policies import NamespacePolicies, RateLimit
 
 from pulsar_twisted.testing.broker import BrokerHarness
 

@@ -30,7 +30,8 @@ class HandshakeTests(SynchronousTestCase):
         broker = FakeBroker(task.Clock(), handshake=False)
         self.assertIs(broker.cnx.state, ConnectionState.HANDSHAKE)
         self.assertFalse(broker.cnx.is_ready)
-        broker.feed(T(type=T.CONNECTED, connected=api.CommandConnected(server_version="x", protocol_version=21)))
+        broker.feed(T(type=T.CONNECTED, connected=api.CommandConnected(
+            server_version="x", protocol_version=21)))
         self.assertIs(broker.cnx.state, ConnectionState.READY)
         broker.lose()
         self.assertIs(broker.cnx.state, ConnectionState.CLOSED)

@@ -9,7 +9,7 @@ import json
 from twisted.internet import task
 from twisted.trial.unittest import TestCase
 
-from pulsar_twisted.broker.admin import AdminService
+from pulsar_twisted.broker.admin.service import AdminService
 from pulsar_twisted.broker.leader import LeaderElection, read_leader
 from pulsar_twisted.broker.ownership import BundleOwnership
 from pulsar_twisted.metadata.layout import BROKERS_ROOT, LEADER_PATH

@@ -10,14 +10,15 @@ from twisted.internet import defer, task
 from twisted.python.failure import Failure
 from twisted.trial.unittest import TestCase
 
-from pulsar_twisted.broker.admin import AdminService, bundle_boundaries
+from pulsar_twisted.broker.admin.service import AdminService
 from pulsar_twisted.broker.ownership import (
-    BundleOwnership, LocalOwnership, NamespaceBundle, NotOwnedError, boundaries_of_policies,
-    bundle_for, even_boundaries, topic_hash)
+    BundleOwnership, LocalOwnership, NamespaceBundle, NotOwnedError, bundle_for, topic_hash)
 from pulsar_twisted.common import errors
 from pulsar_twisted.common.naming import parse_topic
 from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
 from pulsar_twisted.proto import PulsarApi_pb2 as api
+from pulsar_twisted.resources.policies import (
+    boundaries_of_policies, bundle_boundaries, even_boundaries)
 from pulsar_twisted.testing.broker import BrokerHarness
 from pulsar_twisted.wire import frames
 

@@ -12,7 +12,8 @@ import uuid
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from pulsar_twisted.broker.ownership import bundle_for, even_boundaries
+from pulsar_twisted.broker.ownership import bundle_for
+from pulsar_twisted.resources.policies import even_boundaries
 from pulsar_twisted.testing.cluster import Cluster, ZooKeeperServer, ZooKeeperUnavailable, wait_for
 
 try:

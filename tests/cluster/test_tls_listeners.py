@@ -16,10 +16,11 @@ from twisted.internet import task
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
 from pulsar_twisted.daemons.broker import BrokerClusterService, check_config
-from pulsar_twisted.broker.ownership import BundleOwnership, bundle_for, even_boundaries
+from pulsar_twisted.broker.ownership import BundleOwnership, bundle_for
 from pulsar_twisted.common.naming import parse_topic
 from pulsar_twisted.config import BrokerConfig, ConfigError
 from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
+from pulsar_twisted.resources.policies import even_boundaries
 from pulsar_twisted.testing.certs import TestPKI
 from pulsar_twisted.testing.cluster import (
     HOST, Cluster, ZooKeeperServer, ZooKeeperUnavailable, free_port, wait_for)

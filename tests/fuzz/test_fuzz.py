@@ -12,7 +12,7 @@ from twisted.internet.address import IPv4Address
 from twisted.internet.testing import StringTransport
 from twisted.trial import unittest
 
-from pulsar_twisted.broker.admin import AdminService
+from pulsar_twisted.broker.admin.service import AdminService
 from pulsar_twisted.broker.cnx import ServerConnection
 from pulsar_twisted.security.http import secure
 from pulsar_twisted.testing import fuzz

@@ -10,7 +10,7 @@ from twisted.internet import defer, reactor, task
 from twisted.trial import unittest
 from twisted.web.client import HTTPConnectionPool
 
-from pulsar_twisted.broker.admin import AdminService
+from pulsar_twisted.broker.admin.service import AdminService
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.testing.broker import BrokerHarness
 from pulsar_twisted.web.site import make_site

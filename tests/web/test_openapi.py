@@ -106,7 +106,7 @@ class DocumentTests(unittest.SynchronousTestCase):
 
     def test_policy_schemas_cover_policies(self):
         """Each namespace policy sub-resource has a body schema."""
-        from pulsar_twisted.broker.admin import NAMESPACE_POLICIES
+        from pulsar_twisted.resources.policies import NAMESPACE_POLICIES
         self.assertEqual(sorted(set(NAMESPACE_POLICIES) - set(openapi.POLICY_SCHEMAS)), [])
 
 

@@ -6,7 +6,7 @@ from twisted.internet import defer
 from twisted.trial import unittest
 from twisted.web.test.requesthelper import DummyRequest
 
-from pulsar_twisted.broker.admin import Conflict
+from pulsar_twisted.broker.admin.errors import Conflict
 from pulsar_twisted.web.routing import Response, Router, RouterResource
 
 

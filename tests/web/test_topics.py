@@ -205,7 +205,7 @@ class StatsTests(WebTestCase):
     def test_rates_from_samples(self):
         """Rates are counter deltas over the sampling period."""
         from twisted.internet import task
-        from pulsar_twisted.broker.admin import AdminService
+        from pulsar_twisted.broker.admin.service import AdminService
         clock = task.Clock()
         admin = AdminService(self.broker, self.harness.store, self.harness.config, clock, stats_interval=10)
         d = self._rates(admin, clock)

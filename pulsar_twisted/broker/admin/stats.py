@@ -1,0 +1,155 @@
+"""
+Topic statistics of the admin API (Pulsar's ``TopicStats``, ``PartitionedTopicStats`` and
+``PersistentTopicInternalStats``).
+
+Pulsar's rates (msgRateIn, ...) are computed over a stats period (Pulsar's
+``statsUpdateFrequencyInSecs``): ``sample_rates()`` runs every period (AdminService drives it) and
+rates are the counter deltas between the last two samples.
+"""
+
+from pulsar_twisted.broker.admin.base import AdminArea
+from pulsar_twisted.broker.admin.errors import NotAllowed, NotFound
+from pulsar_twisted.broker.ownership import NotOwnedError
+from pulsar_twisted.common.naming import TopicName
+from pulsar_twisted.proto import PulsarApi_pb2 as api
+
+_SUB_TYPE_NAMES = {api.CommandSubscribe.Exclusive: "Exclusive", api.CommandSubscribe.Shared: "Shared",
+                   api.CommandSubscribe.Failover: "Failover", api.CommandSubscribe.Key_Shared: "Key_Shared"}
+#: Counters summed over the partitions of a partitioned topic.
+_SUMMED = ("msgRateIn", "msgThroughputIn", "msgRateOut", "msgThroughputOut", "bytesInCounter",
+           "msgInCounter", "bytesOutCounter", "msgOutCounter", "storageSize", "backlogSize")
+
+
+class StatsAdmin(AdminArea):
+    """Stats of loaded topics."""
+
+    def sample_rates(self) -> None:
+        """Take a stats sample of every loaded topic (rates are deltas between samples)."""
+        now = self.clock.seconds()
+        for topic in list(self.broker.topics.values()):
+            topic.counters.sample(now)
+
+    def topic_stats(self, topic) -> dict:
+        """Pulsar's TopicStats of a loaded topic."""
+        counters = topic.counters
+        msg_in, bytes_in, msg_out, bytes_out = counters.totals()
+        rate_in, tput_in, rate_out, tput_out = counters.rates
+        base = topic.stats()
+        subscriptions = {name: self._subscription_stats(s)
+                         for name, s in list(topic.subscriptions.items())}
+        backlog_size = 0
+        if topic.persistent:
+            for s in topic.subscriptions.values():
+                backlog_size = max(backlog_size, subscriptions[s.name]["backlogSize"])
+        return {
+            "msgRateIn": rate_in, "msgThroughputIn": tput_in,
+            "msgRateOut": rate_out, "msgThroughputOut": tput_out,
+            "bytesInCounter": bytes_in, "msgInCounter": msg_in,
+            "bytesOutCounter": bytes_out, "msgOutCounter": msg_out,
+            "averageMsgSize": (bytes_in / msg_in) if msg_in else 0.0,
+            "msgChunkPublished": False,
+            "storageSize": topic.storage_size(),
+            "backlogSize": backlog_size,
+            "offloadedStorageSize": 0,
+            "publishers": [dict(p, msgRateIn=0.0, msgThroughputIn=0.0, averageMsgSize=0.0)
+                           for p in base["publishers"]],
+            "waitingPublishers": 0,
+            "subscriptions": subscriptions,
+            "replication": {},
+            "deduplicationStatus": "Disabled",
+            "nonContiguousDeletedMessagesRanges": sum(
+                s["nonContiguousDeletedMessagesRanges"] for s in subscriptions.values()),
+            "nonContiguousDeletedMessagesRangesSerializedSize": 0,
+        }
+
+    def _subscription_stats(self, subscription) -> dict:
+        consumers = list(subscription.consumers)
+        cursor = subscription.cursor if subscription.topic.persistent else None
+        ranges = len(cursor.individually_deleted_ranges()) if cursor is not None else 0
+        backlog_size = 0
+        if cursor is not None and hasattr(cursor, "estimated_backlog_size"):
+            try:
+                backlog_size = cursor.estimated_backlog_size()
+            except Exception:
+                backlog_size = 0
+        sub_type = subscription.sub_type
+        return {
+            "msgRateOut": 0.0, "msgThroughputOut": 0.0,
+            "bytesOutCounter": sum(c.bytes_out for c in consumers),
+            "msgOutCounter": sum(c.msg_out for c in consumers),
+            "msgRateRedeliver": 0.0, "chunkedMessageRate": 0,
+            "msgBacklog": subscription.backlog(),
+            "backlogSize": backlog_size,
+            "msgBacklogNoDelayed": subscription.backlog(),
+            "blockedSubscriptionOnUnackedMsgs": False,
+            "msgDelayed": 0,
+            "unackedMessages": sum(c.unacked for c in consumers),
+            "type": _SUB_TYPE_NAMES.get(sub_type, "Exclusive"),
+            "activeConsumerName": consumers[0].name if consumers and sub_type in (
+                api.CommandSubscribe.Exclusive, api.CommandSubscribe.Failover) else None,
+            "msgRateExpired": 0.0,
+            "consumers": [_consumer_stats(c) for c in consumers],
+            "isDurable": subscription.durable,
+            "isReplicated": False,
+            "nonContiguousDeletedMessagesRanges": ranges,
+        }
+
+    async def get_topic_stats(self, name: TopicName) -> dict:
+        return self.topic_stats(await self.load(name))
+
+    async def get_partitioned_stats(self, name: TopicName, per_partition: bool = True) -> dict:
+        await self.check_namespace(name)
+        partitions = await self.broker.partitions_of(name)
+        if partitions == 0:
+            raise NotFound("Partitioned topic does not exist")
+        total = {"msgRateIn": 0.0, "msgThroughputIn": 0.0, "msgRateOut": 0.0, "msgThroughputOut": 0.0,
+                 "bytesInCounter": 0, "msgInCounter": 0, "bytesOutCounter": 0, "msgOutCounter": 0,
+                 "averageMsgSize": 0.0, "storageSize": 0, "backlogSize": 0, "publishers": [],
+                 "subscriptions": {}, "replication": {},
+                 "metadata": {"partitions": partitions}, "partitions": {}}
+        for i in range(partitions):
+            try:
+                stats = await self.get_topic_stats(name.partition(i))
+            except (NotFound, NotOwnedError):
+                continue    # partitions served by another broker are not loaded here
+            _add_partition(total, stats)
+            if per_partition:
+                total["partitions"][str(name.partition(i))] = stats
+        if total["msgInCounter"]:
+            total["averageMsgSize"] = total["bytesInCounter"] / total["msgInCounter"]
+        return total
+
+    async def get_internal_stats(self, name: TopicName) -> dict:
+        """Pulsar's PersistentTopicInternalStats: the managed ledger's own internal stats, plus
+        the schema and compacted ledgers (none kept in ledgers here)."""
+        topic = await self.load(name)
+        if not topic.persistent:
+            raise NotAllowed("Internal stats exist only for persistent topics")
+        stats = topic.ledger.internal_stats()
+        stats["schemaLedgers"] = []
+        stats["compactedLedger"] = {"ledgerId": -1, "entries": -1, "size": -1, "offloaded": False,
+                                    "underReplicated": False}
+        return stats
+
+
+def _consumer_stats(consumer) -> dict:
+    stats = consumer.stats()
+    stats.pop("msgBacklog", None)
+    stats.pop("type", None)
+    stats.update(bytesOutCounter=consumer.bytes_out, msgOutCounter=consumer.msg_out,
+                 metadata=consumer.metadata)
+    return stats
+
+
+def _add_partition(total: dict, stats: dict) -> None:
+    """Fold one partition's TopicStats into the partitioned topic's."""
+    for key in _SUMMED:
+        total[key] += stats[key]
+    total["publishers"] += stats["publishers"]
+    for sub, s in stats["subscriptions"].items():
+        agg = total["subscriptions"].setdefault(sub, dict(s, msgBacklog=0, consumers=[],
+                                                           msgOutCounter=0, bytesOutCounter=0))
+        agg["msgBacklog"] += s["msgBacklog"]
+        agg["msgOutCounter"] += s["msgOutCounter"]
+        agg["bytesOutCounter"] += s["bytesOutCounter"]
+        agg["consumers"] += s["consumers"]
