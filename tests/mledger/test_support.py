@@ -10,7 +10,7 @@ from pulsar_twisted.mledger.factory import ManagedLedgerFactory
 from pulsar_twisted.testing.fake_ledger import FakeLedgerClient
 
 try:
-    from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
+    from pulsar_twisted.metadata.embedded.store import EmbeddedMetadataStore
 except ImportError:  # pragma: no cover - only while the embedded store is being written
     EmbeddedMetadataStore = None
 
