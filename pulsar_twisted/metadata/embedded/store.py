@@ -560,15 +560,9 @@ class EmbeddedMetadataStore:
     def delete(self, path: str, expected_version: Optional[int] = None) -> Deferred:
         """Remove one node (NotFoundError, BadVersionError, NotEmptyError). The root cannot go."""
         core = self._core
-        error = core.check_usable(self)
+        error = self._removal_error(path)
         if error is not None:
             return fail(error)
-        try:
-            check_path(path)
-        except ValueError as e:
-            return fail(e)
-        if path == "/":
-            return fail(ValueError("cannot delete the root"))
         node = core.tree.nodes.get(path)
         if node is None:
             return fail(NotFoundError(path))
@@ -581,18 +575,25 @@ class EmbeddedMetadataStore:
     def delete_recursive(self, path: str) -> Deferred:
         """Remove ``path`` and all below it in one logged transaction; no error when absent."""
         core = self._core
-        error = core.check_usable(self)
+        error = self._removal_error(path)
         if error is not None:
             return fail(error)
-        try:
-            check_path(path)
-        except ValueError as e:
-            return fail(e)
-        if path == "/":
-            return fail(ValueError("cannot delete the root"))
         if path not in core.tree.nodes:
             return core.commit([], None, [])
         return self._remove(path)
+
+    def _removal_error(self, path: str) -> Optional[Exception]:
+        """Why this session cannot delete ``path`` whatever the tree holds (closed, bad path, root), or None."""
+        error = self._core.check_usable(self)
+        if error is not None:
+            return error
+        try:
+            check_path(path)
+        except ValueError as e:
+            return e
+        if path == "/":
+            return ValueError("cannot delete the root")
+        return None
 
     def _remove(self, path: str) -> Deferred:
         """Remove ``path`` and its subtree from the tree; log it and announce every removed node."""
