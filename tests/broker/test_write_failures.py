@@ -34,14 +34,20 @@ class WriteFailureFencingTests(FeatureCase):
         self.subscribe(consumer, 77, sub=f"check-{self.checks}")
         return payloads(consumer.received())
 
-    def test_failed_add_closes_producer_without_send_error(self):
-        """The failed publish and those behind it: no SEND_ERROR, one CLOSE_PRODUCER, none stored."""
+    def producer_before_failing_add(self):
+        """A producer "p" on a new client that stored m0; then adds are held and the next one fails.
+        Returns the client and the ledger client (to resume its adds)."""
         c = self.harness.client()
         self.create_producer(c, name="p")
         self.send(c, 0)
         ledger_client = self.harness.ledger_client
         ledger_client.pause_adds()
         ledger_client.fail_next_adds(1)
+        return c, ledger_client
+
+    def test_failed_add_closes_producer_without_send_error(self):
+        """The failed publish and those behind it: no SEND_ERROR, one CLOSE_PRODUCER, none stored."""
+        c, ledger_client = self.producer_before_failing_add()
         self.assertEqual(self.send(c, 1), [])
         self.assertEqual(self.send(c, 2), [])
         ledger_client.resume_adds()
@@ -51,12 +57,7 @@ class WriteFailureFencingTests(FeatureCase):
 
     def test_resends_after_reconnect_are_stored_in_order(self):
         """The client resends everything unacknowledged: stored once each, in sequence order."""
-        c = self.harness.client()
-        self.create_producer(c, name="p")
-        self.send(c, 0)
-        ledger_client = self.harness.ledger_client
-        ledger_client.pause_adds()
-        ledger_client.fail_next_adds(1)
+        c, ledger_client = self.producer_before_failing_add()
         self.send(c, 1)
         self.send(c, 2)
         ledger_client.resume_adds()

@@ -4,7 +4,6 @@ A real cluster: ZooKeeper, ``twistd pulsar-bookie`` and ``twistd pulsar-broker``
 ZooKeeper or the official client. Each test prints its figures.
 """
 
-import logging
 import os
 import threading
 import time
@@ -15,6 +14,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from pulsar_twisted.broker.ownership import bundle_for
 from pulsar_twisted.resources.policies import even_boundaries
 from pulsar_twisted.testing.cluster import Cluster, ZooKeeperServer, ZooKeeperUnavailable, wait_for
+from tests.logs import official_client_logger
 
 try:
     import pulsar
@@ -23,12 +23,7 @@ except ImportError:  # pragma: no cover
 
 
 def _client_logger(path):
-    logger = logging.getLogger(f"pulsar-cluster.{path}")
-    logger.setLevel(logging.ERROR)
-    logger.propagate = False
-    if not logger.handlers:
-        logger.addHandler(logging.FileHandler(path))
-    return logger
+    return official_client_logger(f"pulsar-cluster.{path}", path)
 
 
 class AsyncPublisher:
