@@ -122,7 +122,11 @@ class BrokerSessionLossTests(SessionLossCase):
         self.assert_all_received(publisher.acked, received)
         self.assertEqual(len(publisher.acked), publisher.sent,
                          f"sends failed: {list(publisher.failed.items())[:5]}")
-        self.assertGreaterEqual(recoveries, 1, "the managed ledger was not reopened with recovery")
+        # The ledger the expired session wrote is either closed by the unload before the topic
+        # is loaded again (a clean close: nothing to recover) or recovered (fenced) on reopening.
+        ml_name = "public/default/persistent/" + topic.rsplit("/", 1)[1]
+        self.assertTrue(recoveries >= 1 or f"managed ledger {ml_name} closed" in log,
+                        "the managed ledger was neither closed by the unload nor recovered")
         # The same broker serves the topic again: its bundle node is back, in the new session.
         self.assertEqual(set(owners_after.values()), {broker.service_url})
         self.assertTrue(set(owners_before.values()) <= {broker.service_url})
