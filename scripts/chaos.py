@@ -76,6 +76,8 @@ def table(paths) -> str:
     for path in paths:
         with open(path) as f:
             data = json.load(f)
+        if "verdict" not in data:
+            continue                      # a --history file, not a verdict
         meta, v = data["meta"], data["verdict"]
         lines.append(
             f"{meta['seed']:>4} {'/'.join(map(str, meta['quorum'])):>7} {len(data['faults']):>6} "

@@ -9,6 +9,12 @@ CHECKPOINT mark into the journal so replay can start there and older journal fil
 
 Read path: write cache, then the cache being flushed, then index -> entry log (CRC checked).
 
+Fenced and deleted ledgers: a fence is a journal record, then a flag in the index header, so it survives
+restarts and crashes. A deleted ledger is remembered for good (its DELETE journal record, then the
+index's deleted list, fsynced before the index file goes): adds, recovery adds and fences to it are
+refused and reads answer NoSuchLedger. Real BookKeeper bookies forget a deleted ledger (its index goes
+at GC) and re-create it on the next add; here a stale writer cannot bring it back (issue 11).
+
 Threads: the reactor thread owns all in-memory state. The journal has its own writer thread; the disk work
 of checkpoints, GC and start-up runs in one single-threaded pool owned by this object, so checkpoint and GC
 file writes never interleave. Reads of flushed entries do two small synchronous preads in the reactor

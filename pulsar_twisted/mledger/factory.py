@@ -10,7 +10,7 @@ from zope.interface import implementer
 from pulsar_twisted.mledger import formats
 from pulsar_twisted.mledger.config import ManagedLedgerConfig
 from pulsar_twisted.mledger.interfaces import IManagedLedgerFactory, ManagedLedgerClosedError
-from pulsar_twisted.mledger.ledger import ManagedLedgerImpl
+from pulsar_twisted.mledger.ledger import ManagedLedgerImpl, State
 from pulsar_twisted.mledger.cache import CacheBudget
 
 log = Logger()
@@ -45,7 +45,13 @@ class ManagedLedgerFactory:
             return defer.fail(ManagedLedgerClosedError("factory is shut down"))
         ml = self._ledgers.get(name)
         if ml is not None:
-            return defer.succeed(ml)
+            if ml.state is not State.CLOSED:
+                return defer.succeed(ml)
+            # Still closing (it is forgotten once closed): a new instance after that.
+            def closed(_):
+                self._forget(ml)    # in case its close failed before forgetting it
+                return self.open(name, config)
+            return ml.when_closed().addCallback(closed)
         d = defer.Deferred()
         waiters = self._opening.get(name)
         if waiters is not None:

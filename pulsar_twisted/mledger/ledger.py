@@ -141,6 +141,7 @@ class ManagedLedgerImpl:
         self._throttle_listeners = []
         self._throttled = False
         self._fenced_listeners = []
+        self._close_waiters = None    # a close is in progress: [Deferred] fired when it is done
         self._closed_on_failure = False
 
     # -- small helpers ---------------------------------------------------------------------
@@ -474,6 +475,10 @@ class ManagedLedgerImpl:
         doomed = [o for o in self._pending if o.handle is handle]
         for o in doomed:
             self._pending.remove(o)
+        # The adds queued meanwhile (a rollover in progress) came after the failed one: they
+        # fail too, or they would be stored after a gap.
+        doomed.extend(self._queued)
+        self._queued.clear()
         log.warn("managed ledger {name}: add to ledger {lid} failed ({err}); {n} adds failed",
                  name=self.name, lid=handle.ledger_id, err=failure.getErrorMessage(), n=len(doomed))
         rolling = self._current is handle and self._state in (State.LEDGER_OPENED, State.CLOSING_LEDGER)
@@ -1067,9 +1072,27 @@ class ManagedLedgerImpl:
         adds in flight, flush and close the cursors, close the current ledger. Deferred."""
         return defer.Deferred.fromCoroutine(self._close())
 
+    def when_closed(self):
+        """Deferred firing once the close in progress (if any) is done: the factory then opens
+        a new instance instead of handing out this closed one."""
+        if self._close_waiters is None:
+            return defer.succeed(None)
+        d = defer.Deferred()
+        self._close_waiters.append(d)
+        return d
+
     async def _close(self):
         if self._state is State.CLOSED:
             return None
+        self._close_waiters = []
+        try:
+            await self._close_steps()
+        finally:
+            waiters, self._close_waiters = self._close_waiters, None
+            for d in waiters:
+                d.callback(None)
+
+    async def _close_steps(self):
         fenced = self._state is State.FENCED
         self._state = State.CLOSED
         self._cancel_timers()

@@ -112,6 +112,7 @@ class MetadataGcTests(_Harness, unittest.TestCase):
     def setUp(self):
         super().setUp()
         from pulsar_twisted.bookie.metadata_gc import MetadataGarbageCollector
+        self.successResultOf(self.store.put("/ledgers/INSTANCEID", b"cluster-a"))
         self.gc = MetadataGarbageCollector(self.bookie, self.store)
 
     def test_deletes_only_ledgers_without_metadata(self):
@@ -152,6 +153,7 @@ class MetadataGcTests(_Harness, unittest.TestCase):
         clock = MemoryReactorClock()
         store = EmbeddedMetadataStore(None, clock)
         self.successResultOf(store.start())
+        self.successResultOf(store.put("/ledgers/INSTANCEID", b"cluster-a"))
         bookie = FakeBookie("b1:3181", clock)
         server = BookieServer(bookie, clock, endpoint="tcp:3181", bookie_id="b1:3181",
                               metadata_store=store, own_storage=False, disk_usage=lambda: 0.1,
@@ -162,3 +164,31 @@ class MetadataGcTests(_Harness, unittest.TestCase):
         clock.advance(60)
         self.assertFalse(bookie.has_ledger(5))
         self.assertEqual(server.metadata_gc.deleted, 1)
+
+    def test_store_without_the_cluster_layout_deletes_nothing(self):
+        """A store that does not hold this cluster's BookKeeper layout (a wrong chroot, a store
+        not initialized yet) lists no ledger at all: nothing is deleted, since absence from it
+        proves nothing (BookKeeper's cookie check refuses such a bookie for the same reason)."""
+        from pulsar_twisted.bookie.metadata_gc import MetadataGarbageCollector
+        self.create(1, ["b1:3181"])
+        self.assertEqual(self.add(1, 0).status, pb.OK)
+        other = EmbeddedMetadataStore(None, self.clock)      # the wrong chroot: empty
+        self.successResultOf(other.start())
+        self.successResultOf(other.put("/ledgers/available/b1:3181", b""))  # our registration
+        gc = MetadataGarbageCollector(self.bookie, other)
+        self.assertEqual(self.successResultOf(gc.run()), [])
+        self.assertEqual(self.bookie.ledger_ids(), [1])
+
+    def test_instance_id_changed_deletes_nothing(self):
+        """The store now holds another cluster's layout (INSTANCEID differs from the one this
+        bookie first saw): the pass deletes nothing."""
+        self.create(1, ["b1:3181"])
+        self.create(2, ["b1:3181"])
+        self.assertEqual(self.add(1, 0).status, pb.OK)
+        self.assertEqual(self.add(2, 0).status, pb.OK)
+        self.assertEqual(self.successResultOf(self.gc.run()), [])
+        self.successResultOf(self.store.put("/ledgers/INSTANCEID", b"cluster-b"))
+        self.successResultOf(self.manager.delete(1))
+        self.successResultOf(self.manager.delete(2))
+        self.assertEqual(self.successResultOf(self.gc.run()), [])
+        self.assertEqual(self.bookie.ledger_ids(), [1, 2])

@@ -197,3 +197,33 @@ class TakenOverTests(FeatureCase):
             consumer_id=1, request_id=1, initialPosition=api.CommandSubscribe.Earliest)))
         reader.send(T(type=T.FLOW, flow=api.CommandFlow(consumer_id=1, messagePermits=10)))
         self.assertEqual(payloads(reader.received()), ["m0"])
+
+
+class FailureDuringRolloverTests(FeatureCase):
+    """The add that fills a ledger fails while the next publishes wait for the next ledger."""
+
+    config = {"brokerDeduplicationEnabled": True, "managedLedgerMaxEntriesPerLedger": 2,
+              "managedLedgerMinLedgerRolloverTimeMinutes": 0}
+
+    def test_publishes_queued_behind_a_failed_add_are_not_stored(self):
+        """m1 (the ledger's last entry) fails, m2 waits for the next ledger: m2 is not stored
+        either, so the resend of m1 is stored and not answered as a duplicate of m2."""
+        c = self.harness.client()
+        self.create_producer(c, name="p")
+        self.send(c, 0)
+        ledger_client = self.harness.ledger_client
+        ledger_client.pause_adds()
+        ledger_client.fail_next_adds(1)
+        self.assertEqual(self.send(c, 1), [])
+        self.assertEqual(self.send(c, 2), [])
+        ledger_client.resume_adds()
+        self.assertEqual(kinds(c.commands()), [T.CLOSE_PRODUCER])
+        [ok] = self.create_producer(c, name="p", request_id=200)
+        self.assertEqual(ok.producer_success.last_sequence_id, 0)
+        for seq in (1, 2):
+            [receipt] = self.send(c, seq)
+            self.assertNotEqual(receipt.send_receipt.message_id.entryId, NEG1,
+                                f"sequence id {seq} acknowledged as a duplicate, never stored")
+        consumer = self.harness.client()
+        self.subscribe(consumer, 77, sub="check")
+        self.assertEqual(payloads(consumer.received()), ["m0", "m1", "m2"])

@@ -221,6 +221,25 @@ class FaultTests(ManagedLedgerHarness, unittest.TestCase):
         entries = self.successResultOf(ml.read_entries(ok[0], 10))
         self.assertEqual([e.data for e in entries], [data(0), data(1), data(5), data(6)])
 
+    def test_add_failure_also_fails_adds_queued_behind_it(self):
+        """An add that fails while the ledger rolls over fails the adds queued behind it too: none
+        may be stored after one that was not (the broker would acknowledge them out of order, and
+        deduplication would then drop the resend of the failed one as a duplicate)."""
+        ml = self.open(max_entries_per_ledger=1)
+        self.cursor(ml)
+        self.bk.pause_adds()
+        self.bk.fail_next_adds(1, NotEnoughBookiesError)
+        first = ml.add_entry(data(0))           # the ledger's last entry: rollover starts
+        queued = [ml.add_entry(data(i)) for i in (1, 2)]
+        self.bk.resume_adds()
+        self.failureResultOf(first, ManagedLedgerError)
+        for d in queued:
+            self.failureResultOf(d, ManagedLedgerError)
+        later = self.add(ml, 1, start=3)
+        entries = self.successResultOf(ml.read_entries(later[0], 10))
+        self.assertEqual([e.data for e in entries], [data(3)])
+        self.assertEqual(ml.number_of_entries(), 1)
+
     def test_create_failure_fails_queued_adds(self):
         """Adds waiting for a ledger that cannot be created fail; the next add tries again."""
         ml = self.open(max_entries_per_ledger=1)
@@ -268,6 +287,27 @@ class LifecycleTests(ManagedLedgerHarness, unittest.TestCase):
         again = self.open()
         self.assertIsNot(again, ml)
         self.assertEqual(again.number_of_entries(), 3)
+
+    def test_open_during_close_waits_for_a_new_instance(self):
+        """An open while the instance is still closing (adds in flight draining: a topic unloaded
+        and loaded again at once) waits for the close and gives a new instance, never the
+        closed one (a topic built on it would fail every add and never be reloaded)."""
+        ml = self.open()
+        self.cursor(ml)
+        self.add(ml, 1)
+        self.bk.pause_adds()
+        in_flight = ml.add_entry(data(1))
+        closing = ml.close()
+        self.assertNoResult(closing)
+        d = self.factory.open(ml.name)
+        self.assertNoResult(d)
+        self.bk.resume_adds()
+        self.successResultOf(in_flight)
+        self.successResultOf(closing)
+        again = self.successResultOf(d)
+        self.assertIsNot(again, ml)
+        self.assertEqual(again.number_of_entries(), 2)
+        self.assertEqual(self.add(again, 1, start=2)[0].entry_id, 0)
 
     def test_empty_ledgers_skipped(self):
         """Restarts leave no empty ledgers behind, and reads skip across them."""
