@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pulsar_twisted.testing.chaos import checker  # noqa: E402
 from pulsar_twisted.testing.chaos.history import History  # noqa: E402
-from pulsar_twisted.testing.chaos.nemesis import KINDS, PARTITION_KINDS  # noqa: E402
+from pulsar_twisted.testing.chaos.nemesis import DISK_KINDS, KINDS, PARTITION_KINDS  # noqa: E402
 
 
 def _quorum(text: str) -> tuple:
@@ -35,10 +35,10 @@ def _quorum(text: str) -> tuple:
 
 def _kinds(text: str) -> tuple:
     kinds = tuple(k for k in text.split(",") if k)
-    unknown = set(kinds) - set(KINDS) - set(PARTITION_KINDS)
+    unknown = set(kinds) - set(KINDS) - set(PARTITION_KINDS) - set(DISK_KINDS)
     if unknown:
         raise argparse.ArgumentTypeError(f"unknown faults {sorted(unknown)}; known: "
-                                         f"{', '.join(KINDS + PARTITION_KINDS)}")
+                                         f"{', '.join(KINDS + PARTITION_KINDS + DISK_KINDS)}")
     return kinds
 
 
@@ -54,7 +54,8 @@ def parse(argv):
     p.add_argument("--faults", type=_kinds, default=KINDS + PARTITION_KINDS,
                    help="comma-separated fault kinds; empty for a fault-free control run\n"
                         f"(default {','.join(KINDS + PARTITION_KINDS)}; partitions put bookie2\n"
-                        "and broker1 in network namespaces, needs root and ip netns)")
+                        "and broker1 in network namespaces, needs root and ip netns; the optional\n"
+                        "powerloss-bookie puts every bookie's disk on lazyfs, needs FUSE)")
     p.add_argument("--zk", default=None, help="ZooKeeper HOST:PORT (default $PULSAR_TEST_ZK)")
     p.add_argument("--json", default=None, help="write the verdict here as JSON")
     p.add_argument("--history", default=None, help="write the whole history here as JSON")
@@ -75,6 +76,8 @@ def table(paths) -> str:
     for path in paths:
         with open(path) as f:
             data = json.load(f)
+        if "verdict" not in data:
+            continue                      # a --history file, not a verdict
         meta, v = data["meta"], data["verdict"]
         lines.append(
             f"{meta['seed']:>4} {'/'.join(map(str, meta['quorum'])):>7} {len(data['faults']):>6} "

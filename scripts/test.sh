@@ -5,6 +5,15 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
+# libfuse 3 and fusermount3 for the power-loss filesystem (testing/lazyfs.py); only when missing, only
+# where apt-get can run. Without them (or without /dev/fuse) those tests skip, saying why.
+if ! command -v fusermount3 >/dev/null 2>&1 || ! ldconfig -p 2>/dev/null | grep 'libfuse3\.so' >/dev/null; then
+    if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq fuse3 libfuse3-3; } \
+            >/dev/null 2>&1 || echo "note: fuse3 could not be installed; the power-loss tests will skip"
+    fi
+fi
+
 python -m pip install --quiet --disable-pip-version-check '.[test]' || { echo "0 passed, 1 failed"; exit 1; }
 
 # A throw-away ZooKeeper for the metadata-store and cluster tests (skipped when none can be had).

@@ -17,7 +17,7 @@ import threading
 from twisted.logger import Logger
 
 from pulsar_twisted.bookie import formats
-from pulsar_twisted.bookie.journal import fsync_dir
+from pulsar_twisted.bookie.journal import ensure_durable_dir, fsync_dir
 from pulsar_twisted.common.threads import GIL_YIELD_EVERY, yield_gil
 
 log = Logger()
@@ -50,7 +50,7 @@ class EntryLogger:
     def open(self) -> None:
         """Find the existing logs and their usage, and start a new current log. Blocking."""
         for directory in self._dirs:
-            os.makedirs(directory, exist_ok=True)
+            ensure_durable_dir(directory)
             for name in os.listdir(directory):
                 if name.endswith(_SUFFIX):
                     try:

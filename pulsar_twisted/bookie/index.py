@@ -16,7 +16,7 @@ from collections import OrderedDict
 from twisted.logger import Logger
 
 from pulsar_twisted.bookie import formats
-from pulsar_twisted.bookie.journal import fsync_dir
+from pulsar_twisted.bookie.journal import ensure_durable_dir, fsync_dir
 from pulsar_twisted.common.threads import GIL_YIELD_EVERY, yield_gil
 
 log = Logger()
@@ -43,7 +43,7 @@ class LedgerIndex:
 
         Blocking. A file with a bad header is logged and skipped (its ledger comes back only if the
         journal still holds it)."""
-        os.makedirs(self._dir, exist_ok=True)
+        ensure_durable_dir(self._dir)
         ledgers = {}
         for name in os.listdir(self._dir):
             if not name.endswith(_SUFFIX):

@@ -52,6 +52,25 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
+def ensure_durable_dir(path: str) -> None:
+    """Create ``path`` (and missing parents) and make its name durable: a directory's entry lives in
+    its parent, so each created level's parent is fsynced, and ``path``'s own parent always (it may
+    have been created by someone who never synced it). Without this, a power cut soon after the
+    first start can take the whole directory, with every file fsynced in it, away."""
+    path = os.path.abspath(path)
+    created = []
+    level = path
+    while not os.path.isdir(level):
+        created.append(level)
+        parent = os.path.dirname(level)
+        if parent == level:
+            break
+        level = parent
+    os.makedirs(path, exist_ok=True)
+    for parent in dict.fromkeys([os.path.dirname(p) for p in created] + [os.path.dirname(path)]):
+        fsync_dir(parent)
+
+
 @dataclass
 class ReplayResult:
     """What ``replay_journal`` found.

@@ -9,6 +9,12 @@ CHECKPOINT mark into the journal so replay can start there and older journal fil
 
 Read path: write cache, then the cache being flushed, then index -> entry log (CRC checked).
 
+Fenced and deleted ledgers: a fence is a journal record, then a flag in the index header, so it survives
+restarts and crashes. A deleted ledger is remembered for good (its DELETE journal record, then the
+index's deleted list, fsynced before the index file goes): adds, recovery adds and fences to it are
+refused and reads answer NoSuchLedger. Real BookKeeper bookies forget a deleted ledger (its index goes
+at GC) and re-create it on the next add; here a stale writer cannot bring it back (issue 11).
+
 Threads: the reactor thread owns all in-memory state. The journal has its own writer thread; the disk work
 of checkpoints, GC and start-up runs in one single-threaded pool owned by this object, so checkpoint and GC
 file writes never interleave. Reads of flushed entries do two small synchronous preads in the reactor
@@ -26,7 +32,7 @@ from twisted.python.threadpool import ThreadPool
 from pulsar_twisted.bookie import formats
 from pulsar_twisted.bookie.entrylog import EntryLogger, EntryLogMissing
 from pulsar_twisted.bookie.index import LedgerIndex
-from pulsar_twisted.bookie.journal import Journal, replay_journal
+from pulsar_twisted.bookie.journal import Journal, ensure_durable_dir, replay_journal
 from pulsar_twisted.common.bk_errors import (
     BookieReadOnlyError, BookieUnavailableError, DigestMismatchError, LedgerFencedError, NoSuchEntryError,
     NoSuchLedgerError, UnauthorizedAccessError)
@@ -177,7 +183,7 @@ class BookieStorage(Service):
             self._gc_loop.start(self._gc_interval, now=False)
 
     def _load(self):
-        os.makedirs(self._journal_dir, exist_ok=True)
+        ensure_durable_dir(self._journal_dir)
         ledgers = self._index.load_all()
         deleted = self._index.load_deleted()
         self._entry_logs.open()

@@ -39,9 +39,10 @@ from pulsar_twisted.daemons.gctune import limit_malloc_arenas
 from pulsar_twisted.daemons.options import config_options
 from pulsar_twisted.daemons.startup import Daemon
 from pulsar_twisted.daemons.tree import ListeningService, Step
-from pulsar_twisted.ledger.client import BookKeeperClient
+from pulsar_twisted.ledger.client import BookKeeperClient, health_check_options
 from pulsar_twisted.ledger.tcp import TcpBookieClient
-from pulsar_twisted.metadata.urls import MetadataUrlError, parse_metadata_service_uri, parse_metadata_store_url
+from pulsar_twisted.metadata.urls import (
+    MetadataUrlError, parse_metadata_service_uri, parse_metadata_store_url)
 from pulsar_twisted.metadata.zookeeper import ZooKeeperMetadataStore
 from pulsar_twisted.mledger.config import ManagedLedgerConfig
 from pulsar_twisted.mledger.factory import ManagedLedgerFactory
@@ -195,7 +196,7 @@ class BrokerClusterService(Daemon):
 
     async def _start_ledger_client(self):
         self.ledger_client = BookKeeperClient(self.bookie_store or self.store, self.bookie_client,
-                                              self.reactor)
+                                              self.reactor, **health_check_options(self.config))
         await self.ledger_client.start()
         self._bookies_at_start = bookies = len(self.ledger_client.writable_bookies)
         if bookies < self.config.managedLedgerDefaultEnsembleSize:

@@ -6,7 +6,12 @@ from twisted.internet import defer, reactor
 from twisted.trial import unittest
 
 from pulsar_twisted.bookie import formats
-from pulsar_twisted.bookie.journal import Journal, journal_path, list_journal_files, replay_journal
+from pulsar_twisted.bookie import journal
+from pulsar_twisted.bookie.journal import (
+    Journal, ensure_durable_dir, journal_path, list_journal_files, replay_journal)
+# Imported here, not in a test: entrylog and index bind journal.fsync_dir at import, and must not
+# bind DurableDirTests' patched one.
+from pulsar_twisted.bookie.storage import BookieStorage
 
 
 def key_record(ledger_id: int) -> bytes:
@@ -172,3 +177,43 @@ class JournalWriterTests(unittest.TestCase):
         yield journal.stop()
         r = key_record(1)
         yield self.assertFailure(journal.append((r,), len(r)), Exception)
+
+
+class DurableDirTests(unittest.TestCase):
+    """ensure_durable_dir: a directory the bookie creates has its name made durable (its parent
+    fsynced), as a file's name is by fsync of its directory."""
+
+    def setUp(self):
+        self.base = os.path.abspath(self.mktemp())
+        os.makedirs(self.base)
+        self.synced = []
+        self.patch(journal, "fsync_dir", self.synced.append)
+
+    def test_new_levels_are_synced_in_their_parents(self):
+        target = os.path.join(self.base, "a", "b", "c")
+        ensure_durable_dir(target)
+        self.assertTrue(os.path.isdir(target))
+        a, b = os.path.join(self.base, "a"), os.path.join(self.base, "a", "b")
+        self.assertEqual(self.synced, [b, a, self.base])
+
+    def test_existing_directory_still_has_its_parent_synced(self):
+        """Someone else may have created it without syncing: its parent is fsynced anyway."""
+        target = os.path.join(self.base, "journal")
+        os.mkdir(target)
+        ensure_durable_dir(target)
+        self.assertEqual(self.synced, [self.base])
+
+    def test_storage_start_makes_its_directories_durable(self):
+        """BookieStorage on fresh dirs: the journal dir, the ledger dir and its index dir each get
+        their parent fsynced before anything is written in them."""
+        journal_dir = os.path.join(self.base, "disk", "journal")
+        ledger_dir = os.path.join(self.base, "disk", "ledgers")
+        storage = BookieStorage(journal_dir, [ledger_dir], reactor, flush_interval_ms=0, gc_wait_time_ms=0)
+        d = storage.start()
+        d.addCallback(lambda _: storage.stop())
+
+        def check(_):
+            disk = os.path.join(self.base, "disk")
+            for parent in (self.base, disk, ledger_dir):
+                self.assertIn(parent, self.synced)
+        return d.addCallback(check)

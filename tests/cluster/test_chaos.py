@@ -353,6 +353,72 @@ class IsolationTests(SynchronousTestCase):
         self.assertNotIn(name, listed)
 
 
+class PowerLossNemesisTests(SynchronousTestCase):
+    """The optional ``powerloss-bookie`` fault on fakes: the disk dies inside a write (or is cut
+    if the bookie writes nothing), the bookie is killed -9, the disk mounted again, the bookie
+    started; without a lazyfs disk the kind is dropped. (The disk itself: tests/bookie/test_lazyfs.py;
+    a real bookie through it: tests/bookie/test_power_loss.py.)"""
+
+    def make(self, disk):
+        from pulsar_twisted.testing.chaos.nemesis import Nemesis
+        calls = []
+
+        class Disk:
+            process = None
+
+            def arm(self, writes):
+                calls.append(("arm", 1 <= writes <= 300))
+
+            def wait_cut(self, timeout):
+                calls.append(("wait_cut",))
+                return None if disk == "idle" else dict(unsynced_bytes=5, volatile_names=0)
+
+            def cut(self, dead=False):
+                calls.append(("cut", dead))
+                return dict(unsynced_bytes=0, volatile_names=0)
+
+            def restart(self):
+                calls.append(("restart",))
+
+        class Bookie:
+            name = "bookie0"
+            registration = "/ledgers/available/b0"
+
+            def __init__(self):
+                self.disk = Disk() if disk else None
+
+            def kill9(self):
+                calls.append(("kill9",))
+
+            def start(self):
+                calls.append(("start",))
+
+        class FakeCluster:
+            bookies = [Bookie()]
+            brokers = []
+
+        nemesis = Nemesis(FakeCluster(), _history(), seed=3, kinds=("powerloss-bookie",), rest=(0, 0),
+                          log=lambda _: None)
+        nemesis._sleep = lambda seconds: False
+        return nemesis, calls
+
+    def test_power_loss_inside_a_write(self):
+        nemesis, calls = self.make("busy")
+        nemesis.run(0.0001)
+        self.assertEqual(calls[:5], [("arm", True), ("wait_cut",), ("kill9",), ("restart",), ("start",)])
+        self.assertEqual(nemesis.history.faults[0].kind, "powerloss-bookie")
+        self.assertIn("dropped 5 unsynced bytes", nemesis.history.faults[0].note)
+
+    def test_idle_bookie_is_cut_anyway(self):
+        nemesis, calls = self.make("idle")
+        nemesis.run(0.0001)
+        self.assertEqual(calls[:4], [("arm", True), ("wait_cut",), ("cut", True), ("kill9",)])
+
+    def test_kind_dropped_without_a_lazyfs_disk(self):
+        nemesis, calls = self.make(None)
+        self.assertEqual(nemesis.kinds, ())
+
+
 class ShortChaosRunTests(SynchronousTestCase):
     """A short seeded chaos run on real processes: every acknowledged message is stored once, in
     order, and delivered; every send is answered (issue 11)."""

@@ -139,3 +139,76 @@ class NonOwnerAdminThenTakeoverTests(ClusterCase):
         self.assertEqual(len(publisher.acked), publisher.sent,
                          f"sends failed: {list(publisher.failed.items())[:5]}")
         self.assertLess(flush_seconds, 10, "sends not answered within 10 s after the heal")
+
+
+class WriteFailureFencingProcessTests(ClusterCase):
+    """Issue 11's second trace: adds fail (a bookie of a full-width ensemble dies, no spare).
+    The topic fences, producers reconnect and resend; once the bookie is back every acknowledged
+    message is stored once, in order, and the sends are answered within 10 s."""
+
+    def test_bookie_killed_without_spare_then_restarted(self):
+        cluster = self.make_cluster(bookies=3, brokers=1, broker_config={
+            "managedLedgerDefaultEnsembleSize": 3, "managedLedgerDefaultWriteQuorum": 3,
+            "managedLedgerDefaultAckQuorum": 3, "brokerDeduplicationEnabled": True,
+            "bookkeeperClientTimeoutInSeconds": 3})
+        broker = cluster.brokers[0]
+        topic = f"persistent://public/default/fence-{uuid.uuid4().hex[:8]}"
+        client = self.client(broker.service_url)
+        client.subscribe(topic, "check", initial_position=pulsar.InitialPosition.Earliest).close()
+        producer = client.create_producer(topic, producer_name=f"p-{topic[-8:]}",
+                                          batching_enabled=False, send_timeout_millis=120000,
+                                          block_if_queue_full=True)
+        publisher = AsyncPublisher(producer)
+        for i in range(300):
+            publisher.send(b"m-%06d" % publisher.sent)
+        producer.flush()
+        # Sends go on in a thread (a full client queue blocks them while writes fail).
+        stop = threading.Event()
+
+        def publish():
+            while not stop.is_set():
+                for _ in range(5):
+                    publisher.send(b"m-%06d" % publisher.sent)
+                time.sleep(0.02)
+
+        sender = threading.Thread(target=publish)
+        sender.start()
+        try:
+            victim = cluster.bookies[1]
+            victim.kill9()
+            time.sleep(5)
+            victim.start()
+            healed = time.monotonic()
+            wait_for(lambda: victim.bookie_id in cluster.available_bookies(), 20,
+                     "the bookie to register again", on_timeout=cluster.logs)
+            time.sleep(1)
+        finally:
+            stop.set()
+            sender.join(60)
+        producer.flush()
+        answered = time.monotonic() - healed
+        checker = client.subscribe(topic, "check")
+        stored, order_violations, last = [], 0, -1
+        while True:
+            try:
+                message = checker.receive(timeout_millis=3000)
+            except pulsar.Timeout:
+                break
+            stored.append(message.data())
+            number = int(message.data()[2:])
+            if number < last:
+                order_violations += 1
+            last = number
+            checker.acknowledge(message)
+        duplicates = len(stored) - len(set(stored))
+        log = broker.log_text()
+        print(f"\n  bookie kill -9 without spare, restarted after 5 s: sent {publisher.sent}, "
+              f"acknowledged {len(publisher.acked)}, failed {len(publisher.failed)}; stored "
+              f"{len(stored)}, stored twice {duplicates}, lost {len(publisher.acked - set(stored))}, "
+              f"order violations {order_violations}; topic fenced {log.count('fencing the topic')} "
+              f"times; all sends answered {answered:.1f}s after the restart")
+        self.assertEqual(publisher.acked - set(stored), set(), "acknowledged messages not stored")
+        self.assertEqual(duplicates, 0, "messages stored twice despite deduplication")
+        self.assertEqual(order_violations, 0, "a producer's messages stored out of order")
+        self.assertEqual(len(publisher.acked), publisher.sent,
+                         f"sends failed: {list(publisher.failed.items())[:5]}")

@@ -11,6 +11,10 @@ Faults (``KINDS``):
 - ``partition-bookie`` / ``partition-broker``: only for daemons run in a network namespace of their
   own (``netns.Isolation``): every byte to and from the daemon stops, both ways, while it keeps
   running, until ZooKeeper has expired its session and 0.5-3 s more; then the bytes flow again.
+- ``powerloss-bookie`` (``DISK_KINDS``, optional): only for bookies whose journal and ledger dirs are
+  on a lazyfs disk (``bookie.disk``, a ``testing.lazyfs.LazyFSMount``): the disk dies inside one of
+  its next 1-300 writes, dropping every write not fsynced, the bookie is killed -9, the disk is
+  mounted again (what was durable), and after 1-6 s the bookie starts on it.
 
 Run it on the thread that will outlive the daemons it restarts (the main thread): a cluster child
 asks for SIGKILL when the thread that spawned it exits (PR_SET_PDEATHSIG is per thread).
@@ -29,6 +33,7 @@ from pulsar_twisted.testing.cluster import Cluster, ClusterError, wait_for
 
 KINDS = ("kill-bookie", "kill-broker", "pause-bookie", "pause-broker")
 PARTITION_KINDS = ("partition-bookie", "partition-broker")
+DISK_KINDS = ("powerloss-bookie",)
 
 
 class Nemesis:
@@ -44,6 +49,8 @@ class Nemesis:
                        for p in cluster.bookies + cluster.brokers)
         # Partitions only where a daemon runs in a namespace of its own.
         self.kinds = tuple(k for k in kinds if isolated or not k.startswith("partition"))
+        if not any(getattr(b, "disk", None) is not None for b in cluster.bookies):
+            self.kinds = tuple(k for k in self.kinds if k not in DISK_KINDS)
         self.session_timeout = session_timeout
         self.rest = rest
         self.log = log
@@ -71,14 +78,19 @@ class Nemesis:
                 group = [p for p in group if getattr(p, "isolation", None) is not None]
                 if not group:
                     continue
+            if kind in DISK_KINDS:
+                group = [p for p in group if getattr(p, "disk", None) is not None]
             target = self.rng.choice(group)
-            hold = self.rng.uniform(1.0, 6.0) if kind.startswith("kill") else self.rng.uniform(0.5, 3.0)
+            hold = (self.rng.uniform(1.0, 6.0) if kind.startswith(("kill", "powerloss"))
+                    else self.rng.uniform(0.5, 3.0))
             fault = Fault(kind, target.name, time.time())
             self.history.record_fault(fault)
             self.log(f"nemesis: {kind} {target.name} (hold {hold:.1f}s)")
             try:
                 if kind.startswith("kill"):
                     self._kill(target, hold)
+                elif kind in DISK_KINDS:
+                    fault.note = self._power_loss(target, hold)
                 elif kind.startswith("pause"):
                     fault.note = self._pause(target, hold)
                 else:
@@ -96,6 +108,16 @@ class Nemesis:
         target.kill9()
         self._sleep(hold)
         target.start()
+
+    def _power_loss(self, target, hold: float) -> str:
+        disk = target.disk
+        disk.arm(self.rng.randint(1, 300))
+        dropped = disk.wait_cut(10.0) or disk.cut(dead=True)   # a bookie writing nothing: cut now
+        target.kill9()
+        disk.restart()
+        self._sleep(hold)
+        target.start()
+        return f"dropped {dropped['unsynced_bytes']} unsynced bytes, {dropped['volatile_names']} names"
 
     def _wait_expired(self, target, old_session) -> bool:
         """Wait (at most 4 session timeouts) until ``target``'s registration is gone or held by
@@ -131,6 +153,9 @@ class Nemesis:
         if getattr(process, "isolation", None) is not None:
             process.isolation.heal()
         process.resume()
+        disk = getattr(process, "disk", None)
+        if disk is not None and (disk.process is None or disk.process.poll() is not None):
+            disk.restart()
         if not process.running():
             try:
                 process.start()

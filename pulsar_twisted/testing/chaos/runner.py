@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pulsar_twisted.testing.chaos import checker
 from pulsar_twisted.testing.chaos.history import History
 from pulsar_twisted.testing.chaos import netns
-from pulsar_twisted.testing.chaos.nemesis import KINDS, PARTITION_KINDS, Nemesis
+from pulsar_twisted.testing.chaos.nemesis import DISK_KINDS, KINDS, PARTITION_KINDS, Nemesis
 from pulsar_twisted.testing.chaos.workload import (Consumers, Producers, make_client, read_back)
 from pulsar_twisted.testing.cluster import Cluster, ClusterError, ZooKeeperServer
 
@@ -101,10 +101,13 @@ def run(config: ChaosConfig) -> tuple:
     clients = []
     nemesis = None
     isolations = []
+    disks = []
     try:
         started = time.monotonic()
         isolations = _isolate(cluster, config)
         history.meta["isolated"] = [i.process.name for i in isolations]
+        disks = _lazy_disks(cluster, config)
+        history.meta["lazyfs_bookies"] = [b.name for b in cluster.bookies if b.disk is not None]
         cluster.start()
         log(f"cluster up in {time.monotonic() - started:.1f}s ({cluster.directory})")
         topic = f"persistent://public/default/chaos-{uuid.uuid4().hex[:8]}"
@@ -175,6 +178,8 @@ def run(config: ChaosConfig) -> tuple:
             process.kill9()
         if config.keep_logs:
             _copy_logs(cluster, config.keep_logs)
+        for disk in disks:   # unmounted before cleanup removes the directories under them
+            disk.stop()
         cluster.cleanup()
         for isolation in isolations:
             isolation.cleanup()
@@ -207,6 +212,36 @@ def _isolate(cluster: Cluster, config: ChaosConfig) -> list:
             isolation.cleanup()
         raise
     return isolations
+
+
+def _lazy_disks(cluster: Cluster, config: ChaosConfig) -> list:
+    """Put every bookie's journal and ledger dirs on a lazyfs disk of its own (``bookie.disk``)
+    when a power-loss kind is asked for and FUSE can be mounted here; the mounts made."""
+    for bookie in cluster.bookies:
+        bookie.disk = None
+    if not any(k in DISK_KINDS for k in config.kinds):
+        return []
+    from pulsar_twisted.testing.lazyfs import LazyFSMount, unavailable_reason
+    why = unavailable_reason()
+    if why:
+        config.log(f"no power-loss faults: {why}")
+        return []
+    disks = []
+    try:
+        for bookie in cluster.bookies:
+            disk = LazyFSMount(os.path.join(bookie.directory, "durable"),
+                               os.path.join(bookie.directory, "disk")).start()
+            disks.append(disk)
+            bookie.disk = disk
+            bookie.settings.update(journalDirectory=os.path.join(disk.mountpoint, "journal"),
+                                   ledgerDirectories=os.path.join(disk.mountpoint, "ledgers"),
+                                   journalSyncData="true")
+            bookie.write_config()
+    except Exception:
+        for disk in disks:
+            disk.stop()
+        raise
+    return disks
 
 
 def _copy_logs(cluster: Cluster, target: str) -> None:
