@@ -480,9 +480,3 @@ async def _quietly(d):
         await d
     except Exception as e:
         log.warn("compaction: deleting a ledger failed: {error}", error=e)
-
-
-def compactor_of(service) -> Compactor:
-    """The broker's compactor: ``service.compactor``, made by BrokerService. Kept for
-    broker/admin.py callers until they read the attribute."""
-    return service.compactor

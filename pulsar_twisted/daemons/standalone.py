@@ -29,7 +29,7 @@ from pulsar_twisted.daemons.startup import Daemon
 from pulsar_twisted.daemons.tree import ListeningService, Step
 from pulsar_twisted.ledger.bookies import LocalBookieClient
 from pulsar_twisted.ledger.client import BookKeeperClient
-from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
+from pulsar_twisted.metadata.embedded.store import EmbeddedMetadataStore
 from pulsar_twisted.mledger.config import ManagedLedgerConfig
 from pulsar_twisted.mledger.factory import ManagedLedgerFactory
 from pulsar_twisted.resources.bookies import register_bookie

@@ -53,7 +53,7 @@ from pulsar_twisted.common.bk_errors import (
 from pulsar_twisted.resources.ledgers import (
     LedgerManager, LedgerMetadata, MetadataFormatError, master_key, password_digest)
 from pulsar_twisted.ledger.quorum import RandomPlacementPolicy, write_set
-from pulsar_twisted.metadata.embedded import StoreClosedError
+from pulsar_twisted.metadata.embedded.store import StoreClosedError
 from pulsar_twisted.metadata.interfaces import (
     AlreadyExistsError, BadVersionError, MetadataStoreError, NotFoundError)
 from pulsar_twisted.metadata.layout import (

@@ -43,13 +43,12 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
-from pulsar_twisted.metadata.embedded import (
+from pulsar_twisted.metadata.embedded.store import (
     NoChildrenForEphemeralsError,
     StoreClosedError,
     StoreNotStartedError,
-    check_path,
-    parent_of,
 )
+from pulsar_twisted.metadata.embedded.tree import check_path, parent_of
 from pulsar_twisted.metadata.interfaces import (
     AlreadyExistsError,
     BadVersionError,

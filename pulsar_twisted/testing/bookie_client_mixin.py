@@ -20,6 +20,7 @@ from twisted.internet import defer
 from zope.interface.verify import verifyObject
 
 from pulsar_twisted.ledger.bookies import IBookieClient
+from pulsar_twisted.testing.assert_fails_mixin import AssertFailsMixin
 from pulsar_twisted.wire.bookie import pack_entry
 from pulsar_twisted.common.bk_errors import (
     BookieReadOnlyError, BookieUnavailableError, LedgerFencedError, NoSuchEntryError,
@@ -45,7 +46,7 @@ def packed(ledger_id, entry_id, lac=-1, payload=None):
     return pack_entry(ledger_id, entry_id, lac, len(payload), payload)
 
 
-class BookieClientTestsMixin:
+class BookieClientTestsMixin(AssertFailsMixin):
     """The IBookieClient contract; see the module docstring for what the test case must provide."""
 
     # Real sockets and journals answer in milliseconds; a hung request would otherwise wait for
@@ -76,16 +77,6 @@ class BookieClientTestsMixin:
     async def add(self, ledger_id, entry_id, lac=-1, key=KEY, recovery_add=False, payload=None):
         await self.client.add_entry(self.bookie, ledger_id, entry_id, key,
                                     packed(ledger_id, entry_id, lac, payload), recovery_add)
-
-    async def assert_fails(self, d, error):
-        """Await ``d`` and check it fails with ``error`` (returns the exception)."""
-        try:
-            result = await d
-        except error as e:
-            return e
-        except Exception as e:   # the wrong error: show which
-            self.fail(f"expected {error.__name__}, got {type(e).__name__}: {e}")
-        self.fail(f"expected {error.__name__}, got the result {result!r}")
 
     # -- add and read ------------------------------------------------------------------------------
 

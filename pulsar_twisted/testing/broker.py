@@ -11,7 +11,7 @@ from twisted.internet.testing import StringTransport
 from pulsar_twisted.broker.cnx import ServerConnection
 from pulsar_twisted.broker.service import BrokerService
 from pulsar_twisted.config import StandaloneConfig
-from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
+from pulsar_twisted.metadata.embedded.store import EmbeddedMetadataStore
 from pulsar_twisted.mledger.config import ManagedLedgerConfig
 from pulsar_twisted.mledger.factory import ManagedLedgerFactory
 from pulsar_twisted.testing.fake_ledger import FakeLedgerClient

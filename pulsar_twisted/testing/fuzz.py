@@ -21,6 +21,7 @@ import gc
 import io
 import json
 import struct
+from typing import Callable
 
 from hypothesis import strategies as st
 from twisted.internet.address import IPv4Address
@@ -219,6 +220,21 @@ byte_soup = st.binary(max_size=512)
 
 
 # ------------------------------------------------------------------------------------ targets
+def _feed(protocol, transport, chunks, settle: Callable[[], None], what: str) -> None:
+    """
+    Deliver ``chunks`` one ``dataReceived`` each, calling ``settle()`` after every one, until the
+    protocol drops the connection; FuzzCrash (naming ``what``) if an exception escapes.
+    """
+    for chunk in chunks:
+        if transport.disconnecting:
+            break
+        try:
+            protocol.dataReceived(chunk)
+        except Exception as e:
+            raise FuzzCrash(f"exception escaped {what}: {e!r}")
+        settle()
+
+
 def check_broker(harness, chunks, peer_port: int = 1, collect_garbage: bool = False) -> None:
     """Feed ``chunks`` to a fresh ServerConnection of ``harness``; FuzzCrash on misbehaviour."""
     from pulsar_twisted.broker.cnx import ServerConnection
@@ -226,14 +242,7 @@ def check_broker(harness, chunks, peer_port: int = 1, collect_garbage: bool = Fa
     protocol = ServerConnection(harness.broker, harness.clock)
     with _FailureWatcher() as watcher:
         protocol.makeConnection(transport)
-        for chunk in chunks:
-            if transport.disconnecting:
-                break
-            try:
-                protocol.dataReceived(chunk)
-            except Exception as e:
-                raise FuzzCrash(f"exception escaped dataReceived: {e!r}")
-            harness.pump()
+        _feed(protocol, transport, chunks, harness.pump, "dataReceived")
         buffered = len(protocol.decoder._buffer) if hasattr(protocol.decoder, "_buffer") else 0
         limit = protocol.decoder.max_frame_size + 8
         if buffered > limit:
@@ -257,14 +266,7 @@ def check_bookie(chunks) -> None:
     transport = StringTransport()
     with _FailureWatcher() as watcher:
         protocol.makeConnection(transport)
-        for chunk in chunks:
-            if transport.disconnecting:
-                break
-            try:
-                protocol.dataReceived(chunk)
-            except Exception as e:
-                raise FuzzCrash(f"exception escaped bookie dataReceived: {e!r}")
-            clock.advance(0)
+        _feed(protocol, transport, chunks, lambda: clock.advance(0), "bookie dataReceived")
         clock.advance(1)
         protocol.connectionLost(None)
         watcher.check("bookie connection")

@@ -32,6 +32,7 @@ such a process for blocking (``SynchronousTestCase``) tests; ``unavailable_reaso
 cannot be used here (tests skip on it).
 """
 
+import atexit
 import errno
 import json
 import os
@@ -42,9 +43,6 @@ import sys
 import tempfile
 import threading
 import time
-
-_EPOCH = time.time()
-
 
 class _Node:
     """A file (``data``) or a directory (``entries``) of the volatile tree.
@@ -557,7 +555,6 @@ def _unmount_leftovers():
         mount.stop()
 
 
-import atexit  # noqa: E402
 atexit.register(_unmount_leftovers)
 
 
@@ -565,8 +562,10 @@ class LazyFSMount:
     """One lazyfs process serving ``backing`` at ``mountpoint`` (both created if missing).
 
     Blocking: ``start()`` (returns once mounted), ``cut()`` (a power cut; returns what was dropped),
-    ``arm()`` and ``wait_cut()`` (a power cut inside a later write), ``kill()`` (kill -9 of the process: a cut and an unmount), ``stats()``, ``stop()`` (unmount; safe to call twice, and at interpreter exit for a forgotten
-    mount), ``restart()`` (stop, then mount the backing directory again)."""
+    ``arm()`` and ``wait_cut()`` (a power cut inside a later write), ``kill()`` (kill -9 of the
+    process: a cut and an unmount), ``stats()``, ``stop()`` (unmount; safe to call twice, and at
+    interpreter exit for a forgotten mount), ``restart()`` (stop, then mount the backing directory
+    again)."""
 
     def __init__(self, backing: str, mountpoint: str, log_path: str = None):
         self.backing = os.path.abspath(backing)

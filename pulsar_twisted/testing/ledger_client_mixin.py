@@ -22,6 +22,7 @@ from zope.interface.verify import verifyObject
 from pulsar_twisted.common.bk_errors import (
     LedgerClosedError, LedgerFencedError, NoSuchEntryError, NoSuchLedgerError, UnauthorizedAccessError)
 from pulsar_twisted.ledger.interfaces import ILedgerClient, ILedgerHandle, LedgerEntry
+from pulsar_twisted.testing.assert_fails_mixin import AssertFailsMixin
 from pulsar_twisted.testing.bookie_client_mixin import contract_test
 
 __all__ = ["LedgerClientTestsMixin"]
@@ -29,7 +30,7 @@ __all__ = ["LedgerClientTestsMixin"]
 PASSWORD = b"secret"
 
 
-class LedgerClientTestsMixin:
+class LedgerClientTestsMixin(AssertFailsMixin):
     """The ILedgerClient contract; see the module docstring for what the test case must provide."""
 
     timeout = 30
@@ -60,16 +61,6 @@ class LedgerClientTestsMixin:
     async def read_all(self, handle):
         entries = await handle.read_entries(0, handle.last_add_confirmed)
         return [e.data for e in entries]
-
-    async def assert_fails(self, d, error):
-        """Await ``d`` and check it fails with ``error`` (returns the exception)."""
-        try:
-            result = await d
-        except error as e:
-            return e
-        except Exception as e:   # the wrong error: show which
-            self.fail(f"expected {error.__name__}, got {type(e).__name__}: {e}")
-        self.fail(f"expected {error.__name__}, got the result {result!r}")
 
     # -- create and add ----------------------------------------------------------------------------
 

@@ -8,7 +8,7 @@ from pulsar_twisted.bookie.admission import LedgerAdmission
 from pulsar_twisted.bookie.protocol import BookieRequestProcessor
 from pulsar_twisted.wire.bookie import pack_entry
 from pulsar_twisted.resources.ledgers import LedgerManager, LedgerMetadata
-from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
+from pulsar_twisted.metadata.embedded.store import EmbeddedMetadataStore
 from pulsar_twisted.proto import bookie_pb2 as pb
 from pulsar_twisted.testing.fake_bookie import FakeBookie
 

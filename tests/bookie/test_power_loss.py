@@ -146,7 +146,28 @@ class PowerLossMixin:
         self.addCleanup(bookies.close)
         client = BookKeeperClient(store, bookies, reactor, add_timeout_ms=5000, read_timeout_ms=5000)
         await client.start()
+        self.addCleanup(self.quiet, client)
         return client
+
+    async def quiet(self, client):
+        """Before the store closes: BookKeeperClient has no close, and a registration refresh (the
+        cluster's cleanup or a late session expiry changes them) failing on a closed store would
+        be an unhandled error in whichever test runs then."""
+        client._refresh_bookies = lambda: defer.succeed(None)
+        deadline = time.monotonic() + 10
+        while client._refreshing and time.monotonic() < deadline:
+            await task.deferLater(reactor, 0.05, lambda: None)
+
+    async def wait_writable(self, client):
+        """Until the client sees every bookie writable (a restarted bookie's registration comes
+        and goes while its old session expires)."""
+        wanted = {b.bookie_id for b in self.cluster.bookies}
+        deadline = time.monotonic() + 30
+        while not wanted <= set(client.writable_bookies):
+            if time.monotonic() > deadline:
+                self.fail(f"the client sees {sorted(client.writable_bookies)} writable, not "
+                          f"{sorted(wanted)}\n{self.cluster.logs()}")
+            await task.deferLater(reactor, 0.05, lambda: None)
 
     def power_cut(self, victims) -> dict:
         """Blocking: the power cut. Each victim's disk is armed to die inside one of its next
@@ -167,22 +188,25 @@ class PowerLossMixin:
             bookie.kill9()
         return dropped
 
-    def power_on(self, victims) -> None:
+    def power_on(self, victims, sessions: dict) -> None:
         """Blocking: mount each victim's disk again (a new lazyfs process on the durable state) and
-        restart the bookie on it; wait for its registration."""
+        restart the bookie on it; wait until it is registered by its new session (the killed
+        process's registration lingers until its session expires)."""
+        old = {b.name: sessions[b.name] for b in victims}
         for bookie in victims:
             self.mounts[bookie.name].restart()
         for bookie in victims:
             bookie.spawn()
         for bookie in victims:
             bookie.wait_ready()
-        wanted = {b.bookie_id for b in self.cluster.bookies}
-        wait_for(lambda: wanted <= set(self.cluster.available_bookies()), 30, "bookie registrations",
-                 on_timeout=self.cluster.logs)
+        for bookie in victims:
+            wait_for(lambda: self.cluster.session_of(bookie.registration) not in (None, old[bookie.name]),
+                     30, f"{bookie.name} registered by its new session", on_timeout=self.cluster.logs)
 
     async def write_until_cut(self, client, figures: dict) -> tuple:
         """One round: a new ledger, adds until enough are acknowledged, then the power cut with adds
         in flight. Returns (ledger id, the writer)."""
+        await self.wait_writable(client)
         handle = await client.create_ledger(*self.quorum, password=PASSWORD)
         writer = Writer(handle, self.rng)
         started = time.monotonic()
@@ -194,6 +218,7 @@ class PowerLossMixin:
                 self.fail(f"only {len(writer.acked)} adds acknowledged in 60 s\n{self.cluster.logs()}")
             await task.deferLater(reactor, 0.01, lambda: None)
         victims = self.rng.sample(self.cluster.bookies, self.victims)
+        sessions = {b.name: self.cluster.session_of(b.registration) for b in victims}
         figures["in_flight"] = writer.outstanding
         figures["acked_when_armed"] = len(writer.acked)
         figures["dropped"] = await threads.deferToThread(self.power_cut, victims)
@@ -201,7 +226,7 @@ class PowerLossMixin:
         # Adds still outstanding fail (connections lost, add timeout) or, with a survivor, finish.
         await writer.stop()
         figures["acked"] = len(writer.acked)
-        await threads.deferToThread(self.power_on, victims)
+        await threads.deferToThread(self.power_on, victims, sessions)
         return handle.ledger_id, writer
 
     async def check_ledger(self, client, ledger_id: int, writer: Writer) -> dict:

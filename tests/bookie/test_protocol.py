@@ -20,6 +20,7 @@ from pulsar_twisted.net.framing import encode_frame
 from pulsar_twisted.proto import bookie_pb2 as pb
 from pulsar_twisted.testing.fake_bookie import FakeBookie
 from pulsar_twisted.wire.bookie import pack_entry
+from tests.logs import formatted_log_events as _captured_log
 
 KEY = b"master-key"
 
@@ -303,21 +304,3 @@ class ServerProtocolTests(unittest.TestCase):
         for d in ds:
             self.failureResultOf(d, BookieUnavailableError)
         self.assertEqual(len(factory.connections), 0)
-
-
-def _captured_log():
-    from contextlib import contextmanager
-    from twisted.logger import formatEvent, globalLogPublisher
-
-    @contextmanager
-    def capture():
-        events = []
-
-        def observer(event):
-            events.append(formatEvent(event))
-        globalLogPublisher.addObserver(observer)
-        try:
-            yield events
-        finally:
-            globalLogPublisher.removeObserver(observer)
-    return capture()

@@ -18,7 +18,7 @@ from pulsar_twisted.common.bk_errors import BookieReadOnlyError, LedgerFencedErr
 from pulsar_twisted.resources.ledgers import LedgerManager, LedgerMetadata
 from pulsar_twisted.wire.bookie import pack_entry
 from pulsar_twisted.ledger.tcp import TcpBookieClient
-from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
+from pulsar_twisted.metadata.embedded.store import EmbeddedMetadataStore
 from pulsar_twisted.testing.fake_bookie import FakeBookie
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

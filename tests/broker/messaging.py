@@ -31,6 +31,17 @@ def messages(frames_list):
     return [(c, m) for c, m in frames_list if c.type == T.MESSAGE]
 
 
+@defer.inlineCallbacks
+def harness_with_producer(topic):
+    """A started BrokerHarness and a client on it that sent PRODUCER for ``topic`` (producer id 1,
+    request id 1); fires with ``(harness, client, the PRODUCER_SUCCESS commands it received)``."""
+    harness = BrokerHarness()
+    yield harness.start()
+    client = harness.client()
+    client.send(T(type=T.PRODUCER, producer=api.CommandProducer(topic=topic, producer_id=1, request_id=1)))
+    return harness, client, client.commands(T.PRODUCER_SUCCESS)
+
+
 class FeatureCase(unittest.TestCase):
     """``config`` (class attribute) overrides the broker's configuration keys."""
 

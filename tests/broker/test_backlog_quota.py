@@ -5,22 +5,15 @@ from twisted.trial import unittest
 from pulsar_twisted.broker import backlog_quota
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 
-from tests.broker.test_policies import PolicyCase
+from tests.broker.test_policies import TopicPolicyCase
 
 T = api.BaseCommand
 
 
-class QuotaCase(PolicyCase):
+class QuotaCase(TopicPolicyCase):
     config = {"managedLedgerMaxEntriesPerLedger": 5, "managedLedgerMinLedgerRolloverTimeMinutes": 0}
 
-    def setUp(self):
-        d = super().setUp()
-        d.addCallback(lambda _: self._topic())
-        return d
-
-    def _topic(self):
-        self.client, self.pid, _ = self.producer()
-        self.consumer_client = self.harness.client()
+    def subscribe_consumers(self):
         self.subscribe(self.consumer_client, "slow")
         self.subscribe(self.consumer_client, "fast")
 

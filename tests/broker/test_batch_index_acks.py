@@ -67,6 +67,17 @@ class BatchIndexAckTests(FeatureCase):
         self.create_producer(p, producer_id=seq + 1, name=f"p{seq}")
         self.send(p, seq, producer_id=seq + 1, num_messages=size, num_messages_in_batch=size)
 
+    def exclusive_consumer_and_second_batch(self):
+        """An Exclusive consumer (id 1) on a new client, then batches of 2 and 3 published; returns
+        the client and the second batch's message id as delivered."""
+        consumer = self.harness.client()
+        self.subscribe(consumer, 1)
+        self.publish_batch(2, seq=0)
+        self.publish_batch(3, seq=1)
+        got = messages(consumer.received())
+        second = got[1][0].message.message_id
+        return consumer, second
+
     def test_partly_acked_batch_redelivered_with_ack_set(self):
         """Redelivery of a batch acked in part carries the unacked indexes; the cursor waits."""
         consumer = self.harness.client()
@@ -106,12 +117,7 @@ class BatchIndexAckTests(FeatureCase):
         self.assertEqual(self.topic_object().subscriptions["s"].cursor.mark_delete_position.entry_id, 0)
 
     def test_cumulative_partial_moves_to_previous_entry(self):
-        consumer = self.harness.client()
-        self.subscribe(consumer, 1)
-        self.publish_batch(2, seq=0)
-        self.publish_batch(3, seq=1)
-        got = messages(consumer.received())
-        second = got[1][0].message.message_id
+        consumer, second = self.exclusive_consumer_and_second_batch()
         self.ack(consumer, 1, [with_ack_set(second, remaining_set(3, {0}))], cumulative=True)
         subscription = self.topic_object().subscriptions["s"]
         self.assertEqual(subscription.cursor.mark_delete_position.entry_id, 0)
@@ -156,12 +162,7 @@ class BatchIndexAckTests(FeatureCase):
     @defer.inlineCallbacks
     def test_cumulative_partial_survives_restart(self):
         """A cumulative ack ending inside a batch: after a restart only that batch's rest comes back."""
-        consumer = self.harness.client()
-        self.subscribe(consumer, 1)
-        self.publish_batch(2, seq=0)
-        self.publish_batch(3, seq=1)
-        got = messages(consumer.received())
-        second = got[1][0].message.message_id
+        consumer, second = self.exclusive_consumer_and_second_batch()
         self.ack(consumer, 1, [with_ack_set(second, remaining_set(3, {0, 1}))], cumulative=True)
         self.harness.pump()
         yield self.restart()

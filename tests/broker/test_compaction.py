@@ -45,7 +45,7 @@ class CompactionTests(FeatureCase):
         return self.client.commands()
 
     def compact(self):
-        d = compaction.compactor_of(self.harness.broker).compact(self.topic_object())
+        d = self.harness.broker.compactor.compact(self.topic_object())
         self.harness.pump()
         return self.successResultOf(d)
 
@@ -100,7 +100,7 @@ class CompactionTests(FeatureCase):
         self.publish(keyed(1, "a", b"a1"))
         self.publish(keyed(2, "b", b"b1"))
         self.compact()
-        first = compaction.compactor_of(self.harness.broker).state_of(self.topic_object()).ledger_id
+        first = self.harness.broker.compactor.state_of(self.topic_object()).ledger_id
         self.publish(keyed(3, "a", b"a2"))
         self.publish(keyed(4, "b", b""))
         self.compact()
@@ -118,11 +118,11 @@ class CompactionTests(FeatureCase):
         self.client = self.harness.client()
         self.create_producer(self.client)
         self.assertEqual(self.read_compacted(), [("a", b"a2")])
-        state = compaction.compactor_of(self.harness.broker).state_of(self.topic_object())
+        state = self.harness.broker.compactor.state_of(self.topic_object())
         self.assertEqual(state.horizon, horizon)
 
     def test_status(self):
-        compactor = compaction.compactor_of(self.harness.broker)
+        compactor = self.harness.broker.compactor
         self.assertEqual(compactor.status(self.topic), {"status": "NOT_RUN"})
         self.publish(keyed(1, "a", b"a1"))
         self.compact()
@@ -140,7 +140,7 @@ class CompactionTests(FeatureCase):
         """Over brokerServiceCompactionThresholdInBytes, the monitor compacts on its interval."""
         self.harness.config.brokerServiceCompactionThresholdInBytes = 10
         self.harness.config.brokerServiceCompactionMonitorIntervalInSeconds = 60
-        compactor = compaction.compactor_of(self.harness.broker)
+        compactor = self.harness.broker.compactor
         compactor.topic_loaded(self.topic_object())
         self.publish(keyed(1, "a", b"a1" * 20))
         self.clock.advance(59)

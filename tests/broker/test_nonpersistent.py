@@ -4,8 +4,8 @@ from twisted.internet import defer
 from twisted.trial import unittest
 
 from pulsar_twisted.proto import PulsarApi_pb2 as api
-from pulsar_twisted.testing.broker import BrokerHarness
 from pulsar_twisted.wire import frames
+from tests.broker.messaging import harness_with_producer
 
 T = api.BaseCommand
 TOPIC = "non-persistent://public/default/np"
@@ -21,11 +21,8 @@ def message(seq, key=None):
 class NonPersistentTests(unittest.TestCase):
     @defer.inlineCallbacks
     def setUp(self):
-        self.harness = BrokerHarness()
-        yield self.harness.start()
-        self.producer = self.harness.client()
-        self.producer.send(T(type=T.PRODUCER, producer=api.CommandProducer(topic=TOPIC, producer_id=1, request_id=1)))
-        [ok] = self.producer.commands(T.PRODUCER_SUCCESS)
+        self.harness, self.producer, answers = yield harness_with_producer(TOPIC)
+        [ok] = answers
         self.producer_name = ok.producer_success.producer_name
 
     def subscribe(self, client, consumer_id, sub="s", kind=api.CommandSubscribe.Shared, name="c"):

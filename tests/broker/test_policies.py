@@ -93,6 +93,24 @@ class PolicyCase(unittest.TestCase):
         return self.broker.topics[name]
 
 
+class TopicPolicyCase(PolicyCase):
+    """A PolicyCase whose setUp also opens a producer (``self.client``, ``self.pid``) and a client for
+    consumers (``self.consumer_client``), then calls ``subscribe_consumers()``."""
+
+    def setUp(self):
+        d = super().setUp()
+        d.addCallback(lambda _: self._topic())
+        return d
+
+    def _topic(self):
+        self.client, self.pid, _ = self.producer()
+        self.consumer_client = self.harness.client()
+        self.subscribe_consumers()
+
+    def subscribe_consumers(self):
+        """The subscriptions each test class needs on ``self.consumer_client``."""
+
+
 class NamespacePoliciesTests(unittest.TestCase):
     def test_defaults_come_from_the_broker_config(self):
         """Unset fields resolve to the broker's keys, as Pulsar resolves them."""

@@ -5,7 +5,7 @@ from twisted.internet import task
 from twisted.trial.unittest import SynchronousTestCase
 
 from pulsar_twisted.broker.registration import BrokerRegistration
-from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
+from pulsar_twisted.metadata.embedded.store import EmbeddedMetadataStore
 from pulsar_twisted.metadata.layout import broker_path
 
 

@@ -7,8 +7,8 @@ from twisted.internet import defer
 from twisted.trial import unittest
 
 from pulsar_twisted.proto import PulsarApi_pb2 as api
-from pulsar_twisted.testing.broker import BrokerHarness
 from pulsar_twisted.wire import frames
+from tests.broker.messaging import harness_with_producer
 
 T = api.BaseCommand
 Sub = api.CommandSubscribe
@@ -31,11 +31,8 @@ def payloads(frames_list):
 class Base(unittest.TestCase):
     @defer.inlineCallbacks
     def setUp(self):
-        self.harness = BrokerHarness()
-        yield self.harness.start()
-        self.producer = self.harness.client()
-        self.producer.send(T(type=T.PRODUCER, producer=api.CommandProducer(topic=TOPIC, producer_id=1, request_id=1)))
-        self.assertEqual(len(self.producer.commands(T.PRODUCER_SUCCESS)), 1)
+        self.harness, self.producer, answers = yield harness_with_producer(TOPIC)
+        self.assertEqual(len(answers), 1)
         self.seq = 0
 
     def publish(self, n=1, key=None, batch=None):

@@ -8,7 +8,7 @@ from pulsar_twisted.common.position import Position
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.wire import frames
 
-from tests.broker.test_policies import PolicyCase
+from tests.broker.test_policies import PolicyCase, TopicPolicyCase
 
 T = api.BaseCommand
 
@@ -32,18 +32,11 @@ class CountingLedger:
         return self.ledger.read_entries(position, count)
 
 
-class TtlTests(PolicyCase):
+class TtlTests(TopicPolicyCase):
     config = {"managedLedgerMaxEntriesPerLedger": 4, "managedLedgerMinLedgerRolloverTimeMinutes": 0,
               "messageExpiryCheckIntervalInMinutes": 1}
 
-    def setUp(self):
-        d = super().setUp()
-        d.addCallback(lambda _: self._topic())
-        return d
-
-    def _topic(self):
-        self.client, self.pid, _ = self.producer()
-        self.consumer_client = self.harness.client()
+    def subscribe_consumers(self):
         self.cid = self.subscribe(self.consumer_client, "s")
         self.client.commands()
 

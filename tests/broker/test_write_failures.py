@@ -22,6 +22,18 @@ def kinds(commands):
     return [c.type for c in commands]
 
 
+def producer_before_failing_add(case):
+    """On ``case`` (a FeatureCase): a producer "p" on a new client that stored m0; then adds are held
+    and the next one fails. Returns the client and the ledger client (to resume its adds)."""
+    c = case.harness.client()
+    case.create_producer(c, name="p")
+    case.send(c, 0)
+    ledger_client = case.harness.ledger_client
+    ledger_client.pause_adds()
+    ledger_client.fail_next_adds(1)
+    return c, ledger_client
+
+
 class WriteFailureFencingTests(FeatureCase):
     config = {"brokerDeduplicationEnabled": True}
 
@@ -36,12 +48,7 @@ class WriteFailureFencingTests(FeatureCase):
 
     def test_failed_add_closes_producer_without_send_error(self):
         """The failed publish and those behind it: no SEND_ERROR, one CLOSE_PRODUCER, none stored."""
-        c = self.harness.client()
-        self.create_producer(c, name="p")
-        self.send(c, 0)
-        ledger_client = self.harness.ledger_client
-        ledger_client.pause_adds()
-        ledger_client.fail_next_adds(1)
+        c, ledger_client = producer_before_failing_add(self)
         self.assertEqual(self.send(c, 1), [])
         self.assertEqual(self.send(c, 2), [])
         ledger_client.resume_adds()
@@ -51,12 +58,7 @@ class WriteFailureFencingTests(FeatureCase):
 
     def test_resends_after_reconnect_are_stored_in_order(self):
         """The client resends everything unacknowledged: stored once each, in sequence order."""
-        c = self.harness.client()
-        self.create_producer(c, name="p")
-        self.send(c, 0)
-        ledger_client = self.harness.ledger_client
-        ledger_client.pause_adds()
-        ledger_client.fail_next_adds(1)
+        c, ledger_client = producer_before_failing_add(self)
         self.send(c, 1)
         self.send(c, 2)
         ledger_client.resume_adds()
@@ -208,12 +210,7 @@ class FailureDuringRolloverTests(FeatureCase):
     def test_publishes_queued_behind_a_failed_add_are_not_stored(self):
         """m1 (the ledger's last entry) fails, m2 waits for the next ledger: m2 is not stored
         either, so the resend of m1 is stored and not answered as a duplicate of m2."""
-        c = self.harness.client()
-        self.create_producer(c, name="p")
-        self.send(c, 0)
-        ledger_client = self.harness.ledger_client
-        ledger_client.pause_adds()
-        ledger_client.fail_next_adds(1)
+        c, ledger_client = producer_before_failing_add(self)
         self.assertEqual(self.send(c, 1), [])
         self.assertEqual(self.send(c, 2), [])
         ledger_client.resume_adds()
@@ -227,3 +224,30 @@ class FailureDuringRolloverTests(FeatureCase):
         consumer = self.harness.client()
         self.subscribe(consumer, 77, sub="check")
         self.assertEqual(payloads(consumer.received()), ["m0", "m1", "m2"])
+
+
+class ReloadWhileClosingTests(FeatureCase):
+    """A topic unloaded with an add in flight and loaded again before its managed ledger closed."""
+
+    def test_reloaded_topic_writes_to_a_new_managed_ledger(self):
+        consumer = self.harness.client()
+        self.subscribe(consumer, 77, sub="check", permits=0)    # keeps the entries
+        c = self.harness.client()
+        self.create_producer(c, name="p")
+        self.send(c, 0)
+        old = self.topic_object()
+        ledger_client = self.harness.ledger_client
+        ledger_client.pause_adds()
+        self.send(c, 1)
+        self.harness.broker.unload_topic(self.topic)
+        c2 = self.harness.client()
+        self.create_producer(c2, name="q")      # loads the topic again: waits for the close
+        ledger_client.resume_adds()
+        self.harness.pump()
+        self.assertEqual(kinds(c2.commands()), [T.PRODUCER_SUCCESS])
+        topic = self.topic_object()
+        self.assertIsNot(topic.ledger, old.ledger)
+        self.assertEqual(kinds(self.send(c2, 5)), [T.SEND_RECEIPT])
+        consumer = self.harness.client()
+        self.subscribe(consumer, 78, sub="check")
+        self.assertEqual(payloads(consumer.received()), ["m0", "m1", "m5"])

@@ -15,7 +15,7 @@ from twisted.internet.threads import deferToThread
 from twisted.trial import unittest
 
 from pulsar_twisted.cli.pulsar import CommandError, initialize_cluster_metadata, main
-from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
+from pulsar_twisted.metadata.embedded.store import EmbeddedMetadataStore
 from pulsar_twisted.metadata.urls import MetadataUrlError, parse_metadata_store_url
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

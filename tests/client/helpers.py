@@ -94,3 +94,16 @@ class FakeClient:
 
     def _forget(self, handle):
         pass
+
+
+def start_subscribed(case, consumer):
+    """
+    Start ``consumer`` on ``case.client``'s broker: answer its SUBSCRIBE with success, check the start
+    succeeded, then read what it wrote since, so that tests see only the frames that follow.
+    """
+    d = consumer.start()
+    (sub,) = case.client.broker.commands(T.SUBSCRIBE)
+    case.client.broker.success(sub.subscribe.request_id)
+    case.successResultOf(d)
+    case.client.broker.read()
+    return consumer

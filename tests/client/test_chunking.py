@@ -9,7 +9,7 @@ from pulsar_twisted.client.chunking import ChunkAssembler, ChunkMessageId, chunk
 from pulsar_twisted.client.consumer import Consumer
 from pulsar_twisted.client.message_id import MessageId
 from pulsar_twisted.client.producer import Producer
-from tests.client.helpers import FakeClient, T
+from tests.client.helpers import FakeClient, T, start_subscribed
 from tests.client.test_consumer import batch
 
 CONSUMER_ID = 5
@@ -111,12 +111,7 @@ class ConsumerChunkTests(SynchronousTestCase):
         self.client = FakeClient()
         consumer = Consumer(self.client, "persistent://public/default/t", "sub", CONSUMER_ID,
                             consumer_type_="Shared", receiver_queue_size=10, **conf)
-        d = consumer.start()
-        (sub,) = self.client.broker.commands(T.SUBSCRIBE)
-        self.client.broker.success(sub.subscribe.request_id)
-        self.successResultOf(d)
-        self.client.broker.read()
-        return consumer
+        return start_subscribed(self, consumer)
 
     def acks(self):
         return [[(m.ledgerId, m.entryId) for m in c.ack.message_id]

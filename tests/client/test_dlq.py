@@ -7,7 +7,7 @@ from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.client import dlq, errors
 from pulsar_twisted.client.consumer import Consumer
 from pulsar_twisted.client.message_id import MessageId
-from tests.client.helpers import FakeClient, T
+from tests.client.helpers import FakeClient, T, start_subscribed
 from tests.client.test_consumer import batch, single
 
 CONSUMER_ID = 5
@@ -50,12 +50,7 @@ class DeadLetterCase(SynchronousTestCase):
         consumer = Consumer(self.client, TOPIC, "sub", CONSUMER_ID, consumer_type_="Shared",
                             dead_letter=self.handler, **conf)
         self.handler.owner = consumer
-        d = consumer.start()
-        (sub,) = self.client.broker.commands(T.SUBSCRIBE)
-        self.client.broker.success(sub.subscribe.request_id)
-        self.successResultOf(d)
-        self.client.broker.read()
-        return consumer
+        return start_subscribed(self, consumer)
 
     def sent(self, kind):
         self.client.broker.read()

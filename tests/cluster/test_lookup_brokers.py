@@ -13,7 +13,7 @@ from pulsar_twisted.broker.admin.service import AdminService
 from pulsar_twisted.broker.leader import LeaderElection, read_leader
 from pulsar_twisted.broker.ownership import BundleOwnership
 from pulsar_twisted.metadata.layout import BROKERS_ROOT, LEADER_PATH
-from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
+from pulsar_twisted.metadata.embedded.store import EmbeddedMetadataStore
 from pulsar_twisted.testing.broker import BrokerHarness
 from pulsar_twisted.web.site import make_router
 

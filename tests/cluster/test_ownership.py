@@ -15,7 +15,7 @@ from pulsar_twisted.broker.ownership import (
     BundleOwnership, LocalOwnership, NamespaceBundle, NotOwnedError, bundle_for, topic_hash)
 from pulsar_twisted.common import errors
 from pulsar_twisted.common.naming import parse_topic
-from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
+from pulsar_twisted.metadata.embedded.store import EmbeddedMetadataStore
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.resources.policies import (
     boundaries_of_policies, bundle_boundaries, even_boundaries)

@@ -4,7 +4,6 @@ A real cluster: ZooKeeper, ``twistd pulsar-bookie`` and ``twistd pulsar-broker``
 ZooKeeper or the official client. Each test prints its figures.
 """
 
-import logging
 import os
 import threading
 import time
@@ -15,6 +14,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from pulsar_twisted.broker.ownership import bundle_for
 from pulsar_twisted.resources.policies import even_boundaries
 from pulsar_twisted.testing.cluster import Cluster, ZooKeeperServer, ZooKeeperUnavailable, wait_for
+from tests.logs import official_client_logger
 
 try:
     import pulsar
@@ -23,12 +23,7 @@ except ImportError:  # pragma: no cover
 
 
 def _client_logger(path):
-    logger = logging.getLogger(f"pulsar-cluster.{path}")
-    logger.setLevel(logging.ERROR)
-    logger.propagate = False
-    if not logger.handlers:
-        logger.addHandler(logging.FileHandler(path))
-    return logger
+    return official_client_logger(f"pulsar-cluster.{path}", path)
 
 
 class AsyncPublisher:
@@ -50,6 +45,15 @@ class AsyncPublisher:
                     self.failed[payload] = str(result)
         self.producer.send_async(payload, done)
         self.sent += 1
+
+
+def subscribed_publisher(client, topic):
+    """On ``topic``: a consumer of subscription "sub", then an unbatched producer (send timeout 60 s,
+    blocking when its queue is full) wrapped in an AsyncPublisher; returns all three."""
+    consumer = client.subscribe(topic, "sub")
+    producer = client.create_producer(topic, batching_enabled=False, send_timeout_millis=60000,
+                                      block_if_queue_full=True)
+    return consumer, producer, AsyncPublisher(producer)
 
 
 class ClusterCase(SynchronousTestCase):
@@ -118,10 +122,7 @@ class BookieFailureTests(ClusterCase):
             "managedLedgerDefaultAckQuorum": 2, "bookkeeperClientTimeoutInSeconds": 5})
         client = self.client(cluster.brokers[0].service_url)
         topic = f"persistent://public/default/bookie-kill-{uuid.uuid4().hex[:8]}"
-        consumer = client.subscribe(topic, "sub")
-        producer = client.create_producer(topic, batching_enabled=False, send_timeout_millis=60000,
-                                          block_if_queue_full=True)
-        publisher = AsyncPublisher(producer)
+        consumer, producer, publisher = subscribed_publisher(client, topic)
         total, kill_at = 1500, 500
         victim = None
         started = time.monotonic()
@@ -184,10 +185,7 @@ class TwoBrokerTests(ClusterCase):
         self.assertEqual(owners.get(bundle_b.range_name), broker_b.service_url)
 
         # Through A, a topic of B's bundle: redirected to B, and it works.
-        consumer = client_a.subscribe(topic_b, "sub")
-        producer = client_a.create_producer(topic_b, batching_enabled=False, send_timeout_millis=60000,
-                                            block_if_queue_full=True)
-        publisher = AsyncPublisher(producer)
+        consumer, producer, publisher = subscribed_publisher(client_a, topic_b)
         for i in range(200):
             publisher.send(b"b-%05d" % i)
         producer.flush()

@@ -21,7 +21,7 @@ import time
 import uuid
 
 from pulsar_twisted.testing.cluster import wait_for
-from tests.cluster.test_processes import AsyncPublisher, ClusterCase, pulsar
+from tests.cluster.test_processes import ClusterCase, pulsar, subscribed_publisher
 
 
 class SessionLossCase(ClusterCase):
@@ -100,10 +100,7 @@ class BrokerSessionLossTests(SessionLossCase):
         registration = f"/loadbalance/brokers/{broker.broker_id}"
         client = self.client(broker.service_url)
         topic = f"persistent://public/default/zk-expiry-{uuid.uuid4().hex[:8]}"
-        consumer = client.subscribe(topic, "sub")
-        producer = client.create_producer(topic, batching_enabled=False, send_timeout_millis=60000,
-                                          block_if_queue_full=True)
-        publisher = AsyncPublisher(producer)
+        consumer, producer, publisher = subscribed_publisher(client, topic)
         started = time.monotonic()
         owners_before = wait_for(lambda: cluster.bundle_owners() or None, 10, "a bundle owner")
         figures = self.publish_across_expiry(publisher, broker, registration)
@@ -125,7 +122,11 @@ class BrokerSessionLossTests(SessionLossCase):
         self.assert_all_received(publisher.acked, received)
         self.assertEqual(len(publisher.acked), publisher.sent,
                          f"sends failed: {list(publisher.failed.items())[:5]}")
-        self.assertGreaterEqual(recoveries, 1, "the managed ledger was not reopened with recovery")
+        # The ledger the expired session wrote is either closed by the unload before the topic
+        # is loaded again (a clean close: nothing to recover) or recovered (fenced) on reopening.
+        ml_name = "public/default/persistent/" + topic.rsplit("/", 1)[1]
+        self.assertTrue(recoveries >= 1 or f"managed ledger {ml_name} closed" in log,
+                        "the managed ledger was neither closed by the unload nor recovered")
         # The same broker serves the topic again: its bundle node is back, in the new session.
         self.assertEqual(set(owners_after.values()), {broker.service_url})
         self.assertTrue(set(owners_before.values()) <= {broker.service_url})
@@ -142,10 +143,7 @@ class BookieSessionLossTests(SessionLossCase):
             "managedLedgerDefaultAckQuorum": 2, "bookkeeperClientTimeoutInSeconds": 5})
         client = self.client(cluster.brokers[0].service_url)
         topic = f"persistent://public/default/bk-expiry-{uuid.uuid4().hex[:8]}"
-        consumer = client.subscribe(topic, "sub")
-        producer = client.create_producer(topic, batching_enabled=False, send_timeout_millis=60000,
-                                          block_if_queue_full=True)
-        publisher = AsyncPublisher(producer)
+        consumer, producer, publisher = subscribed_publisher(client, topic)
         started = time.monotonic()
         producer.send(b"first")
         publisher.acked.add(b"first")

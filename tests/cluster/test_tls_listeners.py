@@ -19,7 +19,7 @@ from pulsar_twisted.daemons.broker import BrokerClusterService, check_config
 from pulsar_twisted.broker.ownership import BundleOwnership, bundle_for
 from pulsar_twisted.common.naming import parse_topic
 from pulsar_twisted.config import BrokerConfig, ConfigError
-from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
+from pulsar_twisted.metadata.embedded.store import EmbeddedMetadataStore
 from pulsar_twisted.resources.policies import even_boundaries
 from pulsar_twisted.testing.certs import TestPKI
 from pulsar_twisted.testing.cluster import (

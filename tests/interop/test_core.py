@@ -22,6 +22,7 @@ import uuid
 from twisted.trial.unittest import SynchronousTestCase
 
 from pulsar_twisted.testing.process import StandaloneProcess
+from tests.logs import official_client_logger
 
 try:
     import pulsar
@@ -40,12 +41,7 @@ def _stop_leftovers():
 
 def _client_logger(path: str) -> logging.Logger:
     """The C++ client's log, at ERROR and above, into ``path`` instead of the test output."""
-    logger = logging.getLogger(f"pulsar-interop.{path}")
-    logger.setLevel(logging.ERROR)
-    logger.propagate = False
-    if not logger.handlers:
-        logger.addHandler(logging.FileHandler(path))
-    return logger
+    return official_client_logger(f"pulsar-interop.{path}", path)
 
 
 class InteropCase(SynchronousTestCase):

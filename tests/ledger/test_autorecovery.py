@@ -2,10 +2,8 @@
 
 import json
 import random
-import uuid
 
 from twisted.internet import defer, reactor, task
-from twisted.internet.threads import deferToThread
 from twisted.trial import unittest
 
 from pulsar_twisted.ledger.autorecovery import (
@@ -15,6 +13,7 @@ from pulsar_twisted.ledger.quorum import RandomPlacementPolicy, write_set
 from pulsar_twisted.metadata.interfaces import Stat
 from pulsar_twisted.resources.bookies import unregister_bookie
 from tests.ledger.test_handle import LedgerHarness
+from tests.metadata.test_zookeeper import ZooKeeperRootMixin
 
 PASSWORD = b"pw"
 
@@ -297,22 +296,11 @@ class MarkerTests(AutoRecoveryHarness, unittest.TestCase):
         self.assertEqual(json.loads(raw), {"missing_bookies": ["a", "b"]})
 
 
-class ZooKeeperAutoRecoveryTests(unittest.TestCase):
+class ZooKeeperAutoRecoveryTests(ZooKeeperRootMixin, unittest.TestCase):
     """The same service on ZooKeeper (PULSAR_TEST_ZK; skipped without): its notifications arrive
     from kazoo's threads, so this checks election and bookie watching on the real store."""
 
-    def setUp(self):
-        from tests.metadata.test_zookeeper import _remove_tree, _zk_address
-        self.hosts = _zk_address()
-        self.root = f"/pulsar-twisted-tests/autorecovery-{uuid.uuid4().hex}"
-        self.addCleanup(deferToThread, _remove_tree, self.hosts, self.root)
-
-    async def _open(self):
-        from pulsar_twisted.metadata.zookeeper import ZooKeeperMetadataStore
-        store = ZooKeeperMetadataStore(self.hosts, reactor, root=self.root, session_timeout=10)
-        self.addCleanup(store.close)
-        await store.start()
-        return store
+    root_prefix = "autorecovery-"
 
     async def _eventually(self, predicate, what, timeout=20.0):
         # Real store, real threads: wait on the reactor, bounded in time.

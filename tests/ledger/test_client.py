@@ -11,7 +11,7 @@ from pulsar_twisted.ledger.bookies import LocalBookieClient
 from pulsar_twisted.ledger.client import BookKeeperClient
 from pulsar_twisted.resources.ledgers import LedgerState, ledger_path
 from pulsar_twisted.ledger.quorum import RandomPlacementPolicy
-from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
+from pulsar_twisted.metadata.embedded.store import EmbeddedMetadataStore
 from pulsar_twisted.resources.bookies import register_bookie, unregister_bookie
 from pulsar_twisted.testing.fake_bookie import FakeBookie
 from tests.ledger.test_handle import LedgerHarness

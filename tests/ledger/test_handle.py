@@ -14,7 +14,7 @@ from pulsar_twisted.ledger.handle import WriterState
 from pulsar_twisted.ledger.interfaces import ILedgerClient, ILedgerHandle
 from pulsar_twisted.resources.ledgers import LedgerManager, LedgerState
 from pulsar_twisted.ledger.quorum import RandomPlacementPolicy
-from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
+from pulsar_twisted.metadata.embedded.store import EmbeddedMetadataStore
 from pulsar_twisted.resources.bookies import register_bookie
 from pulsar_twisted.testing.fake_bookie import FakeBookie
 

@@ -125,7 +125,7 @@ class ConfigTests(unittest.TestCase):
         """Pulsar's four keys, with its defaults, map onto the client's quarantine."""
         from pulsar_twisted.config import BrokerConfig
         from pulsar_twisted.ledger.client import BookKeeperClient, health_check_options
-        from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
+        from pulsar_twisted.metadata.embedded.store import EmbeddedMetadataStore
         config = BrokerConfig()
         self.assertEqual((config.bookkeeperClientHealthCheckEnabled,
                           config.bookkeeperClientHealthCheckIntervalSeconds,

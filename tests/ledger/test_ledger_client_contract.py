@@ -13,7 +13,7 @@ from twisted.trial import unittest
 from pulsar_twisted.ledger.bookies import LocalBookieClient
 from pulsar_twisted.ledger.client import BookKeeperClient
 from pulsar_twisted.ledger.quorum import RandomPlacementPolicy
-from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
+from pulsar_twisted.metadata.embedded.store import EmbeddedMetadataStore
 from pulsar_twisted.resources.bookies import register_bookie
 from pulsar_twisted.testing.fake_bookie import FakeBookie
 from pulsar_twisted.testing.fake_ledger import FakeLedgerClient

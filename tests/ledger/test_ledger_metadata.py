@@ -9,7 +9,7 @@ from pulsar_twisted.common.bk_errors import NoSuchLedgerError
 from pulsar_twisted.resources.ledgers import (
     LedgerManager, LedgerMetadata, LedgerState, MetadataFormatError, ledger_path, master_key,
     password_digest)
-from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
+from pulsar_twisted.metadata.embedded.store import EmbeddedMetadataStore
 from pulsar_twisted.metadata.interfaces import AlreadyExistsError, BadVersionError
 
 

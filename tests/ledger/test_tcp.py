@@ -15,7 +15,7 @@ from pulsar_twisted.common.bk_errors import BookieUnavailableError, LedgerFenced
 from pulsar_twisted.ledger.client import BookKeeperClient
 from pulsar_twisted.ledger.quorum import RandomPlacementPolicy
 from pulsar_twisted.ledger.tcp import TcpBookieClient
-from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
+from pulsar_twisted.metadata.embedded.store import EmbeddedMetadataStore
 from pulsar_twisted.security.tls import ClientTLS, server_tls_options
 
 

@@ -14,20 +14,18 @@ from twisted.internet.defer import gatherResults
 from twisted.internet.task import Clock
 from twisted.trial.unittest import SynchronousTestCase, TestCase
 
-from pulsar_twisted.metadata import embedded
-from pulsar_twisted.metadata.embedded import (
+from pulsar_twisted.metadata.embedded import log_format as embedded
+from pulsar_twisted.metadata.embedded.log_format import (
     HEADER_SIZE,
     LOG_NAME,
     SNAPSHOT_NAME,
     CorruptStoreError,
-    EmbeddedMetadataStore,
-    StoreFailedError,
-    StoreNotStartedError,
     decode_records,
     encode_delete,
     encode_record,
     encode_set,
 )
+from pulsar_twisted.metadata.embedded.store import EmbeddedMetadataStore, StoreFailedError, StoreNotStartedError
 from pulsar_twisted.metadata.interfaces import MetadataStoreError, Notification
 from pulsar_twisted.testing.metadata_mixin import MetadataStoreTestsMixin, NotificationRecorder
 

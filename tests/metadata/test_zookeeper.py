@@ -52,12 +52,18 @@ def _remove_tree(hosts, path):
         client.close()
 
 
-class ZooKeeperStoreContractTests(MetadataStoreTestsMixin, TestCase):
-    """The contract against ZooKeeper."""
+class ZooKeeperRootMixin:
+    """
+    For TestCases on the real server: ``setUp`` picks a fresh root under TEST_ROOT (its last segment
+    ``root_prefix`` + a uuid), removed after the test; ``_open()`` starts a store session on it, closed
+    after the test.
+    """
+
+    root_prefix = ""
 
     def setUp(self):
         self.hosts = _zk_address()
-        self.root = f"{TEST_ROOT}/{uuid.uuid4().hex}"
+        self.root = f"{TEST_ROOT}/{self.root_prefix}{uuid.uuid4().hex}"
         # Registered first so that it runs last, after the stores' own cleanups closed them.
         self.addCleanup(deferToThread, _remove_tree, self.hosts, self.root)
 
@@ -67,6 +73,10 @@ class ZooKeeperStoreContractTests(MetadataStoreTestsMixin, TestCase):
         self.addCleanup(store.close)
         await store.start()
         return store
+
+
+class ZooKeeperStoreContractTests(ZooKeeperRootMixin, MetadataStoreTestsMixin, TestCase):
+    """The contract against ZooKeeper."""
 
     def make_store(self):
         return self._open()

@@ -124,12 +124,8 @@ class PersistenceTests(ManagedLedgerHarness, unittest.TestCase):
         c = self.cursor(ml)
         ps = self.add(ml, 100)
         before = c.persist_count
-        self.bk.pause_adds()
-        ds = [c.delete([p]) if i % 2 else c.mark_delete(p) for i, p in enumerate(ps)]
-        while self.bk._held:
-            self.bk.resume_adds()
-            self.bk.pause_adds()
-        self.bk.resume_adds()
+        ds = self.with_adds_held(
+            lambda: [c.delete([p]) if i % 2 else c.mark_delete(p) for i, p in enumerate(ps)])
         for d in ds:
             self.assertIsNone(self.successResultOf(d))
         self.assertEqual(c.persist_count - before, 2)
@@ -317,12 +313,8 @@ class BatchDeletedIndexesTests(ManagedLedgerHarness, unittest.TestCase):
         c = self.cursor(ml)
         ps = self.add(ml, 50)
         before = c.persist_count
-        self.bk.pause_adds()
-        ds = [c.set_batch_deleted_indexes(p, [3]) for p in ps[:25]] + [c.delete([p]) for p in ps[25:40]]
-        while self.bk._held:
-            self.bk.resume_adds()
-            self.bk.pause_adds()
-        self.bk.resume_adds()
+        ds = self.with_adds_held(lambda: [c.set_batch_deleted_indexes(p, [3]) for p in ps[:25]]
+                                 + [c.delete([p]) for p in ps[25:40]])
         for d in ds:
             self.assertIsNone(self.successResultOf(d))
         self.assertEqual(c.persist_count - before, 2)

@@ -18,7 +18,7 @@ from pulsar_twisted.ledger.client import BookKeeperClient
 from pulsar_twisted.resources.bookies import register_bookie
 from pulsar_twisted.common.bk_errors import BookieUnavailableError
 from pulsar_twisted.ledger.quorum import RandomPlacementPolicy
-from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
+from pulsar_twisted.metadata.embedded.store import EmbeddedMetadataStore
 from pulsar_twisted.mledger import formats
 from pulsar_twisted.mledger.config import ManagedLedgerConfig
 from pulsar_twisted.mledger.factory import ManagedLedgerFactory

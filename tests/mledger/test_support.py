@@ -10,7 +10,7 @@ from pulsar_twisted.mledger.factory import ManagedLedgerFactory
 from pulsar_twisted.testing.fake_ledger import FakeLedgerClient
 
 try:
-    from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
+    from pulsar_twisted.metadata.embedded.store import EmbeddedMetadataStore
 except ImportError:  # pragma: no cover - only while the embedded store is being written
     EmbeddedMetadataStore = None
 
@@ -49,3 +49,15 @@ class ManagedLedgerHarness:
 
     def read(self, cursor, n=1000):
         return self.successResultOf(cursor.read_entries(n))
+
+    def with_adds_held(self, issue):
+        """Call ``issue()`` with the ledger client's adds held, then release them one round at a time
+        (adds made while a round completes are held for the next) until none is left; returns what
+        ``issue()`` returned."""
+        self.bk.pause_adds()
+        result = issue()
+        while self.bk._held:
+            self.bk.resume_adds()
+            self.bk.pause_adds()
+        self.bk.resume_adds()
+        return result

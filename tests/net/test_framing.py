@@ -9,6 +9,7 @@ from twisted.trial import unittest
 
 from pulsar_twisted.net.framing import (
     FramedProtocol, FrameTooLargeError, KeepAlive, RequestTable, RequestTimeoutError, encode_frame)
+from tests.logs import formatted_log_events
 
 
 class Recorder(FramedProtocol):
@@ -73,21 +74,7 @@ class FramingTests(unittest.SynchronousTestCase):
         self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
 
     def assertLogs_(self):
-        from contextlib import contextmanager
-        from twisted.logger import formatEvent, globalLogPublisher
-
-        @contextmanager
-        def capture():
-            events = []
-
-            def observer(event):
-                events.append(formatEvent(event))
-            globalLogPublisher.addObserver(observer)
-            try:
-                yield events
-            finally:
-                globalLogPublisher.removeObserver(observer)
-        return capture()
+        return formatted_log_events()
 
 
 class RequestTableTests(unittest.SynchronousTestCase):

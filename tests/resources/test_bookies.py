@@ -3,7 +3,7 @@
 from twisted.internet import defer, task
 from twisted.trial import unittest
 
-from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
+from pulsar_twisted.metadata.embedded.store import EmbeddedMetadataStore
 from pulsar_twisted.resources.bookies import (
     AVAILABLE_PATH, READONLY_PATH, register_bookie, registered_bookies, registration_path,
     unregister_bookie)

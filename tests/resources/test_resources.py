@@ -10,7 +10,7 @@ from twisted.trial import unittest
 
 from pulsar_twisted.common.naming import parse_topic
 from pulsar_twisted.config import StandaloneConfig
-from pulsar_twisted.metadata.embedded import EmbeddedMetadataStore
+from pulsar_twisted.metadata.embedded.store import EmbeddedMetadataStore
 from pulsar_twisted.metadata.interfaces import AlreadyExistsError, NotFoundError
 from pulsar_twisted.metadata.layout import namespace_path, partitioned_topic_path
 from pulsar_twisted.resources import policies

@@ -21,7 +21,7 @@ the files.
 Durability
 ----------
 ``data_dir`` None keeps everything in memory (tests). Otherwise every change is a record appended to
-``metadata.log`` (see "On-disk format" below) and a write's Deferred fires only once its record is on
+``metadata.log`` (see ``log_format.py``) and a write's Deferred fires only once its record is on
 disk, fsync'd when ``sync`` (without ``sync`` it has reached the OS: it survives the process, not the
 machine). ``start()`` is required before use in that mode: it loads the snapshot and replays the log.
 
@@ -51,13 +51,10 @@ notifications already being delivered, so every listener sees every change in th
 that raises is logged and does not stop the others. A listener belongs to the session that registered it
 and is dropped when that session closes.
 
-On-disk format
---------------
-``metadata.log``: header ``b"PTML"`` + u16 format version + u16 zero, then records ``u32 length, u32
-crc32c(payload), payload``. ``metadata.snapshot``: header ``b"PTMS"`` + u16 version + u16 zero, then one
-record in the same framing. A payload is ``u64 txid`` followed by operations: ``b"S"`` (set a node's full
-persistent state: path, value, version, ctime, mtime, sequence counter) or ``b"D"`` (delete a path and all
-below it). Records hold states, not deltas, so replay needs no knowledge of the operation that made them.
+Modules
+-------
+This module holds the store and its commit pipeline; ``tree.py`` the nodes; ``log_format.py`` the files
+(format, loading and recovery, snapshot installation).
 """
 
 from __future__ import annotations
@@ -65,11 +62,9 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import struct
 from collections import deque
-from typing import Callable, Iterable, Optional
+from typing import Callable, Optional
 
-import crc32c
 from twisted.internet.defer import Deferred, ensureDeferred, fail, succeed
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
@@ -77,6 +72,9 @@ from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 from zope.interface import implementer
 
+from pulsar_twisted.metadata.embedded import log_format
+from pulsar_twisted.metadata.embedded.log_format import HEADER_SIZE, LOCK_NAME, encode_delete, encode_record
+from pulsar_twisted.metadata.embedded.tree import Node, Tree, check_path, name_of, parent_of
 from pulsar_twisted.metadata.interfaces import (
     AlreadyExistsError,
     BadVersionError,
@@ -94,14 +92,9 @@ __all__ = [
     "StoreNotStartedError",
     "StoreClosedError",
     "StoreFailedError",
-    "CorruptStoreError",
 ]
 
 log = Logger()
-
-# Tests replace this to count the syncs (it is called only in the worker thread). fdatasync also
-# flushes the file size, which is all an append needs.
-_fsync = getattr(os, "fdatasync", os.fsync)
 
 
 class NoChildrenForEphemeralsError(MetadataStoreError):
@@ -120,283 +113,11 @@ class StoreFailedError(MetadataStoreError):
     """A disk write failed earlier; the store accepts no more writes until restarted."""
 
 
-class CorruptStoreError(MetadataStoreError):
-    """A file in the data directory is not ours, has an unknown version, or a damaged snapshot."""
-
-
-# ---------------------------------------------------------------------------------------------------
-# On-disk format: pure functions over bytes.
-
-LOG_NAME = "metadata.log"
-SNAPSHOT_NAME = "metadata.snapshot"
-LOCK_NAME = "metadata.lock"
-LOG_MAGIC = b"PTML"
-SNAPSHOT_MAGIC = b"PTMS"
-FORMAT_VERSION = 1
-_HEADER = struct.Struct(">4sHH")
-_FRAME = struct.Struct(">II")
-_TXID = struct.Struct(">Q")
-_U16 = struct.Struct(">H")
-_U32 = struct.Struct(">I")
-_SET_FIELDS = struct.Struct(">qqqQ")  # version, ctime ms, mtime ms, sequence counter
-_OP_SET = b"S"
-_OP_DELETE = b"D"
-HEADER_SIZE = _HEADER.size
-MAX_RECORD = 1 << 30
-
-
-def encode_header(magic: bytes) -> bytes:
-    return _HEADER.pack(magic, FORMAT_VERSION, 0)
-
-
-def check_header(data: bytes, magic: bytes, name: str) -> None:
-    """Raise CorruptStoreError unless ``data`` starts with a header of ours that we can read."""
-    found, version, _ = _HEADER.unpack_from(data)
-    if found != magic:
-        raise CorruptStoreError(f"{name}: bad magic {found!r}")
-    if version != FORMAT_VERSION:
-        raise CorruptStoreError(f"{name}: unknown format version {version}")
-
-
-def encode_set(path: str, value: bytes, version: int, ctime: int, mtime: int, seq: int) -> bytes:
-    p = path.encode("utf-8")
-    return b"".join((_OP_SET, _U16.pack(len(p)), p, _U32.pack(len(value)), value,
-                     _SET_FIELDS.pack(version, ctime, mtime, seq)))
-
-
-def encode_delete(path: str) -> bytes:
-    p = path.encode("utf-8")
-    return _OP_DELETE + _U16.pack(len(p)) + p
-
-
-def encode_record(txid: int, ops: Iterable[bytes]) -> bytes:
-    """Frame one transaction: length, CRC32C of the payload, payload (txid + operations)."""
-    payload = _TXID.pack(txid) + b"".join(ops)
-    return _FRAME.pack(len(payload), crc32c.crc32c(payload)) + payload
-
-
-def decode_records(data: bytes, offset: int):
-    """
-    Yield ``(txid, ops, end_offset)`` for each whole, CRC-good record from ``offset``; stop silently at
-    the first torn or bad one (the caller cuts the file at the last ``end_offset``). ``ops`` is a list of
-    ``("S", path, value, version, ctime, mtime, seq)`` and ``("D", path)`` tuples.
-    """
-    while offset + _FRAME.size <= len(data):
-        length, crc = _FRAME.unpack_from(data, offset)
-        start = offset + _FRAME.size
-        end = start + length
-        if length < _TXID.size or length > MAX_RECORD or end > len(data):
-            return
-        payload = data[start:end]
-        if crc32c.crc32c(payload) != crc:
-            return
-        try:
-            ops = _decode_ops(payload, _TXID.size)
-        except (struct.error, UnicodeDecodeError, ValueError):
-            return
-        yield _TXID.unpack_from(payload)[0], ops, end
-        offset = end
-
-
-def _decode_ops(payload: bytes, pos: int) -> list:
-    ops = []
-    while pos < len(payload):
-        kind = payload[pos:pos + 1]
-        (plen,) = _U16.unpack_from(payload, pos + 1)
-        pos += 1 + _U16.size
-        path = payload[pos:pos + plen].decode("utf-8")
-        pos += plen
-        if kind == _OP_DELETE:
-            ops.append(("D", path))
-        elif kind == _OP_SET:
-            (vlen,) = _U32.unpack_from(payload, pos)
-            pos += _U32.size
-            value = payload[pos:pos + vlen]
-            pos += vlen
-            version, ctime, mtime, seq = _SET_FIELDS.unpack_from(payload, pos)
-            pos += _SET_FIELDS.size
-            ops.append(("S", path, value, version, ctime, mtime, seq))
-        else:
-            raise ValueError(f"unknown operation {kind!r}")
-    if pos != len(payload):
-        raise ValueError("operation overruns its record")
-    return ops
-
-
-# ---------------------------------------------------------------------------------------------------
-# The tree.
-
-class _Node:
-    __slots__ = ("value", "version", "ctime", "mtime", "owner", "seq", "children")
-
-    def __init__(self, value: bytes, ctime: int, owner: Optional[int] = None):
-        self.value = value
-        self.version = 0
-        self.ctime = ctime
-        self.mtime = ctime
-        self.owner = owner          # session id for an ephemeral node, else None
-        self.seq = 0                # next sequential-child counter
-        self.children: set[str] = set()
-
-    def set_op(self, path: str) -> bytes:
-        return encode_set(path, self.value, self.version, self.ctime, self.mtime, self.seq)
-
-
-def parent_of(path: str) -> str:
-    return path.rsplit("/", 1)[0] or "/"
-
-
-def _name_of(path: str) -> str:
-    return path.rsplit("/", 1)[1]
-
-
-def _join(parent: str, name: str) -> str:
-    return parent + name if parent == "/" else parent + "/" + name
-
-
-def check_path(path: str) -> None:
-    """Raise ValueError unless ``path`` is absolute, without empty segments or a trailing slash."""
-    if not isinstance(path, str) or not path.startswith("/"):
-        raise ValueError(f"metadata path must be an absolute str: {path!r}")
-    if path != "/" and (path.endswith("/") or "//" in path):
-        raise ValueError(f"metadata path has an empty segment: {path!r}")
-    if "\x00" in path:
-        raise ValueError(f"metadata path contains NUL: {path!r}")
-
-
-class _Tree:
-    """The nodes by path, with the persistent-state operations that replay and snapshots use."""
-
-    def __init__(self):
-        self.nodes: dict[str, _Node] = {"/": _Node(b"", 0)}
-
-    def apply(self, ops: list) -> None:
-        """Apply decoded operations (from the log or a snapshot)."""
-        for op in ops:
-            if op[0] == "S":
-                _, path, value, version, ctime, mtime, seq = op
-                node = self.nodes.get(path)
-                if node is None:
-                    parent = self.nodes.get(parent_of(path))
-                    if parent is None:
-                        raise CorruptStoreError(f"record creates {path} before its parent")
-                    node = self.nodes[path] = _Node(value, ctime)
-                    parent.children.add(_name_of(path))
-                node.value, node.version, node.ctime, node.mtime, node.seq = value, version, ctime, mtime, seq
-            else:
-                self.remove_subtree(op[1])
-
-    def remove_subtree(self, path: str) -> list[tuple[str, _Node]]:
-        """Remove ``path`` and its descendants; return the removed ``(path, node)``, deepest first."""
-        node = self.nodes.get(path)
-        if node is None or path == "/":
-            return []
-        removed = []
-        for name in sorted(node.children):
-            removed.extend(self.remove_subtree(_join(path, name)))
-        del self.nodes[path]
-        self.nodes[parent_of(path)].children.discard(_name_of(path))
-        removed.append((path, node))
-        return removed
-
-    def snapshot_ops(self) -> list[bytes]:
-        """The persistent nodes as set operations, every parent before its children."""
-        ops = []
-        stack = ["/"]
-        while stack:
-            path = stack.pop()
-            node = self.nodes[path]
-            if node.owner is not None:
-                continue
-            ops.append(node.set_op(path))
-            stack.extend(_join(path, name) for name in sorted(node.children, reverse=True))
-        return ops
-
-
 def _load(data_dir: str):
-    """
-    Read the snapshot and the log (in the worker thread). Returns ``(tree, last_txid, log_fd,
-    log_size)`` with the log open for appending and cut after its last good record.
-    """
-    tree = _Tree()
-    last_txid = 0
-    snap_path = os.path.join(data_dir, SNAPSHOT_NAME)
-    if os.path.exists(snap_path):
-        with open(snap_path, "rb") as f:
-            data = f.read()
-        if len(data) < HEADER_SIZE:
-            raise CorruptStoreError(f"{snap_path}: truncated header")
-        check_header(data, SNAPSHOT_MAGIC, snap_path)
-        records = list(decode_records(data, HEADER_SIZE))
-        # A snapshot is renamed into place only once complete and fsync'd: damage is not a torn write
-        # to cut away but lost data, so refuse to start rather than come up with part of the tree.
-        if len(records) != 1 or records[0][2] != len(data):
-            raise CorruptStoreError(f"{snap_path}: damaged snapshot")
-        last_txid, ops, _ = records[0]
-        tree.apply(ops)
-
-    log_path = os.path.join(data_dir, LOG_NAME)
-    data = b""
-    if os.path.exists(log_path):
-        with open(log_path, "rb") as f:
-            data = f.read()
-    good_end = HEADER_SIZE
-    if len(data) >= HEADER_SIZE:
-        check_header(data, LOG_MAGIC, log_path)
-        for txid, ops, end in decode_records(data, HEADER_SIZE):
-            if txid > last_txid:    # older ones are in the snapshot already
-                tree.apply(ops)
-                last_txid = txid
-            good_end = end
-        if good_end < len(data):
-            log.warn("{path}: cutting {n} bytes of torn or damaged log tail at offset {offset}",
-                     path=log_path, n=len(data) - good_end, offset=good_end)
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
-        if len(data) < HEADER_SIZE:
-            # Missing, empty, or a header torn while the log was first created.
-            os.ftruncate(fd, 0)
-            os.write(fd, encode_header(LOG_MAGIC))
-            _fsync(fd)
-            _fsync_dir(data_dir)
-        elif good_end < len(data):
-            os.ftruncate(fd, good_end)
-            _fsync(fd)
-    except BaseException:
-        os.close(fd)
-        raise
-    return tree, last_txid, fd, good_end
-
-
-def _fsync_dir(data_dir: str) -> None:
-    fd = os.open(data_dir, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_snapshot(data_dir: str, log_fd: int, snapshot: bytes) -> None:
-    """Worker thread: install a snapshot durably, then empty the log it supersedes."""
-    tmp = os.path.join(data_dir, SNAPSHOT_NAME + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        _write_all(fd, snapshot)
-        _fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, os.path.join(data_dir, SNAPSHOT_NAME))
-    # The rename must be durable before the log is emptied, or a crash could leave neither.
-    _fsync_dir(data_dir)
-    os.ftruncate(log_fd, HEADER_SIZE)
-    _fsync(log_fd)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
+    """Worker thread: the tree, last txid, log fd and log size from the files (``log_format.load``)."""
+    tree = Tree()
+    last_txid, fd, size = log_format.load(data_dir, tree.apply)
+    return tree, last_txid, fd, size
 
 
 class _Commit:
@@ -420,7 +141,7 @@ class _Core:
         self.reactor = reactor
         self.sync = sync
         self.snapshot_log_bytes = snapshot_log_bytes
-        self.tree = _Tree()
+        self.tree = Tree()
         self.started = data_dir is None
         self.closed = False
         self.failure: Optional[Failure] = None
@@ -557,7 +278,7 @@ class _Core:
             # Everything applied to the tree is in this batch or already in the log, so a snapshot of
             # the tree now covers the batch too and replaces writing it.
             self.snapshot_wanted = False
-            snapshot = encode_header(SNAPSHOT_MAGIC) + encode_record(self.txid, self.tree.snapshot_ops())
+            snapshot = log_format.encode_snapshot(self.txid, self.tree.snapshot_ops())
         self.in_flight = True
         d = deferToThreadPool(self.reactor, self.pool, self._write, self.log_fd, data, snapshot)
         d.addCallbacks(self._written, self._write_failed, callbackArgs=(batch, snapshot),
@@ -566,11 +287,9 @@ class _Core:
     def _write(self, fd: int, data: bytes, snapshot: Optional[bytes]) -> None:
         """Worker thread."""
         if snapshot is not None:
-            _write_snapshot(self.data_dir, fd, snapshot)
+            log_format.write_snapshot(self.data_dir, fd, snapshot)
         elif data:
-            _write_all(fd, data)
-            if self.sync:
-                _fsync(fd)
+            log_format.append(fd, data, self.sync)
 
     def _written(self, _, batch: list[_Commit], snapshot: Optional[bytes]) -> None:
         self.in_flight = False
@@ -726,7 +445,7 @@ class EmbeddedMetadataStore:
 
     # -- reads -------------------------------------------------------------------------------------
 
-    def _stat(self, path: str, node: _Node) -> Stat:
+    def _stat(self, path: str, node: Node) -> Stat:
         return Stat(path, node.version, node.ctime, node.mtime, node.owner is not None)
 
     def _read(self, path: str, fn):
@@ -817,8 +536,8 @@ class EmbeddedMetadataStore:
             raise NoChildrenForEphemeralsError(f"{ancestor} is ephemeral")
         notifications: list[Notification] = []
         for parent_path in reversed(missing):
-            nodes[parent_path] = _Node(b"", now)
-            nodes[parent_of(parent_path)].children.add(_name_of(parent_path))
+            nodes[parent_path] = Node(b"", now)
+            nodes[parent_of(parent_path)].children.add(name_of(parent_path))
             notifications += [Notification("created", parent_path),
                               Notification("children", parent_of(parent_path))]
         parent = nodes[parent_of(path)]
@@ -829,8 +548,8 @@ class EmbeddedMetadataStore:
         ops = [nodes[p].set_op(p) for p in reversed(missing)]
         if sequential and not missing:
             ops.append(parent.set_op(parent_of(path)))
-        node = nodes[path] = _Node(value, now, self.session_id if ephemeral else None)
-        parent.children.add(_name_of(path))
+        node = nodes[path] = Node(value, now, self.session_id if ephemeral else None)
+        parent.children.add(name_of(path))
         if ephemeral:
             core.ephemerals[self.session_id].add(path)
         else:
@@ -841,15 +560,9 @@ class EmbeddedMetadataStore:
     def delete(self, path: str, expected_version: Optional[int] = None) -> Deferred:
         """Remove one node (NotFoundError, BadVersionError, NotEmptyError). The root cannot go."""
         core = self._core
-        error = core.check_usable(self)
+        error = self._removal_error(path)
         if error is not None:
             return fail(error)
-        try:
-            check_path(path)
-        except ValueError as e:
-            return fail(e)
-        if path == "/":
-            return fail(ValueError("cannot delete the root"))
         node = core.tree.nodes.get(path)
         if node is None:
             return fail(NotFoundError(path))
@@ -862,18 +575,25 @@ class EmbeddedMetadataStore:
     def delete_recursive(self, path: str) -> Deferred:
         """Remove ``path`` and all below it in one logged transaction; no error when absent."""
         core = self._core
-        error = core.check_usable(self)
+        error = self._removal_error(path)
         if error is not None:
             return fail(error)
-        try:
-            check_path(path)
-        except ValueError as e:
-            return fail(e)
-        if path == "/":
-            return fail(ValueError("cannot delete the root"))
         if path not in core.tree.nodes:
             return core.commit([], None, [])
         return self._remove(path)
+
+    def _removal_error(self, path: str) -> Optional[Exception]:
+        """Why this session cannot delete ``path`` whatever the tree holds (closed, bad path, root), or None."""
+        error = self._core.check_usable(self)
+        if error is not None:
+            return error
+        try:
+            check_path(path)
+        except ValueError as e:
+            return e
+        if path == "/":
+            return ValueError("cannot delete the root")
+        return None
 
     def _remove(self, path: str) -> Deferred:
         """Remove ``path`` and its subtree from the tree; log it and announce every removed node."""
@@ -904,3 +624,4 @@ class EmbeddedMetadataStore:
     def recreate_ephemerals(self, paths=None) -> Deferred:
         """The ZooKeeper store's call after a new session; an embedded session never needs it: []."""
         return succeed([])
+

@@ -1,0 +1,245 @@
+"""
+The embedded metadata store's files: their format, and the I/O that loads, appends to and replaces them.
+
+Files in the data directory
+---------------------------
+``metadata.log``: header ``b"PTML"`` + u16 format version + u16 zero, then records ``u32 length, u32
+crc32c(payload), payload``. ``metadata.snapshot``: header ``b"PTMS"`` + u16 version + u16 zero, then one
+record in the same framing. A payload is ``u64 txid`` followed by operations: ``b"S"`` (set a node's full
+persistent state: path, value, version, ctime, mtime, sequence counter) or ``b"D"`` (delete a path and all
+below it). Records hold states, not deltas, so replay needs no knowledge of the operation that made them.
+``metadata.lock`` is only ever flock'd.
+
+Recovery (``load``)
+-------------------
+A missing or empty log, or one whose header was torn while the log was first created, is started afresh.
+The log is cut at its first torn or CRC-bad record: a write whose Deferred had fired is always before that
+point. A snapshot is renamed into place only once complete, so a snapshot that is short, holds anything but
+one whole record, or fails its CRC is lost data and fails the load. A file with another magic or an
+unknown version fails the load with ``CorruptStoreError`` and is left as it is.
+
+The codecs are pure functions over bytes; ``load``, ``append`` and ``write_snapshot`` do blocking I/O and
+run in the store's worker thread, never in the reactor thread.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from typing import Callable, Iterable
+
+import crc32c
+from twisted.logger import Logger
+
+from pulsar_twisted.metadata.interfaces import MetadataStoreError
+
+log = Logger()
+
+# Tests replace this to count the syncs (it is called only in the worker thread). fdatasync also
+# flushes the file size, which is all an append needs.
+_fsync = getattr(os, "fdatasync", os.fsync)
+
+
+class CorruptStoreError(MetadataStoreError):
+    """A file in the data directory is not ours, has an unknown version, or a damaged snapshot."""
+
+
+# ---------------------------------------------------------------------------------------------------
+# Codecs: pure functions over bytes.
+
+LOG_NAME = "metadata.log"
+SNAPSHOT_NAME = "metadata.snapshot"
+LOCK_NAME = "metadata.lock"
+LOG_MAGIC = b"PTML"
+SNAPSHOT_MAGIC = b"PTMS"
+FORMAT_VERSION = 1
+_HEADER = struct.Struct(">4sHH")
+_FRAME = struct.Struct(">II")
+_TXID = struct.Struct(">Q")
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_SET_FIELDS = struct.Struct(">qqqQ")  # version, ctime ms, mtime ms, sequence counter
+_OP_SET = b"S"
+_OP_DELETE = b"D"
+HEADER_SIZE = _HEADER.size
+MAX_RECORD = 1 << 30
+
+
+def encode_header(magic: bytes) -> bytes:
+    return _HEADER.pack(magic, FORMAT_VERSION, 0)
+
+
+def check_header(data: bytes, magic: bytes, name: str) -> None:
+    """Raise CorruptStoreError unless ``data`` starts with a header of ours that we can read."""
+    found, version, _ = _HEADER.unpack_from(data)
+    if found != magic:
+        raise CorruptStoreError(f"{name}: bad magic {found!r}")
+    if version != FORMAT_VERSION:
+        raise CorruptStoreError(f"{name}: unknown format version {version}")
+
+
+def encode_set(path: str, value: bytes, version: int, ctime: int, mtime: int, seq: int) -> bytes:
+    p = path.encode("utf-8")
+    return b"".join((_OP_SET, _U16.pack(len(p)), p, _U32.pack(len(value)), value,
+                     _SET_FIELDS.pack(version, ctime, mtime, seq)))
+
+
+def encode_delete(path: str) -> bytes:
+    p = path.encode("utf-8")
+    return _OP_DELETE + _U16.pack(len(p)) + p
+
+
+def encode_record(txid: int, ops: Iterable[bytes]) -> bytes:
+    """Frame one transaction: length, CRC32C of the payload, payload (txid + operations)."""
+    payload = _TXID.pack(txid) + b"".join(ops)
+    return _FRAME.pack(len(payload), crc32c.crc32c(payload)) + payload
+
+
+def decode_records(data: bytes, offset: int):
+    """
+    Yield ``(txid, ops, end_offset)`` for each whole, CRC-good record from ``offset``; stop silently at
+    the first torn or bad one (the caller cuts the file at the last ``end_offset``). ``ops`` is a list of
+    ``("S", path, value, version, ctime, mtime, seq)`` and ``("D", path)`` tuples.
+    """
+    while offset + _FRAME.size <= len(data):
+        length, crc = _FRAME.unpack_from(data, offset)
+        start = offset + _FRAME.size
+        end = start + length
+        if length < _TXID.size or length > MAX_RECORD or end > len(data):
+            return
+        payload = data[start:end]
+        if crc32c.crc32c(payload) != crc:
+            return
+        try:
+            ops = _decode_ops(payload, _TXID.size)
+        except (struct.error, UnicodeDecodeError, ValueError):
+            return
+        yield _TXID.unpack_from(payload)[0], ops, end
+        offset = end
+
+
+def _decode_ops(payload: bytes, pos: int) -> list:
+    ops = []
+    while pos < len(payload):
+        kind = payload[pos:pos + 1]
+        (plen,) = _U16.unpack_from(payload, pos + 1)
+        pos += 1 + _U16.size
+        path = payload[pos:pos + plen].decode("utf-8")
+        pos += plen
+        if kind == _OP_DELETE:
+            ops.append(("D", path))
+        elif kind == _OP_SET:
+            (vlen,) = _U32.unpack_from(payload, pos)
+            pos += _U32.size
+            value = payload[pos:pos + vlen]
+            pos += vlen
+            version, ctime, mtime, seq = _SET_FIELDS.unpack_from(payload, pos)
+            pos += _SET_FIELDS.size
+            ops.append(("S", path, value, version, ctime, mtime, seq))
+        else:
+            raise ValueError(f"unknown operation {kind!r}")
+    if pos != len(payload):
+        raise ValueError("operation overruns its record")
+    return ops
+
+
+def encode_snapshot(txid: int, ops: Iterable[bytes]) -> bytes:
+    """A whole snapshot file: its header and one record holding every persistent node."""
+    return encode_header(SNAPSHOT_MAGIC) + encode_record(txid, ops)
+
+
+# ---------------------------------------------------------------------------------------------------
+# File I/O (worker thread only).
+
+def load(data_dir: str, apply: Callable[[list], None]) -> tuple[int, int, int]:
+    """
+    Read the snapshot and the log, passing each transaction's decoded operations to ``apply`` in order
+    (the snapshot's first, then the log's records it does not cover). Returns ``(last_txid, log_fd,
+    log_size)`` with the log open for appending and cut after its last good record. Raises
+    CorruptStoreError as the module docstring says, and whatever ``apply`` raises.
+    """
+    last_txid = 0
+    snap_path = os.path.join(data_dir, SNAPSHOT_NAME)
+    if os.path.exists(snap_path):
+        with open(snap_path, "rb") as f:
+            data = f.read()
+        if len(data) < HEADER_SIZE:
+            raise CorruptStoreError(f"{snap_path}: truncated header")
+        check_header(data, SNAPSHOT_MAGIC, snap_path)
+        records = list(decode_records(data, HEADER_SIZE))
+        # A snapshot is renamed into place only once complete and fsync'd: damage is not a torn write
+        # to cut away but lost data, so refuse to start rather than come up with part of the tree.
+        if len(records) != 1 or records[0][2] != len(data):
+            raise CorruptStoreError(f"{snap_path}: damaged snapshot")
+        last_txid, ops, _ = records[0]
+        apply(ops)
+
+    log_path = os.path.join(data_dir, LOG_NAME)
+    data = b""
+    if os.path.exists(log_path):
+        with open(log_path, "rb") as f:
+            data = f.read()
+    good_end = HEADER_SIZE
+    if len(data) >= HEADER_SIZE:
+        check_header(data, LOG_MAGIC, log_path)
+        for txid, ops, end in decode_records(data, HEADER_SIZE):
+            if txid > last_txid:    # older ones are in the snapshot already
+                apply(ops)
+                last_txid = txid
+            good_end = end
+        if good_end < len(data):
+            log.warn("{path}: cutting {n} bytes of torn or damaged log tail at offset {offset}",
+                     path=log_path, n=len(data) - good_end, offset=good_end)
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        if len(data) < HEADER_SIZE:
+            # Missing, empty, or a header torn while the log was first created.
+            os.ftruncate(fd, 0)
+            os.write(fd, encode_header(LOG_MAGIC))
+            _fsync(fd)
+            _fsync_dir(data_dir)
+        elif good_end < len(data):
+            os.ftruncate(fd, good_end)
+            _fsync(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    return last_txid, fd, good_end
+
+
+def _fsync_dir(data_dir: str) -> None:
+    fd = os.open(data_dir, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_snapshot(data_dir: str, log_fd: int, snapshot: bytes) -> None:
+    """Worker thread: install a snapshot durably, then empty the log it supersedes."""
+    tmp = os.path.join(data_dir, SNAPSHOT_NAME + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        _write_all(fd, snapshot)
+        _fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, os.path.join(data_dir, SNAPSHOT_NAME))
+    # The rename must be durable before the log is emptied, or a crash could leave neither.
+    _fsync_dir(data_dir)
+    os.ftruncate(log_fd, HEADER_SIZE)
+    _fsync(log_fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def append(fd: int, data: bytes, sync: bool) -> None:
+    """Worker thread: append records to the log, fsync'd when ``sync``."""
+    _write_all(fd, data)
+    if sync:
+        _fsync(fd)

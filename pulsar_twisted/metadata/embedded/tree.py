@@ -1,0 +1,102 @@
+"""
+The embedded metadata store's in-memory tree: nodes by path, and path rules shared with the ZooKeeper store.
+
+Pure data, no I/O and no Twisted: the store (``store.py``) changes the nodes directly for its writes; the
+operations here are the ones replay and snapshots need, in the record form of ``log_format``.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from pulsar_twisted.metadata.embedded.log_format import CorruptStoreError, encode_set
+
+
+class Node:
+    """One node: value, version, times in ms, ephemeral owner, next sequential-child number, children."""
+
+    __slots__ = ("value", "version", "ctime", "mtime", "owner", "seq", "children")
+
+    def __init__(self, value: bytes, ctime: int, owner: Optional[int] = None):
+        self.value = value
+        self.version = 0
+        self.ctime = ctime
+        self.mtime = ctime
+        self.owner = owner          # session id for an ephemeral node, else None
+        self.seq = 0                # next sequential-child counter
+        self.children: set[str] = set()
+
+    def set_op(self, path: str) -> bytes:
+        return encode_set(path, self.value, self.version, self.ctime, self.mtime, self.seq)
+
+
+def parent_of(path: str) -> str:
+    """The parent of an absolute path ("/" for a top-level node)."""
+    return path.rsplit("/", 1)[0] or "/"
+
+
+def name_of(path: str) -> str:
+    return path.rsplit("/", 1)[1]
+
+
+def child_path(parent: str, name: str) -> str:
+    return parent + name if parent == "/" else parent + "/" + name
+
+
+def check_path(path: str) -> None:
+    """Raise ValueError unless ``path`` is absolute, without empty segments or a trailing slash."""
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise ValueError(f"metadata path must be an absolute str: {path!r}")
+    if path != "/" and (path.endswith("/") or "//" in path):
+        raise ValueError(f"metadata path has an empty segment: {path!r}")
+    if "\x00" in path:
+        raise ValueError(f"metadata path contains NUL: {path!r}")
+
+
+class Tree:
+    """The nodes by path, with the persistent-state operations that replay and snapshots use."""
+
+    def __init__(self):
+        self.nodes: dict[str, Node] = {"/": Node(b"", 0)}
+
+    def apply(self, ops: list) -> None:
+        """Apply decoded operations (from the log or a snapshot)."""
+        for op in ops:
+            if op[0] == "S":
+                _, path, value, version, ctime, mtime, seq = op
+                node = self.nodes.get(path)
+                if node is None:
+                    parent = self.nodes.get(parent_of(path))
+                    if parent is None:
+                        raise CorruptStoreError(f"record creates {path} before its parent")
+                    node = self.nodes[path] = Node(value, ctime)
+                    parent.children.add(name_of(path))
+                node.value, node.version, node.ctime, node.mtime, node.seq = value, version, ctime, mtime, seq
+            else:
+                self.remove_subtree(op[1])
+
+    def remove_subtree(self, path: str) -> list[tuple[str, Node]]:
+        """Remove ``path`` and its descendants; return the removed ``(path, node)``, deepest first."""
+        node = self.nodes.get(path)
+        if node is None or path == "/":
+            return []
+        removed = []
+        for name in sorted(node.children):
+            removed.extend(self.remove_subtree(child_path(path, name)))
+        del self.nodes[path]
+        self.nodes[parent_of(path)].children.discard(name_of(path))
+        removed.append((path, node))
+        return removed
+
+    def snapshot_ops(self) -> list[bytes]:
+        """The persistent nodes as set operations, every parent before its children."""
+        ops = []
+        stack = ["/"]
+        while stack:
+            path = stack.pop()
+            node = self.nodes[path]
+            if node.owner is not None:
+                continue
+            ops.append(node.set_op(path))
+            stack.extend(child_path(path, name) for name in sorted(node.children, reverse=True))
+        return ops
