@@ -26,16 +26,15 @@ topic, gives the bundles back (deletes their nodes, so other brokers take them a
 ZooKeeper session.
 """
 
-from twisted.internet import endpoints
 
 from pulsar_twisted.broker.admin.service import AdminService
-from pulsar_twisted.broker.cnx import BrokerProtocolFactory
 from pulsar_twisted.broker.leader import LeaderElection
 from pulsar_twisted.broker.ownership import BundleOwnership, unload_bundle
 from pulsar_twisted.broker.registration import BrokerAddresses, BrokerRegistration
 from pulsar_twisted.broker.service import BrokerService
 from pulsar_twisted.config import BrokerConfig, ConfigError
 from pulsar_twisted.daemons.gctune import limit_malloc_arenas
+from pulsar_twisted.daemons.listeners import BrokerListeners
 from pulsar_twisted.daemons.options import config_options
 from pulsar_twisted.daemons.startup import Daemon
 from pulsar_twisted.daemons.tree import ListeningService, Step
@@ -46,9 +45,8 @@ from pulsar_twisted.metadata.urls import (
 from pulsar_twisted.metadata.zookeeper import ZooKeeperMetadataStore
 from pulsar_twisted.mledger.config import ManagedLedgerConfig
 from pulsar_twisted.mledger.factory import ManagedLedgerFactory
-from pulsar_twisted.security.endpoints import server_tls_context, tls_server_endpoint
+from pulsar_twisted.security.endpoints import server_tls_context
 from pulsar_twisted.security.tls import ClientTLS
-from pulsar_twisted.web.site import make_site
 
 
 # -------------------------------------------------------------------- configuration
@@ -111,7 +109,7 @@ def check_broker(config) -> None:
 
 
 # -------------------------------------------------------------------- the tree
-class BrokerClusterService(Daemon):
+class BrokerClusterService(BrokerListeners, Daemon):
     """One cluster broker (see the module docstring). The parts are attributes once their step
     has started; ``ready`` fires once the broker listens, is registered and is a leader candidate."""
 
@@ -122,7 +120,7 @@ class BrokerClusterService(Daemon):
         self.store = self.bookie_store = self.bookie_client = self.ledger_client = None
         self.ml_factory = self.broker = self.ownership = self.admin = None
         self.registration = self.leader = None
-        self._tls_context = self._bookie_tls = None
+        self._bookie_tls = None
         self._bookies_at_start = 0
         self.session_timeout = config.zooKeeperSessionTimeoutMillis / 1000.0
         # Bundle, registration and leader checks: well inside the session timeout.
@@ -236,27 +234,6 @@ class BrokerClusterService(Daemon):
         self.leader = LeaderElection(self.store, self.reactor, self.broker_id, self.addresses.web_url,
                                      self.check_interval)
         return self.leader.start()
-
-    # ---------------------------------------------------------------- listeners
-    def _site(self):
-        return make_site(self.admin, self.broker, self.config)
-
-    def _binary_factory(self):
-        return BrokerProtocolFactory(self.broker, self.reactor)
-
-    def _web_endpoint(self):
-        return endpoints.serverFromString(
-            self.reactor, f"tcp:{self.config.webServicePort}:interface={self.config.bindAddress}")
-
-    def _tls_endpoint(self, port: int):
-        if self._tls_context is None:
-            self._tls_context = server_tls_context(self.config)
-        return tls_server_endpoint(self.reactor, port, self.config, self._tls_context)
-
-    def _binary_endpoint(self):
-        config = self.config
-        return endpoints.serverFromString(self.reactor, config.brokerServiceEndpoint or (
-            f"tcp:{config.brokerServicePort}:interface={config.bindAddress}"))
 
     def announce(self) -> None:
         hosts, root = metadata_store_location(self.config)

@@ -16,14 +16,13 @@ stopped in reverse:
 
 import os
 
-from twisted.internet import endpoints
 
 from pulsar_twisted.bookie.storage import BookieStorage
 from pulsar_twisted.broker.admin.service import AdminService
-from pulsar_twisted.broker.cnx import BrokerProtocolFactory
 from pulsar_twisted.broker.service import BrokerService
 from pulsar_twisted.config import ConfigError, StandaloneConfig
 from pulsar_twisted.daemons.gctune import limit_malloc_arenas
+from pulsar_twisted.daemons.listeners import BrokerListeners
 from pulsar_twisted.daemons.options import config_options
 from pulsar_twisted.daemons.startup import Daemon
 from pulsar_twisted.daemons.tree import ListeningService, Step
@@ -33,8 +32,7 @@ from pulsar_twisted.metadata.embedded.store import EmbeddedMetadataStore
 from pulsar_twisted.mledger.config import ManagedLedgerConfig
 from pulsar_twisted.mledger.factory import ManagedLedgerFactory
 from pulsar_twisted.resources.bookies import register_bookie
-from pulsar_twisted.security.endpoints import server_tls_context, tls_broker_url, tls_server_endpoint
-from pulsar_twisted.web.site import make_site
+from pulsar_twisted.security.endpoints import tls_broker_url
 
 
 def check_standalone(config) -> None:
@@ -44,7 +42,7 @@ def check_standalone(config) -> None:
                           "leave metadataStoreUrl empty (use pulsar-broker for a cluster)")
 
 
-class StandaloneService(Daemon):
+class StandaloneService(BrokerListeners, Daemon):
     """Metadata store + bookie + ledger client + managed ledgers + broker in one reactor (see the
     module docstring). The parts are attributes once their step has started."""
 
@@ -53,7 +51,6 @@ class StandaloneService(Daemon):
         self.config = config
         self.store = self.bookie = self.ledger_client = self.ml_factory = None
         self.broker = self.admin = None
-        self._tls_context = None
         self.bookie_id = f"{config.advertisedAddress}:3181"
         self.broker_url = f"pulsar://{config.advertisedAddress}:{config.brokerServicePort}"
         steps = [
@@ -106,28 +103,6 @@ class StandaloneService(Daemon):
     def _start_admin(self):
         self.admin = AdminService(self.broker, self.store, self.config, self.reactor)
         self.admin.startService()
-
-    # ---------------------------------------------------------------- listeners
-    def _site(self):
-        return make_site(self.admin, self.broker, self.config)
-
-    def _binary_factory(self):
-        return BrokerProtocolFactory(self.broker, self.reactor)
-
-    def _web_endpoint(self):
-        return endpoints.serverFromString(
-            self.reactor, f"tcp:{self.config.webServicePort}:interface={self.config.bindAddress}")
-
-    def _tls_endpoint(self, port: int):
-        # One context for both TLS listeners, as Pulsar has one TLS configuration per broker.
-        if self._tls_context is None:
-            self._tls_context = server_tls_context(self.config)
-        return tls_server_endpoint(self.reactor, port, self.config, self._tls_context)
-
-    def _binary_endpoint(self):
-        config = self.config
-        return endpoints.serverFromString(self.reactor, config.brokerServiceEndpoint or (
-            f"tcp:{config.brokerServicePort}:interface={config.bindAddress}"))
 
     def announce(self) -> None:
         config = self.config

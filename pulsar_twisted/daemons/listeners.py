@@ -1,0 +1,41 @@
+"""
+The broker's listeners, shared by the standalone and the cluster broker daemons: the admin/lookup
+web site, the binary protocol factory and the endpoints they listen on (plain from
+``webServicePort`` / ``brokerServicePort`` or ``brokerServiceEndpoint``; TLS from the ``*Tls``
+ports with one context for both TLS listeners, as Pulsar has one TLS configuration per broker).
+
+A mixin for a ``Daemon`` that has ``config``, ``reactor``, ``broker`` and ``admin`` once their
+steps have started; its ``ListeningService`` children call these when they start.
+"""
+
+from twisted.internet import endpoints
+
+from pulsar_twisted.broker.cnx import BrokerProtocolFactory
+from pulsar_twisted.security.endpoints import server_tls_context, tls_server_endpoint
+from pulsar_twisted.web.site import make_site
+
+
+class BrokerListeners:
+    """Factories and endpoints of a broker's web and binary listeners."""
+
+    _tls_context = None
+
+    def _site(self):
+        return make_site(self.admin, self.broker, self.config)
+
+    def _binary_factory(self):
+        return BrokerProtocolFactory(self.broker, self.reactor)
+
+    def _web_endpoint(self):
+        return endpoints.serverFromString(
+            self.reactor, f"tcp:{self.config.webServicePort}:interface={self.config.bindAddress}")
+
+    def _tls_endpoint(self, port: int):
+        if self._tls_context is None:
+            self._tls_context = server_tls_context(self.config)
+        return tls_server_endpoint(self.reactor, port, self.config, self._tls_context)
+
+    def _binary_endpoint(self):
+        config = self.config
+        return endpoints.serverFromString(self.reactor, config.brokerServiceEndpoint or (
+            f"tcp:{config.brokerServicePort}:interface={config.bindAddress}"))
