@@ -28,6 +28,7 @@ from pulsar_twisted.client import errors
 from pulsar_twisted.client.client import Client as AsyncClient
 from pulsar_twisted.client.consumer import Sub
 from pulsar_twisted.client.message_id import MessageId
+from pulsar_twisted.client.batch_receive import as_policy
 
 _lock = threading.Lock()
 #: Reactor threads we started, by reactor.
@@ -189,7 +190,6 @@ class Consumer(_Handle):
         A list of messages within the ``batch_receive_policy`` given to ``subscribe`` (or
         ``policy``): see the Deferred consumer's ``batch_receive``. Possibly empty.
         """
-        from pulsar_twisted.client.batch_receive import as_policy
         timeout_ms = as_policy(policy).timeout_ms if policy is not None else \
             self._batch_timeout_ms()
         wait = None if timeout_ms <= 0 else timeout_ms / 1000.0 + self._client._timeout

@@ -38,6 +38,9 @@ log = Logger()
 
 _ABSENT = (NoSuchEntryError, NoSuchLedgerError)
 
+#: Entries of the tail read at once during recovery.
+_READ_AHEAD = 16
+
 
 def _with_timeout(d, env, timeout=None):
     timeout = env.read_timeout if timeout is None else timeout
@@ -121,14 +124,26 @@ class LedgerRecoveryOp:
             length = (await reader.read_entry_unchecked(lac)).length
         entry_id = lac + 1
         readds = []
-        while True:
-            found = await self._recovery_read(metadata, schedule, entry_id)
-            if found is None:
-                break
-            packed, entry = found
-            readds.append(self._readd(metadata, schedule, entry_id, packed))
-            length = entry.length
-            entry_id += 1
+        # Up to _READ_AHEAD entries are read at once (a writer that pipelined its adds leaves a
+        # tail as long as its adds in flight); the answers are still taken in entry order, and
+        # those past the end are dropped, so the outcome is that of reading one by one.
+        ahead = {}
+        try:
+            while True:
+                for e in range(entry_id, entry_id + _READ_AHEAD):
+                    if e not in ahead:
+                        ahead[e] = defer.Deferred.fromCoroutine(
+                            self._recovery_read(metadata, schedule, e))
+                found = await ahead.pop(entry_id)
+                if found is None:
+                    break
+                packed, entry = found
+                readds.append(self._readd(metadata, schedule, entry_id, packed))
+                length = entry.length
+                entry_id += 1
+        finally:
+            for d in ahead.values():
+                d.addErrback(lambda f: None)    # reads past the end (or past a failure)
         if readds:
             await defer.gatherResults(readds, consumeErrors=True).addErrback(
                 lambda f: f.value.subFailure)

@@ -14,6 +14,7 @@ fail the handshake, ``tlsAllowInsecureConnection`` accepts untrusted ones (Pulsa
 from twisted.internet import endpoints, ssl
 
 from pulsar_twisted.config import ConfigError
+from pulsar_twisted.security.tls import load_private_certificate
 
 _VERSIONS = [("TLSv1", ssl.TLSVersion.TLSv1_0), ("TLSv1.1", ssl.TLSVersion.TLSv1_1),
              ("TLSv1.2", ssl.TLSVersion.TLSv1_2), ("TLSv1.3", ssl.TLSVersion.TLSv1_3)]
@@ -46,7 +47,6 @@ def _version_options(protocols) -> dict:
 def server_tls_context(config) -> ssl.CertificateOptions:
     """The context factory of the broker's TLS listeners; ``ConfigError`` names a bad key."""
     from OpenSSL import SSL
-    from pulsar_twisted.security.tls import load_private_certificate
     if not config.tlsCertificateFilePath or not config.tlsKeyFilePath:
         raise ConfigError("tlsCertificateFilePath, tlsKeyFilePath: a TLS listener needs both")
     try:

@@ -8,6 +8,7 @@ Handlers parse and call AdminService; the rules live in ``pulsar_twisted.broker.
 
 from pulsar_twisted.common.naming import NON_PERSISTENT, PERSISTENT
 from pulsar_twisted.web.routing import Response, int_param, json_body, query_bool
+from pulsar_twisted.web.schemas import add_schema_routes
 
 V2 = "/admin/v2"
 
@@ -152,8 +153,7 @@ def add_topic_routes(router, admin) -> None:
                                                  int_param(position, "messagePosition"))
         return Response(200, body, headers, content_type="application/octet-stream")
 
-    from pulsar_twisted.web.schemas import add_schema_routes  # /admin/v2/schemas (issue 5)
-    add_schema_routes(router, admin)
+    add_schema_routes(router, admin)  # /admin/v2/schemas
 
 
 def add_lookup_routes(router, admin) -> None:

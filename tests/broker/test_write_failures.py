@@ -224,3 +224,30 @@ class FailureDuringRolloverTests(FeatureCase):
         consumer = self.harness.client()
         self.subscribe(consumer, 77, sub="check")
         self.assertEqual(payloads(consumer.received()), ["m0", "m1", "m2"])
+
+
+class ReloadWhileClosingTests(FeatureCase):
+    """A topic unloaded with an add in flight and loaded again before its managed ledger closed."""
+
+    def test_reloaded_topic_writes_to_a_new_managed_ledger(self):
+        consumer = self.harness.client()
+        self.subscribe(consumer, 77, sub="check", permits=0)    # keeps the entries
+        c = self.harness.client()
+        self.create_producer(c, name="p")
+        self.send(c, 0)
+        old = self.topic_object()
+        ledger_client = self.harness.ledger_client
+        ledger_client.pause_adds()
+        self.send(c, 1)
+        self.harness.broker.unload_topic(self.topic)
+        c2 = self.harness.client()
+        self.create_producer(c2, name="q")      # loads the topic again: waits for the close
+        ledger_client.resume_adds()
+        self.harness.pump()
+        self.assertEqual(kinds(c2.commands()), [T.PRODUCER_SUCCESS])
+        topic = self.topic_object()
+        self.assertIsNot(topic.ledger, old.ledger)
+        self.assertEqual(kinds(self.send(c2, 5)), [T.SEND_RECEIPT])
+        consumer = self.harness.client()
+        self.subscribe(consumer, 78, sub="check")
+        self.assertEqual(payloads(consumer.received()), ["m0", "m1", "m5"])

@@ -173,7 +173,12 @@ class KillNineTests(InteropCase):
         # Let the client's 100 ms ack grouping send them, so what follows measures the broker.
         time.sleep(0.5)
         self.standalone.kill9()
-        self.client.close()
+        try:
+            self.client.close()
+        except pulsar.NotConnected:
+            # The official client may not have seen the connection die yet: its close then
+            # fails to reach the (dead) broker. Nothing this test measures.
+            pass
         self.standalone.start()
         again = self.new_client().subscribe(name, "sub", consumer_type=CT.Shared)
         redelivered = self.datas(self.drain(again, quiet_ms=1000, ack=True))
