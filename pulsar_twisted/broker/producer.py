@@ -27,6 +27,12 @@ class Producer:
 
     log = Logger()
 
+    #: How long a broker-side close waits for the publishes in flight before it sends
+    #: CLOSE_PRODUCER anyway. Answering them first spares the client resends, but a close must
+    #: not hang on storage (Pulsar disconnects at once): the client resends what is unanswered
+    #: and deduplication answers what was stored.
+    close_grace_seconds = 5.0
+
     def __init__(self, topic, cnx, producer_id: int, name: str, access_mode: int = api.Shared,
                  user_provided_name: bool = False, metadata=None, schema_version: bytes = b""):
         self.topic = topic
@@ -50,6 +56,7 @@ class Producer:
         #: Publishes stored-or-failed not yet answered; a broker-side close waits for them.
         self.pending = 0
         self.closing = False
+        self._close_call = None
 
     def publish(self, send, message: bytes):
         """Store ``message``; Deferred fires (always successfully) once the client is answered."""
@@ -146,8 +153,20 @@ class Producer:
         self.closing = True
         if not self.pending:
             self._finish_close()
+        else:
+            self._close_call = self.topic.clock.callLater(self.close_grace_seconds, self._close_overdue)
+
+    def _close_overdue(self):
+        self._close_call = None
+        self.log.warn("{topic}: producer {producer} closed with {n} publishes still in flight "
+                      "after {s} s", topic=self.topic.name, producer=self.name, n=self.pending,
+                      s=self.close_grace_seconds)
+        self._finish_close()
 
     def _finish_close(self):
+        if self._close_call is not None and self._close_call.active():
+            self._close_call.cancel()
+        self._close_call = None
         self.closing = False
         self.closed = True
         self.cnx.producer_closed_by_broker(self)

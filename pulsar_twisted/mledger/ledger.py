@@ -503,10 +503,24 @@ class ManagedLedgerImpl:
     def _set_fenced(self):
         """Another owner took over: no add, cursor write or metadata write from here on; pending
         and queued adds fail in order; the factory forgets us; then the fenced listeners run."""
-        if self._state in (State.FENCED, State.CLOSED):
+        if self._state is State.CLOSED:
+            # Fenced while closing (a bundle-loss unload raced the new owner's recovery): the
+            # close waits for the adds in flight, which the bookies now refuse one by one; fail
+            # them all here, or the close, and every producer waiting for its publishes, hangs.
+            self._stop_writing()
+            return
+        if self._state is State.FENCED:
             return
         self._state = State.FENCED
         self._cancel_timers()
+        self._stop_writing()
+        self.factory._forget(self)
+        listeners, self._fenced_listeners = self._fenced_listeners, []
+        for cb in listeners:
+            self._call_fenced_listener(cb)
+
+    def _stop_writing(self):
+        """Pending and queued adds fail in order with ManagedLedgerFencedError; cursors stop."""
         error = ManagedLedgerFencedError(f"managed ledger {self.name} is fenced")
         doomed = list(self._pending) + list(self._queued)
         self._pending.clear()
@@ -515,10 +529,6 @@ class ManagedLedgerImpl:
         self._fire_drained()
         for cursor in list(self.cursors.values()) + list(self._new_cursors.values()):
             cursor._stop_fenced()
-        self.factory._forget(self)
-        listeners, self._fenced_listeners = self._fenced_listeners, []
-        for cb in listeners:
-            self._call_fenced_listener(cb)
 
     def _cursor_fenced(self, cursor):
         """A cursor lost a compare-and-set on its node: the whole managed ledger is someone else's."""

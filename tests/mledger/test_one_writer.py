@@ -16,7 +16,7 @@ from twisted.trial import unittest
 from pulsar_twisted.ledger.bookies import LocalBookieClient
 from pulsar_twisted.ledger.client import BookKeeperClient
 from pulsar_twisted.resources.bookies import register_bookie
-from pulsar_twisted.common.bk_errors import BookieUnavailableError
+from pulsar_twisted.common.bk_errors import BookieUnavailableError, LedgerFencedError
 from pulsar_twisted.ledger.quorum import RandomPlacementPolicy
 from pulsar_twisted.metadata.embedded.store import EmbeddedMetadataStore
 from pulsar_twisted.mledger import formats
@@ -221,6 +221,33 @@ class StaleWriterTests(TwoBrokers, unittest.TestCase):
                         events.index(("create",)))
         self.assertEqual(b.number_of_entries(), 3)
         self.failureResultOf(a.add_entry(b"stale"), ManagedLedgerFencedError)
+
+    def test_close_racing_the_fence_fails_adds_in_flight(self):
+        """Issue 11 item 6: a close (the broker lost the bundle) starts while adds are in flight
+        and the bookies then refuse them (a new owner fenced the ledger). The adds fail in order
+        with ManagedLedgerFencedError and the close finishes; before, the close waited for them
+        forever, and so did every producer close waiting for its publishes."""
+        a = self.open(self.broker())
+        self.successResultOf(a.open_cursor("sub", "earliest"))
+        self.successResultOf(a.add_entry(data(0)))
+        for bookie in self.bookies.values():
+            bookie.hold("add")
+        outcomes = []
+        for i in range(1, 5):
+            a.add_entry(data(i)).addCallbacks(
+                lambda pos, i=i: outcomes.append((i, "ok")),
+                lambda f, i=i: outcomes.append((i, f.type)))
+        closed = a.close()
+        self.assertNoResult(closed)
+        held = [call for bookie in self.bookies.values() for call in list(bookie.held)]
+        self.assertTrue(held)
+        held[0].fail(LedgerFencedError(f"ledger {a.current_ledger_id()} is fenced"))
+        self.assertEqual(outcomes, [(i, ManagedLedgerFencedError) for i in range(1, 5)])
+        self.successResultOf(closed)
+        self.assertEqual(a.state, State.CLOSED)
+        for call in held[1:]:       # the bookies' later refusals change nothing
+            call.fail(LedgerFencedError("fenced"))
+        self.assertEqual(len(outcomes), 4)
 
 
 class FencedListenerTests(ManagedLedgerHarness, unittest.TestCase):
