@@ -37,7 +37,7 @@ from pulsar_twisted.daemons.gctune import limit_malloc_arenas
 from pulsar_twisted.daemons.listeners import BrokerListeners
 from pulsar_twisted.daemons.options import config_options
 from pulsar_twisted.daemons.startup import Daemon
-from pulsar_twisted.daemons.tree import ListeningService, Step
+from pulsar_twisted.daemons.tree import Step
 from pulsar_twisted.ledger.client import BookKeeperClient, health_check_options
 from pulsar_twisted.ledger.tcp import TcpBookieClient
 from pulsar_twisted.metadata.urls import (
@@ -137,16 +137,9 @@ class BrokerClusterService(BrokerListeners, Daemon):
             Step("bundle ownership", self._start_ownership, lambda: self.ownership.stop()),
             Step("broker service", lambda: self.broker.startService(), lambda: self.broker.stopService()),
             Step("admin", self._start_admin, lambda: self.admin.stopService()),
-            ListeningService("web", self._web_endpoint, self._site),
         ]
-        if config.webServicePortTls:
-            steps.append(ListeningService(
-                "web TLS", lambda: self._tls_endpoint(config.webServicePortTls), self._site))
-        if config.brokerServicePortTls:
-            steps.append(ListeningService(
-                "binary TLS", lambda: self._tls_endpoint(config.brokerServicePortTls), self._binary_factory))
+        steps += self.listening_services()
         steps += [
-            ListeningService("binary", self._binary_endpoint, self._binary_factory),
             Step("registration", self._start_registration, lambda: self.registration.stop()),
             Step("leader election", self._start_leader, lambda: self.leader.stop()),
         ]

@@ -11,6 +11,7 @@ steps have started; its ``ListeningService`` children call these when they start
 from twisted.internet import endpoints
 
 from pulsar_twisted.broker.cnx import BrokerProtocolFactory
+from pulsar_twisted.daemons.tree import ListeningService
 from pulsar_twisted.security.endpoints import server_tls_context, tls_server_endpoint
 from pulsar_twisted.web.site import make_site
 
@@ -19,6 +20,22 @@ class BrokerListeners:
     """Factories and endpoints of a broker's web and binary listeners."""
 
     _tls_context = None
+
+    def listening_services(self) -> list:
+        """The listeners in start order: web, web TLS and binary TLS when configured, then the
+        plain binary port last (its opening is the readiness signal: a broker accepting plain
+        connections also accepts TLS ones)."""
+        config = self.config
+        services = [ListeningService("web", self._web_endpoint, self._site)]
+        if config.webServicePortTls:
+            services.append(ListeningService(
+                "web TLS", lambda: self._tls_endpoint(config.webServicePortTls), self._site))
+        if config.brokerServicePortTls:
+            services.append(ListeningService(
+                "binary TLS", lambda: self._tls_endpoint(config.brokerServicePortTls),
+                self._binary_factory))
+        services.append(ListeningService("binary", self._binary_endpoint, self._binary_factory))
+        return services
 
     def _site(self):
         return make_site(self.admin, self.broker, self.config)

@@ -25,7 +25,7 @@ from pulsar_twisted.daemons.gctune import limit_malloc_arenas
 from pulsar_twisted.daemons.listeners import BrokerListeners
 from pulsar_twisted.daemons.options import config_options
 from pulsar_twisted.daemons.startup import Daemon
-from pulsar_twisted.daemons.tree import ListeningService, Step
+from pulsar_twisted.daemons.tree import Step
 from pulsar_twisted.ledger.bookies import LocalBookieClient
 from pulsar_twisted.ledger.client import BookKeeperClient
 from pulsar_twisted.metadata.embedded.store import EmbeddedMetadataStore
@@ -60,15 +60,8 @@ class StandaloneService(BrokerListeners, Daemon):
             Step("managed ledgers", self._start_managed_ledgers, lambda: self.ml_factory.shutdown()),
             Step("broker", self._start_broker, lambda: self.broker.stopService()),
             Step("admin", self._start_admin, lambda: self.admin.stopService()),
-            ListeningService("web", self._web_endpoint, self._site),
         ]
-        if config.webServicePortTls:
-            steps.append(ListeningService(
-                "web TLS", lambda: self._tls_endpoint(config.webServicePortTls), self._site))
-        if config.brokerServicePortTls:
-            steps.append(ListeningService(
-                "binary TLS", lambda: self._tls_endpoint(config.brokerServicePortTls), self._binary_factory))
-        steps.append(ListeningService("binary", self._binary_endpoint, self._binary_factory))
+        steps += self.listening_services()
         for step in steps:
             step.setServiceParent(self)
 
