@@ -27,6 +27,26 @@ def http(method: str, url: str, body=None) -> int:
     with urllib.request.urlopen(request, timeout=30) as response:
         return response.status
 
+def read_back(checker):
+    """Everything ``checker`` (a subscription from the earliest position) receives until 3 s of
+    quiet: the payloads ("m-%06d", in storage order) and how many came after a higher number of
+    the same partition (a producer's messages stored out of order)."""
+    stored, order_violations, last = [], 0, {}
+    while True:
+        try:
+            message = checker.receive(timeout_millis=3000)
+        except pulsar.Timeout:
+            break
+        stored.append(message.data())
+        number = int(message.data()[2:])
+        partition = message.topic_name()
+        if number < last.get(partition, -1):
+            order_violations += 1
+        last[partition] = number
+        checker.acknowledge(message)
+    return stored, order_violations
+
+
 
 class NonOwnerAdminThenTakeoverTests(ClusterCase):
 
@@ -108,19 +128,7 @@ class NonOwnerAdminThenTakeoverTests(ClusterCase):
             received.append(message.data())
             consumer.acknowledge(message)
         checker = self.client(other.service_url).subscribe(topic, "check")
-        stored, order_violations, last = [], 0, {}
-        while True:
-            try:
-                message = checker.receive(timeout_millis=3000)
-            except pulsar.Timeout:
-                break
-            stored.append(message.data())
-            number = int(message.data()[2:])
-            partition = message.topic_name()
-            if number < last.get(partition, -1):
-                order_violations += 1
-            last[partition] = number
-            checker.acknowledge(message)
+        stored, order_violations = read_back(checker)
         duplicates = len(stored) - len(set(stored))
         other_log = other.log_text()
         print(f"\n  non-owner PUT partitions then owner frozen {figures['frozen']:.1f}s: sent "
@@ -188,18 +196,7 @@ class WriteFailureFencingProcessTests(ClusterCase):
         producer.flush()
         answered = time.monotonic() - healed
         checker = client.subscribe(topic, "check")
-        stored, order_violations, last = [], 0, -1
-        while True:
-            try:
-                message = checker.receive(timeout_millis=3000)
-            except pulsar.Timeout:
-                break
-            stored.append(message.data())
-            number = int(message.data()[2:])
-            if number < last:
-                order_violations += 1
-            last = number
-            checker.acknowledge(message)
+        stored, order_violations = read_back(checker)
         duplicates = len(stored) - len(set(stored))
         log = broker.log_text()
         print(f"\n  bookie kill -9 without spare, restarted after 5 s: sent {publisher.sent}, "
