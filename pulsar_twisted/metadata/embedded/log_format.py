@@ -63,6 +63,10 @@ _OP_SET = b"S"
 _OP_DELETE = b"D"
 HEADER_SIZE = _HEADER.size
 MAX_RECORD = 1 << 30
+#: A path's UTF-8 length is a 16-bit field of a set or delete operation.
+MAX_PATH_BYTES = 0xFFFF
+#: A value's length is a 32-bit field, and a record is at most MAX_RECORD.
+MAX_VALUE_BYTES = MAX_RECORD - 1024
 
 
 def encode_header(magic: bytes) -> bytes:

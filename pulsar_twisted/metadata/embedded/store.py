@@ -113,6 +113,14 @@ class StoreFailedError(MetadataStoreError):
     """A disk write failed earlier; the store accepts no more writes until restarted."""
 
 
+class SnapshotFailedError(MetadataStoreError):
+    """A snapshot could not be encoded or written; the log still holds every write (nothing lost)."""
+
+
+#: After a failed snapshot, how long the size threshold waits before trying another one.
+SNAPSHOT_RETRY_SECONDS = 30.0
+
+
 def _load(data_dir: str):
     """Worker thread: the tree, last txid, log fd and log size from the files (``log_format.load``)."""
     tree = Tree()
@@ -123,13 +131,15 @@ def _load(data_dir: str):
 class _Commit:
     """One write waiting for the disk: its record (maybe empty), Deferred, result and notifications."""
 
-    __slots__ = ("record", "deferred", "result", "notifications")
+    __slots__ = ("record", "deferred", "result", "notifications", "wants_snapshot")
 
-    def __init__(self, record: bytes, result, notifications: list):
+    def __init__(self, record: bytes, result, notifications: list, wants_snapshot: bool = False):
         self.record = record
         self.deferred = Deferred()
         self.result = result
         self.notifications = notifications
+        #: An explicit ``snapshot()`` request: it fails when the snapshot does (others only log it).
+        self.wants_snapshot = wants_snapshot
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -162,6 +172,11 @@ class _Core:
         self.flush_scheduled = False
         self.in_flight = False
         self.snapshot_wanted = False
+        #: Snapshots that failed (encoding or disk) since start, the last reason, and the earliest
+        #: time (reactor seconds) the size threshold may try again: a broken disk is not hammered.
+        self.snapshot_failures = 0
+        self.last_snapshot_error: Optional[str] = None
+        self.snapshot_retry_at = 0.0
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -235,7 +250,8 @@ class _Core:
     def now_ms(self) -> int:
         return int(self.reactor.seconds() * 1000)
 
-    def commit(self, ops: list[bytes], result, notifications: list[Notification]) -> Deferred:
+    def commit(self, ops: list[bytes], result, notifications: list[Notification],
+               wants_snapshot: bool = False) -> Deferred:
         """
         Queue a change already applied to the tree; fire with ``result`` once ``ops`` are durable and
         after ``notifications`` have been delivered. Empty ``ops`` still wait their turn, so Deferreds
@@ -250,16 +266,18 @@ class _Core:
             return succeed(result)
         record = b""
         if ops:
+            # The ops were encoded (and their paths checked) before the tree changed, so this
+            # cannot fail on the caller's input.
             self.txid += 1
             record = encode_record(self.txid, ops)
-        entry = _Commit(record, result, notifications)
+        entry = _Commit(record, result, notifications, wants_snapshot)
         self.pending.append(entry)
         self._schedule_flush()
         return entry.deferred
 
     def request_snapshot(self) -> Deferred:
         self.snapshot_wanted = True
-        return self.commit([], None, [])
+        return self.commit([], None, [], wants_snapshot=True)
 
     def _schedule_flush(self) -> None:
         # One batch in flight at a time; waiting for the end of the tick gathers the tick's writes.
@@ -273,34 +291,71 @@ class _Core:
             return
         batch, self.pending = self.pending, []
         data = b"".join(entry.record for entry in batch)
-        snapshot = None
-        if self.snapshot_wanted or self.log_size + len(data) > self.snapshot_log_bytes:
+        snapshot, snapshot_error = None, None
+        if self._snapshot_due(len(data)):
             # Everything applied to the tree is in this batch or already in the log, so a snapshot of
             # the tree now covers the batch too and replaces writing it.
             self.snapshot_wanted = False
-            snapshot = log_format.encode_snapshot(self.txid, self.tree.snapshot_ops())
+            try:
+                snapshot = log_format.encode_snapshot(self.txid, self.tree.snapshot_ops())
+            except Exception as e:
+                # Only a bug can put an unencodable node in the tree (paths are checked before any
+                # change); the log still has every write, so keep logging and say so loudly.
+                log.failure("metadata snapshot could not be encoded; the log keeps every write")
+                snapshot_error = e
         self.in_flight = True
         d = deferToThreadPool(self.reactor, self.pool, self._write, self.log_fd, data, snapshot)
+        if snapshot_error is not None:
+            d.addCallback(lambda _: snapshot_error)
         d.addCallbacks(self._written, self._write_failed, callbackArgs=(batch, snapshot),
                        errbackArgs=(batch,))
 
-    def _write(self, fd: int, data: bytes, snapshot: Optional[bytes]) -> None:
-        """Worker thread."""
-        if snapshot is not None:
-            log_format.write_snapshot(self.data_dir, fd, snapshot)
-        elif data:
-            log_format.append(fd, data, self.sync)
+    def _snapshot_due(self, batch_bytes: int) -> bool:
+        if self.snapshot_wanted:
+            return True
+        return (self.log_size + batch_bytes > self.snapshot_log_bytes
+                and self.reactor.seconds() >= self.snapshot_retry_at)
 
-    def _written(self, _, batch: list[_Commit], snapshot: Optional[bytes]) -> None:
-        self.in_flight = False
+    def _write(self, fd: int, data: bytes, snapshot: Optional[bytes]) -> Optional[Exception]:
+        """Worker thread. Returns the snapshot's error (the batch then went to the log instead)."""
         if snapshot is not None:
+            try:
+                log_format.write_snapshot(self.data_dir, fd, snapshot)
+                return None
+            except OSError as e:
+                # Before the rename the old snapshot and the log are intact; after it the log's
+                # records are covered by txid. Either way appending the batch keeps it durable.
+                error = e
+        else:
+            error = None
+        if data:
+            log_format.append(fd, data, self.sync)
+        return error
+
+    def _written(self, snapshot_error: Optional[Exception], batch: list[_Commit],
+                 snapshot: Optional[bytes]) -> None:
+        self.in_flight = False
+        failed = None
+        if snapshot_error is not None:
+            self.log_size += sum(len(entry.record) for entry in batch)
+            self.snapshot_failures += 1
+            self.last_snapshot_error = str(snapshot_error) or type(snapshot_error).__name__
+            self.snapshot_retry_at = self.reactor.seconds() + SNAPSHOT_RETRY_SECONDS
+            log.error("metadata snapshot failed ({n} so far): {reason}; writes go on to the log, "
+                      "retrying in {retry}s", n=self.snapshot_failures, reason=self.last_snapshot_error,
+                      retry=SNAPSHOT_RETRY_SECONDS)
+            failed = SnapshotFailedError(f"metadata snapshot failed: {self.last_snapshot_error}")
+        elif snapshot is not None:
             self.log_size = HEADER_SIZE
             log.info("metadata snapshot written: {n} bytes, txid {txid}", n=len(snapshot), txid=self.txid)
         else:
             self.log_size += sum(len(entry.record) for entry in batch)
         for entry in batch:
             self.notify(entry.notifications)
-            entry.deferred.callback(entry.result)
+            if failed is not None and entry.wants_snapshot:
+                entry.deferred.errback(failed)
+            else:
+                entry.deferred.callback(entry.result)
         if self.pending:
             self._schedule_flush()
 
@@ -483,6 +538,9 @@ class EmbeddedMetadataStore:
         try:
             if not isinstance(value, (bytes, bytearray, memoryview)):
                 raise TypeError(f"metadata values are bytes, not {type(value).__name__}")
+            if len(value) > log_format.MAX_VALUE_BYTES:
+                raise ValueError(f"metadata value of {len(value)} bytes is over the "
+                                 f"{log_format.MAX_VALUE_BYTES} a log record can hold")
             return self._put(path, bytes(value), expected_version, ephemeral, sequential)
         except (MetadataStoreError, ValueError, TypeError) as e:
             return fail(e)
@@ -502,6 +560,7 @@ class EmbeddedMetadataStore:
             parent = nodes.get(parent_path)
             seq = parent.seq if parent is not None else 0
             path = f"{path}{seq:010d}"
+            check_path(path)    # the counter made it longer
             if path in nodes:   # only possible if someone made this name by hand
                 raise AlreadyExistsError(path)
         node = nodes.get(path)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from pulsar_twisted.metadata.embedded.log_format import CorruptStoreError, encode_set
+from pulsar_twisted.metadata.embedded.log_format import MAX_PATH_BYTES, CorruptStoreError, encode_set
 
 
 class Node:
@@ -44,13 +44,25 @@ def child_path(parent: str, name: str) -> str:
 
 
 def check_path(path: str) -> None:
-    """Raise ValueError unless ``path`` is absolute, without empty segments or a trailing slash."""
+    """
+    Raise ValueError unless ``path`` is absolute, without empty segments or a trailing slash, free of
+    NUL and encodable in a log record (valid UTF-8 of at most ``MAX_PATH_BYTES``). Every write checks
+    this before it changes the tree, so a node the log could not record never exists.
+    """
     if not isinstance(path, str) or not path.startswith("/"):
-        raise ValueError(f"metadata path must be an absolute str: {path!r}")
+        raise ValueError(f"metadata path must be an absolute str: {path[:100]!r}")
+    if len(path) > MAX_PATH_BYTES:
+        raise ValueError(f"metadata path longer than {MAX_PATH_BYTES} bytes: {path[:100]!r}...")
     if path != "/" and (path.endswith("/") or "//" in path):
-        raise ValueError(f"metadata path has an empty segment: {path!r}")
+        raise ValueError(f"metadata path has an empty segment: {path[:100]!r}")
     if "\x00" in path:
-        raise ValueError(f"metadata path contains NUL: {path!r}")
+        raise ValueError(f"metadata path contains NUL: {path[:100]!r}")
+    try:
+        size = len(path.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise ValueError(f"metadata path is not valid Unicode (lone surrogate): {path[:100]!r}") from None
+    if size > MAX_PATH_BYTES:
+        raise ValueError(f"metadata path longer than {MAX_PATH_BYTES} bytes: {path[:100]!r}...")
 
 
 class Tree:
