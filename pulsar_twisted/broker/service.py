@@ -25,7 +25,8 @@ from pulsar_twisted.metadata.interfaces import AlreadyExistsError
 from pulsar_twisted.mledger import formats
 from pulsar_twisted.common.position import EARLIEST
 from pulsar_twisted.common.naming import (
-    InvalidTopicNameError, NamespaceName, parse_topic, PERSISTENT, NON_PERSISTENT)
+    InvalidTopicNameError, NamespaceName, parse_topic, subscription_name_problem, PERSISTENT,
+    NON_PERSISTENT)
 from pulsar_twisted.metadata.layout import PRODUCER_NAME_COUNTER
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.resources.clusters import ClusterResources
@@ -479,8 +480,9 @@ class BrokerService(service.Service):
     @defer.inlineCallbacks
     def subscribe(self, cnx, request):
         """The Consumer of a SubscribeRequest (authorization, topic load, then the topic's rules)."""
-        if not request.subscription:
-            raise errors.NotAllowedError("Empty subscription name")
+        problem = subscription_name_problem(request.subscription)
+        if problem:
+            raise errors.NotAllowedError(problem)
         yield defer.ensureDeferred(self.security.check_topic(cnx, request.topic, "consume"))
         topic = yield self.get_topic(request.topic, create=request.force_topic_creation)
         consumer = yield topic.subscribe(cnx, request)

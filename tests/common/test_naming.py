@@ -2,7 +2,10 @@
 
 from twisted.trial import unittest
 
-from pulsar_twisted.common.naming import InvalidTopicNameError, NamespaceName, parse_topic
+from pulsar_twisted.common.naming import (
+    MAX_ENTITY_NAME_LENGTH, MAX_SUBSCRIPTION_NAME_BYTES, MAX_TOPIC_NAME_BYTES, InvalidTopicNameError,
+    NamespaceName, _parse_topic, check_entity_name, is_valid_entity_name, parse_topic,
+    subscription_name_problem)
 
 
 class TopicNameTests(unittest.SynchronousTestCase):
@@ -29,3 +32,45 @@ class TopicNameTests(unittest.SynchronousTestCase):
     def test_invalid(self):
         for bad in ["", "a/b", "ftp://a/b/c", "persistent://a/b/", "a/b/c/d/e", " x", "persistent://a//c"]:
             self.assertRaises(InvalidTopicNameError, parse_topic, bad)
+
+
+class NameRuleTests(unittest.SynchronousTestCase):
+    """The shared edge checks (issue 12): Pulsar's character rules, encoding and length bounds."""
+
+    def test_entity_names_ascii_word_class(self):
+        """Tenant and namespace take [-=:.] and Java's ASCII \\w only; no trailing newline slips by."""
+        self.assertTrue(is_valid_entity_name("a-b=c:d.e_F9"))
+        for bad in ("ténant", "a\n", "a b", "a/b", "", "a" * (MAX_ENTITY_NAME_LENGTH + 1), None, "a\x00"):
+            self.assertFalse(is_valid_entity_name(bad), bad)
+            self.assertRaises(InvalidTopicNameError, check_entity_name, "Tenant", bad)
+        self.assertRaises(InvalidTopicNameError, NamespaceName.parse, "tenant/ns\n")
+        self.assertRaises(InvalidTopicNameError, parse_topic, "persistent://té/ns/x")
+
+    def test_local_name_rules(self):
+        """A local name may hold any printable text, but not NUL, controls or lone surrogates."""
+        self.assertEqual(parse_topic("persistent://t/ns/ünï cödé ✓").local_name, "ünï cödé ✓")
+        for bad in ("x\x00y", "x\ny", "x\udcff", "x\x7f"):
+            self.assertRaises(InvalidTopicNameError, parse_topic, f"persistent://t/ns/{bad}")
+
+    def test_length_bound(self):
+        """A topic name over MAX_TOPIC_NAME_BYTES (UTF-8) is refused, with a short message."""
+        head = "persistent://t/ns/"
+        parse_topic(head + "x" * (MAX_TOPIC_NAME_BYTES - len(head)))
+        with self.assertRaises(InvalidTopicNameError) as caught:
+            parse_topic(head + "H" * 100_000)
+        self.assertLess(len(str(caught.exception)), 300)
+        self.assertRaises(InvalidTopicNameError, parse_topic,
+                          head + "é" * ((MAX_TOPIC_NAME_BYTES - len(head)) // 2 + 1))
+
+    def test_oversized_names_not_cached(self):
+        """Refused long names never reach the parse cache (it would hold 65536 of them)."""
+        before = _parse_topic.cache_info().currsize
+        for i in range(5):
+            self.assertRaises(InvalidTopicNameError, parse_topic, f"{i}" + "H" * 100_000)
+        self.assertEqual(_parse_topic.cache_info().currsize, before)
+
+    def test_subscription_names(self):
+        """Subscription names: non-empty, bounded, UTF-8, no NUL."""
+        self.assertEqual(subscription_name_problem("sub-1 ✓"), "")
+        for bad in ("", "s" * (MAX_SUBSCRIPTION_NAME_BYTES + 1), "a\x00", "a\udcff", None):
+            self.assertTrue(subscription_name_problem(bad), bad)

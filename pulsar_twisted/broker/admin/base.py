@@ -4,11 +4,9 @@ topic names, reading resource documents with the admin API's failures, loading t
 the partitions of a partitioned topic.
 """
 
-import re
-
 from pulsar_twisted.broker.admin.errors import BadRequest, Conflict, NotFound, PreconditionFailed
 from pulsar_twisted.common.naming import (
-    InvalidTopicNameError, NON_PERSISTENT, PERSISTENT, TopicName, parse_topic)
+    InvalidTopicNameError, NON_PERSISTENT, PERSISTENT, TopicName, is_valid_entity_name, parse_topic)
 from pulsar_twisted.common.position import Position
 from pulsar_twisted.metadata.interfaces import AlreadyExistsError, NotFoundError
 from pulsar_twisted.resources.base import ConcurrentModificationError
@@ -18,8 +16,6 @@ from pulsar_twisted.resources.namespaces import NamespaceResources
 from pulsar_twisted.resources.partitioned import PartitionedTopicResources
 from pulsar_twisted.resources.tenants import TenantResources
 
-#: Pulsar's NamedEntity rule for tenant, namespace and cluster names.
-_NAME = re.compile(r"^[-=:.\w]+$")
 DOMAINS = (PERSISTENT, NON_PERSISTENT)
 
 
@@ -47,8 +43,10 @@ class AdminContext:
 
 # ------------------------------------------------------------------------------------ names
 def check_name(kind: str, name: str) -> str:
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise PreconditionFailed(f"{kind} name is not valid: {name!r}")
+    """``name`` if valid for ``kind`` (the shared rule of ``common.naming``); 412 otherwise."""
+    if not is_valid_entity_name(name):
+        shown = repr(name) if len(repr(name)) <= 100 else repr(name)[:100] + "..."
+        raise PreconditionFailed(f"{kind} name is not valid: {shown}")
     return name
 
 
@@ -67,6 +65,7 @@ def topic_name(domain: str, tenant: str, ns: str, topic: str) -> TopicName:
     try:
         return parse_topic(f"{domain}://{tenant}/{ns}/{topic}")
     except InvalidTopicNameError:
+        # Pulsar's exact 412 text; the rule is the shared one of common.naming.
         raise PreconditionFailed("Topic name is not valid")
 
 
