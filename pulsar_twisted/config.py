@@ -259,6 +259,12 @@ _BROKER_KEYS = [
         "Seconds between keep-alive pings; a connection silent for twice this is closed.", "Service"),
     Key("brokerShutdownTimeoutMs", int, 60000, "Time allowed for a graceful shutdown.", "Service"),
     Key("maxConcurrentLookupRequest", int, 50000, "Lookups in flight across the broker.", "Service"),
+    Key("enableBrokerSideSubscriptionPatternEvaluation", bool, True,
+        "Match the topics pattern of a pattern subscription on the broker (with RE2, linear time);\n"
+        "off, or for a pattern longer than subscriptionPatternMaxLength, the client gets the whole\n"
+        "list and filters it.", "Service"),
+    Key("subscriptionPatternMaxLength", int, 50,
+        "Longest topics pattern the broker evaluates (characters).", "Service"),
     Key("maxPendingPublishRequestsPerConnection", int, 1000,
         "Publish requests in flight per connection before its reads are paused.", "Service"),
     Key("maxMessagePublishBufferSizeInMB", int, 32,

@@ -8,7 +8,6 @@ hands out unique producer names.
 """
 
 import datetime
-import re
 
 from twisted.application import service
 from twisted.internet import defer, task
@@ -20,7 +19,7 @@ from pulsar_twisted.broker.compaction import Compactor
 from pulsar_twisted.broker.policies import PolicyService
 from pulsar_twisted.broker.topic import NonPersistentTopic, PersistentTopic
 from pulsar_twisted.security.broker import BrokerSecurity
-from pulsar_twisted.common import errors
+from pulsar_twisted.common import errors, patterns
 from pulsar_twisted.metadata.interfaces import AlreadyExistsError
 from pulsar_twisted.mledger import formats
 from pulsar_twisted.common.position import EARLIEST
@@ -268,17 +267,32 @@ class BrokerService(service.Service):
             if not topic_name.persistent and mode == api.CommandGetTopicsOfNamespace.PERSISTENT:
                 continue
             found.add(name)
-        topics = sorted(found)
-        filtered = False
-        if pattern:
-            try:
-                regex = re.compile(pattern)
-            except re.error as e:
-                raise errors.NotAllowedError(f"Invalid topics pattern: {e}")
-            topics = [t for t in topics if regex.fullmatch(t) or regex.match(t)]
-            filtered = True
+        topics, filtered = self._filter_by_pattern(sorted(found), pattern)
         digest = "%08x" % crc32c(",".join(topics).encode())
         return topics, filtered, digest
+
+    def _filter_by_pattern(self, topics: list, pattern):
+        """
+        ``(topics, filtered)`` for GET_TOPICS_OF_NAMESPACE, as Pulsar's TopicListService: the
+        pattern is matched here only when broker-side evaluation is on and it is at most
+        subscriptionPatternMaxLength long (else the client filters the whole list). RE2 matches
+        in linear time; a pattern that needs backtracking is left to the client too (it is valid
+        Java), one that is no regex at all is refused with NotAllowedError.
+        """
+        config = self.config
+        if not pattern:
+            return topics, False
+        if (not config.enableBrokerSideSubscriptionPatternEvaluation
+                or len(pattern) > config.subscriptionPatternMaxLength):
+            return topics, False
+        try:
+            compiled = patterns.compile_topics_pattern(pattern)
+        except patterns.UnsupportedPatternError as e:
+            self.log.info("topics pattern left to the client: {reason}", reason=str(e))
+            return topics, False
+        except patterns.InvalidPatternError as e:
+            raise errors.NotAllowedError(f"Invalid topics pattern: {e}")
+        return patterns.filter_topics(topics, compiled), True
 
     # ---------------------------------------------------------------- topics
     def get_topic(self, topic: str, create: bool = True):

@@ -7,6 +7,10 @@ match, and every ``pattern_auto_discovery_period`` seconds asks again: new match
 topics that disappeared are closed. Partitions are matched by their base topic name, as Java's
 ``TopicList.filterTopics`` does. A pattern without a domain is taken as
 ``persistent://public/default/<pattern>``. Only one namespace per pattern (Pulsar's rule).
+
+Topic names come from the broker, so the pattern is matched with RE2 (linear time, see
+``common.patterns``); a pattern only a backtracking engine can run (backreferences, lookaround)
+is the application's own choice and falls back to Python's ``re``, with a warning.
 """
 
 import re
@@ -14,12 +18,12 @@ import re
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from pulsar_twisted.common import patterns
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.client import errors
 from pulsar_twisted.client.partitioned import MultiConsumer
 
 Mode = api.CommandGetTopicsOfNamespace
-_PARTITION = re.compile(r"-partition-\d+$")
 _MODES = {"persistentonly": Mode.PERSISTENT, "nonpersistentonly": Mode.NON_PERSISTENT,
           "alltopics": Mode.ALL}
 
@@ -48,9 +52,26 @@ def split_pattern(pattern: str):
     return f"{parts[0]}/{parts[1]}", pattern
 
 
+_log = Logger()
+
+
+def matcher(regex):
+    """What ``matching`` takes for a compiled ``re`` pattern: its RE2 form without the scheme, or
+    (for a pattern RE2 cannot run) the ``re`` form without the scheme."""
+    try:
+        return patterns.compile_topics_pattern(regex.pattern, regex.flags)
+    except patterns.UnsupportedPatternError as e:
+        _log.warn("pattern {pattern} matched with a backtracking engine: {reason}",
+                  pattern=regex.pattern, reason=str(e))
+        return re.compile(patterns.without_scheme(regex.pattern), regex.flags)
+
+
 def matching(topics, regex):
-    """The topics (partitions included) whose base name fully matches ``regex``."""
-    return [t for t in topics if regex.fullmatch(_PARTITION.sub("", t))]
+    """The topics (partitions included) whose base name fully matches ``regex`` (a compiled
+    ``re`` pattern, or a ``matcher`` of one), both without their scheme (TopicList.filterTopics)."""
+    if isinstance(regex, re.Pattern):
+        regex = matcher(regex)
+    return patterns.filter_topics(topics, regex)
 
 
 class PatternConsumer(MultiConsumer):
@@ -66,6 +87,7 @@ class PatternConsumer(MultiConsumer):
                  dead_letter=None):
         super().__init__(pattern.pattern, [], clock, message_listener, subscription, dead_letter)
         self.pattern = pattern
+        self._matcher = matcher(pattern)
         self.namespace = namespace
         self.mode = mode
         self.lookup = lookup
@@ -98,7 +120,7 @@ class PatternConsumer(MultiConsumer):
             return None
         topics = yield self.lookup.topics_of_namespace(self.namespace, self.mode,
                                                        self.pattern.pattern)
-        wanted = set(matching(topics, self.pattern))
+        wanted = set(matching(topics, self._matcher))
         if self.closed:
             return None
         for topic in sorted(wanted - set(self.consumers)):
