@@ -142,6 +142,8 @@ class ServerConnection(protocol.Protocol):
         self.writable = True
         self._keep_alive = KeepAlive(clock, self.keep_alive_seconds, self._send_ping,
                                      self._keep_alive_timeout)
+        self._handshake_deadline = None
+        self._connecting = False
         self._handlers = {
             T.CONNECT: self.handle_connect,
             T.PING: self.handle_ping,
@@ -177,6 +179,11 @@ class ServerConnection(protocol.Protocol):
         self.transport.registerProducer(self, True)
         self.service.connection_opened(self)
         self._keep_alive.start()
+        if self.keep_alive_seconds and self.keep_alive_seconds > 0:
+            # Pulsar closes a connection whose handshake is not done at the first keep-alive
+            # check; without this, silent sockets would hold brokerMaxConnections slots forever.
+            self._handshake_deadline = self.clock.callLater(self.keep_alive_seconds,
+                                                            self._handshake_timeout)
 
     def dataReceived(self, data):
         self._keep_alive.received()
@@ -228,6 +235,7 @@ class ServerConnection(protocol.Protocol):
     def connectionLost(self, reason):
         self.state = ConnectionState.CLOSED
         self._keep_alive.stop()
+        self._cancel_handshake_deadline()
         for producer in list(self.producers.values()):
             producer.topic.remove_producer(producer)
         self.producers.clear()
@@ -250,6 +258,19 @@ class ServerConnection(protocol.Protocol):
         self.writable = False
 
     # ------------------------------------------------------------------ keep-alive
+    def _cancel_handshake_deadline(self) -> None:
+        if self._handshake_deadline is not None and self._handshake_deadline.active():
+            self._handshake_deadline.cancel()
+        self._handshake_deadline = None
+
+    def _handshake_timeout(self) -> None:
+        self._handshake_deadline = None
+        if self.state != ConnectionState.START:
+            return
+        self.log.warn("{peer}: CONNECT not completed within {seconds}s (keepAliveIntervalSeconds); "
+                      "closing", peer=self.peer, seconds=self.keep_alive_seconds)
+        self.transport.abortConnection()
+
     def _send_ping(self) -> bool:
         if self.state != ConnectionState.CONNECTED:
             return False
@@ -266,17 +287,29 @@ class ServerConnection(protocol.Protocol):
         if self.state == ConnectionState.CONNECTED:
             self.sender.send_error(0, api.NotAllowedError, "Already connected")
             return
+        if self._connecting:
+            # One credentials check per connection at a time (they may cost a bcrypt each).
+            self.sender.send_error(0, api.NotAllowedError, "CONNECT already in progress")
+            return
+        self._connecting = True
         connect = command.connect
         self.client_version = connect.client_version
         self.protocol_version = min(connect.protocol_version, PROTOCOL_VERSION)
         d = defer.maybeDeferred(self.service.authenticate, self, connect)
 
         def authenticated(role):
+            self._connecting = False
+            if self.state != ConnectionState.START:
+                return      # closed (deadline, peer) while the credentials were being checked
+            self._cancel_handshake_deadline()
             self.role = role
             self.state = ConnectionState.CONNECTED
             self.sender.send_connected(SERVER_VERSION, self.protocol_version, self.max_message_size)
 
         def refused(failure):
+            self._connecting = False
+            if self.state == ConnectionState.CLOSED:
+                return
             self.log.warn("{peer}: authentication refused: {reason}", peer=self.peer,
                           reason=_error_message(failure))
             self.sender.send_error(0, api.AuthenticationError, _error_message(failure))

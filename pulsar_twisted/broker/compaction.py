@@ -37,7 +37,7 @@ from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.wire import frames
 from pulsar_twisted.wire.batch import decode_batch, encode_batch
 from pulsar_twisted.wire.compacted import decode_compacted_entry, encode_compacted_entry
-from pulsar_twisted.wire.compression import decompress
+from pulsar_twisted.wire.compression import DEFAULT_MAX_UNCOMPRESSED, decompress
 from pulsar_twisted.wire.frames import entry_metadata
 
 log = Logger()
@@ -49,15 +49,21 @@ Sub = api.CommandSubscribe
 
 
 # ------------------------------------------------------------------------------ entry contents
-def _decompressed_batch(metadata, data: bytes):
+def max_uncompressed(config) -> int:
+    """How large a stored batch may inflate: maxMessageSize plus the frame padding (what a
+    client's batch container can hold; larger is a bomb, refused before it is inflated)."""
+    return config.maxMessageSize + frames.FRAME_PADDING
+
+
+def _decompressed_batch(metadata, data: bytes, max_size: int = DEFAULT_MAX_UNCOMPRESSED):
     """The ``(SingleMessageMetadata, payload)`` members of a batch entry."""
     _, payload = frames.split_message(data, verify=False)
     if metadata.compression != api.NONE:
-        payload = decompress(metadata.compression, payload, metadata.uncompressed_size)
+        payload = decompress(metadata.compression, payload, metadata.uncompressed_size, max_size)
     return decode_batch(payload, metadata.num_messages_in_batch)
 
 
-def message_keys(data: bytes):
+def message_keys(data: bytes, max_size: int = DEFAULT_MAX_UNCOMPRESSED):
     """
     ``[(batch_index, key or None, is_tombstone)]`` of the messages in a stored entry
     (batch_index -1 for a message not in a batch).
@@ -68,16 +74,16 @@ def message_keys(data: bytes):
         _, payload = frames.split_message(data, verify=False)
         return [(-1, key, metadata.null_value or not payload)]
     out = []
-    for i, (single, payload) in enumerate(_decompressed_batch(metadata, data)):
+    for i, (single, payload) in enumerate(_decompressed_batch(metadata, data, max_size)):
         key = single.partition_key if single.HasField("partition_key") else None
         out.append((i, key, single.null_value or not payload))
     return out
 
 
-def retain_members(data: bytes, keep) -> bytes:
+def retain_members(data: bytes, keep, max_size: int = DEFAULT_MAX_UNCOMPRESSED) -> bytes:
     """A batch entry with only the members whose index is in ``keep`` (uncompressed)."""
     metadata = entry_metadata(data)
-    members = _decompressed_batch(metadata, data)
+    members = _decompressed_batch(metadata, data, max_size)
     kept = [m for i, m in enumerate(members) if i in keep]
     payload = encode_batch(kept)
     metadata.num_messages_in_batch = len(kept)
@@ -271,7 +277,7 @@ def last_message_id(subscription):
             if not state.positions:
                 return (state.horizon.ledger_id, -1, -1)
             [entry] = yield defer.Deferred.fromCoroutine(state.read(len(state.positions) - 1, 1))
-            keys = message_keys(entry.data)
+            keys = message_keys(entry.data, max_uncompressed(topic.service.config))
             batch_index = len(keys) - 1 if keys and keys[0][0] >= 0 and len(keys) > 1 else -1
             return (entry.position.ledger_id, entry.position.entry_id, batch_index)
     result = yield topic.last_message_id()
@@ -393,8 +399,9 @@ class Compactor:
                 wanted = keep.get(position)
                 if not wanted:
                     continue
-                if -1 not in wanted and len(wanted) < len(message_keys(data)):
-                    data = retain_members(data, wanted)
+                limit = max_uncompressed(self.config)
+                if -1 not in wanted and len(wanted) < len(message_keys(data, limit)):
+                    data = retain_members(data, wanted, limit)
                 await handle.add_entry(encode_compacted_entry(position, data))
                 positions.append(position)
             await handle.close()
@@ -468,7 +475,7 @@ class Compactor:
 
 def _keys_or_skip(topic, position, data):
     try:
-        return message_keys(data)
+        return message_keys(data, max_uncompressed(topic.service.config))
     except Exception as e:
         log.warn("compaction of {topic}: entry {position} unreadable, skipped: {error}",
                  topic=topic.name, position=position, error=e)

@@ -252,7 +252,9 @@ class Consumer(ConnectionHandler):
                 return
             payload, message_id = assembled
         try:
-            payload = decompress(metadata.compression, payload, metadata.uncompressed_size)
+            # Bounded by the announced size only: an honest message may inflate past
+            # maxMessageSize (chunked, or very compressible), and the data comes from our broker.
+            payload = decompress(metadata.compression, payload, metadata.uncompressed_size, None)
         except CodecError:
             self._discard(ledger_id, entry_id, Ack.DecompressionError, count)
             return

@@ -30,12 +30,14 @@ import os
 from dataclasses import dataclass
 from typing import Optional
 
+from twisted.internet import defer
 from twisted.logger import Logger
 from zope.interface import Attribute, Interface, implementer
 
 from pulsar_twisted.common.errors import AuthenticationError
 from pulsar_twisted.config import ConfigError
 from pulsar_twisted.security import jwt
+from pulsar_twisted.security.hashing import PasswordChecker
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,8 @@ class Credentials:
     #: ``cryptography.x509.Certificate`` of the peer, when the TLS handshake had one.
     peer_certificate: object = None
     peer: str = ""
+    #: The client's address without the port: what per-client limits count by.
+    host: str = ""
 
     def __repr__(self):
         # Keep credentials out of tracebacks and log lines that format this object.
@@ -69,6 +73,9 @@ class IAuthenticationProvider(Interface):
 
     def authenticate(credentials):
         """The ``Identity`` proven by ``credentials``; ``AuthenticationError(reason)`` otherwise."""
+
+    # Optional: ``authenticate_deferred(credentials)``, the same as a Deferred, for providers whose
+    # check is too costly for the reactor thread (``AuthenticationService`` uses it when present).
 
 
 # ------------------------------------------------------------------------------------ token
@@ -205,14 +212,27 @@ def parse_htpasswd(text: str) -> dict:
 
 @implementer(IAuthenticationProvider)
 class BasicAuthenticationProvider:
-    """``user:password`` against ``basicAuthConf``, as Pulsar's ``AuthenticationProviderBasic``."""
+    """
+    ``user:password`` against ``basicAuthConf``, as Pulsar's ``AuthenticationProviderBasic``.
+
+    ``authenticate_deferred`` (the binary protocol) hashes in a ``PasswordChecker`` thread pool
+    with per-address and broker-wide caps; ``authenticate`` hashes inline (callers that must
+    answer synchronously).
+
+    Successful checks are remembered for ``cache_seconds`` so that a client reconnecting or an
+    HTTP client sending the header with every request does not cost a bcrypt each time. The
+    entry is an HMAC of user, password and stored hash under a key drawn at start and held only
+    in memory: it is no use to an attacker who reads the password file (not derivable without the
+    key), and one who can read process memory already sees the plaintext passwords clients send,
+    so it weakens nothing. A password change (another stored hash) misses the cache; failures are
+    never cached (each costs its full check, which the caps bound).
+    """
 
     auth_method_name = "basic"
-    #: Successful checks remembered (bcrypt costs ~0.1 s of reactor time per check): a digest of
-    #: user, password and stored hash, so a password change invalidates the entry.
     cache_size = 1024
+    cache_seconds = 300.0
 
-    def __init__(self, config, clock):
+    def __init__(self, config, clock, checker=None):
         spec = config.basicAuthConf
         if not spec:
             raise ConfigError("basicAuthConf: the basic provider needs a password file")
@@ -225,9 +245,13 @@ class BasicAuthenticationProvider:
             self.users = parse_htpasswd(text)
         except (OSError, binascii.Error, UnicodeDecodeError, ValueError) as e:
             raise ConfigError(f"basicAuthConf: neither a readable file nor base64 of one ({e})")
+        self.clock = clock
+        self.checker = checker if checker is not None else PasswordChecker(clock)
+        self._cache_key = os.urandom(32)
         self._verified = {}
 
-    def authenticate(self, credentials):
+    def _parse(self, credentials):
+        """``(user, password, stored hash)``; AuthenticationError for malformed or unknown users."""
         try:
             text = credentials.data.decode("utf-8")
         except UnicodeDecodeError:
@@ -238,14 +262,44 @@ class BasicAuthenticationProvider:
         stored = self.users.get(user)
         if stored is None:
             raise AuthenticationError(f"Unknown user {user}")
-        key = hashlib.sha256(f"{user}\0{password}\0{stored}".encode()).digest()
-        if key not in self._verified:
-            if not check_password(password, stored):
-                raise AuthenticationError(f"Wrong password for user {user}")
-            if len(self._verified) >= self.cache_size:
-                self._verified.clear()
-            self._verified[key] = True
+        return user, password, stored
+
+    def _cache_entry(self, user, password, stored) -> bytes:
+        message = "\0".join((user, password, stored)).encode("utf-8", "surrogatepass")
+        return hmac.new(self._cache_key, message, hashlib.sha256).digest()
+
+    def _cached(self, entry: bytes) -> bool:
+        verified_at = self._verified.get(entry)
+        return verified_at is not None and self.clock.seconds() - verified_at < self.cache_seconds
+
+    def _remember(self, entry: bytes) -> None:
+        if len(self._verified) >= self.cache_size:
+            self._verified.clear()
+        self._verified[entry] = self.clock.seconds()
+
+    def _verdict(self, matched: bool, user: str, entry: bytes) -> Identity:
+        if not matched:
+            raise AuthenticationError(f"Wrong password for user {user}")
+        self._remember(entry)
         return Identity(user, self.auth_method_name)
+
+    def authenticate(self, credentials):
+        user, password, stored = self._parse(credentials)
+        entry = self._cache_entry(user, password, stored)
+        if self._cached(entry):
+            return Identity(user, self.auth_method_name)
+        return self._verdict(check_password(password, stored), user, entry)
+
+    def authenticate_deferred(self, credentials):
+        try:
+            user, password, stored = self._parse(credentials)
+        except AuthenticationError as e:
+            return defer.fail(e)
+        entry = self._cache_entry(user, password, stored)
+        if self._cached(entry):
+            return defer.succeed(Identity(user, self.auth_method_name))
+        d = self.checker.check(credentials.host or credentials.peer, check_password, password, stored)
+        return d.addCallback(self._verdict, user, entry)
 
 
 # ------------------------------------------------------------------------------------ tls
@@ -323,6 +377,15 @@ class AuthenticationService:
         if provider is None:
             raise AuthenticationError(f"Unsupported authentication method: {method}")
         return provider.authenticate(credentials)
+
+    def authenticate_deferred(self, credentials: Credentials) -> defer.Deferred:
+        """``authenticate`` as a Deferred, with costly checks (bcrypt) off the reactor thread."""
+        method = credentials.method or ""
+        provider = self.providers.get(method) if method not in ("", "none") else None
+        deferred_check = getattr(provider, "authenticate_deferred", None)
+        if deferred_check is None:
+            return defer.maybeDeferred(self.authenticate, credentials)
+        return deferred_check(credentials)
 
     def authenticate_http(self, authorization: Optional[bytes], peer_certificate=None,
                           peer: str = "") -> Identity:

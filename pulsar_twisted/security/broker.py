@@ -17,7 +17,9 @@ method and the reason.
 
 import collections
 
+from twisted.internet import defer
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from pulsar_twisted.common import errors
 from pulsar_twisted.common.naming import InvalidTopicNameError, parse_topic
@@ -86,22 +88,35 @@ class AuthSession:
         cnx = self.cnx
         data = response.response
         credentials = Credentials(data.auth_method_name, data.auth_data,
-                                  peer_certificate_of(cnx.transport), cnx.peer)
-        try:
-            identity = self.security.authn.authenticate(credentials)
-            if identity.role != self.identity.role:
-                raise errors.AuthenticationError(
-                    f"Refreshed credentials name role {identity.role}, not {self.identity.role}")
-        except errors.AuthenticationError as e:
-            self.log.warn("{peer}: authentication refresh refused: {reason}", peer=cnx.peer, reason=str(e))
-            cnx.sender.send_error(0, api.AuthenticationError, str(e))
-            cnx.transport.loseConnection()
+                                  peer_certificate_of(cnx.transport), cnx.peer,
+                                  self.security._host(cnx))
+        d = self.security.authn.authenticate_deferred(credentials)
+        d.addCallbacks(self._refreshed, self._refresh_refused)
+
+    def _refreshed(self, identity) -> None:
+        cnx = self.cnx
+        if cnx.state == "closed":
+            return
+        if identity.role != self.identity.role:
+            self._refresh_refused(Failure(errors.AuthenticationError(
+                f"Refreshed credentials name role {identity.role}, not {self.identity.role}")))
             return
         self.log.info("{peer}: credentials of {role} refreshed", peer=cnx.peer, role=identity.role)
         self.identity = identity
         self.challenged_at = None
         if self._call is None and identity.expires_at is not None:
             self._schedule()
+
+    def _refresh_refused(self, failure) -> None:
+        cnx = self.cnx
+        if not failure.check(errors.AuthenticationError):
+            self.log.failure("{peer}: authentication refresh failed", failure, peer=cnx.peer)
+        reason = str(failure.value) or failure.type.__name__
+        if cnx.state == "closed":
+            return
+        self.log.warn("{peer}: authentication refresh refused: {reason}", peer=cnx.peer, reason=reason)
+        cnx.sender.send_error(0, api.AuthenticationError, reason)
+        cnx.transport.loseConnection()
 
 
 class BrokerSecurity:
@@ -155,16 +170,26 @@ class BrokerSecurity:
             session.stop()
 
     # ---------------------------------------------------------------- authentication
-    def authenticate(self, cnx, connect):
-        """The role of a CONNECT (None with authentication off); AuthenticationError otherwise."""
+    def authenticate(self, cnx, connect) -> defer.Deferred:
+        """
+        Deferred role of a CONNECT (None with authentication off); fails with
+        AuthenticationError. Costly checks (bcrypt) run off the reactor thread, within the
+        per-address and broker-wide caps of the provider's ``PasswordChecker``.
+        """
         if not self.authn.enabled:
-            return None
+            return defer.succeed(None)
         credentials = Credentials(connect.auth_method_name, connect.auth_data,
-                                  peer_certificate_of(cnx.transport), cnx.peer)
-        identity = self.authn.authenticate(credentials)
+                                  peer_certificate_of(cnx.transport), cnx.peer, self._host(cnx))
+        supports_refresh = connect.feature_flags.supports_auth_refresh
+        d = self.authn.authenticate_deferred(credentials)
+        return d.addCallback(self._authenticated, cnx, supports_refresh)
+
+    def _authenticated(self, identity, cnx, supports_refresh: bool):
         self.log.info("{peer}: authenticated as {role} ({method})", peer=cnx.peer,
                       role=identity.role, method=identity.method)
-        session = AuthSession(cnx, self, identity, connect.feature_flags.supports_auth_refresh)
+        if cnx.state == "closed":
+            return identity.role    # gone while checking: no session to keep fresh
+        session = AuthSession(cnx, self, identity, supports_refresh)
         old = self.sessions.pop(cnx, None)
         if old is not None:
             old.stop()

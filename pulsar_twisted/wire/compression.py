@@ -6,8 +6,15 @@ zstd frame, SNAPPY a raw snappy block. The uncompressed size travels in
 ``MessageMetadata.uncompressed_size``: LZ4 blocks need it to decompress, and a mismatch marks the
 message corrupt. Pure functions, no Twisted. Errors are ``wire.errors``: ``UnknownCompression`` for a
 type that does not exist, ``InvalidMessage`` for data that does not decompress.
+
+Decompression is bounded before it is done: the announced size must be within ``max_size``
+(callers pass maxMessageSize plus frame padding) and no codec ever produces more than the
+announced size (a 127 KB ZLIB bomb announcing 1 KB costs 1 KB, not 251 MB): ZLIB and ZSTD stream
+at most ``size + 1`` bytes out, LZ4 blocks are sized by the announcement, and a SNAPPY block's own
+length header is checked against it before anything is allocated.
 """
 
+import io
 import zlib
 
 from pulsar_twisted.proto import PulsarApi_pb2 as api
@@ -56,24 +63,72 @@ def compress(codec: int, data: bytes) -> bytes:
     raise UnknownCompression(f"unknown compression type {codec}")
 
 
-def decompress(codec: int, data: bytes, uncompressed_size: int) -> bytes:
-    """Inverse of ``compress``; ``InvalidMessage`` when the data or its size do not check out."""
+#: Bound on the announced size when the caller gives none: Pulsar's default maxMessageSize (5 MB)
+#: plus the frame padding the broker allows on top of it.
+DEFAULT_MAX_UNCOMPRESSED = 5 * 1024 * 1024 + 10 * 1024
+
+
+def _zlib(data: bytes, size: int) -> bytes:
+    inflater = zlib.decompressobj()
+    out = inflater.decompress(data, size + 1)
+    if len(out) > size or inflater.unconsumed_tail:
+        raise InvalidMessage(f"ZLIB data inflates past the announced {size} bytes")
+    return out + inflater.flush()
+
+
+def _zstd(data: bytes, size: int) -> bytes:
+    import zstandard
+    declared = zstandard.frame_content_size(data)
+    if declared > size:     # -1: the frame does not say; the bounded read below decides
+        raise InvalidMessage(f"ZSTD frame declares {declared} bytes, announced {size}")
+    with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data), read_across_frames=True) as r:
+        out = r.read(size + 1)
+    return out
+
+
+def _snappy_length(data: bytes) -> int:
+    """The uncompressed length a raw snappy block starts with (a little-endian base-128 varint)."""
+    value = 0
+    for i, byte in enumerate(data[:5]):
+        value |= (byte & 0x7F) << (7 * i)
+        if not byte & 0x80:
+            return value
+    raise InvalidMessage("SNAPPY block has no valid length header")
+
+
+def _snappy(data: bytes, size: int) -> bytes:
+    declared = _snappy_length(data)
+    if declared != size:
+        raise InvalidMessage(f"SNAPPY block declares {declared} bytes, announced {size}")
+    import snappy
+    return snappy.uncompress(data)
+
+
+def _lz4(data: bytes, size: int) -> bytes:
+    import lz4.block
+    return lz4.block.decompress(data, uncompressed_size=size)
+
+
+_DECODERS = {LZ4: _lz4, ZLIB: _zlib, ZSTD: _zstd, SNAPPY: _snappy}
+
+
+def decompress(codec: int, data: bytes, uncompressed_size: int,
+               max_size: int = DEFAULT_MAX_UNCOMPRESSED) -> bytes:
+    """
+    Inverse of ``compress``; ``InvalidMessage`` when the data or its size do not check out, when
+    the announced ``uncompressed_size`` is over ``max_size`` (None: no bound but the announced
+    size), or when the data would inflate past the announced size (checked as it inflates).
+    """
     if codec == NONE:
         return data
+    decoder = _DECODERS.get(codec)
+    if decoder is None:
+        raise InvalidMessage(f"unknown compression type {codec}")
+    if uncompressed_size < 0 or (max_size is not None and uncompressed_size > max_size):
+        raise InvalidMessage(f"announced uncompressed size {uncompressed_size} is over the "
+                             f"{max_size}-byte limit")
     try:
-        if codec == LZ4:
-            import lz4.block
-            out = lz4.block.decompress(data, uncompressed_size=uncompressed_size)
-        elif codec == ZLIB:
-            out = zlib.decompress(data)
-        elif codec == ZSTD:
-            import zstandard
-            out = zstandard.ZstdDecompressor().decompress(data, max_output_size=uncompressed_size)
-        elif codec == SNAPPY:
-            import snappy
-            out = snappy.uncompress(data)
-        else:
-            raise InvalidMessage(f"unknown compression type {codec}")
+        out = decoder(data, uncompressed_size)
     except InvalidMessage:
         raise
     except Exception as e:

@@ -7,7 +7,7 @@ peek, which name one partition.
 
 from pulsar_twisted.broker.admin.base import AdminArea, position_from
 from pulsar_twisted.broker.admin.errors import (
-    AdminError, Conflict, NotAllowed, NotFound, PreconditionFailed)
+    Conflict, NotAllowed, NotFound, PreconditionFailed)
 from pulsar_twisted.common import errors
 from pulsar_twisted.common.naming import TopicName
 from pulsar_twisted.common.position import Position
@@ -15,8 +15,9 @@ from pulsar_twisted.mledger.stats import iso_ms, position_text
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.resources.checks import check_int
 from pulsar_twisted.wire import frames
-from pulsar_twisted.wire.compression import decompress
+from pulsar_twisted.wire.compression import DEFAULT_MAX_UNCOMPRESSED, decompress
 from pulsar_twisted.wire.errors import InvalidMessage
+from pulsar_twisted.wire.frames import FrameError
 from pulsar_twisted.wire.frames import entry_metadata
 
 
@@ -144,7 +145,8 @@ class SubscriptionsAdmin(AdminArea):
         entries = await topic.ledger.read_entries(position, 1)
         if not entries:
             raise NotFound("Message not found")
-        return entry_response(entries[0].position, entries[0].data)
+        return entry_response(entries[0].position, entries[0].data,
+                              self.context.config.maxMessageSize + frames.FRAME_PADDING)
 
 
 def _previous_position(ledger, position):
@@ -161,19 +163,27 @@ def _previous_position(ledger, position):
 
 
 # ------------------------------------------------------------------------------------ peek
-def _decompress(kind: int, data: bytes, size: int) -> bytes:
+def _decompress(kind: int, data: bytes, size: int, max_size: int) -> bytes:
     """The payload decoded with the codecs the clients use (one implementation of Pulsar's
-    encodings, ``wire/compression.py``); a payload that does not decode is an AdminError."""
+    encodings, ``wire/compression.py``), never inflated past the announced size or ``max_size``;
+    a payload that does not decode is a 412 naming why."""
     try:
-        return decompress(kind, data, size)
+        return decompress(kind, data, size, max_size)
     except InvalidMessage as e:
-        raise AdminError(str(e))
+        raise PreconditionFailed(f"Message payload cannot be decoded: {e}")
 
 
-def entry_response(position, data: bytes) -> tuple:
-    """A stored entry as Pulsar's peek answers it: X-Pulsar-* headers and the (decoded) payload."""
-    meta_bytes, payload = frames.split_message(data, verify=False)
-    metadata = entry_metadata(data)
+def entry_response(position, data: bytes, max_size: int = DEFAULT_MAX_UNCOMPRESSED) -> tuple:
+    """
+    A stored entry as Pulsar's peek answers it: X-Pulsar-* headers and the (decoded) payload,
+    inflated to at most ``max_size`` (maxMessageSize plus padding). Bytes that are no message
+    are a 412, not a 500.
+    """
+    try:
+        meta_bytes, payload = frames.split_message(data, verify=False)
+        metadata = entry_metadata(data)
+    except FrameError as e:
+        raise PreconditionFailed(f"Stored entry is not a readable message: {e}")
     headers = {"X-Pulsar-Message-ID": position_text(position),
                "X-Pulsar-publish-time": iso_ms(metadata.publish_time)}
     if metadata.HasField("producer_name"):
@@ -192,5 +202,5 @@ def entry_response(position, data: bytes) -> tuple:
     for kv in metadata.properties:
         headers[f"X-Pulsar-PROPERTY-{kv.key}"] = kv.value
     body = _decompress(metadata.compression if metadata.HasField("compression") else api.NONE,
-                       payload, metadata.uncompressed_size)
+                       payload, metadata.uncompressed_size, max_size)
     return headers, body
