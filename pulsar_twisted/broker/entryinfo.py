@@ -12,14 +12,23 @@ from pulsar_twisted.wire.frames import FrameError, entry_metadata
 log = Logger()
 
 
+def readable_metadata(data: bytes):
+    """
+    ``entry_metadata(data)``, or None for bytes holding no readable metadata. The broker stores
+    what a producer sent after a valid checksum without parsing it (as Pulsar's publish path
+    does), so persistent dispatchers meet such entries and skip them (``dispatch.base``).
+    """
+    try:
+        return entry_metadata(data)
+    except FrameError:
+        return None
+
+
 def lenient_metadata(data: bytes) -> api.MessageMetadata:
     """
-    ``entry_metadata(data)`` for the dispatch and publish paths: bytes holding no readable metadata
-    (a producer may send anything after a valid checksum, and the broker stores it as it came) give
-    an empty MessageMetadata instead, read as one message, no key, no delivery time, not a chunk.
-    Pulsar's dispatcher does the same with metadata it cannot peek: the entry goes out as it is and
-    the consumer's client acks it with a validation error. So one bad entry neither stalls a
-    subscription nor closes a connection. Each time is logged as a warning.
+    ``entry_metadata(data)`` where an entry must be handled anyway (the publish path's chunk
+    check, non-persistent routing): unreadable metadata gives an empty MessageMetadata, read as
+    one message, no key, no delivery time, not a chunk, with a warning each time.
     """
     try:
         return entry_metadata(data)

@@ -36,6 +36,8 @@ class PersistentSubscription:
         self.dispatcher = None
         #: position -> times redelivered (Shared/Key_Shared), sent in MESSAGE.redelivery_count.
         self.redelivery_counts = {}
+        #: Entries the dispatcher skipped and acknowledged because their metadata does not parse.
+        self.unreadable_skipped = 0
         #: Partly acknowledged batches (acknowledgmentAtBatchIndexLevelEnabled), else None;
         #: their bit sets are kept (and persisted) by the cursor.
         self.batch_acks = (BatchIndexAcks(cursor) if config.acknowledgmentAtBatchIndexLevelEnabled
@@ -193,9 +195,12 @@ class PersistentSubscription:
             self.dispatcher.close()
 
     def stats(self) -> dict:
-        return {"type": SUB_TYPE_NAMES.get(self.sub_type, "Exclusive"),
-                "msgBacklog": self.backlog(), "isDurable": self.durable,
-                "consumers": [c.stats() for c in self.consumers]}
+        stats = {"type": SUB_TYPE_NAMES.get(self.sub_type, "Exclusive"),
+                 "msgBacklog": self.backlog(), "isDurable": self.durable,
+                 "consumers": [c.stats() for c in self.consumers]}
+        if self.unreadable_skipped:
+            stats["unreadableEntriesSkipped"] = self.unreadable_skipped
+        return stats
 
 
 class NonPersistentSubscription:

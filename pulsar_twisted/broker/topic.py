@@ -248,6 +248,8 @@ class PersistentTopic(TopicBase):
         self._unfence_call = None
         #: Why deduplication could not be recovered (the topic serves no producer then), or None.
         self.dedup_error = None
+        #: Entries dispatchers skipped for unreadable metadata (all subscriptions; logged once).
+        self.unreadable_entries = 0
         self.access = ProducerAccess(self, ledger)
         for name, cursor in ledger.cursors.items():
             if name == DEDUP_CURSOR:
@@ -507,6 +509,15 @@ class PersistentTopic(TopicBase):
 
     def storage_size(self) -> int:
         return self.ledger.total_size()
+
+    def unreadable_entry(self, position, subscription: str) -> None:
+        """A dispatcher skipped ``position`` (metadata does not parse): counted, logged once."""
+        self.unreadable_entries += 1
+        if self.unreadable_entries == 1:
+            self.log.warn("{topic}: entry {position} has unreadable metadata; skipped and "
+                          "acknowledged for {sub} (Pulsar's dispatcher does the same); later ones "
+                          "are counted in the subscription stats, not logged",
+                          topic=self.name, position=position, sub=subscription)
 
     def durable_subscriptions(self) -> list:
         return [s for s in list(self.subscriptions.values())

@@ -10,7 +10,7 @@ cache hit) never recurses.
 
 from twisted.logger import Logger
 
-from pulsar_twisted.broker.entryinfo import lenient_metadata, num_messages
+from pulsar_twisted.broker.entryinfo import num_messages, readable_metadata
 
 
 class PersistentDispatcher:
@@ -100,11 +100,32 @@ class PersistentDispatcher:
     def new_entries(self) -> None:
         self.schedule_read()
 
-    # ---------------------------------------------------------------- sending
-    def send_entry(self, consumer, entry, metadata=None) -> None:
-        """Write one entry to ``consumer`` and account for it."""
+    # ---------------------------------------------------------------- unreadable entries
+    def metadata_or_skip(self, entry):
+        """
+        The entry's MessageMetadata, or None after skipping it: an entry whose metadata does not
+        parse is never sent and is acknowledged on behalf of the subscription, as Pulsar's
+        AbstractBaseDispatcher.filterEntriesForConsumer does ("message metadata was corrupted"),
+        so it cannot hold a backlog forever. Counted on the subscription; logged once per topic.
+        """
+        metadata = readable_metadata(entry.data)
         if metadata is None:
-            metadata = lenient_metadata(entry.data)
+            self.skip_unreadable(entry)
+        return metadata
+
+    def skip_unreadable(self, entry) -> None:
+        subscription = self.subscription
+        subscription.unreadable_skipped += 1
+        subscription.topic.unreadable_entry(entry.position, subscription.name)
+        subscription.redelivery_counts.pop(entry.position, None)
+        d = self.cursor.delete([entry.position])
+        d.addErrback(lambda f: self.log.failure("{sub}: acknowledging unreadable entry {position}",
+                                                f, sub=subscription.describe(),
+                                                position=entry.position))
+
+    # ---------------------------------------------------------------- sending
+    def send_entry(self, consumer, entry, metadata) -> None:
+        """Write one entry (whose ``metadata`` was read by ``metadata_or_skip``) to ``consumer``."""
         count = num_messages(metadata)
         position = entry.position
         batch_acks = self.subscription.batch_acks

@@ -22,7 +22,7 @@ import bisect
 import mmh3
 
 from pulsar_twisted.broker.dispatch.shared import SharedDispatcher
-from pulsar_twisted.broker.entryinfo import lenient_metadata, sticky_key
+from pulsar_twisted.broker.entryinfo import sticky_key
 from pulsar_twisted.common import errors
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 
@@ -183,7 +183,10 @@ class KeySharedDispatcher(SharedDispatcher):
                 self.last_sent = newest
         sent = 0
         for entry in entries:
-            metadata = lenient_metadata(entry.data)
+            metadata = self.metadata_or_skip(entry)
+            if metadata is None:
+                sent += 1       # skipped and acknowledged: progress, as a send is
+                continue
             if self.hold_delayed(entry, metadata):
                 continue
             hash_value = key_hash(sticky_key(metadata))

@@ -12,7 +12,6 @@ import heapq
 
 from pulsar_twisted.broker.delayed import DelayedDeliveryTracker
 from pulsar_twisted.broker.dispatch.base import PersistentDispatcher
-from pulsar_twisted.broker.entryinfo import lenient_metadata
 
 
 #: Chunked messages being delivered at once on one subscription before the oldest is forgotten.
@@ -139,7 +138,10 @@ class SharedDispatcher(PersistentDispatcher):
     def dispatch(self, entries) -> None:
         sent = 0
         for entry in entries:
-            metadata = lenient_metadata(entry.data)
+            metadata = self.metadata_or_skip(entry)
+            if metadata is None:
+                sent += 1       # skipped and acknowledged: progress, as a send is
+                continue
             if self.hold_delayed(entry, metadata):
                 continue
             if metadata.num_chunks_from_msg > 1:

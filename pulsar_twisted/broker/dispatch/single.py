@@ -47,7 +47,9 @@ class ExclusiveDispatcher(PersistentDispatcher):
             self._rewind()
             return
         for entry in entries:
-            self.send_entry(active, entry)
+            metadata = self.metadata_or_skip(entry)
+            if metadata is not None:
+                self.send_entry(active, entry, metadata)
 
     def redeliver(self, consumer, positions) -> None:
         # The single active consumer re-reads from the first unacked message either way.
