@@ -256,7 +256,8 @@ _BROKER_KEYS = [
         "Largest message (metadata + payload) accepted, in bytes; advertised to clients on CONNECT.",
         "Service"),
     Key("keepAliveIntervalSeconds", int, 30,
-        "Seconds between keep-alive pings; a connection silent for twice this is closed.", "Service"),
+        "Seconds between keep-alive pings; a connection silent for twice this is closed, and one\n"
+        "that has not completed CONNECT (and authentication) within it is closed too.", "Service"),
     Key("brokerShutdownTimeoutMs", int, 60000, "Time allowed for a graceful shutdown.", "Service"),
     Key("maxConcurrentLookupRequest", int, 50000, "Lookups in flight across the broker.", "Service"),
     Key("enableBrokerSideSubscriptionPatternEvaluation", bool, True,

@@ -43,7 +43,9 @@ class InvalidTopicNameError(ValueError):
 def _shown(text) -> str:
     """``text`` fit for an error message: repr, cut to 100 characters."""
     shown = repr(text)
-    return shown if len(shown) <= 100 else shown[:100] + f"... ({len(text)} characters)"
+    if len(shown) <= 100:
+        return shown
+    return shown[:100] + (f"... ({len(text)} characters)" if hasattr(text, "__len__") else "...")
 
 
 def is_valid_entity_name(name) -> bool:
@@ -78,6 +80,8 @@ MAX_SUBSCRIPTION_NAME_BYTES = 1024
 
 def subscription_name_problem(name) -> str:
     """Why ``name`` cannot be a subscription name ("" when it can): empty, too long, NUL, bad UTF-8."""
+    if isinstance(name, bytes):     # protobuf hands over bytes for a string that is not UTF-8
+        return f"Invalid subscription name {_shown(name)}: not valid UTF-8"
     if not isinstance(name, str) or not name:
         return "Empty subscription name"
     try:

@@ -21,6 +21,7 @@ name must match.
 Pure functions, no Twisted (``common`` is below every other layer, the client included).
 """
 
+import functools
 import re
 
 import re2
@@ -98,8 +99,10 @@ def base_name(topic: str) -> str:
     return _PARTITION.sub("", topic)
 
 
+@functools.lru_cache(maxsize=256)
 def compile_topics_pattern(pattern: str, flags: int = 0):
-    """``compile_pattern`` of ``pattern`` without its scheme, for ``filter_topics``."""
+    """``compile_pattern`` of ``pattern`` without its scheme, for ``filter_topics`` (compiled
+    patterns are cached: pattern consumers ask again every discovery period; refusals are not)."""
     return compile_pattern(without_scheme(pattern), flags)
 
 

@@ -72,5 +72,5 @@ class NameRuleTests(unittest.SynchronousTestCase):
     def test_subscription_names(self):
         """Subscription names: non-empty, bounded, UTF-8, no NUL."""
         self.assertEqual(subscription_name_problem("sub-1 ✓"), "")
-        for bad in ("", "s" * (MAX_SUBSCRIPTION_NAME_BYTES + 1), "a\x00", "a\udcff", None):
+        for bad in ("", "s" * (MAX_SUBSCRIPTION_NAME_BYTES + 1), "a\x00", "a\udcff", None, b"\xff"):
             self.assertTrue(subscription_name_problem(bad), bad)
