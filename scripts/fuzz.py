@@ -2,6 +2,8 @@
 """
 A longer fuzzing run of the broker connection, the bookie protocol and the HTTP routes (the same
 targets as tests/fuzz, pulsar_twisted/testing/fuzz.py), printing inputs tried and crashes found.
+The names, patterns and compression targets feed hostile topic/namespace/subscription names,
+topics patterns and compressed payloads (bombs, size lies) to the broker.
 
     python scripts/fuzz.py [--examples 2000] [--rounds 3] [--target broker-commands ...]
 
@@ -65,7 +67,24 @@ def targets():
         resource, clock = _http_resource(secured)
         return fuzz.http_requests(), lambda spec: fuzz.check_http(resource, clock, spec)
 
+    def patterns():
+        from pulsar_twisted.proto import PulsarApi_pb2 as api
+        T = api.BaseCommand
+        harness = _harness()
+        client = harness.client()
+        for n, topic in enumerate(fuzz.pattern_harness_topics()):
+            client.send(T(type=T.PRODUCER, producer=api.CommandProducer(topic=topic, producer_id=n,
+                                                                       request_id=n)))
+        return fuzz.hostile_patterns(), lambda pattern: fuzz.check_pattern(harness, pattern)
+
+    def names():
+        harness = _harness()
+        return fuzz.hostile_names(), lambda name: fuzz.check_names(harness, name)
+
     return {
+        "names": names,
+        "patterns": patterns,
+        "compression": lambda: (fuzz.compressed_payloads(), fuzz.check_decompression),
         "broker-bytes": lambda: broker(st.binary(max_size=2048).flatmap(
             lambda b: st.lists(st.integers(0, len(b))).map(lambda cuts: _split(b, cuts)))),
         "broker-mutated": lambda: broker(fuzz.mutated_frames().flatmap(

@@ -23,6 +23,7 @@ Pure functions, no Twisted (``common`` is below every other layer, the client in
 
 import functools
 import re
+import warnings
 
 import re2
 
@@ -76,7 +77,9 @@ def compile_pattern(pattern: str, flags: int = 0):
         detail = e.args[0] if e.args else ""
         reason = (detail.decode("utf-8", "replace") if isinstance(detail, bytes) else str(detail)) or "refused"
     try:
-        re.compile(pattern, flags)
+        with warnings.catch_warnings():     # a client's pattern must not print to our stderr
+            warnings.simplefilter("ignore")
+            re.compile(pattern, flags)
     except (re.error, RecursionError, OverflowError) as e:
         raise InvalidPatternError(f"invalid topics pattern {_shown(pattern)}: {e}") from None
     raise UnsupportedPatternError(

@@ -327,3 +327,170 @@ def check_http(resource, clock, request_spec) -> None:
         if code >= 500:
             raise FuzzCrash(f"{method} {path}: answered {code}: {b''.join(request.written)[:300]!r}")
         watcher.check(f"{method} {path}")
+
+
+# ------------------------------------------------------------------------------------ names
+#: Pieces hostile names are built from: Pulsar's separators, controls, NUL, non-ASCII, long runs.
+_NAME_PIECES = ["persistent://", "non-persistent://", "public", "default", "/", "//", "-partition-",
+                "7", ":", "=", ".", "\x00", "\n", "\x7f", "\u00e9", "\u2603", "\U0001f600", " ",
+                "%2F", "..", "H" * 5000, "a" * 255, "b" * 256]
+#: Placeholder replaced by invalid UTF-8 after encoding (protobuf only encodes valid text).
+_BAD_UTF8 = ("\u2047", b"\xff\xfe")
+
+
+@st.composite
+def hostile_names(draw) -> str:
+    """Topic, namespace or subscription names: separators, controls, non-ASCII, huge lengths."""
+    pieces = draw(st.lists(st.sampled_from(_NAME_PIECES + [_BAD_UTF8[0]]) | st.text(max_size=6),
+                           min_size=1, max_size=8))
+    return "".join(pieces)
+
+
+def _name_commands(name: str) -> list:
+    """One command of every kind that carries a topic, namespace or subscription name."""
+    Sub = api.CommandSubscribe
+    commands = [
+        T(type=T.PRODUCER, producer=api.CommandProducer(topic=name, producer_id=1, request_id=1)),
+        T(type=T.LOOKUP, lookupTopic=api.CommandLookupTopic(topic=name, request_id=2)),
+        T(type=T.PARTITIONED_METADATA, partitionMetadata=api.CommandPartitionedTopicMetadata(
+            topic=name, request_id=3)),
+        T(type=T.SUBSCRIBE, subscribe=api.CommandSubscribe(
+            topic=name, subscription="s", subType=Sub.Shared, consumer_id=1, request_id=4)),
+        T(type=T.SUBSCRIBE, subscribe=api.CommandSubscribe(
+            topic="persistent://public/default/fuzz", subscription=name, subType=Sub.Shared,
+            consumer_id=2, request_id=5)),
+        T(type=T.GET_TOPICS_OF_NAMESPACE, getTopicsOfNamespace=api.CommandGetTopicsOfNamespace(
+            namespace=name, request_id=6)),
+        T(type=T.GET_SCHEMA, getSchema=api.CommandGetSchema(topic=name, request_id=7)),
+    ]
+    placeholder = _BAD_UTF8[0].encode()
+    return [frames.encode_command(c).replace(placeholder, _BAD_UTF8[1].ljust(len(placeholder), b"x"))
+            for c in commands]
+
+
+def check_names(harness, name: str) -> None:
+    """
+    Every named command with ``name``: the broker answers without a traceback, and whatever it
+    stored is a name the store can record (every path passes ``check_path`` and the whole tree
+    still encodes as a snapshot), so a refused name never breaks the metadata store.
+    """
+    from pulsar_twisted.metadata.embedded import log_format
+    from pulsar_twisted.metadata.embedded.tree import check_path
+    check_broker(harness, [connect_frame()] + _name_commands(name))
+    tree = harness.store._core.tree
+    for path in list(tree.nodes):
+        try:
+            check_path(path)
+        except ValueError as e:
+            raise FuzzCrash(f"name {name[:80]!r}: metadata holds an unrecordable path: {e}")
+    try:
+        log_format.encode_snapshot(0, tree.snapshot_ops())
+    except Exception as e:
+        raise FuzzCrash(f"name {name[:80]!r}: the metadata snapshot no longer encodes: {e!r}")
+
+
+# ------------------------------------------------------------------------------------ patterns
+_PATTERN_PIECES = ["persistent://public/default/", "(a+)+", "(a|a)*", "(a*)*", "b", ".*", "\\1",
+                   "(?=a)", "(?!a)", "(?<=a)", "a++", "(?>a)", "[", "]", "(", ")", "{1000}",
+                   "{2,}", "\\Q.\\E", "(?i)", "\\p{L}", "\\d", "|", "^", "$", "\\", "a" * 40]
+
+
+@st.composite
+def hostile_patterns(draw) -> str:
+    """Topics patterns: catastrophic nesting, backtracking-only constructs, broken syntax."""
+    return "".join(draw(st.lists(st.sampled_from(_PATTERN_PIECES) | st.text(max_size=4),
+                                 min_size=1, max_size=10)))
+
+
+#: Wall-clock budget of one pattern request: far above RE2's microseconds, far below a ReDoS.
+PATTERN_BUDGET_SECONDS = 0.5
+
+
+def check_pattern(harness, pattern: str) -> None:
+    """
+    GET_TOPICS_OF_NAMESPACE with ``pattern`` over names a backtracking engine chokes on: answered
+    (list or error), within ``PATTERN_BUDGET_SECONDS``, no traceback; and ``compile_pattern``
+    raises nothing but ``PatternError``.
+    """
+    import time
+    from pulsar_twisted.common import patterns
+    try:
+        patterns.compile_pattern(pattern)
+    except patterns.PatternError:
+        pass
+    except Exception as e:
+        raise FuzzCrash(f"pattern {pattern!r}: compile_pattern raised {e!r}")
+    command = T(type=T.GET_TOPICS_OF_NAMESPACE, getTopicsOfNamespace=api.CommandGetTopicsOfNamespace(
+        namespace="public/default", request_id=9, topics_pattern=pattern))
+    started = time.perf_counter()
+    check_broker(harness, [connect_frame(), frames.encode_command(command)])
+    elapsed = time.perf_counter() - started
+    if elapsed > PATTERN_BUDGET_SECONDS:
+        raise FuzzCrash(f"pattern {pattern!r}: took {elapsed:.2f}s")
+
+
+def pattern_harness_topics() -> list:
+    """Topic names (public/default) for ``check_pattern``: runs of 'a' that make (a+)+b explode."""
+    return [f"persistent://public/default/{'a' * n}" for n in (20, 30, 40)] + [
+        "persistent://public/default/" + "a" * 39 + "b"]
+
+
+# ------------------------------------------------------------------------------------ compression
+@st.composite
+def compressed_payloads(draw):
+    """``(codec, data, announced size)``: bombs, lies about the size, truncations, garbage."""
+    from pulsar_twisted.wire import compression
+    codec = draw(st.sampled_from([compression.LZ4, compression.ZLIB, compression.ZSTD,
+                                  compression.SNAPPY]))
+    kind = draw(st.sampled_from(["bomb", "lie", "truncated", "garbage", "honest"]))
+    plain = draw(st.binary(max_size=256)) * draw(st.integers(1, 64))
+    if kind == "bomb":
+        plain = b"\0" * draw(st.sampled_from([1 << 20, 8 << 20, 32 << 20]))
+    data = compression.compress(codec, plain) if kind != "garbage" else draw(st.binary(max_size=512))
+    if kind == "truncated" and data:
+        data = data[:draw(st.integers(0, len(data) - 1))]
+    announced = len(plain)
+    if kind in ("bomb", "lie"):
+        announced = draw(st.sampled_from([0, 1, 1024, len(plain) // 2, len(plain) + 1, 1 << 31,
+                                          -1]))
+    return codec, data, announced
+
+
+def check_decompression(spec) -> None:
+    """
+    ``decompress`` raises nothing but InvalidMessage, returns exactly the announced size, and its
+    memory peak (tracemalloc) stays within twice the announced size (the codecs' output buffers grow
+    by doubling) plus the input and 1 MB; admin peek of the same payload answers 412 or the
+    payload, never another error.
+    """
+    import tracemalloc
+    from pulsar_twisted.broker.admin.errors import PreconditionFailed
+    from pulsar_twisted.broker.admin.subscriptions import entry_response
+    from pulsar_twisted.common.position import Position
+    from pulsar_twisted.wire import compression
+    from pulsar_twisted.wire.errors import InvalidMessage
+    codec, data, announced = spec
+    tracemalloc.start()
+    try:
+        try:
+            out = compression.decompress(codec, data, announced)
+            if len(out) != announced:
+                raise FuzzCrash(f"codec {codec}: returned {len(out)} bytes, announced {announced}")
+        except InvalidMessage:
+            pass
+        except Exception as e:
+            raise FuzzCrash(f"codec {codec}: decompress raised {e!r}")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    bound = 2 * max(announced, 0) + len(data) + (1 << 20)
+    if peak > bound and peak > 4 << 20:
+        raise FuzzCrash(f"codec {codec}: peak {peak} bytes for {len(data)} in, {announced} announced")
+    meta = api.MessageMetadata(producer_name="p", sequence_id=1, publish_time=1, compression=codec,
+                               uncompressed_size=max(announced, 0) & 0xFFFFFFFF)
+    try:
+        entry_response(Position(1, 1), frames.encode_message(meta, data))
+    except PreconditionFailed:
+        pass
+    except Exception as e:
+        raise FuzzCrash(f"codec {codec}: admin peek raised {e!r}")

@@ -105,3 +105,41 @@ class SecuredHttpFuzzTests(HttpFuzzTests):
                                   self.harness.clock)
         self.resource = secure(RouterResource(make_router(self.admin, self.harness.config)),
                                self.harness.broker)
+
+
+HOSTILE = settings(max_examples=100, deadline=None, derandomize=True,
+                   suppress_health_check=list(HealthCheck))
+
+
+class HostileInputFuzzTests(unittest.TestCase):
+    """Issue 12's targets: names, topics patterns and compressed payloads."""
+
+    def setUp(self):
+        self.harness, d = _harness()
+        self.successResultOf(d)
+
+    @HOSTILE
+    @given(fuzz.hostile_names())
+    def test_names(self, name):
+        """Every named command with a hostile name: answered, and the metadata still encodes."""
+        fuzz.check_names(self.harness, name)
+
+    @HOSTILE
+    @given(fuzz.hostile_patterns())
+    def test_patterns(self, pattern):
+        """Hostile topics patterns over names that make backtracking explode: answered in time."""
+        from pulsar_twisted.proto import PulsarApi_pb2 as api
+        T = api.BaseCommand
+        if not getattr(self, "_topics_made", False):
+            client = self.harness.client()
+            for n, topic in enumerate(fuzz.pattern_harness_topics()):
+                client.send(T(type=T.PRODUCER, producer=api.CommandProducer(
+                    topic=topic, producer_id=n, request_id=n)))
+            self._topics_made = True
+        fuzz.check_pattern(self.harness, pattern)
+
+    @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @given(fuzz.compressed_payloads())
+    def test_compressed_payloads(self, spec):
+        """Bombs, size lies, truncations and garbage: InvalidMessage or the data, memory bounded."""
+        fuzz.check_decompression(spec)
