@@ -219,116 +219,6 @@ def chunked(data: bytes, draw) -> list:
 byte_soup = st.binary(max_size=512)
 
 
-# ------------------------------------------------------------------------------------ targets
-def _feed(protocol, transport, chunks, settle: Callable[[], None], what: str) -> None:
-    """
-    Deliver ``chunks`` one ``dataReceived`` each, calling ``settle()`` after every one, until the
-    protocol drops the connection; FuzzCrash (naming ``what``) if an exception escapes.
-    """
-    for chunk in chunks:
-        if transport.disconnecting:
-            break
-        try:
-            protocol.dataReceived(chunk)
-        except Exception as e:
-            raise FuzzCrash(f"exception escaped {what}: {e!r}")
-        settle()
-
-
-def check_broker(harness, chunks, peer_port: int = 1, collect_garbage: bool = False) -> None:
-    """Feed ``chunks`` to a fresh ServerConnection of ``harness``; FuzzCrash on misbehaviour."""
-    from pulsar_twisted.broker.cnx import ServerConnection
-    transport = StringTransport(peerAddress=IPv4Address("TCP", "127.0.0.1", peer_port))
-    protocol = ServerConnection(harness.broker, harness.clock)
-    with _FailureWatcher() as watcher:
-        protocol.makeConnection(transport)
-        _feed(protocol, transport, chunks, harness.pump, "dataReceived")
-        buffered = len(protocol.decoder._buffer) if hasattr(protocol.decoder, "_buffer") else 0
-        limit = protocol.decoder.max_frame_size + 8
-        if buffered > limit:
-            raise FuzzCrash(f"connection buffers {buffered} bytes, more than its frame limit {limit}")
-        harness.clock.advance(1)
-        protocol.connectionLost(None)
-        harness.pump()
-        if collect_garbage:
-            # A failed Deferred nobody handled is only reported when collected.
-            gc.collect()
-        watcher.check("broker connection")
-
-
-def check_bookie(chunks) -> None:
-    """Feed ``chunks`` to a BookieServerProtocol over a FakeBookie."""
-    from twisted.internet import task
-    from pulsar_twisted.bookie.protocol import BookieRequestProcessor, BookieServerProtocol
-    from pulsar_twisted.testing.fake_bookie import FakeBookie
-    clock = task.Clock()
-    protocol = BookieServerProtocol(BookieRequestProcessor(FakeBookie("b", clock)), max_frame_size=64 * 1024)
-    transport = StringTransport()
-    with _FailureWatcher() as watcher:
-        protocol.makeConnection(transport)
-        _feed(protocol, transport, chunks, lambda: clock.advance(0), "bookie dataReceived")
-        clock.advance(1)
-        protocol.connectionLost(None)
-        watcher.check("bookie connection")
-
-
-_HTTP_WORDS = ["admin", "v2", "persistent", "non-persistent", "namespaces", "tenants", "clusters",
-               "public", "default", "t", "partitions", "stats", "subscription", "s", "permissions",
-               "role", "lookup", "topic", "metrics", "brokers", "skip", "resetcursor", "%2F", "..", "",
-               "retention", "backlogQuota", "internalStats", "-1", "99999999999999999999"]
-
-
-@st.composite
-def http_requests(draw):
-    """``(method, path, body, headers)`` mostly shaped like the admin API."""
-    segments = draw(st.lists(st.sampled_from(_HTTP_WORDS) | st.text(max_size=8), max_size=9))
-    prefix = draw(st.sampled_from([["admin", "v2"], ["lookup", "v2", "topic"], []]))
-    path = "/" + "/".join(prefix + segments)
-    method = draw(st.sampled_from(["GET", "PUT", "POST", "DELETE", "HEAD", "PATCH", "OPTIONS"]))
-    body = draw(st.one_of(st.just(b""), st.binary(max_size=64),
-                          st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
-                                       lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3),
-                                       max_leaves=8).map(lambda v: json.dumps(v).encode())))
-    headers = {}
-    if draw(st.booleans()):
-        headers[b"authorization"] = draw(st.sampled_from([b"Bearer x", b"Basic !!", b"Basic dTpw", b"Digest", b""])
-                                         | st.binary(max_size=30))
-    return method, path, body, headers
-
-
-def check_http(resource, clock, request_spec) -> None:
-    """Render ``request_spec`` through ``resource``; it must be answered, without a traceback."""
-    from twisted.web import server
-    from twisted.web.test.requesthelper import DummyRequest
-    method, path, body, headers = request_spec
-    raw_path = path.encode("utf-8")
-    request = DummyRequest([s for s in raw_path.split(b"/")[1:]])
-    request.method = method.encode()
-    request.path = raw_path
-    request.uri = raw_path
-    request.content = io.BytesIO(body)
-    for name, value in headers.items():
-        request.requestHeaders.setRawHeaders(name, [value])
-    with _FailureWatcher() as watcher:
-        try:
-            result = resource.render(request)
-        except Exception as e:
-            raise FuzzCrash(f"{method} {path}: exception escaped render: {e!r}")
-        if result is not server.NOT_DONE_YET:
-            request.write(result)
-            request.finish()
-        for _ in range(20):
-            if request.finished:
-                break
-            clock.advance(0.1)
-        if not request.finished:
-            raise FuzzCrash(f"{method} {path}: request never answered")
-        code = request.responseCode or 200
-        if code >= 500:
-            raise FuzzCrash(f"{method} {path}: answered {code}: {b''.join(request.written)[:300]!r}")
-        watcher.check(f"{method} {path}")
-
-
 # ------------------------------------------------------------------------------------ names
 #: Pieces hostile names are built from: Pulsar's separators, controls, NUL, non-ASCII, long runs.
 _NAME_PIECES = ["persistent://", "non-persistent://", "public", "default", "/", "//", "-partition-",
@@ -494,3 +384,115 @@ def check_decompression(spec) -> None:
         pass
     except Exception as e:
         raise FuzzCrash(f"codec {codec}: admin peek raised {e!r}")
+
+
+
+# ------------------------------------------------------------------------------------ targets
+def _feed(protocol, transport, chunks, settle: Callable[[], None], what: str) -> None:
+    """
+    Deliver ``chunks`` one ``dataReceived`` each, calling ``settle()`` after every one, until the
+    protocol drops the connection; FuzzCrash (naming ``what``) if an exception escapes.
+    """
+    for chunk in chunks:
+        if transport.disconnecting:
+            break
+        try:
+            protocol.dataReceived(chunk)
+        except Exception as e:
+            raise FuzzCrash(f"exception escaped {what}: {e!r}")
+        settle()
+
+
+def check_broker(harness, chunks, peer_port: int = 1, collect_garbage: bool = False) -> None:
+    """Feed ``chunks`` to a fresh ServerConnection of ``harness``; FuzzCrash on misbehaviour."""
+    from pulsar_twisted.broker.cnx import ServerConnection
+    transport = StringTransport(peerAddress=IPv4Address("TCP", "127.0.0.1", peer_port))
+    protocol = ServerConnection(harness.broker, harness.clock)
+    with _FailureWatcher() as watcher:
+        protocol.makeConnection(transport)
+        _feed(protocol, transport, chunks, harness.pump, "dataReceived")
+        buffered = len(protocol.decoder._buffer) if hasattr(protocol.decoder, "_buffer") else 0
+        limit = protocol.decoder.max_frame_size + 8
+        if buffered > limit:
+            raise FuzzCrash(f"connection buffers {buffered} bytes, more than its frame limit {limit}")
+        harness.clock.advance(1)
+        protocol.connectionLost(None)
+        harness.pump()
+        if collect_garbage:
+            # A failed Deferred nobody handled is only reported when collected.
+            gc.collect()
+        watcher.check("broker connection")
+
+
+def check_bookie(chunks) -> None:
+    """Feed ``chunks`` to a BookieServerProtocol over a FakeBookie."""
+    from twisted.internet import task
+    from pulsar_twisted.bookie.protocol import BookieRequestProcessor, BookieServerProtocol
+    from pulsar_twisted.testing.fake_bookie import FakeBookie
+    clock = task.Clock()
+    protocol = BookieServerProtocol(BookieRequestProcessor(FakeBookie("b", clock)), max_frame_size=64 * 1024)
+    transport = StringTransport()
+    with _FailureWatcher() as watcher:
+        protocol.makeConnection(transport)
+        _feed(protocol, transport, chunks, lambda: clock.advance(0), "bookie dataReceived")
+        clock.advance(1)
+        protocol.connectionLost(None)
+        watcher.check("bookie connection")
+
+
+_HTTP_WORDS = ["admin", "v2", "persistent", "non-persistent", "namespaces", "tenants", "clusters",
+               "public", "default", "t", "partitions", "stats", "subscription", "s", "permissions",
+               "role", "lookup", "topic", "metrics", "brokers", "skip", "resetcursor", "%2F", "..", "",
+               "retention", "backlogQuota", "internalStats", "-1", "99999999999999999999"]
+
+
+@st.composite
+def http_requests(draw):
+    """``(method, path, body, headers)`` mostly shaped like the admin API."""
+    segments = draw(st.lists(st.sampled_from(_HTTP_WORDS) | st.text(max_size=8), max_size=9))
+    prefix = draw(st.sampled_from([["admin", "v2"], ["lookup", "v2", "topic"], []]))
+    path = "/" + "/".join(prefix + segments)
+    method = draw(st.sampled_from(["GET", "PUT", "POST", "DELETE", "HEAD", "PATCH", "OPTIONS"]))
+    body = draw(st.one_of(st.just(b""), st.binary(max_size=64),
+                          st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+                                       lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3),
+                                       max_leaves=8).map(lambda v: json.dumps(v).encode())))
+    headers = {}
+    if draw(st.booleans()):
+        headers[b"authorization"] = draw(st.sampled_from([b"Bearer x", b"Basic !!", b"Basic dTpw", b"Digest", b""])
+                                         | st.binary(max_size=30))
+    return method, path, body, headers
+
+
+def check_http(resource, clock, request_spec) -> None:
+    """Render ``request_spec`` through ``resource``; it must be answered, without a traceback."""
+    from twisted.web import server
+    from twisted.web.test.requesthelper import DummyRequest
+    method, path, body, headers = request_spec
+    raw_path = path.encode("utf-8")
+    request = DummyRequest([s for s in raw_path.split(b"/")[1:]])
+    request.method = method.encode()
+    request.path = raw_path
+    request.uri = raw_path
+    request.content = io.BytesIO(body)
+    for name, value in headers.items():
+        request.requestHeaders.setRawHeaders(name, [value])
+    with _FailureWatcher() as watcher:
+        try:
+            result = resource.render(request)
+        except Exception as e:
+            raise FuzzCrash(f"{method} {path}: exception escaped render: {e!r}")
+        if result is not server.NOT_DONE_YET:
+            request.write(result)
+            request.finish()
+        for _ in range(20):
+            if request.finished:
+                break
+            clock.advance(0.1)
+        if not request.finished:
+            raise FuzzCrash(f"{method} {path}: request never answered")
+        code = request.responseCode or 200
+        if code >= 500:
+            raise FuzzCrash(f"{method} {path}: answered {code}: {b''.join(request.written)[:300]!r}")
+        watcher.check(f"{method} {path}")
+
