@@ -495,4 +495,3 @@ def check_http(resource, clock, request_spec) -> None:
         if code >= 500:
             raise FuzzCrash(f"{method} {path}: answered {code}: {b''.join(request.written)[:300]!r}")
         watcher.check(f"{method} {path}")
-
