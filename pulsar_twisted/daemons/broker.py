@@ -116,6 +116,7 @@ class BrokerClusterService(BrokerListeners, Daemon):
     def __init__(self, config: BrokerConfig, reactor=None):
         super().__init__("pulsar-broker", reactor)
         self.config = config
+        self.shutdown_timeout = config.brokerShutdownTimeoutMs / 1000.0
         self.addresses = BrokerAddresses(config)
         self.store = self.bookie_store = self.bookie_client = self.ledger_client = None
         self.ml_factory = self.broker = self.ownership = self.admin = None

@@ -49,6 +49,7 @@ class StandaloneService(BrokerListeners, Daemon):
     def __init__(self, config: StandaloneConfig, reactor=None):
         super().__init__("pulsar-standalone", reactor)
         self.config = config
+        self.shutdown_timeout = config.brokerShutdownTimeoutMs / 1000.0
         self.store = self.bookie = self.ledger_client = self.ml_factory = None
         self.broker = self.admin = None
         self.bookie_id = f"{config.advertisedAddress}:3181"

@@ -48,6 +48,10 @@ class Daemon(OrderedMultiService):
     with exit status 1 (``startup_failed``); a stop that comes during start-up is not a failure.
     """
 
+    #: Seconds a stop may take before it is given up (the broker daemons set it from
+    #: brokerShutdownTimeoutMs); None waits as long as the children take.
+    shutdown_timeout = None
+
     def __init__(self, daemon: str, reactor=None):
         super().__init__()
         if reactor is None:
@@ -55,6 +59,35 @@ class Daemon(OrderedMultiService):
         self.daemon = daemon
         self.reactor = reactor
         self.ready = defer.Deferred()
+
+    def stopService(self):
+        """
+        Stop the tree; past ``shutdown_timeout`` the returned Deferred fires anyway, with an error
+        logged, so SIGTERM always ends the process (Pulsar's brokerShutdownTimeoutMs) even if a
+        part never finishes stopping. The stop in progress is not cancelled: parts still stopping
+        get until the reactor exits.
+        """
+        stopping = super().stopService()
+        if not self.shutdown_timeout or self.shutdown_timeout <= 0:
+            return stopping
+        done = defer.Deferred()
+
+        def give_up():
+            self.log.error("{daemon} did not stop within {seconds}s (brokerShutdownTimeoutMs); "
+                           "exiting anyway", daemon=self.daemon, seconds=self.shutdown_timeout)
+            done.callback(None)
+
+        timer = self.reactor.callLater(self.shutdown_timeout, give_up)
+
+        def stopped(result):
+            if timer.active():
+                timer.cancel()
+                done.callback(None)
+            return result
+
+        stopping.addBoth(stopped).addErrback(
+            lambda f: self.log.failure("{daemon} stop failed", f, daemon=self.daemon))
+        return done
 
     def startService(self):
         starting = super().startService()
