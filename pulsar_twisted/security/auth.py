@@ -391,21 +391,37 @@ class AuthenticationService:
                           peer: str = "") -> Identity:
         """
         The identity of an HTTP request: ``Authorization: Bearer <token>`` or ``Basic <base64>``,
-        else the TLS client certificate (HTTPS), else the anonymous role.
+        else the TLS client certificate (HTTPS), else the anonymous role. Synchronous: a Basic
+        password is hashed on the calling thread (``authenticate_http_deferred`` does not).
         """
+        return self.authenticate(self.http_credentials(authorization, peer_certificate, peer))
+
+    def authenticate_http_deferred(self, authorization: Optional[bytes], peer_certificate=None,
+                                   peer: str = "") -> defer.Deferred:
+        """``authenticate_http`` as a Deferred, with Basic passwords checked off the reactor
+        thread within the per-address and broker-wide caps (``security.hashing``)."""
+        try:
+            credentials = self.http_credentials(authorization, peer_certificate, peer)
+        except AuthenticationError as e:
+            return defer.fail(e)
+        return self.authenticate_deferred(credentials)
+
+    def http_credentials(self, authorization: Optional[bytes], peer_certificate=None,
+                         peer: str = "") -> Credentials:
+        """The Credentials an HTTP request presents (AuthenticationError for a malformed header)."""
         if authorization:
             scheme, _, value = authorization.strip().partition(b" ")
             scheme = scheme.lower()
             value = value.strip()
             if scheme == b"bearer":
-                return self.authenticate(Credentials("token", value, peer_certificate, peer))
+                return Credentials("token", value, peer_certificate, peer, peer)
             if scheme == b"basic":
                 try:
                     decoded = base64.b64decode(value, validate=True)
                 except binascii.Error:
                     raise AuthenticationError("Malformed Basic authorization header")
-                return self.authenticate(Credentials("basic", decoded, peer_certificate, peer))
+                return Credentials("basic", decoded, peer_certificate, peer, peer)
             raise AuthenticationError("Unsupported Authorization scheme")
         if peer_certificate is not None and "tls" in self.providers:
-            return self.authenticate(Credentials("tls", b"", peer_certificate, peer))
-        return self.authenticate(Credentials("", b"", peer_certificate, peer))
+            return Credentials("tls", b"", peer_certificate, peer, peer)
+        return Credentials("", b"", peer_certificate, peer, peer)

@@ -146,6 +146,44 @@ class PasswordCheckTests(unittest.TestCase):
         self.assertEqual((checker.pending, dict(checker.by_host)), (0, {}))
         self.assertTrue(self.successResultOf(checker.check("10.0.0.1", lambda: True)))
 
+    def test_success_cache_keyed_and_expiring(self):
+        """Only successes are remembered, under a per-process key, for cache_seconds."""
+        from pulsar_twisted.config import StandaloneConfig
+        from pulsar_twisted.security.auth import BasicAuthenticationProvider, Credentials
+        clock = task.Clock()
+        provider = BasicAuthenticationProvider(StandaloneConfig(basicAuthConf=BASIC_FAST), clock)
+        calls = []
+        real = provider.checker.check
+        self.patch(provider.checker, "check", lambda host, f, *a: (calls.append(1), real(host, f, *a))[1])
+        good = Credentials("basic", b"alice:" + PASSWORD, host="h")
+        bad = Credentials("basic", b"alice:nope", host="h")
+        self.successResultOf(provider.authenticate_deferred(good))
+        self.successResultOf(provider.authenticate_deferred(good))
+        self.assertEqual(len(calls), 1)
+        for _ in range(2):
+            self.failureResultOf(provider.authenticate_deferred(bad), AuthenticationError)
+        self.assertEqual(len(calls), 3)                 # failures are never cached
+        other = BasicAuthenticationProvider(StandaloneConfig(basicAuthConf=BASIC_FAST), clock)
+        self.assertNotEqual(set(provider._verified), set())
+        self.assertFalse(set(provider._verified) & {other._cache_entry("alice", "s3cret",
+                                                                       other.users["alice"])})
+        clock.advance(provider.cache_seconds)
+        self.successResultOf(provider.authenticate_deferred(good))
+        self.assertEqual(len(calls), 4)                 # expired: checked again
+
+    def test_http_deferred(self):
+        """HTTP Basic through authenticate_http_deferred goes through the same capped checker."""
+        from pulsar_twisted.config import StandaloneConfig
+        from pulsar_twisted.security.auth import AuthenticationService
+        service = AuthenticationService(StandaloneConfig(
+            authenticationEnabled=True, authenticationProviders=["basic"], basicAuthConf=BASIC_FAST),
+            task.Clock())
+        header = b"Basic " + base64.b64encode(b"alice:" + PASSWORD)
+        self.assertEqual(self.successResultOf(service.authenticate_http_deferred(header, None, "h")).role,
+                         "alice")
+        self.failureResultOf(service.authenticate_http_deferred(b"Basic !!", None, "h"),
+                             AuthenticationError)
+
     @defer.inlineCallbacks
     def test_threaded_check_runs_off_the_reactor_thread(self):
         """On a real reactor the check runs in the pool, not on the reactor's thread."""
