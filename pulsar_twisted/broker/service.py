@@ -483,6 +483,8 @@ class BrokerService(service.Service):
         name = request.producer_name or self.next_producer_name()
         self.policies.check_new_producer(topic)
         initial = request.initial_subscription
+        if initial and subscription_name_problem(initial):
+            raise errors.NotAllowedError(f"initial_subscription_name: {subscription_name_problem(initial)}")
         if initial and topic.persistent and initial not in topic.subscriptions:
             # Pulsar creates it at the earliest position before the producer exists, so nothing the
             # producer sends can be trimmed before that subscription reads it (used for DLQ topics).

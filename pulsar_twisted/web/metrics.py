@@ -33,6 +33,10 @@ TOPIC_METRICS = [
     ("pulsar_producers_count", "producers_count", "Producers connected to the topic"),
     ("pulsar_subscriptions_count", "subscriptions_count", "Subscriptions of the topic"),
     ("pulsar_consumers_count", "consumers_count", "Consumers connected to the topic"),
+    # Ours (Pulsar only logs them): stored entries whose metadata did not parse, skipped and
+    # acknowledged by the dispatchers.
+    ("pulsar_unreadable_entries_skipped", "unreadable_entries",
+     "Stored entries with unreadable metadata that dispatchers skipped and acknowledged"),
 ]
 
 

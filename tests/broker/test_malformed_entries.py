@@ -80,6 +80,7 @@ class MalformedEntryTests(FeatureCase):
         logged = [e for e in self.events.warnings() if "unreadable metadata" in e.get("log_format", "")
                   and "skipped and acknowledged" in e["log_format"]]
         self.assertEqual(len(logged), 1)
+        self.assertEqual(self.topic_object().unreadable_entries, len(BAD_PARTS))
 
     def test_exclusive(self):
         """Exclusive dispatch skips and acknowledges unreadable entries, then sends the good one."""

@@ -70,5 +70,6 @@ class BrokersAdmin(AdminArea):
                 "producers_count": len(topic.producers),
                 "subscriptions_count": len(topic.subscriptions),
                 "consumers_count": sum(len(s.consumers) for s in subscriptions),
+                "unreadable_entries": getattr(topic, "unreadable_entries", 0),
             })
         return rows

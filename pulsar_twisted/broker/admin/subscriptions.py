@@ -9,7 +9,7 @@ from pulsar_twisted.broker.admin.base import AdminArea, position_from
 from pulsar_twisted.broker.admin.errors import (
     Conflict, NotAllowed, NotFound, PreconditionFailed)
 from pulsar_twisted.common import errors
-from pulsar_twisted.common.naming import TopicName
+from pulsar_twisted.common.naming import TopicName, subscription_name_problem
 from pulsar_twisted.common.position import Position
 from pulsar_twisted.mledger.stats import iso_ms, position_text
 from pulsar_twisted.proto import PulsarApi_pb2 as api
@@ -46,7 +46,8 @@ class SubscriptionsAdmin(AdminArea):
 
     async def create_subscription(self, name: TopicName, sub: str, message_id=None) -> None:
         """A durable subscription at ``message_id`` (a dict {ledgerId, entryId}) or the end."""
-        if not sub:
+        if subscription_name_problem(sub):
+            # The shared rule (common.naming): non-empty, bounded, UTF-8, no NUL.
             raise PreconditionFailed("Subscription name is not valid")
         position = position_from(message_id) if message_id is not None else None
 
