@@ -62,10 +62,16 @@ class PasswordChecker:
     def _start_pool(self) -> ThreadPool:
         if self.pool is None:
             self.pool = ThreadPool(minthreads=0, maxthreads=self.threads, name="password-checks")
-            self._trigger = self.reactor.addSystemEventTrigger("during", "shutdown", self.stop)
+            self._trigger = self.reactor.addSystemEventTrigger("during", "shutdown", self._on_shutdown)
         if not self.pool.started:
             self.pool.start()
         return self.pool
+
+    def _on_shutdown(self) -> None:
+        # A trigger cannot remove itself while it fires; the pool's threads are not daemons, so
+        # without this stop the process would never exit.
+        self._trigger = None
+        self.stop()
 
     def stop(self) -> None:
         """Stop our pool (idempotent); checks still queued fail, their clients get an error."""

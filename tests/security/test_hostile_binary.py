@@ -184,6 +184,29 @@ class PasswordCheckTests(unittest.TestCase):
         self.failureResultOf(service.authenticate_http_deferred(b"Basic !!", None, "h"),
                              AuthenticationError)
 
+    def test_pool_stopped_at_reactor_shutdown(self):
+        """The pool's threads are not daemons: the reactor's shutdown trigger stops them (firing
+        trigger cannot remove itself, so it must not try: the process would never exit)."""
+        class TriggerReactor:
+            def __init__(self):
+                self.triggers = []
+
+            def addSystemEventTrigger(self, phase, event, f):
+                self.triggers.append(f)
+                return f
+
+            def removeSystemEventTrigger(self, handle):
+                raise AssertionError("a firing trigger removed itself")
+
+        fake = TriggerReactor()
+        checker = PasswordChecker(fake)
+        pool = checker._start_pool()
+        self.addCleanup(lambda: pool.stop() if pool.started else None)
+        [trigger] = fake.triggers
+        trigger()
+        self.assertIsNone(checker.pool)
+        self.assertFalse(pool.started)
+
     @defer.inlineCallbacks
     def test_threaded_check_runs_off_the_reactor_thread(self):
         """On a real reactor the check runs in the pool, not on the reactor's thread."""
