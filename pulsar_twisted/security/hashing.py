@@ -54,6 +54,7 @@ class PasswordChecker:
         self.by_host = collections.Counter()
         #: Checks refused by the caps since start (a figure for tests and operators).
         self.refused = 0
+        self._logged_at = None
 
     @property
     def threaded(self) -> bool:
@@ -105,8 +106,15 @@ class PasswordChecker:
             del self.by_host[host]
         return result
 
+    #: Seconds between two log lines about refusals (a flood must not become a log flood).
+    log_interval = 10.0
+
     def _refuse(self, host: str, reason: str, limit: int) -> defer.Deferred:
         self.refused += 1
-        self.log.warn("{host}: password check refused: {reason} (limit {limit})", host=host,
-                      reason=reason, limit=limit)
+        now = self.reactor.seconds()
+        if self._logged_at is None or now - self._logged_at >= self.log_interval:
+            self.log.warn("{host}: password check refused: {reason} (limit {limit}; {refused} "
+                          "refused since start)", host=host, reason=reason, limit=limit,
+                          refused=self.refused)
+            self._logged_at = now
         return defer.fail(AuthenticationError(f"Authentication refused: {reason}, retry later"))
