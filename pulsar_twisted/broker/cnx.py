@@ -100,6 +100,12 @@ def subscribe_request(request: api.CommandSubscribe) -> SubscribeRequest:
         schema=schema_spec(request.schema) if request.HasField("schema") else None)
 
 
+def _loggable(name) -> str:
+    """A client-sent name cut for a log line (a refused 5 MB name must not become a 5 MB line)."""
+    text = name if isinstance(name, str) else repr(name)
+    return text if len(text) <= 200 else f"{text[:200]}... ({len(text)} characters)"
+
+
 def _error_code(failure: Failure) -> int:
     if failure.check(errors.PulsarError):
         return failure.value.code
@@ -395,7 +401,7 @@ class ServerConnection(protocol.Protocol):
 
         def failed(failure):
             self.log.info("{peer}: producer on {topic} refused: {reason}", peer=self.peer,
-                          topic=request.topic, reason=_error_message(failure))
+                          topic=_loggable(request.topic), reason=_error_message(failure))
             self.sender.send_error(request.request_id, _error_code(failure), _error_message(failure))
 
         d.addCallbacks(created, failed)
@@ -494,7 +500,8 @@ class ServerConnection(protocol.Protocol):
 
         def failed(failure):
             self.log.info("{peer}: subscribe to {topic} ({sub}) refused: {reason}", peer=self.peer,
-                          topic=request.topic, sub=request.subscription, reason=_error_message(failure))
+                          topic=_loggable(request.topic), sub=_loggable(request.subscription),
+                          reason=_error_message(failure))
             self.sender.send_error(request.request_id, _error_code(failure), _error_message(failure))
 
         d.addCallbacks(subscribed, failed)
