@@ -204,6 +204,15 @@ _SECURITY_KEYS = [
         "Parameters of brokerClientAuthenticationPlugin.", "Authentication"),
     Key("superUserRoles", list, [],
         "Roles allowed every operation, on every tenant (comma separated).", "Authorization"),
+    Key("proxyRoles", list, [],
+        "Roles of the proxies (comma separated). Only they may send original_principal in CONNECT\n"
+        "(on behalf of the client they proxy); both the proxy role and the original principal are\n"
+        "then authorized. A proxy role connecting without original_principal is refused.",
+        "Authorization"),
+    Key("authenticateOriginalAuthData", bool, False,
+        "Authenticate the client credentials a proxy forwards (original_auth_data, sent by a proxy\n"
+        "with forwardAuthorizationCredentials=true) and keep them fresh: the broker then challenges\n"
+        "the client through the proxy when they expire.", "Authorization"),
     Key("brokerMaxConnections", int, 0,
         "Client connections accepted by the broker; more are closed at once (0: no limit).", "Limits"),
     Key("brokerMaxConnectionsPerIp", int, 0,
@@ -514,4 +523,107 @@ class BookieConfig(Config):
     """Configuration of ``twistd pulsar-bookie`` (conf/bookkeeper.conf): BookKeeper's key names."""
 
     KEYS = _BOOKIE_SERVER_KEYS + _STORAGE_KEYS + _BOOKIE_KEYS
+    DEFAULTS = {}
+
+
+def _picked(keys, names, section=None) -> list:
+    """The keys of ``keys`` named in ``names``, in that order (optionally in another section)."""
+    by_name = {key.name: key for key in keys}
+    out = []
+    for name in names:
+        key = by_name[name]
+        out.append(Key(key.name, key.type, key.default, key.doc, section or key.section))
+    return out
+
+
+_PROXY_KEYS = [
+    # --- service ---
+    Key("clusterName", str, "", "Name of the cluster the proxy serves (label of its metrics).", "Service"),
+    Key("bindAddress", str, "0.0.0.0", "Address the proxy's listeners bind to.", "Service"),
+    Key("advertisedAddress", str, "localhost", "Host name or IP clients reach the proxy at.", "Service"),
+    Key("servicePort", int, 6650, "Port of the Pulsar binary protocol (0: no plain listener).", "Service"),
+    Key("servicePortTls", int, 0,
+        "Port of the Pulsar binary protocol over TLS (0: none). Needs tlsCertificateFilePath and\n"
+        "tlsKeyFilePath.", "Service"),
+    Key("webServicePort", int, 8080,
+        "Port of the HTTP service: the admin REST API and HTTP lookups forwarded to brokers, and\n"
+        "/metrics (0: none).", "Service"),
+    Key("webServicePortTls", int, 0, "Port of the HTTPS service (0: none).", "Service"),
+    Key("keepAliveIntervalSeconds", int, 30,
+        "Seconds between keep-alive pings on client connections in the lookup phase.", "Service"),
+    Key("maxConcurrentInboundConnections", int, 10000,
+        "Client connections accepted at once; more are closed at once (0: no limit).", "Service"),
+    Key("maxConcurrentInboundConnectionsPerIp", int, 0,
+        "Client connections accepted at once from one IP address (0: no limit).", "Service"),
+    Key("maxConcurrentLookupRequests", int, 50000,
+        "Lookups (LOOKUP, PARTITIONED_METADATA, GET_TOPICS_OF_NAMESPACE, GET_SCHEMA) in flight\n"
+        "across the proxy; more are answered TooManyRequests.", "Service"),
+    Key("operationTimeoutSeconds", int, 30, "Deadline of each request the proxy sends a broker.",
+        "Service"),
+    # --- brokers ---
+    Key("metadataStoreUrl", str, "",
+        "Metadata store of the cluster (zk:host:port[,host:port][/chroot]): brokers are discovered\n"
+        "from their /loadbalance/brokers registrations. Else brokerServiceURL is used.", "Brokers"),
+    Key("configurationMetadataStoreUrl", str, "",
+        "Configuration store (tenants, namespaces, permissions) for authorizationEnabled; empty:\n"
+        "metadataStoreUrl.", "Brokers"),
+    Key("zooKeeperSessionTimeoutMillis", int, 30000, "Session timeout of the metadata store.",
+        "Brokers"),
+    Key("brokerServiceURL", str, "",
+        "A broker (or several: pulsar://h1:6650,h2:6650) the proxy sends lookups to when no\n"
+        "metadataStoreUrl is set.", "Brokers"),
+    Key("brokerServiceURLTLS", str, "", "The same over TLS (pulsar+ssl://), used with tlsEnabledWithBroker.",
+        "Brokers"),
+    Key("brokerWebServiceURL", str, "",
+        "Web service of the brokers (http://h:8080) that admin and HTTP lookup requests go to\n"
+        "when no metadataStoreUrl is set.", "Brokers"),
+    Key("brokerWebServiceURLTLS", str, "", "The same over HTTPS, used with tlsEnabledWithBroker.",
+        "Brokers"),
+    Key("brokerProxyAllowedTargetPorts", str, "6650,6651",
+        "Broker ports a client may ask the proxy to connect to (proxy_to_broker_url): comma\n"
+        "separated ports or ranges (6650-6660), * for any.", "Brokers"),
+    Key("brokerProxyAllowedHostNames", str, "*",
+        "Broker host names allowed as targets: comma separated patterns with * wildcards.", "Brokers"),
+    Key("brokerProxyAllowedIPAddresses", str, "*",
+        "Broker IP addresses allowed as targets: comma separated addresses or CIDR blocks, * for any.",
+        "Brokers"),
+    Key("tlsEnabledWithBroker", bool, False,
+        "Talk TLS to the brokers (their TLS ports and https web URLs), checking their certificates\n"
+        "against brokerClientTrustCertsFilePath.", "Brokers"),
+    Key("brokerClientTrustCertsFilePath", str, "", "PEM CA certificate of the brokers.", "Brokers"),
+    Key("brokerClientCertificateFilePath", str, "",
+        "PEM certificate the proxy presents to brokers over TLS (mutual TLS).", "Brokers"),
+    Key("brokerClientKeyFilePath", str, "", "PEM private key of brokerClientCertificateFilePath.",
+        "Brokers"),
+    Key("brokerClientAuthenticationPlugin", str, "",
+        "How the proxy authenticates to brokers: org.apache.pulsar.client.impl.auth.AuthenticationToken\n"
+        "or org.apache.pulsar.client.impl.auth.AuthenticationBasic (or token, basic). Its role must\n"
+        "be one of the brokers' proxyRoles.", "Brokers"),
+    Key("brokerClientAuthenticationParameters", str, "",
+        "Parameters of brokerClientAuthenticationPlugin: token:<jwt> or file:///path for tokens;\n"
+        "{\"userId\":\"u\",\"password\":\"p\"} for basic.", "Brokers"),
+    Key("forwardAuthorizationCredentials", bool, False,
+        "Forward the client's credentials to the broker (original_auth_data/original_auth_method in\n"
+        "CONNECT), so a broker with authenticateOriginalAuthData checks and refreshes them itself.",
+        "Brokers"),
+    # --- security ---
+    Key("authenticationEnabled", bool, False, "Require clients to authenticate to the proxy.",
+        "Authentication"),
+] + _picked(_SECURITY_KEYS, [
+    "authenticationProviders", "anonymousUserRole", "authenticationRefreshCheckSeconds",
+    "tokenSecretKey", "tokenPublicKey", "tokenPublicAlg", "tokenAuthClaim", "tokenAudienceClaim",
+    "tokenAudience", "basicAuthConf"]) + [
+    Key("authorizationEnabled", bool, False,
+        "Check lookups against the permissions in the configuration store (the brokers check\n"
+        "every producer and consumer anyway).", "Authorization"),
+] + _picked(_SECURITY_KEYS, ["superUserRoles"]) + _picked(
+    _SECURITY_KEYS, ["tlsCertificateFilePath", "tlsKeyFilePath", "tlsTrustCertsFilePath",
+                     "tlsRequireTrustedClientCertOnConnect", "tlsAllowInsecureConnection",
+                     "tlsProtocols", "tlsCiphers"])
+
+
+class ProxyConfig(Config):
+    """Configuration of ``twistd pulsar-proxy`` (conf/proxy.conf): Pulsar's proxy.conf key names."""
+
+    KEYS = _PROXY_KEYS
     DEFAULTS = {}

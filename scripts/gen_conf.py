@@ -6,7 +6,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from pulsar_twisted.config import BookieConfig, BrokerConfig, StandaloneConfig  # noqa: E402
+from pulsar_twisted.config import BookieConfig, BrokerConfig, ProxyConfig, StandaloneConfig  # noqa: E402
 
 FILES = {
     "standalone.conf": (StandaloneConfig,
@@ -19,6 +19,9 @@ FILES = {
     "bookkeeper.conf": (BookieConfig,
                         "Configuration of `twistd -n pulsar-bookie -c conf/bookkeeper.conf`.\n"
                         "Key names are Apache BookKeeper's. Unknown keys stop start-up."),
+    "proxy.conf": (ProxyConfig,
+                   "Configuration of `twistd -n pulsar-proxy -c conf/proxy.conf`.\n"
+                   "Key names are Apache Pulsar's proxy.conf. Unknown keys stop start-up."),
 }
 
 
