@@ -45,6 +45,9 @@ class StaticBrokers:
         self._service = itertools.cycle(split_hosts(service) or [None])
         self._web = itertools.cycle(split_hosts(web) or [None])
 
+    def unreachable(self, url: str) -> None:
+        """A broker could not be reached (nothing to re-read: the next call takes the next host)."""
+
     def service_url(self) -> defer.Deferred:
         url = next(self._service)
         if url is None:
@@ -93,15 +96,30 @@ class RegisteredBrokers:
             self._brokers, self._read_at = found, now
         return self._brokers
 
-    async def _pick(self, plain: str, secure: str) -> str:
-        brokers = [b for b in await self.brokers() if b.get(secure if self.tls else plain)]
-        if not brokers:
+    def unreachable(self, url: str) -> None:
+        """A broker could not be reached: re-read the registrations on the next call, and skip
+        that URL until then (a broker that stopped keeps its registration for a moment)."""
+        self._read_at = None
+        self._brokers = [b for b in self._brokers if url not in b.values()]
+
+    async def _pick(self, plain: str, secure: str, fallback: bool = False) -> str:
+        """The next broker's URL under ``secure`` (with ``tls``) or ``plain``; with ``fallback``
+        a broker without the secure URL is reached at its plain one."""
+        urls = []
+        for broker in await self.brokers():
+            url = broker.get(secure) if self.tls else broker.get(plain)
+            if not url and self.tls and fallback:
+                url = broker.get(plain)
+            if url:
+                urls.append(url)
+        if not urls:
             raise NoBrokerAvailable("no broker is registered under " + BROKERS_ROOT)
         self._turn += 1
-        return brokers[self._turn % len(brokers)][secure if self.tls else plain]
+        return urls[self._turn % len(urls)]
 
     def service_url(self) -> defer.Deferred:
         return defer.Deferred.fromCoroutine(self._pick("pulsarServiceUrl", "pulsarServiceUrlTls"))
 
     def web_url(self) -> defer.Deferred:
-        return defer.Deferred.fromCoroutine(self._pick("webServiceUrl", "webServiceUrlTls"))
+        # A broker without an HTTPS listener still serves the admin API on its HTTP one.
+        return defer.Deferred.fromCoroutine(self._pick("webServiceUrl", "webServiceUrlTls", fallback=True))

@@ -16,11 +16,16 @@ nothing is cached here: the client's next lookup starts at discovery again and i
 the new owner.
 """
 
+from twisted.internet.error import ConnectError as ConnectingFailed
+
 from pulsar_twisted.client.connection import command
+from pulsar_twisted.client.errors import ConnectError
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 
 T = api.BaseCommand
 MAX_REDIRECTS = 20
+#: Brokers from discovery tried before a request fails for want of a reachable one.
+FIRST_HOP_ATTEMPTS = 3
 
 
 class TooManyRedirects(Exception):
@@ -40,12 +45,26 @@ class ProxyLookups:
         request_id = cnx.new_request_id()
         return await cnx.send_request(command(kind, field, request_id=request_id, **fields), request_id)
 
+    async def _first_hop(self, pool, kind: int, field: str, **fields):
+        """``(url, answer)`` of a request to a broker from discovery; a broker that cannot be
+        reached (stopped, its registration not yet gone) is reported and the next one tried."""
+        for attempt in range(FIRST_HOP_ATTEMPTS):
+            url = await self.discovery.service_url()
+            try:
+                return url, await self._request(pool, url, kind, field, **fields)
+            except (ConnectError, ConnectingFailed):
+                self.discovery.unreachable(url)
+                if attempt == FIRST_HOP_ATTEMPTS - 1:
+                    raise
+
     async def lookup(self, pool, topic: str, authoritative: bool = False) -> str:
         """The URL of ``topic``'s owner (raises the broker's error as a client exception)."""
-        url = await self.discovery.service_url()
-        for _ in range(self.max_redirects + 1):
-            answer = await self._request(pool, url, T.LOOKUP, "lookupTopic", topic=topic,
-                                         authoritative=authoritative)
+        url, answer = await self._first_hop(pool, T.LOOKUP, "lookupTopic", topic=topic,
+                                            authoritative=authoritative)
+        for hop in range(self.max_redirects + 1):
+            if hop:
+                answer = await self._request(pool, url, T.LOOKUP, "lookupTopic", topic=topic,
+                                             authoritative=authoritative)
             response = answer.lookupTopicResponse
             target = (response.brokerServiceUrlTls if self.tls else response.brokerServiceUrl) \
                 or response.brokerServiceUrl
@@ -55,20 +74,20 @@ class ProxyLookups:
         raise TooManyRedirects(f"lookup of {topic} redirected more than {self.max_redirects} times")
 
     async def partitioned_metadata(self, pool, topic: str, auto_creation: bool) -> api.BaseCommand:
-        url = await self.discovery.service_url()
-        return await self._request(pool, url, T.PARTITIONED_METADATA, "partitionMetadata", topic=topic,
-                                   metadata_auto_creation_enabled=auto_creation)
+        _, answer = await self._first_hop(pool, T.PARTITIONED_METADATA, "partitionMetadata", topic=topic,
+                                          metadata_auto_creation_enabled=auto_creation)
+        return answer
 
     async def topics_of_namespace(self, pool, request: api.CommandGetTopicsOfNamespace) -> api.BaseCommand:
-        url = await self.discovery.service_url()
         fields = {"namespace": request.namespace, "mode": request.mode}
         if request.HasField("topics_pattern"):
             fields["topics_pattern"] = request.topics_pattern
-        return await self._request(pool, url, T.GET_TOPICS_OF_NAMESPACE, "getTopicsOfNamespace", **fields)
+        _, answer = await self._first_hop(pool, T.GET_TOPICS_OF_NAMESPACE, "getTopicsOfNamespace", **fields)
+        return answer
 
     async def schema(self, pool, request: api.CommandGetSchema) -> api.BaseCommand:
-        url = await self.discovery.service_url()
         fields = {"topic": request.topic}
         if request.HasField("schema_version"):
             fields["schema_version"] = request.schema_version
-        return await self._request(pool, url, T.GET_SCHEMA, "getSchema", **fields)
+        _, answer = await self._first_hop(pool, T.GET_SCHEMA, "getSchema", **fields)
+        return answer

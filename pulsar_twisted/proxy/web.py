@@ -16,12 +16,14 @@ from io import BytesIO
 from urllib.parse import urljoin
 
 from twisted.internet import defer
+from twisted.internet.error import ConnectError
 from twisted.logger import Logger
 from twisted.web import resource, server
 from twisted.web.client import Agent, BrowserLikePolicyForHTTPS, FileBodyProducer, readBody
 from twisted.web.http_headers import Headers
 
 from pulsar_twisted.common import errors
+from pulsar_twisted.proxy.lookup import FIRST_HOP_ATTEMPTS
 from pulsar_twisted.proxy.metrics import CONTENT_TYPE
 from pulsar_twisted.security.endpoints import peer_certificate_of
 
@@ -56,9 +58,18 @@ class _Forwarder:
         self.discovery = discovery
 
     async def forward(self, method: bytes, uri: bytes, headers: Headers, body: bytes):
-        """(code, headers, body) of the final answer."""
-        base = await self.discovery.web_url()
-        url = urljoin(base, uri.decode("latin-1"))
+        """(code, headers, body) of the final answer; a broker from discovery that cannot be
+        reached is reported and the next one tried (FIRST_HOP_ATTEMPTS in all)."""
+        for attempt in range(FIRST_HOP_ATTEMPTS):
+            base = await self.discovery.web_url()
+            try:
+                return await self._follow(method, urljoin(base, uri.decode("latin-1")), headers, body)
+            except ConnectError:
+                self.discovery.unreachable(base)
+                if attempt == FIRST_HOP_ATTEMPTS - 1:
+                    raise
+
+    async def _follow(self, method, url, headers, body):
         for _ in range(MAX_REDIRECTS + 1):
             producer = FileBodyProducer(BytesIO(body)) if body else None
             response = await self.agent.request(method, url.encode(), headers, producer)
