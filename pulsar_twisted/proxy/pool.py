@@ -50,7 +50,9 @@ class OnBehalf:
             connect.original_principal = self.role
         if self.data is not None:
             connect.original_auth_method = self.method
-            connect.original_auth_data = self.data
+            # A string field in PulsarApi.proto (tokens and basic credentials are text).
+            data = self.data
+            connect.original_auth_data = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
             connect.feature_flags.supports_auth_refresh = self.supports_refresh
 
 
@@ -139,12 +141,13 @@ class BrokerPool:
         found = self._connections.get(address)
         if found is not None:
             return found.when_connected()
-        waiters = self._dialling.get(address)
-        if waiters is None:
-            waiters = self._dialling[address] = []
-            self._dial(address)
         d = defer.Deferred()
-        waiters.append(d)
+        waiters = self._dialling.get(address)
+        if waiters is not None:
+            waiters.append(d)
+        else:
+            self._dialling[address] = [d]   # before dialling: a connector may answer at once
+            self._dial(address)
         return d
 
     def _dial(self, address: str) -> None:

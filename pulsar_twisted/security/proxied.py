@@ -64,7 +64,7 @@ def proxied_identity(security, cnx, connect, identity):
         _refuse(cnx, role, original, "the originalPrincipal cannot be a proxy role")
     tracked = None
     if security.authenticate_original and connect.HasField("original_auth_data"):
-        credentials = Credentials(connect.original_auth_method, connect.original_auth_data,
+        credentials = Credentials(connect.original_auth_method, connect.original_auth_data.encode(),
                                   peer_certificate_of(cnx.transport), cnx.peer)
         tracked = security.authn.authenticate(credentials)
         if tracked.role != original:
