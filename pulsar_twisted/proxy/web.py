@@ -115,8 +115,9 @@ class ProxyWebResource(resource.Resource):
         authn = self.service.authn
         if not authn.enabled:
             return None
+        channel = getattr(request, "channel", None)
         identity = authn.authenticate_http(request.getHeader(b"authorization"),
-                                           peer_certificate_of(request.channel.transport),
+                                           peer_certificate_of(getattr(channel, "transport", None)),
                                            str(request.getClientAddress()))
         return identity.role
 
@@ -127,7 +128,7 @@ class ProxyWebResource(resource.Resource):
         return json.dumps({"reason": reason}).encode()
 
     def _answer(self, request, code, headers, body):
-        if request._disconnected:
+        if getattr(request, "_disconnected", False):
             return
         request.setResponseCode(code)
         for name, values in headers.getAllRawHeaders():
@@ -139,7 +140,7 @@ class ProxyWebResource(resource.Resource):
     def _failed(self, request, failure):
         self.log.info("forwarding {method} {uri} failed: {reason}", method=request.method,
                       uri=request.uri, reason=failure.getErrorMessage())
-        if request._disconnected:
+        if getattr(request, "_disconnected", False):
             return
         request.write(self._error(request, 502, f"no broker answered: {failure.getErrorMessage()}"))
         request.finish()
