@@ -186,6 +186,30 @@ class LookupTests(unittest.TestCase):
         self.assertEqual(connects[0].original_auth_data, token("alice"))
 
 
+class LookupConnectionChallengeTests(unittest.TestCase):
+    def test_challenge_without_forwarding_answered_with_the_proxy_token(self):
+        """Without forwarded credentials the broker can only ask for the proxy's own: the pool
+        connection answers with brokerClientAuthenticationParameters' token."""
+        topic = "persistent://public/default/t"
+
+        def other(address, command):
+            if command.type == T.CONNECT:
+                return [T(type=T.CONNECTED, connected=api.CommandConnected(server_version="b",
+                                                                           protocol_version=21)),
+                        T(type=T.AUTH_CHALLENGE, authChallenge=api.CommandAuthChallenge(
+                            challenge=api.AuthData(auth_method_name="token",
+                                                   auth_data=b"PulsarAuthRefresh")))]
+            return []
+
+        brokers = FakeBrokers({"b1:6650": {topic: lookup_answer("pulsar://b1:6650")}}, other=other)
+        client = ProxyHarness(brokers=brokers, **AUTH).client()
+        client.connect(method="token", data=token("alice").encode())
+        client.send(lookup(topic))
+        self.assertEqual(len(client.commands(T.LOOKUP_RESPONSE)), 1)
+        [response] = [c for c in brokers.brokers["b1:6650"][0].received if c.type == T.AUTH_RESPONSE]
+        self.assertEqual(response.authResponse.response.auth_data, b"PROXYTOKEN")
+
+
 class RelayTests(unittest.TestCase):
     def open(self, harness, target="10.0.0.1:6650", **connect):
         client = harness.client()
