@@ -183,6 +183,25 @@ class BrokerService(service.Service):
         """Deferred partition count of ``topic_name``'s partitioned topic (0: not partitioned)."""
         return self.partitioned.partitions(topic_name)
 
+    @defer.inlineCallbacks
+    def check_partition_bounds(self, name):
+        """
+        Refuse ``<topic>-partition-<i>`` when ``<topic>`` is partitioned with at most ``i``
+        partitions, as Pulsar's ``BrokerService.getTopic``: NotAllowed "Illegal topic partition
+        name ..." for persistent topics, TopicNotFound for non-persistent ones (Pulsar finds no
+        topic there). A ``-partition-<i>`` name whose parent is not partitioned is a plain topic.
+        """
+        if name.partition_index < 0:
+            return
+        partitions = yield self.partitions_of(name)
+        if 0 < partitions <= name.partition_index:
+            self.log.warn("refused {topic}: past the {n} partitions of its partitioned topic",
+                          topic=str(name), n=partitions)
+            if not name.persistent:
+                raise errors.TopicNotFound(f"Topic {name} does not exist")
+            raise errors.NotAllowedError(
+                f"Illegal topic partition name {name} with max allowed {partitions} partitions")
+
     def create_partitioned_topic(self, topic_name, partitions: int) -> defer.Deferred:
         return self.partitioned.create(topic_name, partitions)
 
@@ -209,6 +228,9 @@ class BrokerService(service.Service):
             if cnx is not None:
                 yield defer.ensureDeferred(self.security.check_topic(cnx, topic, "lookup"))
             yield self._check_namespace(name.namespace_name)
+            # A partition past the count: refused here already, with the error the producer or
+            # consumer would get (the official client reports the lookup's error code).
+            yield self.check_partition_bounds(name)
             if self.ownership is not None:
                 return (yield self.ownership.lookup(name))
             return (self.broker_url, self.broker_url_tls)
@@ -320,6 +342,8 @@ class BrokerService(service.Service):
             if partitions > 0:
                 raise errors.NotAllowedError(
                     f"{name} is a partitioned topic: use its partitions ({name}-partition-N)")
+        else:
+            yield self.check_partition_bounds(name)
         if not create or not self.config.allowAutoTopicCreation:
             if not (yield self._topic_exists(name)):
                 raise errors.TopicNotFound(f"Topic {name} does not exist")

@@ -6,6 +6,7 @@ Lookup, brokers, health and metrics of the admin API (Pulsar's ``TopicLookupBase
 from pulsar_twisted.broker.admin.base import AdminArea, check_name
 from pulsar_twisted.broker.admin.errors import NotFound
 from pulsar_twisted.broker.leader import read_leader
+from pulsar_twisted.common import errors
 from pulsar_twisted.common.naming import TopicName
 from pulsar_twisted.metadata.layout import BROKERS_ROOT, CLUSTERS_ROOT
 
@@ -19,7 +20,12 @@ class BrokersAdmin(AdminArea):
         200 with the owner's URLs (a 307 is only for unowned bundles assigned elsewhere, which
         never happens here: the asked broker takes a free bundle itself)."""
         await self.check_namespace(name)
-        result = await self.broker.lookup(str(name))
+        try:
+            result = await self.broker.lookup(str(name))
+        except errors.NotAllowedError as e:
+            # A partition past the partitioned topic's count does not exist (Pulsar's HTTP
+            # lookup answers 404 for a topic that does not exist).
+            raise NotFound(f"Topic not found: {e}")
         broker_url, broker_url_tls = result
         # Ownership results (broker/ownership.py) carry the serving broker's web URLs; a plain
         # (url, url_tls) pair, or an empty http_url (standalone), means this broker.
