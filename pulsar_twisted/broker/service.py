@@ -16,6 +16,8 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from pulsar_twisted.broker import schema
+from pulsar_twisted.broker.advertised import advertised_listeners, select_listener
+from pulsar_twisted.broker.ownership import LookupResult
 from pulsar_twisted.broker.compaction import Compactor
 from pulsar_twisted.broker.policies import PolicyService
 from pulsar_twisted.broker.topic import NonPersistentTopic, PersistentTopic
@@ -50,6 +52,8 @@ class BrokerService(service.Service):
         self.clock = clock
         self.broker_url = broker_url
         self.broker_url_tls = broker_url_tls
+        #: This broker's advertised listeners by name (advertised.py; {} when none configured).
+        self.listeners = advertised_listeners(config)
         self.topics = {}
         self._loading = {}
         self.connections = set()
@@ -220,8 +224,25 @@ class BrokerService(service.Service):
 
     # ---------------------------------------------------------------- binary-protocol queries
     @defer.inlineCallbacks
-    def lookup(self, topic: str, cnx=None):
-        """``cnx``: the asking connection, whose role must be allowed to look the topic up."""
+    def lookup(self, topic: str, cnx=None, listener_name: str = ""):
+        """
+        ``(broker_url, broker_url_tls)`` of the broker serving ``topic`` (a ``LookupResult`` in a
+        cluster). ``cnx``: the asking connection, whose role must be allowed to look the topic
+        up. ``listener_name``: answer the serving broker's URLs of that advertised listener
+        (ServiceNotReady "the broker do not have <name> listener" when it has none).
+        """
+        result = yield self._lookup(topic, cnx)
+        if not listener_name:
+            return result
+        listeners = getattr(result, "listeners", None)
+        listener = select_listener(self.listeners if listeners is None else listeners, listener_name)
+        return LookupResult(listener.broker_url, listener.broker_url_tls,
+                            redirect=getattr(result, "redirect", False),
+                            http_url=getattr(result, "http_url", ""),
+                            http_url_tls=getattr(result, "http_url_tls", ""), listeners=listeners)
+
+    @defer.inlineCallbacks
+    def _lookup(self, topic: str, cnx):
         name = self._parse(topic)
         self.security.lookup_started()  # TooManyRequests past maxConcurrentLookupRequest
         try:
