@@ -177,6 +177,10 @@ class ServerConnection(protocol.Protocol):
         self.transport.registerProducer(self, True)
         self.service.connection_opened(self)
         self._keep_alive.start()
+        listener = getattr(self.factory, "listener_name", "")
+        if listener:
+            self.log.info("{peer} connected on a port of listener {listener}", peer=self.peer,
+                          listener=listener)
 
     def dataReceived(self, data):
         self._keep_alive.received()

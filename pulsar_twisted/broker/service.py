@@ -235,7 +235,11 @@ class BrokerService(service.Service):
         if not listener_name:
             return result
         listeners = getattr(result, "listeners", None)
-        listener = select_listener(self.listeners if listeners is None else listeners, listener_name)
+        try:
+            listener = select_listener(self.listeners if listeners is None else listeners, listener_name)
+        except errors.ServiceNotReady as e:
+            self.log.warn("failed to look up {topic}: {reason}", topic=topic, reason=str(e))
+            raise
         return LookupResult(listener.broker_url, listener.broker_url_tls,
                             redirect=getattr(result, "redirect", False),
                             http_url=getattr(result, "http_url", ""),
