@@ -233,7 +233,8 @@ class BrokerClusterService(BrokerListeners, Daemon):
     def announce(self) -> None:
         hosts, root = metadata_store_location(self.config)
         self.log.info("pulsar-broker {id} ready: {urls} (metadata {hosts}{root}, {n} bookies)",
-                      id=self.broker_id, urls=", ".join(u for u in self.urls().values() if u),
+                      id=self.broker_id,
+                      urls=", ".join(u for u in self.urls().values() if u and isinstance(u, str)),
                       hosts=hosts, root="" if root == "/" else root,
                       n=self._bookies_at_start)
 

@@ -156,14 +156,21 @@ def add_topic_routes(router, admin) -> None:
     add_schema_routes(router, admin)  # /admin/v2/schemas
 
 
+def listener_name_of(request) -> str:
+    """The advertised listener an HTTP lookup asks for: Pulsar's ``listenerName`` query parameter,
+    else its ``X-Pulsar-ListenerName`` header; "" for none (or no request, as in direct calls)."""
+    if request is None:
+        return ""
+    listener = (query(request, "listenerName") or "").strip()
+    if not listener:
+        listener = (request.getHeader(b"x-pulsar-listenername") or b"").decode("utf-8", "replace").strip()
+    return listener
+
+
 def add_lookup_routes(router, admin) -> None:
     def lookup(request, domain, tenant, namespace, topic):
-        # Pulsar's TopicLookupBase: the listenerName parameter, else the X-Pulsar-ListenerName
-        # header, picks the advertised listener whose URLs are answered.
-        listener = (query(request, "listenerName") or "").strip()
-        if not listener:
-            listener = (request.getHeader(b"x-pulsar-listenername") or b"").decode("utf-8", "replace").strip()
-        return admin.lookup(admin.topic_name(domain, tenant, namespace, topic), listener_name=listener)
+        return admin.lookup(admin.topic_name(domain, tenant, namespace, topic),
+                            listener_name=listener_name_of(request))
     _for_domains(router, "GET", "/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", lookup)
 
     # The v2 "destination" spelling older clients use.
