@@ -11,6 +11,10 @@ choosing one with ``Client(..., listener_name=...)``.
 
 An unknown listener fails the lookup with Pulsar's ServiceNotReady "the broker do not have <name>
 listener", which the client retries until its operation timeout (as against Pulsar).
+
+The HTTP lookup's ``listenerName`` is checked with plain HTTP requests: the official Python client
+(C++ 4.2.0 underneath) does not send ``listener_name`` in its HTTP lookups (an ``http://`` service
+URL), only in binary LOOKUP commands.
 """
 
 import json
