@@ -12,6 +12,7 @@ from pulsar_twisted.common.naming import parse_topic
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.testing.broker import BrokerHarness
 from tests.security.test_broker_security import producer, subscribe
+from tests.web.support import WebTestCase
 
 T = api.BaseCommand
 PARENT = "persistent://public/default/parts"
@@ -78,3 +79,23 @@ class PartitionBoundsTests(unittest.TestCase):
         """A -partition-N name whose parent is not partitioned stays a plain topic (Pulsar allows it)."""
         self.client.send(producer("persistent://public/default/plain-partition-4"))
         self.assertEqual(len(self.client.commands(T.PRODUCER_SUCCESS)), 1)
+
+
+class AdminPartitionNameTests(WebTestCase):
+    @defer.inlineCallbacks
+    def test_admin_create_refused_past_count(self):
+        """PUT of a non-partitioned topic named like a partition past the count: 412 (Pulsar's
+        validateNonPartitionTopicName), and the namespace's topic list does not show it."""
+        status, _, _ = yield self.request("PUT", "/admin/v2/persistent/public/default/adm/partitions", 2)
+        self.assertEqual(status, 204)
+        status, body, _ = yield self.request("PUT", "/admin/v2/persistent/public/default/adm-partition-2")
+        self.assertEqual(status, 412)
+        self.assertIn("partitioned topic adm", body["reason"])
+        status, body, _ = yield self.request("PUT", "/admin/v2/persistent/public/default/none-partition-0")
+        self.assertEqual(status, 412)
+        status, _, _ = yield self.request("PUT", "/admin/v2/persistent/public/default/adm-partition-1")
+        self.assertEqual(status, 409)
+        status, listed, _ = yield self.request("GET", "/admin/v2/persistent/public/default")
+        self.assertEqual(sorted(listed), [f"persistent://public/default/adm-partition-{i}" for i in (0, 1)])
+        status, _, _ = yield self.request("GET", "/lookup/v2/topic/persistent/public/default/adm-partition-2")
+        self.assertEqual(status, 404)
