@@ -367,15 +367,24 @@ class AuthenticationService:
         return self.providers[method].authenticate(credentials)
 
     def _http_by_header(self, authorization, peer_certificate, peer) -> Identity:
+        """The header's provider, then the TLS certificate (Pulsar tries each provider in turn);
+        the first refusal's reason when neither proves a role."""
+        refusal = None
         credentials = _http_credentials(authorization, peer_certificate, peer)
         if credentials is not None:
             provider = self.providers.get(credentials.method)
-            if provider is None:
-                raise AuthenticationError(f"Unsupported authentication method: {credentials.method}")
-            return provider.authenticate(credentials)
+            try:
+                if provider is None:
+                    raise AuthenticationError(f"Unsupported authentication method: {credentials.method}")
+                return provider.authenticate(credentials)
+            except AuthenticationError as e:
+                refusal = e
         if peer_certificate is not None and "tls" in self.providers:
-            return self.providers["tls"].authenticate(Credentials("tls", b"", peer_certificate, peer))
-        raise AuthenticationError("Authentication required (no credentials sent)")
+            try:
+                return self.providers["tls"].authenticate(Credentials("tls", b"", peer_certificate, peer))
+            except AuthenticationError as e:
+                refusal = refusal or e
+        raise refusal or AuthenticationError("Authentication required (no credentials sent)")
 
 
 def _http_credentials(authorization, peer_certificate, peer) -> Optional[Credentials]:
