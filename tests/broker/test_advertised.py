@@ -8,6 +8,7 @@ listener of a bind address, and a non-owner answering the owner's URLs for that 
 import json
 
 from twisted.internet import defer
+from twisted.internet.testing import MemoryReactor
 from twisted.trial import unittest
 
 from pulsar_twisted.broker.advertised import (
@@ -18,7 +19,8 @@ from pulsar_twisted.broker.registration import BrokerAddresses
 from pulsar_twisted.common.naming import parse_topic
 from pulsar_twisted.config import BrokerConfig, ConfigError
 from pulsar_twisted.daemons.broker import check_config
-from pulsar_twisted.daemons.standalone import StandaloneConfig, check_standalone
+from pulsar_twisted.daemons.standalone import StandaloneConfig, StandaloneService, check_standalone
+from pulsar_twisted.daemons.tree import ListeningService
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.testing.broker import BrokerHarness
 from tests.web.support import WebTestCase
@@ -194,3 +196,21 @@ class HttpLookupTests(WebTestCase):
         status, body, _ = yield self.request("GET", path + "?listenerName=nope")
         self.assertEqual(status, 503)
         self.assertIn("the broker do not have nope listener", json.dumps(body))
+
+
+class BindAddressListenerTests(unittest.TestCase):
+    def test_bind_addresses_listen_before_the_plain_port(self):
+        """Each bindAddresses entry is one more listener, before the plain binary port (the
+        readiness signal); its binary factory carries the listener name."""
+        config = StandaloneConfig(advertisedListeners=LISTENERS + ",web:http://127.0.0.1:18081",
+                                  bindAddresses="external:pulsar://127.0.0.1:16650,web:http://127.0.0.1:18081")
+        reactor = MemoryReactor()
+        root = StandaloneService(config, reactor=reactor)
+        listening = [child for child in root if isinstance(child, ListeningService)]
+        self.assertEqual([s.name for s in listening], [
+            "web", "external pulsar://127.0.0.1:16650", "web http://127.0.0.1:18081", "binary"])
+        root.broker = object()
+        binary = listening[1]
+        self.successResultOf(defer.maybeDeferred(binary.startService))
+        port, factory, _, interface = reactor.tcpServers[0]
+        self.assertEqual((port, interface, factory.listener_name), (16650, "127.0.0.1", "external"))
