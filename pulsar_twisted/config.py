@@ -337,9 +337,10 @@ _BROKER_KEYS = [
     Key("isAllowAutoUpdateSchemaEnabled", bool, True,
         "Producers may add a new schema version (when compatible) unless the namespace says otherwise.",
         "Schemas and compaction"),
-    Key("schemaCompatibilityStrategy", str, "BACKWARD",
+    Key("schemaCompatibilityStrategy", str, "FULL",
         "Default schema compatibility strategy: ALWAYS_COMPATIBLE, ALWAYS_INCOMPATIBLE, BACKWARD,\n"
-        "FORWARD, FULL or their *_TRANSITIVE forms (a namespace policy overrides it).",
+        "FORWARD, FULL or their *_TRANSITIVE forms (a namespace policy overrides it); UNDEFINED\n"
+        "falls back to the namespace's schema_auto_update_compatibility_strategy (Full).",
         "Schemas and compaction"),
     Key("schemaValidationEnforced", bool, False,
         "Refuse producers without a schema on topics that have one.", "Schemas and compaction"),
