@@ -16,6 +16,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from pulsar_twisted.broker import schema
+from pulsar_twisted.broker.broker_counters import BrokerCounters
 from pulsar_twisted.broker.compaction import Compactor
 from pulsar_twisted.broker.policies import PolicyService
 from pulsar_twisted.broker.topic import NonPersistentTopic, PersistentTopic
@@ -53,6 +54,8 @@ class BrokerService(service.Service):
         self.topics = {}
         self._loading = {}
         self.connections = set()
+        #: Connection and lookup counters for /metrics (broker_counters.py).
+        self.counters = BrokerCounters(clock)
         self.producer_name_prefix = None
         self._producer_counter = 0
         #: Bytes received from producers and not yet stored, across every connection.
@@ -125,10 +128,12 @@ class BrokerService(service.Service):
 
     def connection_opened(self, cnx) -> None:
         self.connections.add(cnx)
+        self.counters.connection_opened()
         self.security.connection_opened(cnx)
 
     def connection_closed(self, cnx) -> None:
         if cnx in self.connections:
+            self.counters.connection_closed()
             self.security.connection_closed(cnx)
         self.connections.discard(cnx)
         self._publish_throttled.discard(cnx)
@@ -202,7 +207,19 @@ class BrokerService(service.Service):
     # ---------------------------------------------------------------- binary-protocol queries
     @defer.inlineCallbacks
     def lookup(self, topic: str, cnx=None):
-        """``cnx``: the asking connection, whose role must be allowed to look the topic up."""
+        """``cnx``: the asking connection, whose role must be allowed to look the topic up.
+        Counted for /metrics (answers, redirects, failures, latency)."""
+        started = self.counters.lookup_started()
+        try:
+            result = yield self._lookup(topic, cnx)
+        except BaseException:
+            self.counters.lookup_finished(started, failed=True)
+            raise
+        self.counters.lookup_finished(started, result)
+        return result
+
+    @defer.inlineCallbacks
+    def _lookup(self, topic: str, cnx):
         name = self._parse(topic)
         self.security.lookup_started()  # TooManyRequests past maxConcurrentLookupRequest
         try:

@@ -15,6 +15,7 @@ from prometheus_client import (
     generate_latest)
 from prometheus_client.core import GaugeMetricFamily
 
+from pulsar_twisted.web.broker_metrics import BrokerFamilies
 from pulsar_twisted.web.routing import Response
 from pulsar_twisted.web.storage_metrics import storage_families
 
@@ -42,6 +43,9 @@ class PulsarCollector:
     def __init__(self, admin_service, cluster: str):
         self.admin = admin_service
         self.cluster = cluster
+        #: Subscription, consumer, storage, broker, managed-ledger, connection and lookup
+        #: families (web/broker_metrics.py).
+        self.broker_families = BrokerFamilies(admin_service.broker, cluster, admin_service.clock)
 
     def collect(self):
         rows = self.admin.topic_metrics()
@@ -60,6 +64,7 @@ class PulsarCollector:
             family.add_metric([self.cluster, namespace], count)
         yield family
         yield from storage_families(self.admin.broker.topics, self.cluster)
+        yield from self.broker_families.collect()
 
 
 def make_registry(admin_service, cluster: str) -> CollectorRegistry:
