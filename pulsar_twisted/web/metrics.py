@@ -44,8 +44,9 @@ class PulsarCollector:
         self.admin = admin_service
         self.cluster = cluster
         #: Subscription, consumer, storage, broker, managed-ledger, connection and lookup
-        #: families (web/broker_metrics.py).
-        self.broker_families = BrokerFamilies(admin_service.broker, cluster, admin_service.clock)
+        #: families (web/broker_metrics.py), made at the first scrape (routers are also built
+        #: over stand-in admin objects that are never scraped).
+        self.broker_families = None
 
     def collect(self):
         rows = self.admin.topic_metrics()
@@ -64,6 +65,8 @@ class PulsarCollector:
             family.add_metric([self.cluster, namespace], count)
         yield family
         yield from storage_families(self.admin.broker.topics, self.cluster)
+        if self.broker_families is None:
+            self.broker_families = BrokerFamilies(self.admin.broker, self.cluster, self.admin.clock)
         yield from self.broker_families.collect()
 
 
