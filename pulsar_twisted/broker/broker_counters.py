@@ -9,32 +9,10 @@ every HTTP ``/lookup/v2`` goes through ``BrokerService.lookup``. An answer namin
 too many lookups, bad namespace, ...) as a failure.
 """
 
-from collections import deque
+from pulsar_twisted.common.latency import LatencySummary
 
 #: Quantiles of the lookup latency summary, Pulsar's (``TopicLookupBase.lookupLatency``).
 LOOKUP_QUANTILES = (0.5, 0.99, 0.999, 1.0)
-
-
-class LatencySummary:
-    """Count and sum of latencies in ms, and quantiles over the last ``window`` observations
-    (Pulsar's summaries use a sliding time window; a sliding count window is enough here)."""
-
-    def __init__(self, window: int = 1024):
-        self.count = 0
-        self.sum_ms = 0.0
-        self.recent = deque(maxlen=window)
-
-    def observe(self, ms: float) -> None:
-        self.count += 1
-        self.sum_ms += ms
-        self.recent.append(ms)
-
-    def quantile(self, q: float) -> float:
-        """The ``q`` quantile of the recent observations (0.0 when there are none)."""
-        if not self.recent:
-            return 0.0
-        ordered = sorted(self.recent)
-        return ordered[min(int(q * len(ordered)), len(ordered) - 1)]
 
 
 class BrokerCounters:
