@@ -41,6 +41,50 @@ def summary_family(name: str, doc: str, by_success: dict) -> Metric:
     return family
 
 
+def _gauge(name, doc, value):
+    return GaugeMetricFamily(name, doc, value=value)
+
+
+def storage_families(storage, stats: dict, read_only: bool):
+    """BookKeeper's server-status, bytes, ledger-storage and journal families of ``storage``
+    (a BookieStorage; ``stats`` its ``stats()``)."""
+    yield _gauge("bookie_SERVER_STATUS", "1 writable, 0 read-only.", 0 if read_only else 1)
+    for name, doc, key in (
+            ("bookie_WRITE_BYTES", "Bytes of entries written to the bookie.", "add_bytes"),
+            ("bookie_READ_BYTES", "Bytes of entries read from the bookie.", "read_bytes"),
+            ("bookie_ledgers_count", "Ledgers stored in the bookie.", "ledgers"),
+            ("bookie_write_cache_size", "Bytes in the write cache.", "write_cache_bytes"),
+            ("bookie_write_cache_entries", "Entries in the write cache.", "write_cache_entries"),
+            ("bookie_DELETED_LEDGER_COUNT", "Ledgers this bookie deleted.", "deleted_ledgers")):
+        if key in stats:
+            yield _gauge(name, doc, stats[key])
+    if "ledger_dirs" in stats:
+        yield _gauge("bookie_ledger_writable_dirs", "Ledger directories taking writes.",
+                     0 if read_only else stats["ledger_dirs"])
+    journal_fn = getattr(storage, "journal_metrics", None)
+    if journal_fn is not None:
+        journal = journal_fn()
+        yield summary_family("bookie_journal_JOURNAL_ADD_ENTRY",
+                             "Journal records: append to durable in ms.", {True: journal["add"]})
+        yield summary_family("bookie_journal_JOURNAL_SYNC", "Journal fdatasync calls in ms.",
+                             {True: journal["sync"]})
+        yield _gauge("bookie_journal_JOURNAL_QUEUE_SIZE", "Records waiting for the journal writer.",
+                     journal["queue"])
+
+
+class StorageCollector:
+    """The storage and journal families of a bookie served in process (the standalone's, which
+    has no bookie-protocol server: its broker's /metrics shows them, as Pulsar's standalone
+    shows its bookie's)."""
+
+    def __init__(self, storage):
+        self._storage = storage
+
+    def collect(self):
+        storage = self._storage
+        yield from storage_families(storage, storage.stats(), storage.read_only)
+
+
 class BookieCollector:
     """Prometheus collector over a BookieServer (its storage, journal and request processor)."""
 
@@ -54,40 +98,14 @@ class BookieCollector:
         yield from self._legacy(server, stats)
         yield from self._bookkeeper(server, stats)
 
-    @staticmethod
-    def _gauge(name, doc, value):
-        return GaugeMetricFamily(name, doc, value=value)
-
     def _bookkeeper(self, server, stats):
-        yield self._gauge("bookie_SERVER_STATUS", "1 writable, 0 read-only.",
-                          0 if server.read_only else 1)
-        for name, doc, key in (
-                ("bookie_WRITE_BYTES", "Bytes of entries written to the bookie.", "add_bytes"),
-                ("bookie_READ_BYTES", "Bytes of entries read from the bookie.", "read_bytes"),
-                ("bookie_ledgers_count", "Ledgers stored in the bookie.", "ledgers"),
-                ("bookie_write_cache_size", "Bytes in the write cache.", "write_cache_bytes"),
-                ("bookie_write_cache_entries", "Entries in the write cache.", "write_cache_entries"),
-                ("bookie_DELETED_LEDGER_COUNT", "Ledgers this bookie deleted.", "deleted_ledgers")):
-            if key in stats:
-                yield self._gauge(name, doc, stats[key])
-        if "ledger_dirs" in stats:
-            yield self._gauge("bookie_ledger_writable_dirs", "Ledger directories taking writes.",
-                              0 if server.read_only else stats["ledger_dirs"])
+        yield from storage_families(server.storage, stats, server.read_only)
         by_op = {}
         for (op, success), summary in server.processor.latencies.items():
             by_op.setdefault(op, {})[success] = summary
         for op, bk_name in _REQUEST_NAMES.items():
             yield summary_family(f"bookkeeper_server_{bk_name}_REQUEST",
                                  f"{bk_name} requests: arrival to answer in ms.", by_op.get(op, {}))
-        journal_fn = getattr(server.storage, "journal_metrics", None)
-        if journal_fn is not None:
-            journal = journal_fn()
-            yield summary_family("bookie_journal_JOURNAL_ADD_ENTRY",
-                                 "Journal records: append to durable in ms.", {True: journal["add"]})
-            yield summary_family("bookie_journal_JOURNAL_SYNC", "Journal fdatasync calls in ms.",
-                                 {True: journal["sync"]})
-            yield self._gauge("bookie_journal_JOURNAL_QUEUE_SIZE",
-                              "Records waiting for the journal writer.", journal["queue"])
 
     def _legacy(self, server, stats):
         counters = [
@@ -109,12 +127,12 @@ class BookieCollector:
                                 "write_cache_bytes"),
                                ("bookie_entry_logs", "Entry log files.", "entry_logs")):
             if key in stats:
-                yield self._gauge(name, doc, stats[key])
-        yield self._gauge("bookie_read_only", "1 when the bookie is read-only.",
+                yield _gauge(name, doc, stats[key])
+        yield _gauge("bookie_read_only", "1 when the bookie is read-only.",
                           1 if server.read_only else 0)
-        yield self._gauge("bookie_disk_usage_ratio", "Used fraction of the fullest data disk.",
+        yield _gauge("bookie_disk_usage_ratio", "Used fraction of the fullest data disk.",
                           server.disk_usage_ratio)
-        yield self._gauge("bookie_connections", "Open client connections.",
+        yield _gauge("bookie_connections", "Open client connections.",
                           len(server.factory.connections))
         requests = CounterMetricFamily("bookie_requests", "Requests answered, by op and status.",
                                        labels=["op", "status"])

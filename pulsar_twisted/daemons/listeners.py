@@ -37,8 +37,12 @@ class BrokerListeners:
         services.append(ListeningService("binary", self._binary_endpoint, self._binary_factory))
         return services
 
+    def metrics_collectors(self) -> list:
+        """More collectors for the web site's /metrics (the standalone adds its bookie's)."""
+        return []
+
     def _site(self):
-        return make_site(self.admin, self.broker, self.config)
+        return make_site(self.admin, self.broker, self.config, self.metrics_collectors())
 
     def _binary_factory(self):
         return BrokerProtocolFactory(self.broker, self.reactor)

@@ -70,11 +70,14 @@ class PulsarCollector:
         yield from self.broker_families.collect()
 
 
-def make_registry(admin_service, cluster: str) -> CollectorRegistry:
+def make_registry(admin_service, cluster: str, extra_collectors=()) -> CollectorRegistry:
     """Our collector plus process/platform/GC metrics, in a registry of the site's own (tests
-    build many sites in one process; the global registry would refuse duplicates)."""
+    build many sites in one process; the global registry would refuse duplicates).
+    ``extra_collectors``: more collectors on the same page (the standalone's bookie)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(PulsarCollector(admin_service, cluster))
+    for collector in extra_collectors:
+        registry.register(collector)
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
     GCCollector(registry=registry)
