@@ -180,6 +180,18 @@ _AUTO_UPDATE_STRATEGIES = {
     "FullTransitive": "FULL_TRANSITIVE"}
 
 
+def consumer_strategy(strategy: str) -> str:
+    """
+    How a consumer's schema that is not stored is checked (Pulsar's
+    ``checkConsumerCompatibility``): under BACKWARD, FORWARD, FORWARD_TRANSITIVE and FULL it must
+    read the latest version (BACKWARD against the latest); under the other strategies it is checked
+    against every version with the strategy itself.
+    """
+    if strategy in ("BACKWARD", "FORWARD", "FORWARD_TRANSITIVE", "FULL"):
+        return "BACKWARD"
+    return strategy
+
+
 def effective_strategy(policies: dict, broker_strategy: str) -> str:
     """
     The strategy Pulsar applies on a topic of a namespace with ``policies``: the namespace's
@@ -328,7 +340,7 @@ class SchemaRegistry:
             return
         if type_ == BYTES:
             return  # a BYTES consumer reads anything, as Pulsar's do
-        strategy = yield self.strategy(topic)
+        strategy = consumer_strategy((yield self.strategy(topic)))
         try:
             validate(type_, data)
             check_compatible(strategy, type_, data, live)

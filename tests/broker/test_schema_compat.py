@@ -274,3 +274,14 @@ class DefaultStrategyTests(unittest.TestCase):
         self.assertEqual(schema.effective_strategy(
             {"schema_auto_update_compatibility_strategy": "AutoUpdateDisabled"}, "UNDEFINED"),
             "ALWAYS_INCOMPATIBLE")
+
+
+class ConsumerStrategyTests(unittest.TestCase):
+    def test_consumer_rule(self):
+        """A consumer's new schema must read the latest version under the plain strategies and
+        FORWARD_TRANSITIVE; BACKWARD_TRANSITIVE / FULL_TRANSITIVE / ALWAYS_* keep their own rule."""
+        for strategy in ("BACKWARD", "FORWARD", "FORWARD_TRANSITIVE", "FULL"):
+            self.assertEqual(schema.consumer_strategy(strategy), "BACKWARD")
+        for strategy in ("BACKWARD_TRANSITIVE", "FULL_TRANSITIVE", "ALWAYS_COMPATIBLE",
+                         "ALWAYS_INCOMPATIBLE"):
+            self.assertEqual(schema.consumer_strategy(strategy), strategy)
