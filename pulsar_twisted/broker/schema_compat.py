@@ -47,6 +47,7 @@ class AvroSchema:
     def __init__(self, obj):
         self.names = {}
         self.root = self._collect(obj, "")
+        self._verify(self.root, set())
 
     @classmethod
     def parse(cls, data: bytes) -> "AvroSchema":
@@ -99,6 +100,23 @@ class AvroSchema:
                     raise InvalidAvroSchema(f"Invalid field in record {name}")
                 f["type"] = self._collect(f["type"], child_ns)
         return node
+
+    def _verify(self, node, seen) -> None:
+        """Every reference names a primitive or a defined type (else InvalidAvroSchema)."""
+        node = self.resolve(node)
+        if isinstance(node, list):
+            for branch in node:
+                self._verify(branch, seen)
+        elif isinstance(node, dict) and id(node) not in seen:
+            seen.add(id(node))
+            kind = node["type"]
+            if kind in ("record", "error"):
+                for f in node["fields"]:
+                    self._verify(f["type"], seen)
+            elif kind == "array":
+                self._verify(node["items"], seen)
+            elif kind == "map":
+                self._verify(node["values"], seen)
 
     def resolve(self, node):
         """``node`` with a name reference replaced by its definition and ``{"type": "int"}``

@@ -197,8 +197,9 @@ class ResolutionTests(unittest.TestCase):
 
     def test_unknown_reference_refused(self):
         """A reference to a named type nobody defines is an invalid schema."""
-        broken = parsed(rec("U", f("a", "Missing")))
-        self.assertRaises(InvalidAvroSchema, can_read, broken, broken)
+        for broken in (rec("U", f("a", "Missing")), {"type": "object"},
+                       {"type": "array", "items": "Nothing"}):
+            self.assertRaises(InvalidAvroSchema, parsed, broken)
 
 
 # ------------------------------------------------------------------------------ strategies
@@ -285,3 +286,27 @@ class ConsumerStrategyTests(unittest.TestCase):
         for strategy in ("BACKWARD_TRANSITIVE", "FULL_TRANSITIVE", "ALWAYS_COMPATIBLE",
                          "ALWAYS_INCOMPATIBLE"):
             self.assertEqual(schema.consumer_strategy(strategy), strategy)
+
+
+class LegacyJsonSchemaTests(unittest.TestCase):
+    LEGACY = {"type": "object", "id": "urn:jsonschema:User", "properties": {"a": {"type": "string"}}}
+
+    def accepted(self, new, old) -> bool:
+        versions = [schema.SchemaVersion(0, ST.Json, json.dumps(old).encode())]
+        try:
+            schema.check_compatible("FULL", ST.Json, json.dumps(new).encode(), versions)
+        except schema.IncompatibleSchemaError:
+            return False
+        return True
+
+    def test_json_schema_documents(self):
+        """JSON-Schema definitions (not Avro) validate; they follow each other by equal id only,
+        and never follow or precede an Avro-based JSON schema."""
+        schema.validate(ST.Json, json.dumps(self.LEGACY).encode())
+        self.assertRaises(schema.IncompatibleSchemaError, schema.validate, ST.Avro,
+                          json.dumps(self.LEGACY).encode())
+        self.assertTrue(self.accepted(dict(self.LEGACY, properties={}), self.LEGACY))
+        self.assertFalse(self.accepted(dict(self.LEGACY, id="urn:other"), self.LEGACY))
+        avro = rec("User", f("a", "string"))
+        self.assertFalse(self.accepted(avro, self.LEGACY))
+        self.assertFalse(self.accepted(self.LEGACY, avro))
