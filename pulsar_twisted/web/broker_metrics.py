@@ -74,6 +74,37 @@ class ScrapeRates:
         self._rates = {k: v for k, v in self._rates.items() if k in self._seen}
 
 
+#: Subscription-level families still shown, folded, at namespace level (Pulsar's namespace
+#: metrics include them).
+_FOLDED_AT_NAMESPACE = {"pulsar_subscription_delayed", "pulsar_consumer_msg_ack_rate"}
+
+
+def namespace_level(families):
+    """
+    The families as Pulsar shows them with ``exposeTopicLevelMetricsInPrometheus=false``: the
+    ``topic`` (and ``subscription``) label dropped and the samples of one namespace summed;
+    subscription and consumer families left out except the few Pulsar also folds per namespace.
+    """
+    for family in families:
+        name = family.name
+        if name.startswith(("pulsar_subscription_", "pulsar_consumer_")) and \
+                name not in _FOLDED_AT_NAMESPACE:
+            continue
+        if not any("topic" in s.labels for s in family.samples):
+            yield family
+            continue
+        folded = Metric(name, family.documentation, family.type)
+        sums = {}
+        for sample in family.samples:
+            labels = tuple((k, v) for k, v in sample.labels.items()
+                           if k not in ("topic", "subscription", "consumer_name", "consumer_id"))
+            key = (sample.name, labels)
+            sums[key] = sums.get(key, 0) + sample.value
+        for (sample_name, labels), value in sums.items():
+            folded.add_sample(sample_name, dict(labels), value)
+        yield folded
+
+
 def _gauge(name, doc, labels):
     return GaugeMetricFamily(name, doc, labels=labels)
 

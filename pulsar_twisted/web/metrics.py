@@ -5,7 +5,10 @@
 so nothing is updated per message. Every topic metric carries the labels ``cluster``,
 ``namespace`` and ``topic``; like Pulsar, they are all exposed as gauges (Pulsar's own
 ``*_total`` topic metrics are gauges too). Each site has its own registry, with the process
-and platform collectors of ``prometheus_client`` next to ours.
+and platform collectors of ``prometheus_client`` next to ours. The subscription, consumer,
+storage, broker, managed-ledger, connection and lookup families come from
+``web/broker_metrics.py``; with ``exposeTopicLevelMetricsInPrometheus=false`` every family is
+summed per namespace, as Pulsar does.
 """
 
 from collections import defaultdict
@@ -15,7 +18,7 @@ from prometheus_client import (
     generate_latest)
 from prometheus_client.core import GaugeMetricFamily
 
-from pulsar_twisted.web.broker_metrics import BrokerFamilies
+from pulsar_twisted.web.broker_metrics import BrokerFamilies, namespace_level
 from pulsar_twisted.web.routing import Response
 from pulsar_twisted.web.storage_metrics import storage_families
 
@@ -49,6 +52,12 @@ class PulsarCollector:
         self.broker_families = None
 
     def collect(self):
+        families = self._families()
+        if not getattr(self.admin.config, "exposeTopicLevelMetricsInPrometheus", True):
+            families = namespace_level(families)
+        yield from families
+
+    def _families(self):
         rows = self.admin.topic_metrics()
         labels = ["cluster", "namespace", "topic"]
         for metric, key, doc in TOPIC_METRICS:

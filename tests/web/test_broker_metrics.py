@@ -293,3 +293,43 @@ class ExpositionTests(MetricsCase):
                      "pulsar_broker_lookup_redirects", "pulsar_broker_lookup_pending_requests",
                      "pulsar_broker_lookup", "pulsar_rate_in", "pulsar_msg_backlog"):
             self.assertIn(name, families)
+
+
+class BrokerCountersTests(MetricsCase):
+    def test_redirect_counted(self):
+        """A lookup answered with another broker's URL (``redirect``) counts as a redirect."""
+        class Redirect(tuple):
+            redirect = True
+        counters = self.harness.broker.counters
+        started = counters.lookup_started()
+        self.assertEqual(self.value(self.scrape(), "pulsar_broker_lookup_pending_requests", CLUSTER), 1)
+        self.clock.advance(0.25)
+        counters.lookup_finished(started, Redirect(("pulsar://other:6650", "")))
+        samples = self.scrape()
+        self.assertEqual(self.value(samples, "pulsar_broker_lookup_redirects", CLUSTER), 1)
+        self.assertEqual(self.value(samples, "pulsar_broker_lookup_answers", CLUSTER), 0)
+        self.assertEqual(self.value(samples, "pulsar_broker_lookup_pending_requests", CLUSTER), 0)
+        self.assertEqual(self.value(samples, "pulsar_broker_lookup_sum", CLUSTER), 250.0)
+        self.assertEqual(self.value(samples, "pulsar_broker_lookup", dict(CLUSTER, quantile="1.0")), 250.0)
+
+
+class NamespaceLevelTests(MetricsCase):
+    config = {"exposeTopicLevelMetricsInPrometheus": False}
+
+    def test_summed_per_namespace(self):
+        """Topic level off: no topic label, two topics' counts summed, subscriptions left out."""
+        self.producer_client(3)
+        other = self.harness.client()
+        self.create_producer(other, topic="persistent://public/default/other")
+        self.send(other, 0)
+        self.subscribe(self.harness.client(), 1, permits=0)
+        samples = self.scrape()
+        ns = {"cluster": "standalone", "namespace": NS}
+        self.assertEqual(self.value(samples, "pulsar_in_messages_total", ns), 4)
+        self.assertEqual(self.value(samples, "pulsar_producers_count", ns), 2)
+        self.assertEqual(self.value(samples, "pulsar_msg_backlog", ns), 3)
+        self.assertEqual(self.value(samples, "pulsar_storage_write_latency_count", ns), 4)
+        self.assertEqual(self.value(samples, "pulsar_subscription_delayed", ns), 0)
+        self.assertFalse([k for k in samples if dict(k[1]).get("topic")])
+        self.assertNotIn("pulsar_subscription_back_log", {name for name, _ in samples})
+        self.assertEqual(self.value(samples, "pulsar_broker_topics_count", CLUSTER), 2)
