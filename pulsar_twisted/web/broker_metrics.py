@@ -116,6 +116,8 @@ class BrokerFamilies:
         self.broker = broker
         self.cluster = cluster
         self.rates = ScrapeRates(clock)
+        #: Per-consumer ack-rate samples of the scrape in progress (see ``_consumer_families``).
+        self._consumer_acks = []
 
     def collect(self):
         self.rates.begin()
@@ -163,7 +165,9 @@ class BrokerFamilies:
                 for name, value in _subscription_values(sub, totals).items():
                     subs[name].add_metric(labels, value)
         yield from subs.values()
+        self._consumer_acks = []
         if consumer_families is not None:
+            self._consumer_acks = consumer_families.pop("msg_ack_rate")
             yield from consumer_families.values()
 
     # ---------------------------------------------------------------- topic storage
@@ -194,6 +198,8 @@ class BrokerFamilies:
                                ("logical_size", topic.storage_size()), ("offloaded_size", 0),
                                ("write_rate", write_rate), ("read_rate", read_rate)):
                 fams[key].add_metric(labels, value)
+        for labels, value in self._consumer_acks:
+            fams["ack_rate"].add_sample("pulsar_consumer_msg_ack_rate", labels, value)
         yield from fams.values()
 
     def _storage_rates(self, topic):
@@ -363,7 +369,12 @@ _CONSUMER_NAMES = (("msg_rate_out", "Messages per second dispatched to the consu
 
 
 def _consumer_families() -> dict:
-    return {n: _gauge(f"pulsar_consumer_{n}", doc, _CONSUMER_LABELS) for n, doc in _CONSUMER_NAMES}
+    """The per-consumer families; ``msg_ack_rate`` is a list of samples, because its name is also
+    the topic-level ``pulsar_consumer_msg_ack_rate`` family they join (one family per name)."""
+    families = {n: _gauge(f"pulsar_consumer_{n}", doc, _CONSUMER_LABELS)
+                for n, doc in _CONSUMER_NAMES if n != "msg_ack_rate"}
+    families["msg_ack_rate"] = []
+    return families
 
 
 def _add_consumer(families, sub_labels, consumer, rates) -> None:
@@ -374,7 +385,10 @@ def _add_consumer(families, sub_labels, consumer, rates) -> None:
               "blocked_on_unacked_messages": 1 if consumer.blocked else 0,
               "available_permits": max(consumer.permits, 0)}
     for name, value in values.items():
-        families[name].add_metric(labels, value)
+        if name == "msg_ack_rate":
+            families[name].append((dict(zip(_CONSUMER_LABELS, labels)), value))
+        else:
+            families[name].add_metric(labels, value)
 
 
 def _bucket_families(name, bounds, per_namespace, cluster, doc):

@@ -148,6 +148,11 @@ class ConsumerLevelOnTests(MetricsCase):
         self.assertEqual(self.value(samples, "pulsar_consumer_available_permits", labels), 7)
         self.assertEqual(self.value(samples, "pulsar_consumer_blocked_on_unacked_messages", labels), 0)
         self.assertEqual(self.value(samples, "pulsar_consumer_msg_rate_out", labels), 0.0)
+        self.assertEqual(self.value(samples, "pulsar_consumer_msg_ack_rate", labels), 0.0)
+        # One family per name in the exposition (the topic-level ack rate shares this one).
+        text = generate_latest(self.registry).decode()
+        types = [line for line in text.splitlines() if line.startswith("# TYPE ")]
+        self.assertEqual(len(types), len(set(types)))
 
 
 class StorageAndBrokerMetricsTests(MetricsCase):
@@ -275,6 +280,8 @@ class ExpositionTests(MetricsCase):
         self.subscribe(self.harness.client(), 1, permits=1)
         text = generate_latest(self.registry).decode()
         families = {f.name for f in text_string_to_metric_families(text)}
+        types = [line for line in text.splitlines() if line.startswith("# TYPE ")]
+        self.assertEqual(len(types), len(set(types)))
         for name in ("pulsar_subscription_back_log", "pulsar_subscription_msg_rate_out",
                      "pulsar_subscription_msg_throughput_out", "pulsar_subscription_unacked_messages",
                      "pulsar_subscription_delayed", "pulsar_subscription_blocked_on_unacked_messages",
