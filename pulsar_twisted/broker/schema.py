@@ -197,49 +197,20 @@ def consumer_strategy(strategy: str) -> str:
 
 def effective_strategy(policies: dict, broker_strategy: str) -> str:
     """
-    The strategy Pulsar applies on a topic of a namespace with ``policies``: the namespace's
+    The strategy applied on a topic of a namespace with ``policies``: the namespace's
     ``schema_compatibility_strategy`` unless it is ``UNDEFINED`` (its default), then the broker's
-    ``schemaCompatibilityStrategy`` (default FULL), and when that is ``UNDEFINED`` too, the
-    namespace's old ``schema_auto_update_compatibility_strategy`` (default Full).
+    ``schemaCompatibilityStrategy`` (Pulsar 4.x default FULL), and when that is ``UNDEFINED`` too,
+    the namespace's deprecated ``schema_auto_update_compatibility_strategy`` (else FULL).
+
+    Pulsar 4.x looks at the deprecated policy before the broker's setting, but its default there
+    is null, so with defaults both orders agree. Our stored Policies carry Pulsar 2.x's default
+    "Full" for it, which would hide the broker setting if it came first.
     """
     for value in (policies.get("schema_compatibility_strategy"), broker_strategy):
         if isinstance(value, str) and value.upper() in STRATEGIES:
             return value.upper()
     auto = policies.get("schema_auto_update_compatibility_strategy") or "Full"
     return _AUTO_UPDATE_STRATEGIES.get(auto, "FULL")
-
-
-def _is_avro(data: bytes) -> bool:
-    try:
-        AvroSchema.parse(data)
-    except InvalidAvroSchema:
-        return False
-    return True
-
-
-def _legacy_json_schema(data: bytes):
-    """A JSON schema definition that is not an Avro schema (the JSON-Schema documents of old
-    clients): the parsed object, or None when ``data`` is not a JSON object."""
-    try:
-        obj = json.loads(data.decode("utf-8"))
-    except (ValueError, UnicodeDecodeError):
-        return None
-    return obj if isinstance(obj, dict) else None
-
-
-def _check_legacy_json(new_data: bytes, old_data: bytes, label: str) -> None:
-    """Pulsar's ``JsonSchemaCompatibilityCheck`` when one side is not Avro: an Avro definition
-    and a JSON-Schema one are incompatible; two JSON-Schema ones are compatible when their ids
-    are equal."""
-    new, old = _legacy_json_schema(new_data), _legacy_json_schema(old_data)
-    if _is_avro(old_data) or _is_avro(new_data) or new is None or old is None:
-        raise IncompatibleSchemaError(
-            f"Schema is incompatible with {label}: an Avro-based JSON schema and a JSON-Schema "
-            "definition do not follow each other")
-    if new.get("id") != old.get("id"):
-        raise IncompatibleSchemaError(
-            f"Schema is incompatible with {label}: JSON-Schema id {new.get('id')!r} is not "
-            f"{old.get('id')!r}")
 
 
 def validate(type_: int, data: bytes) -> None:
