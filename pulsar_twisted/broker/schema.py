@@ -213,6 +213,39 @@ def effective_strategy(policies: dict, broker_strategy: str) -> str:
     return _AUTO_UPDATE_STRATEGIES.get(auto, "FULL")
 
 
+def _is_avro(data: bytes) -> bool:
+    try:
+        AvroSchema.parse(data)
+    except InvalidAvroSchema:
+        return False
+    return True
+
+
+def _legacy_json_schema(data: bytes):
+    """A JSON schema definition that is not an Avro schema (the JSON-Schema documents of old
+    clients): the parsed object, or None when ``data`` is not a JSON object."""
+    try:
+        obj = json.loads(data.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def _check_legacy_json(new_data: bytes, old_data: bytes, label: str) -> None:
+    """Pulsar's ``JsonSchemaCompatibilityCheck`` when one side is not Avro: an Avro definition
+    and a JSON-Schema one are incompatible; two JSON-Schema ones are compatible when their ids
+    are equal."""
+    new, old = _legacy_json_schema(new_data), _legacy_json_schema(old_data)
+    if _is_avro(old_data) or _is_avro(new_data) or new is None or old is None:
+        raise IncompatibleSchemaError(
+            f"Schema is incompatible with {label}: an Avro-based JSON schema and a JSON-Schema "
+            "definition do not follow each other")
+    if new.get("id") != old.get("id"):
+        raise IncompatibleSchemaError(
+            f"Schema is incompatible with {label}: JSON-Schema id {new.get('id')!r} is not "
+            f"{old.get('id')!r}")
+
+
 def validate(type_: int, data: bytes) -> None:
     """Refuse a schema whose definition does not parse: AVRO must be an Avro schema; JSON an Avro
     schema too, or (as Pulsar still accepts from old clients) a JSON-Schema object."""
