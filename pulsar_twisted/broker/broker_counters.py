@@ -9,6 +9,10 @@ every HTTP ``/lookup/v2`` goes through ``BrokerService.lookup``. An answer namin
 too many lookups, bad namespace, ...) as a failure.
 """
 
+import functools
+
+from twisted.internet import defer
+
 from pulsar_twisted.common.latency import LatencySummary
 
 #: Quantiles of the lookup latency summary, Pulsar's (``TopicLookupBase.lookupLatency``).
@@ -49,3 +53,23 @@ class BrokerCounters:
             self.lookup_redirects += 1
         else:
             self.lookup_answers += 1
+
+
+def counted_lookup(method):
+    """Decorates ``BrokerService.lookup`` (a method returning a Deferred) so that each call is
+    counted in ``self.counters``: pending while it runs, then an answer, a redirect or a failure,
+    and its latency."""
+    @functools.wraps(method)
+    def lookup(self, *args, **kwargs):
+        counters = self.counters
+        started = counters.lookup_started()
+
+        def answered(result):
+            counters.lookup_finished(started, result)
+            return result
+
+        def failed(failure):
+            counters.lookup_finished(started, failed=True)
+            return failure
+        return defer.maybeDeferred(method, self, *args, **kwargs).addCallbacks(answered, failed)
+    return lookup

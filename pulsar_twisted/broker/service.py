@@ -16,7 +16,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from pulsar_twisted.broker import schema
-from pulsar_twisted.broker.broker_counters import BrokerCounters
+from pulsar_twisted.broker.broker_counters import BrokerCounters, counted_lookup
 from pulsar_twisted.broker.compaction import Compactor
 from pulsar_twisted.broker.policies import PolicyService
 from pulsar_twisted.broker.topic import NonPersistentTopic, PersistentTopic
@@ -205,21 +205,10 @@ class BrokerService(service.Service):
             pass
 
     # ---------------------------------------------------------------- binary-protocol queries
+    @counted_lookup  # answers, redirects, failures and latency for /metrics
     @defer.inlineCallbacks
     def lookup(self, topic: str, cnx=None):
-        """``cnx``: the asking connection, whose role must be allowed to look the topic up.
-        Counted for /metrics (answers, redirects, failures, latency)."""
-        started = self.counters.lookup_started()
-        try:
-            result = yield self._lookup(topic, cnx)
-        except BaseException:
-            self.counters.lookup_finished(started, failed=True)
-            raise
-        self.counters.lookup_finished(started, result)
-        return result
-
-    @defer.inlineCallbacks
-    def _lookup(self, topic: str, cnx):
+        """``cnx``: the asking connection, whose role must be allowed to look the topic up."""
         name = self._parse(topic)
         self.security.lookup_started()  # TooManyRequests past maxConcurrentLookupRequest
         try:
