@@ -7,7 +7,8 @@ BookKeeper's families here:
 * server: ``bookie_SERVER_STATUS`` (1 writable, 0 read-only), ``bookie_WRITE_BYTES``,
   ``bookie_READ_BYTES``, and per op the request summaries ``bookkeeper_server_ADD_ENTRY_REQUEST``
   / ``bookkeeper_server_READ_ENTRY_REQUEST`` (arrival to answer, ms, ``success`` label) whose
-  ``_count`` is also what BookKeeper's ``bookkeeper_server_ADD_ENTRY_count`` counts;
+  ``_count`` is also what BookKeeper's ``bookkeeper_server_ADD_ENTRY_count`` counts (the
+  ``bookkeeper_server_ADD_ENTRY`` / ``READ_ENTRY`` summaries repeat them);
 * journal: ``bookie_journal_JOURNAL_ADD_ENTRY`` (append to durable) and
   ``bookie_journal_JOURNAL_SYNC`` (fdatasync) summaries in ms, ``bookie_journal_JOURNAL_QUEUE_SIZE``;
 * ledger storage: ``bookie_ledgers_count``, ``bookie_write_cache_size`` (bytes),
@@ -106,6 +107,11 @@ class BookieCollector:
         for op, bk_name in _REQUEST_NAMES.items():
             yield summary_family(f"bookkeeper_server_{bk_name}_REQUEST",
                                  f"{bk_name} requests: arrival to answer in ms.", by_op.get(op, {}))
+        # BookKeeper also times the operation itself (ADD_ENTRY, READ_ENTRY); here the request is
+        # the operation, so they are the same figures (BookKeeper's ``..._count`` counters).
+        for op, bk_name in (("add_entry", "ADD_ENTRY"), ("read_entry", "READ_ENTRY")):
+            yield summary_family(f"bookkeeper_server_{bk_name}", f"{bk_name} operations in ms.",
+                                 by_op.get(op, {}))
 
     def _legacy(self, server, stats):
         counters = [

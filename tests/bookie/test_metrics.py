@@ -54,6 +54,8 @@ class BookieMetricsTests(unittest.TestCase):
         self.assertEqual(samples[("bookkeeper_server_READ_ENTRY_REQUEST_count", ok)], 2)
         self.assertEqual(samples[("bookkeeper_server_READ_ENTRY_REQUEST_count", failed)], 1)
         self.assertGreater(samples[("bookkeeper_server_ADD_ENTRY_REQUEST_sum", ok)], 0)
+        self.assertEqual(samples[("bookkeeper_server_ADD_ENTRY_count", ok)], 3)
+        self.assertEqual(samples[("bookkeeper_server_READ_ENTRY_count", failed)], 1)
         self.assertIn(("bookkeeper_server_ADD_ENTRY_REQUEST", (("quantile", "0.99"), ("success", "true"))),
                       samples)
         size = len(packed(9, 0))
