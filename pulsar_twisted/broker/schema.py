@@ -267,6 +267,9 @@ class SchemaRegistry:
         self.namespaces = NamespaceResources(store)
         self.clock = clock
         self.config = config
+        #: namespace -> [compatible, incompatible] results of compatibility checks, for /metrics
+        #: (Pulsar's pulsar_schema_compatible_total / pulsar_schema_incompatible_total).
+        self.check_results = {}
 
     def _path(self, sid: str) -> str:
         return f"{SCHEMAS_ROOT}/{sid}"
@@ -348,7 +351,9 @@ class SchemaRegistry:
                 check_compatible(strategy, type_, data, self._since_delete(versions))
             except IncompatibleSchemaError as e:
                 log.info("schema for {sid} refused: {reason}", sid=sid, reason=e)
+                self._count_check(topic, False)
                 raise errors.IncompatibleSchema(str(e))
+            self._count_check(topic, True)
             new = SchemaVersion(versions[-1].version + 1 if versions else 0, type_, data,
                                 dict(properties or {}), int(self.clock.seconds() * 1000), name)
             try:
@@ -358,6 +363,10 @@ class SchemaRegistry:
             log.info("schema of {sid}: version {version} ({type}) added", sid=sid,
                      version=new.version, type=TYPE_NAMES.get(type_, type_))
             return new.version
+
+    def _count_check(self, topic: str, compatible: bool) -> None:
+        results = self.check_results.setdefault(str(parse_topic(topic).namespace_name), [0, 0])
+        results[0 if compatible else 1] += 1
 
     @staticmethod
     def _since_delete(versions):
@@ -388,7 +397,9 @@ class SchemaRegistry:
             validate(type_, data)
             check_compatible(strategy, type_, data, live)
         except IncompatibleSchemaError as e:
+            self._count_check(topic, False)
             raise errors.IncompatibleSchema(str(e))
+        self._count_check(topic, True)
 
     @defer.inlineCallbacks
     def delete(self, topic: str):

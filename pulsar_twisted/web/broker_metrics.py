@@ -15,7 +15,9 @@ The /metrics families Pulsar's Grafana dashboards query beyond the per-topic bas
   rates, throughputs, storage, backlog);
 * managed ledgers summed per namespace (``cluster, namespace``): ``pulsar_ml_*``, with
   ``pulsar_ml_count`` broker-wide;
-* connections (``cluster, broker``) and lookups (``cluster``).
+* connections (``cluster, broker``) and lookups (``cluster``);
+* schema compatibility checks (``cluster, namespace``): ``pulsar_schema_compatible_total``,
+  ``pulsar_schema_incompatible_total`` (counters, as Pulsar's).
 
 Rates (per second) that the broker does not compute itself are taken between two scrapes from
 the counters (``ScrapeRates``): the first scrape shows 0, every later one the counters' growth
@@ -25,7 +27,7 @@ since the one before, on the injected clock. As in Pulsar all of these are gauge
 
 from collections import defaultdict
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from pulsar_twisted.broker.broker_counters import LOOKUP_QUANTILES
 from pulsar_twisted.mledger.counters import (
@@ -129,6 +131,7 @@ class BrokerFamilies:
             yield from self._ml_families(topics)
             yield from self._connection_families()
             yield from self._lookup_families()
+            yield from self._schema_families()
         finally:
             self.rates.end()
 
@@ -327,6 +330,19 @@ class BrokerFamilies:
         family.add_sample("pulsar_broker_lookup_count", {"cluster": self.cluster}, summary.count)
         family.add_sample("pulsar_broker_lookup_sum", {"cluster": self.cluster}, summary.sum_ms)
         yield family
+
+
+    def _schema_families(self):
+        results = getattr(self.broker.schema_registry, "check_results", {})
+        compatible = CounterMetricFamily("pulsar_schema_compatible", "Schemas found compatible",
+                                         labels=["cluster", "namespace"])
+        incompatible = CounterMetricFamily("pulsar_schema_incompatible",
+                                           "Schemas found incompatible", labels=["cluster", "namespace"])
+        for namespace, (ok, refused) in sorted(results.items()):
+            compatible.add_metric([self.cluster, namespace], ok)
+            incompatible.add_metric([self.cluster, namespace], refused)
+        yield compatible
+        yield incompatible
 
 
 _ML_NAMES = ("AddEntryBytesRate", "AddEntryWithReplicasBytesRate", "AddEntryMessagesRate",

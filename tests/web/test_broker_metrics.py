@@ -340,3 +340,24 @@ class NamespaceLevelTests(MetricsCase):
         self.assertFalse([k for k in samples if dict(k[1]).get("topic")])
         self.assertNotIn("pulsar_subscription_back_log", {name for name, _ in samples})
         self.assertEqual(self.value(samples, "pulsar_broker_topics_count", CLUSTER), 2)
+
+
+class SchemaMetricsTests(MetricsCase):
+    def test_compatibility_checks_counted(self):
+        """One compatible new version and one refused: each counted for the namespace."""
+        import json
+        def avro(*fields):
+            return json.dumps({"type": "record", "name": "U", "fields": list(fields)}).encode()
+        client = self.harness.client()
+        for producer_id, data in ((1, avro({"name": "a", "type": "string"})),
+                                  (2, avro({"name": "a", "type": "string"},
+                                           {"name": "b", "type": "int", "default": 0})),
+                                  (3, avro({"name": "a", "type": "int"}))):
+            request = api.CommandProducer(topic=TOPIC, producer_id=producer_id, request_id=producer_id)
+            request.schema.CopyFrom(api.Schema(name="s", type=api.Schema.Avro, schema_data=data))
+            client.send(T(type=T.PRODUCER, producer=request))
+        samples = self.scrape()
+        ns = {"cluster": "standalone", "namespace": NS}
+        # The first version meets no existing one, the second passes FULL, the third is refused.
+        self.assertEqual(self.value(samples, "pulsar_schema_compatible_total", ns), 2)
+        self.assertEqual(self.value(samples, "pulsar_schema_incompatible_total", ns), 1)
