@@ -6,9 +6,10 @@ Pulsar's and BookKeeper's where the concept matches, so an operator's habits car
 Pulsar user's own ``standalone.conf``/``broker.conf``/``bookkeeper.conf`` starts unchanged:
 
 - a key of ours is parsed and honoured; a value that does not parse stops start-up;
-- a real Pulsar or BookKeeper key that we do not implement (listed in ``data/pulsar_keys.txt`` and
-  ``data/bookkeeper_keys.txt``, taken from their shipped configuration files) is accepted and named
-  once in a start-up warning, or refused too when ``strictConfig=true``;
+- a real Pulsar or BookKeeper key that we do not implement (listed in ``data/pulsar_keys.txt``,
+  ``data/pulsar_proxy_keys.txt`` and ``data/bookkeeper_keys.txt``, taken from their shipped
+  configuration files) is accepted and named once in a start-up warning, or refused too when
+  ``strictConfig=true``;
 - any other key is a typo: it stops start-up with a ``ConfigError`` naming the key, the line and
   the closest known key. Silently ignoring a setting someone believes is in force is worse than
   refusing it.
@@ -89,8 +90,10 @@ def _read_key_list(name: str) -> FrozenSet[str]:
 
 @functools.lru_cache(maxsize=None)
 def foreign_keys() -> FrozenSet[str]:
-    """Every key of Pulsar's broker/standalone files and of BookKeeper's bookie file (shipped data)."""
-    return _read_key_list("pulsar_keys.txt") | _read_key_list("bookkeeper_keys.txt")
+    """Every key of Pulsar's broker/standalone/proxy files and of BookKeeper's bookie file
+    (shipped data)."""
+    return (_read_key_list("pulsar_keys.txt") | _read_key_list("pulsar_proxy_keys.txt")
+            | _read_key_list("bookkeeper_keys.txt"))
 
 
 def is_foreign_key(name: str) -> bool:

@@ -190,13 +190,14 @@ class StrictConfigTests(unittest.SynchronousTestCase):
 class KeyListDataTests(unittest.SynchronousTestCase):
     def test_lists_name_their_source(self):
         """The shipped key lists say which Pulsar/BookKeeper files and versions they come from."""
-        for name in ("pulsar_keys.txt", "bookkeeper_keys.txt"):
+        for name in ("pulsar_keys.txt", "pulsar_proxy_keys.txt", "bookkeeper_keys.txt"):
             with open(os.path.join(ROOT, "pulsar_twisted", "data", name)) as f:
                 header = f.read(600)
             self.assertIn("commit", header)
             self.assertIn("conf/", header)
         self.assertIn("advertisedListeners", foreign_keys())
         self.assertIn("journalFormatVersionToWrite", foreign_keys())
+        self.assertIn("brokerProxyAllowedTargetPorts", foreign_keys())
 
     def test_lists_ship_as_package_data(self):
         """setup.cfg's package_data covers the key lists, so an installed package has them."""
