@@ -24,7 +24,8 @@ def _local_name(topic: str) -> str:
 
 
 def schema_info(topic: str, response: dict) -> dict:
-    """A GetSchemaResponse as Pulsar's SchemaInfo JSON: the definition parsed when it is JSON."""
+    """A GetSchemaResponse as Pulsar's SchemaInfo JSON (its SchemaUtils.jsonifySchemaInfo: the
+    definition parsed when it is JSON, the properties sorted by key)."""
     definition = response.get("data", "")
     if response.get("type") in _JSON_DEFINITIONS:
         try:
@@ -32,7 +33,8 @@ def schema_info(topic: str, response: dict) -> dict:
         except ValueError:
             pass
     return {"name": _local_name(topic), "schema": definition, "type": response.get("type"),
-            "timestamp": response.get("timestamp", 0), "properties": response.get("properties") or {}}
+            "timestamp": response.get("timestamp", 0),
+            "properties": dict(sorted((response.get("properties") or {}).items()))}
 
 
 def _get(a, c):
