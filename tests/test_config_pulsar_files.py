@@ -5,10 +5,12 @@ are accepted; the real keys we do not implement are named once in a start-up war
 strictConfig=true); a key that is neither Pulsar's nor BookKeeper's is refused with the closest key.
 """
 
+import base64
 import configparser
 import fnmatch
 import os
 
+from twisted.internet.task import Clock
 from twisted.logger import capturedLogs
 from twisted.trial import unittest
 
@@ -18,6 +20,9 @@ from pulsar_twisted.config import (
 from pulsar_twisted.daemons import startup
 from pulsar_twisted.daemons.broker import check_broker, session_timeout_millis
 from pulsar_twisted.daemons.standalone import check_standalone
+from pulsar_twisted.security.auth import AuthenticationService
+from pulsar_twisted.security.endpoints import server_tls_context
+from pulsar_twisted.testing.certs import TestPKI
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
@@ -46,6 +51,31 @@ class PulsarFilesStartTests(unittest.SynchronousTestCase):
         self.assertTrue(config.brokerDeleteInactiveTopicsEnabled)
         self.assertIn("numIOThreads", config.unimplemented_keys())
         self.assertIn("ledgerStorageClass", config.unimplemented_keys())
+
+    def test_tls_and_token_auth_standalone(self):
+        """Pulsar's standalone.conf with the settings a TLS + token-auth deployment changes (as
+        Pulsar's security docs write them) starts: the TLS context and the token provider build."""
+        pki = TestPKI(self.mktemp())
+        server = pki.issue("server", hosts=["127.0.0.1", "localhost"])
+        secret = base64.b64encode(b"k" * 32).decode()
+        text = fixture_text("pulsar-standalone.conf") + "\n".join([
+            "brokerServicePortTls=6651", "webServicePortTls=8443",
+            f"tlsCertificateFilePath={server.cert}", f"tlsKeyFilePath={server.key}",
+            f"tlsTrustCertsFilePath={pki.ca_cert}", "tlsProtocols=TLSv1.3,TLSv1.2",
+            "authenticationEnabled=true", "authorizationEnabled=true",
+            "authenticationProviders=org.apache.pulsar.broker.authentication.AuthenticationProviderToken",
+            f"tokenSecretKey=data:;base64,{secret}", "superUserRoles=admin,proxy",
+            "brokerClientAuthenticationPlugin=org.apache.pulsar.client.impl.auth.AuthenticationToken",
+            "brokerClientAuthenticationParameters=token:abc", "brokerClientTlsEnabled=true",
+            "brokerClientTrustCertsFilePath=" + pki.ca_cert, "",
+        ])
+        config = StandaloneConfig()
+        config.update_from_text(text, "standalone.conf")
+        check_standalone(config)
+        self.assertEqual((config.brokerServicePortTls, config.superUserRoles), (6651, ["admin", "proxy"]))
+        self.assertIsNotNone(server_tls_context(config))
+        AuthenticationService(config, Clock())
+        self.assertIn("brokerClientTlsEnabled", config.unimplemented_keys())
 
     def test_empty_value_is_the_default(self):
         """``key=`` (how Pulsar's files leave most keys) means the default, as in Pulsar."""
