@@ -2,16 +2,29 @@
 Daemon configuration: one class per daemon, each key with its type, default and documentation.
 
 Files are Pulsar's ``key=value`` format (``#`` comments, blank lines ignored). Key names are
-Pulsar's and BookKeeper's where the concept matches, so an operator's habits carry over. Any key we
-do not know, or a value that does not parse, stops start-up with a ``ConfigError`` naming the key
-and the line: silently ignoring a setting someone believes is in force is worse than refusing it.
+Pulsar's and BookKeeper's where the concept matches, so an operator's habits carry over, and a
+Pulsar user's own ``standalone.conf``/``broker.conf``/``bookkeeper.conf`` starts unchanged:
+
+- a key of ours is parsed and honoured; a value that does not parse stops start-up;
+- a real Pulsar or BookKeeper key that we do not implement (listed in ``data/pulsar_keys.txt``,
+  ``data/pulsar_proxy_keys.txt`` and ``data/bookkeeper_keys.txt``, taken from their shipped
+  configuration files) is accepted and named once in a start-up warning, or refused too when
+  ``strictConfig=true``;
+- any other key is a typo: it stops start-up with a ``ConfigError`` naming the key, the line and
+  the closest known key. Silently ignoring a setting someone believes is in force is worse than
+  refusing it.
+
+An empty value (``key=``, as Pulsar's files write most keys) means the key's default, as in Pulsar.
 
 The files under ``conf/`` are generated from these classes by ``scripts/gen_conf.py`` and a test
 keeps them equal, so defaults, documentation and files cannot drift apart.
 """
 
+import difflib
+import functools
+import os
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, List, Optional
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional
 
 
 class ConfigError(Exception):
@@ -63,6 +76,43 @@ class Key:
         return str(value)
 
 
+_DATA_DIRECTORY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+
+#: Prefixes under which Pulsar passes settings through to its BookKeeper client
+#: (``bookkeeper_opportunisticStriping``) and its internal Pulsar client (``brokerClient_...``).
+PASS_THROUGH_PREFIXES = ("bookkeeper_", "brokerClient_")
+
+
+def _read_key_list(name: str) -> FrozenSet[str]:
+    with open(os.path.join(_DATA_DIRECTORY, name), encoding="utf-8") as f:
+        return frozenset(line.strip() for line in f if line.strip() and not line.startswith("#"))
+
+
+@functools.lru_cache(maxsize=None)
+def foreign_keys() -> FrozenSet[str]:
+    """Every key of Pulsar's broker/standalone/proxy files and of BookKeeper's bookie file
+    (shipped data)."""
+    return (_read_key_list("pulsar_keys.txt") | _read_key_list("pulsar_proxy_keys.txt")
+            | _read_key_list("bookkeeper_keys.txt"))
+
+
+def is_foreign_key(name: str) -> bool:
+    """Whether ``name`` is a real Pulsar or BookKeeper key (or under one of Pulsar's pass-through
+    prefixes), as opposed to a typo."""
+    if name in foreign_keys():
+        return True
+    return any(name.startswith(prefix) and len(name) > len(prefix) for prefix in PASS_THROUGH_PREFIXES)
+
+
+#: The key that turns accepted-but-unimplemented keys into start-up errors (every daemon has it).
+_STRICT_KEYS = [
+    Key("strictConfig", bool, False,
+        "Refuse, as well as typos, the real Pulsar/BookKeeper keys this implementation does not\n"
+        "honour (by default they are accepted and listed once in a start-up warning).",
+        "Configuration"),
+]
+
+
 class Config:
     """
     Base of the daemon configurations. Subclasses list their ``KEYS``; values are attributes named
@@ -72,9 +122,14 @@ class Config:
     KEYS: Iterable[Key] = ()
     #: Keys whose defaults differ per deployment (standalone vs cluster), overriding ``KEYS``.
     DEFAULTS: Dict[str, Any] = {}
+    #: Pulsar's name of a key that we keep under another name: Pulsar's name -> ours.
+    ALIASES: Dict[str, str] = {}
 
     def __init__(self, **overrides: Any):
         self._keys = {key.name: key for key in self.KEYS}
+        #: Real Pulsar/BookKeeper keys read but not implemented: name -> where first seen.
+        self.unimplemented: Dict[str, str] = {}
+        self._warned = False
         for key in self.KEYS:
             setattr(self, key.name, self.DEFAULTS.get(key.name, key.default))
         for name, value in overrides.items():
@@ -102,6 +157,8 @@ class Config:
         return config
 
     def update_from_text(self, text: str, source: str = "<config>") -> None:
+        """Apply ``key=value`` lines; then, with ``strictConfig=true`` (anywhere in the text),
+        refuse the unimplemented Pulsar/BookKeeper keys that were read."""
         for number, raw in enumerate(text.splitlines(), start=1):
             line = raw.strip()
             if not line or line.startswith("#"):
@@ -111,15 +168,60 @@ class Config:
             name, _, value = line.partition("=")
             name = name.strip()
             self.set(name, value, where=f"{source}:{number}")
+        self.check_strict()
+
+    def check_strict(self) -> None:
+        """``ConfigError`` listing the unimplemented keys read, when ``strictConfig`` is set."""
+        if getattr(self, "strictConfig", False) and self.unimplemented:
+            listed = ", ".join(f"{name} ({where})" if where else name
+                               for name, where in self.unimplemented.items())
+            raise ConfigError(f"strictConfig=true: these Pulsar/BookKeeper keys are not implemented "
+                              f"here: {listed}")
+
+    def unimplemented_keys(self) -> List[str]:
+        """The real Pulsar/BookKeeper keys read but not honoured, in the order first read."""
+        return list(self.unimplemented)
+
+    def warn_unimplemented(self, log) -> None:
+        """Log, once per configuration, one warning naming every unimplemented key read."""
+        if self._warned or not self.unimplemented:
+            return
+        self._warned = True
+        log.warn("configuration: {count} Pulsar/BookKeeper keys are accepted but not implemented "
+                 "(ignored; strictConfig=true refuses them): {keys}",
+                 count=len(self.unimplemented), keys=", ".join(self.unimplemented))
+
+    def closest_key(self, name: str) -> Optional[str]:
+        """The known key (ours first, then Pulsar's and BookKeeper's) ``name`` most resembles."""
+        for candidates in (list(self._keys) + list(self.ALIASES), sorted(foreign_keys())):
+            match = difflib.get_close_matches(name, candidates, n=1, cutoff=0.75)
+            if match:
+                return match[0]
+        match = difflib.get_close_matches(name, list(self._keys) + sorted(foreign_keys()), n=1,
+                                          cutoff=0.5)
+        return match[0] if match else None
+
+    def _unknown(self, name: str, where: str) -> None:
+        prefix = f"{where}: " if where else ""
+        if is_foreign_key(name):
+            self.unimplemented.setdefault(name, where)
+            return
+        closest = self.closest_key(name)
+        hint = f" (did you mean {closest!r}?)" if closest else ""
+        raise ConfigError(f"{prefix}unknown configuration key {name!r}: not a Pulsar or "
+                          f"BookKeeper key{hint}")
 
     def set(self, name: str, text: str, where: str = "") -> None:
-        """Set key ``name`` from its textual value."""
+        """Set key ``name`` from its textual value (an unimplemented Pulsar key is only noted)."""
         prefix = f"{where}: " if where else ""
-        key = self._keys.get(name)
+        key = self._keys.get(self.ALIASES.get(name, name))
         if key is None:
-            raise ConfigError(f"{prefix}unknown configuration key {name!r}")
+            self._unknown(name, where)
+            return
+        name = key.name
         text = text.strip()
-        if text == "" and key.type not in (str, list):
+        if text == "":
+            # Pulsar's files leave most keys empty to mean "the default".
             value = self.default_of(key)
         else:
             try:
@@ -429,9 +531,12 @@ _BROKER_KEYS = [
     Key("authenticationEnabled", bool, False, "Require clients to authenticate.", "Security"),
     Key("authorizationEnabled", bool, False, "Check permissions of authenticated roles.", "Security"),
     # --- cluster (twistd pulsar-broker with metadataStoreUrl=zk:...) ---
-    Key("zooKeeperSessionTimeoutMillis", int, 30000,
-        "ZooKeeper session timeout: a broker silent this long loses its registration and its\n"
-        "namespace bundles, which other brokers then take over.", "Cluster"),
+    Key("metadataStoreSessionTimeoutMillis", int, 30000,
+        "Metadata store (ZooKeeper) session timeout: a broker silent this long loses its\n"
+        "registration and its namespace bundles, which other brokers then take over.", "Cluster"),
+    Key("zooKeeperSessionTimeoutMillis", int, -1,
+        "Deprecated name of metadataStoreSessionTimeoutMillis (as in Pulsar): when positive it\n"
+        "wins; -1 means use metadataStoreSessionTimeoutMillis.", "Cluster"),
     Key("bookkeeperMetadataServiceUri", str, "",
         "Where bookies register: zk+null://host:2181/ledgers. Empty: the broker's metadata store.",
         "Cluster"),
@@ -458,10 +563,15 @@ _BROKER_KEYS = [
 ] + _SECURITY_KEYS
 
 
+#: Pulsar's names of keys we hold under another name.
+_BROKER_ALIASES = {"isSchemaValidationEnforced": "schemaValidationEnforced"}
+
+
 class BrokerConfig(Config):
     """Configuration of ``twistd pulsar-broker`` (conf/broker.conf)."""
 
-    KEYS = _BROKER_KEYS
+    KEYS = _STRICT_KEYS + _BROKER_KEYS
+    ALIASES = _BROKER_ALIASES
     DEFAULTS = {
         "clusterName": "cluster-a",
         "managedLedgerDefaultEnsembleSize": 2,
@@ -473,7 +583,8 @@ class BrokerConfig(Config):
 class StandaloneConfig(Config):
     """Configuration of ``twistd pulsar-standalone`` (conf/standalone.conf): broker + bookie storage keys."""
 
-    KEYS = _BROKER_KEYS + _STORAGE_KEYS
+    KEYS = _STRICT_KEYS + _BROKER_KEYS + _STORAGE_KEYS
+    ALIASES = _BROKER_ALIASES
     DEFAULTS = {}
 
 
@@ -541,7 +652,7 @@ _BOOKIE_KEYS = [
 class BookieConfig(Config):
     """Configuration of ``twistd pulsar-bookie`` (conf/bookkeeper.conf): BookKeeper's key names."""
 
-    KEYS = _BOOKIE_SERVER_KEYS + _STORAGE_KEYS + _BOOKIE_KEYS
+    KEYS = _STRICT_KEYS + _BOOKIE_SERVER_KEYS + _STORAGE_KEYS + _BOOKIE_KEYS
     DEFAULTS = {}
 
 
@@ -644,5 +755,5 @@ _PROXY_KEYS = [
 class ProxyConfig(Config):
     """Configuration of ``twistd pulsar-proxy`` (conf/proxy.conf): Pulsar's proxy.conf key names."""
 
-    KEYS = _PROXY_KEYS
+    KEYS = _STRICT_KEYS + _PROXY_KEYS
     DEFAULTS = {}

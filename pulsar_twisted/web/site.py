@@ -16,6 +16,7 @@ Wiring (in ``broker/tap.py``, after ``BrokerService.start()``)::
 
 from twisted.web import server
 
+from pulsar_twisted.web.broker_stats import add_bookie_routes, add_broker_stats_routes
 from pulsar_twisted.web.metrics import add_metrics_routes, make_registry
 from pulsar_twisted.web.openapi import add_openapi_route
 from pulsar_twisted.web.namespaces import (
@@ -38,6 +39,8 @@ def make_router(admin_service, config, metrics_collectors=()) -> Router:
     add_lookup_routes(router, admin_service)
     add_metrics_routes(router, make_registry(admin_service, config.clusterName, metrics_collectors))
     add_topic_permission_routes(router, admin_service)
+    add_broker_stats_routes(router, admin_service)
+    add_bookie_routes(router, admin_service)
     add_openapi_route(router)  # last: the document describes the whole table
     return router
 
