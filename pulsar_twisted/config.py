@@ -204,6 +204,16 @@ _SECURITY_KEYS = [
         "Parameters of brokerClientAuthenticationPlugin.", "Authentication"),
     Key("superUserRoles", list, [],
         "Roles allowed every operation, on every tenant (comma separated).", "Authorization"),
+    Key("authenticateMetricsEndpoint", bool, False,
+        "Whether /metrics requires authentication (authenticationEnabled too); then only super\n"
+        "users and metricsRoles may read it. False (Pulsar's default): /metrics is public.",
+        "Authorization"),
+    Key("metricsRoles", list, [],
+        "Roles besides the super users that may read /metrics when authenticateMetricsEndpoint\n"
+        "is on (comma separated).", "Authorization"),
+    Key("httpMaxRequestSize", int, -1,
+        "Largest HTTP request body accepted, in bytes; larger ones are refused (413) from their\n"
+        "headers, before they are read. -1: maxMessageSize + 1 MiB.", "Authorization"),
     Key("brokerMaxConnections", int, 0,
         "Client connections accepted by the broker; more are closed at once (0: no limit).", "Limits"),
     Key("brokerMaxConnectionsPerIp", int, 0,

@@ -117,6 +117,9 @@ class BrokerSecurity:
         self.max_connections = config.brokerMaxConnections
         self.max_connections_per_ip = config.brokerMaxConnectionsPerIp
         self.max_lookups = config.maxConcurrentLookupRequest
+        #: /metrics: public unless authenticateMetricsEndpoint; then super users and metricsRoles.
+        self.authenticate_metrics = config.authenticateMetricsEndpoint
+        self.metrics_roles = frozenset(config.metricsRoles)
         self.pending_lookups = 0
         self.connections_by_ip = collections.Counter()
         self.connection_count = 0

@@ -24,7 +24,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web import resource, server
 
-from pulsar_twisted.broker.admin.errors import BadRequest, http_status_of
+from pulsar_twisted.broker.admin.errors import AdminError, BadRequest, PreconditionFailed, http_status_of
 from pulsar_twisted.web.headers import set_headers
 
 _PARAM = re.compile(r"\{(\w+)\}")
@@ -71,18 +71,50 @@ class Router:
             return handler
         return register
 
-    def match(self, method: str, path: str):
-        """``(handler, params)``; ``(None, allowed_methods)`` when the path exists for other
-        methods; ``(None, None)`` when nothing matches."""
+    def find(self, method: str, path: str):
+        """``(route, raw params)`` (still percent-encoded); ``(None, allowed_methods)`` when the
+        path exists for other methods; ``(None, None)`` when nothing matches."""
         allowed = []
         for route in self.routes:
             m = route.regex.match(path)
             if m is None:
                 continue
             if route.method == method or (method == "HEAD" and route.method == "GET"):
-                return route.handler, {k: unquote(v) for k, v in m.groupdict().items()}
+                return route, m.groupdict()
             allowed.append(route.method)
         return None, (allowed or None)
+
+    def match(self, method: str, path: str):
+        """``(handler, params)`` with params decoded (``decode_params``); ``(None,
+        allowed_methods)`` when the path exists for other methods; ``(None, None)`` when nothing
+        matches. BadRequest for a parameter that does not decode."""
+        route, params = self.find(method, path)
+        if route is None:
+            return None, params
+        return route.handler, decode_params(params)
+
+
+#: Characters no name or number of Pulsar's admin API contains (NUL and the other controls).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def decode_params(params: dict) -> dict:
+    """
+    Path parameters percent-decoded as UTF-8, strictly: invalid UTF-8 or a control character
+    (``%00``...) is refused here (400 / 412), once for every route, rather than an odd name
+    further down.
+    """
+    decoded = {}
+    for name, value in params.items():
+        try:
+            text = unquote(value, errors="strict")
+        except UnicodeDecodeError:
+            raise BadRequest(f"Path parameter {name} is not valid UTF-8")
+        if _CONTROL.search(text):
+            # Pulsar's answer to a name it cannot parse (RestException PRECONDITION_FAILED).
+            raise PreconditionFailed(f"Path parameter {name} contains control characters")
+        decoded[name] = text
+    return decoded
 
 
 # ------------------------------------------------------------------------------------ parsing
@@ -153,7 +185,11 @@ class RouterResource(resource.Resource):
         except UnicodeDecodeError:
             self._write_error(request, 400, "Malformed request line")
             return server.NOT_DONE_YET
-        handler, params = self.router.match(method, path)
+        try:
+            handler, params = self.router.match(method, path)
+        except AdminError as e:
+            self._write_error(request, e.status, str(e))
+            return server.NOT_DONE_YET
         if handler is None:
             if params:
                 request.setHeader(b"Allow", ", ".join(sorted(set(params))).encode())
