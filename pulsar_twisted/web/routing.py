@@ -96,16 +96,21 @@ class Router:
 
 #: Characters no name or number of Pulsar's admin API contains (NUL and the other controls).
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: A ``%`` that does not start an escape (``%zz``, a trailing ``%``): malformed, as servlets say.
+_BROKEN_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 
 
 def decode_params(params: dict) -> dict:
     """
-    Path parameters percent-decoded as UTF-8, strictly: invalid UTF-8 or a control character
+    Path parameters percent-decoded as UTF-8, strictly: a malformed escape, invalid UTF-8 or a
+    control character
     (``%00``...) is refused here (400 / 412), once for every route, rather than an odd name
     further down.
     """
     decoded = {}
     for name, value in params.items():
+        if _BROKEN_ESCAPE.search(value):
+            raise BadRequest(f"Path parameter {name} has a malformed percent-encoding")
         try:
             text = unquote(value, errors="strict")
         except UnicodeDecodeError:
