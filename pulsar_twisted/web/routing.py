@@ -224,10 +224,14 @@ def query_bool(request, name: str, default: bool = False) -> bool:
 
 
 def int_param(value: str, what: str) -> int:
+    """A path or query integer (BadRequest unless it is one within a Java long, as Pulsar's)."""
     try:
-        return int(value)
+        number = int(value)
     except (TypeError, ValueError):
         raise BadRequest(f"{what} must be an integer")
+    if not -_LONG <= number < _LONG:
+        raise BadRequest(f"{what} is out of range")
+    return number
 
 
 # ------------------------------------------------------------------------------------ resource

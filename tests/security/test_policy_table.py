@@ -193,12 +193,18 @@ BINARY_CASES = [
                                                             type=api.Schema.String))),
      T.GET_OR_CREATE_SCHEMA_RESPONSE, lambda c: c.getOrCreateSchemaResponse.error_code
      if c.getOrCreateSchemaResponse.HasField("error_code") else None, "produce"),
+    (T(type=T.PRODUCER, producer=api.CommandProducer(topic=BINARY_TOPIC, producer_id=1,
+                                                     request_id=6)), None, None, "produce"),
+    (T(type=T.SUBSCRIBE, subscribe=api.CommandSubscribe(
+        topic=BINARY_TOPIC, subscription="s", subType=api.CommandSubscribe.Shared, consumer_id=1,
+        request_id=7)), None, None, "consume"),
 ]
 
 BINARY_EXPECTED = {
     "lookup": {"alice": True, "bob": False, "admin": True, "acme-admin": True, "carol": True},
     "get_topics": {"alice": True, "bob": False, "admin": True, "acme-admin": True, "carol": False},
     "produce": {"alice": True, "bob": False, "admin": True, "acme-admin": True, "carol": False},
+    "consume": {"alice": True, "bob": False, "admin": True, "acme-admin": True, "carol": True},
 }
 
 
