@@ -106,7 +106,8 @@ class HeaderTimeTests(unittest.TestCase):
         """A chunked body is counted: past the limit 413 and the connection closes, having held
         at most the limit."""
         channel, transport = self.channel()
-        self.send_headers(channel, [b"Transfer-Encoding: chunked", b"Authorization: Bearer " + token("admin")])
+        self.send_headers(channel, [b"Transfer-Encoding: chunked",
+                                    b"Authorization: Bearer " + token("admin")])
         self.assertEqual(transport.value(), b"")
         chunk = b"x" * 65536
         for _ in range(self.limit // len(chunk) + 2):
@@ -122,7 +123,8 @@ class HeaderTimeTests(unittest.TestCase):
         """The guard lets a normal authenticated request through (and reuses its identity)."""
         channel, transport = self.channel()
         body = json.dumps({"type": "STRING", "schema": "", "properties": {}}).encode()
-        self.send_headers(channel, [b"Content-Length: %d" % len(body), b"Authorization: Bearer " + token("admin"),
+        self.send_headers(channel, [b"Content-Length: %d" % len(body),
+                                    b"Authorization: Bearer " + token("admin"),
                                     b"Content-Type: application/json"])
         channel.dataReceived(body)
         self.harness.pump()
