@@ -10,7 +10,8 @@ Two guards, one per stage of a request:
   spooled (twisted.web's ``Request`` writes bodies over 100 kB to a temporary file).
 * ``SecuredResource`` (render time): with ``authenticationEnabled`` every request must prove a
   role (``Authorization: Bearer <token>``, ``Authorization: Basic <base64 user:pass>`` or, on
-  HTTPS, a client certificate; 401 otherwise); with ``authorizationEnabled`` the role must then
+  HTTPS, a client certificate; without a proof ``anonymousUserRole`` when one is set, as Pulsar's
+  AuthenticationFilter; 401 otherwise); with ``authorizationEnabled`` the role must then
   pass the Rule that ``policy_table.HTTP_RULES`` gives the matched route (403 otherwise). A route
   without an entry is refused; a path no route matches is answered by the router (404/405) once
   the caller is authenticated. ``/metrics`` follows ``authenticateMetricsEndpoint``.
@@ -100,9 +101,11 @@ class GuardedHTTPChannel(http.HTTPChannel):
         try:
             certificate = peer_certificate_of(self.transport)
             outcome = []
+            headers = request.requestHeaders
             defer.maybeDeferred(
-                self.authn.authenticate_http, request.requestHeaders.getRawHeaders(
-                    b"authorization", [None])[0], certificate, _peer_host(self.transport),
+                self.authn.authenticate_http, headers.getRawHeaders(b"authorization", [None])[0],
+                certificate, _peer_host(self.transport),
+                method_name=headers.getRawHeaders(b"x-pulsar-auth-method-name", [None])[0],
             ).addBoth(outcome.append)
         except Exception as e:  # a certificate we cannot read: let render decide
             self.log.info("header-time authentication skipped: {error}", error=e)
@@ -219,8 +222,9 @@ class SecuredResource(resource.Resource):
             return known
         channel = getattr(request, "channel", None)
         certificate = peer_certificate_of(getattr(channel, "transport", None))
-        return self.security.authn.authenticate_http(request.getHeader(b"authorization"),
-                                                     certificate, peer)
+        return self.security.authn.authenticate_http(
+            request.getHeader(b"authorization"), certificate, peer,
+            method_name=request.getHeader(b"x-pulsar-auth-method-name"))
 
     async def _authorize(self, identity, request, rule, route, params):
         request.pulsar_role = role = identity.role
