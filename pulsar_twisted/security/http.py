@@ -19,6 +19,7 @@ Two guards, one per stage of a request:
 Credentials are never logged; refusals log the peer, the path and the reason.
 """
 
+import inspect
 import json
 from urllib.parse import unquote
 
@@ -52,6 +53,18 @@ def _peer_host(transport) -> str:
     return str(getattr(peer, "host", "") or "")
 
 
+def authenticate_request(authn, authorization, certificate, peer: str, method_name):
+    """
+    The identity of an HTTP request (or a Deferred of it): through the authentication service's
+    ``authenticate_http_deferred`` when it has one (passwords checked off the reactor thread),
+    else ``authenticate_http``. AuthenticationError (raised or as a failure) when refused.
+    """
+    check = getattr(authn, "authenticate_http_deferred", None) or authn.authenticate_http
+    if "method_name" in inspect.signature(check).parameters:
+        return check(authorization, certificate, peer, method_name=method_name)
+    return check(authorization, certificate, peer)
+
+
 def _refusal_bytes(status: int, reason: str, authenticate: bool = False) -> bytes:
     body = json.dumps({"reason": reason}).encode()
     head = [b"HTTP/1.1 %d %s" % (status, http.RESPONSES.get(status, b"Refused")),
@@ -60,6 +73,41 @@ def _refusal_bytes(status: int, reason: str, authenticate: bool = False) -> byte
     if authenticate:
         head.append(b'WWW-Authenticate: Bearer realm="pulsar"')
     return b"\r\n".join(head) + b"\r\n\r\n" + body
+
+
+class PendingIdentity:
+    """
+    An authentication still running (a password checked off the reactor thread), whose outcome
+    both the channel (to refuse the body) and SecuredResource (to answer the request) wait for:
+    the check runs once. ``outcome`` is ``[identity or Failure]`` once known, else None.
+    """
+
+    def __init__(self, deferred):
+        self.outcome = None
+        self._waiters = []
+        deferred.addBoth(self._done)
+
+    def _done(self, result):
+        self.outcome = [result]
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            self._fire(waiter, result)
+
+    @staticmethod
+    def _fire(waiter, result):
+        if isinstance(result, Failure):
+            waiter.errback(result)
+        else:
+            waiter.callback(result)
+
+    def wait(self) -> defer.Deferred:
+        """A new Deferred of the outcome."""
+        waiter = defer.Deferred()
+        if self.outcome is not None:
+            self._fire(waiter, self.outcome[0])
+        else:
+            self._waiters.append(waiter)
+        return waiter
 
 
 class GuardedHTTPChannel(http.HTTPChannel):
@@ -74,11 +122,14 @@ class GuardedHTTPChannel(http.HTTPChannel):
     max_body = None
     authn = None
     _refused = False
+    _lost = False
     _received = 0
+    #: The request whose body is being received (None once it is complete).
+    _receiving = None
 
     def allHeadersReceived(self):
         request = self.requests[-1]
-        refusal = self._judge_headers(request)
+        refusal = self._judge_size() or self._judge_credentials(request)
         if refusal is not None:
             self._refuse(*refusal)
             return
@@ -87,38 +138,57 @@ class GuardedHTTPChannel(http.HTTPChannel):
         if self.length is None and decoder is not None and self.max_body is not None:
             self._received = 0
             decoder.dataCallback = self._counted(decoder.dataCallback)
+        pending = getattr(request, "pulsar_identity_pending", None)
+        if pending is not None:
+            # Credentials checked off the reactor thread: read no more of the body until then.
+            self._receiving = request
+            self.transport.pauseProducing()
+            pending.wait().addBoth(self._credentials_judged, request)
 
-    def _judge_headers(self, request):
-        """``(status, reason, authenticate)`` for a request refused at header time, else None."""
+    def _announces_body(self) -> bool:
+        return bool(self.length) or (self.length is None and self._transferDecoder is not None)
+
+    def _judge_size(self):
+        """``(413, reason, False)`` for a Content-Length over ``max_body``, else None."""
         announced = self.length
-        chunked = announced is None and self._transferDecoder is not None
-        if not announced and not chunked:
-            return None
         if self.max_body is not None and announced is not None and announced > self.max_body:
             return 413, f"Request body of {announced} bytes exceeds the limit of {self.max_body}", False
-        if self.authn is None or not self.authn.enabled:
+        return None
+
+    def _judge_credentials(self, request):
+        """``(401, reason, True)`` for a body whose credentials are refused at once, else None
+        (then ``request.pulsar_identity`` holds the identity, or ``pulsar_identity_pending`` a
+        check still running)."""
+        if not self._announces_body() or self.authn is None or not self.authn.enabled:
             return None
+        headers = request.requestHeaders
         try:
             certificate = peer_certificate_of(self.transport)
-            outcome = []
-            headers = request.requestHeaders
-            defer.maybeDeferred(
-                self.authn.authenticate_http, headers.getRawHeaders(b"authorization", [None])[0],
-                certificate, _peer_host(self.transport),
-                method_name=headers.getRawHeaders(b"x-pulsar-auth-method-name", [None])[0],
-            ).addBoth(outcome.append)
         except Exception as e:  # a certificate we cannot read: let render decide
             self.log.info("header-time authentication skipped: {error}", error=e)
             return None
-        if not outcome:
-            return None   # an asynchronous check: SecuredResource waits for it at render time
-        result = outcome[0]
-        if isinstance(result, Failure):
-            if result.check(AuthenticationError):
-                return 401, str(result.value), True
+        pending = PendingIdentity(defer.maybeDeferred(
+            authenticate_request, self.authn, headers.getRawHeaders(b"authorization", [None])[0],
+            certificate, _peer_host(self.transport),
+            headers.getRawHeaders(b"x-pulsar-auth-method-name", [None])[0]))
+        if pending.outcome is None:
+            request.pulsar_identity_pending = pending
             return None
+        result = pending.outcome[0]
+        if isinstance(result, Failure):
+            return (401, str(result.value), True) if result.check(AuthenticationError) else None
         request.pulsar_identity = result
         return None
+
+    def _credentials_judged(self, result, request):
+        """An asynchronous check finished: refuse the body still being sent, or read on."""
+        if self._refused or self._lost:
+            return
+        if (isinstance(result, Failure) and result.check(AuthenticationError)
+                and self._receiving is request):
+            self._refuse(401, str(result.value), True)
+            return
+        self.transport.resumeProducing()
 
     def _counted(self, callback):
         def count(data):
@@ -152,7 +222,12 @@ class GuardedHTTPChannel(http.HTTPChannel):
     def allContentReceived(self):
         if self._refused:
             return
+        self._receiving = None
         super().allContentReceived()
+
+    def connectionLost(self, reason):
+        self._lost = True
+        super().connectionLost(reason)
 
 
 def guard_site(site, config, security=None):
@@ -220,11 +295,13 @@ class SecuredResource(resource.Resource):
         known = getattr(request, "pulsar_identity", None)
         if known is not None:
             return known
+        pending = getattr(request, "pulsar_identity_pending", None)
+        if pending is not None:
+            return pending.wait()
         channel = getattr(request, "channel", None)
         certificate = peer_certificate_of(getattr(channel, "transport", None))
-        return self.security.authn.authenticate_http(
-            request.getHeader(b"authorization"), certificate, peer,
-            method_name=request.getHeader(b"x-pulsar-auth-method-name"))
+        return authenticate_request(self.security.authn, request.getHeader(b"authorization"),
+                                    certificate, peer, request.getHeader(b"x-pulsar-auth-method-name"))
 
     async def _authorize(self, identity, request, rule, route, params):
         request.pulsar_role = role = identity.role

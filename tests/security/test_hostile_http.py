@@ -36,8 +36,8 @@ def bearer(role):
     return {b"Authorization": [b"Bearer " + token(role)]}
 
 
-class HeaderTimeTests(unittest.TestCase):
-    """GuardedHTTPChannel over a StringTransport: refusals written before any body byte is read."""
+class ChannelCase(unittest.TestCase):
+    """The site's channels over StringTransports, on the harness's clock."""
 
     config = dict(AUTH, maxMessageSize=64 * 1024)
 
@@ -67,6 +67,10 @@ class HeaderTimeTests(unittest.TestCase):
     def answer(self, transport):
         head, _, body = transport.value().partition(b"\r\n\r\n")
         return int(head.split(b" ")[1]), json.loads(body)
+
+
+class HeaderTimeTests(ChannelCase):
+    """GuardedHTTPChannel: refusals written before any body byte is read."""
 
     def test_limit_from_config(self):
         """httpMaxRequestSize -1 (Pulsar's default): maxMessageSize + headroom; a positive value wins."""
@@ -130,6 +134,58 @@ class HeaderTimeTests(unittest.TestCase):
         self.harness.pump()
         self.assertIn(b"HTTP/1.1 200", transport.value())
         self.assertFalse(transport.disconnecting)
+
+
+class _SlowAuthentication:
+    """An authentication service whose checks finish when the test says (a password being
+    hashed off the reactor thread)."""
+
+    enabled = True
+
+    def __init__(self):
+        self.checks = []
+
+    def authenticate_http_deferred(self, authorization, certificate, peer, method_name=None):
+        self.checks.append(defer.Deferred())
+        return self.checks[-1]
+
+
+class AsynchronousCheckTests(ChannelCase):
+    """A credential check still running at header time: the body is not read until it ends."""
+
+    def slow_channel(self):
+        channel, transport = self.channel()
+        channel.authn = _SlowAuthentication()
+        return channel, transport
+
+    def test_refused_after_pause(self):
+        """Reading pauses until the check fails, then 401 and the connection closes."""
+        from pulsar_twisted.common.errors import AuthenticationError
+        channel, transport = self.slow_channel()
+        self.send_headers(channel, [b"Content-Length: 50000", b"Authorization: Basic eDp5"])
+        self.assertEqual(transport.producerState, "paused")
+        self.assertEqual(transport.value(), b"")
+        [check] = channel.authn.checks
+        check.errback(AuthenticationError("Unknown user or wrong password"))
+        status, body = self.answer(transport)
+        self.assertEqual((status, body["reason"]), (401, "Unknown user or wrong password"))
+        self.assertTrue(transport.disconnecting)
+
+    def test_accepted_after_pause(self):
+        """When the check succeeds reading resumes and the request is served with that identity,
+        without a second check."""
+        from pulsar_twisted.security.auth import Identity
+        channel, transport = self.slow_channel()
+        body = json.dumps({"type": "STRING", "schema": "", "properties": {}}).encode()
+        self.send_headers(channel, [b"Content-Length: %d" % len(body), b"Authorization: Basic eDp5",
+                                    b"Content-Type: application/json"])
+        [check] = channel.authn.checks
+        check.callback(Identity("admin", "basic"))
+        self.assertEqual(transport.producerState, "producing")
+        channel.dataReceived(body)
+        self.harness.pump()
+        self.assertIn(b"HTTP/1.1 200", transport.value())
+        self.assertEqual(len(channel.authn.checks), 1)
 
 
 class HostileAdminTests(WebTestCase):
