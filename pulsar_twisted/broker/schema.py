@@ -492,9 +492,7 @@ def get_or_create_schema(service, topic: str, spec, cnx=None):
     """GET_OR_CREATE_SCHEMA: the version of the SchemaSpec ``spec`` for ``topic`` (added when new);
     ``cnx``, the asking connection, must be allowed to produce there."""
     registry = service.schema_registry
-    if cnx is not None:
-        yield defer.ensureDeferred(service.security.authorize_command(
-            cnx, api.BaseCommand.GET_OR_CREATE_SCHEMA, topic=topic))
+    yield service.security.authorized(cnx, api.BaseCommand.GET_OR_CREATE_SCHEMA, topic=topic)
     yield service.get_topic(topic)
     version = yield registry.add(topic, spec.type, spec.data, spec.properties, spec.name)
     return encode_version(version)
@@ -509,9 +507,7 @@ def get_schema(service, topic: str, version_bytes: bytes, cnx=None):
         parse_topic(topic)
     except InvalidTopicNameError as e:
         raise errors.InvalidTopicName(str(e))
-    if cnx is not None:
-        yield defer.ensureDeferred(service.security.authorize_command(
-            cnx, api.BaseCommand.GET_SCHEMA, topic=topic))
+    yield service.security.authorized(cnx, api.BaseCommand.GET_SCHEMA, topic=topic)
     version = decode_version(version_bytes) if version_bytes else None
     if version_bytes and version is None:
         raise errors.NotAllowedError("Malformed schema version")

@@ -266,9 +266,7 @@ class BrokerService(service.Service):
     def partitioned_metadata(self, topic: str, auto_create: bool = True, cnx=None):
         """``cnx``: the asking connection, whose role must be allowed to look the topic up."""
         name = self._parse(topic)
-        if cnx is not None:
-            yield defer.ensureDeferred(self.security.authorize_command(
-                cnx, api.BaseCommand.PARTITIONED_METADATA, topic=topic))
+        yield self.security.authorized(cnx, api.BaseCommand.PARTITIONED_METADATA, topic=topic)
         yield self._check_namespace(name.namespace_name)
         if name.partition_index >= 0:
             # A partition is itself a plain topic: clients ask before using one (readers on a
@@ -303,9 +301,7 @@ class BrokerService(service.Service):
             ns = NamespaceName.parse(namespace)
         except InvalidTopicNameError as e:
             raise errors.InvalidTopicName(str(e))
-        if cnx is not None:
-            yield defer.ensureDeferred(self.security.authorize_command(
-                cnx, api.BaseCommand.GET_TOPICS_OF_NAMESPACE, namespace=namespace))
+        yield self.security.authorized(cnx, api.BaseCommand.GET_TOPICS_OF_NAMESPACE, namespace=namespace)
         yield self._check_namespace(ns)
         found = set()
         if mode in (api.CommandGetTopicsOfNamespace.PERSISTENT, api.CommandGetTopicsOfNamespace.ALL):

@@ -18,6 +18,7 @@ method and the reason.
 
 import collections
 
+from twisted.internet import defer
 from twisted.logger import Logger
 
 from pulsar_twisted.common import errors
@@ -217,6 +218,13 @@ class BrokerSecurity:
             self.log.info("{peer}: role {role} refused {command}: {reason}", peer=cnx.peer, role=role,
                           command=api.BaseCommand.Type.Name(command_type), reason=str(e))
             raise
+
+    def authorized(self, cnx, command_type: int, **where) -> defer.Deferred:
+        """``authorize_command`` as a Deferred; nothing to check without a connection (a call
+        from the admin API, which the HTTP rules authorized)."""
+        if cnx is None:
+            return defer.succeed(None)
+        return defer.ensureDeferred(self.authorize_command(cnx, command_type, **where))
 
     async def check_topic(self, cnx, topic: str, action: str) -> None:
         """AuthorizationError unless the role of ``cnx`` may ``action`` (lookup, produce,
