@@ -136,6 +136,20 @@ class HeaderTimeTests(ChannelCase):
         self.assertFalse(transport.disconnecting)
 
 
+class ConfiguredLimitTests(ChannelCase):
+    config = dict(AUTH, httpMaxRequestSize=1000)
+
+    def test_http_max_request_size_honoured(self):
+        """httpMaxRequestSize=1000: 1001 announced bytes are refused (413), 1000 are read."""
+        channel, transport = self.channel()
+        self.send_headers(channel, [b"Content-Length: 1001", b"Authorization: Bearer " + token("admin")])
+        self.assertEqual(self.answer(transport)[0], 413)
+        channel, transport = self.channel()
+        self.send_headers(channel, [b"Content-Length: 1000", b"Authorization: Bearer " + token("admin")])
+        self.assertEqual(transport.value(), b"")
+        self.assertFalse(transport.disconnecting)
+
+
 class _SlowAuthentication:
     """An authentication service whose checks finish when the test says (a password being
     hashed off the reactor thread)."""
