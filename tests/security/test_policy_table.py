@@ -262,3 +262,22 @@ class BinaryRuleTests(unittest.TestCase):
         self.assertEqual([c.error.error for c in client.commands(T.ERROR)], [api.AuthorizationError])
         versions = self.successResultOf(self.harness.broker.schema_registry.versions(BINARY_TOPIC))
         self.assertEqual(list(versions), [])
+
+
+class FailClosedTests(unittest.TestCase):
+    def test_route_without_rule_is_refused(self):
+        """A route missing from the table is answered 403 and its handler never runs."""
+        from twisted.web.test.requesthelper import DummyRequest
+        from pulsar_twisted.security.http import SecuredResource
+        from pulsar_twisted.web.routing import Router, RouterResource
+        ran = []
+        router = Router()
+        router.add("GET", "/admin/v2/brand-new/{tenant}", lambda request, tenant: ran.append(tenant))
+        security = types.SimpleNamespace(authn=None, authz=None, authenticate_metrics=False,
+                                         metrics_roles=frozenset())
+        request = DummyRequest([b"admin", b"v2", b"brand-new", b"acme"])
+        request.method, request.path = b"GET", b"/admin/v2/brand-new/acme"
+        body = SecuredResource(RouterResource(router), security).render(request)
+        self.assertEqual(request.responseCode, 403)
+        self.assertIn("No authorization rule", json.loads(body)["reason"])
+        self.assertEqual(ran, [])
