@@ -315,6 +315,16 @@ _SECURITY_KEYS = [
         "Authenticate the client credentials a proxy forwards (original_auth_data, sent by a proxy\n"
         "with forwardAuthorizationCredentials=true) and keep them fresh: the broker then challenges\n"
         "the client through the proxy when they expire.", "Authorization"),
+    Key("authenticateMetricsEndpoint", bool, False,
+        "Whether /metrics requires authentication (authenticationEnabled too); then only super\n"
+        "users and metricsRoles may read it. False (Pulsar's default): /metrics is public.",
+        "Authorization"),
+    Key("metricsRoles", list, [],
+        "Roles besides the super users that may read /metrics when authenticateMetricsEndpoint\n"
+        "is on (comma separated).", "Authorization"),
+    Key("httpMaxRequestSize", int, -1,
+        "Largest HTTP request body accepted, in bytes; larger ones are refused (413) from their\n"
+        "headers, before they are read. -1: maxMessageSize + 1 MiB.", "Authorization"),
     Key("brokerMaxConnections", int, 0,
         "Client connections accepted by the broker; more are closed at once (0: no limit).", "Limits"),
     Key("brokerMaxConnectionsPerIp", int, 0,

@@ -316,7 +316,8 @@ class ServerConnection(protocol.Protocol):
 
     def handle_partitioned_metadata(self, command, message):
         request = command.partitionMetadata
-        d = self.service.partitioned_metadata(request.topic, request.metadata_auto_creation_enabled)
+        d = self.service.partitioned_metadata(request.topic, request.metadata_auto_creation_enabled,
+                                             cnx=self)
         d.addCallbacks(
             lambda n: self.sender.send_partitioned_metadata(request.request_id, n),
             lambda f: self.sender.send_partitioned_metadata_error(
@@ -325,14 +326,15 @@ class ServerConnection(protocol.Protocol):
     def handle_get_topics_of_namespace(self, command, message):
         request = command.getTopicsOfNamespace
         d = self.service.topics_of_namespace(request.namespace, request.mode,
-                                             request.topics_pattern if request.HasField("topics_pattern") else None)
+                                             request.topics_pattern if request.HasField("topics_pattern") else None,
+                                             cnx=self)
         d.addCallbacks(
             lambda result: self.sender.send_topics_of_namespace(request.request_id, *result),
             lambda f: self.sender.send_error(request.request_id, _error_code(f), _error_message(f)))
 
     def handle_get_schema(self, command, message):
         request = command.getSchema
-        d = schemas.get_schema(self.service, request.topic, request.schema_version)
+        d = schemas.get_schema(self.service, request.topic, request.schema_version, cnx=self)
         d.addCallbacks(
             lambda found: self.sender.send_get_schema(request.request_id, found.to_proto(),
                                                       schemas.encode_version(found.version)),
@@ -341,7 +343,8 @@ class ServerConnection(protocol.Protocol):
 
     def handle_get_or_create_schema(self, command, message):
         request = command.getOrCreateSchema
-        d = schemas.get_or_create_schema(self.service, request.topic, schema_spec(request.schema))
+        d = schemas.get_or_create_schema(self.service, request.topic, schema_spec(request.schema),
+                                         cnx=self)
         d.addCallbacks(
             lambda version: self.sender.send_get_or_create_schema(request.request_id, version),
             lambda f: self.sender.send_get_or_create_schema_error(request.request_id, _error_code(f),
