@@ -360,6 +360,10 @@ _BROKER_KEYS = [
     Key("activeConsumerFailoverDelayTimeMillis", int, 1000,
         "Delay before a Failover subscription hands over to a newly chosen active consumer.",
         "Dispatch"),
+    Key("activeConsumerFailoverConsistentHashing", bool, False,
+        "Failover picks the active consumer of a partition by a hash ring of consumer names and\n"
+        "the topic name (as for non-partitioned topics) instead of partition % consumers.",
+        "Dispatch"),
     Key("subscriptionKeySharedUseConsistentHashing", bool, True,
         "Key_Shared AUTO_SPLIT assigns keys by a consistent hash ring (else by range splitting).",
         "Dispatch"),

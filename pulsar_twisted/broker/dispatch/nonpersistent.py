@@ -12,8 +12,8 @@ round-robin over the consumers with permits; Key_Shared routes by key with the s
 ``key_shared``.
 """
 
-from pulsar_twisted.broker.dispatch.key_shared import key_hash, selector_for
-from pulsar_twisted.broker.dispatch.single import FailoverSwitch
+from pulsar_twisted.broker.dispatch.selectors import key_hash, selector_for
+from pulsar_twisted.broker.dispatch.single import failover_switch
 from pulsar_twisted.broker.entryinfo import lenient_metadata, sticky_key
 from pulsar_twisted.common import errors
 from pulsar_twisted.proto import PulsarApi_pb2 as api
@@ -70,9 +70,7 @@ class NonPersistentExclusiveDispatcher(NonPersistentDispatcher):
 class NonPersistentFailoverDispatcher(NonPersistentDispatcher):
     def __init__(self, subscription, clock, config, partition: int = -1):
         super().__init__(subscription, clock, config)
-        self.switch = FailoverSwitch(self.consumers, partition, clock,
-                                     config.activeConsumerFailoverDelayTimeMillis / 1000.0,
-                                     self._active_changed)
+        self.switch = failover_switch(self, partition, config)
 
     def consumer_ready(self, consumer) -> None:
         self.switch.consumer_ready(consumer)
