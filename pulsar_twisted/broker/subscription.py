@@ -15,6 +15,7 @@ from pulsar_twisted.broker.dispatch import nonpersistent
 from pulsar_twisted.broker.dispatch.key_shared import KeySharedDispatcher
 from pulsar_twisted.broker.dispatch.shared import SharedDispatcher
 from pulsar_twisted.broker.dispatch.single import ExclusiveDispatcher, FailoverDispatcher
+from pulsar_twisted.broker.rates import RateMeter
 from pulsar_twisted.common import errors
 from pulsar_twisted.common.position import Position
 from pulsar_twisted.proto import PulsarApi_pb2 as api
@@ -22,7 +23,51 @@ from pulsar_twisted.proto import PulsarApi_pb2 as api
 Sub = api.CommandSubscribe
 
 
-class PersistentSubscription:
+class SubscriptionCounters:
+    """
+    What a subscription counts for its stats, kept across its consumers coming and going:
+    ``msg_out``/``bytes_out`` (every consumer's dispatches, Consumer.sent adds to them, so a
+    closed consumer's part stays: Pulsar's msgOutCounter), ``msg_expired`` (messages the TTL
+    acknowledged), and the rates of the last stats period (``rates`` module): the out and
+    redeliver rates are the connected consumers' summed, as Pulsar's subscription stats.
+    """
+
+    msg_out = 0
+    bytes_out = 0
+    msg_expired = 0
+    _expired_rate = None
+
+    def sample_rates(self, period) -> None:
+        for consumer in list(self.consumers):
+            consumer.sample_rates(period)
+        if self._expired_rate is None:
+            self._expired_rate = RateMeter(1)
+        self._expired_rate.sample(period, self.msg_expired)
+
+    def out_rates(self):
+        """``(msgRateOut, msgThroughputOut, msgRateRedeliver)`` of the last stats period."""
+        rate = tput = redeliver = 0.0
+        for consumer in list(self.consumers):
+            r, t, d = consumer.rates.rates
+            rate += r
+            tput += t
+            redeliver += d
+        return rate, tput, redeliver
+
+    def expired_rate(self) -> float:
+        return self._expired_rate.rates[0] if self._expired_rate is not None else 0.0
+
+    def active_consumer(self):
+        """The consumer an Exclusive/Failover dispatcher made active, else None."""
+        return getattr(self.dispatcher, "active", None) if self.dispatcher is not None else None
+
+    def delayed_count(self) -> int:
+        """Messages held by the delayed-delivery tracker (Shared types), else 0."""
+        delayed = getattr(self.dispatcher, "delayed", None)
+        return len(delayed) if delayed is not None else 0
+
+
+class PersistentSubscription(SubscriptionCounters):
     log = Logger()
 
     def __init__(self, topic, name: str, cursor, clock, config, durable: bool = True):
@@ -34,7 +79,8 @@ class PersistentSubscription:
         self.durable = durable
         self.sub_type = None
         self.dispatcher = None
-        #: position -> times redelivered (Shared/Key_Shared), sent in MESSAGE.redelivery_count.
+        #: position -> times redelivered (Shared/Key_Shared; Exclusive/Failover only with
+        #: singleActiveConsumerRedeliveryCountEnabled), sent in MESSAGE.redelivery_count.
         self.redelivery_counts = {}
         #: Partly acknowledged batches (acknowledgmentAtBatchIndexLevelEnabled), else None;
         #: their bit sets are kept (and persisted) by the cursor.
@@ -121,10 +167,12 @@ class PersistentSubscription:
         return d
 
     def redeliver(self, consumer, positions) -> None:
-        if positions and self.sub_type in (Sub.Exclusive, Sub.Failover):
-            # Negative acks / ack timeouts of given messages count as redeliveries here too:
-            # the C++ client's dead-letter policy reads MESSAGE.redelivery_count whatever the
-            # subscription type (Shared types count in their dispatcher).
+        if (positions and self.sub_type in (Sub.Exclusive, Sub.Failover)
+                and self.config.singleActiveConsumerRedeliveryCountEnabled):
+            # Pulsar's single-active dispatchers keep no redelivery tracker: their messages go
+            # out with redelivery_count 0, and a client's dead-letter policy never fires there.
+            # Behind the switch, negative acks / ack timeouts of given messages are counted as
+            # the Shared types count them (in their dispatcher).
             counts = self.redelivery_counts
             for position in positions:
                 counts[position] = counts.get(position, 0) + 1
@@ -198,7 +246,7 @@ class PersistentSubscription:
                 "consumers": [c.stats() for c in self.consumers]}
 
 
-class NonPersistentSubscription:
+class NonPersistentSubscription(SubscriptionCounters):
     """
     A subscription of a non-persistent topic: nothing is stored, so each message goes to the
     consumer its dispatcher (``dispatch.nonpersistent``) picks if that consumer can take it right

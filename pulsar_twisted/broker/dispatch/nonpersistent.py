@@ -63,8 +63,12 @@ class NonPersistentExclusiveDispatcher(NonPersistentDispatcher):
             raise errors.ConsumerBusy("Exclusive consumer is already connected")
         super().add_consumer(consumer)
 
-    def select(self, data: bytes):
+    @property
+    def active(self):
         return self.consumers[0] if self.consumers else None
+
+    def select(self, data: bytes):
+        return self.active
 
 
 class NonPersistentFailoverDispatcher(NonPersistentDispatcher):
@@ -82,6 +86,11 @@ class NonPersistentFailoverDispatcher(NonPersistentDispatcher):
     def _active_changed(self, active) -> None:
         # Nothing was kept for the previous active consumer, so there is nothing to hand over.
         pass
+
+    @property
+    def active(self):
+        """The consumer the switch made active (the one stats name activeConsumerName)."""
+        return self.switch.active
 
     def select(self, data: bytes):
         return self.switch.active
