@@ -124,6 +124,19 @@ class InteropCase(SynchronousTestCase):
         name = f"{prefix or self._testMethodName.replace('_', '-')}-{uuid.uuid4().hex[:8]}"
         return f"{domain}://public/default/{name}" if domain else name
 
+    def failover_topic(self, names, active: str) -> str:
+        """
+        A fresh non-partitioned topic name on which Pulsar's rule makes consumer ``active`` (of
+        ``names``) the active one: the first point at or after the topic name's hash on a ring of
+        100 points per consumer name (``choose_active``, checked on known values in
+        tests/broker/test_active_consumer.py).
+        """
+        consumers = [_Named(n, i) for i, n in enumerate(names)]
+        while True:
+            name = self.topic()
+            if choose_active(consumers, -1, f"persistent://public/default/{name}").name == active:
+                return name
+
     def receive(self, consumer, timeout_ms: int = None):
         """The next message, or a test failure naming the timeout (with the broker log tail)."""
         try:
@@ -338,19 +351,6 @@ class SubscriptionTypeTests(InteropCase):
         second = self.new_client().subscribe(name, "sub", consumer_type=CT.Exclusive)
         second.close()
 
-    def failover_topic(self, names, active: str) -> str:
-        """
-        A fresh non-partitioned topic name on which Pulsar's rule makes consumer ``active`` (of
-        ``names``) the active one: the first point at or after the topic name's hash on a ring of
-        100 points per consumer name (``choose_active``, checked on known values in
-        tests/broker/test_active_consumer.py).
-        """
-        consumers = [_Named(n, i) for i, n in enumerate(names)]
-        while True:
-            name = self.topic()
-            if choose_active(consumers, -1, f"persistent://public/default/{name}").name == active:
-                return name
-
     def test_failover_only_active_receives_then_hands_over_unacked(self):
         name = self.failover_topic(["a", "b"], "a")
         a = self.client.subscribe(name, "sub", consumer_type=CT.Failover, consumer_name="a")
@@ -530,11 +530,6 @@ class PositionAndFlowTests(InteropCase):
         self.assertGreaterEqual(len(got_busy), 55, "the idle consumer got more than its 5 permits")
         got_idle = self.drain(idle, ack=True)
         self.assertEqual(len(got_busy) + len(got_idle), 60)
-
-    def test_broker_side_permits_in_consumer_stats(self):
-        """CONSUMER_STATS availablePermits after FLOW."""
-    test_broker_side_permits_in_consumer_stats.skip = (
-        "pulsar-client 3.13's Python API does not expose broker consumer stats")
 
     def test_individual_acks_survive_reconnect(self):
         name = self.topic()
