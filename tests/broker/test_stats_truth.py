@@ -175,6 +175,22 @@ class FieldsFromTheirSourceTests(StatsCase):
         self.create_producer(waiting, producer_id=2, mode=api.WaitForExclusive)
         self.assertEqual(self.stats()["waitingPublishers"], 1)
 
+    def test_waiting_publisher_gone_with_its_connection(self):
+        """A queued WaitForExclusive producer whose connection closes leaves the queue: no longer
+        counted, and it keeps nobody out once the exclusive producer leaves."""
+        holder = self.harness.client()
+        self.create_producer(holder, mode=api.Exclusive)
+        waiting = self.harness.client()
+        self.create_producer(waiting, producer_id=2, mode=api.WaitForExclusive)
+        waiting.close()
+        self.assertEqual(self.stats()["waitingPublishers"], 0)
+        self.close_producer(holder)
+        self.harness.pump()
+        late = self.harness.client()
+        answers = self.create_producer(late, producer_id=3)
+        self.assertEqual([c.type for c in answers], [T.PRODUCER_SUCCESS])
+        self.assertEqual(self.flushLoggedErrors(), [])
+
     def test_msg_delayed(self):
         """Messages held by the delayed-delivery tracker are msgDelayed, not msgBacklogNoDelayed."""
         self.subscribe(self.harness.client(), 1, Sub.Shared)
