@@ -35,14 +35,16 @@ class SubscriptionCounters:
     msg_out = 0
     bytes_out = 0
     msg_expired = 0
-    _expired_rate = None
+    #: Messages a non-persistent subscription dropped (no consumer could take them).
+    msg_dropped = 0
+    _own_rates = None
 
     def sample_rates(self, period) -> None:
         for consumer in list(self.consumers):
             consumer.sample_rates(period)
-        if self._expired_rate is None:
-            self._expired_rate = RateMeter(1)
-        self._expired_rate.sample(period, self.msg_expired)
+        if self._own_rates is None:
+            self._own_rates = RateMeter(2)
+        self._own_rates.sample(period, self.msg_expired, self.msg_dropped)
 
     def out_rates(self):
         """``(msgRateOut, msgThroughputOut, msgRateRedeliver)`` of the last stats period."""
@@ -55,7 +57,11 @@ class SubscriptionCounters:
         return rate, tput, redeliver
 
     def expired_rate(self) -> float:
-        return self._expired_rate.rates[0] if self._expired_rate is not None else 0.0
+        return self._own_rates.rates[0] if self._own_rates is not None else 0.0
+
+    def drop_rate(self) -> float:
+        """Pulsar's ``msgDropRate`` of a non-persistent subscription, over the last period."""
+        return self._own_rates.rates[1] if self._own_rates is not None else 0.0
 
     def active_consumer(self):
         """The consumer an Exclusive/Failover dispatcher made active, else None."""
@@ -349,5 +355,5 @@ class NonPersistentSubscription(SubscriptionCounters):
 
     def stats(self) -> dict:
         return {"type": SUB_TYPE_NAMES.get(self.sub_type, "Exclusive"), "msgBacklog": 0,
-                "msgDropRate": 0.0, "dropped": self.dropped,
+                "msgDropRate": self.drop_rate(), "dropped": self.dropped,
                 "consumers": [c.stats() for c in self.consumers]}

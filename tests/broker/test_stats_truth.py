@@ -225,3 +225,20 @@ class DeduplicationStatusTests(StatsCase):
         self.create_producer(self.harness.client())
         self.harness.pump()
         self.assertEqual(self.stats()["deduplicationStatus"], "Enabled")
+
+
+class NonPersistentDropRateTests(StatsCase):
+    topic = "persistent://public/default/unused"
+
+    def test_drop_rate(self):
+        """A non-persistent consumer with 2 permits and 7 messages: 5 dropped, msgDropRate 0.5."""
+        name = "non-persistent://public/default/drops"
+        consumer = self.harness.client()
+        self.subscribe(consumer, 1, Sub.Exclusive, permits=2, topic=name)
+        producer = self.harness.client()
+        self.create_producer(producer, topic=name)
+        self.publish(producer, 7)
+        self.assertEqual(len(messages(consumer.received())), 2)
+        self.clock.advance(PERIOD)
+        sub = self.stats(name)["subscriptions"]["s"]
+        self.assertEqual((sub["msgDropRate"], sub["msgOutCounter"]), (0.5, 2))

@@ -86,6 +86,7 @@ class StatsAdmin(AdminArea):
                 backlog_size = 0
         sub_type = subscription.sub_type
         rate_out, tput_out, rate_redeliver = subscription.out_rates()
+        extra = {} if subscription.topic.persistent else {"msgDropRate": subscription.drop_rate()}
         active = subscription.active_consumer() if sub_type in (
             api.CommandSubscribe.Exclusive, api.CommandSubscribe.Failover) else None
         delayed = subscription.delayed_count()
@@ -107,6 +108,7 @@ class StatsAdmin(AdminArea):
             "isDurable": subscription.durable,
             "isReplicated": False,
             "nonContiguousDeletedMessagesRanges": ranges,
+            **extra,
         }
 
     async def get_topic_stats(self, name: TopicName) -> dict:

@@ -44,6 +44,7 @@ class NonPersistentDispatcher:
         consumer = self.select(data)
         if consumer is None or not consumer.available():
             self.dropped += count
+            self.subscription.msg_dropped += count
             return
         consumer.sender.send_message(consumer.consumer_id, position[0], position[1], 0, data,
                                      consumer.partition)
