@@ -129,4 +129,5 @@ class Consumer:
                     unackedMessages=self.unacked, blockedConsumerOnUnackedMsgs=self.blocked,
                     address=self.cnx.peer, connectedSince=self.connected_since,
                     type=SUB_TYPE_NAMES.get(self.sub_type, "Exclusive"),
+                    msgRateExpired=self.subscription.expired_rate(),
                     msgBacklog=self.subscription.backlog())

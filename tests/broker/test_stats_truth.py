@@ -134,7 +134,8 @@ class RateTests(StatsCase):
 
     def test_expired_rate(self):
         """The TTL acknowledging 4 messages in a period: msgRateExpired 0.4 over 10 s."""
-        self.subscribe(self.harness.client(), 1, Sub.Exclusive, permits=0)
+        consumer = self.harness.client()
+        self.subscribe(consumer, 1, Sub.Exclusive, permits=0)
         producer = self.harness.client()
         self.create_producer(producer)
         self.publish(producer, 4)
@@ -145,6 +146,11 @@ class RateTests(StatsCase):
         self.clock.advance(PERIOD)
         sub = self.stats()["subscriptions"]["s"]
         self.assertEqual((sub["msgRateExpired"], sub["msgBacklog"]), (0.4, 0))
+        self.assertNotIn("msgRateExpired", sub["consumers"][0])
+        consumer.send(T(type=T.CONSUMER_STATS, consumerStats=api.CommandConsumerStats(
+            request_id=78, consumer_id=1)))
+        [answer] = [c.consumerStatsResponse for c in consumer.commands(T.CONSUMER_STATS_RESPONSE)]
+        self.assertEqual(answer.msgRateExpired, 0.4)
 
     def test_consumer_stats_command_answers_rates(self):
         """CONSUMER_STATS answers the consumer's rates of the last period, not constants."""

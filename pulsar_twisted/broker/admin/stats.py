@@ -151,8 +151,9 @@ class StatsAdmin(AdminArea):
 
 def _consumer_stats(consumer) -> dict:
     stats = consumer.stats()
-    stats.pop("msgBacklog", None)
-    stats.pop("type", None)
+    # Subscription-level fields of CONSUMER_STATS that Pulsar's ConsumerStats does not carry.
+    for key in ("msgBacklog", "type", "msgRateExpired"):
+        stats.pop(key, None)
     stats.update(bytesOutCounter=consumer.bytes_out, msgOutCounter=consumer.msg_out,
                  metadata=consumer.metadata)
     return stats
