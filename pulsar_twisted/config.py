@@ -247,6 +247,18 @@ _BROKER_KEYS = [
     Key("bindAddress", str, "0.0.0.0", "Address the broker's listeners bind to.", "Service"),
     Key("advertisedAddress", str, "localhost",
         "Host name or IP the broker tells clients to connect to (lookup answers).", "Service"),
+    Key("advertisedListeners", str, "",
+        "Named listeners: name:pulsar://host:port,name:pulsar+ssl://host:port,... (at most one\n"
+        "URL per scheme and two per name). Clients choosing a listener (listener_name) are\n"
+        "answered its URLs; the internal listener's URLs replace advertisedAddress in lookups.",
+        "Service"),
+    Key("internalListenerName", str, "",
+        "The listener of advertisedListeners the broker uses for itself (default: the first).",
+        "Service"),
+    Key("bindAddresses", str, "",
+        "Extra ports, each tied to a listener: name:pulsar://0.0.0.0:6660,name:http://0.0.0.0:8081.\n"
+        "Lookups on a connection accepted there answer that listener when the client names none.",
+        "Service"),
     Key("brokerServicePort", int, 6650, "Port of the Pulsar binary protocol.", "Service"),
     Key("webServicePort", int, 8080, "Port of the HTTP service (admin REST API, lookup, metrics).", "Service"),
     Key("brokerServiceEndpoint", str, "",

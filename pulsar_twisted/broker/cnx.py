@@ -179,6 +179,10 @@ class ServerConnection(protocol.Protocol):
         self.transport.registerProducer(self, True)
         self.service.connection_opened(self)
         self._keep_alive.start()
+        listener = getattr(self.factory, "listener_name", "")
+        if listener:
+            self.log.info("{peer} connected on a port of listener {listener}", peer=self.peer,
+                          listener=listener)
 
     def dataReceived(self, data):
         self._keep_alive.received()
@@ -302,7 +306,10 @@ class ServerConnection(protocol.Protocol):
     # ------------------------------------------------------------------ lookup
     def handle_lookup(self, command, message):
         lookup = command.lookupTopic
-        d = self.service.lookup(lookup.topic, cnx=self)
+        # The client's listener, else the one of the port this connection came in on (Pulsar's
+        # connection-specific listener name, from bindAddresses).
+        listener = lookup.advertised_listener_name.strip() or getattr(self.factory, "listener_name", "")
+        d = self.service.lookup(lookup.topic, cnx=self, listener_name=listener)
         d.addCallbacks(
             lambda urls: self.sender.send_lookup_response(
                 lookup.request_id, urls[0], urls[1], redirect=getattr(urls, "redirect", False)),
@@ -584,11 +591,13 @@ class ServerConnection(protocol.Protocol):
 
 
 class BrokerProtocolFactory(protocol.Factory):
-    """Builds a ``ServerConnection`` per accepted connection."""
+    """Builds a ``ServerConnection`` per accepted connection. ``listener_name``: the advertised
+    listener of the port it serves (``bindAddresses``), "" for the main ports."""
 
-    def __init__(self, service, clock):
+    def __init__(self, service, clock, listener_name: str = ""):
         self.service = service
         self.clock = clock
+        self.listener_name = listener_name
 
     def buildProtocol(self, addr):
         if not self.service.security.admit(getattr(addr, "host", str(addr))):

@@ -16,6 +16,8 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from pulsar_twisted.broker import schema
+from pulsar_twisted.broker.advertised import advertised_listeners, select_listener
+from pulsar_twisted.broker.ownership import LookupResult
 from pulsar_twisted.broker.compaction import Compactor
 from pulsar_twisted.broker.policies import PolicyService
 from pulsar_twisted.broker.topic import NonPersistentTopic, PersistentTopic
@@ -50,6 +52,8 @@ class BrokerService(service.Service):
         self.clock = clock
         self.broker_url = broker_url
         self.broker_url_tls = broker_url_tls
+        #: This broker's advertised listeners by name (advertised.py; {} when none configured).
+        self.listeners = advertised_listeners(config)
         self.topics = {}
         self._loading = {}
         self.connections = set()
@@ -183,6 +187,25 @@ class BrokerService(service.Service):
         """Deferred partition count of ``topic_name``'s partitioned topic (0: not partitioned)."""
         return self.partitioned.partitions(topic_name)
 
+    @defer.inlineCallbacks
+    def check_partition_bounds(self, name):
+        """
+        Refuse ``<topic>-partition-<i>`` when ``<topic>`` is partitioned with at most ``i``
+        partitions, as Pulsar's ``BrokerService.getTopic``: NotAllowed "Illegal topic partition
+        name ..." for persistent topics, TopicNotFound for non-persistent ones (Pulsar finds no
+        topic there). A ``-partition-<i>`` name whose parent is not partitioned is a plain topic.
+        """
+        if name.partition_index < 0:
+            return
+        partitions = yield self.partitions_of(name)
+        if 0 < partitions <= name.partition_index:
+            self.log.warn("refused {topic}: past the {n} partitions of its partitioned topic",
+                          topic=str(name), n=partitions)
+            if not name.persistent:
+                raise errors.TopicNotFound(f"Topic {name} does not exist")
+            raise errors.NotAllowedError(
+                f"Illegal topic partition name {name} with max allowed {partitions} partitions")
+
     def create_partitioned_topic(self, topic_name, partitions: int) -> defer.Deferred:
         return self.partitioned.create(topic_name, partitions)
 
@@ -201,14 +224,38 @@ class BrokerService(service.Service):
 
     # ---------------------------------------------------------------- binary-protocol queries
     @defer.inlineCallbacks
-    def lookup(self, topic: str, cnx=None):
-        """``cnx``: the asking connection, whose role must be allowed to look the topic up."""
+    def lookup(self, topic: str, cnx=None, listener_name: str = ""):
+        """
+        ``(broker_url, broker_url_tls)`` of the broker serving ``topic`` (a ``LookupResult`` in a
+        cluster). ``cnx``: the asking connection, whose role must be allowed to look the topic
+        up. ``listener_name``: answer the serving broker's URLs of that advertised listener
+        (ServiceNotReady "the broker do not have <name> listener" when it has none).
+        """
+        result = yield self._lookup(topic, cnx)
+        if not listener_name:
+            return result
+        listeners = getattr(result, "listeners", None)
+        try:
+            listener = select_listener(self.listeners if listeners is None else listeners, listener_name)
+        except errors.ServiceNotReady as e:
+            self.log.warn("failed to look up {topic}: {reason}", topic=topic, reason=str(e))
+            raise
+        return LookupResult(listener.broker_url, listener.broker_url_tls,
+                            redirect=getattr(result, "redirect", False),
+                            http_url=getattr(result, "http_url", ""),
+                            http_url_tls=getattr(result, "http_url_tls", ""), listeners=listeners)
+
+    @defer.inlineCallbacks
+    def _lookup(self, topic: str, cnx):
         name = self._parse(topic)
         self.security.lookup_started()  # TooManyRequests past maxConcurrentLookupRequest
         try:
             if cnx is not None:
                 yield defer.ensureDeferred(self.security.check_topic(cnx, topic, "lookup"))
             yield self._check_namespace(name.namespace_name)
+            # A partition past the count: refused here already, with the error the producer or
+            # consumer would get (the official client reports the lookup's error code).
+            yield self.check_partition_bounds(name)
             if self.ownership is not None:
                 return (yield self.ownership.lookup(name))
             return (self.broker_url, self.broker_url_tls)
@@ -320,6 +367,8 @@ class BrokerService(service.Service):
             if partitions > 0:
                 raise errors.NotAllowedError(
                     f"{name} is a partitioned topic: use its partitions ({name}-partition-N)")
+        else:
+            yield self.check_partition_bounds(name)
         if not create or not self.config.allowAutoTopicCreation:
             if not (yield self._topic_exists(name)):
                 raise errors.TopicNotFound(f"Topic {name} does not exist")

@@ -29,6 +29,7 @@ ZooKeeper session.
 
 from pulsar_twisted.broker.admin.service import AdminService
 from pulsar_twisted.broker.leader import LeaderElection
+from pulsar_twisted.broker.advertised import check_listener_config
 from pulsar_twisted.broker.ownership import BundleOwnership, unload_bundle
 from pulsar_twisted.broker.registration import BrokerAddresses, BrokerRegistration
 from pulsar_twisted.broker.service import BrokerService
@@ -93,6 +94,7 @@ def check_config(config) -> None:
     bookkeeper_store_location(config)
     if config.zooKeeperSessionTimeoutMillis <= 0:
         raise ConfigError("zooKeeperSessionTimeoutMillis must be positive")
+    check_listener_config(config)
     if config.brokerServicePortTls or config.webServicePortTls:
         # Missing or unreadable certificates stop start-up here, naming the key, rather than
         # after the broker has joined the cluster.
@@ -231,7 +233,8 @@ class BrokerClusterService(BrokerListeners, Daemon):
     def announce(self) -> None:
         hosts, root = metadata_store_location(self.config)
         self.log.info("pulsar-broker {id} ready: {urls} (metadata {hosts}{root}, {n} bookies)",
-                      id=self.broker_id, urls=", ".join(u for u in self.urls().values() if u),
+                      id=self.broker_id,
+                      urls=", ".join(u for u in self.urls().values() if u and isinstance(u, str)),
                       hosts=hosts, root="" if root == "/" else root,
                       n=self._bookies_at_start)
 

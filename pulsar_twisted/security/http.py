@@ -3,7 +3,8 @@ Authentication and authorization of the HTTP service (admin REST v2, lookup, met
 
 ``SecuredResource`` wraps the router's resource. With ``authenticationEnabled`` every request
 must prove a role: ``Authorization: Bearer <token>``, ``Authorization: Basic <base64 user:pass>``
-or, on HTTPS, a client certificate (``tls`` provider); otherwise 401 with the reason. With
+or, on HTTPS, a client certificate (``tls`` provider); without a proof the request gets
+``anonymousUserRole`` when one is set (Pulsar's AuthenticationFilter), else 401 with the reason. With
 ``authorizationEnabled`` the request must then be allowed (403 otherwise), by these rules
 (Pulsar's, simplified where noted):
 
@@ -107,7 +108,8 @@ class SecuredResource(resource.Resource):
             channel = getattr(request, "channel", None)
             certificate = peer_certificate_of(getattr(channel, "transport", None))
             identity = self.security.authn.authenticate_http(
-                request.getHeader(b"authorization"), certificate, peer)
+                request.getHeader(b"authorization"), certificate, peer,
+                method_name=request.getHeader(b"x-pulsar-auth-method-name"))
         except AuthenticationError as e:
             self.log.warn("{peer}: HTTP authentication refused for {method} {path}: {reason}",
                           peer=peer, method=method, path=path, reason=str(e))

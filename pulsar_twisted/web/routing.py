@@ -202,7 +202,13 @@ class RouterResource(resource.Resource):
             request.finish()
             return
         status = http_status_of(failure.value)
-        if status >= 500:
+        if status == 503:
+            # Service unavailable is an expected answer (a listener this broker lacks, a bundle
+            # changing hands): a log line, not a traceback.
+            self.log.warn("{method} {path}: {reason}", method=request.method.decode("ascii", "replace"),
+                          path=request.path.decode("ascii", "replace"), reason=str(failure.value))
+            reason = str(failure.value)
+        elif status >= 500:
             self.log.failure("{method} {path} failed", failure,
                              method=request.method.decode("ascii", "replace"),
                              path=request.path.decode("ascii", "replace"))
