@@ -124,7 +124,7 @@ class InteropCase(SynchronousTestCase):
         name = f"{prefix or self._testMethodName.replace('_', '-')}-{uuid.uuid4().hex[:8]}"
         return f"{domain}://public/default/{name}" if domain else name
 
-    def failover_topic(self, names, active: str) -> str:
+    def failover_topic(self, names, active: str, domain: str = "persistent") -> str:
         """
         A fresh non-partitioned topic name on which Pulsar's rule makes consumer ``active`` (of
         ``names``) the active one: the first point at or after the topic name's hash on a ring of
@@ -134,7 +134,7 @@ class InteropCase(SynchronousTestCase):
         consumers = [_Named(n, i) for i, n in enumerate(names)]
         while True:
             name = self.topic()
-            if choose_active(consumers, -1, f"persistent://public/default/{name}").name == active:
+            if choose_active(consumers, -1, f"{domain}://public/default/{name}").name == active:
                 return name
 
     def receive(self, consumer, timeout_ms: int = None):

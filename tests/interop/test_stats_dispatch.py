@@ -93,6 +93,22 @@ class StatsInteropTests(InteropCase):
         self.assertEqual(stats["deduplicationStatus"], "Enabled")
         first.close()
 
+    def test_failover_same_rule_on_both_topic_kinds(self):
+        """Persistent and non-persistent topics pick the active consumer by the same rule: the
+        ring's choice for the topic name (the second to subscribe), after the failover delay."""
+        for domain in ("persistent", "non-persistent"):
+            name = f"{domain}://public/default/" + self.failover_topic(["a", "b"], "b", domain)
+            a = self.client.subscribe(name, "sub", consumer_type=CT.Failover, consumer_name="a")
+            b = self.new_client().subscribe(name, "sub", consumer_type=CT.Failover, consumer_name="b")
+            time.sleep(0.3)  # activeConsumerFailoverDelayTimeMillis=100
+            producer = self.client.create_producer(name, batching_enabled=False)
+            for i in range(5):
+                producer.send(b"m%d" % i)
+            self.assertEqual(self.datas(self.drain(b, ack=True)), [b"m%d" % i for i in range(5)], domain)
+            self.assertNoMessage(a)
+            a.close()
+            b.close()
+
     def test_key_shared_sticky_ranges_route_as_pulsar(self):
         """
         STICKY consumers on [0, 32767] and [32768, 65535]: Pulsar's slot of a key is
