@@ -67,6 +67,11 @@ class SubscriptionCounters:
         """The consumer an Exclusive/Failover dispatcher made active, else None."""
         return getattr(self.dispatcher, "active", None) if self.dispatcher is not None else None
 
+    def blocked_on_unacked(self) -> bool:
+        """True while a Shared dispatcher holds back for maxUnackedMessagesPerSubscription."""
+        check = getattr(self.dispatcher, "blocked_on_unacked", None)
+        return bool(check()) if check is not None else False
+
     def delayed_count(self) -> int:
         """Messages held by the delayed-delivery tracker (Shared types), else 0."""
         delayed = getattr(self.dispatcher, "delayed", None)

@@ -224,6 +224,27 @@ class FieldsFromTheirSourceTests(StatsCase):
         self.assertIsNone(self.stats()["subscriptions"]["s"]["activeConsumerName"])
 
 
+class BlockedSubscriptionTests(StatsCase):
+    config = {"maxUnackedMessagesPerSubscription": 3}
+
+    def test_blocked_on_unacked(self):
+        """blockedSubscriptionOnUnackedMsgs while the subscription holds its unacked limit."""
+        consumer = self.harness.client()
+        self.subscribe(consumer, 1, Sub.Shared)
+        self.assertFalse(self.stats()["subscriptions"]["s"]["blockedSubscriptionOnUnackedMsgs"])
+        producer = self.harness.client()
+        self.create_producer(producer)
+        self.publish(producer, 5)
+        got = messages(consumer.received())
+        self.assertEqual(len(got), 3)
+        self.assertTrue(self.stats()["subscriptions"]["s"]["blockedSubscriptionOnUnackedMsgs"])
+        self.ack(consumer, 1, [cmd.message.message_id for cmd, _ in got])
+        self.clock.advance(0)
+        self.harness.pump()
+        self.assertEqual(len(messages(consumer.received())), 2)   # the rest, 2 < 3 unacked
+        self.assertFalse(self.stats()["subscriptions"]["s"]["blockedSubscriptionOnUnackedMsgs"])
+
+
 class DeduplicationStatusTests(StatsCase):
     config = {"brokerDeduplicationEnabled": True}
 

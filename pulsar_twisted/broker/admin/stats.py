@@ -98,7 +98,7 @@ class StatsAdmin(AdminArea):
             "msgBacklog": subscription.backlog(),
             "backlogSize": backlog_size,
             "msgBacklogNoDelayed": max(0, subscription.backlog() - delayed),
-            "blockedSubscriptionOnUnackedMsgs": False,
+            "blockedSubscriptionOnUnackedMsgs": subscription.blocked_on_unacked(),
             "msgDelayed": delayed,
             "unackedMessages": sum(c.unacked for c in consumers),
             "type": _SUB_TYPE_NAMES.get(sub_type, "Exclusive"),
