@@ -71,7 +71,7 @@ class Producer:
             return defer.succeed(None)
         self.msg_in += send.num_messages
         self.bytes_in += len(message)
-        self.topic.counters.published(send.num_messages, len(message))
+        self.topic.counters.published(send.num_messages, len(message), send.is_chunk)
         sequence_id = send.sequence_id
         highest = send.highest_sequence_id if send.highest_sequence_id else sequence_id
         if self.refuse_chunks and send.is_chunk:

@@ -47,14 +47,18 @@ class TopicCounters:
         self.topic = topic
         self.msg_in = 0
         self.bytes_in = 0
+        #: Whether a chunk of a large message was published (the stats' msgChunkPublished).
+        self.chunk_published = False
         #: Messages and bytes dispatched by subscriptions since deleted.
         self.removed_out = [0, 0]
         #: Write latency / entry size histograms (storage_stats.py), fed by PersistentTopic.publish.
         self.storage = StorageWriteStats(topic.clock)
 
-    def published(self, count: int, size: int) -> None:
+    def published(self, count: int, size: int, chunk: bool = False) -> None:
         self.msg_in += count
         self.bytes_in += size
+        if chunk:
+            self.chunk_published = True
 
     def subscription_removed(self, subscription) -> None:
         self.removed_out[0] += subscription.msg_out

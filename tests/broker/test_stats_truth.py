@@ -170,6 +170,16 @@ class RateTests(StatsCase):
 
 
 class FieldsFromTheirSourceTests(StatsCase):
+    def test_msg_chunk_published(self):
+        """msgChunkPublished turns true once a chunk of a large message was published."""
+        producer = self.harness.client()
+        self.create_producer(producer)
+        self.publish(producer, 1)
+        self.assertFalse(self.stats()["msgChunkPublished"])
+        self.send(producer, 1, is_chunk=True, uuid="u", chunk_id=0, num_chunks_from_msg=2,
+                  total_chunk_msg_size=10)
+        self.assertTrue(self.stats()["msgChunkPublished"])
+
     def test_deduplication_status_disabled(self):
         self.create_producer(self.harness.client())
         self.assertEqual(self.stats()["deduplicationStatus"], "Disabled")

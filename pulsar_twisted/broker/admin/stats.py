@@ -60,7 +60,7 @@ class StatsAdmin(AdminArea):
             "bytesInCounter": bytes_in, "msgInCounter": msg_in,
             "bytesOutCounter": bytes_out, "msgOutCounter": msg_out,
             "averageMsgSize": (bytes_in / msg_in) if msg_in else 0.0,
-            "msgChunkPublished": False,
+            "msgChunkPublished": counters.chunk_published,
             "storageSize": topic.storage_size(),
             "backlogSize": backlog_size,
             "offloadedStorageSize": 0,
