@@ -76,8 +76,8 @@ class SharedDispatcher(PersistentDispatcher):
             self.replay[position] = None
 
     def redeliver(self, consumer, positions) -> None:
+        # consumer.msg_redelivered is counted by Consumer.redeliver (the messages it gave back).
         self._to_replay(consumer.take_pending(positions))
-        consumer.msg_redelivered += len(positions) if positions else 0
         self.wake()
 
     def acked(self, consumer, positions) -> None:
