@@ -134,6 +134,8 @@ class ServerConnection(protocol.Protocol):
         self.protocol_version = 0
         self.client_version = ""
         self.producers = {}
+        #: Topics where a WaitForExclusive producer of this connection is queued (access_modes).
+        self.waiting_for_exclusive = set()
         #: Ids of producers the broker closed (CLOSE_PRODUCER sent) and the client has not yet
         #: recreated: their SENDs in flight are ignored (Pulsar's recentlyClosedProducers).
         self.closed_producer_ids = set()
@@ -237,6 +239,9 @@ class ServerConnection(protocol.Protocol):
         for producer in list(self.producers.values()):
             producer.topic.remove_producer(producer)
         self.producers.clear()
+        for topic in list(self.waiting_for_exclusive):
+            topic.access.forget_waiting(self)
+        self.waiting_for_exclusive.clear()
         for consumer in list(self.consumers.values()):
             consumer.subscription.remove_consumer(consumer)
         self.consumers.clear()
