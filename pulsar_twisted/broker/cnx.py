@@ -11,7 +11,7 @@ backpressure (its own write buffer, and too many publishes in flight).
 import enum
 import itertools
 
-from twisted.internet import defer, interfaces, protocol
+from twisted.internet import interfaces, protocol
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
@@ -25,12 +25,10 @@ from pulsar_twisted.wire.frames import (
     FRAME_PADDING, ChecksumMismatch, FrameDecoder, FrameError, TooLongFrame, verify_message)
 from pulsar_twisted.broker import compaction, schema as schemas
 from pulsar_twisted.broker.requests import KeySharedMeta, ProducerRequest, SchemaSpec, SubscribeRequest
+from pulsar_twisted.broker.handshake import Handshake
 from pulsar_twisted.broker.sender import CommandSender
 
 T = api.BaseCommand
-SERVER_VERSION = "pulsar-twisted-0.1.0"
-#: Highest protocol version we implement; we answer min(client's, ours) as Pulsar does.
-PROTOCOL_VERSION = 21
 
 _connection_ids = itertools.count(1)
 
@@ -135,9 +133,13 @@ class ServerConnection(protocol.Protocol):
         self.state = ConnectionState.START
         #: The authenticated role (None until CONNECT is accepted, or without authentication).
         self.role = None
+        #: The client a proxy connects for (CONNECT's original_principal, security/proxied.py).
+        self.original_principal = None
         self.protocol_version = 0
         self.client_version = ""
         self.producers = {}
+        #: Topics where a WaitForExclusive producer of this connection is queued (access_modes).
+        self.waiting_for_exclusive = set()
         #: Ids of producers the broker closed (CLOSE_PRODUCER sent) and the client has not yet
         #: recreated: their SENDs in flight are ignored (Pulsar's recentlyClosedProducers).
         self.closed_producer_ids = set()
@@ -148,8 +150,7 @@ class ServerConnection(protocol.Protocol):
         self.writable = True
         self._keep_alive = KeepAlive(clock, self.keep_alive_seconds, self._send_ping,
                                      self._keep_alive_timeout)
-        self._handshake_deadline = None
-        self._connecting = False
+        self.handshake = Handshake(self, clock, self.keep_alive_seconds)
         self._handlers = {
             T.CONNECT: self.handle_connect,
             T.PING: self.handle_ping,
@@ -185,11 +186,11 @@ class ServerConnection(protocol.Protocol):
         self.transport.registerProducer(self, True)
         self.service.connection_opened(self)
         self._keep_alive.start()
-        if self.keep_alive_seconds and self.keep_alive_seconds > 0:
-            # Pulsar closes a connection whose handshake is not done at the first keep-alive
-            # check; without this, silent sockets would hold brokerMaxConnections slots forever.
-            self._handshake_deadline = self.clock.callLater(self.keep_alive_seconds,
-                                                            self._handshake_timeout)
+        self.handshake.start()
+        listener = getattr(self.factory, "listener_name", "")
+        if listener:
+            self.log.info("{peer} connected on a port of listener {listener}", peer=self.peer,
+                          listener=listener)
 
     def dataReceived(self, data):
         self._keep_alive.received()
@@ -241,10 +242,13 @@ class ServerConnection(protocol.Protocol):
     def connectionLost(self, reason):
         self.state = ConnectionState.CLOSED
         self._keep_alive.stop()
-        self._cancel_handshake_deadline()
+        self.handshake.stop()
         for producer in list(self.producers.values()):
             producer.topic.remove_producer(producer)
         self.producers.clear()
+        for topic in list(self.waiting_for_exclusive):
+            topic.access.forget_waiting(self)
+        self.waiting_for_exclusive.clear()
         for consumer in list(self.consumers.values()):
             consumer.subscription.remove_consumer(consumer)
         self.consumers.clear()
@@ -264,19 +268,6 @@ class ServerConnection(protocol.Protocol):
         self.writable = False
 
     # ------------------------------------------------------------------ keep-alive
-    def _cancel_handshake_deadline(self) -> None:
-        if self._handshake_deadline is not None and self._handshake_deadline.active():
-            self._handshake_deadline.cancel()
-        self._handshake_deadline = None
-
-    def _handshake_timeout(self) -> None:
-        self._handshake_deadline = None
-        if self.state != ConnectionState.START:
-            return
-        self.log.warn("{peer}: CONNECT not completed within {seconds}s (keepAliveIntervalSeconds); "
-                      "closing", peer=self.peer, seconds=self.keep_alive_seconds)
-        self.transport.abortConnection()
-
     def _send_ping(self) -> bool:
         if self.state != ConnectionState.CONNECTED:
             return False
@@ -290,38 +281,12 @@ class ServerConnection(protocol.Protocol):
 
     # ------------------------------------------------------------------ connection commands
     def handle_connect(self, command, message):
-        if self.state == ConnectionState.CONNECTED:
-            self.sender.send_error(0, api.NotAllowedError, "Already connected")
-            return
-        if self._connecting:
-            # One credentials check per connection at a time (they may cost a bcrypt each).
-            self.sender.send_error(0, api.NotAllowedError, "CONNECT already in progress")
-            return
-        self._connecting = True
-        connect = command.connect
-        self.client_version = connect.client_version
-        self.protocol_version = min(connect.protocol_version, PROTOCOL_VERSION)
-        d = defer.maybeDeferred(self.service.authenticate, self, connect)
+        self.handshake.connect(command.connect)
 
-        def authenticated(role):
-            self._connecting = False
-            if self.state != ConnectionState.START:
-                return      # closed (deadline, peer) while the credentials were being checked
-            self._cancel_handshake_deadline()
-            self.role = role
-            self.state = ConnectionState.CONNECTED
-            self.sender.send_connected(SERVER_VERSION, self.protocol_version, self.max_message_size)
-
-        def refused(failure):
-            self._connecting = False
-            if self.state == ConnectionState.CLOSED:
-                return
-            self.log.warn("{peer}: authentication refused: {reason}", peer=self.peer,
-                          reason=_error_message(failure))
-            self.sender.send_error(0, api.AuthenticationError, _error_message(failure))
-            self.transport.loseConnection()
-
-        d.addCallbacks(authenticated, refused)
+    def connected_as(self, role) -> None:
+        """The handshake accepted CONNECT (``role``: None without authentication)."""
+        self.role = role
+        self.state = ConnectionState.CONNECTED
 
     def handle_ping(self, command, message):
         self.sender.send_pong()
@@ -336,7 +301,10 @@ class ServerConnection(protocol.Protocol):
     # ------------------------------------------------------------------ lookup
     def handle_lookup(self, command, message):
         lookup = command.lookupTopic
-        d = self.service.lookup(lookup.topic, cnx=self)
+        # The client's listener, else the one of the port this connection came in on (Pulsar's
+        # connection-specific listener name, from bindAddresses).
+        listener = lookup.advertised_listener_name.strip() or getattr(self.factory, "listener_name", "")
+        d = self.service.lookup(lookup.topic, cnx=self, listener_name=listener)
         d.addCallbacks(
             lambda urls: self.sender.send_lookup_response(
                 lookup.request_id, urls[0], urls[1], redirect=getattr(urls, "redirect", False)),
@@ -344,7 +312,8 @@ class ServerConnection(protocol.Protocol):
 
     def handle_partitioned_metadata(self, command, message):
         request = command.partitionMetadata
-        d = self.service.partitioned_metadata(request.topic, request.metadata_auto_creation_enabled)
+        d = self.service.partitioned_metadata(request.topic, request.metadata_auto_creation_enabled,
+                                             cnx=self)
         d.addCallbacks(
             lambda n: self.sender.send_partitioned_metadata(request.request_id, n),
             lambda f: self.sender.send_partitioned_metadata_error(
@@ -353,14 +322,15 @@ class ServerConnection(protocol.Protocol):
     def handle_get_topics_of_namespace(self, command, message):
         request = command.getTopicsOfNamespace
         d = self.service.topics_of_namespace(request.namespace, request.mode,
-                                             request.topics_pattern if request.HasField("topics_pattern") else None)
+                                             request.topics_pattern if request.HasField("topics_pattern") else None,
+                                             cnx=self)
         d.addCallbacks(
             lambda result: self.sender.send_topics_of_namespace(request.request_id, *result),
             lambda f: self.sender.send_error(request.request_id, _error_code(f), _error_message(f)))
 
     def handle_get_schema(self, command, message):
         request = command.getSchema
-        d = schemas.get_schema(self.service, request.topic, request.schema_version)
+        d = schemas.get_schema(self.service, request.topic, request.schema_version, cnx=self)
         d.addCallbacks(
             lambda found: self.sender.send_get_schema(request.request_id, found.to_proto(),
                                                       schemas.encode_version(found.version)),
@@ -369,7 +339,8 @@ class ServerConnection(protocol.Protocol):
 
     def handle_get_or_create_schema(self, command, message):
         request = command.getOrCreateSchema
-        d = schemas.get_or_create_schema(self.service, request.topic, schema_spec(request.schema))
+        d = schemas.get_or_create_schema(self.service, request.topic, schema_spec(request.schema),
+                                         cnx=self)
         d.addCallbacks(
             lambda version: self.sender.send_get_or_create_schema(request.request_id, version),
             lambda f: self.sender.send_get_or_create_schema_error(request.request_id, _error_code(f),
@@ -619,11 +590,13 @@ class ServerConnection(protocol.Protocol):
 
 
 class BrokerProtocolFactory(protocol.Factory):
-    """Builds a ``ServerConnection`` per accepted connection."""
+    """Builds a ``ServerConnection`` per accepted connection. ``listener_name``: the advertised
+    listener of the port it serves (``bindAddresses``), "" for the main ports."""
 
-    def __init__(self, service, clock):
+    def __init__(self, service, clock, listener_name: str = ""):
         self.service = service
         self.clock = clock
+        self.listener_name = listener_name
 
     def buildProtocol(self, addr):
         if not self.service.security.admit(getattr(addr, "host", str(addr))):

@@ -171,19 +171,6 @@ class PasswordCheckTests(unittest.TestCase):
         self.successResultOf(provider.authenticate_deferred(good))
         self.assertEqual(len(calls), 4)                 # expired: checked again
 
-    def test_http_deferred(self):
-        """HTTP Basic through authenticate_http_deferred goes through the same capped checker."""
-        from pulsar_twisted.config import StandaloneConfig
-        from pulsar_twisted.security.auth import AuthenticationService
-        service = AuthenticationService(StandaloneConfig(
-            authenticationEnabled=True, authenticationProviders=["basic"], basicAuthConf=BASIC_FAST),
-            task.Clock())
-        header = b"Basic " + base64.b64encode(b"alice:" + PASSWORD)
-        self.assertEqual(self.successResultOf(service.authenticate_http_deferred(header, None, "h")).role,
-                         "alice")
-        self.failureResultOf(service.authenticate_http_deferred(b"Basic !!", None, "h"),
-                             AuthenticationError)
-
     def test_pool_stopped_at_reactor_shutdown(self):
         """The pool's threads are not daemons: the reactor's shutdown trigger stops them (firing
         trigger cannot remove itself, so it must not try: the process would never exit)."""
