@@ -449,6 +449,47 @@ class AuthenticationService:
                 refusal = refusal or e
         raise refusal or AuthenticationError("Authentication required (no credentials sent)")
 
+    def authenticate_http_deferred(self, authorization: Optional[bytes], peer_certificate=None,
+                                   peer: str = "", method_name: Optional[bytes] = None) -> defer.Deferred:
+        """``authenticate_http`` as a Deferred: the same rules, with a Basic password checked off
+        the reactor thread within the per-address and broker-wide caps (``security.hashing``)."""
+        return defer.ensureDeferred(self._http_deferred(authorization, peer_certificate, peer,
+                                                        method_name))
+
+    def _check(self, provider, credentials) -> defer.Deferred:
+        deferred_check = getattr(provider, "authenticate_deferred", None)
+        if deferred_check is not None:
+            return deferred_check(credentials)
+        return defer.maybeDeferred(provider.authenticate, credentials)
+
+    async def _http_deferred(self, authorization, peer_certificate, peer, method_name) -> Identity:
+        if method_name:
+            method = method_name.decode("ascii", "replace").strip()
+            if method not in self.providers:
+                raise AuthenticationError(f"Unsupported authentication method: [{method}].")
+            credentials = _http_credentials(authorization, peer_certificate, peer)
+            if credentials is None or credentials.method != method:
+                credentials = Credentials(method, b"", peer_certificate, peer, peer)
+            return await self._check(self.providers[method], credentials)
+        refusal = None
+        try:
+            credentials = _http_credentials(authorization, peer_certificate, peer)
+            if credentials is not None:
+                provider = self.providers.get(credentials.method)
+                if provider is None:
+                    raise AuthenticationError(f"Unsupported authentication method: {credentials.method}")
+                return await self._check(provider, credentials)
+        except AuthenticationError as e:
+            refusal = e
+        if peer_certificate is not None and "tls" in self.providers:
+            try:
+                return self.providers["tls"].authenticate(Credentials("tls", b"", peer_certificate, peer))
+            except AuthenticationError as e:
+                refusal = refusal or e
+        if self.anonymous_role:
+            return Identity(self.anonymous_role, "none")
+        raise refusal or AuthenticationError("Authentication required (no credentials sent)")
+
 
 def _http_credentials(authorization, peer_certificate, peer) -> Optional[Credentials]:
     """The credentials of an ``Authorization`` header (None without one)."""
@@ -458,11 +499,11 @@ def _http_credentials(authorization, peer_certificate, peer) -> Optional[Credent
     scheme = scheme.lower()
     value = value.strip()
     if scheme == b"bearer":
-        return Credentials("token", value, peer_certificate, peer)
+        return Credentials("token", value, peer_certificate, peer, peer)
     if scheme == b"basic":
         try:
             decoded = base64.b64decode(value, validate=True)
         except binascii.Error:
             raise AuthenticationError("Malformed Basic authorization header")
-        return Credentials("basic", decoded, peer_certificate, peer)
+        return Credentials("basic", decoded, peer_certificate, peer, peer)
     raise AuthenticationError("Unsupported Authorization scheme")

@@ -171,6 +171,31 @@ class PasswordCheckTests(unittest.TestCase):
         self.successResultOf(provider.authenticate_deferred(good))
         self.assertEqual(len(calls), 4)                 # expired: checked again
 
+    def test_http_basic_through_the_checker(self):
+        """HTTP Basic (authenticate_http_deferred, which security/http.py prefers) goes through the
+        capped checker, with the synchronous path's rules (refusal, anonymous role)."""
+        from pulsar_twisted.config import StandaloneConfig
+        from pulsar_twisted.security.auth import AuthenticationService
+        service = AuthenticationService(StandaloneConfig(
+            authenticationEnabled=True, authenticationProviders=["basic"], basicAuthConf=BASIC_FAST),
+            task.Clock())
+        checker = service.providers["basic"].checker
+        calls = []
+        real = checker.check
+        self.patch(checker, "check", lambda host, f, *a: (calls.append(host), real(host, f, *a))[1])
+        header = b"Basic " + base64.b64encode(b"alice:" + PASSWORD)
+        identity = self.successResultOf(service.authenticate_http_deferred(header, None, "10.0.0.7"))
+        self.assertEqual((identity.role, calls), ("alice", ["10.0.0.7"]))
+        wrong = b"Basic " + base64.b64encode(b"alice:nope")
+        self.failureResultOf(service.authenticate_http_deferred(wrong, None, "h"), AuthenticationError)
+        self.failureResultOf(service.authenticate_http_deferred(b"Basic !!", None, "h"),
+                             AuthenticationError)
+        self.failureResultOf(service.authenticate_http_deferred(header, None, "h", b"token"),
+                             AuthenticationError)
+        service.anonymous_role = "anon"
+        self.assertEqual(self.successResultOf(service.authenticate_http_deferred(wrong, None, "h")).role,
+                         "anon")
+
     def test_pool_stopped_at_reactor_shutdown(self):
         """The pool's threads are not daemons: the reactor's shutdown trigger stops them (firing
         trigger cannot remove itself, so it must not try: the process would never exit)."""
