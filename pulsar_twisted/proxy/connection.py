@@ -121,12 +121,9 @@ class ClientAuthSession(AuthSession):
     """The broker's refresh rules on the proxy's client connection, also remembering the fresh
     credentials (they are forwarded to brokers with forwardAuthorizationCredentials)."""
 
-    def answer(self, response):
-        before = self.identity
-        super().answer(response)
-        if self.identity is not before:
-            self.cnx.credentials_refreshed(response.response.auth_method_name,
-                                           response.response.auth_data)
+    def refreshed(self, response):
+        self.cnx.credentials_refreshed(response.response.auth_method_name,
+                                       response.response.auth_data)
 
 
 class ProxyConnection(protocol.Protocol):

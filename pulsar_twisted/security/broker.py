@@ -38,6 +38,12 @@ _COMMAND_OF_ACTION = {"lookup": api.BaseCommand.LOOKUP, "produce": api.BaseComma
 REFRESH_AUTH_DATA = b"PulsarAuthRefresh"
 
 
+def host_of(cnx) -> str:
+    """The client address of ``cnx`` without its port (what per-client limits count by)."""
+    peer = cnx.transport.getPeer()
+    return getattr(peer, "host", str(peer))
+
+
 class AuthSession:
     """The authentication of one connection over its lifetime (refresh of expiring credentials)."""
 
@@ -94,12 +100,15 @@ class AuthSession:
         cnx = self.cnx
         data = response.response
         credentials = Credentials(data.auth_method_name, data.auth_data,
-                                  peer_certificate_of(cnx.transport), cnx.peer,
-                                  self.security._host(cnx))
+                                  peer_certificate_of(cnx.transport), cnx.peer, host_of(cnx))
         d = self.security.authn.authenticate_deferred(credentials)
-        d.addCallbacks(self._refreshed, self._refresh_refused)
+        d.addCallbacks(self._refreshed, self._refresh_refused, callbackArgs=(response,))
 
-    def _refreshed(self, identity) -> None:
+    def refreshed(self, response) -> None:
+        """Hook: ``response`` (an AUTH_RESPONSE) refreshed the credentials (the proxy's session
+        remembers them). The check may finish after ``answer`` returned (bcrypt off the reactor)."""
+
+    def _refreshed(self, identity, response) -> None:
         cnx = self.cnx
         if cnx.state == "closed":
             return
@@ -112,6 +121,7 @@ class AuthSession:
         self.challenged_at = None
         if self._call is None and identity.expires_at is not None:
             self._schedule()
+        self.refreshed(response)
 
     def _refresh_refused(self, failure) -> None:
         cnx = self.cnx
@@ -161,10 +171,7 @@ class BrokerSecurity:
             return False
         return True
 
-    @staticmethod
-    def _host(cnx) -> str:
-        peer = cnx.transport.getPeer()
-        return getattr(peer, "host", str(peer))
+    _host = staticmethod(host_of)
 
     def connection_opened(self, cnx) -> None:
         self.connection_count += 1
