@@ -486,8 +486,9 @@ _BROKER_KEYS = [
         "Schemas and compaction"),
     Key("schemaCompatibilityStrategy", str, "FULL",
         "Default schema compatibility strategy: ALWAYS_COMPATIBLE, ALWAYS_INCOMPATIBLE, BACKWARD,\n"
-        "FORWARD, FULL or their *_TRANSITIVE forms (a namespace policy overrides it); UNDEFINED\n"
-        "falls back to the namespace's schema_auto_update_compatibility_strategy (Full).",
+        "FORWARD, FULL or their *_TRANSITIVE forms. A namespace's schema_compatibility_strategy\n"
+        "overrides it, and so does its deprecated schema_auto_update_compatibility_strategy when\n"
+        "set (as in Pulsar 4.x); UNDEFINED means FULL.",
         "Schemas and compaction"),
     Key("schemaValidationEnforced", bool, False,
         "Refuse producers without a schema on topics that have one.", "Schemas and compaction"),
