@@ -269,8 +269,10 @@ class BrokerService(service.Service):
             self.security.lookup_finished()
 
     @defer.inlineCallbacks
-    def partitioned_metadata(self, topic: str, auto_create: bool = True):
+    def partitioned_metadata(self, topic: str, auto_create: bool = True, cnx=None):
+        """``cnx``: the asking connection, whose role must be allowed to look the topic up."""
         name = self._parse(topic)
+        yield self.security.authorized(cnx, api.BaseCommand.PARTITIONED_METADATA, topic=topic)
         yield self._check_namespace(name.namespace_name)
         if name.partition_index >= 0:
             # A partition is itself a plain topic: clients ask before using one (readers on a
@@ -299,11 +301,13 @@ class BrokerService(service.Service):
         return False
 
     @defer.inlineCallbacks
-    def topics_of_namespace(self, namespace: str, mode: int, pattern):
+    def topics_of_namespace(self, namespace: str, mode: int, pattern, cnx=None):
+        """``cnx``: the asking connection, whose role must be allowed to list the namespace."""
         try:
             ns = NamespaceName.parse(namespace)
         except InvalidTopicNameError as e:
             raise errors.InvalidTopicName(str(e))
+        yield self.security.authorized(cnx, api.BaseCommand.GET_TOPICS_OF_NAMESPACE, namespace=namespace)
         yield self._check_namespace(ns)
         found = set()
         if mode in (api.CommandGetTopicsOfNamespace.PERSISTENT, api.CommandGetTopicsOfNamespace.ALL):
@@ -515,10 +519,12 @@ class BrokerService(service.Service):
     def create_producer(self, cnx, request):
         """
         The Producer of a ProducerRequest: schema, authorization, topic load, quotas, access mode.
-        The schema is decided first (Pulsar's order), so an incompatible one creates nothing.
+        The schema is decided before the topic loads (Pulsar's order), so an incompatible one
+        creates nothing.
         """
-        schema_version = yield schema.producer_schema_version(self, request)
+        # Authorization first (Pulsar's ServerCnx order): a refused producer adds no schema.
         yield defer.ensureDeferred(self.security.check_topic(cnx, request.topic, "produce"))
+        schema_version = yield schema.producer_schema_version(self, request)
         topic = yield self.get_topic(request.topic)
         name = request.producer_name or self.next_producer_name()
         self.policies.check_new_producer(topic)
