@@ -229,7 +229,8 @@ def new_policies(cluster: str) -> dict:
         # field is null (omitted, like every null), where Pulsar 2.x stored "Full". Documents we
         # stored earlier still carry "Full"; broker/schema.py reads it as unset.
         "schema_compatibility_strategy": "UNDEFINED",
-        "is_allow_auto_update_schema": True,
+        # No is_allow_auto_update_schema either: null in Pulsar 4.x, so that the broker's
+        # isAllowAutoUpdateSchemaEnabled decides (a stored true would pin it on).
         "schema_validation_enforced": False,
         "subscription_types_enabled": [],
         "properties": {},
