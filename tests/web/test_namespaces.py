@@ -108,14 +108,16 @@ class NamespaceTests(WebTestCase):
     @defer.inlineCallbacks
     def test_policies_shape_of_pulsar_4(self):
         """Pulsar 4.x stores null for the deprecated schema_auto_update_compatibility_strategy
-        (omitted, as every null): neither a new namespace nor public/default shows it, in the
-        stored document or in GET; schema_compatibility_strategy stays UNDEFINED."""
+        and for is_allow_auto_update_schema (omitted, as every null): neither a new namespace nor
+        public/default shows them, in the stored document or in GET;
+        schema_compatibility_strategy stays UNDEFINED."""
         from pulsar_twisted.metadata.layout import namespace_path
         from pulsar_twisted.resources.policies import from_json
         yield self.expect("PUT", f"{V2}/namespaces/public/ns4", 204)
         for namespace in ("public/ns4", "public/default"):
             policies = yield self.expect("GET", f"{V2}/namespaces/{namespace}", 200)
             self.assertNotIn("schema_auto_update_compatibility_strategy", policies)
+            self.assertNotIn("is_allow_auto_update_schema", policies)
             self.assertEqual(policies["schema_compatibility_strategy"], "UNDEFINED")
             raw, _ = yield self.harness.store.get(namespace_path(namespace))
             self.assertNotIn("schema_auto_update_compatibility_strategy", from_json(raw))
