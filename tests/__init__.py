@@ -9,5 +9,5 @@ from hypothesis import HealthCheck, settings
 
 settings.register_profile(
     "pulsar-twisted-suite", deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+    suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("pulsar-twisted-suite")
