@@ -7,6 +7,13 @@ queued record has waited ``max_group_wait_ms``, ``buffered_bytes_threshold`` byt
 ``buffered_entries_threshold`` records are queued), then does ONE write and ONE fdatasync for the whole
 group and hands the group back to the reactor with ONE ``callFromThread`` that fires all its Deferreds.
 
+With ``flush_when_queue_empty`` (BookKeeper's ``journalFlushWhenQueueEmpty``) the writer does not wait
+for a group to fill: it writes whatever is queued the moment it is free. At a low rate every record is
+then written and fsynced alone, at once, instead of waiting ``max_group_wait_ms`` for company that never
+comes; under load the records that arrive while one group is being written and fsynced form the next
+group, so grouping adapts to the rate by itself (the group is as large as one fsync's worth of arrivals)
+and the thresholds still cut groups that grow too large.
+
 Record formats are in ``formats.py``; ``replay_journal`` reads them back at start.
 """
 
@@ -161,8 +168,9 @@ class Journal:
 
     def __init__(self, journal_dir: str, reactor, *, sync_data: bool = True, max_group_wait_ms: float = 2.0,
                  buffered_bytes_threshold: int = 512 * 1024, buffered_entries_threshold: int = 0,
-                 max_size_mb: int = 2048):
+                 max_size_mb: int = 2048, flush_when_queue_empty: bool = True):
         self._dir = journal_dir
+        self._flush_when_empty = flush_when_queue_empty
         self._reactor = reactor
         self._sync = sync_data
         self._max_wait = max_group_wait_ms / 1000.0
@@ -311,6 +319,9 @@ class Journal:
             self._idle = False
             if self._halted or not self._queue:
                 return None
+            if self._flush_when_empty:
+                # Write now: what arrives meanwhile is the next group (see the module docstring).
+                return self._take_all()
             deadline = self._head_time + self._max_wait
             while not self._stopping and not self._threshold_reached():
                 remaining = deadline - time.monotonic()
@@ -319,8 +330,12 @@ class Journal:
                 self._gathering = True
                 self._cond.wait(remaining)
             self._gathering = False
-            group, self._queue, self._queued_bytes = self._queue, [], 0
-            return group
+            return self._take_all()
+
+    def _take_all(self) -> list:
+        """Everything queued, as one group (the condition held)."""
+        group, self._queue, self._queued_bytes = self._queue, [], 0
+        return group
 
     def _write_group(self, group: list) -> None:
         results, parts = [], []

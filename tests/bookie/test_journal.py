@@ -3,6 +3,7 @@
 import os
 
 from twisted.internet import defer, reactor
+from twisted.internet.task import deferLater
 from twisted.trial import unittest
 
 from pulsar_twisted.bookie import formats
@@ -144,6 +145,30 @@ class JournalWriterTests(unittest.TestCase):
         r = key_record(1)
         yield journal.append((r,), len(r))
         self.assertEqual(journal.groups, 1)
+
+    @defer.inlineCallbacks
+    def test_flush_when_queue_empty(self):
+        """With journalFlushWhenQueueEmpty, a lone record is written and fsynced at once, however long
+        the group wait; a burst queued while the writer is busy is still grouped."""
+        journal = self.open(max_group_wait_ms=60_000, flush_when_queue_empty=True)
+        r = key_record(1)
+        yield journal.append((r,), len(r))
+        self.assertEqual((journal.groups, journal.fsyncs), (1, 1))
+        yield defer.gatherResults([journal.append((r,), len(r)) for _ in range(1000)])
+        self.assertEqual(journal.records, 1001)
+        self.assertLess(journal.fsyncs, 100)
+
+    @defer.inlineCallbacks
+    def test_group_wait_without_flush_when_queue_empty(self):
+        """Without it, the writer waits for a group: a record is held until a threshold (here the second
+        record) is reached, so two records queued apart share one fsync."""
+        journal = self.open(max_group_wait_ms=60_000, buffered_entries_threshold=2,
+                            flush_when_queue_empty=False)
+        r = key_record(1)
+        first = journal.append((r,), len(r))
+        yield deferLater(reactor, 0.01, lambda: None)
+        yield defer.gatherResults([first, journal.append((r,), len(r))])
+        self.assertEqual((journal.groups, journal.fsyncs, journal.records), (1, 1, 2))
 
     @defer.inlineCallbacks
     def test_no_sync(self):
