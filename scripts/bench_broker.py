@@ -588,9 +588,9 @@ def _e2e_consumer(url, topic, subscription, expected, ready, out):
         out.put(repr(e))
 
 
-def paced_publish(url, topic, rate, seconds, size):
+def paced_publish(url, topic, rate, seconds, size, on_start=None):
     """Unbatched sends paced at ``rate`` msg/s, each payload starting with its send time (``_mono``);
-    publish latency is send -> send callback, in ms."""
+    publish latency is send -> send callback, in ms. ``on_start`` is called once warmed up."""
     client = _client(url)
     producer = client.create_producer(topic, batching_enabled=False, max_pending_messages=10000,
                                       block_if_queue_full=True)
@@ -612,6 +612,8 @@ def paced_publish(url, topic, rate, seconds, size):
         return cb
 
     interval = 1.0 / rate
+    if on_start is not None:
+        on_start()
     me = psutil.Process()
     cpu0 = _cpu_seconds(me)
     t0 = _mono()
@@ -632,7 +634,7 @@ def paced_publish(url, topic, rate, seconds, size):
     return stats
 
 
-def latency_point(bench, topic, rate, seconds, size, e2e):
+def latency_point(bench, topic, rate, seconds, size, e2e, on_start=None):
     """One fixed-rate run (a bench phase): publish latency, and with ``e2e`` a consumer process
     subscribed to ``topic`` whose send -> receipt latencies are reported too."""
     url = bench.broker.url
@@ -646,7 +648,7 @@ def latency_point(bench, topic, rate, seconds, size, e2e):
         if ready.get(timeout=120) is None:
             raise RuntimeError(f"e2e consumer failed: {out.get(timeout=10)}")
     s = bench.phase(f"latency {rate}/s {'e2e' if e2e else 'publish'}",
-                    lambda: paced_publish(url, topic, rate, seconds, size))
+                    lambda: paced_publish(url, topic, rate, seconds, size, on_start))
     s["rss"] = bench.broker.rss()
     if worker is not None:
         lat = out.get(timeout=120)
@@ -658,9 +660,10 @@ def latency_point(bench, topic, rate, seconds, size, e2e):
     return s
 
 
-def _drain_worker(url, topic, subscription, expected, out):
+def _drain_worker(url, topic, subscription, expected, out, start):
     try:
-        out.put(consume(url, topic, subscription, expected, "cumulative", receiver_queue=5000))
+        start.wait(300)
+        out.put(consume(url, topic, subscription, expected, "individual", receiver_queue=5000))
     except BaseException as e:
         out.put({"error": repr(e)})
 
@@ -676,7 +679,7 @@ def run_latency(args, bench):
     secs = args.latency_secs or (2 if args.quick else 5)
     bench.latency_rows = rows = []
     if args.housekeeping:
-        rates = rates[:1]
+        rates = [args.rate]
         backlog = args.backlog or (100_000 if args.quick else 500_000)
     for rate in rates:
         for e2e in (False, True):
@@ -686,7 +689,8 @@ def run_latency(args, bench):
                 if args.housekeeping:
                     drain = _start_backlog_drain(bench, f"{NAMESPACE}bench-hk-{rate}-{e2e}-{k}-{t}",
                                                  backlog, size)
-                s = latency_point(bench, topic, rate, secs, size, e2e)
+                s = latency_point(bench, topic, rate, secs, size, e2e,
+                                  on_start=drain[2].set if drain is not None else None)
                 if drain is not None:
                     s["drain"] = _finish_backlog_drain(*drain, backlog)
                 rows.append((rate, e2e, s))
@@ -694,7 +698,8 @@ def run_latency(args, bench):
 
 def _start_backlog_drain(bench, topic, count, size):
     """Publish ``count`` messages in small batches (10 messages an entry: many entries, so many
-    ledgers) to a topic with one subscription, then start a process draining it."""
+    ledgers) to a topic with one subscription, then start a process that drains it (individual
+    acks) once the returned event is set."""
     url = bench.broker.url
     create_subscription(url, topic, "drain")
     client = _client(url)
@@ -708,13 +713,13 @@ def _start_backlog_drain(bench, topic, count, size):
     producer.close()
     client.close()
     ctx = multiprocessing.get_context("spawn")
-    out = ctx.Queue()
-    worker = ctx.Process(target=_drain_worker, args=(url, topic, "drain", count, out))
+    out, start = ctx.Queue(), ctx.Event()
+    worker = ctx.Process(target=_drain_worker, args=(url, topic, "drain", count, out, start))
     worker.start()
-    return worker, out
+    return worker, out, start
 
 
-def _finish_backlog_drain(worker, out, count):
+def _finish_backlog_drain(worker, out, _start, count):
     result = out.get(timeout=600)
     worker.join(30)
     if "error" in result:

@@ -38,7 +38,7 @@ class BrokerListeners:
         return services
 
     def _site(self):
-        return make_site(self.admin, self.broker, self.config)
+        return make_site(self.admin, self.broker, self.config, getattr(self, "lag_monitor", None))
 
     def _binary_factory(self):
         return BrokerProtocolFactory(self.broker, self.reactor)

@@ -8,6 +8,7 @@ import os
 
 from twisted.internet import defer
 
+from pulsar_twisted.common.reactor_lag import ReactorLagMonitor
 from pulsar_twisted.daemons.gctune import tune_garbage_collector
 from pulsar_twisted.daemons.tree import OrderedMultiService
 
@@ -46,6 +47,10 @@ class Daemon(OrderedMultiService):
     once every child has started; the garbage collector is then tuned for serving and
     ``announce()`` logs what the daemon serves. A child that fails to start stops the process
     with exit status 1 (``startup_failed``); a stop that comes during start-up is not a failure.
+
+    Once ready, ``lag_monitor`` (the stall detector, ``common/reactor_lag.py``) measures the
+    reactor's lateness, with a watchdog thread naming what ran in a stall; it is not started before,
+    since start-up (journal replay, loading the metadata) may block the reactor on purpose.
     """
 
     def __init__(self, daemon: str, reactor=None):
@@ -55,6 +60,7 @@ class Daemon(OrderedMultiService):
         self.daemon = daemon
         self.reactor = reactor
         self.ready = defer.Deferred()
+        self.lag_monitor = ReactorLagMonitor(reactor)
 
     def startService(self):
         starting = super().startService()
@@ -63,8 +69,14 @@ class Daemon(OrderedMultiService):
 
     def _started(self, _):
         tune_garbage_collector()
+        self.lag_monitor.start()
+        self.lag_monitor.watch_thread()
         self.announce()
         return self
+
+    def stopService(self):
+        self.lag_monitor.stop()
+        return super().stopService()
 
     def _stopped_while_starting(self, failure):
         if self.running or not failure.check(defer.CancelledError):

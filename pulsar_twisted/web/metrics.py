@@ -13,7 +13,7 @@ from collections import defaultdict
 from prometheus_client import (
     CONTENT_TYPE_LATEST, CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector,
     generate_latest)
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from pulsar_twisted.web.routing import Response
 from pulsar_twisted.web.storage_metrics import storage_families
@@ -62,11 +62,45 @@ class PulsarCollector:
         yield from storage_families(self.admin.broker.topics, self.cluster)
 
 
-def make_registry(admin_service, cluster: str) -> CollectorRegistry:
+class ReactorLagCollector:
+    """The stall detector's figures (``common/reactor_lag.py``): the reactor's timer lateness as a
+    Prometheus histogram in ms, its maximum, and the ticks later than the stall threshold."""
+
+    def __init__(self, monitor, cluster: str):
+        self.monitor = monitor
+        self.cluster = cluster
+
+    def collect(self):
+        h = self.monitor.histogram
+        lag = HistogramMetricFamily("pulsar_broker_event_loop_lag_ms",
+                                    "Lateness of the reactor's periodic tick, in milliseconds",
+                                    labels=["cluster"])
+        lag.add_metric([self.cluster], [(_le(bound), n) for bound, n in h.cumulative()], h.sum)
+        yield lag
+        top = GaugeMetricFamily("pulsar_broker_event_loop_lag_max_ms",
+                                "Largest lateness of the reactor's tick since start, in milliseconds",
+                                labels=["cluster"])
+        top.add_metric([self.cluster], h.max)
+        yield top
+        stalls = CounterMetricFamily("pulsar_broker_event_loop_stalls",
+                                     "Reactor ticks later than the stall threshold (each one logged)",
+                                     labels=["cluster"])
+        stalls.add_metric([self.cluster], self.monitor.stalls)
+        yield stalls
+
+
+def _le(bound: float) -> str:
+    return "+Inf" if bound == float("inf") else repr(float(bound))
+
+
+def make_registry(admin_service, cluster: str, lag_monitor=None) -> CollectorRegistry:
     """Our collector plus process/platform/GC metrics, in a registry of the site's own (tests
-    build many sites in one process; the global registry would refuse duplicates)."""
+    build many sites in one process; the global registry would refuse duplicates); with
+    ``lag_monitor`` (a ``ReactorLagMonitor``) the stall detector's families too."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(PulsarCollector(admin_service, cluster))
+    if lag_monitor is not None:
+        registry.register(ReactorLagCollector(lag_monitor, cluster))
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
     GCCollector(registry=registry)

@@ -26,8 +26,9 @@ from pulsar_twisted.web.permissions import add_topic_permission_routes
 from pulsar_twisted.web.topics import add_lookup_routes, add_topic_routes
 
 
-def make_router(admin_service, config) -> Router:
-    """The whole routing table (useful on its own to list or test the routes)."""
+def make_router(admin_service, config, lag_monitor=None) -> Router:
+    """The whole routing table (useful on its own to list or test the routes); ``lag_monitor``
+    (the daemon's ``ReactorLagMonitor``) adds the stall detector's figures to /metrics."""
     router = Router()
     add_cluster_routes(router, admin_service)
     add_broker_routes(router, admin_service)
@@ -35,19 +36,20 @@ def make_router(admin_service, config) -> Router:
     add_namespace_routes(router, admin_service)
     add_topic_routes(router, admin_service)
     add_lookup_routes(router, admin_service)
-    add_metrics_routes(router, make_registry(admin_service, config.clusterName))
+    add_metrics_routes(router, make_registry(admin_service, config.clusterName, lag_monitor))
     add_topic_permission_routes(router, admin_service)
     add_openapi_route(router)  # last: the document describes the whole table
     return router
 
 
-def make_site(admin_service, broker_service, config) -> server.Site:
+def make_site(admin_service, broker_service, config, lag_monitor=None) -> server.Site:
     """
     A Site answering /admin/v2/..., /lookup/v2/... and /metrics from ``admin_service`` (an
     ``AdminService`` over ``broker_service``). ``broker_service`` is accepted for the routes that
     will need it directly; today every route goes through the admin service.
     """
     # Behind authentication/authorization when the broker has them on (security/http.py).
-    site = server.Site(secure(RouterResource(make_router(admin_service, config)), broker_service))
+    site = server.Site(secure(RouterResource(make_router(admin_service, config, lag_monitor)),
+                              broker_service))
     site.displayTracebacks = False
     return site
