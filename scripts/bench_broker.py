@@ -97,6 +97,7 @@ class Standalone:
         self.gc_log = os.path.join(workdir, "gc.log") if gc_log or gc_threshold else None
         self.gc_threshold = gc_threshold
         self.port = _free_port()
+        self.web_port = _free_port()
         self.url = f"pulsar://127.0.0.1:{self.port}"
         self.extra_config = list(extra_config)
         self.popen = None
@@ -108,7 +109,7 @@ class Standalone:
         with open(conf, "w") as f:
             f.write("\n".join([
                 f"brokerServicePort={self.port}",
-                f"webServicePort={_free_port()}",
+                f"webServicePort={self.web_port}",
                 "advertisedAddress=127.0.0.1",
                 "bindAddress=127.0.0.1",
                 "dataDirectory=data",
