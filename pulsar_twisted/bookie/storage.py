@@ -33,6 +33,7 @@ from pulsar_twisted.bookie import formats
 from pulsar_twisted.bookie.entrylog import EntryLogger, EntryLogMissing
 from pulsar_twisted.bookie.index import LedgerIndex
 from pulsar_twisted.bookie.journal import Journal, ensure_durable_dir, replay_journal
+from pulsar_twisted.common.threads import GIL_YIELD_EVERY, yield_gil
 from pulsar_twisted.common.bk_errors import (
     BookieReadOnlyError, BookieUnavailableError, DigestMismatchError, LedgerFencedError, NoSuchEntryError,
     NoSuchLedgerError, UnauthorizedAccessError)
@@ -591,7 +592,9 @@ class BookieStorage(Service):
         the index, in bounded batches. The caller deletes the old log afterwards."""
         moved = 0
         batch, batch_bytes = {}, 0
-        for offset, ledger_id, entry_id, data in self._entry_logs.scan(log_id):
+        for scanned, (offset, ledger_id, entry_id, data) in enumerate(self._entry_logs.scan(log_id), 1):
+            if scanned % GIL_YIELD_EVERY == 0:
+                yield_gil()   # a pure-Python scan: let the reactor in (common/threads.py)
             if ledger_id not in live:
                 continue
             # Only the copy the index names is live: older copies of a re-added entry are garbage.
