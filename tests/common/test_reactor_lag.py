@@ -40,7 +40,8 @@ class MonitorTests(unittest.TestCase):
 
     def setUp(self):
         self.clock = Clock()
-        self.monitor = ReactorLagMonitor(self.clock, interval=0.01, stall_ms=50)
+        self.cpu = [0.0]
+        self.monitor = ReactorLagMonitor(self.clock, interval=0.01, stall_ms=50, cpu_clock=lambda: self.cpu[0])
         self.monitor.start()
         self.addCleanup(self.monitor.stop)
 
@@ -56,13 +57,14 @@ class MonitorTests(unittest.TestCase):
         """A tick run 90 ms after it was due records 90 ms and logs a stall; a 30 ms one is not a stall."""
         with capturedLogs() as events:
             self.clock.advance(0.04)       # due at 0.01: 30 ms late
-            self.clock.advance(0.14)       # due at 0.05, runs at 0.18: 130 ms late
+            self.cpu[0] = 0.012
+            self.clock.advance(0.14)       # due at 0.05, runs at 0.18: 130 ms late, 12 ms on CPU
         logged = stall_lines(events)
         self.assertEqual(self.monitor.histogram.count, 2)
         self.assertAlmostEqual(self.monitor.histogram.max, 130.0, places=6)
         self.assertEqual(self.monitor.stalls, 1)
         self.assertEqual(len(logged), 1)
-        self.assertIn("reactor stalled 130 ms", logged[0])
+        self.assertIn("reactor stalled 130 ms (its thread on CPU 12 of 140 ms)", logged[0])
         self.assertIn("no sample", logged[0])
 
     def test_stop_cancels_the_tick(self):
