@@ -7,7 +7,9 @@ from twisted.internet import defer, reactor
 from twisted.trial import unittest
 
 from pulsar_twisted.bookie import formats
+from pulsar_twisted.bookie import storage as bookie_storage
 from pulsar_twisted.bookie.storage import BookieStorage
+from pulsar_twisted.common.threads import GIL_YIELD_EVERY
 from pulsar_twisted.common.bk_errors import (
     BookieReadOnlyError, DigestMismatchError, LedgerFencedError, NoSuchEntryError, NoSuchLedgerError,
     UnauthorizedAccessError)
@@ -383,6 +385,24 @@ class CorruptionAndGCTests(StorageTestBase):
         yield storage.stop()
         storage = yield self.open()
         yield self.assert_entries(storage, 2, range(2))
+
+    @defer.inlineCallbacks
+    def test_compaction_scan_yields_the_gil(self):
+        """Compacting a log of 3,000 entries lets the reactor in every GIL_YIELD_EVERY records scanned:
+        a big GC run is a pure-Python loop in the flush thread, and must not hold the GIL for long."""
+        storage = yield self.open()
+        yield self.fill(storage, 1, 3000)
+        yield self.fill(storage, 2, 10)
+        yield storage.checkpoint()
+        yield storage.stop()
+        storage = yield self.open()
+        yield storage.delete_ledger(1)
+        yields = []
+        self.patch(bookie_storage, "yield_gil", lambda: yields.append(1))
+        figures = yield storage.gc()
+        self.assertEqual((figures["logs_compacted"], figures["entries_moved"]), (1, 10))
+        self.assertGreaterEqual(len(yields), 3010 // GIL_YIELD_EVERY)
+        yield self.assert_entries(storage, 2, range(10))
 
     @defer.inlineCallbacks
     def test_gc_keeps_undurable_delete(self):
