@@ -153,6 +153,18 @@ class Standalone:
         with open(self.log_path, "rb") as f:
             return b"\n".join(f.read().splitlines()[-lines:]).decode(errors="replace")
 
+    def stalls(self, worst=6):
+        """The broker's stall detector lines (``reactor stalled N ms ...``): their count and the worst."""
+        import re
+        found = []
+        with open(self.log_path, "rb") as f:
+            for line in f.read().decode(errors="replace").splitlines():
+                m = re.search(r"reactor stalled (\d+) ms(.*)", line)
+                if m:
+                    found.append((int(m.group(1)), m.group(0)))
+        found.sort(key=lambda x: -x[0])
+        return len(found), [text for _, text in found[:worst]]
+
     def cpu(self):
         return _cpu_seconds(self.proc)
 
@@ -1061,6 +1073,10 @@ def main():
             print(bench.memory_check)
     print()
     print(f"peak broker RSS over the run: {sampler.peak / (1 << 20):.0f} MB")
+    count, worst = broker.stalls()
+    print(f"broker stall detector: {count} reactor ticks over 50 ms late" + (", the worst:" if worst else ""))
+    for text in worst:
+        print("  " + text[:400])
     for note in bench.notes:
         print("note:", note)
     if bench.gc_rows:

@@ -114,9 +114,11 @@ class ReactorLagMonitor:
 
     log = Logger()
 
-    def __init__(self, clock, interval: float = 0.01, stall_ms: float = 50.0, cpu_clock=time.thread_time):
+    def __init__(self, clock, interval: float = 0.01, stall_ms: float = 50.0, cpu_clock=time.thread_time,
+                 process_clock=time.process_time):
         self.clock = clock
         self._cpu_clock = cpu_clock
+        self._process_clock = process_clock
         self.interval = interval
         self.stall_ms = stall_ms
         self.histogram = LagHistogram()
@@ -124,7 +126,7 @@ class ReactorLagMonitor:
         self.last_tick = None       # clock time of the last tick (read by the watchdog thread)
         self.stall_sample = None    # (last_tick, stack) the watchdog sampled during a stall
         self._due = None
-        self._last_cpu = 0.0
+        self._last_cpu = self._last_process = 0.0
         self._call = None
         self._watchdog_stop = None
 
@@ -132,7 +134,7 @@ class ReactorLagMonitor:
         if self._call is not None:
             return
         self.last_tick = self.clock.seconds()
-        self._last_cpu = self._cpu_clock()
+        self._last_cpu, self._last_process = self._cpu_clock(), self._process_clock()
         self._schedule()
 
     def stop(self) -> None:
@@ -153,16 +155,19 @@ class ReactorLagMonitor:
         self.histogram.observe(lag_ms)
         sample, self.stall_sample = self.stall_sample, None
         previous, self.last_tick = self.last_tick, now
-        cpu = self._cpu_clock()
+        cpu, process = self._cpu_clock(), self._process_clock()
         cpu_ms, self._last_cpu = (cpu - self._last_cpu) * 1000.0, cpu
+        process_ms, self._last_process = (process - self._last_process) * 1000.0, process
         if lag_ms > self.stall_ms:
             self.stalls += 1
             where = sample[1] if sample is not None and sample[0] == previous else None
-            # CPU far below the wall time: the thread was not running Python but waiting (a lock, a
-            # blocking call) or not scheduled at all (a busy machine), whatever the sample shows.
-            self.log.warn("reactor stalled {lag_ms:.0f} ms (its thread on CPU {cpu_ms:.0f} of {wall_ms:.0f} ms);"
-                          " it was running: {where}", lag_ms=lag_ms,
-                          cpu_ms=cpu_ms, wall_ms=(now - previous) * 1000.0,
+            # Reactor CPU far below the wall time: it was waiting, not computing. Then the process's
+            # CPU tells the rest: near the wall time, another of our threads ran (holding the GIL);
+            # low too, the machine did not run us (other jobs) or a blocking call/lock held us.
+            self.log.warn("reactor stalled {lag_ms:.0f} ms (on CPU in {wall_ms:.0f} ms: reactor thread "
+                          "{cpu_ms:.0f}, whole process {process_ms:.0f}); it was running: {where}",
+                          lag_ms=lag_ms, cpu_ms=cpu_ms, process_ms=process_ms,
+                          wall_ms=(now - previous) * 1000.0,
                           where=where or "(no sample: the watchdog thread is off or did not run)")
         self._schedule()
 

@@ -41,7 +41,8 @@ class MonitorTests(unittest.TestCase):
     def setUp(self):
         self.clock = Clock()
         self.cpu = [0.0]
-        self.monitor = ReactorLagMonitor(self.clock, interval=0.01, stall_ms=50, cpu_clock=lambda: self.cpu[0])
+        self.monitor = ReactorLagMonitor(self.clock, interval=0.01, stall_ms=50, cpu_clock=lambda: self.cpu[0],
+                                         process_clock=lambda: 2 * self.cpu[0])
         self.monitor.start()
         self.addCleanup(self.monitor.stop)
 
@@ -64,7 +65,8 @@ class MonitorTests(unittest.TestCase):
         self.assertAlmostEqual(self.monitor.histogram.max, 130.0, places=6)
         self.assertEqual(self.monitor.stalls, 1)
         self.assertEqual(len(logged), 1)
-        self.assertIn("reactor stalled 130 ms (its thread on CPU 12 of 140 ms)", logged[0])
+        self.assertIn("reactor stalled 130 ms (on CPU in 140 ms: reactor thread 12, whole process 24)",
+                      logged[0])
         self.assertIn("no sample", logged[0])
 
     def test_stop_cancels_the_tick(self):
