@@ -170,6 +170,33 @@ class JournalWriterTests(unittest.TestCase):
         yield defer.gatherResults([first, journal.append((r,), len(r))])
         self.assertEqual((journal.groups, journal.fsyncs, journal.records), (1, 1, 2))
 
+    def test_hand_back_coalesced(self):
+        """Groups written while the reactor has not yet run the previous hand-back share one
+        callFromThread (one waker-pipe wake-up), and fire in write order when it runs."""
+        class Reactor:
+            def __init__(self):
+                self.calls = []
+
+            def callFromThread(self, f, *args):
+                self.calls.append((f, args))
+        fake = Reactor()
+        journal = Journal(self.dir, fake, sync_data=False)
+        journal._create(1)
+        self.addCleanup(os.close, journal._fd)
+        r = key_record(1)
+        fired = []
+        groups = [[((r,), len(r), defer.Deferred().addCallback(lambda _, i=i: fired.append(i)))]
+                  for i in range(3)]
+        for group in groups:
+            journal._write_group(group)
+        self.assertEqual(len(fake.calls), 1)
+        f, args = fake.calls.pop()
+        f(*args)
+        self.assertEqual(fired, [0, 1, 2])
+        self.assertEqual((journal.groups, journal.records), (3, 3))
+        journal._write_group([((r,), len(r), defer.Deferred())])
+        self.assertEqual(len(fake.calls), 1)
+
     @defer.inlineCallbacks
     def test_no_sync(self):
         """Without sync_data, records are written but never fsync'd."""
