@@ -129,9 +129,13 @@ class ServerConnection(protocol.Protocol):
         self.state = ConnectionState.START
         #: The authenticated role (None until CONNECT is accepted, or without authentication).
         self.role = None
+        #: The client a proxy connects for (CONNECT's original_principal, security/proxied.py).
+        self.original_principal = None
         self.protocol_version = 0
         self.client_version = ""
         self.producers = {}
+        #: Topics where a WaitForExclusive producer of this connection is queued (access_modes).
+        self.waiting_for_exclusive = set()
         #: Ids of producers the broker closed (CLOSE_PRODUCER sent) and the client has not yet
         #: recreated: their SENDs in flight are ignored (Pulsar's recentlyClosedProducers).
         self.closed_producer_ids = set()
@@ -177,6 +181,10 @@ class ServerConnection(protocol.Protocol):
         self.transport.registerProducer(self, True)
         self.service.connection_opened(self)
         self._keep_alive.start()
+        listener = getattr(self.factory, "listener_name", "")
+        if listener:
+            self.log.info("{peer} connected on a port of listener {listener}", peer=self.peer,
+                          listener=listener)
 
     def dataReceived(self, data):
         self._keep_alive.received()
@@ -231,6 +239,9 @@ class ServerConnection(protocol.Protocol):
         for producer in list(self.producers.values()):
             producer.topic.remove_producer(producer)
         self.producers.clear()
+        for topic in list(self.waiting_for_exclusive):
+            topic.access.forget_waiting(self)
+        self.waiting_for_exclusive.clear()
         for consumer in list(self.consumers.values()):
             consumer.subscription.remove_consumer(consumer)
         self.consumers.clear()
@@ -279,7 +290,9 @@ class ServerConnection(protocol.Protocol):
         def refused(failure):
             self.log.warn("{peer}: authentication refused: {reason}", peer=self.peer,
                           reason=_error_message(failure))
-            self.sender.send_error(0, api.AuthenticationError, _error_message(failure))
+            code = (api.AuthorizationError if failure.check(errors.AuthorizationError)
+                    else api.AuthenticationError)   # "Invalid roles." for a refused proxy combination
+            self.sender.send_error(0, code, _error_message(failure))
             self.transport.loseConnection()
 
         d.addCallbacks(authenticated, refused)
@@ -297,7 +310,10 @@ class ServerConnection(protocol.Protocol):
     # ------------------------------------------------------------------ lookup
     def handle_lookup(self, command, message):
         lookup = command.lookupTopic
-        d = self.service.lookup(lookup.topic, cnx=self)
+        # The client's listener, else the one of the port this connection came in on (Pulsar's
+        # connection-specific listener name, from bindAddresses).
+        listener = lookup.advertised_listener_name.strip() or getattr(self.factory, "listener_name", "")
+        d = self.service.lookup(lookup.topic, cnx=self, listener_name=listener)
         d.addCallbacks(
             lambda urls: self.sender.send_lookup_response(
                 lookup.request_id, urls[0], urls[1], redirect=getattr(urls, "redirect", False)),
@@ -305,7 +321,8 @@ class ServerConnection(protocol.Protocol):
 
     def handle_partitioned_metadata(self, command, message):
         request = command.partitionMetadata
-        d = self.service.partitioned_metadata(request.topic, request.metadata_auto_creation_enabled)
+        d = self.service.partitioned_metadata(request.topic, request.metadata_auto_creation_enabled,
+                                             cnx=self)
         d.addCallbacks(
             lambda n: self.sender.send_partitioned_metadata(request.request_id, n),
             lambda f: self.sender.send_partitioned_metadata_error(
@@ -314,14 +331,15 @@ class ServerConnection(protocol.Protocol):
     def handle_get_topics_of_namespace(self, command, message):
         request = command.getTopicsOfNamespace
         d = self.service.topics_of_namespace(request.namespace, request.mode,
-                                             request.topics_pattern if request.HasField("topics_pattern") else None)
+                                             request.topics_pattern if request.HasField("topics_pattern") else None,
+                                             cnx=self)
         d.addCallbacks(
             lambda result: self.sender.send_topics_of_namespace(request.request_id, *result),
             lambda f: self.sender.send_error(request.request_id, _error_code(f), _error_message(f)))
 
     def handle_get_schema(self, command, message):
         request = command.getSchema
-        d = schemas.get_schema(self.service, request.topic, request.schema_version)
+        d = schemas.get_schema(self.service, request.topic, request.schema_version, cnx=self)
         d.addCallbacks(
             lambda found: self.sender.send_get_schema(request.request_id, found.to_proto(),
                                                       schemas.encode_version(found.version)),
@@ -330,7 +348,8 @@ class ServerConnection(protocol.Protocol):
 
     def handle_get_or_create_schema(self, command, message):
         request = command.getOrCreateSchema
-        d = schemas.get_or_create_schema(self.service, request.topic, schema_spec(request.schema))
+        d = schemas.get_or_create_schema(self.service, request.topic, schema_spec(request.schema),
+                                         cnx=self)
         d.addCallbacks(
             lambda version: self.sender.send_get_or_create_schema(request.request_id, version),
             lambda f: self.sender.send_get_or_create_schema_error(request.request_id, _error_code(f),
@@ -579,11 +598,13 @@ class ServerConnection(protocol.Protocol):
 
 
 class BrokerProtocolFactory(protocol.Factory):
-    """Builds a ``ServerConnection`` per accepted connection."""
+    """Builds a ``ServerConnection`` per accepted connection. ``listener_name``: the advertised
+    listener of the port it serves (``bindAddresses``), "" for the main ports."""
 
-    def __init__(self, service, clock):
+    def __init__(self, service, clock, listener_name: str = ""):
         self.service = service
         self.clock = clock
+        self.listener_name = listener_name
 
     def buildProtocol(self, addr):
         if not self.service.security.admit(getattr(addr, "host", str(addr))):

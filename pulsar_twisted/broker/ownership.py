@@ -35,6 +35,7 @@ from twisted.internet import defer, task
 from twisted.logger import Logger
 from zope.interface import Interface, implementer
 
+from pulsar_twisted.broker.advertised import listeners_from_json
 from pulsar_twisted.common import errors
 from pulsar_twisted.metadata.interfaces import AlreadyExistsError, MetadataStoreError
 from pulsar_twisted.metadata.layout import namespace_of_policies_path, ownership_path
@@ -110,11 +111,14 @@ class LookupResult(tuple):
     (binary LOOKUP answers Redirect), False when the asking client should connect here."""
 
     def __new__(cls, broker_url: str, broker_url_tls: str = "", redirect: bool = False,
-                http_url: str = "", http_url_tls: str = ""):
+                http_url: str = "", http_url_tls: str = "", listeners=None):
         self = super().__new__(cls, (broker_url, broker_url_tls))
         self.redirect = redirect
         self.http_url = http_url
         self.http_url_tls = http_url_tls
+        #: The serving broker's advertised listeners (``{name: AdvertisedListener}``), or None
+        #: when they are this broker's own (``BrokerService.listeners``).
+        self.listeners = listeners
         return self
 
 
@@ -166,7 +170,7 @@ class BundleOwnership:
         self.clock = clock
         self.urls = {"nativeUrl": urls.get("nativeUrl", ""), "nativeUrlTls": urls.get("nativeUrlTls", ""),
                      "httpUrl": urls.get("httpUrl", ""), "httpUrlTls": urls.get("httpUrlTls", ""),
-                     "disabled": False}
+                     "disabled": False, "advertisedListeners": urls.get("advertisedListeners") or {}}
         self._value = json.dumps(self.urls, sort_keys=True).encode()
         self.on_bundle_lost = on_bundle_lost
         self.check_interval = check_interval
@@ -235,7 +239,8 @@ class BundleOwnership:
                                 http_url=self.urls["httpUrl"], http_url_tls=self.urls["httpUrlTls"])
         return LookupResult(owner.get("nativeUrl", ""), owner.get("nativeUrlTls", ""),
                             redirect=True, http_url=owner.get("httpUrl", ""),
-                            http_url_tls=owner.get("httpUrlTls", ""))
+                            http_url_tls=owner.get("httpUrlTls", ""),
+                            listeners=listeners_from_json(owner.get("advertisedListeners")))
 
     def check_owned(self, name) -> defer.Deferred:
         return defer.Deferred.fromCoroutine(self._check_owned(name))
@@ -291,12 +296,16 @@ class BundleOwnership:
         try:
             data = json.loads(raw)
             if isinstance(data, dict):
-                return {k: data.get(k, "" if k != "disabled" else False)
-                        for k in ("nativeUrl", "nativeUrlTls", "httpUrl", "httpUrlTls", "disabled")}
+                owner = {k: data.get(k, "" if k != "disabled" else False)
+                         for k in ("nativeUrl", "nativeUrlTls", "httpUrl", "httpUrlTls", "disabled")}
+                # Pulsar's NamespaceEphemeralData field; absent in nodes of older brokers.
+                owner["advertisedListeners"] = data.get("advertisedListeners") or {}
+                return owner
         except ValueError:
             pass
         log.warn("bundle {bundle}: unreadable ownership data {raw!r}", bundle=str(bundle), raw=raw[:200])
-        return {"nativeUrl": "", "nativeUrlTls": "", "httpUrl": "", "httpUrlTls": "", "disabled": True}
+        return {"nativeUrl": "", "nativeUrlTls": "", "httpUrl": "", "httpUrlTls": "", "disabled": True,
+                "advertisedListeners": {}}
 
     # ---------------------------------------------------------------- losing bundles
     def _on_notification(self, notification) -> None:

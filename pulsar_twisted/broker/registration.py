@@ -17,6 +17,7 @@ import json
 from twisted.internet import defer, task
 from twisted.logger import Logger
 
+from pulsar_twisted.broker.advertised import advertised_listeners, internal_listener, listeners_json
 from pulsar_twisted.metadata.layout import broker_path
 from pulsar_twisted.security.endpoints import tls_broker_url
 
@@ -24,10 +25,22 @@ log = Logger()
 
 
 class BrokerAddresses:
-    """The URLs and registration name of the broker configured by ``config`` (a BrokerConfig)."""
+    """
+    The URLs and registration name of the broker configured by ``config`` (a BrokerConfig). With
+    ``advertisedListeners`` (``broker/advertised.py``) the internal listener's URLs are the
+    broker's own, and every listener is published under Pulsar's ``advertisedListeners`` field,
+    so that any broker answering a lookup can give the owner's URLs for the client's listener.
+    """
 
     def __init__(self, config):
         self.config = config
+        self.listeners = advertised_listeners(config)
+        self._internal = internal_listener(config)
+
+    def _listener_url(self, field: str, default: str) -> str:
+        if self._internal is None:
+            return default
+        return getattr(self._internal, field) or ""
 
     @property
     def broker_id(self) -> str:
@@ -35,34 +48,43 @@ class BrokerAddresses:
 
     @property
     def broker_url(self) -> str:
-        return f"pulsar://{self.config.advertisedAddress}:{self.config.brokerServicePort}"
+        default = f"pulsar://{self.config.advertisedAddress}:{self.config.brokerServicePort}"
+        # A broker whose internal listener has only pulsar+ssl:// still needs a plain URL for
+        # the lookup answer's required brokerServiceUrl: advertisedAddress's one.
+        return self._listener_url("broker_url", default) or default
 
     @property
     def web_url(self) -> str:
-        return f"http://{self.config.advertisedAddress}:{self.config.webServicePort}"
+        default = f"http://{self.config.advertisedAddress}:{self.config.webServicePort}"
+        return self._listener_url("http_url", default) or default
 
     @property
     def broker_url_tls(self) -> str:
         """``pulsar+ssl://...:brokerServicePortTls``, or "" without a TLS binary listener."""
-        return tls_broker_url(self.config)
+        return self._listener_url("broker_url_tls", tls_broker_url(self.config))
 
     @property
     def web_url_tls(self) -> str:
         """``https://...:webServicePortTls``, or "" without a TLS web listener."""
-        if not self.config.webServicePortTls:
-            return ""
-        return f"https://{self.config.advertisedAddress}:{self.config.webServicePortTls}"
+        default = ""
+        if self.config.webServicePortTls:
+            default = f"https://{self.config.advertisedAddress}:{self.config.webServicePortTls}"
+        if self._internal is not None and self._internal.https_url:
+            return self._internal.https_url
+        return default
 
     def urls(self) -> dict:
         """This broker's URLs under Pulsar's ``NamespaceEphemeralData`` names (ownership nodes)."""
         return {"nativeUrl": self.broker_url, "nativeUrlTls": self.broker_url_tls,
-                "httpUrl": self.web_url, "httpUrlTls": self.web_url_tls}
+                "httpUrl": self.web_url, "httpUrlTls": self.web_url_tls,
+                "advertisedListeners": listeners_json(self.listeners)}
 
     def broker_data(self) -> bytes:
         """The registration's value: Pulsar's LocalBrokerData names for what clients need."""
         return json.dumps({"webServiceUrl": self.web_url, "webServiceUrlTls": self.web_url_tls,
                            "pulsarServiceUrl": self.broker_url,
                            "pulsarServiceUrlTls": self.broker_url_tls,
+                           "advertisedListeners": listeners_json(self.listeners),
                            "brokerVersionString": "pulsar-twisted",
                            "cluster": self.config.clusterName}, sort_keys=True).encode()
 

@@ -16,6 +16,9 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from pulsar_twisted.broker import schema
+from pulsar_twisted.broker.advertised import advertised_listeners, select_listener
+from pulsar_twisted.broker.broker_counters import BrokerCounters, counted_lookup
+from pulsar_twisted.broker.ownership import LookupResult
 from pulsar_twisted.broker.compaction import Compactor
 from pulsar_twisted.broker.policies import PolicyService
 from pulsar_twisted.broker.topic import NonPersistentTopic, PersistentTopic
@@ -50,9 +53,13 @@ class BrokerService(service.Service):
         self.clock = clock
         self.broker_url = broker_url
         self.broker_url_tls = broker_url_tls
+        #: This broker's advertised listeners by name (advertised.py; {} when none configured).
+        self.listeners = advertised_listeners(config)
         self.topics = {}
         self._loading = {}
         self.connections = set()
+        #: Connection and lookup counters for /metrics (broker_counters.py).
+        self.counters = BrokerCounters(clock)
         self.producer_name_prefix = None
         self._producer_counter = 0
         #: Bytes received from producers and not yet stored, across every connection.
@@ -125,10 +132,12 @@ class BrokerService(service.Service):
 
     def connection_opened(self, cnx) -> None:
         self.connections.add(cnx)
+        self.counters.connection_opened()
         self.security.connection_opened(cnx)
 
     def connection_closed(self, cnx) -> None:
         if cnx in self.connections:
+            self.counters.connection_closed()
             self.security.connection_closed(cnx)
         self.connections.discard(cnx)
         self._publish_throttled.discard(cnx)
@@ -183,6 +192,25 @@ class BrokerService(service.Service):
         """Deferred partition count of ``topic_name``'s partitioned topic (0: not partitioned)."""
         return self.partitioned.partitions(topic_name)
 
+    @defer.inlineCallbacks
+    def check_partition_bounds(self, name):
+        """
+        Refuse ``<topic>-partition-<i>`` when ``<topic>`` is partitioned with at most ``i``
+        partitions, as Pulsar's ``BrokerService.getTopic``: NotAllowed "Illegal topic partition
+        name ..." for persistent topics, TopicNotFound for non-persistent ones (Pulsar finds no
+        topic there). A ``-partition-<i>`` name whose parent is not partitioned is a plain topic.
+        """
+        if name.partition_index < 0:
+            return
+        partitions = yield self.partitions_of(name)
+        if 0 < partitions <= name.partition_index:
+            self.log.warn("refused {topic}: past the {n} partitions of its partitioned topic",
+                          topic=str(name), n=partitions)
+            if not name.persistent:
+                raise errors.TopicNotFound(f"Topic {name} does not exist")
+            raise errors.NotAllowedError(
+                f"Illegal topic partition name {name} with max allowed {partitions} partitions")
+
     def create_partitioned_topic(self, topic_name, partitions: int) -> defer.Deferred:
         return self.partitioned.create(topic_name, partitions)
 
@@ -200,15 +228,40 @@ class BrokerService(service.Service):
             pass
 
     # ---------------------------------------------------------------- binary-protocol queries
+    @counted_lookup  # answers, redirects, failures and latency for /metrics
     @defer.inlineCallbacks
-    def lookup(self, topic: str, cnx=None):
-        """``cnx``: the asking connection, whose role must be allowed to look the topic up."""
+    def lookup(self, topic: str, cnx=None, listener_name: str = ""):
+        """
+        ``(broker_url, broker_url_tls)`` of the broker serving ``topic`` (a ``LookupResult`` in a
+        cluster). ``cnx``: the asking connection, whose role must be allowed to look the topic
+        up. ``listener_name``: answer the serving broker's URLs of that advertised listener
+        (ServiceNotReady "the broker do not have <name> listener" when it has none).
+        """
+        result = yield self._lookup(topic, cnx)
+        if not listener_name:
+            return result
+        listeners = getattr(result, "listeners", None)
+        try:
+            listener = select_listener(self.listeners if listeners is None else listeners, listener_name)
+        except errors.ServiceNotReady as e:
+            self.log.warn("failed to look up {topic}: {reason}", topic=topic, reason=str(e))
+            raise
+        return LookupResult(listener.broker_url, listener.broker_url_tls,
+                            redirect=getattr(result, "redirect", False),
+                            http_url=getattr(result, "http_url", ""),
+                            http_url_tls=getattr(result, "http_url_tls", ""), listeners=listeners)
+
+    @defer.inlineCallbacks
+    def _lookup(self, topic: str, cnx):
         name = self._parse(topic)
         self.security.lookup_started()  # TooManyRequests past maxConcurrentLookupRequest
         try:
             if cnx is not None:
                 yield defer.ensureDeferred(self.security.check_topic(cnx, topic, "lookup"))
             yield self._check_namespace(name.namespace_name)
+            # A partition past the count: refused here already, with the error the producer or
+            # consumer would get (the official client reports the lookup's error code).
+            yield self.check_partition_bounds(name)
             if self.ownership is not None:
                 return (yield self.ownership.lookup(name))
             return (self.broker_url, self.broker_url_tls)
@@ -216,8 +269,10 @@ class BrokerService(service.Service):
             self.security.lookup_finished()
 
     @defer.inlineCallbacks
-    def partitioned_metadata(self, topic: str, auto_create: bool = True):
+    def partitioned_metadata(self, topic: str, auto_create: bool = True, cnx=None):
+        """``cnx``: the asking connection, whose role must be allowed to look the topic up."""
         name = self._parse(topic)
+        yield self.security.authorized(cnx, api.BaseCommand.PARTITIONED_METADATA, topic=topic)
         yield self._check_namespace(name.namespace_name)
         if name.partition_index >= 0:
             # A partition is itself a plain topic: clients ask before using one (readers on a
@@ -246,11 +301,13 @@ class BrokerService(service.Service):
         return False
 
     @defer.inlineCallbacks
-    def topics_of_namespace(self, namespace: str, mode: int, pattern):
+    def topics_of_namespace(self, namespace: str, mode: int, pattern, cnx=None):
+        """``cnx``: the asking connection, whose role must be allowed to list the namespace."""
         try:
             ns = NamespaceName.parse(namespace)
         except InvalidTopicNameError as e:
             raise errors.InvalidTopicName(str(e))
+        yield self.security.authorized(cnx, api.BaseCommand.GET_TOPICS_OF_NAMESPACE, namespace=namespace)
         yield self._check_namespace(ns)
         found = set()
         if mode in (api.CommandGetTopicsOfNamespace.PERSISTENT, api.CommandGetTopicsOfNamespace.ALL):
@@ -320,6 +377,8 @@ class BrokerService(service.Service):
             if partitions > 0:
                 raise errors.NotAllowedError(
                     f"{name} is a partitioned topic: use its partitions ({name}-partition-N)")
+        else:
+            yield self.check_partition_bounds(name)
         if not create or not self.config.allowAutoTopicCreation:
             if not (yield self._topic_exists(name)):
                 raise errors.TopicNotFound(f"Topic {name} does not exist")
@@ -460,10 +519,12 @@ class BrokerService(service.Service):
     def create_producer(self, cnx, request):
         """
         The Producer of a ProducerRequest: schema, authorization, topic load, quotas, access mode.
-        The schema is decided first (Pulsar's order), so an incompatible one creates nothing.
+        The schema is decided before the topic loads (Pulsar's order), so an incompatible one
+        creates nothing.
         """
-        schema_version = yield schema.producer_schema_version(self, request)
+        # Authorization first (Pulsar's ServerCnx order): a refused producer adds no schema.
         yield defer.ensureDeferred(self.security.check_topic(cnx, request.topic, "produce"))
+        schema_version = yield schema.producer_schema_version(self, request)
         topic = yield self.get_topic(request.topic)
         name = request.producer_name or self.next_producer_name()
         self.policies.check_new_producer(topic)

@@ -4,7 +4,7 @@
 One ordered tree (``tree.py``), started in this order and stopped in reverse:
 
 1. ``ZooKeeperMetadataStore`` on ``metadataStoreUrl`` (``zk:host:port[,host:port][/chroot]``), session
-   timeout ``zooKeeperSessionTimeoutMillis``; bookies are discovered through the same store, or through
+   timeout ``metadataStoreSessionTimeoutMillis``; bookies are discovered through the same store, or through
    a second one on ``bookkeeperMetadataServiceUri`` (``zk+null://host:port[/chroot]/ledgers``).
 2. ``TcpBookieClient`` (TLS when ``bookkeeperTLSTrustCertsFilePath`` is set, presenting
    ``bookkeeperTLSCertificateFilePath`` with ``bookkeeperTLSClientAuthentication``; request deadline
@@ -29,6 +29,7 @@ ZooKeeper session.
 
 from pulsar_twisted.broker.admin.service import AdminService
 from pulsar_twisted.broker.leader import LeaderElection
+from pulsar_twisted.broker.advertised import check_listener_config
 from pulsar_twisted.broker.ownership import BundleOwnership, unload_bundle
 from pulsar_twisted.broker.registration import BrokerAddresses, BrokerRegistration
 from pulsar_twisted.broker.service import BrokerService
@@ -87,12 +88,21 @@ def bookie_tls_options(config):
         raise ConfigError(f"bookkeeperTLS*: cannot load the certificates: {e}")
 
 
+def session_timeout_millis(config) -> int:
+    """The metadata session timeout: the deprecated ``zooKeeperSessionTimeoutMillis`` when it is
+    positive (Pulsar lets it win), else ``metadataStoreSessionTimeoutMillis``."""
+    if config.zooKeeperSessionTimeoutMillis > 0:
+        return config.zooKeeperSessionTimeoutMillis
+    return config.metadataStoreSessionTimeoutMillis
+
+
 def check_config(config) -> None:
     """Everything that can be refused before start-up (ConfigError naming the key)."""
     metadata_store_location(config)
     bookkeeper_store_location(config)
-    if config.zooKeeperSessionTimeoutMillis <= 0:
-        raise ConfigError("zooKeeperSessionTimeoutMillis must be positive")
+    if session_timeout_millis(config) <= 0:
+        raise ConfigError("metadataStoreSessionTimeoutMillis must be positive")
+    check_listener_config(config)
     if config.brokerServicePortTls or config.webServicePortTls:
         # Missing or unreadable certificates stop start-up here, naming the key, rather than
         # after the broker has joined the cluster.
@@ -114,7 +124,7 @@ class BrokerClusterService(BrokerListeners, Daemon):
     has started; ``ready`` fires once the broker listens, is registered and is a leader candidate."""
 
     def __init__(self, config: BrokerConfig, reactor=None):
-        super().__init__("pulsar-broker", reactor)
+        super().__init__("pulsar-broker", reactor, config.brokerShutdownTimeoutMs / 1000.0)
         self.config = config
         self.addresses = BrokerAddresses(config)
         self.store = self.bookie_store = self.bookie_client = self.ledger_client = None
@@ -122,7 +132,7 @@ class BrokerClusterService(BrokerListeners, Daemon):
         self.registration = self.leader = None
         self._bookie_tls = None
         self._bookies_at_start = 0
-        self.session_timeout = config.zooKeeperSessionTimeoutMillis / 1000.0
+        self.session_timeout = session_timeout_millis(config) / 1000.0
         # Bundle, registration and leader checks: well inside the session timeout.
         self.check_interval = max(0.5, min(5.0, self.session_timeout / 2))
         steps = [
@@ -231,7 +241,8 @@ class BrokerClusterService(BrokerListeners, Daemon):
     def announce(self) -> None:
         hosts, root = metadata_store_location(self.config)
         self.log.info("pulsar-broker {id} ready: {urls} (metadata {hosts}{root}, {n} bookies)",
-                      id=self.broker_id, urls=", ".join(u for u in self.urls().values() if u),
+                      id=self.broker_id,
+                      urls=", ".join(u for u in self.urls().values() if u and isinstance(u, str)),
                       hosts=hosts, root="" if root == "/" else root,
                       n=self._bookies_at_start)
 

@@ -17,8 +17,11 @@ stopped in reverse:
 import os
 
 
+from pulsar_twisted.bookie.metrics import StorageCollector
 from pulsar_twisted.bookie.storage import BookieStorage
 from pulsar_twisted.broker.admin.service import AdminService
+from pulsar_twisted.broker.advertised import check_listener_config
+from pulsar_twisted.broker.registration import BrokerAddresses
 from pulsar_twisted.broker.service import BrokerService
 from pulsar_twisted.config import ConfigError, StandaloneConfig
 from pulsar_twisted.daemons.gctune import limit_malloc_arenas
@@ -32,7 +35,6 @@ from pulsar_twisted.metadata.embedded.store import EmbeddedMetadataStore
 from pulsar_twisted.mledger.config import ManagedLedgerConfig
 from pulsar_twisted.mledger.factory import ManagedLedgerFactory
 from pulsar_twisted.resources.bookies import register_bookie
-from pulsar_twisted.security.endpoints import tls_broker_url
 
 
 def check_standalone(config) -> None:
@@ -40,6 +42,7 @@ def check_standalone(config) -> None:
     if config.metadataStoreUrl:
         raise ConfigError("metadataStoreUrl: standalone runs on its embedded metadata store; "
                           "leave metadataStoreUrl empty (use pulsar-broker for a cluster)")
+    check_listener_config(config)
 
 
 class StandaloneService(BrokerListeners, Daemon):
@@ -47,12 +50,13 @@ class StandaloneService(BrokerListeners, Daemon):
     module docstring). The parts are attributes once their step has started."""
 
     def __init__(self, config: StandaloneConfig, reactor=None):
-        super().__init__("pulsar-standalone", reactor)
+        super().__init__("pulsar-standalone", reactor, config.brokerShutdownTimeoutMs / 1000.0)
         self.config = config
         self.store = self.bookie = self.ledger_client = self.ml_factory = None
         self.broker = self.admin = None
         self.bookie_id = f"{config.advertisedAddress}:3181"
-        self.broker_url = f"pulsar://{config.advertisedAddress}:{config.brokerServicePort}"
+        self.addresses = BrokerAddresses(config)
+        self.broker_url = self.addresses.broker_url
         steps = [
             Step("metadata store", self._start_store, lambda: self.store.close()),
             Step("bookie", self._start_bookie, lambda: self.bookie.stop()),
@@ -64,6 +68,11 @@ class StandaloneService(BrokerListeners, Daemon):
         steps += self.listening_services()
         for step in steps:
             step.setServiceParent(self)
+
+    def metrics_collectors(self) -> list:
+        """The in-process bookie's storage and journal metrics on the broker's /metrics, as
+        Pulsar's standalone shows its bookie's there."""
+        return [StorageCollector(self.bookie)]
 
     # ---------------------------------------------------------------- steps
     def _start_store(self):
@@ -89,7 +98,7 @@ class StandaloneService(BrokerListeners, Daemon):
 
     async def _start_broker(self):
         self.broker = BrokerService(self.config, self.ml_factory, self.store, self.reactor,
-                                    self.broker_url, tls_broker_url(self.config))
+                                    self.broker_url, self.addresses.broker_url_tls)
         await self.broker.start()
         self.broker.startService()
 

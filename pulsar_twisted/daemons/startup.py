@@ -53,7 +53,10 @@ class Daemon(OrderedMultiService):
     since start-up (journal replay, loading the metadata) may block the reactor on purpose.
     """
 
-    def __init__(self, daemon: str, reactor=None):
+    #: Seconds ``stopService`` waits for the tree to stop before it gives up (None: no bound).
+    shutdown_timeout = None
+
+    def __init__(self, daemon: str, reactor=None, shutdown_timeout=None):
         super().__init__()
         if reactor is None:
             from twisted.internet import reactor
@@ -61,8 +64,50 @@ class Daemon(OrderedMultiService):
         self.reactor = reactor
         self.ready = defer.Deferred()
         self.lag_monitor = ReactorLagMonitor(reactor)
+        self.shutdown_timeout = shutdown_timeout
+
+    def stopService(self):
+        """
+        Stop the tree, in reverse start order. With ``shutdown_timeout`` (Pulsar's
+        ``brokerShutdownTimeoutMs``) the returned Deferred fires at the latest that many
+        seconds later: the parts still closing are named in a warning and left behind, so
+        twistd goes on to exit rather than hang on a part that cannot close (a bookie or
+        ZooKeeper that does not answer). The stop itself is not cancelled: a part closing
+        cleanly in the meantime still does.
+        """
+        self.lag_monitor.stop()
+        stopping = super().stopService()
+        timeout = self.shutdown_timeout
+        if timeout is None:
+            return stopping
+        bounded = defer.Deferred()
+
+        def give_up():
+            pending = self.not_stopped()
+            self.log.warn("{daemon}: shutdown not done after {ms} ms (brokerShutdownTimeoutMs); "
+                          "exiting without waiting for: {pending}", daemon=self.daemon,
+                          ms=int(timeout * 1000), pending=", ".join(pending) or "(nothing)")
+            bounded.callback(None)
+
+        timer = self.reactor.callLater(max(0.0, timeout), give_up)
+
+        def stopped(result):
+            if timer.active():
+                timer.cancel()
+                bounded.callback(None)
+            return result
+
+        stopping.addBoth(stopped)
+        stopping.addErrback(lambda failure: self.log.failure(
+            "{daemon}: stopping failed", failure, daemon=self.daemon))
+        return bounded
 
     def startService(self):
+        config = getattr(self, "config", None)
+        if config is not None and hasattr(config, "warn_unimplemented"):
+            # Pulsar/BookKeeper keys the file set that we do not honour: said once, before
+            # anything starts, so the operator reads it next to the start-up lines.
+            config.warn_unimplemented(self.log)
         starting = super().startService()
         starting.addCallbacks(self._started, self._stopped_while_starting)
         chain_startup(starting, self.ready, self.reactor, self.log, self.daemon)
@@ -73,10 +118,6 @@ class Daemon(OrderedMultiService):
         self.lag_monitor.watch_thread()
         self.announce()
         return self
-
-    def stopService(self):
-        self.lag_monitor.stop()
-        return super().stopService()
 
     def _stopped_while_starting(self, failure):
         if self.running or not failure.check(defer.CancelledError):

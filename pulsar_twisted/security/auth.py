@@ -313,36 +313,93 @@ class AuthenticationService:
             raise ConfigError("authenticationProviders: authenticationEnabled needs at least one provider")
 
     def authenticate(self, credentials: Credentials) -> Identity:
-        """The identity ``credentials`` prove; ``AuthenticationError`` with the reason otherwise."""
+        """
+        The identity ``credentials`` prove; ``AuthenticationError`` with the reason otherwise.
+
+        A method that names no configured provider (none sent, "none", or e.g. "basic" on a broker
+        with only the token provider) gets ``anonymousUserRole`` when one is set, as Pulsar's
+        ``ServerCnx.handleConnect`` does: the client is then connected and meets authorization
+        errors, instead of retrying a refused CONNECT until its operation timeout. A configured
+        provider that refuses the credentials is never bypassed.
+        """
         method = credentials.method or ""
-        if method in ("", "none"):
-            if self.anonymous_role:
-                return Identity(self.anonymous_role, "none")
-            raise AuthenticationError("Authentication required (no credentials sent)")
-        provider = self.providers.get(method)
+        provider = self.providers.get(method) if method != "none" else None
         if provider is None:
-            raise AuthenticationError(f"Unsupported authentication method: {method}")
+            return self._anonymous(method)
         return provider.authenticate(credentials)
 
+    def _anonymous(self, method: str) -> Identity:
+        if self.anonymous_role:
+            return Identity(self.anonymous_role, "none")
+        if method in ("", "none"):
+            raise AuthenticationError("Authentication required (no credentials sent)")
+        raise AuthenticationError(f"Unsupported authentication method: {method} "
+                                  "(no anonymous role, and no provider for it)")
+
     def authenticate_http(self, authorization: Optional[bytes], peer_certificate=None,
-                          peer: str = "") -> Identity:
+                          peer: str = "", method_name: Optional[bytes] = None) -> Identity:
         """
-        The identity of an HTTP request: ``Authorization: Bearer <token>`` or ``Basic <base64>``,
-        else the TLS client certificate (HTTPS), else the anonymous role.
+        The identity of an HTTP request, as Pulsar's ``AuthenticationService.authenticateHttpRequest``:
+
+        * ``method_name`` (the ``X-Pulsar-Auth-Method-Name`` header) picks one provider, which
+          decides alone (an unknown name is refused);
+        * otherwise ``Authorization: Bearer <token>`` or ``Basic <base64>`` for the provider of
+          that scheme, else the TLS client certificate (HTTPS); when none of them proves a role
+          the request gets ``anonymousUserRole`` if one is set (Pulsar tries every provider and
+          falls back to the anonymous role), and is refused (401) if not.
         """
-        if authorization:
-            scheme, _, value = authorization.strip().partition(b" ")
-            scheme = scheme.lower()
-            value = value.strip()
-            if scheme == b"bearer":
-                return self.authenticate(Credentials("token", value, peer_certificate, peer))
-            if scheme == b"basic":
-                try:
-                    decoded = base64.b64decode(value, validate=True)
-                except binascii.Error:
-                    raise AuthenticationError("Malformed Basic authorization header")
-                return self.authenticate(Credentials("basic", decoded, peer_certificate, peer))
-            raise AuthenticationError("Unsupported Authorization scheme")
+        if method_name:
+            return self._http_by_method(method_name.decode("ascii", "replace").strip(),
+                                        authorization, peer_certificate, peer)
+        try:
+            return self._http_by_header(authorization, peer_certificate, peer)
+        except AuthenticationError:
+            if self.anonymous_role:
+                return Identity(self.anonymous_role, "none")
+            raise
+
+    def _http_by_method(self, method, authorization, peer_certificate, peer) -> Identity:
+        if method not in self.providers:
+            raise AuthenticationError(f"Unsupported authentication method: [{method}].")
+        credentials = _http_credentials(authorization, peer_certificate, peer)
+        if credentials is None or credentials.method != method:
+            credentials = Credentials(method, b"", peer_certificate, peer)
+        return self.providers[method].authenticate(credentials)
+
+    def _http_by_header(self, authorization, peer_certificate, peer) -> Identity:
+        """The header's provider, then the TLS certificate (Pulsar tries each provider in turn);
+        the first refusal's reason when neither proves a role."""
+        refusal = None
+        credentials = _http_credentials(authorization, peer_certificate, peer)
+        if credentials is not None:
+            provider = self.providers.get(credentials.method)
+            try:
+                if provider is None:
+                    raise AuthenticationError(f"Unsupported authentication method: {credentials.method}")
+                return provider.authenticate(credentials)
+            except AuthenticationError as e:
+                refusal = e
         if peer_certificate is not None and "tls" in self.providers:
-            return self.authenticate(Credentials("tls", b"", peer_certificate, peer))
-        return self.authenticate(Credentials("", b"", peer_certificate, peer))
+            try:
+                return self.providers["tls"].authenticate(Credentials("tls", b"", peer_certificate, peer))
+            except AuthenticationError as e:
+                refusal = refusal or e
+        raise refusal or AuthenticationError("Authentication required (no credentials sent)")
+
+
+def _http_credentials(authorization, peer_certificate, peer) -> Optional[Credentials]:
+    """The credentials of an ``Authorization`` header (None without one)."""
+    if not authorization:
+        return None
+    scheme, _, value = authorization.strip().partition(b" ")
+    scheme = scheme.lower()
+    value = value.strip()
+    if scheme == b"bearer":
+        return Credentials("token", value, peer_certificate, peer)
+    if scheme == b"basic":
+        try:
+            decoded = base64.b64decode(value, validate=True)
+        except binascii.Error:
+            raise AuthenticationError("Malformed Basic authorization header")
+        return Credentials("basic", decoded, peer_certificate, peer)
+    raise AuthenticationError("Unsupported Authorization scheme")

@@ -7,7 +7,7 @@ Handlers parse and call AdminService; the rules live in ``pulsar_twisted.broker.
 """
 
 from pulsar_twisted.common.naming import NON_PERSISTENT, PERSISTENT
-from pulsar_twisted.web.routing import Response, int_param, json_body, query_bool
+from pulsar_twisted.web.routing import Response, int_param, json_body, query, query_bool
 from pulsar_twisted.web.schemas import add_schema_routes
 
 V2 = "/admin/v2"
@@ -156,9 +156,21 @@ def add_topic_routes(router, admin) -> None:
     add_schema_routes(router, admin)  # /admin/v2/schemas
 
 
+def listener_name_of(request) -> str:
+    """The advertised listener an HTTP lookup asks for: Pulsar's ``listenerName`` query parameter,
+    else its ``X-Pulsar-ListenerName`` header; "" for none (or no request, as in direct calls)."""
+    if request is None:
+        return ""
+    listener = (query(request, "listenerName") or "").strip()
+    if not listener:
+        listener = (request.getHeader(b"x-pulsar-listenername") or b"").decode("utf-8", "replace").strip()
+    return listener
+
+
 def add_lookup_routes(router, admin) -> None:
     def lookup(request, domain, tenant, namespace, topic):
-        return admin.lookup(admin.topic_name(domain, tenant, namespace, topic))
+        return admin.lookup(admin.topic_name(domain, tenant, namespace, topic),
+                            listener_name=listener_name_of(request))
     _for_domains(router, "GET", "/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", lookup)
 
     # The v2 "destination" spelling older clients use.

@@ -41,7 +41,7 @@ class TlsUrlTests(SynchronousTestCase):
         service = BrokerClusterService(config, reactor=object())
         self.assertEqual(service.urls(), {
             "nativeUrl": "pulsar://b1:6650", "nativeUrlTls": "pulsar+ssl://b1:6651",
-            "httpUrl": "http://b1:8080", "httpUrlTls": "https://b1:8443"})
+            "httpUrl": "http://b1:8080", "httpUrlTls": "https://b1:8443", "advertisedListeners": {}})
         data = json.loads(service.broker_data())
         self.assertEqual((data["pulsarServiceUrlTls"], data["webServiceUrlTls"]),
                          ("pulsar+ssl://b1:6651", "https://b1:8443"))

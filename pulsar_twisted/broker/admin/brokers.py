@@ -6,6 +6,7 @@ Lookup, brokers, health and metrics of the admin API (Pulsar's ``TopicLookupBase
 from pulsar_twisted.broker.admin.base import AdminArea, check_name
 from pulsar_twisted.broker.admin.errors import NotFound
 from pulsar_twisted.broker.leader import read_leader
+from pulsar_twisted.common import errors
 from pulsar_twisted.common.naming import TopicName
 from pulsar_twisted.metadata.layout import BROKERS_ROOT, CLUSTERS_ROOT
 
@@ -13,13 +14,19 @@ from pulsar_twisted.metadata.layout import BROKERS_ROOT, CLUSTERS_ROOT
 class BrokersAdmin(AdminArea):
     """This broker and its peers as the admin API shows them."""
 
-    async def lookup(self, name: TopicName) -> dict:
+    async def lookup(self, name: TopicName, listener_name: str = "") -> dict:
         """Pulsar's LookupData of the broker serving ``name``. In a cluster that is the bundle's
         owner, possibly another broker: like Pulsar's TopicLookupBase, an owned bundle is answered
         200 with the owner's URLs (a 307 is only for unowned bundles assigned elsewhere, which
-        never happens here: the asked broker takes a free bundle itself)."""
+        never happens here: the asked broker takes a free bundle itself). ``listener_name``: the
+        owner's URLs of that advertised listener (503 when it has none, as ServiceNotReady)."""
         await self.check_namespace(name)
-        result = await self.broker.lookup(str(name))
+        try:
+            result = await self.broker.lookup(str(name), listener_name=listener_name)
+        except errors.NotAllowedError as e:
+            # A partition past the partitioned topic's count does not exist (Pulsar's HTTP
+            # lookup answers 404 for a topic that does not exist).
+            raise NotFound(f"Topic not found: {e}")
         broker_url, broker_url_tls = result
         # Ownership results (broker/ownership.py) carry the serving broker's web URLs; a plain
         # (url, url_tls) pair, or an empty http_url (standalone), means this broker.

@@ -53,6 +53,7 @@ class TopicsAdmin(AdminArea):
     async def create_topic(self, name: TopicName) -> None:
         """Create a non-partitioned topic (409 when it, or a partitioned one, exists)."""
         await self.check_namespace(name)
+        await self._check_partition_name(name)
         if await self.topic_exists(name) or await self.broker.partitions_of(name) > 0:
             raise Conflict("This topic already exists")
         if name.persistent:
@@ -66,6 +67,20 @@ class TopicsAdmin(AdminArea):
         else:
             # Non-persistent topics exist while loaded; create one even without auto-creation.
             await self.broker.create_non_persistent_topic(name)
+
+    async def _check_partition_name(self, name: TopicName) -> None:
+        """Pulsar's validateNonPartitionTopicName: ``<t>-partition-<i>`` is created only as a
+        partition of the partitioned topic ``<t>`` within its count (412 otherwise)."""
+        if name.partition_index < 0:
+            return
+        parent = name.partitioned_topic_name
+        partitions = await self.broker.partitions_of(name)
+        if partitions == 0:
+            raise PreconditionFailed(f"There is no partitioned topic created for {parent.local_name}")
+        if name.partition_index >= partitions:
+            raise PreconditionFailed(
+                f"Can't create topic {name.local_name} with \"-partition-\" followed by a number not "
+                f"smaller than the {partitions} partitions of partitioned topic {parent.local_name}")
 
     async def delete_topic(self, name: TopicName, force: bool = False) -> None:
         await self.check_namespace(name)
