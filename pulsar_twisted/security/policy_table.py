@@ -138,6 +138,17 @@ def _routes() -> dict:
         ("GET", f"{_SCHEMA}/versions"): TOPIC_LOOKUP,
         ("POST", f"{_SCHEMA}/schema"): TENANT_ADMIN,
         ("DELETE", f"{_SCHEMA}/schema"): TENANT_ADMIN,
+        # testCompatibility: validateDestinationAndAdminOperation (tenant admin), stores nothing
+        ("POST", f"{_SCHEMA}/compatibility"): TENANT_ADMIN,
+        # -- BrokerStatsBase and BookiesBase: validateSuperUserAccess on every route
+        ("GET", f"{V2}/broker-stats/topics"): SUPER_USER,
+        ("GET", f"{V2}/broker-stats/metrics"): SUPER_USER,
+        ("GET", f"{V2}/broker-stats/load-report"): SUPER_USER,
+        ("GET", f"{V2}/bookies/all"): SUPER_USER,
+        ("GET", f"{V2}/bookies/racks-info"): SUPER_USER,
+        ("GET", f"{V2}/bookies/racks-info/{{bookie}}"): SUPER_USER,
+        ("POST", f"{V2}/bookies/racks-info/{{bookie}}"): SUPER_USER,
+        ("DELETE", f"{V2}/bookies/racks-info/{{bookie}}"): SUPER_USER,
         # -- TopicLookup
         ("GET", "/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}"): TOPIC_LOOKUP,
         ("GET", "/lookup/v2/destination/{domain}/{tenant}/{namespace}/{topic}"): TOPIC_LOOKUP,
