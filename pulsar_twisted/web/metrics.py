@@ -81,28 +81,32 @@ class PulsarCollector:
 
 class ReactorLagCollector:
     """The stall detector's figures (``common/reactor_lag.py``): the reactor's timer lateness as a
-    Prometheus histogram in ms, its maximum, and the ticks later than the stall threshold."""
+    Prometheus histogram in ms, its maximum, and the ticks later than the stall threshold.
+    ``prefix`` names the daemon (``pulsar_broker_``; ``bookie_`` on a bookie's /metrics, with no
+    ``cluster`` label when ``cluster`` is None, as BookKeeper's own metrics have none)."""
 
-    def __init__(self, monitor, cluster: str):
+    def __init__(self, monitor, cluster: str | None, prefix: str = "pulsar_broker_"):
         self.monitor = monitor
-        self.cluster = cluster
+        self.prefix = prefix
+        self.labels = ["cluster"] if cluster is not None else []
+        self.values = [cluster] if cluster is not None else []
 
     def collect(self):
-        h = self.monitor.histogram
-        lag = HistogramMetricFamily("pulsar_broker_event_loop_lag_ms",
+        h, p = self.monitor.histogram, self.prefix
+        lag = HistogramMetricFamily(f"{p}event_loop_lag_ms",
                                     "Lateness of the reactor's periodic tick, in milliseconds",
-                                    labels=["cluster"])
-        lag.add_metric([self.cluster], [(_le(bound), n) for bound, n in h.cumulative()], h.sum)
+                                    labels=self.labels)
+        lag.add_metric(self.values, [(_le(bound), n) for bound, n in h.cumulative()], h.sum)
         yield lag
-        top = GaugeMetricFamily("pulsar_broker_event_loop_lag_max_ms",
+        top = GaugeMetricFamily(f"{p}event_loop_lag_max_ms",
                                 "Largest lateness of the reactor's tick since start, in milliseconds",
-                                labels=["cluster"])
-        top.add_metric([self.cluster], h.max)
+                                labels=self.labels)
+        top.add_metric(self.values, h.max)
         yield top
-        stalls = CounterMetricFamily("pulsar_broker_event_loop_stalls",
+        stalls = CounterMetricFamily(f"{p}event_loop_stalls",
                                      "Reactor ticks later than the stall threshold (each one logged)",
-                                     labels=["cluster"])
-        stalls.add_metric([self.cluster], self.monitor.stalls)
+                                     labels=self.labels)
+        stalls.add_metric(self.values, self.monitor.stalls)
         yield stalls
 
 

@@ -30,3 +30,12 @@ class LagMetricsTests(unittest.TestCase):
             self.assertIn(line, text)
         self.assertIn('pulsar_broker_event_loop_lag_max_ms{cluster="standalone"} 130.0', text)
         self.assertIn("# TYPE pulsar_broker_event_loop_lag_ms histogram", text)
+
+    def test_bookie_names_without_cluster(self):
+        """On a bookie: bookie_ prefix, no labels (BookKeeper's metrics have none)."""
+        monitor = ReactorLagMonitor(Clock(), interval=0.01, stall_ms=50)
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(ReactorLagCollector(monitor, None, "bookie_"))
+        text = generate_latest(registry).decode()
+        self.assertIn('bookie_event_loop_lag_ms_bucket{le="+Inf"} 0.0', text)
+        self.assertIn("bookie_event_loop_stalls_total 0.0", text)
