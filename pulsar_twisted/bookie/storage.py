@@ -17,8 +17,11 @@ at GC) and re-create it on the next add; here a stale writer cannot bring it bac
 
 Threads: the reactor thread owns all in-memory state. The journal has its own writer thread; the disk work
 of checkpoints, GC and start-up runs in one single-threaded pool owned by this object, so checkpoint and GC
-file writes never interleave. Reads of flushed entries do two small synchronous preads in the reactor
-thread (index slot + record); at page-cache speed that is cheaper than a thread hop per read.
+file writes never interleave. Reads of flushed entries (index slot + record, two preads) run in a read
+thread of their own: at page-cache speed a pread costs microseconds, but a cold one blocks for milliseconds,
+and on the reactor that stalled every connection while a backlog not in memory was drained. The reads
+issued while one batch is out go as the next batch, so a dispatcher's range read costs one thread hop,
+not one per entry; a separate thread, so reads never wait behind a checkpoint.
 """
 
 import os
