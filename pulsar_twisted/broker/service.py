@@ -17,6 +17,7 @@ from twisted.python.failure import Failure
 
 from pulsar_twisted.broker import schema
 from pulsar_twisted.broker.advertised import advertised_listeners, select_listener
+from pulsar_twisted.broker.loadbalance.decisions import DecisionLog
 from pulsar_twisted.broker.ownership import LookupResult
 from pulsar_twisted.broker.compaction import Compactor
 from pulsar_twisted.broker.policies import PolicyService
@@ -67,6 +68,10 @@ class BrokerService(service.Service):
         self.security = BrokerSecurity(config, clock, metadata_store)
         #: An ``ownership.IOwnership`` (cluster mode); None: this broker serves every topic.
         self.ownership = None
+        #: The cluster broker's ``loadbalance.manager.LoadManager``; None standalone.
+        self.load_manager = None
+        #: Placement, split, unload and shed decisions (``loadbalance/decisions.py``).
+        self.decisions = DecisionLog(clock, config.loadBalancerDecisionsMaxEntries)
         #: The metadata documents (pulsar_twisted.resources).
         self.clusters = ClusterResources(metadata_store)
         self.tenants = TenantResources(metadata_store)
@@ -224,14 +229,15 @@ class BrokerService(service.Service):
 
     # ---------------------------------------------------------------- binary-protocol queries
     @defer.inlineCallbacks
-    def lookup(self, topic: str, cnx=None, listener_name: str = ""):
+    def lookup(self, topic: str, cnx=None, listener_name: str = "", authoritative: bool = False):
         """
         ``(broker_url, broker_url_tls)`` of the broker serving ``topic`` (a ``LookupResult`` in a
         cluster). ``cnx``: the asking connection, whose role must be allowed to look the topic
         up. ``listener_name``: answer the serving broker's URLs of that advertised listener
         (ServiceNotReady "the broker do not have <name> listener" when it has none).
+        ``authoritative``: the client was redirected here by another broker's placement.
         """
-        result = yield self._lookup(topic, cnx)
+        result = yield self._lookup(topic, cnx, authoritative)
         if not listener_name:
             return result
         listeners = getattr(result, "listeners", None)
@@ -246,7 +252,7 @@ class BrokerService(service.Service):
                             http_url_tls=getattr(result, "http_url_tls", ""), listeners=listeners)
 
     @defer.inlineCallbacks
-    def _lookup(self, topic: str, cnx):
+    def _lookup(self, topic: str, cnx, authoritative=False):
         name = self._parse(topic)
         self.security.lookup_started()  # TooManyRequests past maxConcurrentLookupRequest
         try:
@@ -257,7 +263,7 @@ class BrokerService(service.Service):
             # consumer would get (the official client reports the lookup's error code).
             yield self.check_partition_bounds(name)
             if self.ownership is not None:
-                return (yield self.ownership.lookup(name))
+                return (yield self.ownership.lookup(name, authoritative=authoritative))
             return (self.broker_url, self.broker_url_tls)
         finally:
             self.security.lookup_finished()
@@ -476,14 +482,18 @@ class BrokerService(service.Service):
         if topic.subscriptions.get(subscription) is sub:
             yield topic.delete_subscription(sub)
 
-    def unload_topics(self, predicate):
+    def unload_topics(self, predicate) -> defer.Deferred:
         """Close (unload) every loaded topic whose TopicName satisfies ``predicate``: its clients
-        reconnect and look it up again (used when this broker loses a namespace bundle)."""
+        reconnect and look it up again (used when this broker loses or unloads a namespace
+        bundle). The Deferred fires once every one is closed (failures are logged)."""
+        closing = []
         for key in [k for k in self.topics if predicate(parse_topic(k))]:
             topic = self.topics.pop(key)
+            self.policies.topic_removed(topic)
             self.log.info("Unloading topic {topic}", topic=key)
-            defer.maybeDeferred(topic.close).addErrback(
-                lambda f, key=key: self.log.failure("unloading {topic}", f, topic=key))
+            closing.append(defer.maybeDeferred(topic.close).addErrback(
+                lambda f, key=key: self.log.failure("unloading {topic}", f, topic=key)))
+        return defer.gatherResults(closing).addCallback(lambda _: None)
 
     def topic_failed(self, topic, reason: str) -> None:
         """

@@ -46,6 +46,14 @@ def add_broker_routes(router, admin) -> None:
     def ready(request):
         return "ok"
 
+    @router.route("GET", f"{V2}/broker-stats/load-report")
+    def load_report(request):
+        return admin.load_report()
+
+    @router.route("GET", f"{V2}/broker-stats/load-decisions")
+    def load_decisions(request):
+        return admin.load_decisions(query(request, "kind", "") or "")
+
     @router.route("GET", f"{V2}/brokers/{{cluster}}")
     def brokers(request, cluster):
         return admin.list_brokers(cluster)
@@ -95,6 +103,19 @@ def add_namespace_routes(router, admin) -> None:
     @router.route("DELETE", ns)
     def delete_namespace(request, tenant, namespace):
         return admin.delete_namespace(tenant, namespace, force=query_bool(request, "force"))
+
+    @router.route("PUT", f"{ns}/unload")
+    def unload(request, tenant, namespace):
+        return admin.unload_namespace(tenant, namespace)
+
+    @router.route("PUT", f"{ns}/{{bundle}}/unload")
+    def unload_bundle(request, tenant, namespace, bundle):
+        return admin.unload_bundle(tenant, namespace, bundle)
+
+    @router.route("PUT", f"{ns}/{{bundle}}/split")
+    def split_bundle(request, tenant, namespace, bundle):
+        return admin.split_bundle(tenant, namespace, bundle, unload=query_bool(request, "unload"),
+                                  algorithm=query(request, "splitAlgorithmName", "") or "")
 
     @router.route("GET", f"{ns}/topics")
     def topics(request, tenant, namespace):

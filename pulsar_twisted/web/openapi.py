@@ -281,6 +281,19 @@ def _operations() -> dict:
                                                {200: _ref("PersistentTopicInternalStats")}),
         ("GET", _TOPIC + "/lastMessageId"): op("Last message id", "topics", {200: _ref("MessageId")}),
         ("PUT", _TOPIC + "/unload"): op("Unload a topic", "topics"),
+        ("GET", _TOPIC + "/bundle"): op("The bundle range of a topic", "topics", {200: _STR}),
+        ("PUT", _NS + "/unload"): op("Unload every bundle of a namespace", "namespaces",
+                                     errors=(503,)),
+        ("PUT", _NS + "/{bundle}/unload"): op("Unload a namespace bundle", "namespaces",
+                                              errors=(503,)),
+        ("PUT", _NS + "/{bundle}/split"): op(
+            "Split a namespace bundle", "namespaces",
+            query={"unload": _BOOL, "splitAlgorithmName": _STR}, errors=(503,)),
+        ("GET", "/admin/v2/broker-stats/load-report"): op(
+            "This broker's load report (Pulsar's LocalBrokerData)", "brokers", {200: _ANY}),
+        ("GET", "/admin/v2/broker-stats/load-decisions"): op(
+            "The load manager's placement, split, unload and shed decisions", "brokers",
+            {200: _array(_ANY)}, query={"kind": _STR}),
         ("PUT", _TOPIC + "/compaction"): op("Trigger compaction", "topics"),
         ("GET", _TOPIC + "/compaction"): op("Compaction status", "topics",
                                             {200: _ref("LongRunningProcessStatus")}),
