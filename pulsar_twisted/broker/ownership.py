@@ -421,14 +421,15 @@ class BundleOwnership:
         path = bundle.path
         if path not in self.owned:
             return defer.succeed(False)
-        waiters = self._unloading.get(path)
-        if waiters is None:
-            # Marked before the first write: its own "modified" notification must not look like
-            # another broker's request.
-            waiters = self._unloading[path] = []
-            defer.Deferred.fromCoroutine(self._release(path)).addBoth(self._released, path)
         d = defer.Deferred()
-        waiters.append(d)
+        waiters = self._unloading.get(path)
+        if waiters is not None:
+            waiters.append(d)
+            return d
+        # Marked before the first write: its own "modified" notification must not look like
+        # another broker's request.
+        self._unloading[path] = [d]
+        defer.Deferred.fromCoroutine(self._release(path)).addBoth(self._released, path)
         return d
 
     def _released(self, result, path):
