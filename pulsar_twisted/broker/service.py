@@ -68,9 +68,8 @@ class BrokerService(service.Service):
         self.security = BrokerSecurity(config, clock, metadata_store)
         #: An ``ownership.IOwnership`` (cluster mode); None: this broker serves every topic.
         self.ownership = None
-        #: The cluster broker's ``loadbalance.manager.LoadManager``; None standalone.
+        #: Cluster brokers' ``loadbalance.manager.LoadManager`` and every broker's decisions log.
         self.load_manager = None
-        #: Placement, split, unload and shed decisions (``loadbalance/decisions.py``).
         self.decisions = DecisionLog(clock, config.loadBalancerDecisionsMaxEntries)
         #: The metadata documents (pulsar_twisted.resources).
         self.clusters = ClusterResources(metadata_store)
