@@ -238,3 +238,15 @@ class DecisionLogTests(TestCase):
         self.assertEqual([e["kind"] for e in entries], ["split", "shed"])
         self.assertEqual((entries[0]["timestamp"], entries[0]["reason"]), (2000, "too many topics"))
         self.assertEqual([e["bundle"] for e in log.entries("shed")], ["ns/0x1_0x2"])
+
+
+class PreferenceTests(TestCase):
+
+    def test_the_broker_asked_wins_among_equals(self):
+        """Idle brokers all score 0: the asked one keeps the bundle (no redirect)."""
+        reps = {"a:8080": report(), "b:8080": report(), "c:8080": report()}
+        for i in range(10):
+            self.assertEqual(placement.choose_broker(reps, {}, rng=random.Random(i), prefer="b:8080")[0],
+                             "b:8080")
+        busy = {"a:8080": report(), "b:8080": report(bundles=["x"], stats={"x": {"msgRateIn": 1.0}})}
+        self.assertEqual(placement.choose_broker(busy, {}, prefer="b:8080")[0], "a:8080")

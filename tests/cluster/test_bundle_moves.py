@@ -209,7 +209,8 @@ class SplitTests(TwoBrokers):
         self.assertEqual(self.owner_of(self.bundle)["nativeUrl"], A_URLS["nativeUrl"])
 
 
-class LoadManagerTests(TwoBrokers):
+class LoadManagerBase(TwoBrokers):
+    """Both brokers with a LoadManager (A the leader), driven by hand (no loop)."""
 
     def manager(self, harness, ownership, broker_id, urls, leader=False):
         class Leader:
@@ -236,6 +237,10 @@ class LoadManagerTests(TwoBrokers):
 
     async def store_report(self, manager, report):
         await manager.store.put(broker_path(manager.broker_id), json.dumps(report).encode(), ephemeral=True)
+
+
+
+class LoadManagerTests(LoadManagerBase):
 
     def test_report_written_on_thresholds(self):
         """The first report is written; an unchanged one not before the max interval."""
@@ -313,3 +318,40 @@ class LoadManagerTests(TwoBrokers):
         self.assertEqual(len(done), 1)
         self.assertEqual([e["kind"] for e in self.a.broker.decisions.entries()], ["split", "unload", "unload"])
         self.assertEqual(self.own_a.owned, {})
+
+
+class LeaderRoundTests(LoadManagerBase):
+
+    def test_leader_writes_bundle_data_and_sheds_after_one_interval(self):
+        """The leader's round: bundle data under /loadbalance/bundle-data at once; the first
+        shedding only one loadBalancerSheddingIntervalMinutes after it started leading."""
+        self.successResultOf(self.own_a.check_owned(self.name))
+        names = ["persistent://public/default/cool-y", "persistent://public/default/other-x",
+                 "persistent://public/default/third-z"]
+        other = next(b for b in (self.successResultOf(self.own_a.bundle_of(parse_topic(n))) for n in names)
+                     if b != self.bundle)
+        self.successResultOf(self.own_a.acquire(other))
+        hot = {str(self.bundle): {"msgThroughputIn": 900.0, "msgRateIn": 9.0},
+               str(other): {"msgThroughputIn": 100.0}}
+        self.write(self.lm_a, cpu={"usage": 90.0, "limit": 100.0}, bundles=list(hot), lastStats=hot,
+                   msgThroughputIn=1000.0)
+        self.write(self.lm_b, cpu={"usage": 10.0, "limit": 100.0})
+        self.successResultOf(self.go(self.lm_a.lead()))
+        raw = self.successResultOf(self.root.get(f"/loadbalance/bundle-data/{self.bundle}"))[0]
+        self.assertEqual(json.loads(raw)["longTermData"]["msgRateIn"], 9.0)
+        self.assertEqual(self.a.broker.decisions.entries("shed"), [])
+        self.clock.advance(60)
+        self.successResultOf(self.go(self.lm_a.lead()))
+        self.a.pump()
+        [entry] = self.a.broker.decisions.entries("shed")
+        self.assertEqual((entry["bundle"], entry["source"]), (str(self.bundle), "a:8080"))
+        self.assertFalse(self.own_a.owns(self.bundle))
+
+    def test_report_bundles_and_stats_of_loaded_topics(self):
+        """The report lists the owned bundles and, per bundle, the topics and producers."""
+        self.assertEqual(produce(self.a.client(), TOPIC).type, T.PRODUCER_SUCCESS)
+        report = self.lm_a.current_report()
+        self.assertEqual(report["bundles"], [str(self.bundle)])
+        self.assertEqual((report["numTopics"], report["numProducers"], report["numBundles"]), (1, 1, 1))
+        stats = report["lastStats"][str(self.bundle)]
+        self.assertEqual((stats["topics"], stats["producerCount"]), (1, 1))

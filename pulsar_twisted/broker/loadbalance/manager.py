@@ -162,15 +162,21 @@ class LoadManager:
             self.preallocated[broker] = {b for b in self.preallocated.get(broker, ()) if b not in known}
         chosen, scores = choose_broker(
             reports, self.aggregator.data, self.preallocated,
-            self.config.loadBalancerBrokerOverloadedThresholdPercentage / 100.0, self.rng)
+            self.config.loadBalancerBrokerOverloadedThresholdPercentage / 100.0, self.rng,
+            prefer=self.broker_id)
         if chosen is None:
             return None
         self.preallocated.setdefault(chosen, set()).add(str(bundle))
-        if self.decisions is not None:
-            self.decisions.record(
-                "placement", str(bundle), "LeastLongTermMessageRate: lowest long-term message rate "
-                "among brokers not overloaded", broker=self.broker_id, target=chosen,
-                scores={b: (s if s != float("inf") else "overloaded") for b, s in scores.items()})
+        equals = sorted(b for b, s in scores.items() if s == scores[chosen])
+        if scores[chosen] == float("inf"):
+            reason = "every broker is overloaded: any of them"
+        elif len(equals) > 1:
+            reason = f"LeastLongTermMessageRate: {len(equals)} brokers score the same; " + (
+                "kept on the broker asked" if chosen == self.broker_id else "drawn among them")
+        else:
+            reason = "LeastLongTermMessageRate: lowest long-term message rate among brokers not overloaded"
+        self._record("placement", bundle, reason, target=chosen,
+                     scores={b: (s if s != float("inf") else "overloaded") for b, s in scores.items()})
         if chosen == self.broker_id:
             return None
         return urls_of_report(reports[chosen])
@@ -234,7 +240,12 @@ class LoadManager:
                 await self.store.put(bundle_data_path(bundle), json.dumps(data, sort_keys=True).encode())
         if not (c.loadBalancerEnabled and c.loadBalancerSheddingEnabled):
             return
-        if self._last_shed is not None and now - self._last_shed < 60.0 * c.loadBalancerSheddingIntervalMinutes:
+        if self._last_shed is None:
+            # The first round only after a whole interval as leader (Pulsar's initial delay):
+            # the reports of every broker have come in by then.
+            self._last_shed = now
+            return
+        if now - self._last_shed < 60.0 * c.loadBalancerSheddingIntervalMinutes:
             return
         self._last_shed = now
         await self.shed(reports, now)

@@ -5,7 +5,10 @@ reports (``reports.py``) and the leader's bundle data (``bundle_data.py``).
 A broker's score is the long-term message rate (in + out) of the bundles it owns plus those just
 assigned to it (``preallocated``, not yet in its report), or infinity when any of its resources
 is used above ``loadBalancerBrokerOverloadedThresholdPercentage``. The bundle goes to a broker of
-the lowest score (ties broken by ``rng``); when every broker is overloaded, to any of them.
+the lowest score; when every broker is overloaded, to any of them. Among equals the broker asked
+(``prefer``) wins, else one drawn by ``rng`` (Pulsar draws at random even then; keeping the bundle
+where the client asked saves it a redirect when nothing tells the brokers apart, as on an idle
+cluster).
 """
 
 import math
@@ -38,7 +41,7 @@ def broker_score(report: dict, bundle_data: dict, preallocated=(), overload_thre
 
 
 def choose_broker(reports: dict, bundle_data: dict, preallocated: dict = None,
-                  overload_threshold: float = 0.85, rng=random):
+                  overload_threshold: float = 0.85, rng=random, prefer: str = None):
     """``(broker_id, scores)``: the broker (of ``reports``, broker id -> LocalBrokerData) a new
     bundle goes to, None without brokers. ``preallocated``: broker id -> bundles assigned to it
     since its last report."""
@@ -49,4 +52,6 @@ def choose_broker(reports: dict, bundle_data: dict, preallocated: dict = None,
         return None, scores
     best = min(scores.values())
     candidates = sorted(b for b, s in scores.items() if s == best)
+    if prefer in candidates:
+        return prefer, scores
     return rng.choice(candidates), scores
