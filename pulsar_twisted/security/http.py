@@ -68,6 +68,10 @@ async def check_http_access(authorization, method: str, path: str, role) -> None
             authorization.check_super_user(role)
         return
     if kind == "namespaces" and len(parts) >= 4:
+        if method == "PUT" and len(parts) in (6, 7) and parts[-1] in ("unload", "split"):
+            # Pulsar's unload and split-bundle: validateSuperUserAccess.
+            authorization.check_super_user(role)
+            return
         if read and len(parts) == 6 and parts[5] == "topics":
             # Pattern consumers list a namespace's topics with the role they consume with.
             name = _topic(PERSISTENT, parts[3], parts[4], "_")
