@@ -6,15 +6,21 @@ no acknowledged message lost, none stored or delivered twice, none out of order,
 answered, with deduplication off so that a resend of a stored message would show. Bounded to about 90 s with start-up; skipped without ZooKeeper or the official client.
 """
 
+import io
+import json
+import uuid
+
 from twisted.trial.unittest import SynchronousTestCase
 
+from pulsar_twisted.cli import admin as cli
 from pulsar_twisted.testing.chaos import checker
+from pulsar_twisted.testing.cluster import wait_for
+from tests.cluster.test_processes import ClusterCase, pulsar
 
 
 class BundleMovesUnderLoadTests(SynchronousTestCase):
 
     def setUp(self):
-        from tests.cluster.test_processes import pulsar
         if pulsar is None:
             raise self.skipTest("the official pulsar-client package is not installed")
         from pulsar_twisted.testing.cluster import ZooKeeperServer, ZooKeeperUnavailable
@@ -40,3 +46,59 @@ class BundleMovesUnderLoadTests(SynchronousTestCase):
         self.assertEqual(history.meta["nemesis_errors"], [])
         self.assertGreater(verdict.acked, 500)
         self.assertTrue(verdict.ok, f"violations: {verdict.violations}")
+
+
+class AdminOnClusterTests(ClusterCase):
+    """The admin verbs on real brokers: pulsar-admin through a broker that does not own the
+    bundle, the load report of a cluster broker, the decisions log."""
+
+    def admin(self, broker, *argv):
+        out, err = io.StringIO(), io.StringIO()
+        code = cli.main(["--admin-url", broker.web_service_url, *argv], out=out, err=err)
+        self.assertEqual(code, 0, err.getvalue())
+        text = out.getvalue().strip()
+        try:
+            return json.loads(text) if text else None
+        except ValueError:
+            return text
+
+    def test_unload_and_split_through_a_non_owner(self):
+        cluster = self.make_cluster(bookies=2, brokers=2, broker_config={
+            "managedLedgerDefaultEnsembleSize": 2, "managedLedgerDefaultWriteQuorum": 2,
+            "managedLedgerDefaultAckQuorum": 2, "zooKeeperSessionTimeoutMillis": 4000})
+        owner, other = cluster.brokers
+        wait_for(lambda: {owner.broker_id, other.broker_id} <= set(cluster.registered_brokers()),
+                 10, "broker registrations", on_timeout=cluster.logs)
+        topic = f"persistent://public/default/moves-{uuid.uuid4().hex[:8]}"
+        client = self.client(owner.service_url)
+        # Subscribed first: without retention, what no subscription holds may be trimmed.
+        consumer = client.subscribe(topic, "check")
+        producer = client.create_producer(topic, batching_enabled=False)
+        producer.send(b"before")
+        bundle = self.admin(other, "topics", "bundle-range", topic)
+        self.assertEqual(cluster.bundle_owners().get(bundle), owner.service_url)
+
+        report = self.admin(owner, "broker-stats", "load-report")
+        self.assertEqual((report["numTopics"], report["pulsarServiceUrl"]), (1, owner.service_url))
+        self.assertIn(f"public/default/{bundle}", report["bundles"])
+        raw, _ = cluster.zk.get(cluster.path(f"/loadbalance/brokers/{owner.broker_id}"))
+        self.assertIn("cpu", json.loads(raw))
+
+        # Unload through the other broker: the owner closes the topic; the producer comes back.
+        self.admin(other, "namespaces", "unload", "public/default", "-b", bundle)
+        self.assertIn(f"Unloading topic {topic}", owner.log_text())
+        producer.send(b"after unload")
+        # Split through the other broker: 307 to the owner (followed), which keeps the halves.
+        owner_now = cluster.bundle_owners()[bundle]
+        serving = owner if owner_now == owner.service_url else other
+        asked = other if serving is owner else owner
+        self.admin(asked, "namespaces", "split-bundle", "public/default", "-b", bundle)
+        policies = self.admin(asked, "namespaces", "policies", "public/default")
+        self.assertEqual(policies["bundles"]["numBundles"], 5)
+        half = self.admin(asked, "topics", "bundle-range", topic)
+        self.assertEqual(cluster.bundle_owners().get(half), serving.service_url)
+        producer.send(b"after split")
+        kinds = [d["kind"] for d in self.admin(serving, "broker-stats", "load-decisions")]
+        self.assertIn("split", kinds)
+        got = [consumer.receive(timeout_millis=10000).data() for _ in range(3)]
+        self.assertEqual(got, [b"before", b"after unload", b"after split"])
