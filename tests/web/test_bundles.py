@@ -54,3 +54,17 @@ class BundleRouteTests(WebTestCase):
             self.assertIn(field, report)
         self.assertEqual((report["numTopics"], report["numProducers"]), (1, 1))
         self.assertEqual(set(report["cpu"]), {"usage", "limit"})
+
+
+class DefaultBundlesTests(WebTestCase):
+    config = {"defaultNumberOfNamespaceBundles": 8}
+
+    @defer.inlineCallbacks
+    def test_new_namespaces_get_default_number_of_namespace_bundles(self):
+        yield self.expect("PUT", "/admin/v2/namespaces/public/eight", 204)
+        policies = yield self.expect("GET", "/admin/v2/namespaces/public/eight", 200)
+        self.assertEqual(policies["bundles"]["numBundles"], 8)
+        self.assertEqual(len(policies["bundles"]["boundaries"]), 9)
+        yield self.expect("PUT", "/admin/v2/namespaces/public/two", 204, {"bundles": {"numBundles": 2}})
+        policies = yield self.expect("GET", "/admin/v2/namespaces/public/two", 200)
+        self.assertEqual(policies["bundles"]["numBundles"], 2)
