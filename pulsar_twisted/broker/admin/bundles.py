@@ -19,7 +19,7 @@ from pulsar_twisted.broker.admin.errors import Conflict, PreconditionFailed
 from pulsar_twisted.broker.loadbalance import reports, split as splits
 from pulsar_twisted.broker.ownership import NotOwnedError, bundle_for, topic_hash, unload_bundle
 from pulsar_twisted.resources.base import ConcurrentModificationError
-from pulsar_twisted.resources.policies import DEFAULT_NUM_BUNDLES, boundaries_of_policies, even_boundaries
+from pulsar_twisted.resources.policies import DEFAULT_NUM_BUNDLES, boundaries_of_policies
 
 #: How long an admin unload through another broker waits for the bundle to be free.
 UNLOAD_WAIT_SECONDS = 30.0
@@ -173,7 +173,7 @@ class BundlesAdmin(AdminArea):
                 "cluster": config.clusterName}
         if self._host is None:
             self._host = reports.HostUsage(self.clock)
-        load = reports.broker_load(self.broker, lambda ns: even_boundaries(DEFAULT_NUM_BUNDLES))
+        load = reports.broker_load(self.broker, reports.even_bundle_finder(DEFAULT_NUM_BUNDLES))
         bundles = sorted(load["lastStats"])
         return reports.local_broker_data(base, self._host.sample(), load, bundles,
                                          int(self.clock.seconds() * 1000),

@@ -104,9 +104,9 @@ class LoadManager:
     def current_report(self) -> dict:
         """This broker's LocalBrokerData now."""
         ownership = self.ownership
-        bounds = getattr(ownership, "_bounds", {})
-        load = rep.broker_load(self.broker, bounds.get)
-        owned = [str(b) for b in getattr(ownership, "owned", {}).values()]
+        bundles = list(ownership.owned.values())
+        load = rep.broker_load(self.broker, rep.owned_bundle_finder(bundles))
+        owned = [str(b) for b in bundles]
         nic = self.config.loadBalancerOverrideBrokerNicSpeedGbps * 1024 * 1024
         self.last_report = rep.local_broker_data(self.base, self.host.sample(), load, owned,
                                                  int(self.clock.seconds() * 1000), nic)
@@ -204,7 +204,7 @@ class LoadManager:
         """Split this broker's bundles over a limit (see the module doc); the halves split."""
         report = self.last_report or self.current_report()
         done = []
-        for path, bundle in list(getattr(self.ownership, "owned", {}).items()):
+        for bundle in list(self.ownership.owned.values()):
             reason = self._split_reason((report.get("lastStats") or {}).get(str(bundle)) or {})
             if reason is None:
                 continue

@@ -18,7 +18,8 @@ MB (limit: the machine's memory), bandwidth in Kbit/s of message payload (limit:
 import os
 import resource
 
-from pulsar_twisted.broker.ownership import bundle_for
+from pulsar_twisted.broker.ownership import bundle_for, topic_hash
+from pulsar_twisted.resources.policies import even_boundaries
 
 #: Pulsar's LocalBrokerData figures compared by ``needs_update``.
 _RATE_FIELDS = ("msgRateIn", "msgRateOut", "msgThroughputIn", "msgThroughputOut")
@@ -74,34 +75,54 @@ def _empty_bundle_stats() -> dict:
             "consumerCount": 0, "producerCount": 0, "topics": 0, "cacheSize": 0}
 
 
-def broker_load(broker, bounds_of) -> dict:
+def broker_load(broker, bundle_of) -> dict:
     """Figures of ``broker``'s loaded topics: totals and ``lastStats`` (bundle name -> Pulsar's
-    NamespaceBundleStats). ``bounds_of(namespace)`` gives a namespace's bundle bounds (known
-    ones only: the ownership's cache), or None to skip its topics."""
+    NamespaceBundleStats). ``bundle_of(topic_name)`` names a topic's bundle, or None to leave
+    the topic out of ``lastStats`` (it still counts in the totals)."""
     totals = dict.fromkeys(_RATE_FIELDS, 0.0)
     producers = consumers = 0
     stats = {}
     for topic in list(broker.topics.values()):
-        name = topic.topic_name
-        namespace = str(name.namespace_name)
-        bounds = bounds_of(namespace)
-        if bounds is None:
-            continue
         rate_in, tput_in, rate_out, tput_out = topic.counters.rates
         n_producers = len(topic.producers)
         n_consumers = sum(len(s.consumers) for s in list(topic.subscriptions.values()))
-        bundle = str(bundle_for(namespace, bounds, str(name)))
-        row = stats.setdefault(bundle, _empty_bundle_stats())
-        for field, value in zip(_RATE_FIELDS, (rate_in, rate_out, tput_in, tput_out)):
-            row[field] += value
+        values = (rate_in, rate_out, tput_in, tput_out)
+        for field, value in zip(_RATE_FIELDS, values):
             totals[field] += value
-        row["producerCount"] += n_producers
-        row["consumerCount"] += n_consumers
-        row["topics"] += 1
+        bundle = bundle_of(topic.topic_name)
+        if bundle is not None:
+            row = stats.setdefault(str(bundle), _empty_bundle_stats())
+            for field, value in zip(_RATE_FIELDS, values):
+                row[field] += value
+            row["producerCount"] += n_producers
+            row["consumerCount"] += n_consumers
+            row["topics"] += 1
         producers += n_producers
         consumers += n_consumers
     return {"totals": totals, "lastStats": stats, "numTopics": len(broker.topics),
             "numProducers": producers, "numConsumers": consumers}
+
+
+def owned_bundle_finder(owned):
+    """``bundle_of`` for ``broker_load``: the bundle of ``owned`` (NamespaceBundles) a topic falls
+    in, None when none does."""
+    by_namespace = {}
+    for bundle in owned:
+        by_namespace.setdefault(bundle.namespace, []).append(bundle)
+
+    def bundle_of(name):
+        h = topic_hash(str(name))
+        for bundle in by_namespace.get(str(name.namespace_name), ()):
+            if bundle.includes(h):
+                return bundle
+        return None
+    return bundle_of
+
+
+def even_bundle_finder(num_bundles: int):
+    """``bundle_of`` for a broker owning everything (standalone): the even split's bundles."""
+    bounds = even_boundaries(num_bundles)
+    return lambda name: bundle_for(str(name.namespace_name), bounds, str(name))
 
 
 def local_broker_data(base: dict, host: dict, load: dict, bundles, now_ms: int, nic_kbps: float) -> dict:
