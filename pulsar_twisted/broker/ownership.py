@@ -71,11 +71,12 @@ def topic_hash(topic: str) -> int:
 
 def unload_bundle(broker, bundle) -> defer.Deferred:
     """Unload the topics of ``broker`` (a BrokerService) that fall in ``bundle`` (the
-    ``on_bundle_lost`` / ``on_bundle_unload`` of a cluster broker's BundleOwnership); fires once
-    they are closed."""
+    ``on_bundle_lost`` / ``on_bundle_unload`` of a cluster broker's BundleOwnership): their clients
+    are told to reconnect. Fires once every one is closed."""
     namespace = bundle.namespace
-    return broker.unload_topics(
-        lambda name: str(name.namespace_name) == namespace and bundle.includes(topic_hash(str(name))))
+    keys = [key for key, topic in list(broker.topics.items())
+            if str(topic.topic_name.namespace_name) == namespace and bundle.includes(topic_hash(key))]
+    return defer.gatherResults([broker.unload_topic(key) for key in keys]).addCallback(lambda _: None)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from twisted.python.failure import Failure
 
 from pulsar_twisted.broker import schema
 from pulsar_twisted.broker.advertised import advertised_listeners, select_listener
-from pulsar_twisted.broker.loadbalance.decisions import DecisionLog
+from pulsar_twisted.broker.broker_counters import BrokerCounters, counted_lookup
 from pulsar_twisted.broker.ownership import LookupResult
 from pulsar_twisted.broker.compaction import Compactor
 from pulsar_twisted.broker.policies import PolicyService
@@ -58,6 +58,8 @@ class BrokerService(service.Service):
         self.topics = {}
         self._loading = {}
         self.connections = set()
+        #: Connection and lookup counters for /metrics (broker_counters.py).
+        self.counters = BrokerCounters(clock)
         self.producer_name_prefix = None
         self._producer_counter = 0
         #: Bytes received from producers and not yet stored, across every connection.
@@ -68,9 +70,6 @@ class BrokerService(service.Service):
         self.security = BrokerSecurity(config, clock, metadata_store)
         #: An ``ownership.IOwnership`` (cluster mode); None: this broker serves every topic.
         self.ownership = None
-        #: Cluster brokers' ``loadbalance.manager.LoadManager`` and every broker's decisions log.
-        self.load_manager = None
-        self.decisions = DecisionLog(clock, config.loadBalancerDecisionsMaxEntries)
         #: The metadata documents (pulsar_twisted.resources).
         self.clusters = ClusterResources(metadata_store)
         self.tenants = TenantResources(metadata_store)
@@ -133,10 +132,12 @@ class BrokerService(service.Service):
 
     def connection_opened(self, cnx) -> None:
         self.connections.add(cnx)
+        self.counters.connection_opened()
         self.security.connection_opened(cnx)
 
     def connection_closed(self, cnx) -> None:
         if cnx in self.connections:
+            self.counters.connection_closed()
             self.security.connection_closed(cnx)
         self.connections.discard(cnx)
         self._publish_throttled.discard(cnx)
@@ -227,6 +228,7 @@ class BrokerService(service.Service):
             pass
 
     # ---------------------------------------------------------------- binary-protocol queries
+    @counted_lookup  # answers, redirects, failures and latency for /metrics
     @defer.inlineCallbacks
     def lookup(self, topic: str, cnx=None, listener_name: str = "", authoritative: bool = False):
         """
@@ -481,18 +483,14 @@ class BrokerService(service.Service):
         if topic.subscriptions.get(subscription) is sub:
             yield topic.delete_subscription(sub)
 
-    def unload_topics(self, predicate) -> defer.Deferred:
+    def unload_topics(self, predicate):
         """Close (unload) every loaded topic whose TopicName satisfies ``predicate``: its clients
-        reconnect and look it up again (used when this broker loses or unloads a namespace
-        bundle). The Deferred fires once every one is closed (failures are logged)."""
-        closing = []
+        reconnect and look it up again (used when this broker loses a namespace bundle)."""
         for key in [k for k in self.topics if predicate(parse_topic(k))]:
             topic = self.topics.pop(key)
-            self.policies.topic_removed(topic)
             self.log.info("Unloading topic {topic}", topic=key)
-            closing.append(defer.maybeDeferred(topic.close).addErrback(
-                lambda f, key=key: self.log.failure("unloading {topic}", f, topic=key)))
-        return defer.gatherResults(closing).addCallback(lambda _: None)
+            defer.maybeDeferred(topic.close).addErrback(
+                lambda f, key=key: self.log.failure("unloading {topic}", f, topic=key))
 
     def topic_failed(self, topic, reason: str) -> None:
         """

@@ -4,7 +4,7 @@
 One ordered tree (``tree.py``), started in this order and stopped in reverse:
 
 1. ``ZooKeeperMetadataStore`` on ``metadataStoreUrl`` (``zk:host:port[,host:port][/chroot]``), session
-   timeout ``zooKeeperSessionTimeoutMillis``; bookies are discovered through the same store, or through
+   timeout ``metadataStoreSessionTimeoutMillis``; bookies are discovered through the same store, or through
    a second one on ``bookkeeperMetadataServiceUri`` (``zk+null://host:port[/chroot]/ledgers``).
 2. ``TcpBookieClient`` (TLS when ``bookkeeperTLSTrustCertsFilePath`` is set, presenting
    ``bookkeeperTLSCertificateFilePath`` with ``bookkeeperTLSClientAuthentication``; request deadline
@@ -33,6 +33,7 @@ import json
 
 from pulsar_twisted.broker.admin.service import AdminService
 from pulsar_twisted.broker.leader import LeaderElection
+from pulsar_twisted.broker.loadbalance.decisions import DecisionLog
 from pulsar_twisted.broker.loadbalance.manager import LoadManager
 from pulsar_twisted.broker.advertised import check_listener_config
 from pulsar_twisted.broker.ownership import BundleOwnership, unload_bundle
@@ -93,12 +94,20 @@ def bookie_tls_options(config):
         raise ConfigError(f"bookkeeperTLS*: cannot load the certificates: {e}")
 
 
+def session_timeout_millis(config) -> int:
+    """The metadata session timeout: the deprecated ``zooKeeperSessionTimeoutMillis`` when it is
+    positive (Pulsar lets it win), else ``metadataStoreSessionTimeoutMillis``."""
+    if config.zooKeeperSessionTimeoutMillis > 0:
+        return config.zooKeeperSessionTimeoutMillis
+    return config.metadataStoreSessionTimeoutMillis
+
+
 def check_config(config) -> None:
     """Everything that can be refused before start-up (ConfigError naming the key)."""
     metadata_store_location(config)
     bookkeeper_store_location(config)
-    if config.zooKeeperSessionTimeoutMillis <= 0:
-        raise ConfigError("zooKeeperSessionTimeoutMillis must be positive")
+    if session_timeout_millis(config) <= 0:
+        raise ConfigError("metadataStoreSessionTimeoutMillis must be positive")
     check_listener_config(config)
     if config.brokerServicePortTls or config.webServicePortTls:
         # Missing or unreadable certificates stop start-up here, naming the key, rather than
@@ -129,7 +138,7 @@ class BrokerClusterService(BrokerListeners, Daemon):
         self.registration = self.leader = self.load_manager = None
         self._bookie_tls = None
         self._bookies_at_start = 0
-        self.session_timeout = config.zooKeeperSessionTimeoutMillis / 1000.0
+        self.session_timeout = session_timeout_millis(config) / 1000.0
         # Bundle, registration and leader checks: well inside the session timeout.
         self.check_interval = max(0.5, min(5.0, self.session_timeout / 2))
         steps = [
@@ -213,6 +222,8 @@ class BrokerClusterService(BrokerListeners, Daemon):
         return self.broker.start()
 
     def _start_ownership(self):
+        # One decisions log for the admin API's unloads and splits and the load manager's moves.
+        self.broker.decisions = DecisionLog(self.reactor, self.config.loadBalancerDecisionsMaxEntries)
         self.ownership = BundleOwnership(
             self.store, self.reactor, self.urls(),
             on_bundle_lost=lambda bundle: unload_bundle(self.broker, bundle),

@@ -46,14 +46,6 @@ def add_broker_routes(router, admin) -> None:
     def ready(request):
         return "ok"
 
-    @router.route("GET", f"{V2}/broker-stats/load-report")
-    def load_report(request):
-        return admin.load_report()
-
-    @router.route("GET", f"{V2}/broker-stats/load-decisions")
-    def load_decisions(request):
-        return admin.load_decisions(query(request, "kind", "") or "")
-
     @router.route("GET", f"{V2}/brokers/{{cluster}}")
     def brokers(request, cluster):
         return admin.list_brokers(cluster)

@@ -289,11 +289,6 @@ def _operations() -> dict:
         ("PUT", _NS + "/{bundle}/split"): op(
             "Split a namespace bundle", "namespaces",
             query={"unload": _BOOL, "splitAlgorithmName": _STR}, errors=(503,)),
-        ("GET", "/admin/v2/broker-stats/load-report"): op(
-            "This broker's load report (Pulsar's LocalBrokerData)", "brokers", {200: _ANY}),
-        ("GET", "/admin/v2/broker-stats/load-decisions"): op(
-            "The load manager's placement, split, unload and shed decisions", "brokers",
-            {200: _array(_ANY)}, query={"kind": _STR}),
         ("PUT", _TOPIC + "/compaction"): op("Trigger compaction", "topics"),
         ("GET", _TOPIC + "/compaction"): op("Compaction status", "topics",
                                             {200: _ref("LongRunningProcessStatus")}),

@@ -11,6 +11,7 @@ from twisted.trial.unittest import TestCase
 
 from pulsar_twisted.broker.admin.errors import PreconditionFailed
 from pulsar_twisted.broker.admin.service import AdminService
+from pulsar_twisted.broker.loadbalance.decisions import DecisionLog
 from pulsar_twisted.broker.loadbalance.manager import LoadManager
 from pulsar_twisted.broker.loadbalance.reports import HostUsage
 from pulsar_twisted.broker.ownership import BundleOwnership, NotOwnedError, unload_bundle
@@ -71,6 +72,7 @@ class TwoBrokers(TestCase):
             on_bundle_lost=lambda bundle: unload_bundle(harness.broker, bundle),
             on_bundle_unload=lambda bundle: unload_bundle(harness.broker, bundle), check_interval=5)
         harness.broker.ownership = ownership
+        harness.broker.decisions = DecisionLog(self.clock)     # as the broker daemon does
         ownership.start()
         self.addCleanup(ownership.stop)
         return ownership

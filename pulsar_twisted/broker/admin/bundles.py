@@ -16,7 +16,8 @@ from twisted.internet import task
 
 from pulsar_twisted.broker.admin.base import AdminArea, namespace_key, read_or_404
 from pulsar_twisted.broker.admin.errors import Conflict, PreconditionFailed
-from pulsar_twisted.broker.loadbalance import reports, split as splits
+from pulsar_twisted.broker.loadbalance import split as splits
+from pulsar_twisted.broker.loadbalance.decisions import DecisionLog
 from pulsar_twisted.broker.ownership import NotOwnedError, bundle_for, topic_hash, unload_bundle
 from pulsar_twisted.resources.base import ConcurrentModificationError
 from pulsar_twisted.resources.policies import DEFAULT_NUM_BUNDLES, boundaries_of_policies
@@ -35,13 +36,14 @@ def _disabled(raw: bytes) -> bool:
 
 
 class BundlesAdmin(AdminArea):
-    """``BundlesAdmin(context, decisions=None)``; ``decisions`` (a ``DecisionLog``) records
-    the splits and unloads asked through the API."""
+    """``BundlesAdmin(context, decisions=None)``; ``decisions`` (a ``DecisionLog``, the load
+    manager's in a cluster broker; else one of its own) records the splits and unloads asked
+    through the API."""
 
     def __init__(self, context, decisions=None):
         super().__init__(context)
-        self.decisions = decisions
-        self._host = None
+        self.decisions = decisions if decisions is not None else DecisionLog(
+            context.clock, context.config.loadBalancerDecisionsMaxEntries)
 
     @property
     def ownership(self):
@@ -160,31 +162,11 @@ class BundlesAdmin(AdminArea):
         return bundle_for(str(name.namespace_name), bounds, str(name)).range_name
 
     # ---------------------------------------------------------------- the load manager
-    def load_report(self) -> dict:
-        """This broker's LocalBrokerData (Pulsar's ``broker-stats/load-report``): the load
-        manager's in a cluster, else computed now over the loaded topics."""
-        manager = getattr(self.broker, "load_manager", None)
-        if manager is not None:
-            return manager.current_report()
-        config = self.context.config
-        base = {"webServiceUrl": self.context.web_service_url, "pulsarServiceUrl": self.broker.broker_url,
-                "pulsarServiceUrlTls": getattr(self.broker, "broker_url_tls", "") or "",
-                "webServiceUrlTls": "", "brokerVersionString": "pulsar-twisted",
-                "cluster": config.clusterName}
-        if self._host is None:
-            self._host = reports.HostUsage(self.clock)
-        load = reports.broker_load(self.broker, reports.even_bundle_finder(DEFAULT_NUM_BUNDLES))
-        bundles = sorted(load["lastStats"])
-        return reports.local_broker_data(base, self._host.sample(), load, bundles,
-                                         int(self.clock.seconds() * 1000),
-                                         config.loadBalancerOverrideBrokerNicSpeedGbps * 1024 * 1024)
-
     def load_decisions(self, kind: str = "") -> list:
         """The decisions log (oldest first), only those of ``kind`` when given."""
-        return self.decisions.entries(kind) if self.decisions is not None else []
+        return self.decisions.entries(kind)
 
     def _record(self, kind: str, bundle, reason: str) -> None:
-        if self.decisions is not None:
-            config = self.context.config
-            self.decisions.record(kind, str(bundle), reason,
-                                  broker=f"{config.advertisedAddress}:{config.webServicePort}")
+        config = self.context.config
+        self.decisions.record(kind, str(bundle), reason,
+                              broker=f"{config.advertisedAddress}:{config.webServicePort}")

@@ -119,12 +119,11 @@ class AdminService(service.Service):
     get_backlog_quota_map = _On("namespaces")
     set_backlog_quota = _On("namespaces")
     remove_backlog_quota = _On("namespaces")
-    # bundles: unload, split, a topic's bundle, the load manager's report and decisions
+    # bundles: unload, split, a topic's bundle, the load manager's decisions
     unload_namespace = _On("bundles")
     unload_bundle = _On("bundles")
     split_bundle = _On("bundles")
     bundle_range = _On("bundles")
-    load_report = _On("bundles")
     load_decisions = _On("bundles")
     # permissions
     get_permissions = _On("permissions")

@@ -18,8 +18,7 @@ MB (limit: the machine's memory), bandwidth in Kbit/s of message payload (limit:
 import os
 import resource
 
-from pulsar_twisted.broker.ownership import bundle_for, topic_hash
-from pulsar_twisted.resources.policies import even_boundaries
+from pulsar_twisted.broker.ownership import topic_hash
 
 #: Pulsar's LocalBrokerData figures compared by ``needs_update``.
 _RATE_FIELDS = ("msgRateIn", "msgRateOut", "msgThroughputIn", "msgThroughputOut")
@@ -119,12 +118,6 @@ def owned_bundle_finder(owned):
     return bundle_of
 
 
-def even_bundle_finder(num_bundles: int):
-    """``bundle_of`` for a broker owning everything (standalone): the even split's bundles."""
-    bounds = even_boundaries(num_bundles)
-    return lambda name: bundle_for(str(name.namespace_name), bounds, str(name))
-
-
 def local_broker_data(base: dict, host: dict, load: dict, bundles, now_ms: int, nic_kbps: float) -> dict:
     """The report: ``base`` (the registration's URLs and names) plus Pulsar's LocalBrokerData
     load fields from ``host`` (HostUsage.sample) and ``load`` (broker_load); ``bundles`` the
@@ -142,6 +135,8 @@ def local_broker_data(base: dict, host: dict, load: dict, bundles, now_ms: int, 
         "numProducers": load["numProducers"], "numConsumers": load["numConsumers"],
         "bundles": sorted(bundles), "lastStats": load["lastStats"], "lastUpdate": now_ms,
         "persistentTopicsEnabled": True, "nonPersistentTopicsEnabled": True,
+        "lastBundleGains": [], "lastBundleLosses": [], "protocols": {},
+        "loadReportType": "LocalBrokerData",
         "loadManagerClassName": "org.apache.pulsar.broker.loadbalance.impl.ModularLoadManagerImpl",
     })
     return data

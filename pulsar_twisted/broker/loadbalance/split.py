@@ -13,7 +13,7 @@ Algorithms (Pulsar's names):
 Which topics count: those this broker has loaded in the bundle (the owner serves them all).
 """
 
-from pulsar_twisted.broker.ownership import NamespaceBundle, topic_hash
+from pulsar_twisted.broker.ownership import NamespaceBundle
 from pulsar_twisted.common import errors
 from pulsar_twisted.resources.policies import FULL_RANGE_UPPER, boundaries_of_policies
 

@@ -7,8 +7,9 @@ The admin URL is ``--admin-url``, else ``webServiceUrl`` of the client configura
 named by ``PULSAR_CLIENT_CONF``, else ``conf/client.conf`` when it exists), else
 ``http://localhost:8080``. A plain blocking script: one HTTP request per call (urllib), no reactor.
 
-Families: ``clusters``, ``tenants``, ``namespaces``, ``topics``, ``brokers``
-(``pulsar-admin topics --help`` lists a family's verbs).
+Families: ``clusters``, ``tenants``, ``namespaces``, ``topics``, ``brokers`` (this module), and
+``schemas``, ``broker-stats``, ``bookies``, ``proxy-stats`` (one module each in this package,
+using the helpers here); ``pulsar-admin topics --help`` lists a family's verbs.
 """
 
 import argparse
@@ -504,14 +505,6 @@ def _compact(a, c, path):
     return f"Topic compaction requested for {a.topic}"
 
 
-def _broker_stats(sub):
-    p = sub.add_parser("load-report", help="The broker's load report")
-    p.set_defaults(run=lambda a, c: c.get(f"{V2}/broker-stats/load-report"))
-    p = sub.add_parser("load-decisions", help="The load manager's placement, split, unload and shed decisions")
-    p.add_argument("-k", "--kind", choices=["placement", "split", "unload", "shed"])
-    p.set_defaults(run=lambda a, c: c.get(f"{V2}/broker-stats/load-decisions", query={"kind": a.kind}))
-
-
 def _brokers(sub):
     p = sub.add_parser("list", help="Active brokers of a cluster")
     p.add_argument("cluster")
@@ -522,8 +515,12 @@ def _brokers(sub):
     p.set_defaults(run=lambda a, c: c.get(f"{V2}/brokers/leaderBroker"))
 
 
+# The group modules use the helpers above, so they are imported once those exist.
+from pulsar_twisted.cli.admin import bookies, broker_stats, proxy_stats, schemas  # noqa: E402
+
 FAMILIES = {"clusters": _clusters, "tenants": _tenants, "namespaces": _namespaces, "topics": _topics,
-            "brokers": _brokers, "broker-stats": _broker_stats}
+            "brokers": _brokers, "schemas": schemas.add, "broker-stats": broker_stats.add,
+            "bookies": bookies.add, "proxy-stats": proxy_stats.add}
 
 
 def build_parser() -> argparse.ArgumentParser:
