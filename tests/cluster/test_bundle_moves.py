@@ -357,3 +357,36 @@ class LeaderRoundTests(LoadManagerBase):
         self.assertEqual((report["numTopics"], report["numProducers"], report["numBundles"]), (1, 1, 1))
         stats = report["lastStats"][str(self.bundle)]
         self.assertEqual((stats["topics"], stats["producerCount"]), (1, 1))
+
+
+class EvensOutTests(LoadManagerBase):
+
+    def test_shed_bundle_is_placed_on_the_idle_broker(self):
+        """The loop of the load manager: A serves two busy bundles, B none; the leader sheds
+        one of A's, and the next lookup of its topic (asked of A) places it on B."""
+        names = [f"persistent://public/default/even-{i}" for i in range(40)]
+        by_bundle = {}
+        for name in names:
+            by_bundle.setdefault(self.successResultOf(self.own_a.bundle_of(parse_topic(name))), name)
+        (first, topic1), (second, topic2) = list(by_bundle.items())[:2]
+        for i, topic in enumerate((topic1, topic2)):
+            self.assertEqual(produce(self.a.client(), topic, producer_id=i + 1).type, T.PRODUCER_SUCCESS)
+        hot = {str(first): {"msgThroughputIn": 600.0, "msgRateIn": 60.0},
+               str(second): {"msgThroughputIn": 400.0, "msgRateIn": 40.0}}
+        self.write(self.lm_a, cpu={"usage": 90.0, "limit": 100.0}, bundles=list(hot), lastStats=hot,
+                   msgThroughputIn=1000.0)
+        self.write(self.lm_b, cpu={"usage": 10.0, "limit": 100.0})
+        self.lm_a.last_report = None
+        reports = self.successResultOf(self.go(self.lm_a.read_reports()))
+        picked = self.successResultOf(self.go(self.lm_a.shed(reports, now=0)))
+        self.a.pump()
+        self.assertEqual([n for _, n, _ in picked], [str(first)])
+        self.assertFalse(self.own_a.owns(first))
+        # The shed bundle's topic comes back through A: placed on B (A is busy), taken there.
+        r = lookup(self.a.client(), topic1, request_id=7)
+        self.assertEqual((r.response, r.brokerServiceUrl), (r.Redirect, "pulsar://b:6650"))
+        r = lookup(self.b.client(), topic1, request_id=8, authoritative=True)
+        self.assertEqual(r.response, r.Connect)
+        self.assertEqual((self.own_a.owns(second), self.own_b.owns(first)), (True, True))
+        kinds = [e["kind"] for e in self.a.broker.decisions.entries()]
+        self.assertEqual(kinds, ["shed", "placement"])
