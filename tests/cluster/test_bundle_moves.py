@@ -348,6 +348,10 @@ class LeaderRoundTests(LoadManagerBase):
         [entry] = self.a.broker.decisions.entries("shed")
         self.assertEqual((entry["bundle"], entry["source"]), (str(self.bundle), "a:8080"))
         self.assertFalse(self.own_a.owns(self.bundle))
+        # No report names the bundle any more: its bundle data goes.
+        self.write(self.lm_a, bundles=[str(other)], lastStats={str(other): hot[str(other)]})
+        self.successResultOf(self.go(self.lm_a.lead()))
+        self.assertIsNone(self.successResultOf(self.root.get(f"/loadbalance/bundle-data/{self.bundle}")))
 
     def test_report_bundles_and_stats_of_loaded_topics(self):
         """The report lists the owned bundles and, per bundle, the topics and producers."""

@@ -230,7 +230,10 @@ class LoadManager:
     # ---------------------------------------------------------------- the leader's work
     async def lead(self) -> None:
         reports = await self.read_reports()
+        before = set(self.aggregator.data)
         self.aggregator.update(reports)
+        for gone in before - set(self.aggregator.data):     # split, or no broker serves it now
+            await self.store.delete(bundle_data_path(gone)).addErrback(lambda f: None)
         now = self.clock.seconds()
         c = self.config
         if self._last_bundle_data is None or (
