@@ -353,6 +353,14 @@ class LeaderRoundTests(LoadManagerBase):
         self.successResultOf(self.go(self.lm_a.lead()))
         self.assertIsNone(self.successResultOf(self.root.get(f"/loadbalance/bundle-data/{self.bundle}")))
 
+    def test_other_brokers_read_the_leaders_bundle_data(self):
+        """B (not the leader) scores with the long-term data the leader wrote."""
+        stats = {str(self.bundle): {"msgRateIn": 7.0}}
+        self.write(self.lm_a, bundles=list(stats), lastStats=stats)
+        self.successResultOf(self.go(self.lm_a.lead()))
+        self.successResultOf(self.go(self.lm_b.tick()))
+        self.assertEqual(self.lm_b.aggregator.data[str(self.bundle)]["longTermData"]["msgRateIn"], 7.0)
+
     def test_report_bundles_and_stats_of_loaded_topics(self):
         """The report lists the owned bundles and, per bundle, the topics and producers."""
         self.assertEqual(produce(self.a.client(), TOPIC).type, T.PRODUCER_SUCCESS)

@@ -13,10 +13,10 @@ under ``/loadbalance/bundle-data`` every ``loadBalancerResourceQuotaUpdateInterv
 runs the ThresholdShedder every ``loadBalancerSheddingIntervalMinutes``, asking the owners to
 unload what it picks (``BundleOwnership.request_unload``).
 
-Placement runs on the broker asked, over the reports every broker reads from the store (and the
-leader's long-term data when it is that broker), rather than as a request to the leader as
-Pulsar's brokers do: the reports are the leader's inputs, so the choice is the one the leader would
-make, less its most recent preallocations.
+Placement runs on the broker asked, over the reports every broker reads from the store and the
+leader's long-term bundle data (read back from ``/loadbalance/bundle-data`` each round by the
+other brokers), rather than as a request to the leader as Pulsar's brokers do: these are the
+leader's inputs, so the choice is the one the leader would make, less its latest preallocations.
 """
 
 import json
@@ -99,6 +99,8 @@ class LoadManager:
             await self.split_hot_bundles()
         if self.leader is not None and self.leader.is_leader:
             await self.lead()
+        else:
+            await self.read_bundle_data(await self.read_reports())
 
     # ---------------------------------------------------------------- reports
     def current_report(self) -> dict:
@@ -145,6 +147,22 @@ class LoadManager:
             if isinstance(report, dict):
                 out[broker] = report
         return out
+
+    async def read_bundle_data(self, reports: dict) -> dict:
+        """A broker that is not the leader: the leader's bundle data of every bundle the reports
+        name, read from ``/loadbalance/bundle-data`` (what its placements score with)."""
+        data = {}
+        for report in reports.values():
+            for bundle in report.get("bundles") or []:
+                node = await self.store.get(bundle_data_path(bundle))
+                try:
+                    value = json.loads(node[0]) if node is not None else None
+                except ValueError:
+                    value = None
+                if isinstance(value, dict):
+                    data[bundle] = value
+        self.aggregator.data = data
+        return data
 
     # ---------------------------------------------------------------- placement
     def place(self, bundle) -> defer.Deferred:
