@@ -280,7 +280,12 @@ class BundleOwnership:
         """The chosen broker's data when the bundle is free and placement names another broker."""
         if await self.store.get(bundle.path) is not None:
             return None         # owned (or being unloaded): acquire() tells by whom
-        chosen = await self.placement(bundle)
+        try:
+            chosen = await self.placement(bundle)
+        except Exception:
+            # No placement (reports unreadable...) must not fail the lookup: take it here.
+            log.failure("placing bundle {bundle} failed; taking it here", bundle=str(bundle))
+            return None
         if chosen is None or self._is_mine(chosen):
             return None
         return chosen

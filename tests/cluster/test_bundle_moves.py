@@ -274,6 +274,13 @@ class LoadManagerTests(LoadManagerBase):
         self.assertEqual((entry["target"], entry["bundle"]), ("b:8080", str(self.bundle)))
         self.assertEqual(entry["scores"], {"a:8080": 5000.0, "b:8080": 0.0})
 
+    def test_failing_placement_takes_the_bundle_here(self):
+        """A placement that fails (reports unreadable) does not fail the lookup."""
+        self.own_a.placement = lambda bundle: defer.fail(RuntimeError("no reports"))
+        r = lookup(self.a.client(), TOPIC)
+        self.assertEqual((r.response, r.brokerServiceUrl), (r.Connect, A_URLS["nativeUrl"]))
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+
     def test_overloaded_broker_gets_nothing(self):
         self.write(self.lm_a)
         self.write(self.lm_b, cpu={"usage": 95.0, "limit": 100.0})
