@@ -8,6 +8,8 @@ answered, with deduplication off so that a resend of a stored message would show
 
 import io
 import json
+import time
+import urllib.request
 import uuid
 
 from twisted.trial.unittest import SynchronousTestCase
@@ -15,7 +17,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from pulsar_twisted.cli import admin as cli
 from pulsar_twisted.testing.chaos import checker
 from pulsar_twisted.testing.cluster import wait_for
-from tests.cluster.test_processes import ClusterCase, pulsar
+from tests.cluster.test_processes import AsyncPublisher, ClusterCase, pulsar
 
 
 class BundleMovesUnderLoadTests(SynchronousTestCase):
@@ -102,3 +104,58 @@ class AdminOnClusterTests(ClusterCase):
         self.assertIn("split", kinds)
         got = [consumer.receive(timeout_millis=10000).data() for _ in range(3)]
         self.assertEqual(got, [b"before", b"after unload", b"after split"])
+
+
+class SheddingOnClusterTests(ClusterCase):
+    """The leader's ThresholdShedder on real brokers: every partition starts on one broker, the
+    traffic makes it hot (bandwidth only: CPU and memory weigh 0, the NIC is made small), and a
+    bundle moves to the idle broker; nothing acknowledged is lost on the way."""
+
+    def test_hot_broker_sheds_a_bundle_to_the_idle_one(self):
+        cluster = self.make_cluster(bookies=2, brokers=2, broker_config={
+            "managedLedgerDefaultEnsembleSize": 2, "managedLedgerDefaultWriteQuorum": 2,
+            "managedLedgerDefaultAckQuorum": 2, "zooKeeperSessionTimeoutMillis": 4000,
+            "statsUpdateFrequencyInSecs": 1, "loadBalancerHostUsageCheckIntervalMinutes": 0.03,
+            "loadBalancerSheddingIntervalMinutes": 0.1, "loadBalancerReportUpdateMinIntervalMillis": 500,
+            "loadBalancerHistoryResourcePercentage": 0, "loadBalancerCPUResourceWeight": 0,
+            "loadBalancerMemoryResourceWeight": 0, "loadBalancerDirectMemoryResourceWeight": 0,
+            # 4000 Kbit/s: about 250 KB/s in and out is 50% of it.
+            "loadBalancerOverrideBrokerNicSpeedGbps": 4000 / 1024 / 1024})
+        hot, idle = cluster.brokers
+        wait_for(lambda: {hot.broker_id, idle.broker_id} <= set(cluster.registered_brokers()),
+                 10, "broker registrations", on_timeout=cluster.logs)
+        local = f"hot-{uuid.uuid4().hex[:8]}"
+        topic = f"persistent://public/default/{local}"
+        admin = cli.AdminClient(hot.web_service_url)
+        admin.put(f"/admin/v2/persistent/public/default/{local}/partitions", 4)
+        # Only the hot broker is asked: idle brokers score the same, so the asked one keeps them.
+        client = self.client(hot.service_url)
+        consumer = client.subscribe(topic, "s")
+        producer = client.create_producer(topic, batching_enabled=False, send_timeout_millis=60000,
+                                          block_if_queue_full=True)
+        owners = set(cluster.bundle_owners().values())
+        self.assertEqual(owners, {hot.service_url})
+        publisher = AsyncPublisher(producer)
+        payload = b"x" * 1000
+        moved_at = None
+        started = time.monotonic()
+        while time.monotonic() - started < 40 and moved_at is None:
+            for _ in range(25):
+                publisher.send(payload + b"%08d" % publisher.sent)
+            producer.flush()
+            time.sleep(0.1)
+            if idle.service_url in cluster.bundle_owners().values():
+                moved_at = time.monotonic() - started
+        producer.flush()
+        self.assertIsNotNone(moved_at, "no bundle moved to the idle broker\n" + cluster.logs())
+        decisions = json.loads(urllib.request.urlopen(
+            f"{hot.web_service_url}/admin/v2/broker-stats/load-decisions?kind=shed", timeout=10).read())
+        if not decisions:
+            decisions = json.loads(urllib.request.urlopen(
+                f"{idle.web_service_url}/admin/v2/broker-stats/load-decisions?kind=shed", timeout=10).read())
+        self.assertTrue(decisions, "the move was not a logged shed")
+        received = self.receive_all(consumer, publisher.acked, timeout=60)
+        print(f"\n  shedding: a bundle moved to the idle broker {moved_at:.1f}s into the traffic; "
+              f"sent {publisher.sent}, acknowledged {len(publisher.acked)}, consumed "
+              f"{len(received & publisher.acked)}; shed: {decisions[0]['reason']}")
+        self.assert_all_received(publisher.acked, received)
