@@ -179,7 +179,7 @@ class TreeShapeTests(unittest.SynchronousTestCase):
         self.assertEqual(self.names(root), [
             "metadata store", "bookie metadata store", "bookie client", "ledger client",
             "managed ledgers", "broker", "bundle ownership", "broker service", "admin", "web", "binary",
-            "registration", "leader election"])
+            "registration", "leader election", "load manager"])
 
     def test_bookie(self):
         self.assertEqual(self.names(BookieService(BookieConfig(), reactor=object())),
