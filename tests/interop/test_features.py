@@ -4,8 +4,10 @@ topics, producer access modes, fan-out to several subscriptions, failover over p
 regex subscriptions discovering topics created later.
 """
 
+import json
 import re
 import time
+import urllib.request
 import uuid
 
 from tests.interop.test_core import CT, Earliest, InteropCase, pulsar
@@ -160,6 +162,7 @@ class PartitionedFeatureTests(InteropCase):
         name = self.topic(domain="persistent")
         a = self.client.subscribe(name, "sub", consumer_type=CT.Failover, consumer_name="a")
         b = self.new_client().subscribe(name, "sub", consumer_type=CT.Failover, consumer_name="b")
+        self._wait_for_consumers(name, "sub", 2)
         time.sleep(0.3)  # failover delay of this standalone
         producer = self.client.create_producer(name, batching_enabled=False)
         sent = self.publish(producer, 40)
@@ -170,6 +173,22 @@ class PartitionedFeatureTests(InteropCase):
         self.assertEqual(len(topics_a), 2, topics_a)
         self.assertEqual(len(topics_b), 2, topics_b)
         self.assertTrue(topics_a.isdisjoint(topics_b))
+
+    def _wait_for_consumers(self, name: str, subscription: str, count: int, timeout: float = 10):
+        """Until every partition's ``subscription`` has ``count`` consumers (the client attaches a
+        partitioned consumer to its partitions one by one: on a loaded machine ``b`` may not yet be
+        on all of them when the first messages are dispatched)."""
+        path = name.replace("persistent://", "/admin/v2/persistent/") + "/partitioned-stats?perPartition=true"
+        deadline = time.monotonic() + timeout
+        while True:
+            with urllib.request.urlopen(self.standalone.web_service_url + path, timeout=10) as response:
+                stats = json.load(response)
+            counts = [len(p.get("subscriptions", {}).get(subscription, {}).get("consumers", []))
+                      for p in stats.get("partitions", {}).values()]
+            if counts and all(c == count for c in counts):
+                return
+            self.assertLess(time.monotonic(), deadline, f"consumers per partition: {counts}")
+            time.sleep(0.05)
 
     def test_reader_on_a_partition(self):
         name = self.topic(domain="persistent")
