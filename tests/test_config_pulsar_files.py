@@ -243,9 +243,12 @@ class UnimplementedWarningTests(unittest.SynchronousTestCase):
 
     def test_java_class_only_keys_warn(self):
         """Keys that only Pulsar's ServiceConfiguration class defines (no shipped .conf file shows
-        them) are real keys: a broker file setting them starts, naming them in the warning."""
+        them; 2.10's and 4.x's) are real keys: a broker file setting them starts, naming them in the
+        warning."""
         only_in_class = {"kinitCommand": "/usr/bin/kinit", "streamingDispatch": "false",
-                         "managedLedgerInfoCompressionType": "NONE"}
+                         "managedLedgerInfoCompressionType": "NONE",
+                         # 4.x: PIP-379's switch back to the classic Key_Shared dispatcher.
+                         "subscriptionKeySharedUseClassicPersistentImplementation": "false"}
         config = BrokerConfig()
         config.update_from_text("".join(f"{k}={v}\n" for k, v in only_in_class.items()))
         with capturedLogs() as events:
