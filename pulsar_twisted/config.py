@@ -2,16 +2,29 @@
 Daemon configuration: one class per daemon, each key with its type, default and documentation.
 
 Files are Pulsar's ``key=value`` format (``#`` comments, blank lines ignored). Key names are
-Pulsar's and BookKeeper's where the concept matches, so an operator's habits carry over. Any key we
-do not know, or a value that does not parse, stops start-up with a ``ConfigError`` naming the key
-and the line: silently ignoring a setting someone believes is in force is worse than refusing it.
+Pulsar's and BookKeeper's where the concept matches, so an operator's habits carry over, and a
+Pulsar user's own ``standalone.conf``/``broker.conf``/``bookkeeper.conf`` starts unchanged:
+
+- a key of ours is parsed and honoured; a value that does not parse stops start-up;
+- a real Pulsar or BookKeeper key that we do not implement (listed in ``data/pulsar_keys.txt``,
+  ``data/pulsar_proxy_keys.txt`` and ``data/bookkeeper_keys.txt``, taken from their shipped
+  configuration files) is accepted and named once in a start-up warning, or refused too when
+  ``strictConfig=true``;
+- any other key is a typo: it stops start-up with a ``ConfigError`` naming the key, the line and
+  the closest known key. Silently ignoring a setting someone believes is in force is worse than
+  refusing it.
+
+An empty value (``key=``, as Pulsar's files write most keys) means the key's default, as in Pulsar.
 
 The files under ``conf/`` are generated from these classes by ``scripts/gen_conf.py`` and a test
 keeps them equal, so defaults, documentation and files cannot drift apart.
 """
 
+import difflib
+import functools
+import os
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, List, Optional
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional
 
 
 class ConfigError(Exception):
@@ -63,6 +76,43 @@ class Key:
         return str(value)
 
 
+_DATA_DIRECTORY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+
+#: Prefixes under which Pulsar passes settings through to its BookKeeper client
+#: (``bookkeeper_opportunisticStriping``) and its internal Pulsar client (``brokerClient_...``).
+PASS_THROUGH_PREFIXES = ("bookkeeper_", "brokerClient_")
+
+
+def _read_key_list(name: str) -> FrozenSet[str]:
+    with open(os.path.join(_DATA_DIRECTORY, name), encoding="utf-8") as f:
+        return frozenset(line.strip() for line in f if line.strip() and not line.startswith("#"))
+
+
+@functools.lru_cache(maxsize=None)
+def foreign_keys() -> FrozenSet[str]:
+    """Every key of Pulsar's broker/standalone/proxy files and of BookKeeper's bookie file
+    (shipped data)."""
+    return (_read_key_list("pulsar_keys.txt") | _read_key_list("pulsar_proxy_keys.txt")
+            | _read_key_list("bookkeeper_keys.txt"))
+
+
+def is_foreign_key(name: str) -> bool:
+    """Whether ``name`` is a real Pulsar or BookKeeper key (or under one of Pulsar's pass-through
+    prefixes), as opposed to a typo."""
+    if name in foreign_keys():
+        return True
+    return any(name.startswith(prefix) and len(name) > len(prefix) for prefix in PASS_THROUGH_PREFIXES)
+
+
+#: The key that turns accepted-but-unimplemented keys into start-up errors (every daemon has it).
+_STRICT_KEYS = [
+    Key("strictConfig", bool, False,
+        "Refuse, as well as typos, the real Pulsar/BookKeeper keys this implementation does not\n"
+        "honour (by default they are accepted and listed once in a start-up warning).",
+        "Configuration"),
+]
+
+
 class Config:
     """
     Base of the daemon configurations. Subclasses list their ``KEYS``; values are attributes named
@@ -72,9 +122,14 @@ class Config:
     KEYS: Iterable[Key] = ()
     #: Keys whose defaults differ per deployment (standalone vs cluster), overriding ``KEYS``.
     DEFAULTS: Dict[str, Any] = {}
+    #: Pulsar's name of a key that we keep under another name: Pulsar's name -> ours.
+    ALIASES: Dict[str, str] = {}
 
     def __init__(self, **overrides: Any):
         self._keys = {key.name: key for key in self.KEYS}
+        #: Real Pulsar/BookKeeper keys read but not implemented: name -> where first seen.
+        self.unimplemented: Dict[str, str] = {}
+        self._warned = False
         for key in self.KEYS:
             setattr(self, key.name, self.DEFAULTS.get(key.name, key.default))
         for name, value in overrides.items():
@@ -102,6 +157,8 @@ class Config:
         return config
 
     def update_from_text(self, text: str, source: str = "<config>") -> None:
+        """Apply ``key=value`` lines; then, with ``strictConfig=true`` (anywhere in the text),
+        refuse the unimplemented Pulsar/BookKeeper keys that were read."""
         for number, raw in enumerate(text.splitlines(), start=1):
             line = raw.strip()
             if not line or line.startswith("#"):
@@ -111,15 +168,60 @@ class Config:
             name, _, value = line.partition("=")
             name = name.strip()
             self.set(name, value, where=f"{source}:{number}")
+        self.check_strict()
+
+    def check_strict(self) -> None:
+        """``ConfigError`` listing the unimplemented keys read, when ``strictConfig`` is set."""
+        if getattr(self, "strictConfig", False) and self.unimplemented:
+            listed = ", ".join(f"{name} ({where})" if where else name
+                               for name, where in self.unimplemented.items())
+            raise ConfigError(f"strictConfig=true: these Pulsar/BookKeeper keys are not implemented "
+                              f"here: {listed}")
+
+    def unimplemented_keys(self) -> List[str]:
+        """The real Pulsar/BookKeeper keys read but not honoured, in the order first read."""
+        return list(self.unimplemented)
+
+    def warn_unimplemented(self, log) -> None:
+        """Log, once per configuration, one warning naming every unimplemented key read."""
+        if self._warned or not self.unimplemented:
+            return
+        self._warned = True
+        log.warn("configuration: {count} Pulsar/BookKeeper keys are accepted but not implemented "
+                 "(ignored; strictConfig=true refuses them): {keys}",
+                 count=len(self.unimplemented), keys=", ".join(self.unimplemented))
+
+    def closest_key(self, name: str) -> Optional[str]:
+        """The known key (ours first, then Pulsar's and BookKeeper's) ``name`` most resembles."""
+        for candidates in (list(self._keys) + list(self.ALIASES), sorted(foreign_keys())):
+            match = difflib.get_close_matches(name, candidates, n=1, cutoff=0.75)
+            if match:
+                return match[0]
+        match = difflib.get_close_matches(name, list(self._keys) + sorted(foreign_keys()), n=1,
+                                          cutoff=0.5)
+        return match[0] if match else None
+
+    def _unknown(self, name: str, where: str) -> None:
+        prefix = f"{where}: " if where else ""
+        if is_foreign_key(name):
+            self.unimplemented.setdefault(name, where)
+            return
+        closest = self.closest_key(name)
+        hint = f" (did you mean {closest!r}?)" if closest else ""
+        raise ConfigError(f"{prefix}unknown configuration key {name!r}: not a Pulsar or "
+                          f"BookKeeper key{hint}")
 
     def set(self, name: str, text: str, where: str = "") -> None:
-        """Set key ``name`` from its textual value."""
+        """Set key ``name`` from its textual value (an unimplemented Pulsar key is only noted)."""
         prefix = f"{where}: " if where else ""
-        key = self._keys.get(name)
+        key = self._keys.get(self.ALIASES.get(name, name))
         if key is None:
-            raise ConfigError(f"{prefix}unknown configuration key {name!r}")
+            self._unknown(name, where)
+            return
+        name = key.name
         text = text.strip()
-        if text == "" and key.type not in (str, list):
+        if text == "":
+            # Pulsar's files leave most keys empty to mean "the default".
             value = self.default_of(key)
         else:
             try:
@@ -204,6 +306,15 @@ _SECURITY_KEYS = [
         "Parameters of brokerClientAuthenticationPlugin.", "Authentication"),
     Key("superUserRoles", list, [],
         "Roles allowed every operation, on every tenant (comma separated).", "Authorization"),
+    Key("proxyRoles", list, [],
+        "Roles of the proxies (comma separated). Only they may send original_principal in CONNECT\n"
+        "(on behalf of the client they proxy); both the proxy role and the original principal are\n"
+        "then authorized. A proxy role connecting without original_principal is refused.",
+        "Authorization"),
+    Key("authenticateOriginalAuthData", bool, False,
+        "Authenticate the client credentials a proxy forwards (original_auth_data, sent by a proxy\n"
+        "with forwardAuthorizationCredentials=true) and keep them fresh: the broker then challenges\n"
+        "the client through the proxy when they expire.", "Authorization"),
     Key("brokerMaxConnections", int, 0,
         "Client connections accepted by the broker; more are closed at once (0: no limit).", "Limits"),
     Key("brokerMaxConnectionsPerIp", int, 0,
@@ -271,6 +382,12 @@ _BROKER_KEYS = [
         "Seconds between keep-alive pings; a connection silent for twice this is closed.", "Service"),
     Key("brokerShutdownTimeoutMs", int, 60000, "Time allowed for a graceful shutdown.", "Service"),
     Key("maxConcurrentLookupRequest", int, 50000, "Lookups in flight across the broker.", "Service"),
+    Key("exposeTopicLevelMetricsInPrometheus", bool, True,
+        "Export topic and subscription metrics on /metrics (false: summed per namespace).",
+        "Service"),
+    Key("exposeConsumerLevelMetricsInPrometheus", bool, False,
+        "Export pulsar_consumer_* metrics per consumer on /metrics (one series set per consumer).",
+        "Service"),
     Key("maxPendingPublishRequestsPerConnection", int, 1000,
         "Publish requests in flight per connection before its reads are paused.", "Service"),
     Key("maxMessagePublishBufferSizeInMB", int, 32,
@@ -349,9 +466,10 @@ _BROKER_KEYS = [
     Key("isAllowAutoUpdateSchemaEnabled", bool, True,
         "Producers may add a new schema version (when compatible) unless the namespace says otherwise.",
         "Schemas and compaction"),
-    Key("schemaCompatibilityStrategy", str, "BACKWARD",
+    Key("schemaCompatibilityStrategy", str, "FULL",
         "Default schema compatibility strategy: ALWAYS_COMPATIBLE, ALWAYS_INCOMPATIBLE, BACKWARD,\n"
-        "FORWARD, FULL or their *_TRANSITIVE forms (a namespace policy overrides it).",
+        "FORWARD, FULL or their *_TRANSITIVE forms (a namespace policy overrides it); UNDEFINED\n"
+        "falls back to the namespace's schema_auto_update_compatibility_strategy (Full).",
         "Schemas and compaction"),
     Key("schemaValidationEnforced", bool, False,
         "Refuse producers without a schema on topics that have one.", "Schemas and compaction"),
@@ -413,9 +531,12 @@ _BROKER_KEYS = [
     Key("authenticationEnabled", bool, False, "Require clients to authenticate.", "Security"),
     Key("authorizationEnabled", bool, False, "Check permissions of authenticated roles.", "Security"),
     # --- cluster (twistd pulsar-broker with metadataStoreUrl=zk:...) ---
-    Key("zooKeeperSessionTimeoutMillis", int, 30000,
-        "ZooKeeper session timeout: a broker silent this long loses its registration and its\n"
-        "namespace bundles, which other brokers then take over.", "Cluster"),
+    Key("metadataStoreSessionTimeoutMillis", int, 30000,
+        "Metadata store (ZooKeeper) session timeout: a broker silent this long loses its\n"
+        "registration and its namespace bundles, which other brokers then take over.", "Cluster"),
+    Key("zooKeeperSessionTimeoutMillis", int, -1,
+        "Deprecated name of metadataStoreSessionTimeoutMillis (as in Pulsar): when positive it\n"
+        "wins; -1 means use metadataStoreSessionTimeoutMillis.", "Cluster"),
     Key("bookkeeperMetadataServiceUri", str, "",
         "Where bookies register: zk+null://host:2181/ledgers. Empty: the broker's metadata store.",
         "Cluster"),
@@ -442,10 +563,15 @@ _BROKER_KEYS = [
 ] + _SECURITY_KEYS
 
 
+#: Pulsar's names of keys we hold under another name.
+_BROKER_ALIASES = {"isSchemaValidationEnforced": "schemaValidationEnforced"}
+
+
 class BrokerConfig(Config):
     """Configuration of ``twistd pulsar-broker`` (conf/broker.conf)."""
 
-    KEYS = _BROKER_KEYS
+    KEYS = _STRICT_KEYS + _BROKER_KEYS
+    ALIASES = _BROKER_ALIASES
     DEFAULTS = {
         "clusterName": "cluster-a",
         "managedLedgerDefaultEnsembleSize": 2,
@@ -457,7 +583,8 @@ class BrokerConfig(Config):
 class StandaloneConfig(Config):
     """Configuration of ``twistd pulsar-standalone`` (conf/standalone.conf): broker + bookie storage keys."""
 
-    KEYS = _BROKER_KEYS + _STORAGE_KEYS
+    KEYS = _STRICT_KEYS + _BROKER_KEYS + _STORAGE_KEYS
+    ALIASES = _BROKER_ALIASES
     DEFAULTS = {}
 
 
@@ -525,5 +652,108 @@ _BOOKIE_KEYS = [
 class BookieConfig(Config):
     """Configuration of ``twistd pulsar-bookie`` (conf/bookkeeper.conf): BookKeeper's key names."""
 
-    KEYS = _BOOKIE_SERVER_KEYS + _STORAGE_KEYS + _BOOKIE_KEYS
+    KEYS = _STRICT_KEYS + _BOOKIE_SERVER_KEYS + _STORAGE_KEYS + _BOOKIE_KEYS
+    DEFAULTS = {}
+
+
+def _picked(keys, names, section=None) -> list:
+    """The keys of ``keys`` named in ``names``, in that order (optionally in another section)."""
+    by_name = {key.name: key for key in keys}
+    out = []
+    for name in names:
+        key = by_name[name]
+        out.append(Key(key.name, key.type, key.default, key.doc, section or key.section))
+    return out
+
+
+_PROXY_KEYS = [
+    # --- service ---
+    Key("clusterName", str, "", "Name of the cluster the proxy serves (label of its metrics).", "Service"),
+    Key("bindAddress", str, "0.0.0.0", "Address the proxy's listeners bind to.", "Service"),
+    Key("advertisedAddress", str, "localhost", "Host name or IP clients reach the proxy at.", "Service"),
+    Key("servicePort", int, 6650, "Port of the Pulsar binary protocol (0: no plain listener).", "Service"),
+    Key("servicePortTls", int, 0,
+        "Port of the Pulsar binary protocol over TLS (0: none). Needs tlsCertificateFilePath and\n"
+        "tlsKeyFilePath.", "Service"),
+    Key("webServicePort", int, 8080,
+        "Port of the HTTP service: the admin REST API and HTTP lookups forwarded to brokers, and\n"
+        "/metrics (0: none).", "Service"),
+    Key("webServicePortTls", int, 0, "Port of the HTTPS service (0: none).", "Service"),
+    Key("keepAliveIntervalSeconds", int, 30,
+        "Seconds between keep-alive pings on client connections in the lookup phase.", "Service"),
+    Key("maxConcurrentInboundConnections", int, 10000,
+        "Client connections accepted at once; more are closed at once (0: no limit).", "Service"),
+    Key("maxConcurrentInboundConnectionsPerIp", int, 0,
+        "Client connections accepted at once from one IP address (0: no limit).", "Service"),
+    Key("maxConcurrentLookupRequests", int, 50000,
+        "Lookups (LOOKUP, PARTITIONED_METADATA, GET_TOPICS_OF_NAMESPACE, GET_SCHEMA) in flight\n"
+        "across the proxy; more are answered TooManyRequests.", "Service"),
+    Key("operationTimeoutSeconds", int, 30, "Deadline of each request the proxy sends a broker.",
+        "Service"),
+    # --- brokers ---
+    Key("metadataStoreUrl", str, "",
+        "Metadata store of the cluster (zk:host:port[,host:port][/chroot]): brokers are discovered\n"
+        "from their /loadbalance/brokers registrations. Else brokerServiceURL is used.", "Brokers"),
+    Key("configurationMetadataStoreUrl", str, "",
+        "Configuration store (tenants, namespaces, permissions) for authorizationEnabled; empty:\n"
+        "metadataStoreUrl.", "Brokers"),
+    Key("zooKeeperSessionTimeoutMillis", int, 30000, "Session timeout of the metadata store.",
+        "Brokers"),
+    Key("brokerServiceURL", str, "",
+        "A broker (or several: pulsar://h1:6650,h2:6650) the proxy sends lookups to when no\n"
+        "metadataStoreUrl is set.", "Brokers"),
+    Key("brokerServiceURLTLS", str, "", "The same over TLS (pulsar+ssl://), used with tlsEnabledWithBroker.",
+        "Brokers"),
+    Key("brokerWebServiceURL", str, "",
+        "Web service of the brokers (http://h:8080) that admin and HTTP lookup requests go to\n"
+        "when no metadataStoreUrl is set.", "Brokers"),
+    Key("brokerWebServiceURLTLS", str, "", "The same over HTTPS, used with tlsEnabledWithBroker.",
+        "Brokers"),
+    Key("brokerProxyAllowedTargetPorts", str, "6650,6651",
+        "Broker ports a client may ask the proxy to connect to (proxy_to_broker_url): comma\n"
+        "separated ports or ranges (6650-6660), * for any.", "Brokers"),
+    Key("brokerProxyAllowedHostNames", str, "*",
+        "Broker host names allowed as targets: comma separated patterns with * wildcards.", "Brokers"),
+    Key("brokerProxyAllowedIPAddresses", str, "*",
+        "Broker IP addresses allowed as targets: comma separated addresses or CIDR blocks, * for any.",
+        "Brokers"),
+    Key("tlsEnabledWithBroker", bool, False,
+        "Talk TLS to the brokers (their TLS ports and https web URLs), checking their certificates\n"
+        "against brokerClientTrustCertsFilePath.", "Brokers"),
+    Key("brokerClientTrustCertsFilePath", str, "", "PEM CA certificate of the brokers.", "Brokers"),
+    Key("brokerClientCertificateFilePath", str, "",
+        "PEM certificate the proxy presents to brokers over TLS (mutual TLS).", "Brokers"),
+    Key("brokerClientKeyFilePath", str, "", "PEM private key of brokerClientCertificateFilePath.",
+        "Brokers"),
+    Key("brokerClientAuthenticationPlugin", str, "",
+        "How the proxy authenticates to brokers: org.apache.pulsar.client.impl.auth.AuthenticationToken\n"
+        "or org.apache.pulsar.client.impl.auth.AuthenticationBasic (or token, basic). Its role must\n"
+        "be one of the brokers' proxyRoles.", "Brokers"),
+    Key("brokerClientAuthenticationParameters", str, "",
+        "Parameters of brokerClientAuthenticationPlugin: token:<jwt> or file:///path for tokens;\n"
+        "{\"userId\":\"u\",\"password\":\"p\"} for basic.", "Brokers"),
+    Key("forwardAuthorizationCredentials", bool, False,
+        "Forward the client's credentials to the broker (original_auth_data/original_auth_method in\n"
+        "CONNECT), so a broker with authenticateOriginalAuthData checks and refreshes them itself.",
+        "Brokers"),
+    # --- security ---
+    Key("authenticationEnabled", bool, False, "Require clients to authenticate to the proxy.",
+        "Authentication"),
+] + _picked(_SECURITY_KEYS, [
+    "authenticationProviders", "anonymousUserRole", "authenticationRefreshCheckSeconds",
+    "tokenSecretKey", "tokenPublicKey", "tokenPublicAlg", "tokenAuthClaim", "tokenAudienceClaim",
+    "tokenAudience", "basicAuthConf"]) + [
+    Key("authorizationEnabled", bool, False,
+        "Check lookups against the permissions in the configuration store (the brokers check\n"
+        "every producer and consumer anyway).", "Authorization"),
+] + _picked(_SECURITY_KEYS, ["superUserRoles"]) + _picked(
+    _SECURITY_KEYS, ["tlsCertificateFilePath", "tlsKeyFilePath", "tlsTrustCertsFilePath",
+                     "tlsRequireTrustedClientCertOnConnect", "tlsAllowInsecureConnection",
+                     "tlsProtocols", "tlsCiphers"])
+
+
+class ProxyConfig(Config):
+    """Configuration of ``twistd pulsar-proxy`` (conf/proxy.conf): Pulsar's proxy.conf key names."""
+
+    KEYS = _STRICT_KEYS + _PROXY_KEYS
     DEFAULTS = {}

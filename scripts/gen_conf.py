@@ -6,19 +6,27 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from pulsar_twisted.config import BookieConfig, BrokerConfig, StandaloneConfig  # noqa: E402
+from pulsar_twisted.config import BookieConfig, BrokerConfig, ProxyConfig, StandaloneConfig  # noqa: E402
 
 FILES = {
     "standalone.conf": (StandaloneConfig,
                         "Configuration of `twistd -n pulsar-standalone`: one process running a broker,\n"
                         "an in-process bookie and the embedded metadata store.\n"
-                        "Key names are Apache Pulsar's and BookKeeper's. Unknown keys stop start-up."),
+                        "Key names are Apache Pulsar's and BookKeeper's: a Pulsar user's own standalone.conf starts\n"
+                        "unchanged (real keys not implemented here are named in a start-up warning;\n"
+                        "strictConfig=true refuses them); any other key stops start-up."),
     "broker.conf": (BrokerConfig,
                     "Configuration of `twistd -n pulsar-broker -c conf/broker.conf`.\n"
-                    "Key names are Apache Pulsar's. Unknown keys stop start-up."),
+                    "Key names are Apache Pulsar's: a Pulsar broker.conf starts unchanged (real keys not\n"
+                    "implemented here are named in a start-up warning); any other key stops start-up."),
     "bookkeeper.conf": (BookieConfig,
                         "Configuration of `twistd -n pulsar-bookie -c conf/bookkeeper.conf`.\n"
-                        "Key names are Apache BookKeeper's. Unknown keys stop start-up."),
+                        "Key names are Apache BookKeeper's: real BookKeeper keys not implemented here are named\n"
+                        "in a start-up warning; any other key stops start-up."),
+    "proxy.conf": (ProxyConfig,
+                   "Configuration of `twistd -n pulsar-proxy -c conf/proxy.conf`.\n"
+                   "Key names are Apache Pulsar's proxy.conf: real proxy keys not implemented here are named\n"
+                   "in a start-up warning; any other key stops start-up."),
 }
 
 

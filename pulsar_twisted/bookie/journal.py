@@ -20,6 +20,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from pulsar_twisted.bookie import formats
+from pulsar_twisted.common.latency import LatencySummary
 
 log = Logger()
 
@@ -170,7 +171,7 @@ class Journal:
         self._entries_threshold = buffered_entries_threshold
         self._max_size = max_size_mb * 1024 * 1024
         self._cond = threading.Condition(threading.Lock())
-        self._queue = []            # (chunks | None, nbytes, Deferred); None chunks = a position mark
+        self._queue = []            # (chunks | None, nbytes, Deferred, monotonic time queued); None chunks = a mark
         self._queued_bytes = 0
         self._head_time = 0.0       # monotonic time the oldest queued record arrived
         self._idle = False          # the writer waits for a first record: the next append must notify
@@ -187,6 +188,10 @@ class Journal:
         self.fsyncs = 0
         self.records = 0
         self.bytes_written = 0
+        #: Time from append to durable per record, and fdatasync durations, in ms (for /metrics:
+        #: BookKeeper's bookie_journal_JOURNAL_ADD_ENTRY and bookie_journal_JOURNAL_SYNC).
+        self.add_latency = LatencySummary()
+        self.sync_latency = LatencySummary()
 
     # ----------------------------------------------------------------------------- reactor-thread API
 
@@ -248,6 +253,10 @@ class Journal:
             fsync_dir(self._dir)
         return removed
 
+    def queue_length(self) -> int:
+        """Records and marks waiting for the writer thread (a gauge: read without the lock)."""
+        return len(self._queue)
+
     def _enqueue(self, chunks, nbytes: int, d: Deferred) -> None:
         with self._cond:
             if self._stopping:
@@ -255,7 +264,7 @@ class Journal:
                 return
             if not self._queue:
                 self._head_time = time.monotonic()
-            self._queue.append((chunks, nbytes, d))
+            self._queue.append((chunks, nbytes, d, time.monotonic()))
             self._queued_bytes += nbytes
             # Wake the writer only when it matters, so a burst of adds does not cost a thread switch each.
             if self._idle:
@@ -269,14 +278,19 @@ class Journal:
         return (self._queued_bytes >= self._bytes_threshold
                 or (self._entries_threshold > 0 and len(self._queue) >= self._entries_threshold))
 
-    def _fire_group(self, results: list, error, records: int, nbytes: int, fsynced: bool) -> None:
-        """Reactor thread: account for one group and fire all its Deferreds."""
+    def _fire_group(self, results: list, error, records: int, nbytes: int, fsync_s) -> None:
+        """Reactor thread: account for one group and fire all its Deferreds. ``fsync_s``: how long
+        the group's fdatasync took (None: none was made)."""
         self.groups += 1
         self.records += records
         self.bytes_written += nbytes
-        if fsynced:
+        if fsync_s is not None:
             self.fsyncs += 1
-        for d, value in results:
+            self.sync_latency.observe(fsync_s * 1000.0)
+        now = time.monotonic()
+        for d, value, queued in results:
+            if queued is not None and error is None:
+                self.add_latency.observe((now - queued) * 1000.0)
             if error is not None:
                 d.errback(error)
             else:
@@ -325,31 +339,32 @@ class Journal:
     def _write_group(self, group: list) -> None:
         results, parts = [], []
         records = nbytes = 0
-        fsynced = False
+        fsync_s = None
         error = None
         try:
-            if self._offset >= self._max_size and any(chunks is not None for chunks, _, _ in group):
+            if self._offset >= self._max_size and any(chunks is not None for chunks, _, _, _ in group):
                 self._roll()
             position = self._offset
-            for chunks, n, d in group:
+            for chunks, n, d, queued in group:
                 if chunks is None:
-                    results.append((d, (self.file_id, position)))
+                    results.append((d, (self.file_id, position), None))
                 else:
                     parts.extend(chunks)
                     position += n
                     records += 1
-                    results.append((d, None))
+                    results.append((d, None, queued))
             if parts:
                 data = b"".join(parts)
                 nbytes = len(data)
                 self._pwrite_all(data, self._offset)
                 self._offset += nbytes
                 if self._sync:
+                    started = time.monotonic()
                     os.fdatasync(self._fd)
-                    fsynced = True
+                    fsync_s = time.monotonic() - started
         except Exception:
             error = Failure()
-        self._reactor.callFromThread(self._fire_group, results, error, records, nbytes, fsynced)
+        self._reactor.callFromThread(self._fire_group, results, error, records, nbytes, fsync_s)
 
     def _pwrite_all(self, data: bytes, offset: int) -> None:
         # pwrite at our own offset rather than O_APPEND: after a failed (partial) write the next group

@@ -22,6 +22,7 @@ from twisted.internet import defer
 from twisted.internet.protocol import Factory
 from twisted.logger import Logger
 
+from pulsar_twisted.common.latency import LatencySummary
 from pulsar_twisted.net.framing import DEFAULT_MAX_FRAME_SIZE, FramedProtocol
 from pulsar_twisted.proto import bookie_pb2 as pb
 from pulsar_twisted.wire.bookie import HEADER_SIZE, packed_lac, status_for
@@ -53,13 +54,17 @@ class BookieRequestProcessor:
     id). Keeps per-op counters (``counters[(op, status_name)]``) for the metrics endpoint.
     ``admission`` (a ``bookie.admission.LedgerAdmission``, cluster mode) is asked before the first
     add of a ledger the storage does not hold; None admits every ledger (standalone, tests).
+    With a ``clock``, each request's time from arrival to answer is kept per ``(op, success)``
+    in ``latencies`` (LatencySummary, ms: BookKeeper's ``bookkeeper_server_<OP>_REQUEST``).
     """
 
-    def __init__(self, storage, info=None, admission=None):
+    def __init__(self, storage, info=None, admission=None, clock=None):
         self.storage = storage
         self.admission = admission
         self._info = info or (lambda: {"read_only": bool(storage.read_only), "version": VERSION})
         self.counters = {}
+        self.clock = clock
+        self.latencies = {}
         self._table = {
             "add_entry": self.process_add_entry,
             "read_entry": self.process_read_entry,
@@ -81,7 +86,17 @@ class BookieRequestProcessor:
             d = defer.fail(e)
         d.addCallbacks(self._ok, self._failed, callbackArgs=(request.request_id, op),
                        errbackArgs=(request.request_id, op))
+        if self.clock is not None:
+            d.addCallback(self._timed, op, self.clock.seconds())
         return d
+
+    def _timed(self, response, op, started):
+        key = (op, response.status == pb.OK)
+        summary = self.latencies.get(key)
+        if summary is None:
+            summary = self.latencies[key] = LatencySummary()
+        summary.observe(max(self.clock.seconds() - started, 0.0) * 1000.0)
+        return response
 
     def _count(self, op: str, status: int) -> None:
         key = (op, status)

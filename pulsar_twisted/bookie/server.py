@@ -19,16 +19,14 @@ BookieReadOnlyError, the registration moves under readonly/); below ``disk_usage
 it turns writable again. The gap between the two keeps it from flapping.
 
 HTTP (``http_endpoint``): ``/heartbeat`` (200 "OK"), ``/api/v1/bookie/state`` and
-``/api/v1/bookie/info`` (JSON), ``/api/v1/bookie/is_ready`` and ``/metrics`` (Prometheus text:
-adds, reads, journal fsyncs and groups, read-only flag, requests by op and status, ...). The
-metrics are read from the storage's counters at scrape time: nothing is done per entry for them.
+``/api/v1/bookie/info`` (JSON), ``/api/v1/bookie/is_ready`` and ``/metrics`` (Prometheus text,
+``bookie/metrics.py``: BookKeeper's names for requests, journal and ledger storage, plus ours).
 """
 
 import json
 import shutil
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from twisted.application.service import Service
 from twisted.internet import defer, endpoints, task
@@ -36,12 +34,12 @@ from twisted.logger import Logger
 from twisted.web import resource, server as web_server
 
 from pulsar_twisted.bookie.admission import LedgerAdmission
+from pulsar_twisted.bookie.metrics import BookieCollector
 from pulsar_twisted.bookie.metadata_gc import MetadataGarbageCollector
 from pulsar_twisted.bookie.protocol import (
     VERSION, BookieRequestProcessor, BookieServerFactory, disk_space)
 from pulsar_twisted.metadata.interfaces import NotFoundError
 from pulsar_twisted.net.framing import DEFAULT_MAX_FRAME_SIZE
-from pulsar_twisted.proto import bookie_pb2 as pb
 from pulsar_twisted.resources.bookies import register_bookie, registration_path
 
 log = Logger()
@@ -104,7 +102,7 @@ class BookieServer(Service):
         admission = None
         if metadata_store is not None and verify_ledgers:
             admission = LedgerAdmission(metadata_store, lambda: self.bookie_id)
-        self.processor = BookieRequestProcessor(storage, self.info, admission)
+        self.processor = BookieRequestProcessor(storage, self.info, admission, clock=reactor)
         self.metadata_gc = None
         if metadata_store is not None and verify_ledgers:
             self.metadata_gc = MetadataGarbageCollector(storage, metadata_store)
@@ -119,7 +117,7 @@ class BookieServer(Service):
         self._disk_loop = None
         self._serving = False
         self.metrics_registry = CollectorRegistry(auto_describe=False)
-        self.metrics_registry.register(_BookieCollector(self))
+        self.metrics_registry.register(BookieCollector(self))
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -347,51 +345,3 @@ class _Callable(resource.Resource):
         body, content_type = self._fn(request)
         request.setHeader(b"content-type", content_type)
         return body
-
-
-class _BookieCollector:
-    """Prometheus collector reading the storage's and the server's counters at scrape time."""
-
-    def __init__(self, server: BookieServer):
-        self._server = server
-
-    def collect(self):
-        server = self._server
-        stats_fn = getattr(server.storage, "stats", None)
-        stats = stats_fn() if stats_fn is not None else {}
-        counters = [
-            ("bookie_add_entry", "Entries added.", "adds"),
-            ("bookie_add_entry_bytes", "Bytes of entries added.", "add_bytes"),
-            ("bookie_read_entry", "Entries read.", "reads"),
-            ("bookie_read_entry_bytes", "Bytes of entries read.", "read_bytes"),
-            ("bookie_journal_fsync", "Journal fsyncs.", "fsyncs"),
-            ("bookie_journal_groups", "Journal group commits.", "journal_groups"),
-            ("bookie_journal_records", "Journal records written.", "journal_records"),
-            ("bookie_checkpoints", "Checkpoints of the write cache.", "checkpoints"),
-            ("bookie_gc_runs", "Garbage collection runs.", "gc_runs"),
-        ]
-        for name, doc, key in counters:
-            if key in stats:
-                yield CounterMetricFamily(name, doc, value=stats[key])
-        gauges = [
-            ("bookie_ledgers", "Ledgers stored.", "ledgers"),
-            ("bookie_write_cache_bytes", "Bytes in the write cache.", "write_cache_bytes"),
-            ("bookie_entry_logs", "Entry log files.", "entry_logs"),
-        ]
-        for name, doc, key in gauges:
-            if key in stats:
-                yield GaugeMetricFamily(name, doc, value=stats[key])
-        yield GaugeMetricFamily("bookie_read_only", "1 when the bookie is read-only.",
-                                value=1 if server.read_only else 0)
-        # BookKeeper's own name: 1 writable, 0 read-only.
-        yield GaugeMetricFamily("bookie_SERVER_STATUS", "1 writable, 0 read-only.",
-                                value=0 if server.read_only else 1)
-        yield GaugeMetricFamily("bookie_disk_usage_ratio", "Used fraction of the fullest data disk.",
-                                value=server.disk_usage_ratio)
-        yield GaugeMetricFamily("bookie_connections", "Open client connections.",
-                                value=len(server.factory.connections))
-        requests = CounterMetricFamily("bookie_requests", "Requests answered, by op and status.",
-                                       labels=["op", "status"])
-        for (op, status), count in sorted(server.processor.counters.items()):
-            requests.add_metric([op, pb.StatusCode.Name(status)], count)
-        yield requests

@@ -442,6 +442,13 @@ class BookieStorage(Service):
     def ledger_ids(self) -> list[int]:
         return sorted(self._ledgers)
 
+    def journal_metrics(self) -> dict:
+        """The journal's latency summaries (``add``: append to durable, ``sync``: fdatasync; ms)
+        and its queue length, for /metrics."""
+        journal = self._journal
+        return {"add": journal.add_latency, "sync": journal.sync_latency,
+                "queue": journal.queue_length()}
+
     def stats(self) -> dict:
         """Counters and gauges (a fresh dict)."""
         s = dict(self._counters)
@@ -449,6 +456,7 @@ class BookieStorage(Service):
                  journal_records=self._journal.records, journal_bytes=self._journal.bytes_written,
                  journal_file=self._journal.file_id, entry_logs=self._entry_logs.log_count(),
                  ledgers=len(self._ledgers), deleted_ledgers=len(self._deleted),
+                 ledger_dirs=len(self._ledger_dirs),
                  write_cache_bytes=self._cache_bytes,
                  write_cache_entries=sum(len(v) for v in self._cache.values()), read_only=self._read_only)
         return s

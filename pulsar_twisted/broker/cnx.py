@@ -129,6 +129,8 @@ class ServerConnection(protocol.Protocol):
         self.state = ConnectionState.START
         #: The authenticated role (None until CONNECT is accepted, or without authentication).
         self.role = None
+        #: The client a proxy connects for (CONNECT's original_principal, security/proxied.py).
+        self.original_principal = None
         self.protocol_version = 0
         self.client_version = ""
         self.producers = {}
@@ -283,7 +285,9 @@ class ServerConnection(protocol.Protocol):
         def refused(failure):
             self.log.warn("{peer}: authentication refused: {reason}", peer=self.peer,
                           reason=_error_message(failure))
-            self.sender.send_error(0, api.AuthenticationError, _error_message(failure))
+            code = (api.AuthorizationError if failure.check(errors.AuthorizationError)
+                    else api.AuthenticationError)   # "Invalid roles." for a refused proxy combination
+            self.sender.send_error(0, code, _error_message(failure))
             self.transport.loseConnection()
 
         d.addCallbacks(authenticated, refused)

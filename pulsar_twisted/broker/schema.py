@@ -21,8 +21,11 @@ Rules (Pulsar's ``ServerCnx``/``PersistentTopic.addSchema``):
   registered.
 
 Compatibility for AVRO and JSON (whose schema data is an Avro schema in Pulsar) follows Avro's
-schema-resolution rules, implemented below over the parsed JSON (``can_read``); other types are
-compatible with the same type only.
+schema-resolution rules (``broker/schema_compat.py``): BACKWARD is "the new schema reads data of the
+old", FORWARD "the old reads the new", FULL both; plain strategies compare with the latest live
+version, ``*_TRANSITIVE`` with every live version since the last delete. Other types are
+compatible with the same type only. Without a namespace strategy (``UNDEFINED``) the broker's
+``schemaCompatibilityStrategy`` applies (Pulsar's default: FULL).
 """
 
 import base64
@@ -33,6 +36,8 @@ from dataclasses import dataclass, field
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from pulsar_twisted.broker.schema_compat import (
+    AvroSchema, InvalidAvroSchema, read_mismatch)
 from pulsar_twisted.common import errors
 from pulsar_twisted.common.naming import InvalidTopicNameError, parse_topic
 from pulsar_twisted.metadata.interfaces import AlreadyExistsError, BadVersionError
@@ -121,126 +126,11 @@ class IncompatibleSchemaError(Exception):
     """Why a schema cannot follow another (the message goes to the client)."""
 
 
-def _parse_avro(data: bytes):
+def _parse_avro(data: bytes) -> AvroSchema:
     try:
-        return json.loads(data.decode("utf-8")) if data else None
-    except (ValueError, UnicodeDecodeError) as e:
-        raise IncompatibleSchemaError(f"Invalid Avro schema definition: {e}") from None
-
-
-_PRIMITIVES = {"null", "boolean", "int", "long", "float", "double", "bytes", "string"}
-#: Writer type -> reader types that may read it (Avro's promotions).
-_PROMOTIONS = {"int": {"int", "long", "float", "double"}, "long": {"long", "float", "double"},
-               "float": {"float", "double"}, "string": {"string", "bytes"},
-               "bytes": {"bytes", "string"}}
-
-
-class _AvroSchema:
-    """A parsed Avro schema: the JSON with every named type resolvable by its full name."""
-
-    def __init__(self, obj):
-        self.names = {}
-        self.root = self._collect(obj, "")
-
-    def _collect(self, node, namespace):
-        if isinstance(node, list):
-            return [self._collect(n, namespace) for n in node]
-        if isinstance(node, str):
-            return node
-        if not isinstance(node, dict) or "type" not in node:
-            raise IncompatibleSchemaError(f"Invalid Avro schema node {node!r}")
-        kind = node["type"]
-        if kind in ("record", "error", "enum", "fixed"):
-            name = node.get("name")
-            if not isinstance(name, str):
-                raise IncompatibleSchemaError(f"Avro {kind} without a name")
-            ns = node.get("namespace", namespace) or ""
-            full = name if "." in name or not ns else f"{ns}.{name}"
-            self.names[full] = node
-            self.names.setdefault(full.rsplit(".", 1)[-1], node)
-            if kind in ("record", "error"):
-                fields = node.get("fields")
-                if not isinstance(fields, list):
-                    raise IncompatibleSchemaError(f"Avro record {name} without fields")
-                child_ns = full.rsplit(".", 1)[0] if "." in full else ""
-                for f in fields:
-                    if not isinstance(f, dict) or "name" not in f or "type" not in f:
-                        raise IncompatibleSchemaError(f"Invalid field in record {name}")
-                    f["type"] = self._collect(f["type"], child_ns)
-        elif kind == "array":
-            node["items"] = self._collect(node.get("items"), namespace)
-        elif kind == "map":
-            node["values"] = self._collect(node.get("values"), namespace)
-        elif isinstance(kind, (dict, list)):
-            return self._collect(kind, namespace)
-        return node
-
-    def resolve(self, node):
-        """A type node with names and ``{"type": "int"}`` wrappers resolved."""
-        while True:
-            if isinstance(node, str):
-                if node in _PRIMITIVES:
-                    return node
-                found = self.names.get(node) or self.names.get(node.rsplit(".", 1)[-1])
-                if found is None:
-                    raise IncompatibleSchemaError(f"Unknown Avro type {node}")
-                return found
-            if isinstance(node, dict) and isinstance(node.get("type"), str) and \
-                    node["type"] in _PRIMITIVES:
-                return node["type"]
-            return node
-
-
-def _kind(node) -> str:
-    if isinstance(node, str):
-        return node
-    if isinstance(node, list):
-        return "union"
-    return node["type"]
-
-
-def can_read(reader: _AvroSchema, writer: _AvroSchema, r=None, w=None, seen=None) -> bool:
-    """Avro schema resolution: can data written with ``writer`` be read with ``reader``?"""
-    if seen is None:
-        seen = set()
-    r = reader.resolve(reader.root if r is None else r)
-    w = writer.resolve(writer.root if w is None else w)
-    rk, wk = _kind(r), _kind(w)
-    if wk == "union":
-        return all(can_read(reader, writer, r, branch, seen) for branch in w)
-    if rk == "union":
-        return any(can_read(reader, writer, branch, w, seen) for branch in r)
-    if rk in _PRIMITIVES or wk in _PRIMITIVES:
-        return rk == wk or rk in _PROMOTIONS.get(wk, ())
-    if rk != wk and not ({rk, wk} <= {"record", "error"}):
-        return False
-    if rk in ("record", "error", "enum", "fixed"):
-        if r["name"].rsplit(".", 1)[-1] != w["name"].rsplit(".", 1)[-1]:
-            return False
-    if rk == "fixed":
-        return r.get("size") == w.get("size")
-    if rk == "enum":
-        return "default" in r or set(w.get("symbols", ())) <= set(r.get("symbols", ()))
-    if rk == "array":
-        return can_read(reader, writer, r["items"], w["items"], seen)
-    if rk == "map":
-        return can_read(reader, writer, r["values"], w["values"], seen)
-    key = (id(r), id(w))
-    if key in seen:  # a recursive type already being compared
-        return True
-    seen.add(key)
-    writer_fields = {}
-    for f in w["fields"]:
-        writer_fields[f["name"]] = f
-    for f in r["fields"]:
-        names = [f["name"], *f.get("aliases", ())]
-        match = next((writer_fields[n] for n in names if n in writer_fields), None)
-        if match is None:
-            if "default" not in f:
-                return False
-        elif not can_read(reader, writer, f["type"], match["type"], seen):
-            return False
-    return True
+        return AvroSchema.parse(data)
+    except InvalidAvroSchema as e:
+        raise IncompatibleSchemaError(str(e)) from None
 
 
 def check_compatible(strategy: str, new_type: int, new_data: bytes, existing) -> None:
@@ -257,28 +147,112 @@ def check_compatible(strategy: str, new_type: int, new_data: bytes, existing) ->
     against = live if strategy.endswith("_TRANSITIVE") else live[-1:]
     base = strategy.replace("_TRANSITIVE", "")
     for old in reversed(against):
+        label = f"schema version {old.version}" if old is not live[-1] else \
+            f"the latest schema (version {old.version})"
         if old.type != new_type:
             raise IncompatibleSchemaError(
                 f"Incompatible schema: exists schema type {TYPE_NAMES.get(old.type, old.type)}, "
                 f"new schema type {TYPE_NAMES.get(new_type, new_type)}")
         if new_type not in _AVRO_LIKE:
             continue
-        new = _AvroSchema(_parse_avro(new_data))
-        previous = _AvroSchema(_parse_avro(old.data))
-        if base in ("BACKWARD", "FULL") and not can_read(new, previous):
-            raise IncompatibleSchemaError(
-                f"Schema is incompatible with the latest schema (version {old.version}): "
-                f"{base} compatibility: the new schema cannot read data written with it")
-        if base in ("FORWARD", "FULL") and not can_read(previous, new):
-            raise IncompatibleSchemaError(
-                f"Schema is incompatible with the latest schema (version {old.version}): "
-                f"{base} compatibility: data written with the new schema cannot be read with it")
+        if new_type == ST.Json and not (_is_avro(new_data) and _is_avro(old.data)):
+            _check_legacy_json(new_data, old.data, label)
+            continue
+        new, previous = _parse_avro(new_data), _parse_avro(old.data)
+        if base in ("BACKWARD", "FULL"):
+            _refuse_mismatch(read_mismatch(new, previous), base, label,
+                             "the new schema cannot read data written with it")
+        if base in ("FORWARD", "FULL"):
+            _refuse_mismatch(read_mismatch(previous, new), base, label,
+                             "data written with the new schema cannot be read with it")
+
+
+def _refuse_mismatch(reason, strategy, against, what):
+    if reason is not None:
+        raise IncompatibleSchemaError(
+            f"Schema is incompatible with {against}: {strategy} compatibility: "
+            f"{what} ({reason})")
+
+
+#: Pulsar's ``SchemaCompatibilityStrategy.fromAutoUpdatePolicy``: the deprecated namespace policy
+#: ``schema_auto_update_compatibility_strategy`` (default "Full") as a strategy.
+_AUTO_UPDATE_STRATEGIES = {
+    "AutoUpdateDisabled": "ALWAYS_INCOMPATIBLE", "Backward": "BACKWARD", "Forward": "FORWARD",
+    "Full": "FULL", "AlwaysCompatible": "ALWAYS_COMPATIBLE",
+    "BackwardTransitive": "BACKWARD_TRANSITIVE", "ForwardTransitive": "FORWARD_TRANSITIVE",
+    "FullTransitive": "FULL_TRANSITIVE"}
+
+
+def consumer_strategy(strategy: str) -> str:
+    """
+    How a consumer's schema that is not stored is checked (Pulsar's
+    ``checkConsumerCompatibility``): under BACKWARD, FORWARD, FORWARD_TRANSITIVE and FULL it must
+    read the latest version (BACKWARD against the latest); under the other strategies it is checked
+    against every version with the strategy itself.
+    """
+    if strategy in ("BACKWARD", "FORWARD", "FORWARD_TRANSITIVE", "FULL"):
+        return "BACKWARD"
+    return strategy
+
+
+def effective_strategy(policies: dict, broker_strategy: str) -> str:
+    """
+    The strategy applied on a topic of a namespace with ``policies``: the namespace's
+    ``schema_compatibility_strategy`` unless it is ``UNDEFINED`` (its default), then the broker's
+    ``schemaCompatibilityStrategy`` (Pulsar 4.x default FULL), and when that is ``UNDEFINED`` too,
+    the namespace's deprecated ``schema_auto_update_compatibility_strategy`` (else FULL).
+
+    Pulsar 4.x looks at the deprecated policy before the broker's setting, but its default there
+    is null, so with defaults both orders agree. Our stored Policies carry Pulsar 2.x's default
+    "Full" for it, which would hide the broker setting if it came first.
+    """
+    for value in (policies.get("schema_compatibility_strategy"), broker_strategy):
+        if isinstance(value, str) and value.upper() in STRATEGIES:
+            return value.upper()
+    auto = policies.get("schema_auto_update_compatibility_strategy") or "Full"
+    return _AUTO_UPDATE_STRATEGIES.get(auto, "FULL")
+
+
+def _is_avro(data: bytes) -> bool:
+    try:
+        AvroSchema.parse(data)
+    except InvalidAvroSchema:
+        return False
+    return True
+
+
+def _legacy_json_schema(data: bytes):
+    """A JSON schema definition that is not an Avro schema (the JSON-Schema documents of old
+    clients): the parsed object, or None when ``data`` is not a JSON object."""
+    try:
+        obj = json.loads(data.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def _check_legacy_json(new_data: bytes, old_data: bytes, label: str) -> None:
+    """Pulsar's ``JsonSchemaCompatibilityCheck`` when one side is not Avro: an Avro definition
+    and a JSON-Schema one are incompatible; two JSON-Schema ones are compatible when their ids
+    are equal."""
+    new, old = _legacy_json_schema(new_data), _legacy_json_schema(old_data)
+    if _is_avro(old_data) or _is_avro(new_data) or new is None or old is None:
+        raise IncompatibleSchemaError(
+            f"Schema is incompatible with {label}: an Avro-based JSON schema and a JSON-Schema "
+            "definition do not follow each other")
+    if new.get("id") != old.get("id"):
+        raise IncompatibleSchemaError(
+            f"Schema is incompatible with {label}: JSON-Schema id {new.get('id')!r} is not "
+            f"{old.get('id')!r}")
 
 
 def validate(type_: int, data: bytes) -> None:
-    """Refuse a schema whose definition does not parse (AVRO / JSON definitions)."""
+    """Refuse a schema whose definition does not parse: AVRO must be an Avro schema; JSON an Avro
+    schema too, or (as Pulsar still accepts from old clients) a JSON-Schema object."""
     if type_ in _AVRO_LIKE and data:
-        _AvroSchema(_parse_avro(data))
+        if type_ == ST.Json and not _is_avro(data) and _legacy_json_schema(data) is not None:
+            return
+        _parse_avro(data)
 
 
 # ------------------------------------------------------------------------------ registry
@@ -293,6 +267,9 @@ class SchemaRegistry:
         self.namespaces = NamespaceResources(store)
         self.clock = clock
         self.config = config
+        #: namespace -> [compatible, incompatible] results of compatibility checks, for /metrics
+        #: (Pulsar's pulsar_schema_compatible_total / pulsar_schema_incompatible_total).
+        self.check_results = {}
 
     def _path(self, sid: str) -> str:
         return f"{SCHEMAS_ROOT}/{sid}"
@@ -341,12 +318,9 @@ class SchemaRegistry:
 
     @defer.inlineCallbacks
     def strategy(self, topic: str) -> str:
-        """The namespace's schemaCompatibilityStrategy, else the broker's."""
-        value = (yield self.policies(topic)).get("schema_compatibility_strategy")
-        if isinstance(value, str) and value.upper() in STRATEGIES:
-            return value.upper()
-        configured = self.config.schemaCompatibilityStrategy.upper()
-        return configured if configured in STRATEGIES else "FULL"
+        """The namespace's strategy; ``UNDEFINED`` there (the default) gives the broker's."""
+        policies = yield self.policies(topic)
+        return effective_strategy(policies, self.config.schemaCompatibilityStrategy)
 
     @defer.inlineCallbacks
     def add(self, topic: str, type_: int, data: bytes, properties=None, name: str = ""):
@@ -377,7 +351,9 @@ class SchemaRegistry:
                 check_compatible(strategy, type_, data, self._since_delete(versions))
             except IncompatibleSchemaError as e:
                 log.info("schema for {sid} refused: {reason}", sid=sid, reason=e)
+                self._count_check(topic, False)
                 raise errors.IncompatibleSchema(str(e))
+            self._count_check(topic, True)
             new = SchemaVersion(versions[-1].version + 1 if versions else 0, type_, data,
                                 dict(properties or {}), int(self.clock.seconds() * 1000), name)
             try:
@@ -387,6 +363,10 @@ class SchemaRegistry:
             log.info("schema of {sid}: version {version} ({type}) added", sid=sid,
                      version=new.version, type=TYPE_NAMES.get(type_, type_))
             return new.version
+
+    def _count_check(self, topic: str, compatible: bool) -> None:
+        results = self.check_results.setdefault(str(parse_topic(topic).namespace_name), [0, 0])
+        results[0 if compatible else 1] += 1
 
     @staticmethod
     def _since_delete(versions):
@@ -412,12 +392,14 @@ class SchemaRegistry:
             return
         if type_ == BYTES:
             return  # a BYTES consumer reads anything, as Pulsar's do
-        strategy = yield self.strategy(topic)
+        strategy = consumer_strategy((yield self.strategy(topic)))
         try:
             validate(type_, data)
             check_compatible(strategy, type_, data, live)
         except IncompatibleSchemaError as e:
+            self._count_check(topic, False)
             raise errors.IncompatibleSchema(str(e))
+        self._count_check(topic, True)
 
     @defer.inlineCallbacks
     def delete(self, topic: str):

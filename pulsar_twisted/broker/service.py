@@ -17,6 +17,7 @@ from twisted.python.failure import Failure
 
 from pulsar_twisted.broker import schema
 from pulsar_twisted.broker.advertised import advertised_listeners, select_listener
+from pulsar_twisted.broker.broker_counters import BrokerCounters, counted_lookup
 from pulsar_twisted.broker.ownership import LookupResult
 from pulsar_twisted.broker.compaction import Compactor
 from pulsar_twisted.broker.policies import PolicyService
@@ -57,6 +58,8 @@ class BrokerService(service.Service):
         self.topics = {}
         self._loading = {}
         self.connections = set()
+        #: Connection and lookup counters for /metrics (broker_counters.py).
+        self.counters = BrokerCounters(clock)
         self.producer_name_prefix = None
         self._producer_counter = 0
         #: Bytes received from producers and not yet stored, across every connection.
@@ -129,10 +132,12 @@ class BrokerService(service.Service):
 
     def connection_opened(self, cnx) -> None:
         self.connections.add(cnx)
+        self.counters.connection_opened()
         self.security.connection_opened(cnx)
 
     def connection_closed(self, cnx) -> None:
         if cnx in self.connections:
+            self.counters.connection_closed()
             self.security.connection_closed(cnx)
         self.connections.discard(cnx)
         self._publish_throttled.discard(cnx)
@@ -223,6 +228,7 @@ class BrokerService(service.Service):
             pass
 
     # ---------------------------------------------------------------- binary-protocol queries
+    @counted_lookup  # answers, redirects, failures and latency for /metrics
     @defer.inlineCallbacks
     def lookup(self, topic: str, cnx=None, listener_name: str = ""):
         """

@@ -207,6 +207,11 @@ class ClientConnection(protocol.Protocol):
             except Exception:
                 pass
         self.state = ConnectionState.HANDSHAKE
+        self.transport.write(encode_command(self.connect_command()))
+        self._keep_alive.start()
+
+    def connect_command(self) -> api.BaseCommand:
+        """The CONNECT this connection opens with (a proxy's connections add the original_* fields)."""
         connect = command(T.CONNECT, "connect", client_version=self.client_version,
                           protocol_version=PROTOCOL_VERSION)
         if self.auth is not None:
@@ -217,8 +222,7 @@ class ClientConnection(protocol.Protocol):
         if self.target_broker:
             connect.connect.proxy_to_broker_url = self.target_broker
         connect.connect.feature_flags.supports_auth_refresh = self.auth is not None
-        self.transport.write(encode_command(connect))
-        self._keep_alive.start()
+        return connect
 
     def dataReceived(self, data):
         self._keep_alive.received()

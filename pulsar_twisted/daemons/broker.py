@@ -4,7 +4,7 @@
 One ordered tree (``tree.py``), started in this order and stopped in reverse:
 
 1. ``ZooKeeperMetadataStore`` on ``metadataStoreUrl`` (``zk:host:port[,host:port][/chroot]``), session
-   timeout ``zooKeeperSessionTimeoutMillis``; bookies are discovered through the same store, or through
+   timeout ``metadataStoreSessionTimeoutMillis``; bookies are discovered through the same store, or through
    a second one on ``bookkeeperMetadataServiceUri`` (``zk+null://host:port[/chroot]/ledgers``).
 2. ``TcpBookieClient`` (TLS when ``bookkeeperTLSTrustCertsFilePath`` is set, presenting
    ``bookkeeperTLSCertificateFilePath`` with ``bookkeeperTLSClientAuthentication``; request deadline
@@ -88,12 +88,20 @@ def bookie_tls_options(config):
         raise ConfigError(f"bookkeeperTLS*: cannot load the certificates: {e}")
 
 
+def session_timeout_millis(config) -> int:
+    """The metadata session timeout: the deprecated ``zooKeeperSessionTimeoutMillis`` when it is
+    positive (Pulsar lets it win), else ``metadataStoreSessionTimeoutMillis``."""
+    if config.zooKeeperSessionTimeoutMillis > 0:
+        return config.zooKeeperSessionTimeoutMillis
+    return config.metadataStoreSessionTimeoutMillis
+
+
 def check_config(config) -> None:
     """Everything that can be refused before start-up (ConfigError naming the key)."""
     metadata_store_location(config)
     bookkeeper_store_location(config)
-    if config.zooKeeperSessionTimeoutMillis <= 0:
-        raise ConfigError("zooKeeperSessionTimeoutMillis must be positive")
+    if session_timeout_millis(config) <= 0:
+        raise ConfigError("metadataStoreSessionTimeoutMillis must be positive")
     check_listener_config(config)
     if config.brokerServicePortTls or config.webServicePortTls:
         # Missing or unreadable certificates stop start-up here, naming the key, rather than
@@ -124,7 +132,7 @@ class BrokerClusterService(BrokerListeners, Daemon):
         self.registration = self.leader = None
         self._bookie_tls = None
         self._bookies_at_start = 0
-        self.session_timeout = config.zooKeeperSessionTimeoutMillis / 1000.0
+        self.session_timeout = session_timeout_millis(config) / 1000.0
         # Bundle, registration and leader checks: well inside the session timeout.
         self.check_interval = max(0.5, min(5.0, self.session_timeout / 2))
         steps = [

@@ -40,6 +40,10 @@ class BrokerListeners:
         services.append(ListeningService("binary", self._binary_endpoint, self._binary_factory))
         return services
 
+    def metrics_collectors(self) -> list:
+        """More collectors for the web site's /metrics (the standalone adds its bookie's)."""
+        return []
+
     def _bind_address_service(self, bind):
         """A ``bindAddresses`` entry: binary ports serve lookups under its listener by default
         (Pulsar's connection-specific listener name); web ports serve the usual site."""
@@ -62,7 +66,7 @@ class BrokerListeners:
                                 endpoint, factory)
 
     def _site(self):
-        return make_site(self.admin, self.broker, self.config)
+        return make_site(self.admin, self.broker, self.config, self.metrics_collectors())
 
     def _binary_factory(self):
         return BrokerProtocolFactory(self.broker, self.reactor)

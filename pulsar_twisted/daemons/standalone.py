@@ -17,6 +17,7 @@ stopped in reverse:
 import os
 
 
+from pulsar_twisted.bookie.metrics import StorageCollector
 from pulsar_twisted.bookie.storage import BookieStorage
 from pulsar_twisted.broker.admin.service import AdminService
 from pulsar_twisted.broker.advertised import check_listener_config
@@ -67,6 +68,11 @@ class StandaloneService(BrokerListeners, Daemon):
         steps += self.listening_services()
         for step in steps:
             step.setServiceParent(self)
+
+    def metrics_collectors(self) -> list:
+        """The in-process bookie's storage and journal metrics on the broker's /metrics, as
+        Pulsar's standalone shows its bookie's there."""
+        return [StorageCollector(self.bookie)]
 
     # ---------------------------------------------------------------- steps
     def _start_store(self):

@@ -57,6 +57,11 @@ class Daemon(OrderedMultiService):
         self.ready = defer.Deferred()
 
     def startService(self):
+        config = getattr(self, "config", None)
+        if config is not None and hasattr(config, "warn_unimplemented"):
+            # Pulsar/BookKeeper keys the file set that we do not honour: said once, before
+            # anything starts, so the operator reads it next to the start-up lines.
+            config.warn_unimplemented(self.log)
         starting = super().startService()
         starting.addCallbacks(self._started, self._stopped_while_starting)
         chain_startup(starting, self.ready, self.reactor, self.log, self.daemon)

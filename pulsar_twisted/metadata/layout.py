@@ -15,6 +15,7 @@ Pulsar (configuration and local metadata store):
 * ``/schemas/<schema id>``                                       schema versions of a topic
 * ``/managed-ledgers/<encoded name>``                            managed ledgers and their cursors
 * ``/counters/producer-name/broker-<seq>``                       producer-name prefixes
+* ``/bookies``                                                   bookie rack placement JSON
 
 BookKeeper (``bookkeeper shell metaformat``'s tree):
 
@@ -32,6 +33,9 @@ BROKERS_ROOT = "/loadbalance/brokers"
 LEADER_PATH = "/loadbalance/leader"
 SCHEMAS_ROOT = "/schemas"
 MANAGED_LEDGERS_ROOT = "/managed-ledgers"
+#: Rack placement of bookies, ``{group: {bookie: {"rack", "hostname"}}}`` (Pulsar's
+#: BookieRackAffinityMapping reads the same node).
+BOOKIE_RACKS_PATH = "/bookies"
 #: A sequential node under it gives each broker start a unique producer-name prefix.
 PRODUCER_NAME_COUNTER = "/counters/producer-name/broker-"
 

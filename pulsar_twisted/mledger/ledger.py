@@ -34,6 +34,7 @@ from pulsar_twisted.metadata.interfaces import BadVersionError, NotFoundError
 from pulsar_twisted.mledger import formats
 from pulsar_twisted.mledger.cache import EntryCache
 from pulsar_twisted.mledger.config import ManagedLedgerConfig
+from pulsar_twisted.mledger.counters import ManagedLedgerCounters
 from pulsar_twisted.mledger.stats import iso_ms, position_text
 from pulsar_twisted.mledger.interfaces import (
     CursorNotFoundError, IManagedLedger, ManagedLedgerClosedError, ManagedLedgerError,
@@ -118,6 +119,8 @@ class ManagedLedgerImpl:
         self._ledger_ids = []
         self._total_entries = 0
         self._total_size = 0
+        #: Adds and reads counted for /metrics (``pulsar_ml_*``, mledger/counters.py).
+        self.counters = ManagedLedgerCounters(reactor)
         self._terminated_at = None
         self._last_confirmed = Position(-1, -1)
         self._current = None
@@ -411,6 +414,7 @@ class ManagedLedgerImpl:
     def add_entry(self, data: bytes):
         """Append ``data``; Deferred firing with its Position once durable. Completions are in
         order; a fenced/closed/terminated ledger fails the add at once."""
+        started = self.reactor.seconds()
         st = self._state
         if st is State.LEDGER_OPENED:
             op = AddOp(self, data)
@@ -418,6 +422,7 @@ class ManagedLedgerImpl:
         else:
             error = self._check_writable()
             if error is not None:
+                self.counters.add_errors += 1
                 return defer.fail(error)
             op = AddOp(self, data)
             self._queued.append(op)
@@ -426,6 +431,8 @@ class ManagedLedgerImpl:
         if (not self._throttled and self._throttle_listeners
                 and len(self._pending) + len(self._queued) >= self.config.max_pending_adds):
             self._set_throttled(True)
+        op.deferred.addCallbacks(self.counters.add_done, self.counters.add_failed,
+                                 callbackArgs=(started, len(data)))
         return op.deferred
 
     def _add_complete(self, op: AddOp, entry_id: int):
@@ -738,6 +745,7 @@ class ManagedLedgerImpl:
         """Deferred firing with ``(entries, next_position)``; with ``cursor``, entries it has
         acknowledged are skipped (and not counted)."""
         d = defer.Deferred()
+        d.addCallbacks(self.counters.read_done, self.counters.read_failed)
         self._read_step(start, count, cursor, [], d)
         return d
 

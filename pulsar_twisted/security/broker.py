@@ -25,6 +25,7 @@ from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.security.auth import AuthenticationService, Credentials
 from pulsar_twisted.security.authz import AuthorizationService
 from pulsar_twisted.security.endpoints import peer_certificate_of
+from pulsar_twisted.security.proxied import proxied_identity, roles_to_authorize
 
 #: The challenge data Pulsar sends when it asks for fresh credentials (AuthData.REFRESH_AUTH_DATA).
 REFRESH_AUTH_DATA = b"PulsarAuthRefresh"
@@ -117,6 +118,8 @@ class BrokerSecurity:
         self.max_connections = config.brokerMaxConnections
         self.max_connections_per_ip = config.brokerMaxConnectionsPerIp
         self.max_lookups = config.maxConcurrentLookupRequest
+        self.proxy_roles = frozenset(config.proxyRoles)
+        self.authenticate_original = config.authenticateOriginalAuthData
         self.pending_lookups = 0
         self.connections_by_ip = collections.Counter()
         self.connection_count = 0
@@ -164,12 +167,15 @@ class BrokerSecurity:
         identity = self.authn.authenticate(credentials)
         self.log.info("{peer}: authenticated as {role} ({method})", peer=cnx.peer,
                       role=identity.role, method=identity.method)
-        session = AuthSession(cnx, self, identity, connect.feature_flags.supports_auth_refresh)
+        # A proxy's connection: the roles checked and which credentials are kept fresh (proxied.py).
+        tracked = proxied_identity(self, cnx, connect, identity)
         old = self.sessions.pop(cnx, None)
         if old is not None:
             old.stop()
-        self.sessions[cnx] = session
-        session.start()
+        if tracked is not None:
+            session = AuthSession(cnx, self, tracked, connect.feature_flags.supports_auth_refresh)
+            self.sessions[cnx] = session
+            session.start()
         return identity.role
 
     def auth_response(self, cnx, response) -> None:
@@ -189,11 +195,11 @@ class BrokerSecurity:
             name = parse_topic(topic)
         except InvalidTopicNameError as e:
             raise errors.InvalidTopicName(str(e))
-        role = cnx.role
-        if not await self.authz.allowed(name, role, action):
-            self.log.info("{peer}: role {role} refused {action} on {topic}", peer=cnx.peer, role=role,
-                          action=action, topic=str(name))
-            raise errors.AuthorizationError(f"Role {role} is not authorized to {action} on {name}")
+        for role in roles_to_authorize(cnx):
+            if not await self.authz.allowed(name, role, action):
+                self.log.info("{peer}: role {role} refused {action} on {topic}", peer=cnx.peer,
+                              role=role, action=action, topic=str(name))
+                raise errors.AuthorizationError(f"Role {role} is not authorized to {action} on {name}")
 
     # ---------------------------------------------------------------- lookups
     def lookup_started(self) -> None:

@@ -229,6 +229,32 @@ class BrokerProcess(DaemonProcess):
         return layout.broker_path(self.broker_id)
 
 
+class ProxyProcess(DaemonProcess):
+    """One ``twistd pulsar-proxy``; brokers from ``metadata_url`` (or ``config``'s brokerServiceURL).
+    Every broker port is an allowed target (the test brokers listen on free ports)."""
+
+    def __init__(self, name, directory, metadata_url=None, config=None, **kwargs):
+        self.port = free_port(HOST)
+        self.web_port = free_port(HOST)
+        settings = {
+            "clusterName": "test", "bindAddress": HOST, "advertisedAddress": HOST,
+            "servicePort": self.port, "webServicePort": self.web_port,
+            "brokerProxyAllowedTargetPorts": "*", "zooKeeperSessionTimeoutMillis": 4000,
+        }
+        if metadata_url:
+            settings["metadataStoreUrl"] = metadata_url
+        settings.update(config or {})
+        super().__init__(name, "pulsar-proxy", directory, settings, self.port, **kwargs)
+
+    @property
+    def service_url(self) -> str:
+        return f"pulsar://{HOST}:{self.port}"
+
+    @property
+    def web_service_url(self) -> str:
+        return f"http://{HOST}:{self.web_port}"
+
+
 class Cluster:
     """ZooKeeper chroot + bookies + brokers (see the module docstring)."""
 
@@ -243,7 +269,17 @@ class Cluster:
                                       bookie_uri, bookie_config) for i in range(bookies)]
         self.brokers = [BrokerProcess(f"broker{i}", os.path.join(self.directory, f"broker{i}"),
                                       self.metadata_url, broker_config) for i in range(brokers)]
+        self.proxies = []
         self.zk = None
+
+    def add_proxy(self, config: dict = None, discover: bool = True) -> ProxyProcess:
+        """A ``pulsar-proxy`` for this cluster (not started), discovering the brokers from the
+        metadata store (``discover``) or from ``config``'s brokerServiceURL."""
+        name = f"proxy{len(self.proxies)}"
+        proxy = ProxyProcess(name, os.path.join(self.directory, name),
+                             self.metadata_url if discover else None, config)
+        self.proxies.append(proxy)
+        return proxy
 
     # ---------------------------------------------------------------- lifecycle
     def start(self) -> "Cluster":
@@ -285,7 +321,7 @@ class Cluster:
 
     def cleanup(self) -> None:
         """Kill every process, remove the chroot and the temporary directory."""
-        for process in self.brokers + self.bookies:
+        for process in self.proxies + self.brokers + self.bookies:
             process.kill9()
         if self.zk is not None:
             try:
@@ -354,11 +390,11 @@ class Cluster:
     def tracebacks(self) -> dict:
         """Process name -> the tracebacks in its log (text), for those that logged any."""
         out = {}
-        for process in self.brokers + self.bookies:
+        for process in self.proxies + self.brokers + self.bookies:
             blocks = process.log_text().split("Traceback (most recent call last):")[1:]
             if blocks:
                 out[process.name] = ["Traceback" + b[:3000] for b in blocks]
         return out
 
     def logs(self) -> str:
-        return "\n".join(p.log_tail() for p in self.brokers + self.bookies)
+        return "\n".join(p.log_tail() for p in self.proxies + self.brokers + self.bookies)

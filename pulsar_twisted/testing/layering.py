@@ -9,12 +9,14 @@ importing module's package), and ``importlib.import_module("...")`` with a const
 The layering (REDESIGN.md section 2), lowest first::
 
     proto -> common -> wire -> net -> metadata -> resources -> {bookie, ledger} -> mledger
-          -> security -> broker -> {web, cli} -> daemons
+          -> security -> {broker, proxy} -> {web, cli} -> daemons
 
 A layer may import itself and any layer below it; the two layers of a pair in braces may not
 import each other. ``config.py`` counts as ``common``. ``client`` (the Pulsar client library) may
 import only ``common``, ``wire``, ``net`` and ``proto``; it sits beside the server tree, so only
-the tools built on it (``cli``), the composition roots (``daemons``) and ``testing`` may import it.
+the tools built on it (``cli``), the proxy (``proxy``: its broker connections are client
+connections), the composition roots (``daemons``) and ``testing`` may import it. ``proxy`` sits
+beside ``broker``: neither imports the other.
 ``testing`` may import anything except ``daemons``, and only ``testing`` imports ``testing``.
 """
 
@@ -29,11 +31,11 @@ ROOT_PACKAGE = "pulsar_twisted"
 #: Layer -> rank; equal ranks are siblings that may not import each other.
 RANKS = {
     "proto": 0, "common": 1, "wire": 2, "net": 3, "metadata": 4, "resources": 5,
-    "bookie": 6, "ledger": 6, "mledger": 7, "security": 8, "broker": 9,
+    "bookie": 6, "ledger": 6, "mledger": 7, "security": 8, "broker": 9, "proxy": 9,
     "web": 10, "cli": 10, "daemons": 11,
 }
 CLIENT_MAY_IMPORT = frozenset({"common", "wire", "net", "proto"})
-CLIENT_IMPORTED_BY = frozenset({"cli", "daemons", "testing"})
+CLIENT_IMPORTED_BY = frozenset({"cli", "daemons", "proxy", "testing"})
 #: Top-level modules that belong to a layer although they are not in its package.
 MODULE_LAYERS = {"config": "common"}
 

@@ -5,7 +5,10 @@
 so nothing is updated per message. Every topic metric carries the labels ``cluster``,
 ``namespace`` and ``topic``; like Pulsar, they are all exposed as gauges (Pulsar's own
 ``*_total`` topic metrics are gauges too). Each site has its own registry, with the process
-and platform collectors of ``prometheus_client`` next to ours.
+and platform collectors of ``prometheus_client`` next to ours. The subscription, consumer,
+storage, broker, managed-ledger, connection and lookup families come from
+``web/broker_metrics.py``; with ``exposeTopicLevelMetricsInPrometheus=false`` every family is
+summed per namespace, as Pulsar does.
 """
 
 from collections import defaultdict
@@ -15,6 +18,7 @@ from prometheus_client import (
     generate_latest)
 from prometheus_client.core import GaugeMetricFamily
 
+from pulsar_twisted.web.broker_metrics import BrokerFamilies, namespace_level
 from pulsar_twisted.web.routing import Response
 from pulsar_twisted.web.storage_metrics import storage_families
 
@@ -42,8 +46,18 @@ class PulsarCollector:
     def __init__(self, admin_service, cluster: str):
         self.admin = admin_service
         self.cluster = cluster
+        #: Subscription, consumer, storage, broker, managed-ledger, connection and lookup
+        #: families (web/broker_metrics.py), made at the first scrape (routers are also built
+        #: over stand-in admin objects that are never scraped).
+        self.broker_families = None
 
     def collect(self):
+        families = self._families()
+        if not getattr(self.admin.config, "exposeTopicLevelMetricsInPrometheus", True):
+            families = namespace_level(families)
+        yield from families
+
+    def _families(self):
         rows = self.admin.topic_metrics()
         labels = ["cluster", "namespace", "topic"]
         for metric, key, doc in TOPIC_METRICS:
@@ -60,13 +74,19 @@ class PulsarCollector:
             family.add_metric([self.cluster, namespace], count)
         yield family
         yield from storage_families(self.admin.broker.topics, self.cluster)
+        if self.broker_families is None:
+            self.broker_families = BrokerFamilies(self.admin.broker, self.cluster, self.admin.clock)
+        yield from self.broker_families.collect()
 
 
-def make_registry(admin_service, cluster: str) -> CollectorRegistry:
+def make_registry(admin_service, cluster: str, extra_collectors=()) -> CollectorRegistry:
     """Our collector plus process/platform/GC metrics, in a registry of the site's own (tests
-    build many sites in one process; the global registry would refuse duplicates)."""
+    build many sites in one process; the global registry would refuse duplicates).
+    ``extra_collectors``: more collectors on the same page (the standalone's bookie)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(PulsarCollector(admin_service, cluster))
+    for collector in extra_collectors:
+        registry.register(collector)
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
     GCCollector(registry=registry)

@@ -16,6 +16,7 @@ Wiring (in ``broker/tap.py``, after ``BrokerService.start()``)::
 
 from twisted.web import server
 
+from pulsar_twisted.web.broker_stats import add_bookie_routes, add_broker_stats_routes
 from pulsar_twisted.web.metrics import add_metrics_routes, make_registry
 from pulsar_twisted.web.openapi import add_openapi_route
 from pulsar_twisted.web.namespaces import (
@@ -26,8 +27,9 @@ from pulsar_twisted.web.permissions import add_topic_permission_routes
 from pulsar_twisted.web.topics import add_lookup_routes, add_topic_routes
 
 
-def make_router(admin_service, config) -> Router:
-    """The whole routing table (useful on its own to list or test the routes)."""
+def make_router(admin_service, config, metrics_collectors=()) -> Router:
+    """The whole routing table (useful on its own to list or test the routes).
+    ``metrics_collectors``: collectors added to /metrics (the standalone's bookie)."""
     router = Router()
     add_cluster_routes(router, admin_service)
     add_broker_routes(router, admin_service)
@@ -35,19 +37,22 @@ def make_router(admin_service, config) -> Router:
     add_namespace_routes(router, admin_service)
     add_topic_routes(router, admin_service)
     add_lookup_routes(router, admin_service)
-    add_metrics_routes(router, make_registry(admin_service, config.clusterName))
+    add_metrics_routes(router, make_registry(admin_service, config.clusterName, metrics_collectors))
     add_topic_permission_routes(router, admin_service)
+    add_broker_stats_routes(router, admin_service)
+    add_bookie_routes(router, admin_service)
     add_openapi_route(router)  # last: the document describes the whole table
     return router
 
 
-def make_site(admin_service, broker_service, config) -> server.Site:
+def make_site(admin_service, broker_service, config, metrics_collectors=()) -> server.Site:
     """
     A Site answering /admin/v2/..., /lookup/v2/... and /metrics from ``admin_service`` (an
     ``AdminService`` over ``broker_service``). ``broker_service`` is accepted for the routes that
     will need it directly; today every route goes through the admin service.
     """
     # Behind authentication/authorization when the broker has them on (security/http.py).
-    site = server.Site(secure(RouterResource(make_router(admin_service, config)), broker_service))
+    router = make_router(admin_service, config, metrics_collectors)
+    site = server.Site(secure(RouterResource(router), broker_service))
     site.displayTracebacks = False
     return site

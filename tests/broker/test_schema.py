@@ -214,6 +214,25 @@ class RegistryTests(FeatureCase):
         versions = self.successResultOf(self.harness.broker.schema_registry.versions(self.topic))
         self.assertEqual(len(versions), 1)
 
+    def test_consumer_reads_the_latest_under_forward(self):
+        """FORWARD: a consumer's unstored schema must read the latest version (Pulsar checks it
+        BACKWARD against the latest), not be readable by it."""
+        store = self.harness.store
+        data, _ = self.successResultOf(store.get("/admin/policies/public/default"))
+        policies = json.loads(data)
+        policies["schema_compatibility_strategy"] = "FORWARD"
+        self.successResultOf(store.put("/admin/policies/public/default", json.dumps(policies).encode()))
+        client = self.harness.client()
+        self.producer(client, 1, ST.Avro, V1)
+        [ok] = self.producer(client, 2, ST.Avro, record(A, B_NO_DEFAULT))  # FORWARD: allowed
+        self.assertEqual(ok.type, T.PRODUCER_SUCCESS)
+        reader = record(A, {"name": "c", "type": "int", "default": 0})  # reads v1 and v2; v2 cannot read it
+        [ok] = self.subscribe_with(client, 1, ST.Avro, reader, sub="a")
+        self.assertEqual(ok.type, T.SUCCESS)
+        [error] = self.subscribe_with(client, 2, ST.Avro, record(A, {"name": "c", "type": "int"}),
+                                      sub="b")
+        self.assertEqual(error.error.error, api.IncompatibleSchema)
+
     @defer.inlineCallbacks
     def test_survives_restart(self):
         client = self.harness.client()

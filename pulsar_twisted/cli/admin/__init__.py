@@ -7,8 +7,9 @@ The admin URL is ``--admin-url``, else ``webServiceUrl`` of the client configura
 named by ``PULSAR_CLIENT_CONF``, else ``conf/client.conf`` when it exists), else
 ``http://localhost:8080``. A plain blocking script: one HTTP request per call (urllib), no reactor.
 
-Families: ``clusters``, ``tenants``, ``namespaces``, ``topics``, ``brokers``
-(``pulsar-admin topics --help`` lists a family's verbs).
+Families: ``clusters``, ``tenants``, ``namespaces``, ``topics``, ``brokers`` (this module), and
+``schemas``, ``broker-stats``, ``bookies``, ``proxy-stats`` (one module each in this package,
+using the helpers here); ``pulsar-admin topics --help`` lists a family's verbs.
 """
 
 import argparse
@@ -487,8 +488,12 @@ def _brokers(sub):
     p.set_defaults(run=lambda a, c: c.get(f"{V2}/brokers/leaderBroker"))
 
 
+# The group modules use the helpers above, so they are imported once those exist.
+from pulsar_twisted.cli.admin import bookies, broker_stats, proxy_stats, schemas  # noqa: E402
+
 FAMILIES = {"clusters": _clusters, "tenants": _tenants, "namespaces": _namespaces, "topics": _topics,
-            "brokers": _brokers}
+            "brokers": _brokers, "schemas": schemas.add, "broker-stats": broker_stats.add,
+            "bookies": bookies.add, "proxy-stats": proxy_stats.add}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,71 @@
+"""
+A managed ledger's operation counters, the source of Pulsar's ``pulsar_ml_*`` metrics (its
+``ManagedLedgerMBean``): adds and reads that succeeded or failed, their entries and bytes, and the
+add latency and entry size in Pulsar's buckets.
+
+Pulsar's buckets (``StatsBuckets``) are not cumulative: bucket i counts values in
+``(bounds[i-1], bounds[i]]``, the overflow one everything above the last bound. Pulsar resets them
+every stats period; here they count since the managed ledger was opened (the collector turns the
+plain counters into rates between scrapes). Per operation the cost is one ``bisect`` and a few
+integer additions, in the Deferred callbacks the managed ledger attaches.
+"""
+
+from bisect import bisect_left
+
+#: AddEntryLatencyBuckets bounds in ms and their ``quantile`` labels (Pulsar's names).
+ADD_LATENCY_BOUNDS_MS = (0.5, 1.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 1000.0)
+#: EntrySizeBuckets bounds in bytes (Pulsar's "1 MB" bound is 1_232_896).
+ENTRY_SIZE_BOUNDS = (128.0, 512.0, 1024.0, 2048.0, 4096.0, 16384.0, 102400.0, 1232896.0)
+
+
+def bucket_labels(bounds) -> list:
+    """Pulsar's ``quantile`` label of each bucket: ``"0.0_0.5"``, ``"0.5_1.0"``, ..."""
+    lows = (0.0,) + tuple(bounds[:-1])
+    return [f"{low}_{high}" for low, high in zip(lows, bounds)]
+
+
+class ManagedLedgerCounters:
+    """Counters of one managed ledger; the ``*_done`` / ``*_failed`` methods are Deferred
+    callbacks that return what they are given."""
+
+    __slots__ = ("clock", "add_succeed", "add_errors", "add_bytes", "read_succeeded",
+                 "read_errors", "read_entries", "read_bytes", "add_latency_buckets",
+                 "add_latency_sum_ms", "entry_size_buckets")
+
+    def __init__(self, clock):
+        self.clock = clock
+        self.add_succeed = 0
+        self.add_errors = 0
+        self.add_bytes = 0
+        self.read_succeeded = 0
+        self.read_errors = 0
+        self.read_entries = 0
+        self.read_bytes = 0
+        self.add_latency_buckets = [0] * (len(ADD_LATENCY_BOUNDS_MS) + 1)
+        self.add_latency_sum_ms = 0.0
+        self.entry_size_buckets = [0] * (len(ENTRY_SIZE_BOUNDS) + 1)
+
+    def add_done(self, result, started: float, size: int):
+        latency_ms = max(self.clock.seconds() - started, 0.0) * 1000.0
+        self.add_succeed += 1
+        self.add_bytes += size
+        self.add_latency_buckets[bisect_left(ADD_LATENCY_BOUNDS_MS, latency_ms)] += 1
+        self.add_latency_sum_ms += latency_ms
+        self.entry_size_buckets[bisect_left(ENTRY_SIZE_BOUNDS, size)] += 1
+        return result
+
+    def add_failed(self, failure):
+        self.add_errors += 1
+        return failure
+
+    def read_done(self, result):
+        """``result``: the managed ledger's ``(entries, next_position)``."""
+        entries = result[0]
+        self.read_succeeded += 1
+        self.read_entries += len(entries)
+        self.read_bytes += sum(len(e.data) for e in entries)
+        return result
+
+    def read_failed(self, failure):
+        self.read_errors += 1
+        return failure
