@@ -75,6 +75,9 @@ class BrokerService(service.Service):
         self.tenants = TenantResources(metadata_store)
         self.namespaces = NamespaceResources(metadata_store)
         self.partitioned = PartitionedTopicResources(metadata_store)
+        #: "tenant/ns" of the namespaces seen to exist (forgotten when deleted; _check_namespace).
+        self._namespaces_seen = set()
+        self.namespaces.watch(self._namespace_changed)
         #: Namespace policies of the topics and their periodic checks (policies.py).
         self.policies = PolicyService(self, metadata_store, config, clock)
         #: Schemas of the topics (schema.py), kept in the metadata store.
@@ -183,10 +186,26 @@ class BrokerService(service.Service):
         except InvalidTopicNameError as e:
             raise errors.InvalidTopicName(str(e))
 
-    @defer.inlineCallbacks
-    def _check_namespace(self, namespace: NamespaceName):
-        if not (yield self.namespaces.exists(namespace)):
-            raise errors.TopicNotFound(f"Namespace {namespace} does not exist")
+    def _check_namespace(self, namespace: NamespaceName) -> defer.Deferred:
+        """
+        Fails with TopicNotFound unless ``namespace`` exists. Every lookup, partition-metadata
+        request and topic load asks, so a namespace seen to exist is remembered until the store
+        tells of its deletion (Pulsar answers from its watched policies cache likewise): one
+        store read per namespace instead of one per request.
+        """
+        key = str(namespace)
+        if key in self._namespaces_seen:
+            return defer.succeed(None)
+
+        def found(exists):
+            if not exists:
+                raise errors.TopicNotFound(f"Namespace {namespace} does not exist")
+            self._namespaces_seen.add(key)
+        return self.namespaces.exists(namespace).addCallback(found)
+
+    def _namespace_changed(self, namespace: str, kind: str) -> None:
+        if kind == "deleted":
+            self._namespaces_seen.discard(namespace)
 
     def partitions_of(self, topic_name) -> defer.Deferred:
         """Deferred partition count of ``topic_name``'s partitioned topic (0: not partitioned)."""

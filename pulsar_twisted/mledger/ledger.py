@@ -221,8 +221,11 @@ class ManagedLedgerImpl:
                 raise ManagedLedgerError(f"could not start a ledger for {self.name}")
         if not created:
             await self._load_cursors()  # a node this open created has no cursor children
-        log.info("managed ledger {name} opened: {n} ledgers, last confirmed {lce}",
-                 name=self.name, n=len(self._ledger_ids), lce=str(self._last_confirmed))
+        # A new managed ledger is at debug level: the broker logs the topic it belongs to already,
+        # and with many new topics the line costs a noticeable share of the load.
+        (log.debug if created else log.info)(
+            "managed ledger {name} opened: {n} ledgers, last confirmed {lce}",
+            name=self.name, n=len(self._ledger_ids), lce=str(self._last_confirmed))
         self._trim_in_background()
         return self
 

@@ -124,3 +124,4 @@ class LedgerIdTests(unittest.TestCase):
         self.assertEqual(len(held.held), 2)
         held.release()
         self.assertEqual(self.successResultOf(self.store.get_children("/ledgers/idgen")), [])
+
