@@ -52,6 +52,19 @@ def topic_hash(topic: str) -> int:
     return zlib.crc32(topic.encode("utf-8")) & 0xFFFFFFFF
 
 
+def load_topics(broker, bundle, topics) -> None:
+    """Load ``topics`` (names) of ``bundle``, which this broker just took (the
+    ``on_bundle_taken`` of a cluster broker's BundleOwnership): topics that no longer exist are
+    not created, failures are logged and left to the clients' own retries."""
+    for topic in topics:
+        if not topic.startswith("persistent://"):
+            continue    # a non-persistent topic has nothing to recover: it exists with its clients
+        d = broker.get_topic(topic, create=False)
+        d.addErrback(lambda f, topic=topic: log.info(
+            "{topic} not loaded ahead of its clients: {error}", topic=topic,
+            error=f.getErrorMessage()))
+
+
 def unload_bundle(broker, bundle) -> None:
     """Unload the topics of ``broker`` (a BrokerService) that fall in ``bundle``, which this
     broker no longer owns (the ``on_bundle_lost`` of a cluster broker's BundleOwnership)."""
@@ -164,7 +177,13 @@ class BundleOwnership:
     per bundle this broker stops owning. Call ``start()`` / ``stop()``.
     """
 
-    def __init__(self, store, clock, urls: dict, on_bundle_lost=None, check_interval: float = 5.0):
+    #: Topics remembered per bundle for ``on_bundle_taken`` (a bound on what one take-over loads).
+    max_wanted_topics = 10000
+    #: Seconds a redirected lookup keeps its bundle wanted.
+    wanted_seconds = 120.0
+
+    def __init__(self, store, clock, urls: dict, on_bundle_lost=None, check_interval: float = 5.0,
+                 on_bundle_taken=None):
         self.store = store
         self.namespaces = NamespaceResources(store)
         self.clock = clock
@@ -180,6 +199,12 @@ class BundleOwnership:
         self._acquired = {}
         self._acquisitions = itertools.count(1)
         self._bounds = {}           # namespace -> bounds, dropped when its policies change
+        #: ``on_bundle_taken(bundle, topic_names)``: called once this broker took a bundle as soon
+        #: as its owner's node vanished, with the topics it had redirected clients to that owner for
+        #: (see ``_take_over``).
+        self.on_bundle_taken = on_bundle_taken
+        #: path -> (bundle, {topic name: when last redirected}) of bundles other brokers own.
+        self._wanted = {}
         self._check_loop = None
         self._stopped = False
         store.register_listener(self._on_notification)
@@ -237,6 +262,7 @@ class BundleOwnership:
         if owner is None:
             return LookupResult(self.urls["nativeUrl"], self.urls["nativeUrlTls"],
                                 http_url=self.urls["httpUrl"], http_url_tls=self.urls["httpUrlTls"])
+        self._want(bundle, str(name))
         return LookupResult(owner.get("nativeUrl", ""), owner.get("nativeUrlTls", ""),
                             redirect=True, http_url=owner.get("httpUrl", ""),
                             http_url_tls=owner.get("httpUrlTls", ""),
@@ -286,6 +312,7 @@ class BundleOwnership:
         raise errors.ServiceNotReady(f"ownership of bundle {bundle} keeps changing")
 
     def _owned(self, bundle):
+        self._wanted.pop(bundle.path, None)
         if bundle.path not in self.owned:
             self.owned[bundle.path] = bundle
             self._acquired[bundle.path] = next(self._acquisitions)
@@ -307,11 +334,51 @@ class BundleOwnership:
         return {"nativeUrl": "", "nativeUrlTls": "", "httpUrl": "", "httpUrlTls": "", "disabled": True,
                 "advertisedListeners": {}}
 
+    # ---------------------------------------------------------------- taking orphaned bundles
+    def _want(self, bundle, topic: str) -> None:
+        """Remember that clients were sent to another broker for ``topic`` of ``bundle``."""
+        entry = self._wanted.get(bundle.path)
+        if entry is None:
+            entry = self._wanted[bundle.path] = (bundle, {})
+        topics = entry[1]
+        if topic in topics or len(topics) < self.max_wanted_topics:
+            topics[topic] = self.clock.seconds()
+
+    def _take_over(self, path) -> None:
+        """
+        The node of a bundle this broker sent clients away for was deleted (its owner's session
+        expired, or it gave the bundle back): take the bundle now, like the lookup those clients
+        will retry would, and hand its recently wanted topics to ``on_bundle_taken`` so that they
+        are loaded (managed ledgers recovered, the old owner fenced) before the clients come back.
+        The clients retry on their own backoff; without this, ownership and the topic load only
+        start with that retry. With several brokers the creation of the node decides, as for
+        lookups: the others find an owner and carry on redirecting.
+        """
+        bundle, topics = self._wanted.pop(path)
+        horizon = self.clock.seconds() - self.wanted_seconds
+        names = sorted(t for t, at in topics.items() if at >= horizon)
+        if self._stopped or not names:
+            return
+
+        def acquired(owner):
+            if owner is not None:
+                return
+            log.info("took bundle {bundle} as its owner left; loading {n} topics its clients use",
+                     bundle=str(bundle), n=len(names))
+            if self.on_bundle_taken is not None:
+                self.on_bundle_taken(bundle, names)
+        d = defer.Deferred.fromCoroutine(self.acquire(bundle))
+        d.addCallback(acquired)
+        d.addErrback(lambda f: log.warn("could not take bundle {bundle}: {error}",
+                                        bundle=str(bundle), error=f.getErrorMessage()))
+
     # ---------------------------------------------------------------- losing bundles
     def _on_notification(self, notification) -> None:
         path = notification.path
         if notification.kind == "deleted" and path in self.owned:
             self._lost(path, "its ownership node was deleted")
+        elif notification.kind == "deleted" and path in self._wanted:
+            self._take_over(path)
         elif notification.kind == "modified" and namespace_of_policies_path(path) is not None:
             # Bundle splits change the boundaries; reread them on the next lookup.
             self._bounds.pop(namespace_of_policies_path(path), None)

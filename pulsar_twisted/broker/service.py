@@ -313,8 +313,9 @@ class BrokerService(service.Service):
         if str(name) in self.topics:
             return True
         if name.persistent:
-            names = yield self.ml_factory.list_names()
-            return name.managed_ledger_name in names
+            # Its managed ledger's node, not the list of every managed ledger (100k topics).
+            stat = yield self.store.exists(formats.ledger_path(name.managed_ledger_name))
+            return stat is not None
         return False
 
     @defer.inlineCallbacks

@@ -30,7 +30,7 @@ ZooKeeper session.
 from pulsar_twisted.broker.admin.service import AdminService
 from pulsar_twisted.broker.leader import LeaderElection
 from pulsar_twisted.broker.advertised import check_listener_config
-from pulsar_twisted.broker.ownership import BundleOwnership, unload_bundle
+from pulsar_twisted.broker.ownership import BundleOwnership, load_topics, unload_bundle
 from pulsar_twisted.broker.registration import BrokerAddresses, BrokerRegistration
 from pulsar_twisted.broker.service import BrokerService
 from pulsar_twisted.config import BrokerConfig, ConfigError
@@ -218,6 +218,7 @@ class BrokerClusterService(BrokerListeners, Daemon):
         self.ownership = BundleOwnership(
             self.store, self.reactor, self.urls(),
             on_bundle_lost=lambda bundle: unload_bundle(self.broker, bundle),
+            on_bundle_taken=lambda bundle, topics: load_topics(self.broker, bundle, topics),
             check_interval=self.check_interval)
         self.broker.ownership = self.ownership
         self.ownership.start()
