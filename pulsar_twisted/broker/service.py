@@ -20,6 +20,7 @@ from pulsar_twisted.broker.advertised import advertised_listeners, select_listen
 from pulsar_twisted.broker.broker_counters import BrokerCounters, counted_lookup
 from pulsar_twisted.broker.ownership import LookupResult
 from pulsar_twisted.broker.compaction import Compactor
+from pulsar_twisted.broker.known_namespaces import KnownNamespaces
 from pulsar_twisted.broker.policies import PolicyService
 from pulsar_twisted.broker.topic import NonPersistentTopic, PersistentTopic
 from pulsar_twisted.security.broker import BrokerSecurity
@@ -75,9 +76,8 @@ class BrokerService(service.Service):
         self.tenants = TenantResources(metadata_store)
         self.namespaces = NamespaceResources(metadata_store)
         self.partitioned = PartitionedTopicResources(metadata_store)
-        #: "tenant/ns" of the namespaces seen to exist (forgotten when deleted; _check_namespace).
-        self._namespaces_seen = set()
-        self.namespaces.watch(self._namespace_changed)
+        #: Namespaces seen to exist (known_namespaces.py).
+        self.known_namespaces = KnownNamespaces(self.namespaces)
         #: Namespace policies of the topics and their periodic checks (policies.py).
         self.policies = PolicyService(self, metadata_store, config, clock)
         #: Schemas of the topics (schema.py), kept in the metadata store.
@@ -187,25 +187,7 @@ class BrokerService(service.Service):
             raise errors.InvalidTopicName(str(e))
 
     def _check_namespace(self, namespace: NamespaceName) -> defer.Deferred:
-        """
-        Fails with TopicNotFound unless ``namespace`` exists. Every lookup, partition-metadata
-        request and topic load asks, so a namespace seen to exist is remembered until the store
-        tells of its deletion (Pulsar answers from its watched policies cache likewise): one
-        store read per namespace instead of one per request.
-        """
-        key = str(namespace)
-        if key in self._namespaces_seen:
-            return defer.succeed(None)
-
-        def found(exists):
-            if not exists:
-                raise errors.TopicNotFound(f"Namespace {namespace} does not exist")
-            self._namespaces_seen.add(key)
-        return self.namespaces.exists(namespace).addCallback(found)
-
-    def _namespace_changed(self, namespace: str, kind: str) -> None:
-        if kind == "deleted":
-            self._namespaces_seen.discard(namespace)
+        return self.known_namespaces.check(namespace)  # TopicNotFound unless it exists
 
     def partitions_of(self, topic_name) -> defer.Deferred:
         """Deferred partition count of ``topic_name``'s partitioned topic (0: not partitioned)."""

@@ -1,5 +1,6 @@
 """
-Namespace existence checks on the topic-load path (issue 14, item 4): one store read per namespace.
+Namespace existence checks on the topic-load path (issue 14, item 4; known_namespaces.py): one store read
+per namespace.
 """
 
 from twisted.trial import unittest
