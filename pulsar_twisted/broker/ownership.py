@@ -183,7 +183,7 @@ class BundleOwnership:
     wanted_seconds = 120.0
 
     def __init__(self, store, clock, urls: dict, on_bundle_lost=None, check_interval: float = 5.0,
-                 on_bundle_taken=None):
+                 on_bundle_taken=None, owner_alive=None, hold_seconds: float = 0.0):
         self.store = store
         self.namespaces = NamespaceResources(store)
         self.clock = clock
@@ -205,6 +205,12 @@ class BundleOwnership:
         self.on_bundle_taken = on_bundle_taken
         #: path -> (bundle, {topic name: when last redirected}) of bundles other brokers own.
         self._wanted = {}
+        #: ``owner_alive(owner data) -> Deferred[bool]``: False when the owner certainly is not
+        #: running (its port refuses connections); lookups for its bundles then wait up to
+        #: ``hold_seconds`` for its node to vanish instead of sending clients to it (``_lookup``).
+        self.owner_alive = owner_alive
+        self.hold_seconds = hold_seconds
+        self._deletion_waiters = {}     # path -> [Deferred fired with True once it is deleted]
         self._check_loop = None
         self._stopped = False
         store.register_listener(self._on_notification)
@@ -259,6 +265,15 @@ class BundleOwnership:
     async def _lookup(self, name):
         bundle = await self.bundle_of(name)
         owner = await self.acquire(bundle)
+        if owner is not None and await self._owner_is_dead(owner):
+            # Sent to a dead owner, the client would fail to connect and retry on its backoff,
+            # which by the session expiry has grown to seconds: better answer once the bundle is
+            # free (or give up waiting and redirect as usual).
+            log.info("lookup of {topic}: owner {owner} refuses connections; waiting for its "
+                     "bundle {bundle} to be released", topic=str(name),
+                     owner=owner.get("nativeUrl"), bundle=str(bundle))
+            if await self._node_deleted(bundle.path):
+                owner = await self.acquire(bundle)
         if owner is None:
             return LookupResult(self.urls["nativeUrl"], self.urls["nativeUrlTls"],
                                 http_url=self.urls["httpUrl"], http_url_tls=self.urls["httpUrlTls"])
@@ -334,6 +349,40 @@ class BundleOwnership:
         return {"nativeUrl": "", "nativeUrlTls": "", "httpUrl": "", "httpUrlTls": "", "disabled": True,
                 "advertisedListeners": {}}
 
+    async def _owner_is_dead(self, owner) -> bool:
+        if self.owner_alive is None or self.hold_seconds <= 0 or self._stopped:
+            return False
+        try:
+            return not await self.owner_alive(owner)
+        except Exception:
+            return False    # cannot tell: redirect as usual
+
+    def _node_deleted(self, path) -> defer.Deferred:
+        """Deferred[bool]: True once the node at ``path`` is deleted (or found gone), False after
+        ``hold_seconds``."""
+        d = defer.Deferred()
+        waiters = self._deletion_waiters.setdefault(path, [])
+        waiters.append(d)
+
+        def fire(deleted):
+            if d in waiters:
+                waiters.remove(d)
+                if not waiters:
+                    self._deletion_waiters.pop(path, None)
+            if not d.called:
+                d.callback(deleted)
+        timer = self.clock.callLater(self.hold_seconds, fire, False)
+        d.addBoth(lambda result: (timer.cancel() if timer.active() else None, result)[1])
+        # Deleted between the read that found the owner and now: no notification will come.
+        self.store.get(path).addCallbacks(lambda node: fire(True) if node is None else None,
+                                          lambda f: fire(False))
+        return d
+
+    def _fire_deletion_waiters(self, path) -> None:
+        for d in self._deletion_waiters.pop(path, []):
+            if not d.called:
+                d.callback(True)
+
     # ---------------------------------------------------------------- taking orphaned bundles
     def _want(self, bundle, topic: str) -> None:
         """Remember that clients were sent to another broker for ``topic`` of ``bundle``."""
@@ -379,6 +428,8 @@ class BundleOwnership:
             self._lost(path, "its ownership node was deleted")
         elif notification.kind == "deleted" and path in self._wanted:
             self._take_over(path)
+        if notification.kind == "deleted" and path in self._deletion_waiters:
+            self._fire_deletion_waiters(path)
         elif notification.kind == "modified" and namespace_of_policies_path(path) is not None:
             # Bundle splits change the boundaries; reread them on the next lookup.
             self._bounds.pop(namespace_of_policies_path(path), None)

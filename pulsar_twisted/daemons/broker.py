@@ -37,6 +37,7 @@ from pulsar_twisted.config import BrokerConfig, ConfigError
 from pulsar_twisted.daemons.gctune import limit_malloc_arenas
 from pulsar_twisted.daemons.listeners import BrokerListeners
 from pulsar_twisted.daemons.options import config_options
+from pulsar_twisted.daemons.owner_probe import owner_alive
 from pulsar_twisted.daemons.startup import Daemon
 from pulsar_twisted.daemons.tree import Step
 from pulsar_twisted.ledger.client import BookKeeperClient, health_check_options
@@ -219,6 +220,9 @@ class BrokerClusterService(BrokerListeners, Daemon):
             self.store, self.reactor, self.urls(),
             on_bundle_lost=lambda bundle: unload_bundle(self.broker, bundle),
             on_bundle_taken=lambda bundle, topics: load_topics(self.broker, bundle, topics),
+            owner_alive=lambda owner: owner_alive(self.reactor, owner),
+            # Well inside the clients' operation timeout (30 s by default).
+            hold_seconds=min(2 * self.session_timeout, 20.0),
             check_interval=self.check_interval)
         self.broker.ownership = self.ownership
         self.ownership.start()

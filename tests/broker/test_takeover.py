@@ -4,7 +4,7 @@ clients to the old owner takes the bundle and loads those clients' topics before
 Two sessions of one embedded store stand for two brokers' ZooKeeper sessions.
 """
 
-from twisted.internet import task
+from twisted.internet import defer, task
 from twisted.trial.unittest import TestCase
 
 from pulsar_twisted.broker.ownership import BundleOwnership, load_topics
@@ -79,6 +79,45 @@ class TakeOverTests(TestCase):
         self.successResultOf(self.session_a.close())
         self.assertFalse(self.b.owns(bundle))
         self.assertEqual(self.taken, [])
+
+
+class HeldLookupTests(TestCase):
+    """Lookups of a bundle whose owner refuses connections wait for the bundle to be free."""
+
+    def setUp(self):
+        self.clock = task.Clock()
+        self.root = EmbeddedMetadataStore(None, self.clock)
+        self.successResultOf(self.root.start())
+        self.session_a = self.root.new_session()
+        self.alive = True
+        self.a = BundleOwnership(self.session_a, self.clock, A, check_interval=0)
+        self.b = BundleOwnership(self.root.new_session(), self.clock, B, check_interval=0,
+                                 owner_alive=lambda owner: defer.succeed(self.alive),
+                                 hold_seconds=10)
+        self.topic = parse_topic(TOPIC)
+        self.successResultOf(self.a.lookup(self.topic))
+
+    def test_live_owner_is_redirected_to_at_once(self):
+        self.assertTrue(self.successResultOf(self.b.lookup(self.topic)).redirect)
+
+    def test_dead_owner_lookup_answers_once_the_bundle_is_free(self):
+        """The answer comes when the owner's session ends: connect here, not to the dead owner."""
+        self.alive = False
+        d = self.b.lookup(self.topic)
+        self.assertNoResult(d)
+        self.clock.advance(5)
+        self.successResultOf(self.session_a.close())
+        result = self.successResultOf(d)
+        self.assertFalse(result.redirect)
+        self.assertEqual(result[0], "pulsar://b:6650")
+
+    def test_hold_ends_with_the_usual_redirect(self):
+        """An owner whose node stays past hold_seconds: redirected to as before."""
+        self.alive = False
+        d = self.b.lookup(self.topic)
+        self.clock.advance(10)
+        self.assertTrue(self.successResultOf(d).redirect)
+        self.assertEqual(self.b._deletion_waiters, {})
 
 
 class LoadTopicsTests(TestCase):
