@@ -211,6 +211,7 @@ class BundleOwnership:
         self.owner_alive = owner_alive
         self.hold_seconds = hold_seconds
         self._deletion_waiters = {}     # path -> [Deferred fired with True once it is deleted]
+        self._alive_until = {}          # owner nativeUrl -> until when it counts as alive
         self._check_loop = None
         self._stopped = False
         store.register_listener(self._on_notification)
@@ -349,13 +350,25 @@ class BundleOwnership:
         return {"nativeUrl": "", "nativeUrlTls": "", "httpUrl": "", "httpUrlTls": "", "disabled": True,
                 "advertisedListeners": {}}
 
+    #: Seconds an owner found alive is not probed again (a probe is a TCP connection: redirected
+    #: lookups of many topics must not each cost one).
+    alive_seconds = 1.0
+
     async def _owner_is_dead(self, owner) -> bool:
         if self.owner_alive is None or self.hold_seconds <= 0 or self._stopped:
             return False
+        url = owner.get("nativeUrl", "")
+        if self._alive_until.get(url, 0) > self.clock.seconds():
+            return False
         try:
-            return not await self.owner_alive(owner)
+            alive = await self.owner_alive(owner)
         except Exception:
             return False    # cannot tell: redirect as usual
+        if alive:
+            if len(self._alive_until) > 1000:
+                self._alive_until.clear()
+            self._alive_until[url] = self.clock.seconds() + self.alive_seconds
+        return not alive
 
     def _node_deleted(self, path) -> defer.Deferred:
         """Deferred[bool]: True once the node at ``path`` is deleted (or found gone), False after

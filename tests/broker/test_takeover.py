@@ -100,6 +100,16 @@ class HeldLookupTests(TestCase):
     def test_live_owner_is_redirected_to_at_once(self):
         self.assertTrue(self.successResultOf(self.b.lookup(self.topic)).redirect)
 
+    def test_live_owner_is_probed_once_a_second(self):
+        """Redirected lookups within alive_seconds share one probe of the owner."""
+        probes = []
+        self.b.owner_alive = lambda owner: (probes.append(owner["nativeUrl"]), defer.succeed(True))[1]
+        for _ in range(3):
+            self.assertTrue(self.successResultOf(self.b.lookup(self.topic)).redirect)
+        self.clock.advance(self.b.alive_seconds)
+        self.successResultOf(self.b.lookup(self.topic))
+        self.assertEqual(probes, ["pulsar://a:6650"] * 2)
+
     def test_dead_owner_lookup_answers_once_the_bundle_is_free(self):
         """The answer comes when the owner's session ends: connect here, not to the dead owner."""
         self.alive = False
