@@ -52,6 +52,18 @@ class TakeOverTests(TestCase):
         self.assertIsNone(self.successResultOf(self.root.get(bundle.path)))
         self.assertEqual(self.taken, [])
 
+    def test_placement_naming_another_broker_wins(self):
+        """With a load manager, the bundle is only taken when its placement names this broker."""
+        self.b.placement = lambda bundle: defer.succeed(
+            {"nativeUrl": "pulsar://c:6650", "nativeUrlTls": "", "httpUrl": "http://c:8080",
+             "httpUrlTls": ""})
+        self.successResultOf(self.a.lookup(self.topic))
+        self.assertTrue(self.successResultOf(self.b.lookup(self.topic)).redirect)
+        bundle = self.successResultOf(self.b.bundle_of(self.topic))
+        self.successResultOf(self.session_a.close())
+        self.assertFalse(self.b.owns(bundle))
+        self.assertEqual(self.taken, [])
+
     def test_old_redirects_are_forgotten(self):
         """Topics redirected longer ago than wanted_seconds are not loaded, nor taken for."""
         self.successResultOf(self.a.lookup(self.topic))
