@@ -1,0 +1,124 @@
+#!/usr/bin/env python
+"""
+How long a /metrics scrape (and the admin routes that walk every topic) holds the reactor, on an
+in-process broker with N topics (embedded metadata, fake ledgers; each topic with one durable
+subscription and one published message).
+
+For each N it reports, per route: the total scrape time, the longest single reactor callback
+during it (a 1 ms ``LoopingCall`` probe: the largest gap between two of its ticks minus the
+interval), the body size, and the broker's RSS. Usage::
+
+    python scripts/bench_metrics.py --topics 1000 10000 [--routes /metrics /admin/v2/broker-stats/topics]
+
+Run it on two commits and compare the figures as ratios (the machine is shared: noise).
+"""
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from twisted.internet import defer, reactor, task  # noqa: E402
+from twisted.web.test.requesthelper import DummyRequest  # noqa: E402
+
+from pulsar_twisted.broker.admin.service import AdminService  # noqa: E402
+from pulsar_twisted.testing.broker import BrokerHarness  # noqa: E402
+from pulsar_twisted.web.site import make_router  # noqa: E402
+from pulsar_twisted.web.routing import RouterResource  # noqa: E402
+
+ROUTES = ("/metrics", "/admin/v2/broker-stats/topics", "/admin/v2/broker-stats/metrics")
+
+
+def rss_mb() -> float:
+    import psutil
+    return psutil.Process().memory_info().rss / 1e6
+
+
+class LagProbe:
+    """A LoopingCall every ``interval`` s; ``worst`` is the longest gap between ticks beyond it."""
+
+    def __init__(self, interval=0.001):
+        self.interval = interval
+        self.worst = 0.0
+        self._last = None
+        self._loop = task.LoopingCall(self._tick)
+
+    def _tick(self):
+        now = time.perf_counter()
+        if self._last is not None:
+            self.worst = max(self.worst, now - self._last - self.interval)
+        self._last = now
+
+    def start(self):
+        self._loop.start(self.interval, now=True)
+
+    def stop(self):
+        self._loop.stop()
+
+
+@defer.inlineCallbacks
+def build(n: int):
+    """A started harness (on a task.Clock: nothing of the broker runs on the real reactor) with
+    ``n`` persistent topics in public/default."""
+    harness = BrokerHarness()
+    yield harness.start()
+    broker = harness.broker
+    for i in range(n):
+        d = broker.get_topic(f"persistent://public/default/t-{i}")
+        harness.pump()
+        topic = yield d
+        yield topic.create_subscription("s", None)
+        harness.pump()
+    return harness
+
+
+@defer.inlineCallbacks
+def scrape(resource, path: str):
+    request = DummyRequest([b""])
+    request.method = b"GET"
+    request.path = path.encode()
+    request.uri = request.path
+    done = request.notifyFinish()
+    probe = LagProbe()
+    probe.start()
+    yield task.deferLater(reactor, 0.01, lambda: None)
+    probe.worst = 0.0
+    started = time.perf_counter()
+    resource.render(request)
+    yield done
+    total = time.perf_counter() - started
+    yield task.deferLater(reactor, 0.005, lambda: None)
+    probe.stop()
+    return total, probe.worst, sum(len(w) for w in request.written), request.responseCode
+
+
+@defer.inlineCallbacks
+def main(args):
+    for n in args.topics:
+        started = time.perf_counter()
+        harness = yield build(n)
+        built = time.perf_counter() - started
+        admin = AdminService(harness.broker, harness.store, harness.config, harness.clock)
+        resource = RouterResource(make_router(admin, harness.config))
+        print(f"N={n}: built in {built:.1f} s, RSS {rss_mb():.0f} MB", flush=True)
+        for path in args.routes:
+            for attempt in range(args.repeat):
+                total, worst, size, code = yield scrape(resource, path)
+                print(f"  {path:34} run {attempt + 1}: total {total * 1000:9.1f} ms, longest "
+                      f"callback {worst * 1000:8.1f} ms, {size / 1e6:7.2f} MB, status {code}, "
+                      f"RSS {rss_mb():.0f} MB", flush=True)
+        for topic in list(harness.broker.topics.values()):
+            harness.broker.topics.pop(topic.name, None)
+    reactor.stop()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--topics", type=int, nargs="+", default=[1000, 10000])
+    parser.add_argument("--routes", nargs="+", default=list(ROUTES))
+    parser.add_argument("--repeat", type=int, default=2)
+    args = parser.parse_args()
+    reactor.callWhenRunning(lambda: main(args).addErrback(lambda f: (f.printTraceback(), reactor.stop())))
+    reactor.run()
