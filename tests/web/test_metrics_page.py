@@ -1,0 +1,198 @@
+"""
+/metrics generated in slices (web/metrics.py, web/metrics_text.py): the page equals what the
+prometheus_client collector it replaced wrote for the same broker (golden files), no slice walks
+more than ``slice_topics`` topics, scrapes arriving during a generation share it, and the page is
+streamed in chunks.
+"""
+
+from prometheus_client.parser import text_string_to_metric_families
+from twisted.internet import task
+from twisted.trial import unittest
+from twisted.web.test.requesthelper import DummyRequest
+
+from pulsar_twisted.broker.admin.service import AdminService
+from pulsar_twisted.web.metrics import MetricsPage
+from pulsar_twisted.web.metrics_text import FamilySet, escape, fmt, labels
+from pulsar_twisted.web.routing import ChunkProducer
+from tests.broker.messaging import FeatureCase
+from tests.web import metrics_scenario
+from tests.web.metrics_scenario import OTHER
+
+GOLDEN = __file__.rsplit("/", 1)[0] + "/data/"
+
+
+def families_of(text: str) -> dict:
+    """``{family: (type, help, sorted samples)}`` of the pulsar_* families of a page."""
+    out = {}
+    for family in text_string_to_metric_families(text):
+        if not family.name.startswith("pulsar_"):
+            continue
+        assert family.name not in out, f"family {family.name} in two groups"
+        out[family.name] = (family.type, family.documentation, sorted(
+            (s.name, tuple(sorted(s.labels.items())), s.value) for s in family.samples))
+    return out
+
+
+class Turns:
+    """A fake reactor loop for a Cooperator: ``turn()`` runs what was scheduled before it (a
+    ``task.Clock`` would run the calls scheduled during ``advance(0)`` in the same advance)."""
+
+    def __init__(self):
+        self.pending = []
+
+    def schedule(self, work):
+        self.pending.append(work)
+
+    def turn(self) -> None:
+        due, self.pending = self.pending, []
+        for work in due:
+            work()
+
+    def cooperator(self):
+        """One slice per turn."""
+        return task.Cooperator(terminationPredicateFactory=lambda: (lambda: True),
+                               scheduler=self.schedule)
+
+
+class PageCase(FeatureCase):
+    golden = None
+    slice_topics = 1
+
+    def setUp(self):
+        d = super().setUp()
+        d.addCallback(lambda _: self._page())
+        return d
+
+    def _page(self):
+        self.admin = AdminService(self.harness.broker, self.harness.store, self.harness.config,
+                                  self.clock)
+        self.turns = Turns()
+        self.page = MetricsPage(self.admin, "standalone", slice_topics=self.slice_topics,
+                                cooperator=self.turns.cooperator())
+
+    def scrape_sliced(self) -> str:
+        d = self.page.render()
+        while not d.called:
+            self.turns.turn()
+        return b"".join(self.successResultOf(d)).decode()
+
+    def check_golden(self):
+        text = metrics_scenario.play(self, self.scrape_sliced)
+        with open(GOLDEN + self.golden) as f:
+            expected = families_of(f.read())
+        got = families_of(text)
+        for name, family in expected.items():
+            self.assertEqual(got.get(name), family, name)
+        self.assertEqual(sorted(set(expected) - set(got)), [])
+
+
+class TopicLevelGoldenTests(PageCase):
+    config = {"exposeConsumerLevelMetricsInPrometheus": True}
+    golden = "metrics_topic_level.txt"
+
+    def test_same_families_and_samples(self):
+        """Topic and consumer level: every family, help, type and sample as before."""
+        self.check_golden()
+
+
+class NamespaceLevelGoldenTests(PageCase):
+    config = {"exposeTopicLevelMetricsInPrometheus": False}
+    golden = "metrics_namespace_level.txt"
+
+    def test_same_families_and_samples(self):
+        """Namespace level: the same sums per namespace, the same families left out."""
+        self.check_golden()
+
+
+class SlicingTests(PageCase):
+    slice_topics = 3
+
+    def make_topics(self, n):
+        client = self.harness.client()
+        for i in range(n):
+            self.create_producer(client, producer_id=i + 1, topic=f"persistent://public/default/t{i}")
+        self.assertEqual(len(self.harness.broker.topics), n)
+
+    def test_no_slice_over_the_bound(self):
+        """10 topics, slices of 3: 4 slices of 3, 3, 3, 1 topics, and every topic on the page."""
+        self.make_topics(10)
+        seen = []
+        walked = self.page._topic
+        self.page._topic = lambda topic: (seen.append(topic.name), walked(topic))
+        out, sizes = [], []
+        for _ in self.page.steps(out):
+            sizes.append(len(seen) - sum(sizes))
+        self.assertEqual(sizes, [3, 3, 3, 1])
+        text = b"".join(out).decode()
+        for i in range(10):
+            self.assertIn(f'topic="persistent://public/default/t{i}"', text)
+
+    def test_reactor_runs_between_slices(self):
+        """A sliced scrape does not finish in one turn: each turn of the clock runs one slice."""
+        self.make_topics(7)
+        d = self.page.render()
+        turns = 0
+        while not d.called:
+            self.assertLessEqual(turns, 3)
+            self.turns.turn()
+            turns += 1
+        self.assertEqual(turns, 4)   # 3 slices + the final step
+        self.assertIn(b"pulsar_broker_topics_count", b"".join(self.successResultOf(d)))
+
+    def test_concurrent_scrapes_share_one_generation(self):
+        """Two scrapes while one is generated: one walk, the same page for both."""
+        self.make_topics(4)
+        calls = []
+        steps = self.page.steps
+        self.page.steps = lambda out: (calls.append(1), steps(out))[1]
+        first = self.page.render()
+        self.turns.turn()
+        second = self.page.render()
+        self.assertNoResult(first)
+        while not (first.called and second.called):
+            self.turns.turn()
+        self.assertEqual(len(calls), 1)
+        self.assertIs(self.successResultOf(first), self.successResultOf(second))
+        self.page.render()
+        self.assertEqual(len(calls), 2)   # a scrape after it makes a new page
+
+    def test_valid_exposition(self):
+        """The sliced page parses, with each family in one group and the topic label set."""
+        self.make_topics(5)
+        got = families_of(self.scrape_sliced())
+        self.assertEqual(len([s for s in got["pulsar_rate_in"][2]]), 5)
+
+
+class TextTests(unittest.TestCase):
+    def test_values_as_prometheus_client(self):
+        """Values are written as prometheus_client's floatToGoString writes them."""
+        from prometheus_client.utils import floatToGoString
+        for value in (0, 1, -3, 999_999, 1_000_000, 12_345_678, 0.5, 1e-9, 2.5e10, float("inf"),
+                      float("nan"), True):
+            self.assertEqual(fmt(value), floatToGoString(value), value)
+
+    def test_label_values_escaped(self):
+        """Backslash, quote and newline in a label value are escaped; labels sorted."""
+        self.assertEqual(escape('a"b\\c\nd'), 'a\\"b\\\\c\\nd')
+        self.assertEqual(labels(topic="t", cluster="c"), 'cluster="c",topic="t"')
+        families = FamilySet()
+        family = families.family("x", "help")
+        family.add(labels(topic='q"uote'), "", 1)
+        text = b"".join(families.chunks()).decode()
+        parsed = list(text_string_to_metric_families(text))
+        self.assertEqual(parsed[0].samples[0].labels, {"topic": 'q"uote'})
+
+
+class ChunkProducerTests(unittest.TestCase):
+    def test_written_in_budgets_then_finished(self):
+        """Chunks are written about ``budget`` bytes per call, all of them, then finished."""
+        request = DummyRequest([b""])
+        chunks = [b"a" * 10] * 7
+        calls = []
+        producer = ChunkProducer(request, chunks, budget=25)
+        resume = producer.resumeProducing
+        producer.resumeProducing = lambda: (calls.append(len(request.written)), resume())
+        producer.start()
+        self.assertEqual(b"".join(request.written), b"a" * 70)
+        self.assertEqual(calls, [0, 3, 6])
+        self.assertEqual(request.finished, 1)
