@@ -59,7 +59,7 @@ class MetricsPage:
     (the standalone's bookie); they are small and collected in one go.
     """
 
-    def __init__(self, admin_service, cluster: str, extra_collectors=(), slice_topics: int = 50,
+    def __init__(self, admin_service, cluster: str, extra_collectors=(), slice_topics: int = 20,
                  cooperator=None):
         self.admin = admin_service
         self.cluster = cluster

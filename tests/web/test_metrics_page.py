@@ -6,10 +6,11 @@ streamed in chunks.
 """
 
 from prometheus_client.parser import text_string_to_metric_families
-from twisted.internet import task
+from twisted.internet import defer, task
 from twisted.trial import unittest
 from twisted.web.test.requesthelper import DummyRequest
 
+from pulsar_twisted.broker.admin import broker_stats
 from pulsar_twisted.broker.admin.service import AdminService
 from pulsar_twisted.web.metrics import MetricsPage
 from pulsar_twisted.web.metrics_text import FamilySet, escape, fmt, labels
@@ -196,3 +197,42 @@ class ChunkProducerTests(unittest.TestCase):
         self.assertEqual(b"".join(request.written), b"a" * 70)
         self.assertEqual(calls, [0, 3, 6])
         self.assertEqual(request.finished, 1)
+
+
+class BrokerStatsSlicingTests(PageCase):
+    def setUp(self):
+        d = super().setUp()
+        self.patch(broker_stats, "SLICE_TOPICS", 2)
+        return d
+
+    def stats_admin(self, n):
+        client = self.harness.client()
+        for i in range(n):
+            self.create_producer(client, producer_id=i + 1, topic=f"persistent://public/default/t{i}")
+        return broker_stats.BrokerStatsAdmin(self.admin.context, self.admin.stats, self.admin.brokers)
+
+    def test_topics_walked_in_slices(self):
+        """/broker-stats/topics over 5 topics, 2 per turn: it waits for the reactor, then all 5."""
+        stats = self.stats_admin(5)
+        d = defer.ensureDeferred(stats.topics())
+        self.assertNoResult(d)
+        while not d.called:
+            self.clock.advance(0)
+        bundles = self.successResultOf(d)["public/default"]
+        names = [t for bundle in bundles.values() for t in bundle["persistent"]]
+        self.assertEqual(len(names), 5)
+
+    def test_metrics_and_load_report_sliced(self):
+        """/broker-stats/metrics and load-report wait between slices and count every topic."""
+        stats = self.stats_admin(5)
+        d = defer.ensureDeferred(stats.metrics())
+        self.assertNoResult(d)
+        while not d.called:
+            self.clock.advance(0)
+        [row] = self.successResultOf(d)
+        self.assertEqual(row["metrics"]["brk_no_of_producers"], 5)
+        d = defer.ensureDeferred(stats.load_report())
+        self.assertNoResult(d)
+        while not d.called:
+            self.clock.advance(0)
+        self.assertEqual(self.successResultOf(d)["numTopics"], 5)
