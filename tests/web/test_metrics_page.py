@@ -10,7 +10,7 @@ from twisted.internet import defer, task
 from twisted.trial import unittest
 from twisted.web.test.requesthelper import DummyRequest
 
-from pulsar_twisted.broker.admin import broker_stats
+from pulsar_twisted.broker.admin import base, broker_stats
 from pulsar_twisted.broker.admin.service import AdminService
 from pulsar_twisted.web.metrics import MetricsPage
 from pulsar_twisted.web.metrics_text import FamilySet, escape, fmt, labels
@@ -202,7 +202,7 @@ class ChunkProducerTests(unittest.TestCase):
 class BrokerStatsSlicingTests(PageCase):
     def setUp(self):
         d = super().setUp()
-        self.patch(broker_stats, "SLICE_TOPICS", 2)
+        self.patch(base, "SLICE_TOPICS", 2)
         return d
 
     def stats_admin(self, n):
@@ -236,3 +236,18 @@ class BrokerStatsSlicingTests(PageCase):
         while not d.called:
             self.clock.advance(0)
         self.assertEqual(self.successResultOf(d)["numTopics"], 5)
+
+    def test_rates_sampled_in_slices(self):
+        """The stats sampler takes 2 topics, then waits for the reactor; later slices are taken
+        at their own time (the test clock runs every due turn in one advance)."""
+        stats = self.stats_admin(5)
+        taken = []
+        for topic in self.harness.broker.topics.values():
+            topic.counters.sample = lambda now, name=topic.name: taken.append((name, now))
+        d = self.admin.stats.sample_rates()
+        self.assertEqual(len(taken), 2)
+        self.assertNoResult(d)
+        self.clock.advance(1)
+        self.successResultOf(d)
+        self.assertEqual([now for _, now in taken], [0, 0, 1, 1, 1])
+        del stats

@@ -8,9 +8,8 @@ not served: there is no JVM here.
 import os
 import time
 
-from twisted.internet import defer
-
-from pulsar_twisted.broker.admin.base import AdminArea
+from pulsar_twisted.broker.admin import base
+from pulsar_twisted.broker.admin.base import AdminArea, next_turn
 from pulsar_twisted.broker.admin.brokers import topic_row
 from pulsar_twisted.broker.ownership import bundle_for
 from pulsar_twisted.resources.base import CorruptMetadataError
@@ -24,19 +23,6 @@ _METRIC_NAMES = (
     ("brk_no_of_producers", "producers_count"), ("brk_no_of_subscriptions", "subscriptions_count"),
     ("brk_no_of_consumers", "consumers_count"),
 )
-
-
-#: Topics walked per reactor turn by the routes over every topic (a broker of 100k topics keeps
-#: serving its clients while they are answered).
-SLICE_TOPICS = 100
-
-
-def next_turn(clock) -> defer.Deferred:
-    """A Deferred fired on the next turn of ``clock``'s reactor (what a long walk awaits between
-    slices)."""
-    d = defer.Deferred()
-    clock.callLater(0, d.callback, None)
-    return d
 
 
 class BrokerStatsAdmin(AdminArea):
@@ -62,7 +48,7 @@ class BrokerStatsAdmin(AdminArea):
         out: dict = {}
         bounds: dict = {}
         for i, topic in enumerate(list(self.broker.topics.values())):
-            if i and i % SLICE_TOPICS == 0:
+            if i and i % base.SLICE_TOPICS == 0:
                 await next_turn(self.clock)
             namespace = str(topic.topic_name.namespace_name)
             if namespace not in bounds:
@@ -74,10 +60,10 @@ class BrokerStatsAdmin(AdminArea):
         return out
 
     async def _rows(self) -> list:
-        """``topic_row`` of every loaded topic, ``SLICE_TOPICS`` per reactor turn."""
+        """``topic_row`` of every loaded topic, ``base.SLICE_TOPICS`` per reactor turn."""
         rows = []
         for i, topic in enumerate(list(self.broker.topics.values())):
-            if i and i % SLICE_TOPICS == 0:
+            if i and i % base.SLICE_TOPICS == 0:
                 await next_turn(self.clock)
             rows.append(topic_row(topic))
         return rows

@@ -7,7 +7,10 @@ Pulsar's rates (msgRateIn, ...) are computed over a stats period (Pulsar's
 rates are the counter deltas between the last two samples.
 """
 
-from pulsar_twisted.broker.admin.base import AdminArea
+from twisted.internet import defer
+
+from pulsar_twisted.broker.admin import base
+from pulsar_twisted.broker.admin.base import AdminArea, next_turn
 from pulsar_twisted.broker.admin.errors import NotAllowed, NotFound
 from pulsar_twisted.broker.ownership import NotOwnedError
 from pulsar_twisted.common.naming import TopicName
@@ -23,10 +26,19 @@ _SUMMED = ("msgRateIn", "msgThroughputIn", "msgRateOut", "msgThroughputOut", "by
 class StatsAdmin(AdminArea):
     """Stats of loaded topics."""
 
-    def sample_rates(self) -> None:
-        """Take a stats sample of every loaded topic (rates are deltas between samples)."""
+    def sample_rates(self) -> defer.Deferred:
+        """Take a stats sample of every loaded topic (rates are deltas between samples), in
+        slices of ``base.SLICE_TOPICS`` per reactor turn, each at the time it is taken; the
+        Deferred (already fired below one slice) fires when all are sampled (the LoopingCall
+        driving it waits for it)."""
+        return defer.ensureDeferred(self._sample_rates())
+
+    async def _sample_rates(self) -> None:
         now = self.clock.seconds()
-        for topic in list(self.broker.topics.values()):
+        for i, topic in enumerate(list(self.broker.topics.values())):
+            if i and i % base.SLICE_TOPICS == 0:
+                await next_turn(self.clock)
+                now = self.clock.seconds()
             topic.counters.sample(now)
 
     def topic_stats(self, topic) -> dict:
