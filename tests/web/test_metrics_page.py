@@ -5,6 +5,8 @@ more than ``slice_topics`` topics, scrapes arriving during a generation share it
 streamed in chunks.
 """
 
+import json
+
 from prometheus_client.parser import text_string_to_metric_families
 from twisted.internet import defer, task
 from twisted.trial import unittest
@@ -12,6 +14,7 @@ from twisted.web.test.requesthelper import DummyRequest
 
 from pulsar_twisted.broker.admin import base, broker_stats
 from pulsar_twisted.broker.admin.service import AdminService
+from pulsar_twisted.web.broker_stats import json_chunks
 from pulsar_twisted.web.metrics import MetricsPage
 from pulsar_twisted.web.metrics_text import FamilySet, escape, fmt, labels
 from pulsar_twisted.web.routing import ChunkProducer
@@ -251,3 +254,13 @@ class BrokerStatsSlicingTests(PageCase):
         self.successResultOf(d)
         self.assertEqual([now for _, now in taken], [0, 0, 1, 1, 1])
         del stats
+
+    def test_json_chunks(self):
+        """Encoded in chunks of 2 leaves with turns between them; parses as json.dumps does."""
+        value = {"a": {"b": {"x": [1, {"y": 2}], "z": None}, "c": {}}, 'q"': {"k": {"t": 1.5}}}
+        d = defer.ensureDeferred(json_chunks(value, self.clock, levels=2))
+        self.assertNoResult(d)
+        self.clock.advance(0)
+        chunks = self.successResultOf(d)
+        self.assertGreater(len(chunks), 1)
+        self.assertEqual(json.loads(b"".join(chunks)), value)
