@@ -36,15 +36,22 @@ class ScrapeRates:
     """
     Per-second rates of growing counters between consecutive scrapes. ``begin()`` starts a
     scrape, ``rate(key, value)`` answers for one counter (``key`` holds the counted object, so a
-    new object cannot take a gone one's baseline), ``end()`` keeps the values seen as the next
-    baseline. A counter first seen now was born since the previous scrape: its baseline is 0.
+    new object cannot take a gone one's baseline; asking twice in one scrape gives the same
+    answer), ``end()`` closes it. A counter first seen now was born since the previous scrape:
+    its baseline is 0.
+
+    Entries are updated in place, one small list per counter for its lifetime, so that a scrape
+    leaves no new long-lived objects behind (each would bring the next full garbage collection,
+    a reactor stall of a second at 10k topics, nearer); keys not seen for a scrape are dropped
+    once they are as many as the live ones.
     """
 
     def __init__(self, clock):
         self.clock = clock
-        self._values = {}
-        self._seen = {}
-        self._rates = {}
+        #: key -> [baseline (value at the scrape before), value now, rate, scrape number]
+        self._entries = {}
+        self._scrape = 0
+        self._live = 0
         self._time = None
         self._elapsed = 0.0
 
@@ -53,21 +60,29 @@ class ScrapeRates:
         self._elapsed = 0.0 if self._time is None else now - self._time
         if self._time is None or self._elapsed > 0:
             self._time = now
-        self._seen = {}
+        self._scrape += 1
+        self._live = 0
 
     def rate(self, key, value) -> float:
-        if self._elapsed <= 0:
-            # First scrape, or a second one at the same instant: repeat what was last said.
-            self._seen[key] = self._values.get(key, value) if self._time is not None else value
-            return self._rates.get(key, 0.0)
-        self._seen[key] = value
-        rate = max(value - self._values.get(key, 0), 0) / self._elapsed
-        self._rates[key] = rate
-        return rate
+        entry = self._entries.get(key)
+        if entry is None:
+            # First scrape, or a second one at the same instant: no growth measured yet.
+            baseline = value if self._elapsed <= 0 else 0
+            entry = self._entries[key] = [baseline, baseline, 0.0, 0]
+        if entry[3] != self._scrape:
+            entry[3] = self._scrape
+            self._live += 1
+            if self._elapsed > 0:
+                entry[0] = entry[1]
+                entry[1] = value
+                entry[2] = max(value - entry[0], 0) / self._elapsed
+        # A second scrape at the same instant repeats what was last said.
+        return entry[2]
 
     def end(self) -> None:
-        self._values = self._seen
-        self._rates = {k: v for k, v in self._rates.items() if k in self._seen}
+        if len(self._entries) > 2 * self._live + 1000:
+            scrape = self._scrape
+            self._entries = {k: e for k, e in self._entries.items() if e[3] == scrape}
 
 
 _SUB_NAMES = (("back_log", "Messages not yet acknowledged by the subscription"),

@@ -14,6 +14,7 @@ from twisted.web.test.requesthelper import DummyRequest
 
 from pulsar_twisted.broker.admin import base, broker_stats
 from pulsar_twisted.broker.admin.service import AdminService
+from pulsar_twisted.web.broker_metrics import ScrapeRates
 from pulsar_twisted.web.broker_stats import json_chunks
 from pulsar_twisted.web.metrics import MetricsPage
 from pulsar_twisted.web.metrics_text import FamilySet, escape, fmt, labels
@@ -264,3 +265,39 @@ class BrokerStatsSlicingTests(PageCase):
         chunks = self.successResultOf(d)
         self.assertGreater(len(chunks), 1)
         self.assertEqual(json.loads(b"".join(chunks)), value)
+
+
+class ScrapeRatesTests(unittest.TestCase):
+    def setUp(self):
+        self.clock = task.Clock()
+        self.rates = ScrapeRates(self.clock)
+
+    def scrape(self, values: dict) -> dict:
+        self.rates.begin()
+        got = {k: self.rates.rate(k, v) for k, v in values.items()}
+        again = {k: self.rates.rate(k, v) for k, v in values.items()}
+        self.assertEqual(got, again)   # asked twice in one scrape: the same answer
+        self.rates.end()
+        return got
+
+    def test_rates_between_scrapes(self):
+        """0 at the first scrape; growth / elapsed later; a new key counts from 0; repeated at
+        the same instant."""
+        self.assertEqual(self.scrape({"a": 5}), {"a": 0.0})
+        self.clock.advance(10)
+        self.assertEqual(self.scrape({"a": 25, "b": 4}), {"a": 2.0, "b": 0.4})
+        self.assertEqual(self.scrape({"a": 99, "b": 4}), {"a": 2.0, "b": 0.4})
+        self.clock.advance(2)
+        self.assertEqual(self.scrape({"a": 29, "b": 4}), {"a": 2.0, "b": 0.0})
+
+    def test_entries_kept_in_place_and_gone_keys_dropped(self):
+        """A repeat scrape reuses each counter's entry; keys gone for good are dropped."""
+        keys = [("c", i) for i in range(1500)]
+        self.scrape({k: 1 for k in keys})
+        entries = dict(self.rates._entries)
+        self.clock.advance(1)
+        self.scrape({k: 2 for k in keys})
+        self.assertTrue(all(self.rates._entries[k] is entries[k] for k in keys))
+        self.clock.advance(1)
+        self.scrape({"x": 1})
+        self.assertEqual(list(self.rates._entries), ["x"])
