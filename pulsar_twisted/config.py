@@ -315,6 +315,16 @@ _SECURITY_KEYS = [
         "Authenticate the client credentials a proxy forwards (original_auth_data, sent by a proxy\n"
         "with forwardAuthorizationCredentials=true) and keep them fresh: the broker then challenges\n"
         "the client through the proxy when they expire.", "Authorization"),
+    Key("authenticateMetricsEndpoint", bool, False,
+        "Whether /metrics requires authentication (authenticationEnabled too); then only super\n"
+        "users and metricsRoles may read it. False (Pulsar's default): /metrics is public.",
+        "Authorization"),
+    Key("metricsRoles", list, [],
+        "Roles besides the super users that may read /metrics when authenticateMetricsEndpoint\n"
+        "is on (comma separated).", "Authorization"),
+    Key("httpMaxRequestSize", int, -1,
+        "Largest HTTP request body accepted, in bytes; larger ones are refused (413) from their\n"
+        "headers, before they are read. -1: maxMessageSize + 1 MiB.", "Authorization"),
     Key("brokerMaxConnections", int, 0,
         "Client connections accepted by the broker; more are closed at once (0: no limit).", "Limits"),
     Key("brokerMaxConnectionsPerIp", int, 0,
@@ -380,7 +390,13 @@ _BROKER_KEYS = [
         "Service"),
     Key("keepAliveIntervalSeconds", int, 30,
         "Seconds between keep-alive pings; a connection silent for twice this is closed.", "Service"),
-    Key("brokerShutdownTimeoutMs", int, 60000, "Time allowed for a graceful shutdown.", "Service"),
+    Key("brokerShutdownTimeoutMs", int, 60000,
+        "Milliseconds a stopping broker waits for its parts to close (connections, topics,\n"
+        "ledgers) before it gives up waiting, logs what was still closing and exits (0: no wait).",
+        "Service"),
+    Key("statsUpdateFrequencyInSecs", int, 60,
+        "Seconds of a stats period: rates (msgRateIn, msgRateOut, ...) are per second over the\n"
+        "last period.", "Service"),
     Key("maxConcurrentLookupRequest", int, 50000, "Lookups in flight across the broker.", "Service"),
     Key("exposeTopicLevelMetricsInPrometheus", bool, True,
         "Export topic and subscription metrics on /metrics (false: summed per namespace).",
@@ -489,6 +505,15 @@ _BROKER_KEYS = [
         "Dispatch"),
     Key("activeConsumerFailoverDelayTimeMillis", int, 1000,
         "Delay before a Failover subscription hands over to a newly chosen active consumer.",
+        "Dispatch"),
+    Key("singleActiveConsumerRedeliveryCountEnabled", bool, False,
+        "Not a Pulsar key: count redeliveries (negative acks, ack timeouts) on Exclusive and\n"
+        "Failover subscriptions too, so MESSAGE.redelivery_count grows and a client's dead-letter\n"
+        "policy can fire there. Pulsar sends 0 on these types (false, the default, does too).",
+        "Dispatch"),
+    Key("activeConsumerFailoverConsistentHashing", bool, False,
+        "Failover picks the active consumer of a partition by a hash ring of consumer names and\n"
+        "the topic name (as for non-partitioned topics) instead of partition % consumers.",
         "Dispatch"),
     Key("subscriptionKeySharedUseConsistentHashing", bool, True,
         "Key_Shared AUTO_SPLIT assigns keys by a consistent hash ring (else by range splitting).",

@@ -470,22 +470,26 @@ def check_subscribe_schema(service, request):
 
 
 @defer.inlineCallbacks
-def get_or_create_schema(service, topic: str, spec):
-    """GET_OR_CREATE_SCHEMA: the version of the SchemaSpec ``spec`` for ``topic`` (added when new)."""
+def get_or_create_schema(service, topic: str, spec, cnx=None):
+    """GET_OR_CREATE_SCHEMA: the version of the SchemaSpec ``spec`` for ``topic`` (added when new);
+    ``cnx``, the asking connection, must be allowed to produce there."""
     registry = service.schema_registry
+    yield service.security.authorized(cnx, api.BaseCommand.GET_OR_CREATE_SCHEMA, topic=topic)
     yield service.get_topic(topic)
     version = yield registry.add(topic, spec.type, spec.data, spec.properties, spec.name)
     return encode_version(version)
 
 
 @defer.inlineCallbacks
-def get_schema(service, topic: str, version_bytes: bytes):
-    """GET_SCHEMA: ``(SchemaVersion)`` latest or by version; TopicNotFound when there is none."""
+def get_schema(service, topic: str, version_bytes: bytes, cnx=None):
+    """GET_SCHEMA: ``(SchemaVersion)`` latest or by version; TopicNotFound when there is none.
+    ``cnx``, the asking connection, must be allowed to look the topic up."""
     registry = service.schema_registry
     try:
         parse_topic(topic)
     except InvalidTopicNameError as e:
         raise errors.InvalidTopicName(str(e))
+    yield service.security.authorized(cnx, api.BaseCommand.GET_SCHEMA, topic=topic)
     version = decode_version(version_bytes) if version_bytes else None
     if version_bytes and version is None:
         raise errors.NotAllowedError("Malformed schema version")

@@ -50,7 +50,7 @@ class StandaloneService(BrokerListeners, Daemon):
     module docstring). The parts are attributes once their step has started."""
 
     def __init__(self, config: StandaloneConfig, reactor=None):
-        super().__init__("pulsar-standalone", reactor)
+        super().__init__("pulsar-standalone", reactor, config.brokerShutdownTimeoutMs / 1000.0)
         self.config = config
         self.store = self.bookie = self.ledger_client = self.ml_factory = None
         self.broker = self.admin = None

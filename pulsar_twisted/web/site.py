@@ -22,7 +22,7 @@ from pulsar_twisted.web.openapi import add_openapi_route
 from pulsar_twisted.web.namespaces import (
     add_broker_routes, add_cluster_routes, add_namespace_routes, add_tenant_routes)
 from pulsar_twisted.web.routing import Router, RouterResource
-from pulsar_twisted.security.http import secure
+from pulsar_twisted.security.http import guard_site, secure
 from pulsar_twisted.web.permissions import add_topic_permission_routes
 from pulsar_twisted.web.topics import add_lookup_routes, add_topic_routes
 
@@ -55,4 +55,6 @@ def make_site(admin_service, broker_service, config, metrics_collectors=()) -> s
     router = make_router(admin_service, config, metrics_collectors)
     site = server.Site(secure(RouterResource(router), broker_service))
     site.displayTracebacks = False
+    # Bodies judged by size and credentials from their headers, before they are read.
+    guard_site(site, config, getattr(broker_service, "security", None))
     return site

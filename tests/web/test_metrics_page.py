@@ -242,18 +242,23 @@ class BrokerStatsSlicingTests(PageCase):
         self.assertEqual(self.successResultOf(d)["numTopics"], 5)
 
     def test_rates_sampled_in_slices(self):
-        """The stats sampler takes 2 topics, then waits for the reactor; later slices are taken
-        at their own time (the test clock runs every due turn in one advance)."""
+        """The stats sampler takes 2 topics, then waits for the reactor; every topic gets the
+        same period (the test clock runs every due turn in one advance)."""
         stats = self.stats_admin(5)
         taken = []
         for topic in self.harness.broker.topics.values():
             topic.counters.sample = lambda now, name=topic.name: taken.append((name, now))
+        first = self.admin.stats.sample_rates()
+        self.clock.advance(0)
+        self.successResultOf(first)
+        taken.clear()
+        self.clock.advance(10)
         d = self.admin.stats.sample_rates()
         self.assertEqual(len(taken), 2)
         self.assertNoResult(d)
         self.clock.advance(1)
         self.successResultOf(d)
-        self.assertEqual([now for _, now in taken], [0, 0, 1, 1, 1])
+        self.assertEqual([period for _, period in taken], [10] * 5)
         del stats
 
     def test_json_chunks(self):

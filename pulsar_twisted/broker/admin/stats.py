@@ -4,12 +4,15 @@ Topic statistics of the admin API (Pulsar's ``TopicStats``, ``PartitionedTopicSt
 
 Pulsar's rates (msgRateIn, ...) are computed over a stats period (Pulsar's
 ``statsUpdateFrequencyInSecs``): ``sample_rates()`` runs every period (AdminService drives it) and
-rates are the counter deltas between the last two samples.
+each producer's, consumer's and subscription's rates are its counter deltas over the last period
+(``broker/rates.py``); topic and subscription rates are the sums Pulsar reports. Counters
+(msgInCounter, msgOutCounter, ...) are exact at every read and keep what closed producers and
+consumers contributed.
 """
 
 from twisted.internet import defer
 
-from pulsar_twisted.broker.admin import base
+from pulsar_twisted.broker.admin import base as admin_base
 from pulsar_twisted.broker.admin.base import AdminArea, next_turn
 from pulsar_twisted.broker.admin.errors import NotAllowed, NotFound
 from pulsar_twisted.broker.ownership import NotOwnedError
@@ -22,24 +25,33 @@ _SUB_TYPE_NAMES = {api.CommandSubscribe.Exclusive: "Exclusive", api.CommandSubsc
 _SUMMED = ("msgRateIn", "msgThroughputIn", "msgRateOut", "msgThroughputOut", "bytesInCounter",
            "msgInCounter", "bytesOutCounter", "msgOutCounter", "storageSize", "backlogSize")
 
+#: Subscription fields summed over the partitions.
+_SUMMED_PER_SUBSCRIPTION = ("msgBacklog", "msgOutCounter", "bytesOutCounter", "msgRateOut",
+                            "msgThroughputOut", "msgRateRedeliver", "msgRateExpired", "msgDelayed",
+                            "unackedMessages")
+
 
 class StatsAdmin(AdminArea):
     """Stats of loaded topics."""
 
-    def sample_rates(self) -> defer.Deferred:
-        """Take a stats sample of every loaded topic (rates are deltas between samples), in
-        slices of ``base.SLICE_TOPICS`` per reactor turn, each at the time it is taken; the
-        Deferred (already fired below one slice) fires when all are sampled (the LoopingCall
-        driving it waits for it)."""
-        return defer.ensureDeferred(self._sample_rates())
+    #: When the previous stats period ended (None before the first sample).
+    _last_sample = None
 
-    async def _sample_rates(self) -> None:
+    def sample_rates(self) -> defer.Deferred:
+        """End a stats period for every loaded topic: rates are the counter deltas over it. The
+        topics are walked ``SLICE_TOPICS`` per reactor turn (all with the period measured at
+        the start); the Deferred (already fired below one slice) fires when all are sampled, and
+        the LoopingCall driving it waits for it."""
         now = self.clock.seconds()
+        period = now - self._last_sample if self._last_sample is not None else None
+        self._last_sample = now
+        return defer.ensureDeferred(self._sample_rates(period))
+
+    async def _sample_rates(self, period) -> None:
         for i, topic in enumerate(list(self.broker.topics.values())):
-            if i and i % base.SLICE_TOPICS == 0:
+            if i and i % admin_base.SLICE_TOPICS == 0:
                 await next_turn(self.clock)
-                now = self.clock.seconds()
-            topic.counters.sample(now)
+            topic.counters.sample(period)
 
     def topic_stats(self, topic) -> dict:
         """Pulsar's TopicStats of a loaded topic."""
@@ -59,16 +71,15 @@ class StatsAdmin(AdminArea):
             "bytesInCounter": bytes_in, "msgInCounter": msg_in,
             "bytesOutCounter": bytes_out, "msgOutCounter": msg_out,
             "averageMsgSize": (bytes_in / msg_in) if msg_in else 0.0,
-            "msgChunkPublished": False,
+            "msgChunkPublished": counters.chunk_published,
             "storageSize": topic.storage_size(),
             "backlogSize": backlog_size,
             "offloadedStorageSize": 0,
-            "publishers": [dict(p, msgRateIn=0.0, msgThroughputIn=0.0, averageMsgSize=0.0)
-                           for p in base["publishers"]],
-            "waitingPublishers": 0,
+            "publishers": base["publishers"],
+            "waitingPublishers": len(topic.access.waiting),
             "subscriptions": subscriptions,
             "replication": {},
-            "deduplicationStatus": "Disabled",
+            "deduplicationStatus": topic.deduplication_status(),
             "nonContiguousDeletedMessagesRanges": sum(
                 s["nonContiguousDeletedMessagesRanges"] for s in subscriptions.values()),
             "nonContiguousDeletedMessagesRangesSerializedSize": 0,
@@ -85,25 +96,30 @@ class StatsAdmin(AdminArea):
             except Exception:
                 backlog_size = 0
         sub_type = subscription.sub_type
+        rate_out, tput_out, rate_redeliver = subscription.out_rates()
+        extra = {} if subscription.topic.persistent else {"msgDropRate": subscription.drop_rate()}
+        active = subscription.active_consumer() if sub_type in (
+            api.CommandSubscribe.Exclusive, api.CommandSubscribe.Failover) else None
+        delayed = subscription.delayed_count()
         return {
-            "msgRateOut": 0.0, "msgThroughputOut": 0.0,
-            "bytesOutCounter": sum(c.bytes_out for c in consumers),
-            "msgOutCounter": sum(c.msg_out for c in consumers),
-            "msgRateRedeliver": 0.0, "chunkedMessageRate": 0,
+            "msgRateOut": rate_out, "msgThroughputOut": tput_out,
+            "bytesOutCounter": subscription.bytes_out,
+            "msgOutCounter": subscription.msg_out,
+            "msgRateRedeliver": rate_redeliver, "chunkedMessageRate": 0,
             "msgBacklog": subscription.backlog(),
             "backlogSize": backlog_size,
-            "msgBacklogNoDelayed": subscription.backlog(),
-            "blockedSubscriptionOnUnackedMsgs": False,
-            "msgDelayed": 0,
+            "msgBacklogNoDelayed": max(0, subscription.backlog() - delayed),
+            "blockedSubscriptionOnUnackedMsgs": subscription.blocked_on_unacked(),
+            "msgDelayed": delayed,
             "unackedMessages": sum(c.unacked for c in consumers),
             "type": _SUB_TYPE_NAMES.get(sub_type, "Exclusive"),
-            "activeConsumerName": consumers[0].name if consumers and sub_type in (
-                api.CommandSubscribe.Exclusive, api.CommandSubscribe.Failover) else None,
-            "msgRateExpired": 0.0,
+            "activeConsumerName": active.name if active is not None else None,
+            "msgRateExpired": subscription.expired_rate(),
             "consumers": [_consumer_stats(c) for c in consumers],
             "isDurable": subscription.durable,
             "isReplicated": False,
             "nonContiguousDeletedMessagesRanges": ranges,
+            **extra,
         }
 
     async def get_topic_stats(self, name: TopicName) -> dict:
@@ -146,8 +162,9 @@ class StatsAdmin(AdminArea):
 
 def _consumer_stats(consumer) -> dict:
     stats = consumer.stats()
-    stats.pop("msgBacklog", None)
-    stats.pop("type", None)
+    # Subscription-level fields of CONSUMER_STATS that Pulsar's ConsumerStats does not carry.
+    for key in ("msgBacklog", "type", "msgRateExpired"):
+        stats.pop(key, None)
     stats.update(bytesOutCounter=consumer.bytes_out, msgOutCounter=consumer.msg_out,
                  metadata=consumer.metadata)
     return stats
@@ -159,9 +176,8 @@ def _add_partition(total: dict, stats: dict) -> None:
         total[key] += stats[key]
     total["publishers"] += stats["publishers"]
     for sub, s in stats["subscriptions"].items():
-        agg = total["subscriptions"].setdefault(sub, dict(s, msgBacklog=0, consumers=[],
-                                                           msgOutCounter=0, bytesOutCounter=0))
-        agg["msgBacklog"] += s["msgBacklog"]
-        agg["msgOutCounter"] += s["msgOutCounter"]
-        agg["bytesOutCounter"] += s["bytesOutCounter"]
+        agg = total["subscriptions"].setdefault(
+            sub, dict(s, consumers=[], **{key: 0 for key in _SUMMED_PER_SUBSCRIPTION}))
+        for key in _SUMMED_PER_SUBSCRIPTION:
+            agg[key] += s[key]
         agg["consumers"] += s["consumers"]
