@@ -52,7 +52,7 @@ TOPIC_METRICS = [
 class MetricsPage:
     """
     The /metrics page of an AdminService's broker. ``render()`` is a Deferred of the page as a
-    list of bytes chunks, generated in slices of at most ``slice_topics`` topics on
+    list of bytes chunks (the caller's own list), generated in slices of at most ``slice_topics`` topics on
     ``cooperator`` (default: one of the admin service's clock, running slices for up to 10 ms
     per reactor turn); concurrent calls share one generation. ``render_now()`` is the same page
     at once (tests, tools). ``extra_collectors``: prometheus_client collectors on the same page
@@ -92,11 +92,12 @@ class MetricsPage:
 
     def _generated(self, result, out) -> None:
         waiters, self._waiters = self._waiters, None
-        for waiter in waiters:
+        for i, waiter in enumerate(waiters):
             if isinstance(result, Failure):
                 waiter.errback(result)
             else:
-                waiter.callback(out)
+                # Each its own list: the answer's producer drops chunks as it writes them.
+                waiter.callback(out if i == len(waiters) - 1 else list(out))
 
     def _get_cooperator(self):
         if self._cooperator is None:
