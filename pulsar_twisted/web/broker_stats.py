@@ -45,7 +45,9 @@ async def json_chunks(value, clock, levels: int) -> list:
     """``value`` as JSON in bytes chunks, for a ``Response`` list body: the dicts of the first
     ``levels`` levels written here, each value below them with the C encoder, one chunk per
     ``base.SLICE_TOPICS`` of those values and a reactor turn between chunks (the stats of 100k
-    topics are never encoded in one callback). Parses as ``json.dumps(value)`` would."""
+    topics are never encoded in one callback). Parses as ``json.dumps(value)`` would. ``value``
+    is consumed: each encoded value is dropped from its dict, so the stats are freed as they go
+    (not all at once after the last chunk)."""
     out, pending, count = [], [], [0]
 
     async def write(node, depth):
@@ -58,8 +60,9 @@ async def json_chunks(value, clock, levels: int) -> list:
                 await base.next_turn(clock)
             return
         pending.append("{")
-        for i, (key, child) in enumerate(node.items()):
+        for i, (key, child) in enumerate(list(node.items())):
             pending.append(("," if i else "") + json.dumps(str(key)) + ":")
+            node[key] = None
             await write(child, depth + 1)
         pending.append("}")
 

@@ -110,12 +110,15 @@ class FamilySet:
             family.flush()
 
     def chunks(self) -> list:
-        """Every shown family's header and chunks, in order (after ``finish``ing them)."""
+        """Every shown family's header and chunks, in order (after ``finish``ing them). The
+        chunks move to the answer: the families keep none, so that the page is freed as it is
+        sent (not with the families, at the next scrape)."""
         out = []
         for family in self.families:
             family.finish()
+            chunks, family.chunks = family.chunks, []
             if family.mode == DROPPED:
                 continue
             out.append(family.header())
-            out.extend(family.chunks)
+            out.extend(chunks)
         return out
