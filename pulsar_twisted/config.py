@@ -124,11 +124,16 @@ class Config:
     DEFAULTS: Dict[str, Any] = {}
     #: Pulsar's name of a key that we keep under another name: Pulsar's name -> ours.
     ALIASES: Dict[str, str] = {}
+    #: Keys that deprecated keys stand in for when left empty, as Pulsar and BookKeeper derive
+    #: them: key -> function of the configuration giving its value ("" when nothing to derive).
+    FALLBACKS: Dict[str, Callable[["Config"], Any]] = {}
 
     def __init__(self, **overrides: Any):
         self._keys = {key.name: key for key in self.KEYS}
         #: Real Pulsar/BookKeeper keys read but not implemented: name -> where first seen.
         self.unimplemented: Dict[str, str] = {}
+        #: Keys filled from deprecated keys by ``apply_fallbacks``: name -> derived value.
+        self.derived: Dict[str, Any] = {}
         self._warned = False
         for key in self.KEYS:
             setattr(self, key.name, self.DEFAULTS.get(key.name, key.default))
@@ -168,7 +173,19 @@ class Config:
             name, _, value = line.partition("=")
             name = name.strip()
             self.set(name, value, where=f"{source}:{number}")
+        self.apply_fallbacks()
         self.check_strict()
+
+    def apply_fallbacks(self) -> None:
+        """Fill each empty key of ``FALLBACKS`` from the deprecated keys it falls back to (a file
+        that sets the new key wins, wherever the keys stand in it); ``derived`` records which."""
+        for name, derive in self.FALLBACKS.items():
+            if getattr(self, name) and name not in self.derived:
+                continue
+            value = derive(self)
+            if value:
+                setattr(self, name, value)
+                self.derived[name] = value
 
     def check_strict(self) -> None:
         """``ConfigError`` listing the unimplemented keys read, when ``strictConfig`` is set."""
@@ -229,6 +246,7 @@ class Config:
             except ValueError as e:
                 raise ConfigError(f"{prefix}bad value for {name}: {e}") from e
         setattr(self, name, value)
+        self.derived.pop(name, None)
 
     def render(self, header: str = "") -> str:
         """The configuration file text for this class's defaults, documented."""
@@ -343,7 +361,16 @@ _STORAGE_KEYS = [
         "fsync the journal before acknowledging an add. Turning it off trades durability on power\n"
         "loss or kill -9 for latency.", "Bookie storage"),
     Key("journalMaxGroupWaitMSec", float, 1.0,
-        "Longest wait, in ms, to gather adds into one journal group commit (one fsync).", "Bookie storage"),
+        "Longest wait, in ms, to gather adds into one journal group commit (one fsync); not used\n"
+        "when journalFlushWhenQueueEmpty is on.", "Bookie storage"),
+    # BookKeeper defaults this to false; we default to true, since it is what gives a durable add
+    # a sub-millisecond latency at low and moderate rates and it still groups under load (the adds
+    # arriving during one fsync are the next group), so the batched and full-rate figures hold.
+    Key("journalFlushWhenQueueEmpty", bool, True,
+        "Write and fsync the journal as soon as the writer finds no more adds queued, instead of\n"
+        "waiting journalMaxGroupWaitMSec for a group to fill; adds arriving during one fsync form\n"
+        "the next group, so grouping adapts to the load (BookKeeper's default is false).",
+        "Bookie storage"),
     Key("journalBufferedWritesThreshold", int, 512 * 1024,
         "Commit a journal group at once when this many bytes are waiting.", "Bookie storage"),
     Key("journalBufferedEntriesThreshold", int, 0,
@@ -484,8 +511,9 @@ _BROKER_KEYS = [
         "Schemas and compaction"),
     Key("schemaCompatibilityStrategy", str, "FULL",
         "Default schema compatibility strategy: ALWAYS_COMPATIBLE, ALWAYS_INCOMPATIBLE, BACKWARD,\n"
-        "FORWARD, FULL or their *_TRANSITIVE forms (a namespace policy overrides it); UNDEFINED\n"
-        "falls back to the namespace's schema_auto_update_compatibility_strategy (Full).",
+        "FORWARD, FULL or their *_TRANSITIVE forms. A namespace's schema_compatibility_strategy\n"
+        "overrides it, and so does its deprecated schema_auto_update_compatibility_strategy when\n"
+        "set (as in Pulsar 4.x); UNDEFINED means FULL.",
         "Schemas and compaction"),
     Key("schemaValidationEnforced", bool, False,
         "Refuse producers without a schema on topics that have one.", "Schemas and compaction"),
@@ -552,6 +580,71 @@ _BROKER_KEYS = [
         "Ranges of individually acked messages persisted per cursor.", "Storage"),
     Key("managedLedgerMaxPendingAddsPerTopic", int, 5000,
         "Adds in flight per topic before its producers' connections are paused.", "Storage"),
+    # --- load balancing (cluster brokers: broker/loadbalance/) ---
+    # The *Minutes intervals are Pulsar's integers; fractions are accepted too (tests run in seconds).
+    Key("defaultNumberOfNamespaceBundles", int, 4,
+        "Bundles of a namespace created without a bundle count.", "LoadBalancer"),
+    Key("loadBalancerEnabled", bool, True,
+        "Place new bundles on the least loaded broker and shed bundles from overloaded ones.",
+        "LoadBalancer"),
+    Key("loadBalancerReportUpdateThresholdPercentage", int, 10,
+        "Rewrite this broker's load report when a figure changed by this many percent.", "LoadBalancer"),
+    Key("loadBalancerReportUpdateMinIntervalMillis", int, 5000,
+        "Load report updates are at least this far apart.", "LoadBalancer"),
+    Key("loadBalancerReportUpdateMaxIntervalMinutes", float, 15,
+        "Rewrite the load report at least this often, changed or not.", "LoadBalancer"),
+    Key("loadBalancerHostUsageCheckIntervalMinutes", float, 1,
+        "How often the broker samples its CPU, memory and bandwidth.", "LoadBalancer"),
+    Key("loadBalancerResourceQuotaUpdateIntervalMinutes", float, 15,
+        "How often the leader writes the aggregated bundle data (/loadbalance/bundle-data).",
+        "LoadBalancer"),
+    Key("loadBalancerBrokerOverloadedThresholdPercentage", int, 85,
+        "A broker using more than this of any resource gets no new bundles.", "LoadBalancer"),
+    Key("loadBalancerSheddingEnabled", bool, True, "Let the leader shed bundles of overloaded brokers.",
+        "LoadBalancer"),
+    Key("loadBalancerSheddingIntervalMinutes", float, 1, "How often the leader runs the shedder.",
+        "LoadBalancer"),
+    Key("loadBalancerSheddingGracePeriodMinutes", float, 30,
+        "A bundle unloaded by the shedder is not shed again for this long.", "LoadBalancer"),
+    Key("loadBalancerBrokerThresholdShedderPercentage", int, 10,
+        "ThresholdShedder: shed from brokers whose usage exceeds the cluster average by this much.",
+        "LoadBalancer"),
+    Key("loadBalancerHistoryResourcePercentage", float, 0.9,
+        "ThresholdShedder: weight of the past usage in a broker's usage (0 to 1).", "LoadBalancer"),
+    Key("loadBalancerBrokerThresholdShedderMinimumThroughputToOffload", float, 0.0,
+        "ThresholdShedder: sheds nothing from a broker when less than this (bytes/s) would move.",
+        "LoadBalancer"),
+    Key("loadBalancerCPUResourceWeight", float, 1.0, "ThresholdShedder: weight of CPU usage.",
+        "LoadBalancer"),
+    Key("loadBalancerMemoryResourceWeight", float, 1.0, "ThresholdShedder: weight of memory usage.",
+        "LoadBalancer"),
+    Key("loadBalancerDirectMemoryResourceWeight", float, 1.0,
+        "ThresholdShedder: weight of direct memory usage.", "LoadBalancer"),
+    Key("loadBalancerBandwithInResourceWeight", float, 1.0,
+        "ThresholdShedder: weight of inbound bandwidth usage.", "LoadBalancer"),
+    Key("loadBalancerBandwithOutResourceWeight", float, 1.0,
+        "ThresholdShedder: weight of outbound bandwidth usage.", "LoadBalancer"),
+    Key("loadBalancerOverrideBrokerNicSpeedGbps", float, 1.0,
+        "NIC speed the bandwidth usage percentages are computed against, in Gbit/s.", "LoadBalancer"),
+    Key("loadBalancerAutoBundleSplitEnabled", bool, True,
+        "Split a bundle over one of the next four limits.", "LoadBalancer"),
+    Key("loadBalancerAutoUnloadSplitBundlesEnabled", bool, True,
+        "Unload the halves of an automatic split so that they can be placed elsewhere.", "LoadBalancer"),
+    Key("loadBalancerNamespaceBundleMaxTopics", int, 1000, "Split a bundle with more topics.",
+        "LoadBalancer"),
+    Key("loadBalancerNamespaceBundleMaxSessions", int, 1000,
+        "Split a bundle with more producers plus consumers (0: no limit).", "LoadBalancer"),
+    Key("loadBalancerNamespaceBundleMaxMsgRate", int, 30000,
+        "Split a bundle with a higher message rate in plus out (msg/s).", "LoadBalancer"),
+    Key("loadBalancerNamespaceBundleMaxBandwidthMbytes", int, 100,
+        "Split a bundle with more throughput in plus out (MB/s).", "LoadBalancer"),
+    Key("loadBalancerNamespaceMaximumBundles", int, 128, "Never split a namespace past this many bundles.",
+        "LoadBalancer"),
+    Key("defaultNamespaceBundleSplitAlgorithm", str, "range_equally_divide",
+        "How bundles split: range_equally_divide or topic_count_equally_divide.", "LoadBalancer"),
+    Key("loadBalancerDecisionsMaxEntries", int, 1000,
+        "Placement, split and shed decisions kept for GET /admin/v2/broker-stats/load-decisions.",
+        "LoadBalancer"),
     # --- security ---
     Key("authenticationEnabled", bool, False, "Require clients to authenticate.", "Security"),
     Key("authorizationEnabled", bool, False, "Check permissions of authenticated roles.", "Security"),
@@ -562,6 +655,9 @@ _BROKER_KEYS = [
     Key("zooKeeperSessionTimeoutMillis", int, -1,
         "Deprecated name of metadataStoreSessionTimeoutMillis (as in Pulsar): when positive it\n"
         "wins; -1 means use metadataStoreSessionTimeoutMillis.", "Cluster"),
+    Key("zookeeperServers", str, "",
+        "Deprecated (as in Pulsar): ZooKeeper servers host:port[,host:port]; when metadataStoreUrl\n"
+        "is empty it becomes metadataStoreUrl=zk:<zookeeperServers>.", "Cluster"),
     Key("bookkeeperMetadataServiceUri", str, "",
         "Where bookies register: zk+null://host:2181/ledgers. Empty: the broker's metadata store.",
         "Cluster"),
@@ -588,6 +684,18 @@ _BROKER_KEYS = [
 ] + _SECURITY_KEYS
 
 
+def _zk_store_url(servers: str) -> str:
+    """Pulsar's reading of a deprecated ZooKeeper connect string: ``zk:<servers>`` (empty stays
+    empty)."""
+    servers = (servers or "").strip()
+    return f"zk:{servers}" if servers else ""
+
+
+def _broker_metadata_store_url(config) -> str:
+    """Pulsar's ServiceConfiguration: an empty metadataStoreUrl falls back to zookeeperServers."""
+    return _zk_store_url(config.zookeeperServers)
+
+
 #: Pulsar's names of keys we hold under another name.
 _BROKER_ALIASES = {"isSchemaValidationEnforced": "schemaValidationEnforced"}
 
@@ -597,6 +705,7 @@ class BrokerConfig(Config):
 
     KEYS = _STRICT_KEYS + _BROKER_KEYS
     ALIASES = _BROKER_ALIASES
+    FALLBACKS = {"metadataStoreUrl": _broker_metadata_store_url}
     DEFAULTS = {
         "clusterName": "cluster-a",
         "managedLedgerDefaultEnsembleSize": 2,
@@ -610,6 +719,7 @@ class StandaloneConfig(Config):
 
     KEYS = _STRICT_KEYS + _BROKER_KEYS + _STORAGE_KEYS
     ALIASES = _BROKER_ALIASES
+    FALLBACKS = {"metadataStoreUrl": _broker_metadata_store_url}
     DEFAULTS = {}
 
 
@@ -637,6 +747,12 @@ _BOOKIE_SERVER_KEYS = [
         "Where the bookie registers: zk+null://host:2181[,host:2181]/ledgers (the path is the\n"
         "ledgers root; anything before /ledgers is the store's root). Empty: no registration at all\n"
         "(standalone testing only: no BookKeeper client can discover this bookie).", "Server"),
+    Key("zkServers", str, "",
+        "Deprecated (as in BookKeeper): ZooKeeper servers host:port[,host:port]; when\n"
+        "metadataServiceUri is empty it becomes\n"
+        "metadataServiceUri=zk+hierarchical://<zkServers, ';'-separated><zkLedgersRootPath>.", "Server"),
+    Key("zkLedgersRootPath", str, "/ledgers",
+        "Deprecated (as in BookKeeper): the ledgers root that goes with zkServers.", "Server"),
     Key("zkTimeout", int, 30000, "Metadata (ZooKeeper) session timeout in milliseconds.", "Server"),
 ]
 
@@ -674,10 +790,22 @@ _BOOKIE_KEYS = [
 ]
 
 
+def _bookie_metadata_service_uri(config) -> str:
+    """BookKeeper's AbstractConfiguration.getMetadataServiceUri: with no metadataServiceUri, the
+    deprecated zkServers (commas turned into ';', as a URI authority needs) and zkLedgersRootPath
+    under the default ledger manager's scheme."""
+    servers = (config.zkServers or "").strip()
+    if not servers:
+        return ""
+    root = "/" + (config.zkLedgersRootPath or "/ledgers").strip().strip("/")
+    return f"zk+hierarchical://{servers.replace(',', ';')}{root}"
+
+
 class BookieConfig(Config):
     """Configuration of ``twistd pulsar-bookie`` (conf/bookkeeper.conf): BookKeeper's key names."""
 
     KEYS = _STRICT_KEYS + _BOOKIE_SERVER_KEYS + _STORAGE_KEYS + _BOOKIE_KEYS
+    FALLBACKS = {"metadataServiceUri": _bookie_metadata_service_uri}
     DEFAULTS = {}
 
 
@@ -724,6 +852,12 @@ _PROXY_KEYS = [
         "metadataStoreUrl.", "Brokers"),
     Key("zooKeeperSessionTimeoutMillis", int, 30000, "Session timeout of the metadata store.",
         "Brokers"),
+    Key("zookeeperServers", str, "",
+        "Deprecated (as in Pulsar): ZooKeeper servers host:port[,host:port]; when metadataStoreUrl\n"
+        "is empty it becomes metadataStoreUrl=zk:<zookeeperServers>.", "Brokers"),
+    Key("configurationStoreServers", str, "",
+        "Deprecated (as in Pulsar): when configurationMetadataStoreUrl is empty it becomes\n"
+        "configurationMetadataStoreUrl=zk:<configurationStoreServers>.", "Brokers"),
     Key("brokerServiceURL", str, "",
         "A broker (or several: pulsar://h1:6650,h2:6650) the proxy sends lookups to when no\n"
         "metadataStoreUrl is set.", "Brokers"),
@@ -781,4 +915,8 @@ class ProxyConfig(Config):
     """Configuration of ``twistd pulsar-proxy`` (conf/proxy.conf): Pulsar's proxy.conf key names."""
 
     KEYS = _STRICT_KEYS + _PROXY_KEYS
+    FALLBACKS = {
+        "metadataStoreUrl": _broker_metadata_store_url,
+        "configurationMetadataStoreUrl": lambda config: _zk_store_url(config.configurationStoreServers),
+    }
     DEFAULTS = {}

@@ -40,8 +40,11 @@ from pulsar_twisted.resources.bookies import register_bookie
 def check_standalone(config) -> None:
     """What start-up would refuse, refused while twistd parses options (ConfigError naming the key)."""
     if config.metadataStoreUrl:
-        raise ConfigError("metadataStoreUrl: standalone runs on its embedded metadata store; "
-                          "leave metadataStoreUrl empty (use pulsar-broker for a cluster)")
+        origin = " (derived from the deprecated zookeeperServers)" if "metadataStoreUrl" in getattr(
+            config, "derived", {}) else ""
+        raise ConfigError(f"metadataStoreUrl{origin}: standalone runs on its embedded metadata store; "
+                          "leave metadataStoreUrl and zookeeperServers empty (use pulsar-broker for a "
+                          "cluster)")
     check_listener_config(config)
 
 

@@ -207,12 +207,13 @@ def bundle_boundaries(num_bundles: int) -> list:
     return ["0x%08x" % b for b in even_boundaries(num_bundles)]
 
 
-def new_policies(cluster: str) -> dict:
-    """A new namespace's Policies as ``pulsar-admin namespaces policies`` prints it (nulls omitted)."""
+def new_policies(cluster: str, num_bundles: int = DEFAULT_NUM_BUNDLES) -> dict:
+    """A new namespace's Policies as ``pulsar-admin namespaces policies`` prints it (nulls omitted);
+    ``num_bundles``: the broker's defaultNumberOfNamespaceBundles."""
     return {
         "auth_policies": {"namespace_auth": {}, "destination_auth": {}, "subscription_auth_roles": {}},
         "replication_clusters": [cluster],
-        "bundles": {"boundaries": bundle_boundaries(DEFAULT_NUM_BUNDLES), "numBundles": DEFAULT_NUM_BUNDLES},
+        "bundles": {"boundaries": bundle_boundaries(num_bundles), "numBundles": num_bundles},
         "backlog_quota_map": {},
         "clusterDispatchRate": {},
         "topicDispatchRate": {},
@@ -225,9 +226,12 @@ def new_policies(cluster: str) -> dict:
         "encryption_required": False,
         "subscription_auth_mode": "None",
         "offload_threshold": -1,
-        "schema_auto_update_compatibility_strategy": "Full",
+        # No schema_auto_update_compatibility_strategy: Pulsar 4.x's default for the deprecated
+        # field is null (omitted, like every null), where Pulsar 2.x stored "Full". Documents we
+        # stored earlier still carry "Full"; broker/schema.py reads it as unset.
         "schema_compatibility_strategy": "UNDEFINED",
-        "is_allow_auto_update_schema": True,
+        # No is_allow_auto_update_schema either: null in Pulsar 4.x, so that the broker's
+        # isAllowAutoUpdateSchemaEnabled decides (a stored true would pin it on).
         "schema_validation_enforced": False,
         "subscription_types_enabled": [],
         "properties": {},
@@ -257,9 +261,10 @@ def with_defaults(stored: dict, cluster: str) -> dict:
     return policies
 
 
-def check_new_namespace(policies, cluster: str) -> dict:
-    """The document to store for a namespace created with ``policies`` (None: the defaults)."""
-    value = new_policies(cluster)
+def check_new_namespace(policies, cluster: str, num_bundles: int = DEFAULT_NUM_BUNDLES) -> dict:
+    """The document to store for a namespace created with ``policies`` (None: the defaults, with
+    ``num_bundles`` bundles unless ``policies`` say how many)."""
+    value = new_policies(cluster, num_bundles)
     if policies is None:
         return value
     if not isinstance(policies, dict):
@@ -270,7 +275,7 @@ def check_new_namespace(policies, cluster: str) -> dict:
             policies[spec.field] = spec.check(policies[spec.field], spec.field)
     value.update({k: v for k, v in policies.items() if v is not None})
     bundles = value.get("bundles")
-    n = bundles.get("numBundles", DEFAULT_NUM_BUNDLES) if isinstance(bundles, dict) else None
+    n = bundles.get("numBundles", num_bundles) if isinstance(bundles, dict) else None
     if not isinstance(n, int) or n < 1:
         raise OutOfRange("bundles.numBundles must be a positive integer")
     value["bundles"] = {"boundaries": bundles.get("boundaries") or bundle_boundaries(n), "numBundles": n}
