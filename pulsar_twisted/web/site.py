@@ -17,7 +17,7 @@ Wiring (in ``broker/tap.py``, after ``BrokerService.start()``)::
 from twisted.web import server
 
 from pulsar_twisted.web.broker_stats import add_bookie_routes, add_broker_stats_routes
-from pulsar_twisted.web.metrics import add_metrics_routes, make_registry
+from pulsar_twisted.web.metrics import add_metrics_routes, make_page
 from pulsar_twisted.web.openapi import add_openapi_route
 from pulsar_twisted.web.namespaces import (
     add_broker_routes, add_cluster_routes, add_namespace_routes, add_tenant_routes)
@@ -37,7 +37,7 @@ def make_router(admin_service, config, metrics_collectors=()) -> Router:
     add_namespace_routes(router, admin_service)
     add_topic_routes(router, admin_service)
     add_lookup_routes(router, admin_service)
-    add_metrics_routes(router, make_registry(admin_service, config.clusterName, metrics_collectors))
+    add_metrics_routes(router, make_page(admin_service, config.clusterName, metrics_collectors))
     add_topic_permission_routes(router, admin_service)
     add_broker_stats_routes(router, admin_service)
     add_bookie_routes(router, admin_service)
