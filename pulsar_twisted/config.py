@@ -580,10 +580,20 @@ class BrokerConfig(Config):
     }
 
 
+#: The functions worker run inside the standalone (Pulsar's standalone runs one unless told
+#: ``--no-functions-worker``; the key is broker.conf's).
+_STANDALONE_FUNCTIONS_KEYS = [
+    Key("functionsWorkerEnabled", bool, True,
+        "Run the Pulsar Functions worker in this process: admin API /admin/v3/functions, each\n"
+        "instance a child process; function metadata, packages and state in the metadata store.",
+        "Functions"),
+]
+
+
 class StandaloneConfig(Config):
     """Configuration of ``twistd pulsar-standalone`` (conf/standalone.conf): broker + bookie storage keys."""
 
-    KEYS = _STRICT_KEYS + _BROKER_KEYS + _STORAGE_KEYS
+    KEYS = _STRICT_KEYS + _BROKER_KEYS + _STORAGE_KEYS + _STANDALONE_FUNCTIONS_KEYS
     ALIASES = _BROKER_ALIASES
     DEFAULTS = {}
 

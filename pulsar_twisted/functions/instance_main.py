@@ -1,0 +1,217 @@
+"""
+One function instance, as its own OS process (the process runtime):
+``python -m pulsar_twisted.functions.instance_main SPEC.json INSTANCE_ID``.
+
+``SPEC.json`` (written by the worker) holds ``functionConfig``, ``codePath`` (the .py file),
+``serviceUrl``, ``webServiceUrl``, ``functionId`` and ``functionVersion``. The process loads the
+user's file, finds ``className`` (``module.Name``: a class deriving from the official
+``pulsar.Function``, a plain class with ``process(self, input)``, or a plain function; a bare
+module name means its ``process`` function), subscribes to the inputs with the official client on
+a Shared subscription (Failover when ``retainOrdering``) named ``subName`` or ``tenant/ns/name``,
+and for each message:
+
+- ATMOST_ONCE: acks on receipt, then processes;
+- ATLEAST_ONCE: processes, sends the output and waits until it is persisted (and what
+  ``context.publish`` sent), then acks; MANUAL (or ``autoAck=false``): the function acks;
+- a user exception negative-acks (redelivered after one second; with ``maxMessageRetries`` the
+  consumer's dead-letter policy moves the message to ``deadLetterTopic`` past that count);
+- a ``None`` result sends nothing (a filter).
+
+Outputs carry ``__pfn_input_topic__`` and ``__pfn_input_msg_id__`` (base64 of the serialized
+message id) and the input's key and, with ``forwardSourceMessageProperty``, its properties.
+Counters go to the worker as JSON lines on file descriptor 3 (``supervisor.py``).
+"""
+
+import base64
+import importlib.util
+import inspect
+import json
+import logging
+import os
+import signal
+import sys
+import time
+import traceback
+
+#: Negative-acked messages come back after this long (the official client's default is a minute,
+#: too slow for a function retrying a failing input).
+NACK_DELAY_MS = 1000
+
+
+def _die_with_parent() -> None:
+    """SIGKILL when the worker dies (Linux PR_SET_PDEATHSIG), so no instance outlives it."""
+    try:
+        import ctypes
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)
+    except Exception:
+        pass
+
+
+def load_function(code_path: str, class_name: str):
+    """``(callable(input, context), name)``: the user's code wrapped to one signature."""
+    import pulsar
+    module_name, _, attribute = class_name.rpartition(".")
+    if not module_name:
+        module_name, attribute = class_name, "process"
+    spec = importlib.util.spec_from_file_location(module_name, code_path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    target = getattr(module, attribute, None)
+    if target is None and hasattr(module, "process"):
+        target = module.process
+    if target is None:
+        raise ImportError(f"{class_name} not found in {code_path}")
+    if inspect.isclass(target):
+        instance = target()
+        if isinstance(instance, pulsar.Function):
+            return instance.process
+        return lambda value, context: instance.process(value)
+    return lambda value, context: target(value)
+
+
+class Instance:
+    """The receive-process-publish-ack loop of one instance (see the module docstring)."""
+
+    def __init__(self, spec: dict, instance_id: int, status_out):
+        self.spec = spec
+        self.config = spec["functionConfig"]
+        self.instance_id = instance_id
+        self.status_out = status_out
+        self.counts = {"numReceived": 0, "numSuccessfullyProcessed": 0, "numUserExceptions": 0,
+                       "numSystemExceptions": 0, "averageLatency": 0.0, "lastInvocationTime": 0}
+        self.latest_user_exceptions = []
+        self.running = True
+        guarantee = self.config.get("processingGuarantees") or "ATLEAST_ONCE"
+        self.guarantee = guarantee
+        self.auto_ack = guarantee != "MANUAL" and self.config.get("autoAck", True)
+
+    def report(self, event: str, **fields) -> None:
+        fields["event"] = event
+        self.status_out.write(json.dumps(fields) + "\n")
+        self.status_out.flush()
+
+    def run(self) -> None:
+        import pulsar
+        from pulsar_twisted.functions.context import InstanceContext, StateClient
+        from pulsar.functions import serde
+        c = self.config
+        self.process = load_function(self.spec["codePath"], c["className"])
+        self.client = pulsar.Client(self.spec["serviceUrl"], operation_timeout_seconds=30)
+        consumer_type = (pulsar.ConsumerType.Failover if c.get("retainOrdering")
+                         else pulsar.ConsumerType.Shared)
+        position = (pulsar.InitialPosition.Earliest if c.get("subscriptionPosition") == "Earliest"
+                    else pulsar.InitialPosition.Latest)
+        dlq = None
+        if c.get("maxMessageRetries") is not None and c["maxMessageRetries"] >= 0:
+            dlq = pulsar.ConsumerDeadLetterPolicy(c["maxMessageRetries"], c.get("deadLetterTopic"))
+        inputs = list(c.get("inputs") or [])
+        for mapping in ("customSerdeInputs", "customSchemaInputs", "inputSpecs"):
+            inputs += [t for t in (c.get(mapping) or {}) if t not in inputs]
+        self.consumer = self.client.subscribe(
+            inputs if len(inputs) > 1 else inputs[0], c.get("subName") or
+            f"{c['tenant']}/{c['namespace']}/{c['name']}", consumer_type=consumer_type,
+            initial_position=position, negative_ack_redelivery_delay_ms=NACK_DELAY_MS,
+            dead_letter_policy=dlq, consumer_name=f"{c['name']}-{self.instance_id}")
+        self.output = (self.client.create_producer(c["output"], block_if_queue_full=True)
+                       if c.get("output") else None)
+        self.in_serde = serde.IdentitySerDe()
+        self.out_serde = serde.IdentitySerDe()
+        if c.get("outputSerdeClassName"):
+            from pulsar_twisted.functions.context import _serde
+            self.out_serde = _serde(c["outputSerdeClassName"])
+        self.context = InstanceContext(
+            self.spec, self.instance_id, self.client,
+            StateClient(self.spec["webServiceUrl"], c["tenant"], c["namespace"], c["name"]),
+            lambda msg_id, topic: self.consumer.acknowledge(msg_id))
+        self.report("running")
+        while self.running:
+            try:
+                message = self.consumer.receive(timeout_millis=500)
+            except pulsar.Timeout:
+                continue
+            self.handle(message)
+        self.client.close()
+
+    def handle(self, message) -> None:
+        self.counts["numReceived"] += 1
+        started = time.time()
+        self.counts["lastInvocationTime"] = int(started * 1000)
+        if self.guarantee == "ATMOST_ONCE":
+            self.consumer.acknowledge(message)
+        self.context.set_message(message)
+        try:
+            result = self.process(self.in_serde.deserialize(message.data()), self.context)
+        except Exception as e:
+            self.counts["numUserExceptions"] += 1
+            self.latest_user_exceptions = (self.latest_user_exceptions + [{
+                "exceptionString": f"{type(e).__name__}: {e}", "msSinceEpoch": int(time.time() * 1000)}])[-10:]
+            logging.getLogger(__name__).error("process raised:\n%s", traceback.format_exc())
+            if self.guarantee != "ATMOST_ONCE":
+                self.consumer.negative_acknowledge(message)
+            self._report_stats(started)
+            return
+        try:
+            if result is not None and self.output is not None:
+                self.output.send(self.out_serde.serialize(result), **self._output_conf(message))
+            self.context.flush_publishes()
+        except Exception as e:
+            self.counts["numSystemExceptions"] += 1
+            logging.getLogger(__name__).error("output failed: %s", e)
+            if self.guarantee != "ATMOST_ONCE":
+                self.consumer.negative_acknowledge(message)
+            self._report_stats(started)
+            return
+        if self.auto_ack and self.guarantee == "ATLEAST_ONCE":
+            self.consumer.acknowledge(message)
+        self.counts["numSuccessfullyProcessed"] += 1
+        self._report_stats(started)
+
+    def _output_conf(self, message) -> dict:
+        properties = {}
+        if self.config.get("forwardSourceMessageProperty", True):
+            properties.update(message.properties())
+        properties["__pfn_input_topic__"] = message.topic_name()
+        properties["__pfn_input_msg_id__"] = base64.b64encode(message.message_id().serialize()).decode()
+        conf = {"properties": properties}
+        if message.partition_key():
+            conf["partition_key"] = message.partition_key()
+        if message.event_timestamp():
+            conf["event_timestamp"] = message.event_timestamp()
+        return conf
+
+    def _report_stats(self, started: float) -> None:
+        latency = (time.time() - started) * 1000.0
+        n = self.counts["numReceived"]
+        self.counts["averageLatency"] += (latency - self.counts["averageLatency"]) / max(n, 1)
+        self.report("stats", latestUserExceptions=self.latest_user_exceptions,
+                    userMetrics=self.context.user_metrics(), **self.counts)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    _die_with_parent()
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    with open(argv[0]) as f:
+        spec = json.load(f)
+    status_out = os.fdopen(3, "w")
+    instance = Instance(spec, int(argv[1]), status_out)
+
+    def stop(signum, frame):
+        instance.running = False
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        instance.run()
+    except Exception as e:
+        try:
+            instance.report("error", error=f"{type(e).__name__}: {e}")
+        except OSError:
+            pass
+        traceback.print_exc()
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
