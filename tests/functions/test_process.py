@@ -1,0 +1,188 @@
+"""
+Pulsar Functions end to end: a real ``twistd -n pulsar-standalone`` (its functions worker on by
+default), functions created and inspected with ``pulsar-admin functions``, the official client
+producing their input and reading their output, each instance a child process of the standalone.
+"""
+
+import io
+import json
+import os
+import signal
+import textwrap
+import time
+
+from pulsar_twisted.cli.admin import main as admin_main
+from tests.interop.test_core import InteropCase, pulsar
+
+EXCLUSION = textwrap.dedent('''
+    EXCLUDED = {"spam", "junk"}
+
+    def process(input):
+        """A plain function: None drops the message."""
+        if any(word in EXCLUDED for word in input.split()):
+            return None
+        return input
+''')
+
+COUNTER = textwrap.dedent('''
+    import pulsar
+
+    class WordCount(pulsar.Function):
+        """Counts words in the function's state; publishes each word upper-cased to a side topic."""
+
+        def process(self, input, context):
+            for word in input.split():
+                context.incr_counter(word, 1)
+                context.publish(context.get_user_config_value("side"), word.upper(),
+                                properties={"from": context.get_function_name()})
+            context.put_state("last", input)
+            return "%s:%d" % (input, context.get_counter(input.split()[0]))
+''')
+
+SLOW_ONCE = textwrap.dedent('''
+    import os
+    import time
+    import pulsar
+
+    class SlowOnce(pulsar.Function):
+        """The first instance ever to run marks the file with its pid, then hangs on its message
+        (the test kills it there: received, not yet output); later instances pass through."""
+
+        def process(self, input, context):
+            marker = context.get_user_config_value("marker")
+            if not os.path.exists(marker):
+                with open(marker + ".tmp", "w") as f:
+                    f.write(str(os.getpid()))
+                os.rename(marker + ".tmp", marker)
+                time.sleep(60)
+            return input + "!"
+''')
+
+
+class FunctionsProcessTests(InteropCase):
+    """Exclusion filter, publish + counters + state, ATLEAST_ONCE across a kill -9, restart."""
+
+    standalone_config = {"journalSyncData": "false"}
+    receive_timeout_ms = 15000
+
+    # ------------------------------------------------------------------ helpers
+    def admin(self, *argv) -> str:
+        out, err = io.StringIO(), io.StringIO()
+        code = admin_main(["--admin-url", self.standalone.web_service_url, "functions"] + list(argv),
+                          out=out, err=err)
+        self.assertEqual(code, 0, err.getvalue())
+        return out.getvalue()
+
+    def create(self, name, source, classname, **flags):
+        path = os.path.join(self.standalone.directory, f"{classname.split('.')[0]}.py")
+        with open(path, "w") as f:
+            f.write(source)
+        argv = ["create", "--tenant", "public", "--namespace", "default", "--name", name,
+                "--py", path, "--classname", classname, "--subs-position", "Earliest"]
+        for flag, value in flags.items():
+            argv += [f"--{flag.replace('_', '-')}", value]
+        self.assertEqual(self.admin(*argv), "Created successfully\n")
+        self.wait_running(name)
+
+    def status(self, name) -> dict:
+        return json.loads(self.admin("status", "--fqfn", f"public/default/{name}"))
+
+    def wait_running(self, name, timeout=30.0, restarts=0) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            status = self.status(name)
+            if status["numRunning"] == status["numInstances"] and all(
+                    i["status"]["numRestarts"] >= restarts for i in status["instances"]):
+                return status
+            if time.monotonic() > deadline:
+                self.fail(f"{name} not running within {timeout}s: {status}\n"
+                          + self.standalone.log_tail(40))
+            time.sleep(0.1)
+
+    def output_consumer(self, topic):
+        return self.client.subscribe(topic, "test", initial_position=pulsar.InitialPosition.Earliest)
+
+    # ------------------------------------------------------------------ tests
+    def test_exclusion_filter(self):
+        """A plain function dropping excluded words; outputs carry Pulsar's __pfn_ properties
+        and the input's key; list, get, status and stats through the CLI."""
+        inp, out = self.topic("in", "persistent"), self.topic("out", "persistent")
+        self.create("exclusion", EXCLUSION, "exclusion", inputs=inp, output=out)
+        consumer = self.output_consumer(out)
+        producer = self.client.create_producer(inp)
+        sent = {}
+        for i, text in enumerate(["hello world", "buy spam now", "good day", "junk mail", "bye"]):
+            sent[text] = producer.send(text.encode(), partition_key=f"k{i}")
+        got = [self.receive(consumer) for _ in range(3)]
+        self.assertEqual([m.data() for m in got], [b"hello world", b"good day", b"bye"])
+        first = got[0]
+        self.assertEqual(first.partition_key(), "k0")
+        self.assertEqual(first.properties()["__pfn_input_topic__"], inp)
+        import base64
+        self.assertEqual(base64.b64decode(first.properties()["__pfn_input_msg_id__"]),
+                         sent["hello world"].serialize())
+        self.assertIn("exclusion", self.admin("list").split())
+        self.assertEqual(json.loads(self.admin("get", "--name", "exclusion"))["inputs"], [inp])
+        deadline = time.monotonic() + 10
+        while json.loads(self.admin("stats", "--name", "exclusion"))["receivedTotal"] < 5:
+            self.assertLess(time.monotonic(), deadline, "stats never counted 5 received")
+            time.sleep(0.1)
+        stats = json.loads(self.admin("stats", "--name", "exclusion"))
+        self.assertEqual((stats["processedSuccessfullyTotal"], stats["userExceptionsTotal"]), (5, 0))
+        status = self.status("exclusion")
+        self.assertEqual((status["numInstances"], status["numRunning"]), (1, 1))
+        self.assertEqual(status["instances"][0]["status"]["numReceived"], 5)
+        self.assertEqual(self.admin("delete", "--name", "exclusion"), "Deleted successfully\n")
+        self.assertNotIn("exclusion", self.admin("list").split())
+
+    def test_publish_counters_and_state(self):
+        """context.publish reaches a second topic; counters and state are shared, durable and
+        readable with querystate, also after the standalone (and its worker) restarts."""
+        inp, out = self.topic("in", "persistent"), self.topic("out", "persistent")
+        side = self.topic("side", "persistent")
+        self.create("wordcount", COUNTER, "wordcount.WordCount", inputs=inp, output=out,
+                    user_config=json.dumps({"side": side}))
+        consumer, side_consumer = self.output_consumer(out), self.output_consumer(side)
+        producer = self.client.create_producer(inp)
+        for text in ("a b", "a c", "a"):
+            producer.send(text.encode())
+        self.assertEqual([self.receive(consumer).data() for _ in range(3)], [b"a b:1", b"a c:2", b"a:3"])
+        words = [self.receive(side_consumer) for _ in range(5)]
+        self.assertEqual([m.data() for m in words], [b"A", b"B", b"A", b"C", b"A"])
+        self.assertEqual(words[0].properties(), {"from": "wordcount"})
+        state = json.loads(self.admin("querystate", "--name", "wordcount", "--key", "a"))
+        self.assertEqual(state["numberValue"], 3)
+        self.assertEqual(json.loads(self.admin("querystate", "--name", "wordcount", "--key", "last"))
+                         ["stringValue"], "a")
+        self.client.close()
+        self.standalone.restart()
+        self.client = self.new_client()
+        self.wait_running("wordcount")
+        consumer = self.client.subscribe(out, "after-restart")
+        self.client.create_producer(inp).send(b"a")
+        self.assertEqual(self.receive(consumer).data(), b"a:4")
+
+    def test_atleast_once_across_kill9(self):
+        """ATLEAST_ONCE: the instance killed -9 between receipt and output is restarted by the
+        worker, and every input's output appears (at least once)."""
+        inp, out = self.topic("in", "persistent"), self.topic("out", "persistent")
+        marker = os.path.join(self.standalone.directory, f"marker-{os.getpid()}-{time.time()}")
+        self.create("slow", SLOW_ONCE, "slow.SlowOnce", inputs=inp, output=out,
+                    processing_guarantees="ATLEAST_ONCE", user_config=json.dumps({"marker": marker}))
+        consumer = self.output_consumer(out)
+        producer = self.client.create_producer(inp)
+        inputs = [f"m{i}" for i in range(5)]
+        for text in inputs:
+            producer.send(text.encode())
+        deadline = time.monotonic() + 15
+        while not os.path.exists(marker):
+            self.assertLess(time.monotonic(), deadline, "the instance never took the first message")
+            time.sleep(0.05)
+        with open(marker) as f:
+            os.kill(int(f.read()), signal.SIGKILL)
+        outputs = set()
+        while not set(f"{t}!" for t in inputs) <= outputs:
+            outputs.add(self.receive(consumer).data().decode())
+        status = self.wait_running("slow", restarts=1)
+        self.assertEqual(status["instances"][0]["status"]["numRestarts"], 1)
+        self.assertIn("exit", status["instances"][0]["status"]["error"] or "exit")
