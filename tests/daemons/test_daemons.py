@@ -109,14 +109,21 @@ class TreeShapeTests(unittest.SynchronousTestCase):
         return [child.name for child in root]
 
     def test_standalone(self):
+        """The functions worker (functionsWorkerEnabled, on by default) starts after the listeners
+        its instances connect to."""
         self.assertEqual(self.names(StandaloneService(StandaloneConfig(), reactor=object())), [
             "metadata store", "bookie", "ledger client", "managed ledgers", "broker", "admin", "web",
-            "binary"])
+            "binary", "functions worker"])
+
+    def test_standalone_without_functions_worker(self):
+        """functionsWorkerEnabled=false: no worker in the tree."""
+        config = StandaloneConfig(functionsWorkerEnabled=False)
+        self.assertEqual(self.names(StandaloneService(config, reactor=object()))[-2:], ["web", "binary"])
 
     def test_standalone_with_tls(self):
         """The TLS listeners come after the web one and before the plain binary port."""
         config = StandaloneConfig(webServicePortTls=8443, brokerServicePortTls=6651)
-        self.assertEqual(self.names(StandaloneService(config, reactor=object()))[-4:],
+        self.assertEqual(self.names(StandaloneService(config, reactor=object()))[-5:-1],
                          ["web", "web TLS", "binary TLS", "binary"])
 
     def test_cluster_broker(self):
