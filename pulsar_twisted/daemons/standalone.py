@@ -32,6 +32,7 @@ from pulsar_twisted.daemons.listeners import BrokerListeners
 from pulsar_twisted.daemons.options import config_options
 from pulsar_twisted.daemons.startup import Daemon
 from pulsar_twisted.daemons.tree import Step
+from pulsar_twisted.functions.metrics import FunctionsCollector
 from pulsar_twisted.functions.runtime import ProcessLauncher
 from pulsar_twisted.functions.worker import FunctionsWorker
 from pulsar_twisted.ledger.bookies import LocalBookieClient
@@ -80,8 +81,9 @@ class StandaloneService(BrokerListeners, Daemon):
 
     def metrics_collectors(self) -> list:
         """The in-process bookie's storage and journal metrics on the broker's /metrics, as
-        Pulsar's standalone shows its bookie's there."""
-        return [StorageCollector(self.bookie)]
+        Pulsar's standalone shows its bookie's there, and the functions' (functions/metrics.py)."""
+        return [StorageCollector(self.bookie),
+                FunctionsCollector(lambda: self.functions_worker, self.config.clusterName)]
 
     # ---------------------------------------------------------------- steps
     def _start_store(self):

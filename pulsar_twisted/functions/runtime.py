@@ -1,6 +1,8 @@
 """
 The process runtime's spawner: runs ``instance_main`` for one instance with ``spawnProcess``,
-its stdout/stderr to the worker (logged per instance) and the status pipe on fd 3.
+its stdout and stderr appended to ``logs/instance-{id}.log`` beside the instance spec (Pulsar
+writes ``logs/functions/{tenant}/{ns}/{name}/{name}-{id}.log``; what the user's code prints and
+its tracebacks stay out of the daemon's log) and the status pipe on fd 3.
 """
 
 import os
@@ -30,7 +32,14 @@ class ProcessLauncher:
                 [_PACKAGE_ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
             args = [self.python, "-m", "pulsar_twisted.functions.instance_main", spec_path,
                     str(instance_id)]
-            return self.reactor.spawnProcess(protocol, self.python, args, env=env,
-                                             path=os.path.dirname(spec_path),
-                                             childFDs={0: "w", 1: "r", 2: "r", STATUS_FD: "r"})
+            directory = os.path.dirname(spec_path)
+            os.makedirs(os.path.join(directory, "logs"), exist_ok=True)
+            log = open(os.path.join(directory, "logs", f"instance-{instance_id}.log"), "ab")
+            try:
+                # The child gets its own copies of the descriptor; ours closes right after.
+                return self.reactor.spawnProcess(
+                    protocol, self.python, args, env=env, path=directory,
+                    childFDs={0: "w", 1: log.fileno(), 2: log.fileno(), STATUS_FD: "r"})
+            finally:
+                log.close()
         return launch

@@ -10,6 +10,7 @@ import os
 import signal
 import textwrap
 import time
+import urllib.request
 
 from pulsar_twisted.cli.admin import main as admin_main
 from tests.interop.test_core import InteropCase, pulsar
@@ -129,6 +130,11 @@ class FunctionsProcessTests(InteropCase):
             time.sleep(0.1)
         stats = json.loads(self.admin("stats", "--name", "exclusion"))
         self.assertEqual((stats["processedSuccessfullyTotal"], stats["userExceptionsTotal"]), (5, 0))
+        with urllib.request.urlopen(self.standalone.web_service_url + "/metrics", timeout=10) as r:
+            metrics = r.read().decode()
+        self.assertTrue(any(line.startswith("pulsar_function_received_total{") and 'name="exclusion"'
+                            in line and line.endswith(" 5.0") for line in metrics.splitlines()),
+                        metrics[-2000:])
         status = self.status("exclusion")
         self.assertEqual((status["numInstances"], status["numRunning"]), (1, 1))
         self.assertEqual(status["instances"][0]["status"]["numReceived"], 5)

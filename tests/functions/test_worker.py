@@ -185,3 +185,60 @@ class RouteTests(WorkerTestCase):
         self.assertEqual(self.call("POST", "/admin/v3/functions/public/default/f/start")[0], 204)
         self.assertEqual(supervisor.state.value, "starting")
         self.assertEqual(self.call("POST", "/admin/v3/functions/public/default/f/7/stop")[0], 400)
+
+
+class MetricsTests(WorkerTestCase):
+
+    def test_pulsar_metric_names_per_instance(self):
+        """/metrics families carry Pulsar's names and labels, one sample per instance."""
+        from prometheus_client import CollectorRegistry, generate_latest
+        from pulsar_twisted.functions.metrics import FunctionsCollector
+        self.register(parallelism=2)
+        supervisor = self.worker.functions[("public", "default", "f")].supervisors[1]
+        supervisor.report({"event": "stats", "numReceived": 4, "numSuccessfullyProcessed": 3,
+                           "numUserExceptions": 1, "averageLatency": 2.5})
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(FunctionsCollector(lambda: self.worker, "standalone"))
+        text = generate_latest(registry).decode()
+        labels = ('cluster="standalone",fqfn="public/default/f",instance_id="1",name="f",'
+                  'namespace="default",tenant="public"')
+        for line in (f"pulsar_function_received_total{{{labels}}} 4.0",
+                     f"pulsar_function_processed_successfully_total{{{labels}}} 3.0",
+                     f"pulsar_function_user_exceptions_total{{{labels}}} 1.0",
+                     f"pulsar_function_process_latency_ms_count{{{labels}}} 4.0",
+                     f"pulsar_function_process_latency_ms_sum{{{labels}}} 10.0"):
+            self.assertIn(line, text.splitlines())
+        empty = CollectorRegistry(auto_describe=False)
+        empty.register(FunctionsCollector(lambda: None, "standalone"))
+        self.assertNotIn("pulsar_function", generate_latest(empty).decode())
+
+
+class FakeReactor:
+    def __init__(self):
+        self.spawned = []
+
+    def spawnProcess(self, protocol, executable, args, env, path, childFDs):
+        self.spawned.append((executable, args, env, path, childFDs))
+        return object()
+
+
+class LauncherTests(SynchronousTestCase):
+
+    def test_spawns_instance_main_with_status_pipe_and_log(self):
+        """One interpreter per instance running instance_main on the spec, our package first on
+        PYTHONPATH, output to the instance log, the status pipe on fd 3."""
+        import os
+        import pulsar_twisted
+        from pulsar_twisted.functions.runtime import ProcessLauncher
+        reactor = FakeReactor()
+        directory = self.mktemp()
+        os.makedirs(directory)
+        spec = os.path.join(directory, "instance.json")
+        ProcessLauncher(reactor, python="/usr/bin/python3", environ={"PYTHONPATH": "/x"})(spec, 2)(None)
+        executable, args, env, path, fds = reactor.spawned[0]
+        self.assertEqual(args, ["/usr/bin/python3", "-m", "pulsar_twisted.functions.instance_main",
+                                spec, "2"])
+        root = os.path.dirname(os.path.dirname(os.path.abspath(pulsar_twisted.__file__)))
+        self.assertEqual(env["PYTHONPATH"].split(os.pathsep), [root, "/x"])
+        self.assertEqual((path, fds[0], fds[3]), (directory, "w", "r"))
+        self.assertTrue(os.path.exists(os.path.join(directory, "logs", "instance-2.log")))
