@@ -10,7 +10,8 @@ module name means its ``process`` function), subscribes to the inputs with the o
 a Shared subscription (Failover when ``retainOrdering``) named ``subName`` or ``tenant/ns/name``,
 and for each message:
 
-- ATMOST_ONCE: acks on receipt, then processes;
+- ATMOST_ONCE: acks on receipt, then processes (the official client sends acks within its
+  100 ms grouping window, as Pulsar's instances do: a crash inside it redelivers);
 - ATLEAST_ONCE: processes, sends the output and waits until it is persisted (and what
   ``context.publish`` sent), then acks; MANUAL (or ``autoAck=false``): the function acks;
 - a user exception negative-acks (redelivered after one second; with ``maxMessageRetries`` the

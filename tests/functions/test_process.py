@@ -52,11 +52,20 @@ SLOW_ONCE = textwrap.dedent('''
         def process(self, input, context):
             marker = context.get_user_config_value("marker")
             if not os.path.exists(marker):
+                # Past the client's 100 ms ack grouping: an ATMOST_ONCE ack has reached the broker.
+                time.sleep(0.5)
                 with open(marker + ".tmp", "w") as f:
                     f.write(str(os.getpid()))
                 os.rename(marker + ".tmp", marker)
                 time.sleep(60)
             return input + "!"
+''')
+
+RAISER = textwrap.dedent('''
+    def process(input):
+        if input == "boom":
+            raise ValueError("boom is not welcome")
+        return input
 ''')
 
 
@@ -168,27 +177,59 @@ class FunctionsProcessTests(InteropCase):
         self.client.create_producer(inp).send(b"a")
         self.assertEqual(self.receive(consumer).data(), b"a:4")
 
-    def test_atleast_once_across_kill9(self):
-        """ATLEAST_ONCE: the instance killed -9 between receipt and output is restarted by the
-        worker, and every input's output appears (at least once)."""
+    def crash_on_first_message(self, name, guarantee):
+        """SLOW_ONCE under ``guarantee`` given m0..m4, its instance killed -9 while it holds m0
+        (received, no output yet); the output consumer, once the worker restarted it."""
         inp, out = self.topic("in", "persistent"), self.topic("out", "persistent")
-        marker = os.path.join(self.standalone.directory, f"marker-{os.getpid()}-{time.time()}")
-        self.create("slow", SLOW_ONCE, "slow.SlowOnce", inputs=inp, output=out,
-                    processing_guarantees="ATLEAST_ONCE", user_config=json.dumps({"marker": marker}))
+        marker = os.path.join(self.standalone.directory, f"marker-{name}-{time.time()}")
+        self.create(name, SLOW_ONCE, f"{name}.SlowOnce", inputs=inp, output=out,
+                    processing_guarantees=guarantee, user_config=json.dumps({"marker": marker}))
         consumer = self.output_consumer(out)
         producer = self.client.create_producer(inp)
-        inputs = [f"m{i}" for i in range(5)]
-        for text in inputs:
-            producer.send(text.encode())
+        for i in range(5):
+            producer.send(f"m{i}".encode())
         deadline = time.monotonic() + 15
         while not os.path.exists(marker):
             self.assertLess(time.monotonic(), deadline, "the instance never took the first message")
             time.sleep(0.05)
         with open(marker) as f:
             os.kill(int(f.read()), signal.SIGKILL)
-        outputs = set()
-        while not set(f"{t}!" for t in inputs) <= outputs:
-            outputs.add(self.receive(consumer).data().decode())
-        status = self.wait_running("slow", restarts=1)
+        status = self.wait_running(name, restarts=1)
         self.assertEqual(status["instances"][0]["status"]["numRestarts"], 1)
-        self.assertIn("exit", status["instances"][0]["status"]["error"] or "exit")
+        return consumer
+
+    def test_atleast_once_across_kill9(self):
+        """ATLEAST_ONCE: the instance killed -9 between receipt and output is restarted by the
+        worker, and every input's output appears (at least once)."""
+        consumer = self.crash_on_first_message("slowalo", "ATLEAST_ONCE")
+        outputs = set()
+        while not {f"m{i}!" for i in range(5)} <= outputs:
+            outputs.add(self.receive(consumer).data().decode())
+
+    def test_atmost_once_across_kill9(self):
+        """ATMOST_ONCE acks on receipt: the message the killed instance held is lost, never
+        repeated; the ones it had not taken yet are processed once."""
+        consumer = self.crash_on_first_message("slowamo", "ATMOST_ONCE")
+        outputs = [self.receive(consumer).data().decode() for _ in range(4)]
+        self.assertEqual(sorted(outputs), ["m1!", "m2!", "m3!", "m4!"])
+        self.assertEqual(self.drain(consumer, quiet_ms=1500), [])
+
+    def test_user_exception_retries_then_dead_letter(self):
+        """A user exception negative-acks; past maxMessageRetries the input goes to the
+        deadLetterTopic; the exception shows in status and stats."""
+        inp, out = self.topic("in", "persistent"), self.topic("out", "persistent")
+        dlq = self.topic("dlq", "persistent")
+        self.create("raiser", RAISER, "raiser", inputs=inp, output=out, max_message_retries="1",
+                    dead_letter_topic=dlq)
+        consumer, dead = self.output_consumer(out), self.output_consumer(dlq)
+        producer = self.client.create_producer(inp)
+        for text in ("ok1", "boom", "ok2"):
+            producer.send(text.encode())
+        self.assertEqual(sorted(self.receive(consumer).data() for _ in range(2)), [b"ok1", b"ok2"])
+        self.assertEqual(self.receive(dead).data(), b"boom")
+        status = self.status("raiser")["instances"][0]["status"]
+        self.assertGreaterEqual(status["numUserExceptions"], 1)
+        self.assertEqual(status["latestUserExceptions"][0]["exceptionString"],
+                         "ValueError: boom is not welcome")
+        stats = json.loads(self.admin("stats", "--name", "raiser", "--instance-id", "0"))
+        self.assertEqual(stats["userExceptionsTotal"], status["numUserExceptions"])
