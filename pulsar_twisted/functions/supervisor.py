@@ -12,7 +12,7 @@ asks its instances over gRPC instead; a pipe is the same contract without a serv
 import enum
 import json
 
-from twisted.internet import protocol
+from twisted.internet import defer, protocol
 from twisted.logger import Logger
 
 #: Pulsar's InstanceStatusData counters, as the instance reports them (zero before it does).
@@ -37,6 +37,8 @@ class InstanceProtocol(protocol.ProcessProtocol):
     def __init__(self, supervisor):
         self.supervisor = supervisor
         self._buffers = {}
+        #: Deferreds fired once this process has exited (``InstanceSupervisor.shutdown``).
+        self.exit_waiters = []
 
     def childDataReceived(self, fd, data):
         buffered = self._buffers.get(fd, b"") + data
@@ -115,6 +117,29 @@ class InstanceSupervisor:
         self.state = State.STOPPED
         self._kill()
 
+    def shutdown(self, grace: float = 5.0):
+        """Stop for good, gracefully: SIGTERM (the instance closes its client, which flushes the
+        acks it grouped), SIGKILL if it still runs ``grace`` seconds later. A Deferred firing once
+        the process has exited."""
+        self._cancel_pending()
+        self.state = State.STOPPED
+        process, proto = self._process, self._protocol
+        if process is None:
+            return defer.succeed(None)
+        exited = defer.Deferred()
+        proto.exit_waiters.append(exited)
+        try:
+            process.signalProcess("TERM")
+        except Exception:       # ProcessExitedAlready: processEnded is on its way
+            pass
+        killer = self.clock.callLater(grace, self._kill)
+
+        def exited_in_time(result):
+            if killer.active():
+                killer.cancel()
+            return result
+        return exited.addBoth(exited_in_time)
+
     def restart(self) -> None:
         """Stop, then start again at once (Pulsar's ``functions restart``; not a crash)."""
         self.stop()
@@ -140,6 +165,9 @@ class InstanceSupervisor:
             self.error = str(report.get("error", ""))
 
     def ended(self, proto, reason) -> None:
+        waiters, proto.exit_waiters = proto.exit_waiters, []
+        for waiter in waiters:
+            waiter.callback(None)
         if proto is not self._protocol:
             return          # a process we already let go of (stop, then start)
         self._process = self._protocol = None

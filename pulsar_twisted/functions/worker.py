@@ -14,6 +14,7 @@ import json
 import os
 import time
 
+from twisted.internet import defer
 from twisted.logger import Logger
 
 from pulsar_twisted.functions.config import FunctionConfig
@@ -63,11 +64,11 @@ class FunctionsWorker:
         self.log.info("functions worker {worker} started {count} functions",
                       worker=self.worker_id, count=len(self.functions))
 
-    def stop(self) -> None:
-        """Kill every instance (the functions stay registered on the platform)."""
-        for runtime in self.functions.values():
-            for supervisor in runtime.supervisors:
-                supervisor.stop()
+    def stop(self, grace: float = 5.0):
+        """Stop every instance (SIGTERM, SIGKILL after ``grace`` seconds); the functions stay
+        registered on the platform. A Deferred firing once every instance has exited."""
+        return defer.gatherResults([supervisor.shutdown(grace) for runtime in self.functions.values()
+                                    for supervisor in runtime.supervisors])
 
     # ---------------------------------------------------------------- management
     async def register(self, tenant, namespace, name, config_json, package: bytes) -> None:

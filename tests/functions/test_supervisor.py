@@ -152,3 +152,25 @@ class SupervisorTests(SynchronousTestCase):
         protocol.childDataReceived(2, b"ld\n")
         lines = [e["line"] for e in events if e.get("instance") == "public/default/f:0"]
         self.assertEqual(lines, ["hello", "world"])
+
+    def test_shutdown_terminates_then_kills(self):
+        """shutdown() sends SIGTERM and fires once the process exits; one still running after
+        the grace period gets SIGKILL; neither counts as a crash."""
+        self.supervisor.start()
+        process = self.launch.processes[-1]
+        d = self.supervisor.shutdown(grace=5.0)
+        self.assertEqual(process.signals, ["TERM"])
+        self.assertNoResult(d)
+        process.exit(0)
+        self.successResultOf(d)
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+        self.supervisor.start()
+        stubborn = self.launch.processes[-1]
+        d = self.supervisor.shutdown(grace=5.0)
+        self.clock.advance(5.0)
+        self.assertEqual(stubborn.signals, ["TERM", "KILL"])
+        stubborn.exit(137)
+        self.successResultOf(d)
+        self.clock.advance(100)
+        self.assertEqual((self.supervisor.num_restarts, len(self.launch.processes)), (0, 2))
+        self.successResultOf(self.supervisor.shutdown())   # nothing running: at once
