@@ -14,6 +14,7 @@ or, on HTTPS, a client certificate (``tls`` provider); without a proof the reque
   ``GET .../namespaces/{t}/{ns}/topics`` and ``GET .../{topic}/partitions`` and
   ``/lookup/v2/topic/...``, which a role that may produce or consume there may also use (the
   official client calls them with an ``http://`` service URL);
+* ``/admin/v3/{functions,sources,sinks}/{tenant}/...``: the tenant's admins (and super users);
 * ``/metrics`` and anything else: any authenticated role.
 
 Pulsar's topic-level grant routes live with the other routes (``web/permissions.py``).
@@ -53,6 +54,11 @@ async def check_http_access(authorization, method: str, path: str, role) -> None
         if name is not None:
             if not await authorization.allowed(name, role, "lookup"):
                 raise AuthorizationError(f"Role {role} is not authorized to lookup {name}")
+        return
+    if parts[:2] == ["admin", "v3"] and len(parts) >= 4:
+        # Functions (and, later, sources and sinks) of a tenant: its admins, as Pulsar allows
+        # (Pulsar also lets a role granted the namespace's "functions" action; not yet here).
+        await authorization.check_tenant_admin(parts[3], role)
         return
     if parts[:2] != ["admin", "v2"] or len(parts) < 3:
         return
