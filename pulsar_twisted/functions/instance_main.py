@@ -196,7 +196,11 @@ def main(argv=None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with open(argv[0]) as f:
         spec = json.load(f)
-    status_out = os.fdopen(3, "w")
+    try:
+        status_out = os.fdopen(3, "w")
+    except OSError:
+        # No worker reading (``pulsar-admin functions localrun``): the reports go nowhere.
+        status_out = open(os.devnull, "w")
     instance = Instance(spec, int(argv[1]), status_out)
 
     def stop(signum, frame):

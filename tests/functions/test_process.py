@@ -8,6 +8,8 @@ import io
 import json
 import os
 import signal
+import subprocess
+import sys
 import textwrap
 import time
 import urllib.request
@@ -233,3 +235,28 @@ class FunctionsProcessTests(InteropCase):
                          "ValueError: boom is not welcome")
         stats = json.loads(self.admin("stats", "--name", "raiser", "--instance-id", "0"))
         self.assertEqual(stats["userExceptionsTotal"], status["numUserExceptions"])
+
+    def test_localrun(self):
+        """``functions localrun`` runs the instance here, with no worker, until interrupted."""
+        inp, out = self.topic("in", "persistent"), self.topic("out", "persistent")
+        path = os.path.join(self.standalone.directory, "localexcl.py")
+        with open(path, "w") as f:
+            f.write(EXCLUSION)
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env = dict(os.environ, PYTHONPATH=root)
+        child = subprocess.Popen(
+            [sys.executable, "-m", "pulsar_twisted.cli.admin", "--admin-url",
+             self.standalone.web_service_url, "functions", "localrun", "--name", "local",
+             "--py", path, "--classname", "localexcl", "--inputs", inp, "--output", out,
+             "--subs-position", "Earliest", "--broker-service-url", self.standalone.service_url],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            consumer = self.output_consumer(out)
+            producer = self.client.create_producer(inp)
+            for text in ("one", "spam two", "three"):
+                producer.send(text.encode())
+            self.assertEqual([self.receive(consumer).data() for _ in range(2)], [b"one", b"three"])
+            self.assertNotIn("local", self.admin("list").split())   # no worker involved
+        finally:
+            child.send_signal(signal.SIGINT)
+            self.assertEqual(child.wait(timeout=20), 0)

@@ -6,11 +6,16 @@ A function is named by ``--tenant``/``--namespace``/``--name`` (tenant ``public`
 ``default`` when left out, the name from the class name's last part, as Pulsar's CLI does) or by
 ``--fqfn tenant/namespace/name``. ``create``/``update`` send Pulsar's multipart body: the
 ``functionConfig`` JSON and the ``--py`` file as ``data``. Mutations print Pulsar's
-``Created successfully``-style lines; objects print as pretty JSON.
+``Created successfully``-style lines; objects print as pretty JSON. ``localrun`` runs the
+instances here, as child processes of the command, with no worker: until it is interrupted.
 """
 
 import json
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import uuid
 
 from pulsar_twisted.cli.admin import CommandError, _csv, _q
@@ -123,6 +128,45 @@ def _putstate(a, c):
     return f"State {key} put successfully"
 
 
+def _localrun(a, c):
+    """Pulsar's localrun: ``parallelism`` instance processes on this machine against
+    ``--broker-service-url``; blocks until they exit or the command is interrupted. State calls
+    go to ``--web-service-url``'s worker, where only a function registered there has state."""
+    from pulsar_twisted.functions.config import FunctionConfig
+    from pulsar_twisted.functions.errors import FunctionsError
+    if not a.py:
+        raise CommandError("Function package not provided: use --py")
+    config = FunctionConfig.from_json(_function_config(a))
+    try:
+        config.validate()
+    except FunctionsError as e:
+        raise CommandError(str(e))
+    directory = tempfile.mkdtemp(prefix="pulsar-localrun-")
+    try:
+        module = config.className.rpartition(".")[0] or config.className
+        code_path = os.path.join(directory, f"{module}.py")
+        shutil.copyfile(a.py, code_path)
+        spec_path = os.path.join(directory, "instance.json")
+        with open(spec_path, "w") as f:
+            json.dump({"functionConfig": config.to_json(), "codePath": code_path,
+                       "serviceUrl": a.broker_service_url, "webServiceUrl": a.web_service_url or c.base,
+                       "functionId": config.fqfn, "functionVersion": "0"}, f)
+        children = [subprocess.Popen([sys.executable, "-m", "pulsar_twisted.functions.instance_main",
+                                      spec_path, str(a.instance_id_offset + i)])
+                    for i in range(config.parallelism)]
+        try:
+            codes = [child.wait() for child in children]
+        except KeyboardInterrupt:
+            for child in children:
+                child.terminate()
+            codes = [child.wait() for child in children]
+        if any(codes):
+            raise CommandError(f"Instances exited with codes {codes}")
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    return None
+
+
 def _name_flags(p) -> None:
     p.add_argument("--fqfn", help="The Fully Qualified Function Name (tenant/namespace/name)")
     p.add_argument("--tenant", help="The tenant of the function (default public)")
@@ -192,6 +236,14 @@ def add(sub) -> None:
     _name_flags(p)
     p.add_argument("-s", "--state", required=True, help="The FunctionState JSON to put")
     p.set_defaults(run=_putstate)
+    p = sub.add_parser("localrun", help="Run a function's instances here, without a worker")
+    _name_flags(p)
+    _config_flags(p)
+    p.add_argument("--broker-service-url", default="pulsar://localhost:6650",
+                   help="The Pulsar service URL the instances connect to")
+    p.add_argument("--web-service-url", help="The worker serving state calls (default: --admin-url)")
+    p.add_argument("--instance-id-offset", type=int, default=0, help="The first instance id")
+    p.set_defaults(run=_localrun)
     p = sub.add_parser("trigger", help="Trigger a function (not supported yet by this worker)")
     _name_flags(p)
     p.add_argument("--topic")
