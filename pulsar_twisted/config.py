@@ -598,6 +598,36 @@ class StandaloneConfig(Config):
     DEFAULTS = {}
 
 
+_FUNCTIONS_WORKER_KEYS = [
+    Key("workerId", str, "", "This worker's id in function status (default workerHostname-workerPort).",
+        "Worker"),
+    Key("workerHostname", str, "localhost",
+        "Host name instances and admin clients reach this worker's HTTP service at.", "Worker"),
+    Key("workerPort", int, 6750, "Port of the worker's HTTP service (admin API v3, /metrics).", "Worker"),
+    Key("bindAddress", str, "0.0.0.0", "Address the HTTP service listens on (not a Pulsar key).",
+        "Worker"),
+    Key("pulsarServiceUrl", str, "pulsar://localhost:6650",
+        "Service URL of the cluster the instances consume from and produce to.", "Worker"),
+    Key("pulsarFunctionsCluster", str, "standalone", "Cluster name in the function metrics' labels.",
+        "Worker"),
+    Key("downloadDirectory", str, "download/pulsar_functions",
+        "Where packages and instance specs and logs are written for the instances.", "Worker"),
+    Key("configurationMetadataStoreUrl", str, "",
+        "The cluster's metadata store (zk:host:2181[/chroot]), the brokers' metadataStoreUrl:\n"
+        "function records, packages and state live there; tenants and namespaces are read there.",
+        "Worker"),
+    Key("zooKeeperSessionTimeoutMillis", int, 30000, "Session timeout of the metadata store.", "Worker"),
+]
+
+
+class FunctionsWorkerConfig(Config):
+    """Configuration of ``twistd pulsar-functions-worker`` (conf/functions_worker.conf): the keys
+    of Pulsar's functions_worker.yml this worker honours, in key=value form."""
+
+    KEYS = _STRICT_KEYS + _FUNCTIONS_WORKER_KEYS
+    DEFAULTS = {}
+
+
 def load(cls, path: Optional[str], **overrides: Any) -> Config:
     """``cls`` from ``path`` (or its defaults when ``path`` is None)."""
     if path is None:

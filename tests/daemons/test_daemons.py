@@ -126,6 +126,24 @@ class TreeShapeTests(unittest.SynchronousTestCase):
         self.assertEqual(self.names(StandaloneService(config, reactor=object()))[-5:-1],
                          ["web", "web TLS", "binary TLS", "binary"])
 
+    def test_functions_worker(self):
+        """The store, the web service (503 until the worker runs), then the worker."""
+        from pulsar_twisted.config import FunctionsWorkerConfig
+        from pulsar_twisted.daemons.functions_worker import FunctionsWorkerDaemon
+        root = FunctionsWorkerDaemon(FunctionsWorkerConfig(configurationMetadataStoreUrl="zk:h:1"),
+                                     reactor=object())
+        self.assertEqual(self.names(root), ["metadata store", "web", "functions worker"])
+        self.assertEqual(root.worker_id, "localhost-6750")
+
+    def test_functions_worker_needs_the_cluster_store(self):
+        """No configurationMetadataStoreUrl, or one we cannot use: refused naming the key."""
+        from pulsar_twisted.config import ConfigError, FunctionsWorkerConfig
+        from pulsar_twisted.daemons.functions_worker import check_functions_worker
+        for url in ("", "memory:local"):
+            e = self.assertRaises(ConfigError, check_functions_worker,
+                                  FunctionsWorkerConfig(configurationMetadataStoreUrl=url))
+            self.assertIn("configurationMetadataStoreUrl", str(e))
+
     def test_cluster_broker(self):
         root = BrokerClusterService(BrokerConfig(metadataStoreUrl="zk:h:1"), reactor=object())
         self.assertEqual(self.names(root), [
