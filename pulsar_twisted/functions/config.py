@@ -181,9 +181,6 @@ def _slice_checks(c: FunctionConfig) -> None:
     that silently behaves otherwise."""
     if c.runtime != "PYTHON":
         raise NotSupportedYet(f"Runtime {c.runtime} is not supported yet: only PYTHON functions run here")
-    if c.processingGuarantees == "EFFECTIVELY_ONCE":
-        raise NotSupportedYet("EFFECTIVELY_ONCE is not supported yet (ATLEAST_ONCE, ATMOST_ONCE "
-                              "and MANUAL are)")
     for field, what in (("windowConfig", "Window functions"), ("topicsPattern", "topicsPattern inputs"),
                         ("retainKeyOrdering", "retainKeyOrdering (Key_Shared)")):
         if c.fields[field]:

@@ -14,6 +14,11 @@ and for each message:
   100 ms grouping window, as Pulsar's instances do: a crash inside it redelivers);
 - ATLEAST_ONCE: processes, sends the output and waits until it is persisted (and what
   ``context.publish`` sent), then acks; MANUAL (or ``autoAck=false``): the function acks;
+- EFFECTIVELY_ONCE: as ATLEAST_ONCE on a Failover subscription, the output sent by one producer
+  per input topic (named after the function and the topic) with the input's position as its
+  sequence id (``sequence_id_of``: Pulsar's ``ledgerId << 28 | entryId``), so that the broker's deduplication
+  (which must be on for the output's namespace, as in Pulsar) drops the resend of an input
+  redelivered after a crash. Non-partitioned, unbatched inputs, as in Pulsar;
 - a user exception negative-acks (redelivered after one second; with ``maxMessageRetries`` the
   consumer's dead-letter policy moves the message to ``deadLetterTopic`` past that count);
 - a ``None`` result sends nothing (a filter).
@@ -46,6 +51,13 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)
     except Exception:
         pass
+
+
+def sequence_id_of(position) -> int:
+    """The EFFECTIVELY_ONCE sequence id of an input position: Pulsar's ``ledgerId << 28 |
+    entryId``, plus one because the official Python client treats a ``sequence_id`` of 0 as
+    unset (and would number the message itself), which the first entry of ledger 0 would be."""
+    return ((position.ledger_id() << 28) | position.entry_id()) + 1
 
 
 def load_function(code_path: str, class_name: str):
@@ -86,6 +98,8 @@ class Instance:
         guarantee = self.config.get("processingGuarantees") or "ATLEAST_ONCE"
         self.guarantee = guarantee
         self.auto_ack = guarantee != "MANUAL" and self.config.get("autoAck", True)
+        self.output = None
+        self.outputs_by_input = {}      # EFFECTIVELY_ONCE: input topic -> its output producer
 
     def report(self, event: str, **fields) -> None:
         fields["event"] = event
@@ -99,7 +113,8 @@ class Instance:
         c = self.config
         self.process = load_function(self.spec["codePath"], c["className"])
         self.client = pulsar.Client(self.spec["serviceUrl"], operation_timeout_seconds=30)
-        consumer_type = (pulsar.ConsumerType.Failover if c.get("retainOrdering")
+        consumer_type = (pulsar.ConsumerType.Failover
+                         if c.get("retainOrdering") or self.guarantee == "EFFECTIVELY_ONCE"
                          else pulsar.ConsumerType.Shared)
         position = (pulsar.InitialPosition.Earliest if c.get("subscriptionPosition") == "Earliest"
                     else pulsar.InitialPosition.Latest)
@@ -114,8 +129,8 @@ class Instance:
             f"{c['tenant']}/{c['namespace']}/{c['name']}", consumer_type=consumer_type,
             initial_position=position, negative_ack_redelivery_delay_ms=NACK_DELAY_MS,
             dead_letter_policy=dlq, consumer_name=f"{c['name']}-{self.instance_id}")
-        self.output = (self.client.create_producer(c["output"], block_if_queue_full=True)
-                       if c.get("output") else None)
+        if c.get("output") and self.guarantee != "EFFECTIVELY_ONCE":
+            self.output = self.client.create_producer(c["output"], block_if_queue_full=True)
         self.in_serde = serde.IdentitySerDe()
         self.out_serde = serde.IdentitySerDe()
         if c.get("outputSerdeClassName"):
@@ -153,8 +168,13 @@ class Instance:
             self._report_stats(started)
             return
         try:
-            if result is not None and self.output is not None:
-                self.output.send(self.out_serde.serialize(result), **self._output_conf(message))
+            output = self._output_for(message)
+            if result is not None and output is not None:
+                conf = self._output_conf(message)
+                if self.guarantee == "EFFECTIVELY_ONCE":
+                    position = message.message_id()
+                    conf["sequence_id"] = sequence_id_of(position)
+                output.send(self.out_serde.serialize(result), **conf)
             self.context.flush_publishes()
         except Exception as e:
             self.counts["numSystemExceptions"] += 1
@@ -163,10 +183,25 @@ class Instance:
                 self.consumer.negative_acknowledge(message)
             self._report_stats(started)
             return
-        if self.auto_ack and self.guarantee == "ATLEAST_ONCE":
+        if self.auto_ack and self.guarantee in ("ATLEAST_ONCE", "EFFECTIVELY_ONCE"):
             self.consumer.acknowledge(message)
         self.counts["numSuccessfullyProcessed"] += 1
         self._report_stats(started)
+
+    def _output_for(self, message):
+        """The output producer: the one of the message's input topic under EFFECTIVELY_ONCE
+        (its name stays the same across instance restarts, so deduplication carries over)."""
+        if self.guarantee != "EFFECTIVELY_ONCE" or not self.config.get("output"):
+            return self.output
+        topic = message.topic_name()
+        producer = self.outputs_by_input.get(topic)
+        if producer is None:
+            c = self.config
+            name = "pfn-{}.{}.{}-{}".format(c["tenant"], c["namespace"], c["name"],
+                                            topic.split("://")[-1].replace("/", "."))
+            producer = self.outputs_by_input[topic] = self.client.create_producer(
+                c["output"], producer_name=name, block_if_queue_full=True)
+        return producer
 
     def _output_conf(self, message) -> dict:
         properties = {}

@@ -55,9 +55,12 @@ class ConfigTests(SynchronousTestCase):
 
     def test_gaps_answer_501(self):
         """What this slice does not run is refused as not supported yet (HTTP 501)."""
-        e = self.refused("EFFECTIVELY_ONCE is not supported yet (ATLEAST_ONCE, ATMOST_ONCE and "
-                         "MANUAL are)", NotSupportedYet, processingGuarantees="EFFECTIVELY_ONCE")
+        e = self.refused("topicsPattern inputs are not supported yet", NotSupportedYet,
+                         topicsPattern="persistent://public/default/.*")
         self.assertEqual(e.http_status, 501)
+        self.refused("MaxMessageRetries and Effectively once don't gel well",
+                     processingGuarantees="EFFECTIVELY_ONCE", maxMessageRetries=2)
+        config(processingGuarantees="EFFECTIVELY_ONCE").validate()
         self.refused("Runtime JAVA is not supported yet: only PYTHON functions run here",
                      NotSupportedYet, runtime="JAVA")
         self.refused("Python .zip and wheel packages are not supported yet: upload a .py file",

@@ -118,6 +118,33 @@ class GuaranteeTests(SynchronousTestCase):
             inst.handle(Message(b"x"))
             self.assertEqual([e[0] for e in inst.consumer.events], ["send"])
 
+    def test_effectively_once_sends_the_input_position_as_sequence_id(self):
+        """EFFECTIVELY_ONCE: one named producer per input topic, the input's position as the
+        sequence id (ledgerId << 28 | entryId, plus one), ack after the send."""
+        inst, _ = instance(lambda v, c: v, "EFFECTIVELY_ONCE", output="persistent://public/default/out")
+        created = {}
+
+        class Client:
+            def create_producer(self, topic, producer_name=None, **kw):
+                created[producer_name] = topic
+                return inst.consumer
+        inst.client = Client()
+
+        class Position(FakeId):
+            def ledger_id(self):
+                return 5
+
+            def entry_id(self):
+                return 7
+        message = Message(b"x")
+        message._id = Position()
+        inst.handle(message)
+        inst.handle(message)
+        self.assertEqual(created, {"pfn-public.default.f-public.default.in": "persistent://public/default/out"})
+        sends = [e for e in inst.consumer.events if e[0] == "send"]
+        self.assertEqual([conf["sequence_id"] for _, _, conf in sends], [((5 << 28) | 7) + 1] * 2)
+        self.assertEqual([e[0] for e in inst.consumer.events], ["send", "ack", "send", "ack"])
+
     def test_failed_send_negative_acks(self):
         """An output that cannot be sent is a system exception: negative-acked, not acked."""
         inst, status = instance(lambda v, c: v, fail_send=True)

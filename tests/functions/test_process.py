@@ -63,6 +63,25 @@ SLOW_ONCE = textwrap.dedent('''
             return input + "!"
 ''')
 
+SLOW_SECOND = textwrap.dedent('''
+    import os
+    import time
+    import pulsar
+
+    class SlowSecond(pulsar.Function):
+        """The first instance hangs on m1 right after sending m0's output (the test kills it
+        there, likely before m0's grouped ack left); later instances pass through."""
+
+        def process(self, input, context):
+            marker = context.get_user_config_value("marker")
+            if input == "m1" and not os.path.exists(marker):
+                with open(marker + ".tmp", "w") as f:
+                    f.write(str(os.getpid()))
+                os.rename(marker + ".tmp", marker)
+                time.sleep(60)
+            return input + "!"
+''')
+
 RAISER = textwrap.dedent('''
     def process(input):
         if input == "boom":
@@ -207,6 +226,34 @@ class FunctionsProcessTests(InteropCase):
         outputs = set()
         while not {f"m{i}!" for i in range(5)} <= outputs:
             outputs.add(self.receive(consumer).data().decode())
+
+    def test_effectively_once_across_kill9(self):
+        """EFFECTIVELY_ONCE (output namespace deduplicated, as Pulsar requires): whatever the
+        killed instance had sent or acked, every input's output appears exactly once."""
+        base = self.standalone.web_service_url + "/admin/v2/namespaces/public/eo"
+        for method, path, body in (("PUT", "", None), ("POST", "/deduplication", b"true")):
+            request = urllib.request.Request(base + path, data=body, method=method,
+                                             headers={"Content-Type": "application/json"})
+            urllib.request.urlopen(request, timeout=10).close()
+        inp = self.topic("in", "persistent")
+        out = f"persistent://public/eo/out-{time.time()}"
+        marker = os.path.join(self.standalone.directory, f"marker-eo-{time.time()}")
+        self.create("eo", SLOW_SECOND, "eo.SlowSecond", inputs=inp, output=out,
+                    processing_guarantees="EFFECTIVELY_ONCE", user_config=json.dumps({"marker": marker}))
+        consumer = self.output_consumer(out)
+        producer = self.client.create_producer(inp)
+        for i in range(5):
+            producer.send(f"m{i}".encode())
+        deadline = time.monotonic() + 15
+        while not os.path.exists(marker):
+            self.assertLess(time.monotonic(), deadline, "the instance never took m1")
+            time.sleep(0.01)
+        with open(marker) as f:
+            os.kill(int(f.read()), signal.SIGKILL)
+        self.wait_running("eo", restarts=1)
+        outputs = [self.receive(consumer).data().decode() for _ in range(5)]
+        self.assertEqual(outputs, [f"m{i}!" for i in range(5)])
+        self.assertEqual(self.drain(consumer, quiet_ms=1500), [])
 
     def test_atmost_once_across_kill9(self):
         """ATMOST_ONCE acks on receipt: the message the killed instance held is lost, never

@@ -161,7 +161,7 @@ class RouteTests(WorkerTestCase):
         """Validation 400 with Pulsar's reason, unknown 404, gaps 501, no worker 503."""
         code, body = self.create(parallelism=0)
         self.assertEqual((code, body), (400, {"reason": "Function parallelism must be a positive number"}))
-        self.assertEqual(self.create(processingGuarantees="EFFECTIVELY_ONCE")[0], 501)
+        self.assertEqual(self.create(runtime="JAVA")[0], 501)
         self.assertEqual(self.call("GET", "/admin/v3/functions/public/default/nope")[0], 404)
         self.assertEqual(self.call("POST", "/admin/v3/functions/public/default/f", b"{}",
                                    "application/json")[0], 400)
