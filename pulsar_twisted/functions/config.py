@@ -131,16 +131,8 @@ def _valid_topic(name) -> bool:
     return True
 
 
-def _common_checks(c: FunctionConfig) -> None:
-    for field in ("tenant", "namespace", "name"):
-        if not c.fields[field]:
-            raise InvalidFunctionConfig(f"Function {field} cannot be null")
-    if c.runtime not in RUNTIMES:
-        raise InvalidFunctionConfig("Function language runtime is either not set or cannot be determined")
-    if c.runtime == "PYTHON" and not c.className:
-        raise InvalidFunctionConfig("Function classname cannot be null")
-    inputs = c.input_topics() + ([c.topicsPattern] if c.topicsPattern else [])
-    if not inputs:
+def _topic_checks(c: FunctionConfig) -> None:
+    if not c.input_topics() and not c.topicsPattern:
         raise InvalidFunctionConfig("No input topic(s) specified for the function")
     for topic in c.input_topics():
         if not _valid_topic(topic):
@@ -149,9 +141,20 @@ def _common_checks(c: FunctionConfig) -> None:
                         ("deadLetterTopic", "DeadLetter topic")):
         if c.fields[field] and not _valid_topic(c.fields[field]):
             raise InvalidFunctionConfig(f"{what} {c.fields[field]} is invalid")
+
+
+def _common_checks(c: FunctionConfig) -> None:
+    for field in ("tenant", "namespace", "name"):
+        if not c.fields[field]:
+            raise InvalidFunctionConfig(f"Function {field} cannot be null")
+    if c.runtime not in RUNTIMES:
+        raise InvalidFunctionConfig("Function language runtime is either not set or cannot be determined")
+    if c.runtime == "PYTHON" and not c.className:
+        raise InvalidFunctionConfig("Function classname cannot be null")
+    _topic_checks(c)
     if not isinstance(c.parallelism, int) or c.parallelism <= 0:
         raise InvalidFunctionConfig("Function parallelism must be a positive number")
-    if c.output and c.output in inputs:
+    if c.output and c.output in c.input_topics():
         raise InvalidFunctionConfig(f"Output topic {c.output} is also being used as an input topic "
                                     "(topics must be one or the other)")
     if c.processingGuarantees not in GUARANTEES:

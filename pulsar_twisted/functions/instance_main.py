@@ -113,22 +113,7 @@ class Instance:
         c = self.config
         self.process = load_function(self.spec["codePath"], c["className"])
         self.client = pulsar.Client(self.spec["serviceUrl"], operation_timeout_seconds=30)
-        consumer_type = (pulsar.ConsumerType.Failover
-                         if c.get("retainOrdering") or self.guarantee == "EFFECTIVELY_ONCE"
-                         else pulsar.ConsumerType.Shared)
-        position = (pulsar.InitialPosition.Earliest if c.get("subscriptionPosition") == "Earliest"
-                    else pulsar.InitialPosition.Latest)
-        dlq = None
-        if c.get("maxMessageRetries") is not None and c["maxMessageRetries"] >= 0:
-            dlq = pulsar.ConsumerDeadLetterPolicy(c["maxMessageRetries"], c.get("deadLetterTopic"))
-        inputs = list(c.get("inputs") or [])
-        for mapping in ("customSerdeInputs", "customSchemaInputs", "inputSpecs"):
-            inputs += [t for t in (c.get(mapping) or {}) if t not in inputs]
-        self.consumer = self.client.subscribe(
-            inputs if len(inputs) > 1 else inputs[0], c.get("subName") or
-            f"{c['tenant']}/{c['namespace']}/{c['name']}", consumer_type=consumer_type,
-            initial_position=position, negative_ack_redelivery_delay_ms=NACK_DELAY_MS,
-            dead_letter_policy=dlq, consumer_name=f"{c['name']}-{self.instance_id}")
+        self.consumer = self._subscribe(pulsar)
         if c.get("output") and self.guarantee != "EFFECTIVELY_ONCE":
             self.output = self.client.create_producer(c["output"], block_if_queue_full=True)
         self.in_serde = serde.IdentitySerDe()
@@ -148,6 +133,27 @@ class Instance:
                 continue
             self.handle(message)
         self.client.close()
+
+    def _subscribe(self, pulsar):
+        """The input consumer: Shared, or Failover for ordering and EFFECTIVELY_ONCE; the
+        dead-letter policy from maxMessageRetries/deadLetterTopic."""
+        c = self.config
+        consumer_type = (pulsar.ConsumerType.Failover
+                         if c.get("retainOrdering") or self.guarantee == "EFFECTIVELY_ONCE"
+                         else pulsar.ConsumerType.Shared)
+        position = (pulsar.InitialPosition.Earliest if c.get("subscriptionPosition") == "Earliest"
+                    else pulsar.InitialPosition.Latest)
+        dlq = None
+        if c.get("maxMessageRetries") is not None and c["maxMessageRetries"] >= 0:
+            dlq = pulsar.ConsumerDeadLetterPolicy(c["maxMessageRetries"], c.get("deadLetterTopic"))
+        inputs = list(c.get("inputs") or [])
+        for mapping in ("customSerdeInputs", "customSchemaInputs", "inputSpecs"):
+            inputs += [t for t in (c.get(mapping) or {}) if t not in inputs]
+        return self.client.subscribe(
+            inputs if len(inputs) > 1 else inputs[0], c.get("subName") or
+            f"{c['tenant']}/{c['namespace']}/{c['name']}", consumer_type=consumer_type,
+            initial_position=position, negative_ack_redelivery_delay_ms=NACK_DELAY_MS,
+            dead_letter_policy=dlq, consumer_name=f"{c['name']}-{self.instance_id}")
 
     def handle(self, message) -> None:
         self.counts["numReceived"] += 1

@@ -53,71 +53,79 @@ def _config_part(parts: dict):
         raise BadRequest(f"Invalid functionConfig JSON: {e}")
 
 
-def add_function_routes(router, worker) -> None:
-    """Every v3 functions route; ``worker()`` gives the FunctionsWorker, None until it runs
-    (``disabled`` says which 503 to answer)."""
-
-    def call(method):
-        async def handler(request, **params):
-            current = worker()
-            if current is None:
-                raise AdminError(DISABLED if getattr(worker, "disabled", False) else NOT_READY, 503)
-            try:
-                result = method(current, request, **params)
-                if hasattr(result, "__await__"):
-                    result = await result
-                return result
-            except FunctionsError as e:
-                raise AdminError(str(e), e.http_status)
-        return handler
-
-    def register(w, request, tenant, namespace, name):
-        parts = multipart_parts(request)
-        return w.register(tenant, namespace, name, _config_part(parts), parts.get("data"))
-
-    def update(w, request, tenant, namespace, name):
-        parts = multipart_parts(request)
-        return w.update(tenant, namespace, name, _config_part(parts) or {}, parts.get("data"))
-
-    def control(running, restart=False):
-        def handler(w, request, tenant, namespace, name, instanceId=None):
-            chosen = None if instanceId is None else int_param(instanceId, "instanceId")
-            return w.set_running(tenant, namespace, name, running, chosen, restart)
-        return handler
-
-    def put_state(w, request, tenant, namespace, name, key):
-        ctype = (request.getHeader("content-type") or "").lower()
-        if ctype.startswith("multipart/form-data"):
-            raw = multipart_parts(request).get("state")
-        else:
-            request.content.seek(0)
-            raw = request.content.read()
+def _handler(worker, method):
+    """A route handler running ``method(worker, request, **params)`` on the current worker
+    (503 without one) and answering a FunctionsError with its HTTP status."""
+    async def handler(request, **params):
+        current = worker()
+        if current is None:
+            raise AdminError(DISABLED if getattr(worker, "disabled", False) else NOT_READY, 503)
         try:
-            state = json.loads(raw or b"null")
-        except (ValueError, UnicodeDecodeError) as e:
-            raise BadRequest(f"Invalid state JSON: {e}")
-        return w.put_state(tenant, namespace, name, key, state)
+            result = method(current, request, **params)
+            if hasattr(result, "__await__"):
+                result = await result
+            return result
+        except FunctionsError as e:
+            raise AdminError(str(e), e.http_status)
+    return handler
 
-    async def incr(w, request, tenant, namespace, name, key):
-        amount = int_param(query(request, "amount", "1"), "amount")
-        return {"key": key, "numberValue": await w.incr_counter(tenant, namespace, name, key, amount)}
 
-    def not_yet(what):
-        def handler(request, **params):
-            raise AdminError(f"{what} is not supported yet by this worker", 501)
-        return handler
+def _register(w, request, tenant, namespace, name):
+    parts = multipart_parts(request)
+    return w.register(tenant, namespace, name, _config_part(parts), parts.get("data"))
 
-    add = router.add
-    add("GET", V3, call(lambda w, r, tenant, namespace: w.list(tenant, namespace)))
-    # State first: ".../{name}/state/{key}" would otherwise match ".../{name}/{instanceId}/status".
+
+def _update(w, request, tenant, namespace, name):
+    parts = multipart_parts(request)
+    return w.update(tenant, namespace, name, _config_part(parts) or {}, parts.get("data"))
+
+
+def _control(running, restart=False):
+    def handler(w, request, tenant, namespace, name, instanceId=None):
+        chosen = None if instanceId is None else int_param(instanceId, "instanceId")
+        return w.set_running(tenant, namespace, name, running, chosen, restart)
+    return handler
+
+
+def _put_state(w, request, tenant, namespace, name, key):
+    ctype = (request.getHeader("content-type") or "").lower()
+    if ctype.startswith("multipart/form-data"):
+        raw = multipart_parts(request).get("state")
+    else:
+        request.content.seek(0)
+        raw = request.content.read()
+    try:
+        state = json.loads(raw or b"null")
+    except (ValueError, UnicodeDecodeError) as e:
+        raise BadRequest(f"Invalid state JSON: {e}")
+    return w.put_state(tenant, namespace, name, key, state)
+
+
+async def _incr(w, request, tenant, namespace, name, key):
+    amount = int_param(query(request, "amount", "1"), "amount")
+    return {"key": key, "numberValue": await w.incr_counter(tenant, namespace, name, key, amount)}
+
+
+def _not_yet(what):
+    def handler(request, **params):
+        raise AdminError(f"{what} is not supported yet by this worker", 501)
+    return handler
+
+
+def _state_routes(add, call) -> None:
+    # First: ".../{name}/state/{key}" would otherwise match ".../{name}/{instanceId}/status".
     add("GET", FN + "/state/{key}", call(lambda w, r, tenant, namespace, name, key:
                                          w.get_state(tenant, namespace, name, key)))
-    add("POST", FN + "/state/{key}", call(put_state))
+    add("POST", FN + "/state/{key}", call(_put_state))
     add("DELETE", FN + "/state/{key}", call(lambda w, r, tenant, namespace, name, key:
                                             w.delete_state(tenant, namespace, name, key)))
-    add("POST", FN + "/counter/{key}", call(incr))
-    add("POST", FN, call(register))
-    add("PUT", FN, call(update))
+    add("POST", FN + "/counter/{key}", call(_incr))
+
+
+def _management_routes(add, call) -> None:
+    add("GET", V3, call(lambda w, r, tenant, namespace: w.list(tenant, namespace)))
+    add("POST", FN, call(_register))
+    add("PUT", FN, call(_update))
     add("DELETE", FN, call(lambda w, r, tenant, namespace, name: w.deregister(tenant, namespace, name)))
     add("GET", FN, call(lambda w, r, tenant, namespace, name: w.get(tenant, namespace, name)))
     add("GET", FN + "/status", call(lambda w, r, tenant, namespace, name:
@@ -130,12 +138,25 @@ def add_function_routes(router, worker) -> None:
         p["tenant"], p["namespace"], p["name"], int_param(instanceId, "instanceId"))))
     for verb, running, restart in (("start", True, False), ("stop", False, False),
                                    ("restart", True, True)):
-        add("POST", FN + f"/{verb}", call(control(running, restart)))
-        add("POST", FN + "/{instanceId}/" + verb, call(control(running, restart)))
-    add("POST", FN + "/trigger", not_yet("Triggering a function"))
+        add("POST", FN + f"/{verb}", call(_control(running, restart)))
+        add("POST", FN + "/{instanceId}/" + verb, call(_control(running, restart)))
+
+
+def _not_yet_routes(add) -> None:
+    add("POST", FN + "/trigger", _not_yet("Triggering a function"))
     for kind in ("sources", "sinks"):
         what = f"Pulsar IO {kind}"
-        add("GET", f"/admin/v3/{kind}/{{tenant}}/{{namespace}}", not_yet(what))
+        add("GET", f"/admin/v3/{kind}/{{tenant}}/{{namespace}}", _not_yet(what))
         for method in ("GET", "POST", "PUT", "DELETE"):
-            add(method, f"/admin/v3/{kind}/{{tenant}}/{{namespace}}/{{name}}", not_yet(what))
-        add("GET", f"/admin/v3/{kind}/builtin{kind}", not_yet(what))
+            add(method, f"/admin/v3/{kind}/{{tenant}}/{{namespace}}/{{name}}", _not_yet(what))
+        add("GET", f"/admin/v3/{kind}/builtin{kind}", _not_yet(what))
+
+
+def add_function_routes(router, worker) -> None:
+    """Every v3 route; ``worker()`` gives the FunctionsWorker, None until it runs (its
+    ``disabled`` attribute says which 503 to answer)."""
+    def call(method):
+        return _handler(worker, method)
+    _state_routes(router.add, call)
+    _management_routes(router.add, call)
+    _not_yet_routes(router.add)

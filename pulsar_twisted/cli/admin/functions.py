@@ -228,6 +228,10 @@ def add(sub) -> None:
         _name_flags(p)
         p.add_argument("--instance-id", help="The instance id (all instances when left out)")
         p.set_defaults(run=_control(verb, done))
+    _add_state_and_local(sub)
+
+
+def _add_state_and_local(sub) -> None:
     p = sub.add_parser("querystate", help="A key of the function's state")
     _name_flags(p)
     p.add_argument("-k", "--key", required=True, help="The key of the state to query")
