@@ -608,6 +608,8 @@ _FUNCTIONS_WORKER_KEYS = [
         "Worker"),
     Key("pulsarServiceUrl", str, "pulsar://localhost:6650",
         "Service URL of the cluster the instances consume from and produce to.", "Worker"),
+    Key("pulsarWebServiceUrl", str, "http://localhost:8080",
+        "The brokers' admin API: a deleted function's input subscriptions are deleted there.", "Worker"),
     Key("pulsarFunctionsCluster", str, "standalone", "Cluster name in the function metrics' labels.",
         "Worker"),
     Key("downloadDirectory", str, "download/pulsar_functions",

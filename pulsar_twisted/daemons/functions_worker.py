@@ -23,6 +23,7 @@ from pulsar_twisted.config import ConfigError, FunctionsWorkerConfig
 from pulsar_twisted.daemons.options import config_options
 from pulsar_twisted.daemons.startup import Daemon
 from pulsar_twisted.daemons.tree import ListeningService, Step
+from pulsar_twisted.functions.cleanup import SubscriptionCleaner
 from pulsar_twisted.functions.metrics import FunctionsCollector
 from pulsar_twisted.functions.runtime import ProcessLauncher
 from pulsar_twisted.functions.worker import FunctionsWorker
@@ -74,7 +75,8 @@ class FunctionsWorkerDaemon(Daemon):
         self.worker = FunctionsWorker(
             self.store, self.reactor, ProcessLauncher(self.reactor), config.pulsarServiceUrl,
             f"http://{config.workerHostname}:{config.workerPort}",
-            os.path.abspath(config.downloadDirectory), self.worker_id)
+            os.path.abspath(config.downloadDirectory), self.worker_id,
+            cleaner=SubscriptionCleaner(self.reactor, config.pulsarWebServiceUrl))
         return defer.ensureDeferred(self.worker.start())
 
     def _site(self):

@@ -32,6 +32,7 @@ from pulsar_twisted.daemons.listeners import BrokerListeners
 from pulsar_twisted.daemons.options import config_options
 from pulsar_twisted.daemons.startup import Daemon
 from pulsar_twisted.daemons.tree import Step
+from pulsar_twisted.functions.cleanup import SubscriptionCleaner
 from pulsar_twisted.functions.metrics import FunctionsCollector
 from pulsar_twisted.functions.runtime import ProcessLauncher
 from pulsar_twisted.functions.worker import FunctionsWorker
@@ -120,7 +121,8 @@ class StandaloneService(BrokerListeners, Daemon):
     def _start_functions(self):
         self.functions_worker = FunctionsWorker(
             self.store, self.reactor, ProcessLauncher(self.reactor), self.broker_url,
-            self.addresses.web_url, os.path.join(self.config.dataDirectory, "functions"))
+            self.addresses.web_url, os.path.join(self.config.dataDirectory, "functions"),
+            cleaner=SubscriptionCleaner(self.reactor, self.addresses.web_url))
         return defer.ensureDeferred(self.functions_worker.start())
 
     def functions_worker_source(self):

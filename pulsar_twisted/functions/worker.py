@@ -40,7 +40,7 @@ class FunctionsWorker:
     log = Logger()
 
     def __init__(self, store, clock, launcher, service_url: str, web_service_url: str,
-                 download_directory: str, worker_id: str = "standalone"):
+                 download_directory: str, worker_id: str = "standalone", cleaner=None):
         self.metadata = store
         self.store = FunctionStore(store)
         self.clock = clock
@@ -49,6 +49,8 @@ class FunctionsWorker:
         self.web_service_url = web_service_url
         self.download_directory = download_directory
         self.worker_id = worker_id
+        #: ``cleanup.SubscriptionCleaner`` (None: subscriptions are left when a function goes).
+        self.cleaner = cleaner
         self.functions = {}
 
     # ---------------------------------------------------------------- life
@@ -109,11 +111,15 @@ class FunctionsWorker:
         self._scale(runtime)
 
     async def deregister(self, tenant, namespace, name) -> None:
+        """Pulsar's deregisterFunction: instances stopped, records gone, and with
+        ``cleanupSubscription`` the input subscription deleted."""
         runtime = self._runtime(tenant, namespace, name)
-        for supervisor in runtime.supervisors:
-            supervisor.stop()
         del self.functions[(tenant, namespace, name)]
+        await defer.gatherResults([s.shutdown() for s in runtime.supervisors])
         await self.store.delete_function(tenant, namespace, name)
+        config = runtime.config
+        if config.cleanupSubscription and self.cleaner is not None:
+            await self.cleaner.delete(config.input_topics(), config.subscription_name())
 
     def get(self, tenant, namespace, name) -> dict:
         return self._runtime(tenant, namespace, name).config.to_json()

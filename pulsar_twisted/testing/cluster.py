@@ -259,9 +259,11 @@ class FunctionsWorkerProcess(DaemonProcess):
     """One ``twistd pulsar-functions-worker`` on the cluster's metadata store, its instances on
     ``service_url``; ready once its HTTP port accepts."""
 
-    def __init__(self, name, directory, metadata_url, service_url, config=None, **kwargs):
+    def __init__(self, name, directory, metadata_url, service_url, config=None, web_url=None,
+                 **kwargs):
         self.port = free_port(HOST)
         settings = {
+            "pulsarWebServiceUrl": web_url or "http://127.0.0.1:8080",
             "workerHostname": HOST, "bindAddress": HOST, "workerPort": self.port,
             "pulsarServiceUrl": service_url, "configurationMetadataStoreUrl": metadata_url,
             "downloadDirectory": os.path.join(directory, "download"),
@@ -306,7 +308,8 @@ class Cluster:
         """A ``pulsar-functions-worker`` on this cluster's store and first broker (not started)."""
         name = f"functions-worker{len(self.functions_workers)}"
         worker = FunctionsWorkerProcess(name, os.path.join(self.directory, name), self.metadata_url,
-                                        self.brokers[0].service_url, config)
+                                        self.brokers[0].service_url, config,
+                                        web_url=self.brokers[0].web_service_url)
         self.functions_workers.append(worker)
         return worker
 

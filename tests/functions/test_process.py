@@ -130,6 +130,10 @@ class FunctionsProcessTests(InteropCase):
                           + self.standalone.log_tail(40))
             time.sleep(0.1)
 
+    def http_json(self, path):
+        with urllib.request.urlopen(self.standalone.web_service_url + path, timeout=10) as r:
+            return json.load(r)
+
     def output_consumer(self, topic):
         return self.client.subscribe(topic, "test", initial_position=pulsar.InitialPosition.Earliest)
 
@@ -168,8 +172,11 @@ class FunctionsProcessTests(InteropCase):
         status = self.status("exclusion")
         self.assertEqual((status["numInstances"], status["numRunning"]), (1, 1))
         self.assertEqual(status["instances"][0]["status"]["numReceived"], 5)
+        subscriptions = inp.replace("persistent://", "/admin/v2/persistent/") + "/subscriptions"
+        self.assertEqual(self.http_json(subscriptions), ["public/default/exclusion"])
         self.assertEqual(self.admin("delete", "--name", "exclusion"), "Deleted successfully\n")
         self.assertNotIn("exclusion", self.admin("list").split())
+        self.assertEqual(self.http_json(subscriptions), [])   # cleanupSubscription
 
     def test_publish_counters_and_state(self):
         """context.publish reaches a second topic; counters and state are shared, durable and

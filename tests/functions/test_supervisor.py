@@ -10,15 +10,19 @@ from pulsar_twisted.functions.supervisor import InstanceProtocol, InstanceSuperv
 
 
 class FakeProcess:
-    """What ``spawnProcess`` returns, enough for the supervisor: a pid and signalProcess."""
+    """What ``spawnProcess`` returns, enough for the supervisor: a pid and signalProcess
+    (``auto_exit``: a signal ends the process at once, as a real instance does)."""
 
-    def __init__(self, protocol, pid):
+    def __init__(self, protocol, pid, auto_exit=False):
         self.protocol = protocol
         self.pid = pid
         self.signals = []
+        self.auto_exit = auto_exit
 
     def signalProcess(self, signal):
         self.signals.append(signal)
+        if self.auto_exit:
+            self.exit(0 if signal == "TERM" else 137)
 
     def exit(self, code=1):
         reason = error.ProcessTerminated(exitCode=code) if code else error.ProcessDone(0)
@@ -26,14 +30,15 @@ class FakeProcess:
 
 
 class FakeLauncher:
-    def __init__(self):
+    def __init__(self, auto_exit=False):
         self.processes = []
         self.fail = False
+        self.auto_exit = auto_exit
 
     def __call__(self, protocol):
         if self.fail:
             raise OSError("no such interpreter")
-        process = FakeProcess(protocol, 100 + len(self.processes))
+        process = FakeProcess(protocol, 100 + len(self.processes), self.auto_exit)
         self.processes.append(process)
         return process
 

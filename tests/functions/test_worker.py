@@ -35,9 +35,15 @@ class WorkerTestCase(SynchronousTestCase):
 
     def new_worker(self):
         def launcher(spec_path, instance_id):
-            return self.launchers.setdefault((spec_path, instance_id, len(self.launchers)), FakeLauncher())
+            return self.launchers.setdefault((spec_path, instance_id, len(self.launchers)),
+                                             FakeLauncher(auto_exit=True))
+        self.cleaned = []
+
+        class Cleaner:
+            async def delete(cleaner, topics, subscription):
+                self.cleaned.append((topics, subscription))
         worker = FunctionsWorker(self.store, self.clock, launcher, "pulsar://127.0.0.1:6650",
-                                 "http://127.0.0.1:8080", self.mktemp())
+                                 "http://127.0.0.1:8080", self.mktemp(), cleaner=Cleaner())
         self.result(worker.start())
         return worker
 
@@ -92,13 +98,15 @@ class WorkerTests(WorkerTestCase):
         self.assertEqual([s.state.value for s in supervisors], ["starting", "stopped"])
 
     def test_update_and_delete(self):
-        """An update changes the given fields and re-scales; a delete removes every record."""
+        """An update changes the given fields and re-scales; a delete removes every record and
+        the input subscription."""
         self.register()
         self.result(self.worker.update("public", "default", "f", {"parallelism": 3}, None))
         self.assertEqual(self.worker.status("public", "default", "f")["numInstances"], 3)
         self.assertEqual(self.worker.get("public", "default", "f")["output"], CONFIG["output"])
         self.result(self.worker.deregister("public", "default", "f"))
         self.assertEqual(self.worker.list("public", "default"), [])
+        self.assertEqual(self.cleaned, [(CONFIG["inputs"], "public/default/f")])
         self.assertEqual(self.result(self.store.get_children("/functions/metadata/public/default")), [])
         self.assertEqual(self.new_worker().list("public", "default"), [])
 
@@ -242,3 +250,34 @@ class LauncherTests(SynchronousTestCase):
         self.assertEqual(env["PYTHONPATH"].split(os.pathsep), [root, "/x"])
         self.assertEqual((path, fds[0], fds[3]), (directory, "w", "r"))
         self.assertTrue(os.path.exists(os.path.join(directory, "logs", "instance-2.log")))
+
+
+class CleanerTests(SynchronousTestCase):
+
+    def test_force_deletes_each_input_subscription(self):
+        """One DELETE .../subscription/{sub}?force=true per input, names URL-encoded; an HTTP
+        error is logged, not raised."""
+        from pulsar_twisted.functions.cleanup import SubscriptionCleaner
+        requests = []
+
+        class Response:
+            code = 500
+
+            def deliverBody(self, protocol):
+                from twisted.web.client import ResponseDone
+                from twisted.python.failure import Failure
+                protocol.dataReceived(b"boom")
+                protocol.connectionLost(Failure(ResponseDone()))
+
+        class Agent:
+            def request(self, method, uri, headers=None, body=None):
+                requests.append((method, uri))
+                return defer.succeed(Response())
+        cleaner = SubscriptionCleaner(None, "http://127.0.0.1:8080/", agent=Agent())
+        self.successResultOf(defer.ensureDeferred(cleaner.delete(
+            ["persistent://public/default/in", "non-persistent://t/ns/x y"], "public/default/f")))
+        self.assertEqual(requests, [
+            (b"DELETE", b"http://127.0.0.1:8080/admin/v2/persistent/public/default/in/subscription/"
+                        b"public%2Fdefault%2Ff?force=true"),
+            (b"DELETE", b"http://127.0.0.1:8080/admin/v2/non-persistent/t/ns/x%20y/subscription/"
+                        b"public%2Fdefault%2Ff?force=true")])
