@@ -60,16 +60,53 @@ def sequence_id_of(position) -> int:
     return ((position.ledger_id() << 28) | position.entry_id()) + 1
 
 
-def load_function(code_path: str, class_name: str):
-    """``(callable(input, context), name)``: the user's code wrapped to one signature."""
-    import pulsar
-    module_name, _, attribute = class_name.rpartition(".")
-    if not module_name:
-        module_name, attribute = class_name, "process"
+def unpack_zip(code_path: str) -> list:
+    """Extract a .zip package beside it and return the directories to put on ``sys.path``:
+    Pulsar's layout ``<name>/src`` (``<name>`` the archive's name; else a lone top folder or the
+    archive root), and, when ``<name>/deps`` holds wheels, the directory pip installs them into
+    (offline: ``--no-index --find-links deps``), as Pulsar's Python instance does."""
+    import subprocess
+    import zipfile
+    target = os.path.join(os.path.dirname(code_path), "unpacked")
+    with zipfile.ZipFile(code_path) as archive:
+        archive.extractall(target)
+    top = os.path.join(target, os.path.splitext(os.path.basename(code_path))[0])
+    if not os.path.isdir(top):
+        entries = [e for e in os.listdir(target) if os.path.isdir(os.path.join(target, e))]
+        top = os.path.join(target, entries[0]) if len(entries) == 1 else target
+    src = os.path.join(top, "src")
+    paths = [src if os.path.isdir(src) else top]
+    deps = os.path.join(top, "deps")
+    wheels = sorted(os.path.join(deps, f) for f in os.listdir(deps) if f.endswith(".whl")) \
+        if os.path.isdir(deps) else []
+    if wheels:
+        site = os.path.join(target, "site")
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index",
+                        "--disable-pip-version-check", "--root-user-action=ignore",
+                        "--find-links", deps, "--target", site] + wheels, check=True)
+        paths.append(site)
+    return paths
+
+
+def _import_user_module(code_path: str, module_name: str):
+    """The user's module: from the .py file itself, or by name from an unpacked .zip."""
+    if code_path.endswith(".zip"):
+        sys.path[:0] = unpack_zip(code_path)
+        return importlib.import_module(module_name)
     spec = importlib.util.spec_from_file_location(module_name, code_path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
     spec.loader.exec_module(module)
+    return module
+
+
+def load_function(code_path: str, class_name: str):
+    """``callable(input, context)``: the user's code wrapped to one signature."""
+    import pulsar
+    module_name, _, attribute = class_name.rpartition(".")
+    if not module_name:
+        module_name, attribute = class_name, "process"
+    module = _import_user_module(code_path, module_name)
     target = getattr(module, attribute, None)
     if target is None and hasattr(module, "process"):
         target = module.process

@@ -24,6 +24,10 @@ from pulsar_twisted.functions.supervisor import InstanceSupervisor
 from pulsar_twisted.metadata.layout import namespace_path, tenant_path
 
 
+#: A .zip package (Pulsar's ``name/src``, ``name/requirements.txt``, ``name/deps/*.whl``).
+ZIP_MAGIC = b"PK\x03\x04"
+
+
 class FunctionRuntime:
     """One registered function on this worker: its config, record and supervisors."""
 
@@ -265,8 +269,13 @@ class FunctionsWorker:
         config = runtime.config
         directory = self._directory(config)
         os.makedirs(directory, exist_ok=True)
-        module = (config.className or "function").rpartition(".")[0] or config.className
-        code_path = os.path.join(directory, f"{module}.py")
+        if package[:4] == ZIP_MAGIC:
+            # Pulsar's layout names the folder inside after the archive: keep the name given.
+            given = os.path.basename(config.py or "")
+            code_path = os.path.join(directory, given if given.endswith(".zip") else "package.zip")
+        else:
+            module = (config.className or "function").rpartition(".")[0] or config.className
+            code_path = os.path.join(directory, f"{module}.py")
         with open(code_path, "wb") as f:
             f.write(package)
         spec = {"functionConfig": config.to_json(), "codePath": code_path,

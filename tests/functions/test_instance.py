@@ -5,6 +5,7 @@ import io
 import json
 import logging
 import os
+import sys
 import textwrap
 
 from pulsar.functions import serde
@@ -184,3 +185,62 @@ class LoadTests(SynchronousTestCase):
         self.assertEqual(load_function(path, "plain")(3, None), 6)
         self.assertEqual(load_function(path, "plain.other")(3, None), -3)
         self.assertRaises(ImportError, load_function, self.write("empty", "x = 1\n"), "empty.Nope")
+
+
+def tiny_wheel(path: str) -> None:
+    """A minimal pure-Python wheel ``tinydep`` (module ``tinydep`` with ``VALUE = 42``)."""
+    import zipfile
+    files = {
+        "tinydep.py": "VALUE = 42\n",
+        "tinydep-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: tinydep\nVersion: 1.0\n",
+        "tinydep-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                       "Tag: py3-none-any\n",
+    }
+    files["tinydep-1.0.dist-info/RECORD"] = "".join(f"{name},,\n" for name in files) + \
+        "tinydep-1.0.dist-info/RECORD,,\n"
+    with zipfile.ZipFile(path, "w") as wheel:
+        for name, text in files.items():
+            wheel.writestr(name, text)
+
+
+class ZipPackageTests(SynchronousTestCase):
+
+    def make_zip(self, with_deps: bool) -> str:
+        import zipfile
+        directory = self.mktemp()
+        os.makedirs(directory)
+        path = os.path.join(directory, "exclaim.zip")
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr("exclaim/src/exclaim.py", textwrap.dedent("""
+                import pulsar
+                try:
+                    from tinydep import VALUE
+                except ImportError:
+                    VALUE = 0
+                class Exclaim(pulsar.Function):
+                    def process(self, input, context):
+                        return "%s!%d" % (input, VALUE)
+            """))
+            if with_deps:
+                wheel = os.path.join(directory, "tinydep-1.0-py3-none-any.whl")
+                tiny_wheel(wheel)
+                archive.write(wheel, "exclaim/deps/tinydep-1.0-py3-none-any.whl")
+                archive.writestr("exclaim/requirements.txt", "tinydep==1.0\n")
+        return path
+
+    def load(self, path):
+        saved_path, saved_modules = list(sys.path), dict(sys.modules)
+        try:
+            return load_function(path, "exclaim.Exclaim")("hi", None)
+        finally:
+            sys.path[:] = saved_path
+            for name in set(sys.modules) - set(saved_modules):
+                del sys.modules[name]
+
+    def test_zip_layout_src(self):
+        """A .zip in Pulsar's layout: the module is imported from ``<name>/src``."""
+        self.assertEqual(self.load(self.make_zip(with_deps=False)), "hi!0")
+
+    def test_zip_deps_installed_offline(self):
+        """The wheels under ``<name>/deps`` are installed (no index) and importable."""
+        self.assertEqual(self.load(self.make_zip(with_deps=True)), "hi!42")

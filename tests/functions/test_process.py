@@ -314,3 +314,20 @@ class FunctionsProcessTests(InteropCase):
         finally:
             child.send_signal(signal.SIGINT)
             self.assertEqual(child.wait(timeout=20), 0)
+
+    def test_zip_package(self):
+        """A .zip package in Pulsar's layout (``name/src/module.py``), uploaded by the CLI."""
+        import zipfile
+        inp, out = self.topic("in", "persistent"), self.topic("out", "persistent")
+        path = os.path.join(self.standalone.directory, "zipped.zip")
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr("zipped/src/zipped.py", EXCLUSION)
+        self.assertEqual(self.admin("create", "--name", "zipped", "--py", path, "--classname",
+                                    "zipped", "--inputs", inp, "--output", out, "--subs-position",
+                                    "Earliest"), "Created successfully\n")
+        self.wait_running("zipped")
+        consumer = self.output_consumer(out)
+        producer = self.client.create_producer(inp)
+        for text in ("junk", "kept"):
+            producer.send(text.encode())
+        self.assertEqual(self.receive(consumer).data(), b"kept")

@@ -71,6 +71,25 @@ class WorkerTests(WorkerTestCase):
         self.assertEqual([i["instanceId"] for i in status["instances"]], [0, 1])
         self.assertEqual(sum(len(l.processes) for l in self.launchers.values()), 2)
 
+    def test_zip_package_kept_as_an_archive(self):
+        """A .zip package (by its magic) is written under its name for the instance to unpack;
+        a .py under the module's name."""
+        import os
+        zipped = b"PK\x03\x04" + b"rest of the archive"
+        self.result(self.worker.register("public", "default", "z", dict(CONFIG, py="exclaim.zip",
+                                                                        className="exclaim.E"), zipped))
+        spec_paths = {path for (path, _, _) in self.launchers}
+        spec = [p for p in spec_paths if "/z/" in p][0]
+        with open(spec) as f:
+            code_path = json.load(f)["codePath"]
+        self.assertEqual(os.path.basename(code_path), "exclaim.zip")
+        with open(code_path, "rb") as f:
+            self.assertEqual(f.read(), zipped)
+        self.register()
+        spec = [p for p in {path for (path, _, _) in self.launchers} if "/f/" in p][0]
+        with open(spec) as f:
+            self.assertEqual(os.path.basename(json.load(f)["codePath"]), "echo.py")
+
     def test_pulsar_errors(self):
         """Exists (400), unknown (404), no tenant/namespace (400), too large a package (413)."""
         self.register()
