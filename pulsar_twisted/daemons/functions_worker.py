@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry
 from twisted.internet import defer, endpoints
 from twisted.web import server
 
+from pulsar_twisted.client.client import Client
 from pulsar_twisted.config import ConfigError, FunctionsWorkerConfig
 from pulsar_twisted.daemons.options import config_options
 from pulsar_twisted.daemons.startup import Daemon
@@ -54,7 +55,7 @@ class FunctionsWorkerDaemon(Daemon):
         self.store = self.worker = None
         for step in (Step("metadata store", self._start_store, lambda: self.store.close()),
                      ListeningService("web", self._web_endpoint, self._site),
-                     Step("functions worker", self._start_worker, lambda: self.worker.stop())):
+                     Step("functions worker", self._start_worker, self._stop_worker)):
             step.setServiceParent(self)
 
     @property
@@ -76,8 +77,13 @@ class FunctionsWorkerDaemon(Daemon):
             self.store, self.reactor, ProcessLauncher(self.reactor), config.pulsarServiceUrl,
             f"http://{config.workerHostname}:{config.workerPort}",
             os.path.abspath(config.downloadDirectory), self.worker_id,
-            cleaner=SubscriptionCleaner(self.reactor, config.pulsarWebServiceUrl))
+            cleaner=SubscriptionCleaner(self.reactor, config.pulsarWebServiceUrl),
+            client=Client(config.pulsarServiceUrl, self.reactor))
         return defer.ensureDeferred(self.worker.start())
+
+    async def _stop_worker(self):
+        await self.worker.stop()
+        await self.worker.client.close()
 
     def _site(self):
         router = make_v3_router(lambda: self.worker)

@@ -32,6 +32,7 @@ from pulsar_twisted.daemons.listeners import BrokerListeners
 from pulsar_twisted.daemons.options import config_options
 from pulsar_twisted.daemons.startup import Daemon
 from pulsar_twisted.daemons.tree import Step
+from pulsar_twisted.client.client import Client
 from pulsar_twisted.functions.cleanup import SubscriptionCleaner
 from pulsar_twisted.functions.metrics import FunctionsCollector
 from pulsar_twisted.functions.runtime import ProcessLauncher
@@ -75,8 +76,7 @@ class StandaloneService(BrokerListeners, Daemon):
         steps += self.listening_services()
         if config.functionsWorkerEnabled:
             # After the listeners: its instances connect to them at once.
-            steps.append(Step("functions worker", self._start_functions,
-                              lambda: self.functions_worker.stop()))
+            steps.append(Step("functions worker", self._start_functions, self._stop_functions))
         for step in steps:
             step.setServiceParent(self)
 
@@ -122,8 +122,13 @@ class StandaloneService(BrokerListeners, Daemon):
         self.functions_worker = FunctionsWorker(
             self.store, self.reactor, ProcessLauncher(self.reactor), self.broker_url,
             self.addresses.web_url, os.path.join(self.config.dataDirectory, "functions"),
-            cleaner=SubscriptionCleaner(self.reactor, self.addresses.web_url))
+            cleaner=SubscriptionCleaner(self.reactor, self.addresses.web_url),
+            client=Client(self.broker_url, self.reactor))
         return defer.ensureDeferred(self.functions_worker.start())
+
+    async def _stop_functions(self):
+        await self.functions_worker.stop()
+        await self.functions_worker.client.close()
 
     def functions_worker_source(self):
         def source():

@@ -18,9 +18,11 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from pulsar_twisted.functions.config import FunctionConfig
-from pulsar_twisted.functions.errors import FunctionExists, FunctionNotFound, InvalidFunctionConfig
+from pulsar_twisted.functions.errors import (
+    FunctionExists, FunctionNotFound, InvalidFunctionConfig, NotSupportedYet)
 from pulsar_twisted.functions.store import FunctionStore
 from pulsar_twisted.functions.supervisor import InstanceSupervisor
+from pulsar_twisted.functions.trigger import trigger
 from pulsar_twisted.metadata.layout import namespace_path, tenant_path
 
 
@@ -44,7 +46,8 @@ class FunctionsWorker:
     log = Logger()
 
     def __init__(self, store, clock, launcher, service_url: str, web_service_url: str,
-                 download_directory: str, worker_id: str = "standalone", cleaner=None):
+                 download_directory: str, worker_id: str = "standalone", cleaner=None,
+                 client=None):
         self.metadata = store
         self.store = FunctionStore(store)
         self.clock = clock
@@ -55,6 +58,8 @@ class FunctionsWorker:
         self.worker_id = worker_id
         #: ``cleanup.SubscriptionCleaner`` (None: subscriptions are left when a function goes).
         self.cleaner = cleaner
+        #: A ``pulsar_twisted.client.Client`` on the cluster (``trigger``); None: 501.
+        self.client = client
         self.functions = {}
 
     # ---------------------------------------------------------------- life
@@ -150,6 +155,24 @@ class FunctionsWorker:
                 supervisor.restart()
             else:
                 supervisor.start()
+
+    async def trigger(self, tenant, namespace, name, value: bytes, topic=None):
+        """Pulsar's triggerFunction: ``value`` to ``topic`` (or the only input), the output for
+        it back (None when the function has no output topic)."""
+        runtime = self._runtime(tenant, namespace, name)
+        if self.client is None:
+            raise NotSupportedYet("Triggering a function is not supported by this worker")
+        inputs = runtime.config.input_topics()
+        if topic is None:
+            if len(inputs) != 1:
+                raise InvalidFunctionConfig("Function has multiple input topics: specify the topic "
+                                            "to trigger")
+            topic = inputs[0]
+        elif topic not in inputs:
+            raise InvalidFunctionConfig(f"Function does not consume from topic {topic}")
+        if value is None:
+            raise InvalidFunctionConfig("Trigger data is not provided")
+        return await trigger(self.client, self.clock, topic, runtime.config.output, value)
 
     # ---------------------------------------------------------------- views
     def status(self, tenant, namespace, name) -> dict:

@@ -8,7 +8,7 @@ started (the worker's instances need the broker's listeners), and a standalone r
 update are ``multipart/form-data`` with a ``functionConfig`` JSON part and a ``data`` file part
 (the .py), as ``pulsar-admin functions create`` sends them.
 
-Pulsar IO (``/admin/v3/sources``, ``/admin/v3/sinks``) and ``trigger`` answer 501 until they exist.
+Pulsar IO (``/admin/v3/sources``, ``/admin/v3/sinks``) answers 501 until it exists.
 """
 
 import email.parser
@@ -17,7 +17,7 @@ import json
 
 from pulsar_twisted.broker.admin.errors import AdminError, BadRequest
 from pulsar_twisted.functions.errors import FunctionsError
-from pulsar_twisted.web.routing import int_param, query
+from pulsar_twisted.web.routing import Response, int_param, query
 
 V3 = "/admin/v3/functions/{tenant}/{namespace}"
 FN = V3 + "/{name}"
@@ -125,6 +125,7 @@ def _state_routes(add, call) -> None:
 def _management_routes(add, call) -> None:
     add("GET", V3, call(lambda w, r, tenant, namespace: w.list(tenant, namespace)))
     add("POST", FN, call(_register))
+    add("POST", FN + "/trigger", call(_trigger))
     add("PUT", FN, call(_update))
     add("DELETE", FN, call(lambda w, r, tenant, namespace, name: w.deregister(tenant, namespace, name)))
     add("GET", FN, call(lambda w, r, tenant, namespace, name: w.get(tenant, namespace, name)))
@@ -142,8 +143,19 @@ def _management_routes(add, call) -> None:
         add("POST", FN + "/{instanceId}/" + verb, call(_control(running, restart)))
 
 
+async def _trigger(w, request, tenant, namespace, name):
+    """Pulsar's trigger form: ``data`` (the value) or ``dataStream`` (a file), ``topic``; the
+    answer is the output as text."""
+    parts = multipart_parts(request)
+    value = parts.get("dataStream", parts.get("data"))
+    topic = parts.get("topic")
+    output = await w.trigger(tenant, namespace, name, value, topic.decode() if topic else None)
+    if output is None:
+        return None
+    return Response(200, output, content_type="text/plain")
+
+
 def _not_yet_routes(add) -> None:
-    add("POST", FN + "/trigger", _not_yet("Triggering a function"))
     for kind in ("sources", "sinks"):
         what = f"Pulsar IO {kind}"
         add("GET", f"/admin/v3/{kind}/{{tenant}}/{{namespace}}", _not_yet(what))

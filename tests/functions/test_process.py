@@ -172,6 +172,8 @@ class FunctionsProcessTests(InteropCase):
         status = self.status("exclusion")
         self.assertEqual((status["numInstances"], status["numRunning"]), (1, 1))
         self.assertEqual(status["instances"][0]["status"]["numReceived"], 5)
+        self.assertEqual(self.admin("trigger", "--name", "exclusion", "--trigger-value", "hi there"),
+                         "hi there\n")
         subscriptions = inp.replace("persistent://", "/admin/v2/persistent/") + "/subscriptions"
         self.assertEqual(self.http_json(subscriptions), ["public/default/exclusion"])
         self.assertEqual(self.admin("delete", "--name", "exclusion"), "Deleted successfully\n")

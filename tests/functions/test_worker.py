@@ -192,7 +192,6 @@ class RouteTests(WorkerTestCase):
         self.assertEqual(self.call("GET", "/admin/v3/functions/public/default/nope")[0], 404)
         self.assertEqual(self.call("POST", "/admin/v3/functions/public/default/f", b"{}",
                                    "application/json")[0], 400)
-        self.assertEqual(self.call("POST", "/admin/v3/functions/public/default/f/trigger")[0], 501)
         self.assertEqual(self.call("GET", "/admin/v3/sources/public/default")[0], 501)
         self.assertEqual(self.call("GET", "/admin/v3/functions/public/default", worker=False)[0], 503)
 
@@ -300,3 +299,73 @@ class CleanerTests(SynchronousTestCase):
                         b"public%2Fdefault%2Ff?force=true"),
             (b"DELETE", b"http://127.0.0.1:8080/admin/v2/non-persistent/t/ns/x%20y/subscription/"
                         b"public%2Fdefault%2Ff?force=true")])
+
+
+class TriggerTests(WorkerTestCase):
+    """worker.trigger over a fake of our client: reader first, then the send; the output whose
+    __pfn_input_msg_id__ names the sent message is the answer; none in time is 408."""
+
+    def fake_client(self, outputs):
+        import base64
+        from pulsar_twisted.client.message_id import MessageId
+        log = []
+
+        class Message:
+            def __init__(self, data, input_id):
+                self._data = data
+                self._props = {"__pfn_input_msg_id__": base64.b64encode(input_id.serialize()).decode()}
+
+            def data(self):
+                return self._data
+
+            def properties(self):
+                return self._props
+
+        class Reader:
+            def __init__(reader):
+                reader.queue = [Message(d, MessageId(*i)) for d, i in outputs]
+
+            def read_next(reader, timeout=None):
+                from pulsar_twisted.client import errors
+                if not reader.queue:
+                    self.clock.advance(timeout)
+                    return defer.fail(errors.Timeout("nothing"))
+                return defer.succeed(reader.queue.pop(0))
+
+            def close(reader):
+                log.append("reader closed")
+                return defer.succeed(None)
+
+        class Producer:
+            def send(producer, value):
+                log.append(("send", value))
+                return defer.succeed(MessageId(3, 9))
+
+            def close(producer):
+                return defer.succeed(None)
+
+        class Client:
+            def create_reader(client, topic, start):
+                log.append(("reader", topic, start == MessageId.latest))
+                return defer.succeed(Reader())
+
+            def create_producer(client, topic):
+                log.append(("producer", topic))
+                return defer.succeed(Producer())
+        return Client(), log
+
+    def test_output_for_the_sent_message(self):
+        self.worker.client, log = self.fake_client([(b"other", (3, 8)), (b"mine", (3, 9))])
+        self.register()
+        self.assertEqual(self.result(self.worker.trigger("public", "default", "f", b"v")), b"mine")
+        self.assertEqual(log, [("reader", CONFIG["output"], True), ("producer", CONFIG["inputs"][0]),
+                               ("send", b"v"), "reader closed"])
+
+    def test_no_output_in_time_is_408(self):
+        self.worker.client, log = self.fake_client([])
+        self.register()
+        self.assertEqual(self.failure(self.worker.trigger("public", "default", "f", b"v"), 408),
+                         "Request Timed Out")
+        self.assertEqual(self.failure(self.worker.trigger("public", "default", "f", b"v",
+                                                          topic="persistent://public/default/x"), 400),
+                         "Function does not consume from topic persistent://public/default/x")

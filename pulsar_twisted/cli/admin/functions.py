@@ -167,6 +167,20 @@ def _localrun(a, c):
     return None
 
 
+def _trigger(a, c):
+    if (a.trigger_value is None) == (a.trigger_file is None):
+        raise CommandError("Either a trigger value or a trigger filepath needs to be specified")
+    if a.trigger_file:
+        with open(a.trigger_file, "rb") as f:
+            parts = [("dataStream", os.path.basename(a.trigger_file), f.read(), "application/octet-stream")]
+    else:
+        parts = [("data", None, a.trigger_value.encode(), "text/plain")]
+    if a.topic:
+        parts.append(("topic", None, a.topic.encode(), "text/plain"))
+    headers, body = c.request("POST", _path(a, "/trigger"), form=multipart_body(parts), raw=True)
+    return body.decode("utf-8", "replace")
+
+
 def _name_flags(p) -> None:
     p.add_argument("--fqfn", help="The Fully Qualified Function Name (tenant/namespace/name)")
     p.add_argument("--tenant", help="The tenant of the function (default public)")
@@ -248,9 +262,9 @@ def _add_state_and_local(sub) -> None:
     p.add_argument("--web-service-url", help="The worker serving state calls (default: --admin-url)")
     p.add_argument("--instance-id-offset", type=int, default=0, help="The first instance id")
     p.set_defaults(run=_localrun)
-    p = sub.add_parser("trigger", help="Trigger a function (not supported yet by this worker)")
+    p = sub.add_parser("trigger", help="Send a value to a function and print its output for it")
     _name_flags(p)
-    p.add_argument("--topic")
-    p.add_argument("--trigger-value")
-    p.add_argument("--trigger-file")
-    p.set_defaults(run=lambda a, c: c.post(_path(a, "/trigger")))
+    p.add_argument("--topic", help="The input topic to send to (when the function has several)")
+    p.add_argument("--trigger-value", help="The value to send")
+    p.add_argument("--trigger-file", help="A file whose content is sent")
+    p.set_defaults(run=_trigger)
