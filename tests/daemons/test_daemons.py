@@ -91,7 +91,9 @@ class PluginTests(unittest.SynchronousTestCase):
         expected = {"pulsar_standalone.py": ("pulsar-standalone", "pulsar_twisted.daemons.standalone"),
                     "pulsar_broker.py": ("pulsar-broker", "pulsar_twisted.daemons.broker"),
                     "pulsar_bookie.py": ("pulsar-bookie", "pulsar_twisted.daemons.bookie"),
-                    "pulsar_proxy.py": ("pulsar-proxy", "pulsar_twisted.daemons.proxy")}
+                    "pulsar_proxy.py": ("pulsar-proxy", "pulsar_twisted.daemons.proxy"),
+                    "pulsar_functions_worker.py": ("pulsar-functions-worker",
+                                                   "pulsar_twisted.daemons.functions_worker")}
         directory = os.path.join(ROOT, "twisted", "plugins")
         self.assertEqual(sorted(f for f in os.listdir(directory) if f.endswith(".py")), sorted(expected))
         for filename, (tapname, module) in expected.items():
