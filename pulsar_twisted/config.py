@@ -124,11 +124,16 @@ class Config:
     DEFAULTS: Dict[str, Any] = {}
     #: Pulsar's name of a key that we keep under another name: Pulsar's name -> ours.
     ALIASES: Dict[str, str] = {}
+    #: Keys that deprecated keys stand in for when left empty, as Pulsar and BookKeeper derive
+    #: them: key -> function of the configuration giving its value ("" when nothing to derive).
+    FALLBACKS: Dict[str, Callable[["Config"], Any]] = {}
 
     def __init__(self, **overrides: Any):
         self._keys = {key.name: key for key in self.KEYS}
         #: Real Pulsar/BookKeeper keys read but not implemented: name -> where first seen.
         self.unimplemented: Dict[str, str] = {}
+        #: Keys filled from deprecated keys by ``apply_fallbacks``: name -> derived value.
+        self.derived: Dict[str, Any] = {}
         self._warned = False
         for key in self.KEYS:
             setattr(self, key.name, self.DEFAULTS.get(key.name, key.default))
@@ -168,7 +173,19 @@ class Config:
             name, _, value = line.partition("=")
             name = name.strip()
             self.set(name, value, where=f"{source}:{number}")
+        self.apply_fallbacks()
         self.check_strict()
+
+    def apply_fallbacks(self) -> None:
+        """Fill each empty key of ``FALLBACKS`` from the deprecated keys it falls back to (a file
+        that sets the new key wins, wherever the keys stand in it); ``derived`` records which."""
+        for name, derive in self.FALLBACKS.items():
+            if getattr(self, name) and name not in self.derived:
+                continue
+            value = derive(self)
+            if value:
+                setattr(self, name, value)
+                self.derived[name] = value
 
     def check_strict(self) -> None:
         """``ConfigError`` listing the unimplemented keys read, when ``strictConfig`` is set."""
@@ -229,6 +246,7 @@ class Config:
             except ValueError as e:
                 raise ConfigError(f"{prefix}bad value for {name}: {e}") from e
         setattr(self, name, value)
+        self.derived.pop(name, None)
 
     def render(self, header: str = "") -> str:
         """The configuration file text for this class's defaults, documented."""
@@ -315,6 +333,16 @@ _SECURITY_KEYS = [
         "Authenticate the client credentials a proxy forwards (original_auth_data, sent by a proxy\n"
         "with forwardAuthorizationCredentials=true) and keep them fresh: the broker then challenges\n"
         "the client through the proxy when they expire.", "Authorization"),
+    Key("authenticateMetricsEndpoint", bool, False,
+        "Whether /metrics requires authentication (authenticationEnabled too); then only super\n"
+        "users and metricsRoles may read it. False (Pulsar's default): /metrics is public.",
+        "Authorization"),
+    Key("metricsRoles", list, [],
+        "Roles besides the super users that may read /metrics when authenticateMetricsEndpoint\n"
+        "is on (comma separated).", "Authorization"),
+    Key("httpMaxRequestSize", int, -1,
+        "Largest HTTP request body accepted, in bytes; larger ones are refused (413) from their\n"
+        "headers, before they are read. -1: maxMessageSize + 1 MiB.", "Authorization"),
     Key("brokerMaxConnections", int, 0,
         "Client connections accepted by the broker; more are closed at once (0: no limit).", "Limits"),
     Key("brokerMaxConnectionsPerIp", int, 0,
@@ -380,7 +408,13 @@ _BROKER_KEYS = [
         "Service"),
     Key("keepAliveIntervalSeconds", int, 30,
         "Seconds between keep-alive pings; a connection silent for twice this is closed.", "Service"),
-    Key("brokerShutdownTimeoutMs", int, 60000, "Time allowed for a graceful shutdown.", "Service"),
+    Key("brokerShutdownTimeoutMs", int, 60000,
+        "Milliseconds a stopping broker waits for its parts to close (connections, topics,\n"
+        "ledgers) before it gives up waiting, logs what was still closing and exits (0: no wait).",
+        "Service"),
+    Key("statsUpdateFrequencyInSecs", int, 60,
+        "Seconds of a stats period: rates (msgRateIn, msgRateOut, ...) are per second over the\n"
+        "last period.", "Service"),
     Key("maxConcurrentLookupRequest", int, 50000, "Lookups in flight across the broker.", "Service"),
     Key("exposeTopicLevelMetricsInPrometheus", bool, True,
         "Export topic and subscription metrics on /metrics (false: summed per namespace).",
@@ -468,8 +502,9 @@ _BROKER_KEYS = [
         "Schemas and compaction"),
     Key("schemaCompatibilityStrategy", str, "FULL",
         "Default schema compatibility strategy: ALWAYS_COMPATIBLE, ALWAYS_INCOMPATIBLE, BACKWARD,\n"
-        "FORWARD, FULL or their *_TRANSITIVE forms (a namespace policy overrides it); UNDEFINED\n"
-        "falls back to the namespace's schema_auto_update_compatibility_strategy (Full).",
+        "FORWARD, FULL or their *_TRANSITIVE forms. A namespace's schema_compatibility_strategy\n"
+        "overrides it, and so does its deprecated schema_auto_update_compatibility_strategy when\n"
+        "set (as in Pulsar 4.x); UNDEFINED means FULL.",
         "Schemas and compaction"),
     Key("schemaValidationEnforced", bool, False,
         "Refuse producers without a schema on topics that have one.", "Schemas and compaction"),
@@ -489,6 +524,15 @@ _BROKER_KEYS = [
         "Dispatch"),
     Key("activeConsumerFailoverDelayTimeMillis", int, 1000,
         "Delay before a Failover subscription hands over to a newly chosen active consumer.",
+        "Dispatch"),
+    Key("singleActiveConsumerRedeliveryCountEnabled", bool, False,
+        "Not a Pulsar key: count redeliveries (negative acks, ack timeouts) on Exclusive and\n"
+        "Failover subscriptions too, so MESSAGE.redelivery_count grows and a client's dead-letter\n"
+        "policy can fire there. Pulsar sends 0 on these types (false, the default, does too).",
+        "Dispatch"),
+    Key("activeConsumerFailoverConsistentHashing", bool, False,
+        "Failover picks the active consumer of a partition by a hash ring of consumer names and\n"
+        "the topic name (as for non-partitioned topics) instead of partition % consumers.",
         "Dispatch"),
     Key("subscriptionKeySharedUseConsistentHashing", bool, True,
         "Key_Shared AUTO_SPLIT assigns keys by a consistent hash ring (else by range splitting).",
@@ -537,6 +581,9 @@ _BROKER_KEYS = [
     Key("zooKeeperSessionTimeoutMillis", int, -1,
         "Deprecated name of metadataStoreSessionTimeoutMillis (as in Pulsar): when positive it\n"
         "wins; -1 means use metadataStoreSessionTimeoutMillis.", "Cluster"),
+    Key("zookeeperServers", str, "",
+        "Deprecated (as in Pulsar): ZooKeeper servers host:port[,host:port]; when metadataStoreUrl\n"
+        "is empty it becomes metadataStoreUrl=zk:<zookeeperServers>.", "Cluster"),
     Key("bookkeeperMetadataServiceUri", str, "",
         "Where bookies register: zk+null://host:2181/ledgers. Empty: the broker's metadata store.",
         "Cluster"),
@@ -563,6 +610,18 @@ _BROKER_KEYS = [
 ] + _SECURITY_KEYS
 
 
+def _zk_store_url(servers: str) -> str:
+    """Pulsar's reading of a deprecated ZooKeeper connect string: ``zk:<servers>`` (empty stays
+    empty)."""
+    servers = (servers or "").strip()
+    return f"zk:{servers}" if servers else ""
+
+
+def _broker_metadata_store_url(config) -> str:
+    """Pulsar's ServiceConfiguration: an empty metadataStoreUrl falls back to zookeeperServers."""
+    return _zk_store_url(config.zookeeperServers)
+
+
 #: Pulsar's names of keys we hold under another name.
 _BROKER_ALIASES = {"isSchemaValidationEnforced": "schemaValidationEnforced"}
 
@@ -572,6 +631,7 @@ class BrokerConfig(Config):
 
     KEYS = _STRICT_KEYS + _BROKER_KEYS
     ALIASES = _BROKER_ALIASES
+    FALLBACKS = {"metadataStoreUrl": _broker_metadata_store_url}
     DEFAULTS = {
         "clusterName": "cluster-a",
         "managedLedgerDefaultEnsembleSize": 2,
@@ -595,6 +655,7 @@ class StandaloneConfig(Config):
 
     KEYS = _STRICT_KEYS + _BROKER_KEYS + _STORAGE_KEYS + _STANDALONE_FUNCTIONS_KEYS
     ALIASES = _BROKER_ALIASES
+    FALLBACKS = {"metadataStoreUrl": _broker_metadata_store_url}
     DEFAULTS = {}
 
 
@@ -654,6 +715,12 @@ _BOOKIE_SERVER_KEYS = [
         "Where the bookie registers: zk+null://host:2181[,host:2181]/ledgers (the path is the\n"
         "ledgers root; anything before /ledgers is the store's root). Empty: no registration at all\n"
         "(standalone testing only: no BookKeeper client can discover this bookie).", "Server"),
+    Key("zkServers", str, "",
+        "Deprecated (as in BookKeeper): ZooKeeper servers host:port[,host:port]; when\n"
+        "metadataServiceUri is empty it becomes\n"
+        "metadataServiceUri=zk+hierarchical://<zkServers, ';'-separated><zkLedgersRootPath>.", "Server"),
+    Key("zkLedgersRootPath", str, "/ledgers",
+        "Deprecated (as in BookKeeper): the ledgers root that goes with zkServers.", "Server"),
     Key("zkTimeout", int, 30000, "Metadata (ZooKeeper) session timeout in milliseconds.", "Server"),
 ]
 
@@ -691,10 +758,22 @@ _BOOKIE_KEYS = [
 ]
 
 
+def _bookie_metadata_service_uri(config) -> str:
+    """BookKeeper's AbstractConfiguration.getMetadataServiceUri: with no metadataServiceUri, the
+    deprecated zkServers (commas turned into ';', as a URI authority needs) and zkLedgersRootPath
+    under the default ledger manager's scheme."""
+    servers = (config.zkServers or "").strip()
+    if not servers:
+        return ""
+    root = "/" + (config.zkLedgersRootPath or "/ledgers").strip().strip("/")
+    return f"zk+hierarchical://{servers.replace(',', ';')}{root}"
+
+
 class BookieConfig(Config):
     """Configuration of ``twistd pulsar-bookie`` (conf/bookkeeper.conf): BookKeeper's key names."""
 
     KEYS = _STRICT_KEYS + _BOOKIE_SERVER_KEYS + _STORAGE_KEYS + _BOOKIE_KEYS
+    FALLBACKS = {"metadataServiceUri": _bookie_metadata_service_uri}
     DEFAULTS = {}
 
 
@@ -741,6 +820,12 @@ _PROXY_KEYS = [
         "metadataStoreUrl.", "Brokers"),
     Key("zooKeeperSessionTimeoutMillis", int, 30000, "Session timeout of the metadata store.",
         "Brokers"),
+    Key("zookeeperServers", str, "",
+        "Deprecated (as in Pulsar): ZooKeeper servers host:port[,host:port]; when metadataStoreUrl\n"
+        "is empty it becomes metadataStoreUrl=zk:<zookeeperServers>.", "Brokers"),
+    Key("configurationStoreServers", str, "",
+        "Deprecated (as in Pulsar): when configurationMetadataStoreUrl is empty it becomes\n"
+        "configurationMetadataStoreUrl=zk:<configurationStoreServers>.", "Brokers"),
     Key("brokerServiceURL", str, "",
         "A broker (or several: pulsar://h1:6650,h2:6650) the proxy sends lookups to when no\n"
         "metadataStoreUrl is set.", "Brokers"),
@@ -798,4 +883,8 @@ class ProxyConfig(Config):
     """Configuration of ``twistd pulsar-proxy`` (conf/proxy.conf): Pulsar's proxy.conf key names."""
 
     KEYS = _STRICT_KEYS + _PROXY_KEYS
+    FALLBACKS = {
+        "metadataStoreUrl": _broker_metadata_store_url,
+        "configurationMetadataStoreUrl": lambda config: _zk_store_url(config.configurationStoreServers),
+    }
     DEFAULTS = {}

@@ -61,6 +61,11 @@ def targets():
     def chunks_of(strategy):
         return st.data().map(lambda d: fuzz.chunked(d.draw(strategy), d.draw))
 
+    def admin(strategy_of_routes):
+        resource, clock = _http_resource(False)
+        return (strategy_of_routes(resource.router.routes),
+                lambda spec: fuzz.check_http(resource, clock, spec))
+
     def http(secured):
         resource, clock = _http_resource(secured)
         return fuzz.http_requests(), lambda spec: fuzz.check_http(resource, clock, spec)
@@ -74,6 +79,8 @@ def targets():
         "bookie-bytes": lambda: (st.binary(max_size=2048).map(lambda b: [b]), fuzz.check_bookie),
         "http": lambda: http(False),
         "http-secured": lambda: http(True),
+        "admin-paths": lambda: admin(fuzz.admin_paths),
+        "admin-bodies": lambda: admin(fuzz.admin_bodies),
     }
 
 

@@ -16,7 +16,8 @@ from twisted.trial import unittest
 
 from pulsar_twisted import config as config_module
 from pulsar_twisted.config import (
-    BookieConfig, BrokerConfig, ConfigError, StandaloneConfig, foreign_keys, is_foreign_key)
+    BookieConfig, BrokerConfig, ConfigError, ProxyConfig, StandaloneConfig, foreign_keys, is_foreign_key)
+from pulsar_twisted.daemons.bookie import metadata_service_location
 from pulsar_twisted.daemons import startup
 from pulsar_twisted.daemons.broker import check_broker, session_timeout_millis
 from pulsar_twisted.daemons.standalone import check_standalone
@@ -127,6 +128,74 @@ class PulsarFilesStartTests(unittest.SynchronousTestCase):
         config.update_from_text("bookkeeper_opportunisticStriping=true\nbrokerClient_foo=1\n")
         self.assertEqual(config.unimplemented_keys(),
                          ["bookkeeper_opportunisticStriping", "brokerClient_foo"])
+
+
+class DeprecatedFallbackTests(unittest.SynchronousTestCase):
+    """Deprecated keys Pulsar's and BookKeeper's own files still rely on stand in for the new key
+    when it is empty, as Pulsar and BookKeeper derive it."""
+
+    def test_bookkeeper_conf_zk_servers(self):
+        """Pulsar's bookkeeper.conf (metadataServiceUri empty, zkServers=localhost:2181,
+        zkLedgersRootPath=/ledgers) gets BookKeeper's derived
+        metadataServiceUri=zk+hierarchical://localhost:2181/ledgers; nothing is left unimplemented
+        about it, and the bookie's metadata location (with its auto-recovery) follows."""
+        config = BookieConfig.from_file(os.path.join(FIXTURES, "pulsar-bookkeeper.conf"))
+        self.assertTrue(config.autoRecoveryDaemonEnabled)
+        self.assertEqual(config.metadataServiceUri, "zk+hierarchical://localhost:2181/ledgers")
+        self.assertEqual(metadata_service_location(config), ("localhost:2181", "/"))
+        for name in ("zkServers", "zkLedgersRootPath", "metadataServiceUri"):
+            self.assertNotIn(name, config.unimplemented_keys())
+
+    def test_zk_servers_list_and_root(self):
+        """Several servers become ';'-separated in the URI; a chrooted ledgers root names the store's
+        root."""
+        config = BookieConfig()
+        config.update_from_text("zkServers=h1:2181,h2:2181\nzkLedgersRootPath=/pulsar/ledgers\n")
+        self.assertEqual(config.metadataServiceUri, "zk+hierarchical://h1:2181;h2:2181/pulsar/ledgers")
+        self.assertEqual(metadata_service_location(config), ("h1:2181,h2:2181", "/pulsar"))
+
+    def test_metadata_service_uri_wins(self):
+        """A file that sets metadataServiceUri keeps it, before or after zkServers."""
+        for text in ("metadataServiceUri=zk+null://a:1/ledgers\nzkServers=b:2\n",
+                     "zkServers=b:2\nmetadataServiceUri=zk+null://a:1/ledgers\n"):
+            config = BookieConfig()
+            config.update_from_text(text)
+            self.assertEqual(config.metadataServiceUri, "zk+null://a:1/ledgers")
+            self.assertEqual(config.derived, {})
+
+    def test_nothing_to_derive(self):
+        """Empty deprecated keys (our own conf files) leave the new keys empty."""
+        config = BookieConfig.from_file(os.path.join(ROOT, "conf", "bookkeeper.conf"))
+        self.assertEqual(config.metadataServiceUri, "")
+        config = BrokerConfig.from_file(os.path.join(FIXTURES, "pulsar-broker.conf"))
+        self.assertEqual(config.metadataStoreUrl, "")
+
+    def test_broker_zookeeper_servers(self):
+        """Pulsar's ServiceConfiguration: an empty metadataStoreUrl falls back to
+        zk:<zookeeperServers>; the broker's start-up checks then pass on broker.conf."""
+        text = fixture_text("pulsar-broker.conf") + "\nzookeeperServers=zk1:2181,zk2:2181/c\nclusterName=c1\n"
+        config = BrokerConfig()
+        config.update_from_text(text, "broker.conf")
+        self.assertEqual(config.metadataStoreUrl, "zk:zk1:2181,zk2:2181/c")
+        check_broker(config)
+        self.assertNotIn("zookeeperServers", config.unimplemented_keys())
+
+    def test_standalone_refuses_derived_store(self):
+        """The standalone runs on its embedded store: zookeeperServers is refused, naming it."""
+        config = StandaloneConfig()
+        config.update_from_text("zookeeperServers=zk1:2181\n")
+        e = self.assertRaises(ConfigError, check_standalone, config)
+        self.assertIn("zookeeperServers", str(e))
+
+    def test_proxy_deprecated_stores(self):
+        """The proxy: zookeeperServers -> metadataStoreUrl, configurationStoreServers ->
+        configurationMetadataStoreUrl (each only when the new key is empty)."""
+        config = ProxyConfig()
+        config.update_from_text("zookeeperServers=a:1\nconfigurationStoreServers=b:2\n")
+        self.assertEqual((config.metadataStoreUrl, config.configurationMetadataStoreUrl), ("zk:a:1", "zk:b:2"))
+        config = ProxyConfig()
+        config.update_from_text("zookeeperServers=a:1\nmetadataStoreUrl=zk:c:3\n")
+        self.assertEqual((config.metadataStoreUrl, config.configurationMetadataStoreUrl), ("zk:c:3", ""))
 
 
 class UnimplementedWarningTests(unittest.SynchronousTestCase):

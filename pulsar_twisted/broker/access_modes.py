@@ -42,7 +42,7 @@ class ProducerAccess:
                 self.epoch = -1
         #: Name of the producer holding exclusive access, or None.
         self.exclusive = None
-        #: Queued WaitForExclusive requests: (Deferred, grant) in arrival order.
+        #: Queued WaitForExclusive requests: (Deferred, grant, connection) in arrival order.
         self.waiting = []
 
     def acquire(self, cnx, request, name: str, create):
@@ -74,7 +74,7 @@ class ProducerAccess:
             # Claimed first, so the producers removed below hand nothing over to waiters.
             self.exclusive = name
             waiting, self.waiting = self.waiting, []
-            for waiter, _ in waiting:
+            for waiter, _, _ in waiting:
                 waiter.errback(errors.ProducerFenced("Fenced by an ExclusiveWithFencing producer"))
             for other in list(producers.values()):
                 self.log.info("{topic}: fencing producer {producer} for an ExclusiveWithFencing producer",
@@ -84,7 +84,10 @@ class ProducerAccess:
         if mode == api.WaitForExclusive:
             if self.exclusive is not None or producers or self.waiting:
                 d = defer.Deferred()
-                self.waiting.append((d, lambda: self._grant(name, None, create)))
+                self.waiting.append((d, lambda: self._grant(name, None, create), cnx))
+                waits = getattr(cnx, "waiting_for_exclusive", None)
+                if waits is not None:
+                    waits.add(self.topic)
                 self.log.info("{topic}: producer {producer} queued waiting for exclusive access",
                               topic=self.topic.name, producer=name)
                 # Pulsar's immediate answer: the request is alive, the producer not ready yet.
@@ -138,12 +141,26 @@ class ProducerAccess:
             self.exclusive = None
         if self.exclusive is not None or self.topic.producers or not self.waiting:
             return
-        waiter, grant = self.waiting.pop(0)
+        waiter, grant, _ = self.waiting.pop(0)
         d = defer.maybeDeferred(grant)
         d.chainDeferred(waiter)
 
     def close(self) -> None:
         """Topic unloading: the queued requests fail (the clients retry on the new owner)."""
         waiting, self.waiting = self.waiting, []
-        for waiter, _ in waiting:
+        for waiter, _, _ in waiting:
             waiter.errback(errors.ServiceNotReady(f"Topic {self.topic.name} is being unloaded"))
+
+    def forget_waiting(self, cnx) -> None:
+        """``cnx`` closed: its queued WaitForExclusive requests leave the queue (they would
+        otherwise count as waitingPublishers and keep Shared and Exclusive producers out), and
+        the next waiter gets the topic if it is free."""
+        gone = [item for item in self.waiting if item[2] is cnx]
+        if not gone:
+            return
+        self.waiting = [item for item in self.waiting if item[2] is not cnx]
+        for waiter, _, _ in gone:
+            waiter.errback(errors.ServiceNotReady("The connection of the waiting producer closed"))
+        if self.exclusive is None and not self.topic.producers and self.waiting:
+            waiter, grant, _ = self.waiting.pop(0)
+            defer.maybeDeferred(grant).chainDeferred(waiter)

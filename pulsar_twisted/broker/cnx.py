@@ -134,6 +134,8 @@ class ServerConnection(protocol.Protocol):
         self.protocol_version = 0
         self.client_version = ""
         self.producers = {}
+        #: Topics where a WaitForExclusive producer of this connection is queued (access_modes).
+        self.waiting_for_exclusive = set()
         #: Ids of producers the broker closed (CLOSE_PRODUCER sent) and the client has not yet
         #: recreated: their SENDs in flight are ignored (Pulsar's recentlyClosedProducers).
         self.closed_producer_ids = set()
@@ -237,6 +239,9 @@ class ServerConnection(protocol.Protocol):
         for producer in list(self.producers.values()):
             producer.topic.remove_producer(producer)
         self.producers.clear()
+        for topic in list(self.waiting_for_exclusive):
+            topic.access.forget_waiting(self)
+        self.waiting_for_exclusive.clear()
         for consumer in list(self.consumers.values()):
             consumer.subscription.remove_consumer(consumer)
         self.consumers.clear()
@@ -316,7 +321,8 @@ class ServerConnection(protocol.Protocol):
 
     def handle_partitioned_metadata(self, command, message):
         request = command.partitionMetadata
-        d = self.service.partitioned_metadata(request.topic, request.metadata_auto_creation_enabled)
+        d = self.service.partitioned_metadata(request.topic, request.metadata_auto_creation_enabled,
+                                             cnx=self)
         d.addCallbacks(
             lambda n: self.sender.send_partitioned_metadata(request.request_id, n),
             lambda f: self.sender.send_partitioned_metadata_error(
@@ -325,14 +331,15 @@ class ServerConnection(protocol.Protocol):
     def handle_get_topics_of_namespace(self, command, message):
         request = command.getTopicsOfNamespace
         d = self.service.topics_of_namespace(request.namespace, request.mode,
-                                             request.topics_pattern if request.HasField("topics_pattern") else None)
+                                             request.topics_pattern if request.HasField("topics_pattern") else None,
+                                             cnx=self)
         d.addCallbacks(
             lambda result: self.sender.send_topics_of_namespace(request.request_id, *result),
             lambda f: self.sender.send_error(request.request_id, _error_code(f), _error_message(f)))
 
     def handle_get_schema(self, command, message):
         request = command.getSchema
-        d = schemas.get_schema(self.service, request.topic, request.schema_version)
+        d = schemas.get_schema(self.service, request.topic, request.schema_version, cnx=self)
         d.addCallbacks(
             lambda found: self.sender.send_get_schema(request.request_id, found.to_proto(),
                                                       schemas.encode_version(found.version)),
@@ -341,7 +348,8 @@ class ServerConnection(protocol.Protocol):
 
     def handle_get_or_create_schema(self, command, message):
         request = command.getOrCreateSchema
-        d = schemas.get_or_create_schema(self.service, request.topic, schema_spec(request.schema))
+        d = schemas.get_or_create_schema(self.service, request.topic, schema_spec(request.schema),
+                                         cnx=self)
         d.addCallbacks(
             lambda version: self.sender.send_get_or_create_schema(request.request_id, version),
             lambda f: self.sender.send_get_or_create_schema_error(request.request_id, _error_code(f),

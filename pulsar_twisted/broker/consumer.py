@@ -2,6 +2,7 @@
 
 from twisted.internet import defer
 
+from pulsar_twisted.broker.rates import RateMeter
 from pulsar_twisted.common import errors
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 
@@ -37,6 +38,8 @@ class Consumer:
         self.msg_out = 0
         self.bytes_out = 0
         self.msg_redelivered = 0
+        #: Rates of (msg_out, bytes_out, msg_redelivered) over the last stats period.
+        self.rates = RateMeter(3)
         self.acks = 0
         self.connected_since = ""
         self.closed = False
@@ -58,6 +61,10 @@ class Consumer:
         self.permits -= count
         self.msg_out += count
         self.bytes_out += size
+        # The subscription's counts outlive this consumer (Pulsar's msgOutFromRemovedConsumers).
+        subscription = self.subscription
+        subscription.msg_out += count
+        subscription.bytes_out += size
         if track:
             self.pending[position] = count
             self.unacked += count
@@ -100,7 +107,14 @@ class Consumer:
         return self.subscription.acknowledge(self, cumulative, positions)
 
     def redeliver(self, positions=None) -> None:
+        # Counted as Pulsar's msgRateRedeliver: the messages this consumer held unacked and gave
+        # back (Shared types; single-active consumers hold none, so count none).
+        before = self.unacked
         self.subscription.redeliver(self, positions)
+        self.msg_redelivered += max(0, before - self.unacked)
+
+    def sample_rates(self, period) -> None:
+        self.rates.sample(period, self.msg_out, self.bytes_out, self.msg_redelivered)
 
     def close_by_broker(self) -> None:
         self.closed = True
@@ -108,9 +122,12 @@ class Consumer:
 
     def stats(self) -> dict:
         """Fields of CONSUMER_STATS_RESPONSE."""
-        return dict(msgRateOut=0.0, msgThroughputOut=0.0, msgRateRedeliver=0.0,
+        rate_out, throughput_out, rate_redeliver = self.rates.rates
+        return dict(msgRateOut=rate_out, msgThroughputOut=throughput_out,
+                    msgRateRedeliver=rate_redeliver,
                     consumerName=self.name, availablePermits=max(self.permits, 0),
                     unackedMessages=self.unacked, blockedConsumerOnUnackedMsgs=self.blocked,
                     address=self.cnx.peer, connectedSince=self.connected_since,
                     type=SUB_TYPE_NAMES.get(self.sub_type, "Exclusive"),
+                    msgRateExpired=self.subscription.expired_rate(),
                     msgBacklog=self.subscription.backlog())

@@ -5,6 +5,7 @@ from twisted.logger import Logger
 
 from pulsar_twisted.broker import dedup as dedup_states
 from pulsar_twisted.broker.entryinfo import lenient_metadata
+from pulsar_twisted.broker.rates import RateMeter
 from pulsar_twisted.common import errors
 from pulsar_twisted.mledger.interfaces import ManagedLedgerError
 from pulsar_twisted.mledger.ledger import ManagedLedgerTerminatedError
@@ -52,6 +53,8 @@ class Producer:
         self.refuse_chunks = not topic.topic_name.persistent
         self.msg_in = 0
         self.bytes_in = 0
+        #: Rates of (msg_in, bytes_in) over the last stats period.
+        self.rates = RateMeter(2)
         self.closed = False
         #: Publishes stored-or-failed not yet answered; a broker-side close waits for them.
         self.pending = 0
@@ -68,6 +71,7 @@ class Producer:
             return defer.succeed(None)
         self.msg_in += send.num_messages
         self.bytes_in += len(message)
+        self.topic.counters.published(send.num_messages, len(message), send.is_chunk)
         sequence_id = send.sequence_id
         highest = send.highest_sequence_id if send.highest_sequence_id else sequence_id
         if self.refuse_chunks and send.is_chunk:
@@ -171,8 +175,13 @@ class Producer:
         self.closed = True
         self.cnx.producer_closed_by_broker(self)
 
+    def sample_rates(self, period) -> None:
+        self.rates.sample(period, self.msg_in, self.bytes_in)
+
     def stats(self) -> dict:
+        rate, throughput, size = self.rates.rate_and_size()
         return {"producerId": self.producer_id, "producerName": self.name,
+                "msgRateIn": rate, "msgThroughputIn": throughput, "averageMsgSize": size,
                 "address": self.cnx.peer, "clientVersion": self.cnx.client_version,
                 "msgInCounter": self.msg_in, "bytesInCounter": self.bytes_in,
                 "accessMode": api.ProducerAccessMode.Name(self.access_mode),

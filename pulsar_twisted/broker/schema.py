@@ -24,8 +24,9 @@ Compatibility for AVRO and JSON (whose schema data is an Avro schema in Pulsar) 
 schema-resolution rules (``broker/schema_compat.py``): BACKWARD is "the new schema reads data of the
 old", FORWARD "the old reads the new", FULL both; plain strategies compare with the latest live
 version, ``*_TRANSITIVE`` with every live version since the last delete. Other types are
-compatible with the same type only. Without a namespace strategy (``UNDEFINED``) the broker's
-``schemaCompatibilityStrategy`` applies (Pulsar's default: FULL).
+compatible with the same type only. Without a namespace strategy (``UNDEFINED``) nor the
+namespace's deprecated auto-update strategy (null by default, as in Pulsar 4.x) the broker's
+``schemaCompatibilityStrategy`` applies (Pulsar's default: FULL); see ``effective_strategy``.
 """
 
 import base64
@@ -175,12 +176,16 @@ def _refuse_mismatch(reason, strategy, against, what):
 
 
 #: Pulsar's ``SchemaCompatibilityStrategy.fromAutoUpdatePolicy``: the deprecated namespace policy
-#: ``schema_auto_update_compatibility_strategy`` (default "Full") as a strategy.
+#: ``schema_auto_update_compatibility_strategy`` as a strategy (null: none).
 _AUTO_UPDATE_STRATEGIES = {
     "AutoUpdateDisabled": "ALWAYS_INCOMPATIBLE", "Backward": "BACKWARD", "Forward": "FORWARD",
     "Full": "FULL", "AlwaysCompatible": "ALWAYS_COMPATIBLE",
     "BackwardTransitive": "BACKWARD_TRANSITIVE", "ForwardTransitive": "FORWARD_TRANSITIVE",
     "FullTransitive": "FULL_TRANSITIVE"}
+
+#: The value every namespace document we stored before carried as its default (Pulsar 2.x's);
+#: read as unset, since nobody chose it: no admin call of ours sets the deprecated field.
+_STALE_AUTO_UPDATE_DEFAULT = "Full"
 
 
 def consumer_strategy(strategy: str) -> str:
@@ -197,20 +202,24 @@ def consumer_strategy(strategy: str) -> str:
 
 def effective_strategy(policies: dict, broker_strategy: str) -> str:
     """
-    The strategy applied on a topic of a namespace with ``policies``: the namespace's
-    ``schema_compatibility_strategy`` unless it is ``UNDEFINED`` (its default), then the broker's
-    ``schemaCompatibilityStrategy`` (Pulsar 4.x default FULL), and when that is ``UNDEFINED`` too,
-    the namespace's deprecated ``schema_auto_update_compatibility_strategy`` (else FULL).
+    The strategy applied on a topic of a namespace with ``policies``, in Pulsar 4.x's order: the
+    namespace's ``schema_compatibility_strategy`` unless it is ``UNDEFINED`` (its default); then
+    the namespace's deprecated ``schema_auto_update_compatibility_strategy`` when set (Pulsar 4.x
+    stores null there); then the broker's ``schemaCompatibilityStrategy`` (default FULL); FULL
+    when that is ``UNDEFINED`` too.
 
-    Pulsar 4.x looks at the deprecated policy before the broker's setting, but its default there
-    is null, so with defaults both orders agree. Our stored Policies carry Pulsar 2.x's default
-    "Full" for it, which would hide the broker setting if it came first.
+    A stored "Full" in the deprecated field is read as unset: it is the default our earlier
+    documents (like Pulsar 2.x's) carried, and honouring it would hide the broker's setting.
     """
-    for value in (policies.get("schema_compatibility_strategy"), broker_strategy):
-        if isinstance(value, str) and value.upper() in STRATEGIES:
-            return value.upper()
-    auto = policies.get("schema_auto_update_compatibility_strategy") or "Full"
-    return _AUTO_UPDATE_STRATEGIES.get(auto, "FULL")
+    value = policies.get("schema_compatibility_strategy")
+    if isinstance(value, str) and value.upper() in STRATEGIES:
+        return value.upper()
+    auto = policies.get("schema_auto_update_compatibility_strategy")
+    if auto in _AUTO_UPDATE_STRATEGIES and auto != _STALE_AUTO_UPDATE_DEFAULT:
+        return _AUTO_UPDATE_STRATEGIES[auto]
+    if isinstance(broker_strategy, str) and broker_strategy.upper() in STRATEGIES:
+        return broker_strategy.upper()
+    return "FULL"
 
 
 def _is_avro(data: bytes) -> bool:
@@ -318,7 +327,7 @@ class SchemaRegistry:
 
     @defer.inlineCallbacks
     def strategy(self, topic: str) -> str:
-        """The namespace's strategy; ``UNDEFINED`` there (the default) gives the broker's."""
+        """The strategy applied on ``topic`` (``effective_strategy`` of its namespace's policies)."""
         policies = yield self.policies(topic)
         return effective_strategy(policies, self.config.schemaCompatibilityStrategy)
 
@@ -470,22 +479,26 @@ def check_subscribe_schema(service, request):
 
 
 @defer.inlineCallbacks
-def get_or_create_schema(service, topic: str, spec):
-    """GET_OR_CREATE_SCHEMA: the version of the SchemaSpec ``spec`` for ``topic`` (added when new)."""
+def get_or_create_schema(service, topic: str, spec, cnx=None):
+    """GET_OR_CREATE_SCHEMA: the version of the SchemaSpec ``spec`` for ``topic`` (added when new);
+    ``cnx``, the asking connection, must be allowed to produce there."""
     registry = service.schema_registry
+    yield service.security.authorized(cnx, api.BaseCommand.GET_OR_CREATE_SCHEMA, topic=topic)
     yield service.get_topic(topic)
     version = yield registry.add(topic, spec.type, spec.data, spec.properties, spec.name)
     return encode_version(version)
 
 
 @defer.inlineCallbacks
-def get_schema(service, topic: str, version_bytes: bytes):
-    """GET_SCHEMA: ``(SchemaVersion)`` latest or by version; TopicNotFound when there is none."""
+def get_schema(service, topic: str, version_bytes: bytes, cnx=None):
+    """GET_SCHEMA: ``(SchemaVersion)`` latest or by version; TopicNotFound when there is none.
+    ``cnx``, the asking connection, must be allowed to look the topic up."""
     registry = service.schema_registry
     try:
         parse_topic(topic)
     except InvalidTopicNameError as e:
         raise errors.InvalidTopicName(str(e))
+    yield service.security.authorized(cnx, api.BaseCommand.GET_SCHEMA, topic=topic)
     version = decode_version(version_bytes) if version_bytes else None
     if version_bytes and version is None:
         raise errors.NotAllowedError("Malformed schema version")

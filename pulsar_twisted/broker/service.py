@@ -20,6 +20,7 @@ from pulsar_twisted.broker.advertised import advertised_listeners, select_listen
 from pulsar_twisted.broker.broker_counters import BrokerCounters, counted_lookup
 from pulsar_twisted.broker.ownership import LookupResult
 from pulsar_twisted.broker.compaction import Compactor
+from pulsar_twisted.broker.publish_buffer import PublishBuffer
 from pulsar_twisted.broker.policies import PolicyService
 from pulsar_twisted.broker.topic import NonPersistentTopic, PersistentTopic
 from pulsar_twisted.security.broker import BrokerSecurity
@@ -63,9 +64,8 @@ class BrokerService(service.Service):
         self.producer_name_prefix = None
         self._producer_counter = 0
         #: Bytes received from producers and not yet stored, across every connection.
-        self.publish_buffer = 0
-        self.publish_buffer_limit = config.maxMessagePublishBufferSizeInMB * 1024 * 1024
-        self._publish_throttled = set()
+        self.publish_buffer = PublishBuffer(config.maxMessagePublishBufferSizeInMB * 1024 * 1024,
+                                            lambda: self.connections)
         #: Authentication, authorization and connection limits (pulsar_twisted.security).
         self.security = BrokerSecurity(config, clock, metadata_store)
         #: An ``ownership.IOwnership`` (cluster mode); None: this broker serves every topic.
@@ -140,30 +140,14 @@ class BrokerService(service.Service):
             self.counters.connection_closed()
             self.security.connection_closed(cnx)
         self.connections.discard(cnx)
-        self._publish_throttled.discard(cnx)
+        self.publish_buffer.forget(cnx)
 
-    # ---------------------------------------------------------------- broker-wide publish buffer
     def publish_started(self, size: int) -> None:
-        """
-        Account for a message received and not yet stored. Past maxMessagePublishBufferSizeInMB
-        every connection stops being read (Pulsar's publish buffer throttling), so memory held by
-        in-flight publishes is bounded whatever the number of producers.
-        """
-        self.publish_buffer += size
-        if (self.publish_buffer_limit and self.publish_buffer > self.publish_buffer_limit
-                and not self._publish_throttled):
-            self.log.debug("publish buffer full ({size} bytes): pausing all producers",
-                           size=self.publish_buffer)
-            for cnx in list(self.connections):
-                cnx.throttle()
-                self._publish_throttled.add(cnx)
+        """A message received, not yet stored (the broker-wide buffer may pause every reader)."""
+        self.publish_buffer.started(size)
 
     def publish_finished(self, size: int) -> None:
-        self.publish_buffer -= size
-        if self._publish_throttled and self.publish_buffer <= self.publish_buffer_limit // 2:
-            throttled, self._publish_throttled = self._publish_throttled, set()
-            for cnx in throttled:
-                cnx.unthrottle()
+        self.publish_buffer.finished(size)
 
     def authenticate(self, cnx, connect):
         """The role of a connecting client (None with authentication off); AuthenticationError."""
@@ -269,8 +253,10 @@ class BrokerService(service.Service):
             self.security.lookup_finished()
 
     @defer.inlineCallbacks
-    def partitioned_metadata(self, topic: str, auto_create: bool = True):
+    def partitioned_metadata(self, topic: str, auto_create: bool = True, cnx=None):
+        """``cnx``: the asking connection, whose role must be allowed to look the topic up."""
         name = self._parse(topic)
+        yield self.security.authorized(cnx, api.BaseCommand.PARTITIONED_METADATA, topic=topic)
         yield self._check_namespace(name.namespace_name)
         if name.partition_index >= 0:
             # A partition is itself a plain topic: clients ask before using one (readers on a
@@ -299,11 +285,13 @@ class BrokerService(service.Service):
         return False
 
     @defer.inlineCallbacks
-    def topics_of_namespace(self, namespace: str, mode: int, pattern):
+    def topics_of_namespace(self, namespace: str, mode: int, pattern, cnx=None):
+        """``cnx``: the asking connection, whose role must be allowed to list the namespace."""
         try:
             ns = NamespaceName.parse(namespace)
         except InvalidTopicNameError as e:
             raise errors.InvalidTopicName(str(e))
+        yield self.security.authorized(cnx, api.BaseCommand.GET_TOPICS_OF_NAMESPACE, namespace=namespace)
         yield self._check_namespace(ns)
         found = set()
         if mode in (api.CommandGetTopicsOfNamespace.PERSISTENT, api.CommandGetTopicsOfNamespace.ALL):
@@ -515,10 +503,12 @@ class BrokerService(service.Service):
     def create_producer(self, cnx, request):
         """
         The Producer of a ProducerRequest: schema, authorization, topic load, quotas, access mode.
-        The schema is decided first (Pulsar's order), so an incompatible one creates nothing.
+        The schema is decided before the topic loads (Pulsar's order), so an incompatible one
+        creates nothing.
         """
-        schema_version = yield schema.producer_schema_version(self, request)
+        # Authorization first (Pulsar's ServerCnx order): a refused producer adds no schema.
         yield defer.ensureDeferred(self.security.check_topic(cnx, request.topic, "produce"))
+        schema_version = yield schema.producer_schema_version(self, request)
         topic = yield self.get_topic(request.topic)
         name = request.producer_name or self.next_producer_name()
         self.policies.check_new_producer(topic)

@@ -15,6 +15,7 @@ from pulsar_twisted.broker.dispatch import nonpersistent
 from pulsar_twisted.broker.dispatch.key_shared import KeySharedDispatcher
 from pulsar_twisted.broker.dispatch.shared import SharedDispatcher
 from pulsar_twisted.broker.dispatch.single import ExclusiveDispatcher, FailoverDispatcher
+from pulsar_twisted.broker.rates import RateMeter
 from pulsar_twisted.common import errors
 from pulsar_twisted.common.position import Position
 from pulsar_twisted.proto import PulsarApi_pb2 as api
@@ -22,7 +23,62 @@ from pulsar_twisted.proto import PulsarApi_pb2 as api
 Sub = api.CommandSubscribe
 
 
-class PersistentSubscription:
+class SubscriptionCounters:
+    """
+    What a subscription counts for its stats, kept across its consumers coming and going:
+    ``msg_out``/``bytes_out`` (every consumer's dispatches, Consumer.sent adds to them, so a
+    closed consumer's part stays: Pulsar's msgOutCounter), ``msg_expired`` (messages the TTL
+    acknowledged), and the rates of the last stats period (``rates`` module): the out and
+    redeliver rates are the connected consumers' summed, as Pulsar's subscription stats.
+    """
+
+    msg_out = 0
+    bytes_out = 0
+    msg_expired = 0
+    #: Messages a non-persistent subscription dropped (no consumer could take them).
+    msg_dropped = 0
+    _own_rates = None
+
+    def sample_rates(self, period) -> None:
+        for consumer in list(self.consumers):
+            consumer.sample_rates(period)
+        if self._own_rates is None:
+            self._own_rates = RateMeter(2)
+        self._own_rates.sample(period, self.msg_expired, self.msg_dropped)
+
+    def out_rates(self):
+        """``(msgRateOut, msgThroughputOut, msgRateRedeliver)`` of the last stats period."""
+        rate = tput = redeliver = 0.0
+        for consumer in list(self.consumers):
+            r, t, d = consumer.rates.rates
+            rate += r
+            tput += t
+            redeliver += d
+        return rate, tput, redeliver
+
+    def expired_rate(self) -> float:
+        return self._own_rates.rates[0] if self._own_rates is not None else 0.0
+
+    def drop_rate(self) -> float:
+        """Pulsar's ``msgDropRate`` of a non-persistent subscription, over the last period."""
+        return self._own_rates.rates[1] if self._own_rates is not None else 0.0
+
+    def active_consumer(self):
+        """The consumer an Exclusive/Failover dispatcher made active, else None."""
+        return getattr(self.dispatcher, "active", None) if self.dispatcher is not None else None
+
+    def blocked_on_unacked(self) -> bool:
+        """True while a Shared dispatcher holds back for maxUnackedMessagesPerSubscription."""
+        check = getattr(self.dispatcher, "blocked_on_unacked", None)
+        return bool(check()) if check is not None else False
+
+    def delayed_count(self) -> int:
+        """Messages held by the delayed-delivery tracker (Shared types), else 0."""
+        delayed = getattr(self.dispatcher, "delayed", None)
+        return len(delayed) if delayed is not None else 0
+
+
+class PersistentSubscription(SubscriptionCounters):
     log = Logger()
 
     def __init__(self, topic, name: str, cursor, clock, config, durable: bool = True):
@@ -34,7 +90,8 @@ class PersistentSubscription:
         self.durable = durable
         self.sub_type = None
         self.dispatcher = None
-        #: position -> times redelivered (Shared/Key_Shared), sent in MESSAGE.redelivery_count.
+        #: position -> times redelivered (Shared/Key_Shared; Exclusive/Failover only with
+        #: singleActiveConsumerRedeliveryCountEnabled), sent in MESSAGE.redelivery_count.
         self.redelivery_counts = {}
         #: Partly acknowledged batches (acknowledgmentAtBatchIndexLevelEnabled), else None;
         #: their bit sets are kept (and persisted) by the cursor.
@@ -121,10 +178,12 @@ class PersistentSubscription:
         return d
 
     def redeliver(self, consumer, positions) -> None:
-        if positions and self.sub_type in (Sub.Exclusive, Sub.Failover):
-            # Negative acks / ack timeouts of given messages count as redeliveries here too:
-            # the C++ client's dead-letter policy reads MESSAGE.redelivery_count whatever the
-            # subscription type (Shared types count in their dispatcher).
+        if (positions and self.sub_type in (Sub.Exclusive, Sub.Failover)
+                and self.config.singleActiveConsumerRedeliveryCountEnabled):
+            # Pulsar's single-active dispatchers keep no redelivery tracker: their messages go
+            # out with redelivery_count 0, and a client's dead-letter policy never fires there.
+            # Behind the switch, negative acks / ack timeouts of given messages are counted as
+            # the Shared types count them (in their dispatcher).
             counts = self.redelivery_counts
             for position in positions:
                 counts[position] = counts.get(position, 0) + 1
@@ -198,7 +257,7 @@ class PersistentSubscription:
                 "consumers": [c.stats() for c in self.consumers]}
 
 
-class NonPersistentSubscription:
+class NonPersistentSubscription(SubscriptionCounters):
     """
     A subscription of a non-persistent topic: nothing is stored, so each message goes to the
     consumer its dispatcher (``dispatch.nonpersistent``) picks if that consumer can take it right
@@ -301,5 +360,5 @@ class NonPersistentSubscription:
 
     def stats(self) -> dict:
         return {"type": SUB_TYPE_NAMES.get(self.sub_type, "Exclusive"), "msgBacklog": 0,
-                "msgDropRate": 0.0, "dropped": self.dropped,
+                "msgDropRate": self.drop_rate(), "dropped": self.dropped,
                 "consumers": [c.stats() for c in self.consumers]}

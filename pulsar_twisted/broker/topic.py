@@ -35,46 +35,63 @@ _INT64_MAX = 0x7FFFFFFFFFFFFFFF
 
 class TopicCounters:
     """
-    A topic's in/out counters, kept across producers and consumers coming and going: messages are
-    only counted per producer/consumer (no per-message topic work), so the counts of the ones seen
-    at the previous reading that have since left are folded into ``retired`` (they are still
-    readable: we hold them until then). ``sample(now)`` turns deltas into rates.
+    A topic's in/out counters and rates, as Pulsar's topic stats: ``msg_in``/``bytes_in`` count
+    what every producer published (a producer's counts stay after it closes, Pulsar's
+    ``msgInCounter``), the out counters are the subscriptions' (each keeps what its closed
+    consumers sent) plus those of subscriptions already deleted. Rates are those of the last
+    stats period: publishers' summed for the in rates, subscriptions' for the out rates
+    (``rates`` module).
     """
 
     def __init__(self, topic, now: float):
         self.topic = topic
-        self.retired = [0, 0, 0, 0]
-        self.producers = set()
-        self.consumers = set()
-        self.last_sample = (now, 0, 0, 0, 0)
-        self.rates = (0.0, 0.0, 0.0, 0.0)
+        self.msg_in = 0
+        self.bytes_in = 0
+        #: Whether a chunk of a large message was published (the stats' msgChunkPublished).
+        self.chunk_published = False
+        #: Messages and bytes dispatched by subscriptions since deleted.
+        self.removed_out = [0, 0]
         #: Write latency / entry size histograms (storage_stats.py), fed by PersistentTopic.publish.
         self.storage = StorageWriteStats(topic.clock)
 
+    def published(self, count: int, size: int, chunk: bool = False) -> None:
+        self.msg_in += count
+        self.bytes_in += size
+        if chunk:
+            self.chunk_published = True
+
+    def subscription_removed(self, subscription) -> None:
+        self.removed_out[0] += subscription.msg_out
+        self.removed_out[1] += subscription.bytes_out
+
     def totals(self):
         """``(msg_in, bytes_in, msg_out, bytes_out)`` since the topic was loaded."""
-        topic = self.topic
-        producers = set(topic.producers.values())
-        consumers = {c for s in list(topic.subscriptions.values()) for c in s.consumers}
-        for p in self.producers - producers:
-            self.retired[0] += p.msg_in
-            self.retired[1] += p.bytes_in
-        for c in self.consumers - consumers:
-            self.retired[2] += c.msg_out
-            self.retired[3] += c.bytes_out
-        self.producers, self.consumers = producers, consumers
-        return (self.retired[0] + sum(p.msg_in for p in producers),
-                self.retired[1] + sum(p.bytes_in for p in producers),
-                self.retired[2] + sum(c.msg_out for c in consumers),
-                self.retired[3] + sum(c.bytes_out for c in consumers))
+        subscriptions = list(self.topic.subscriptions.values())
+        return (self.msg_in, self.bytes_in,
+                self.removed_out[0] + sum(s.msg_out for s in subscriptions),
+                self.removed_out[1] + sum(s.bytes_out for s in subscriptions))
 
-    def sample(self, now: float) -> None:
-        totals = self.totals()
-        then, *previous = self.last_sample
-        elapsed = now - then
-        if elapsed > 0:
-            self.rates = tuple((t - p) / elapsed for t, p in zip(totals, previous))
-        self.last_sample = (now, *totals)
+    def sample(self, period) -> None:
+        """Close a stats period of ``period`` seconds (None: the first, nothing to measure yet)
+        for every producer and subscription of the topic."""
+        for producer in list(self.topic.producers.values()):
+            producer.sample_rates(period)
+        for subscription in list(self.topic.subscriptions.values()):
+            subscription.sample_rates(period)
+
+    @property
+    def rates(self):
+        """``(msgRateIn, msgThroughputIn, msgRateOut, msgThroughputOut)`` of the last period."""
+        rate_in = tput_in = rate_out = tput_out = 0.0
+        for producer in list(self.topic.producers.values()):
+            rate, tput = producer.rates.rates
+            rate_in += rate
+            tput_in += tput
+        for subscription in list(self.topic.subscriptions.values()):
+            rate, tput, _redeliver = subscription.out_rates()
+            rate_out += rate
+            tput_out += tput
+        return rate_in, tput_in, rate_out, tput_out
 
 
 class TopicBase:
@@ -202,6 +219,7 @@ class TopicBase:
     def remove_subscription(self, subscription) -> None:
         if self.subscriptions.get(subscription.name) is subscription:
             del self.subscriptions[subscription.name]
+            self.counters.subscription_removed(subscription)
 
     def close(self):
         """Unload: producers and consumers are told to reconnect."""
@@ -226,6 +244,10 @@ class TopicBase:
         """Bytes after the mark-delete position of the slowest durable subscription (0: none)."""
         sizes = [s.cursor.estimated_backlog_size() for s in self.durable_subscriptions()]
         return max(sizes) if sizes else 0
+
+    def deduplication_status(self) -> str:
+        """Pulsar's ``deduplicationStatus``: "Disabled", "Recovering", "Enabled" or "Failed"."""
+        return "Disabled"
 
     def stats(self) -> dict:
         return {"publishers": [p.stats() for p in self.producers.values()],
@@ -302,6 +324,13 @@ class PersistentTopic(TopicBase):
             dedup.ready.addBoth(lambda result: d.callback(None) or result)
         d.addCallback(lambda _: self._check_ready())
         return d
+
+    def deduplication_status(self) -> str:
+        if self.dedup_error is not None:
+            return "Failed"
+        if self.dedup is None:
+            return "Disabled"
+        return "Recovering" if self.dedup.recovering else "Enabled"
 
     def _check_ready(self):
         if self.dedup_error is not None:

@@ -88,7 +88,10 @@ async def expire_subscription(topic, subscription, age_seconds: int, now_ms: int
                                      now_ms - age_seconds * 1000)
     if newest is None or newest <= cursor.mark_delete_position:
         return False
+    before = cursor.number_of_entries_in_backlog()
     await cursor.mark_delete(newest)
+    # Pulsar's msgRateExpired counts the backlog the expiry removed.
+    subscription.msg_expired += max(0, before - cursor.number_of_entries_in_backlog())
     counts = getattr(subscription, "redelivery_counts", None)
     if counts:
         for p in [p for p in counts if p <= newest]:

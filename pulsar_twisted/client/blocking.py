@@ -232,6 +232,10 @@ class Consumer(_Handle):
     def get_last_message_id(self) -> MessageId:
         return self._call(self._inner.get_last_message_id)
 
+    def get_broker_stats(self) -> dict:
+        """The broker's CONSUMER_STATS of this consumer (rates of its last stats period)."""
+        return self._call(self._inner.get_broker_stats)
+
     def subscription_name(self) -> str:
         return self._inner.subscription_name()
 

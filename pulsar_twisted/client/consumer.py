@@ -631,6 +631,27 @@ class Consumer(ConnectionHandler):
         return d.addCallback(lambda answer: MessageId.from_proto(
             answer.getLastMessageIdResponse.last_message_id, self.partition))
 
+    #: Fields of CONSUMER_STATS_RESPONSE handed out by ``get_broker_stats`` (Java's
+    #: ``BrokerConsumerStats``).
+    BROKER_STATS_FIELDS = ("msgRateOut", "msgThroughputOut", "msgRateRedeliver", "consumerName",
+                           "availablePermits", "unackedMessages", "blockedConsumerOnUnackedMsgs",
+                           "address", "connectedSince", "type", "msgRateExpired", "msgBacklog")
+
+    def get_broker_stats(self) -> defer.Deferred:
+        """
+        Fires with the broker's stats of this consumer (CONSUMER_STATS, as the Java client's
+        ``getBrokerConsumerStatsAsync``): a dict of ``BROKER_STATS_FIELDS``; the rates are the
+        broker's over its last stats period. Fails with the broker's error.
+        """
+        request_id = self._new_request_id()
+        d = self._request(command(T.CONSUMER_STATS, "consumerStats",
+                                  consumer_id=self.consumer_id, request_id=request_id), request_id)
+
+        def fields(answer):
+            stats = answer.consumerStatsResponse
+            return {name: getattr(stats, name) for name in self.BROKER_STATS_FIELDS}
+        return d.addCallback(fields)
+
     def seek(self, target) -> defer.Deferred:
         """Move the subscription to a ``MessageId`` or a publish time (ms since the epoch)."""
         request_id = self._new_request_id()

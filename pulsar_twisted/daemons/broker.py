@@ -124,7 +124,7 @@ class BrokerClusterService(BrokerListeners, Daemon):
     has started; ``ready`` fires once the broker listens, is registered and is a leader candidate."""
 
     def __init__(self, config: BrokerConfig, reactor=None):
-        super().__init__("pulsar-broker", reactor)
+        super().__init__("pulsar-broker", reactor, config.brokerShutdownTimeoutMs / 1000.0)
         self.config = config
         self.addresses = BrokerAddresses(config)
         self.store = self.bookie_store = self.bookie_client = self.ledger_client = None

@@ -48,8 +48,11 @@ from pulsar_twisted.resources.bookies import register_bookie
 def check_standalone(config) -> None:
     """What start-up would refuse, refused while twistd parses options (ConfigError naming the key)."""
     if config.metadataStoreUrl:
-        raise ConfigError("metadataStoreUrl: standalone runs on its embedded metadata store; "
-                          "leave metadataStoreUrl empty (use pulsar-broker for a cluster)")
+        origin = " (derived from the deprecated zookeeperServers)" if "metadataStoreUrl" in getattr(
+            config, "derived", {}) else ""
+        raise ConfigError(f"metadataStoreUrl{origin}: standalone runs on its embedded metadata store; "
+                          "leave metadataStoreUrl and zookeeperServers empty (use pulsar-broker for a "
+                          "cluster)")
     check_listener_config(config)
 
 
@@ -58,7 +61,7 @@ class StandaloneService(BrokerListeners, Daemon):
     module docstring). The parts are attributes once their step has started."""
 
     def __init__(self, config: StandaloneConfig, reactor=None):
-        super().__init__("pulsar-standalone", reactor)
+        super().__init__("pulsar-standalone", reactor, config.brokerShutdownTimeoutMs / 1000.0)
         self.config = config
         self.store = self.bookie = self.ledger_client = self.ml_factory = None
         self.broker = self.admin = self.functions_worker = None

@@ -48,13 +48,52 @@ class Daemon(OrderedMultiService):
     with exit status 1 (``startup_failed``); a stop that comes during start-up is not a failure.
     """
 
-    def __init__(self, daemon: str, reactor=None):
+    #: Seconds ``stopService`` waits for the tree to stop before it gives up (None: no bound).
+    shutdown_timeout = None
+
+    def __init__(self, daemon: str, reactor=None, shutdown_timeout=None):
         super().__init__()
         if reactor is None:
             from twisted.internet import reactor
         self.daemon = daemon
         self.reactor = reactor
         self.ready = defer.Deferred()
+        self.shutdown_timeout = shutdown_timeout
+
+    def stopService(self):
+        """
+        Stop the tree, in reverse start order. With ``shutdown_timeout`` (Pulsar's
+        ``brokerShutdownTimeoutMs``) the returned Deferred fires at the latest that many
+        seconds later: the parts still closing are named in a warning and left behind, so
+        twistd goes on to exit rather than hang on a part that cannot close (a bookie or
+        ZooKeeper that does not answer). The stop itself is not cancelled: a part closing
+        cleanly in the meantime still does.
+        """
+        stopping = super().stopService()
+        timeout = self.shutdown_timeout
+        if timeout is None:
+            return stopping
+        bounded = defer.Deferred()
+
+        def give_up():
+            pending = self.not_stopped()
+            self.log.warn("{daemon}: shutdown not done after {ms} ms (brokerShutdownTimeoutMs); "
+                          "exiting without waiting for: {pending}", daemon=self.daemon,
+                          ms=int(timeout * 1000), pending=", ".join(pending) or "(nothing)")
+            bounded.callback(None)
+
+        timer = self.reactor.callLater(max(0.0, timeout), give_up)
+
+        def stopped(result):
+            if timer.active():
+                timer.cancel()
+                bounded.callback(None)
+            return result
+
+        stopping.addBoth(stopped)
+        stopping.addErrback(lambda failure: self.log.failure(
+            "{daemon}: stopping failed", failure, daemon=self.daemon))
+        return bounded
 
     def startService(self):
         config = getattr(self, "config", None)

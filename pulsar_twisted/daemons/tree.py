@@ -37,6 +37,7 @@ class OrderedMultiService(MultiService):
         self._started_children = []   # children started, in start order
         self._starting = None    # the Deferred of the child start in progress
         self._start_done = None  # fires (with None) when the start-up run has ended
+        self.stopping_child = None  # the child whose stopService is awaited, if any
 
     def startService(self):
         Service.startService(self)
@@ -81,10 +82,18 @@ class OrderedMultiService(MultiService):
     async def _stop_children(self):
         while self._started_children:
             child = self._started_children.pop()
+            self.stopping_child = child
             try:
                 await defer.maybeDeferred(child.stopService)
             except Exception:
                 self.log.failure("stopping {child} failed", child=child.name)
+            finally:
+                self.stopping_child = None
+
+    def not_stopped(self) -> list:
+        """Names of the children still to stop (the one stopping now first), for a warning."""
+        pending = [] if self.stopping_child is None else [self.stopping_child]
+        return [child.name for child in pending + list(reversed(self._started_children))]
 
 
 class Step(Service):

@@ -205,6 +205,13 @@ class ManagedLedgerImpl:
             await self._recover_last_ledger()
         self._last_confirmed = self._compute_last_confirmed()
         if self._terminated_at is not None:
+            # As Pulsar's ManagedLedgerImpl: a terminated ledger's last entry is the terminated
+            # position, also when recovery just dropped the empty ledger it points into (a topic
+            # terminated before any write). Computing it from the remaining ledgers would move it
+            # back, behind every cursor's mark-delete, so a later mark-delete (a compaction of the
+            # empty topic) was refused as "after the last entry".
+            self._terminated_at = Position(*self._terminated_at)
+            self._last_confirmed = self._terminated_at
             # Claim the version like a new ledger would, so a stale owner is fenced all the same.
             await self._write_metadata()
             self._state = State.TERMINATED

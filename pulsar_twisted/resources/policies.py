@@ -225,9 +225,12 @@ def new_policies(cluster: str) -> dict:
         "encryption_required": False,
         "subscription_auth_mode": "None",
         "offload_threshold": -1,
-        "schema_auto_update_compatibility_strategy": "Full",
+        # No schema_auto_update_compatibility_strategy: Pulsar 4.x's default for the deprecated
+        # field is null (omitted, like every null), where Pulsar 2.x stored "Full". Documents we
+        # stored earlier still carry "Full"; broker/schema.py reads it as unset.
         "schema_compatibility_strategy": "UNDEFINED",
-        "is_allow_auto_update_schema": True,
+        # No is_allow_auto_update_schema either: null in Pulsar 4.x, so that the broker's
+        # isAllowAutoUpdateSchemaEnabled decides (a stored true would pin it on).
         "schema_validation_enforced": False,
         "subscription_types_enabled": [],
         "properties": {},

@@ -77,6 +77,20 @@ class AuthorizationService:
             return bool(actions & {"produce", "consume"})
         return action in actions
 
+    async def namespace_allows(self, namespace_name, role, action: str) -> bool:
+        """Whether ``role`` may ``action`` on the whole namespace: a tenant admin, or the action
+        granted on the namespace itself (Pulsar's namespace operations such as GET_TOPICS look at
+        namespace grants only, not at the grants of single topics)."""
+        if not self.enabled:
+            return True
+        if role is None:
+            return False
+        if await self.is_tenant_admin(namespace_name.tenant, role):
+            return True
+        policies = await self._document(self.namespaces.get, namespace_name)
+        auth = policies.get("auth_policies") or {}
+        return action in set((auth.get("namespace_auth") or {}).get(role) or [])
+
     async def check(self, topic_name, role, action: str) -> None:
         """``AuthorizationError`` unless ``role`` may ``action`` on ``topic_name``."""
         if not await self.allowed(topic_name, role, action):

@@ -7,8 +7,9 @@ The broker's security decisions for its binary-protocol connections, in one obje
 * ``authenticate(cnx, connect)``: the role of a CONNECT, and an ``AuthSession`` that keeps it
   fresh: every ``authenticationRefreshCheckSeconds`` an expired proof gets an AUTH_CHALLENGE, and a
   connection that has not answered with a valid one by the next check is closed;
-* ``check_topic(cnx, topic, action)``: authorization of PRODUCER (produce), SUBSCRIBE (consume)
-  and LOOKUP (produce or consume);
+* ``authorize_command(cnx, type, topic=/namespace=)``: authorization of a command by the rule
+  ``policy_table.BINARY_RULES`` gives it (``check_topic(cnx, topic, action)`` for PRODUCER,
+  SUBSCRIBE and LOOKUP);
 * ``lookup_started()`` / ``lookup_finished()``: ``maxConcurrentLookupRequest``.
 
 Nothing here runs per message. Credentials are never logged: log lines carry the peer, the
@@ -17,15 +18,20 @@ method and the reason.
 
 import collections
 
+from twisted.internet import defer
 from twisted.logger import Logger
 
 from pulsar_twisted.common import errors
-from pulsar_twisted.common.naming import InvalidTopicNameError, parse_topic
+from pulsar_twisted.common.naming import InvalidTopicNameError, NamespaceName, parse_topic
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.security.auth import AuthenticationService, Credentials
 from pulsar_twisted.security.authz import AuthorizationService
 from pulsar_twisted.security.endpoints import peer_certificate_of
 from pulsar_twisted.security.proxied import proxied_identity, roles_to_authorize
+from pulsar_twisted.security.policy_table import BINARY_RULES, enforce
+
+_COMMAND_OF_ACTION = {"lookup": api.BaseCommand.LOOKUP, "produce": api.BaseCommand.PRODUCER,
+                      "consume": api.BaseCommand.SUBSCRIBE}
 
 #: The challenge data Pulsar sends when it asks for fresh credentials (AuthData.REFRESH_AUTH_DATA).
 REFRESH_AUTH_DATA = b"PulsarAuthRefresh"
@@ -120,6 +126,9 @@ class BrokerSecurity:
         self.max_lookups = config.maxConcurrentLookupRequest
         self.proxy_roles = frozenset(config.proxyRoles)
         self.authenticate_original = config.authenticateOriginalAuthData
+        #: /metrics: public unless authenticateMetricsEndpoint; then super users and metricsRoles.
+        self.authenticate_metrics = config.authenticateMetricsEndpoint
+        self.metrics_roles = frozenset(config.metricsRoles)
         self.pending_lookups = 0
         self.connections_by_ip = collections.Counter()
         self.connection_count = 0
@@ -187,19 +196,47 @@ class BrokerSecurity:
         session.answer(response)
 
     # ---------------------------------------------------------------- authorization
-    async def check_topic(self, cnx, topic: str, action: str) -> None:
-        """AuthorizationError unless the role of ``cnx`` may ``action`` on ``topic``."""
+    async def authorize_command(self, cnx, command_type: int, topic: str = None,
+                                namespace: str = None) -> None:
+        """
+        AuthorizationError unless the role of ``cnx`` passes the rule ``policy_table.BINARY_RULES``
+        gives ``command_type``, for ``topic`` (a full name) or ``namespace`` (``tenant/ns``).
+        InvalidTopicName for a name that does not parse. A command with no rule is refused.
+        """
+        rule = BINARY_RULES.get(command_type)
+        if rule is None:
+            raise errors.AuthorizationError(f"Command {command_type} has no authorization rule")
         if not self.authz.enabled:
             return
         try:
-            name = parse_topic(topic)
+            if topic is not None:
+                name = parse_topic(topic)
+                where = dict(tenant=name.tenant, namespace=name.namespace, topic=str(name), domain=None)
+            else:
+                ns = NamespaceName.parse(namespace or "")
+                where = dict(tenant=ns.tenant, namespace=ns.namespace)
         except InvalidTopicNameError as e:
             raise errors.InvalidTopicName(str(e))
+        # A proxy's connection: the proxy role and the original principal must both pass (proxied.py).
         for role in roles_to_authorize(cnx):
-            if not await self.authz.allowed(name, role, action):
-                self.log.info("{peer}: role {role} refused {action} on {topic}", peer=cnx.peer,
-                              role=role, action=action, topic=str(name))
-                raise errors.AuthorizationError(f"Role {role} is not authorized to {action} on {name}")
+            try:
+                await enforce(self.authz, rule, role, **where)
+            except errors.AuthorizationError as e:
+                self.log.info("{peer}: role {role} refused {command}: {reason}", peer=cnx.peer,
+                              role=role, command=api.BaseCommand.Type.Name(command_type), reason=str(e))
+                raise
+
+    def authorized(self, cnx, command_type: int, **where) -> defer.Deferred:
+        """``authorize_command`` as a Deferred; nothing to check without a connection (a call
+        from the admin API, which the HTTP rules authorized)."""
+        if cnx is None:
+            return defer.succeed(None)
+        return defer.ensureDeferred(self.authorize_command(cnx, command_type, **where))
+
+    async def check_topic(self, cnx, topic: str, action: str) -> None:
+        """AuthorizationError unless the role of ``cnx`` may ``action`` (lookup, produce,
+        consume) on ``topic``: the rule of LOOKUP, PRODUCER or SUBSCRIBE."""
+        await self.authorize_command(cnx, _COMMAND_OF_ACTION[action], topic=topic)
 
     # ---------------------------------------------------------------- lookups
     def lookup_started(self) -> None:

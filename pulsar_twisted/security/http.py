@@ -1,98 +1,259 @@
 """
 Authentication and authorization of the HTTP service (admin REST v2, lookup, metrics).
 
-``SecuredResource`` wraps the router's resource. With ``authenticationEnabled`` every request
-must prove a role: ``Authorization: Bearer <token>``, ``Authorization: Basic <base64 user:pass>``
-or, on HTTPS, a client certificate (``tls`` provider); without a proof the request gets
-``anonymousUserRole`` when one is set (Pulsar's AuthenticationFilter), else 401 with the reason. With
-``authorizationEnabled`` the request must then be allowed (403 otherwise), by these rules
-(Pulsar's, simplified where noted):
+Two guards, one per stage of a request:
 
-* clusters and brokers: reading needs a role, changing needs a super user;
-* the tenant list and tenant creation/update/deletion: super user; reading a tenant: its admins;
-* namespaces of a tenant and the topics in them: the tenant's admins (and super users), except
-  ``GET .../namespaces/{t}/{ns}/topics`` and ``GET .../{topic}/partitions`` and
-  ``/lookup/v2/topic/...``, which a role that may produce or consume there may also use (the
-  official client calls them with an ``http://`` service URL);
-* ``/admin/v3/{functions,sources,sinks}/{tenant}/...``: the tenant's admins (and super users);
-* ``/metrics`` and anything else: any authenticated role.
-
-Pulsar's topic-level grant routes live with the other routes (``web/permissions.py``).
+* ``GuardedHTTPChannel`` (header time, before any byte of the body is read): a body announced
+  larger than ``max_request_size(config)`` is refused with 413, a body from a caller without valid
+  credentials (authentication on) with 401; a chunked body is counted and refused with 413 as
+  soon as it passes the limit. The connection closes after the refusal, so the body is never
+  spooled (twisted.web's ``Request`` writes bodies over 100 kB to a temporary file).
+* ``SecuredResource`` (render time): with ``authenticationEnabled`` every request must prove a
+  role (``Authorization: Bearer <token>``, ``Authorization: Basic <base64 user:pass>`` or, on
+  HTTPS, a client certificate; without a proof ``anonymousUserRole`` when one is set, as Pulsar's
+  AuthenticationFilter; 401 otherwise); with ``authorizationEnabled`` the role must then
+  pass the Rule that ``policy_table.HTTP_RULES`` gives the matched route (403 otherwise). A route
+  without an entry is refused; a path no route matches is answered by the router (404/405) once
+  the caller is authenticated. ``/metrics`` follows ``authenticateMetricsEndpoint``.
 
 Credentials are never logged; refusals log the peer, the path and the reason.
 """
 
+import inspect
 import json
 from urllib.parse import unquote
 
 from twisted.internet import defer
 from twisted.logger import Logger
-from twisted.web import resource, server
+from twisted.python.failure import Failure
+from twisted.web import http, resource, server
 
 from pulsar_twisted.common.errors import AuthenticationError, AuthorizationError
-from pulsar_twisted.common.naming import InvalidTopicNameError, NON_PERSISTENT, PERSISTENT, parse_topic
+from pulsar_twisted.security import policy_table
 from pulsar_twisted.security.endpoints import peer_certificate_of
 
-_DOMAINS = (PERSISTENT, NON_PERSISTENT)
+#: Room above maxMessageSize for the JSON around the largest payload an admin body carries.
+REQUEST_SIZE_HEADROOM = 1024 * 1024
 
 
-def _topic(domain, tenant, ns, local):
+def max_request_size(config) -> int:
+    """
+    The largest HTTP request body accepted, in bytes: ``httpMaxRequestSize`` when positive.
+    Pulsar's default (-1) means no limit; we take ``maxMessageSize`` + 1 MiB instead, as no admin
+    body legitimately carries more than one message and its JSON.
+    """
+    configured = getattr(config, "httpMaxRequestSize", -1)
+    if configured and configured > 0:
+        return configured
+    return config.maxMessageSize + REQUEST_SIZE_HEADROOM
+
+
+def _peer_host(transport) -> str:
+    peer = transport.getPeer() if transport is not None else None
+    return str(getattr(peer, "host", "") or "")
+
+
+def authenticate_request(authn, authorization, certificate, peer: str, method_name):
+    """
+    The identity of an HTTP request (or a Deferred of it): through the authentication service's
+    ``authenticate_http_deferred`` when it has one (passwords checked off the reactor thread),
+    else ``authenticate_http``. AuthenticationError (raised or as a failure) when refused.
+    """
+    check = getattr(authn, "authenticate_http_deferred", None) or authn.authenticate_http
+    if "method_name" in inspect.signature(check).parameters:
+        return check(authorization, certificate, peer, method_name=method_name)
+    return check(authorization, certificate, peer)
+
+
+def _refusal_bytes(status: int, reason: str, authenticate: bool = False) -> bytes:
+    body = json.dumps({"reason": reason}).encode()
+    head = [b"HTTP/1.1 %d %s" % (status, http.RESPONSES.get(status, b"Refused")),
+            b"Content-Type: application/json", b"Content-Length: %d" % len(body),
+            b"Connection: close"]
+    if authenticate:
+        head.append(b'WWW-Authenticate: Bearer realm="pulsar"')
+    return b"\r\n".join(head) + b"\r\n\r\n" + body
+
+
+class PendingIdentity:
+    """
+    An authentication still running (a password checked off the reactor thread), whose outcome
+    both the channel (to refuse the body) and SecuredResource (to answer the request) wait for:
+    the check runs once. ``outcome`` is ``[identity or Failure]`` once known, else None.
+    """
+
+    def __init__(self, deferred):
+        self.outcome = None
+        self._waiters = []
+        deferred.addBoth(self._done)
+
+    def _done(self, result):
+        self.outcome = [result]
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            self._fire(waiter, result)
+
+    @staticmethod
+    def _fire(waiter, result):
+        if isinstance(result, Failure):
+            waiter.errback(result)
+        else:
+            waiter.callback(result)
+
+    def wait(self) -> defer.Deferred:
+        """A new Deferred of the outcome."""
+        waiter = defer.Deferred()
+        if self.outcome is not None:
+            self._fire(waiter, self.outcome[0])
+        else:
+            self._waiters.append(waiter)
+        return waiter
+
+
+class GuardedHTTPChannel(http.HTTPChannel):
+    """
+    An HTTPChannel that judges a request's body from its headers (size, then credentials) and
+    counts chunked bodies. ``max_body`` and ``authn`` (an AuthenticationService, or None) are set
+    by ``guard_site``. A refusal writes a complete answer and closes the connection; nothing more
+    the client sends is parsed.
+    """
+
+    log = Logger()
+    max_body = None
+    authn = None
+    _refused = False
+    _lost = False
+    _received = 0
+    #: The request whose body is being received (None once it is complete).
+    _receiving = None
+
+    def allHeadersReceived(self):
+        request = self.requests[-1]
+        refusal = self._judge_size() or self._judge_credentials(request)
+        if refusal is not None:
+            self._refuse(*refusal)
+            return
+        super().allHeadersReceived()
+        decoder = self._transferDecoder
+        if self.length is None and decoder is not None and self.max_body is not None:
+            self._received = 0
+            decoder.dataCallback = self._counted(decoder.dataCallback)
+        pending = getattr(request, "pulsar_identity_pending", None)
+        if pending is not None:
+            # Credentials checked off the reactor thread: read no more of the body until then.
+            self._receiving = request
+            self.transport.pauseProducing()
+            pending.wait().addBoth(self._credentials_judged, request)
+
+    def _announces_body(self) -> bool:
+        return bool(self.length) or (self.length is None and self._transferDecoder is not None)
+
+    def _judge_size(self):
+        """``(413, reason, False)`` for a Content-Length over ``max_body``, else None."""
+        announced = self.length
+        if self.max_body is not None and announced is not None and announced > self.max_body:
+            return 413, f"Request body of {announced} bytes exceeds the limit of {self.max_body}", False
+        return None
+
+    def _judge_credentials(self, request):
+        """``(401, reason, True)`` for a body whose credentials are refused at once, else None
+        (then ``request.pulsar_identity`` holds the identity, or ``pulsar_identity_pending`` a
+        check still running)."""
+        if not self._announces_body() or self.authn is None or not self.authn.enabled:
+            return None
+        headers = request.requestHeaders
+        try:
+            certificate = peer_certificate_of(self.transport)
+        except Exception as e:  # a certificate we cannot read: let render decide
+            self.log.info("header-time authentication skipped: {error}", error=e)
+            return None
+        pending = PendingIdentity(defer.maybeDeferred(
+            authenticate_request, self.authn, headers.getRawHeaders(b"authorization", [None])[0],
+            certificate, _peer_host(self.transport),
+            headers.getRawHeaders(b"x-pulsar-auth-method-name", [None])[0]))
+        if pending.outcome is None:
+            request.pulsar_identity_pending = pending
+            return None
+        result = pending.outcome[0]
+        if isinstance(result, Failure):
+            return (401, str(result.value), True) if result.check(AuthenticationError) else None
+        request.pulsar_identity = result
+        return None
+
+    def _credentials_judged(self, result, request):
+        """An asynchronous check finished: refuse the body still being sent, or read on."""
+        if self._refused or self._lost:
+            return
+        if (isinstance(result, Failure) and result.check(AuthenticationError)
+                and self._receiving is request):
+            self._refuse(401, str(result.value), True)
+            return
+        self.transport.resumeProducing()
+
+    def _counted(self, callback):
+        def count(data):
+            if self._refused:
+                return
+            self._received += len(data)
+            if self._received > self.max_body:
+                self._refuse(413, f"Request body exceeds the limit of {self.max_body} bytes", False)
+                return
+            callback(data)
+        return count
+
+    def _refuse(self, status: int, reason: str, authenticate: bool) -> None:
+        self.log.info("{peer}: HTTP request refused before its body was read: {status} {reason}",
+                      peer=_peer_host(self.transport), status=status, reason=reason)
+        self._refused = True
+        self.length = None   # lineReceived then switches to raw mode, where we drop everything
+        self.transport.write(_refusal_bytes(status, reason, authenticate))
+        self.loseConnection()
+
+    def rawDataReceived(self, data):
+        if self._refused:
+            return
+        super().rawDataReceived(data)
+
+    def lineReceived(self, line):
+        if self._refused:
+            return
+        super().lineReceived(line)
+
+    def allContentReceived(self):
+        if self._refused:
+            return
+        self._receiving = None
+        super().allContentReceived()
+
+    def connectionLost(self, reason):
+        self._lost = True
+        super().connectionLost(reason)
+
+
+def guard_site(site, config, security=None):
+    """Make ``site`` build GuardedHTTPChannels bounded by ``config`` (and ``security.authn``)."""
+    limit = max_request_size(config)
+    authn = getattr(security, "authn", None)
+
+    class Channel(GuardedHTTPChannel):
+        max_body = limit
+
+    Channel.authn = authn
+    site.protocol = Channel
+    return site
+
+
+def _decoded(params: dict):
+    """Path parameters percent-decoded strictly, or None when one is not valid UTF-8."""
     try:
-        return parse_topic(f"{domain}://{tenant}/{ns}/{unquote(local)}")
-    except InvalidTopicNameError:
+        return {k: unquote(v, errors="strict") for k, v in params.items()}
+    except UnicodeDecodeError:
         return None
 
 
-async def check_http_access(authorization, method: str, path: str, role) -> None:
-    """AuthorizationError unless ``role`` may ``method`` ``path`` (rules in the module doc)."""
-    if not authorization.enabled:
-        return
-    parts = [p for p in path.split("/") if p]
-    read = method in ("GET", "HEAD")
-    if parts[:2] == ["lookup", "v2"] and len(parts) >= 7 and parts[3] in _DOMAINS:
-        name = _topic(parts[3], parts[4], parts[5], parts[6])
-        if name is not None:
-            if not await authorization.allowed(name, role, "lookup"):
-                raise AuthorizationError(f"Role {role} is not authorized to lookup {name}")
-        return
-    if parts[:2] == ["admin", "v3"] and len(parts) >= 4:
-        # Functions (and, later, sources and sinks) of a tenant: its admins, as Pulsar allows
-        # (Pulsar also lets a role granted the namespace's "functions" action; not yet here).
-        await authorization.check_tenant_admin(parts[3], role)
-        return
-    if parts[:2] != ["admin", "v2"] or len(parts) < 3:
-        return
-    kind = parts[2]
-    if kind in ("clusters", "brokers", "broker-stats"):
-        if not read:
-            authorization.check_super_user(role)
-        return
-    if kind == "tenants":
-        if len(parts) == 4 and read:
-            await authorization.check_tenant_admin(parts[3], role)
-        else:
-            authorization.check_super_user(role)
-        return
-    if kind == "namespaces" and len(parts) >= 4:
-        if read and len(parts) == 6 and parts[5] == "topics":
-            # Pattern consumers list a namespace's topics with the role they consume with.
-            name = _topic(PERSISTENT, parts[3], parts[4], "_")
-            if name is not None and await authorization.allowed(name, role, "consume"):
-                return
-        await authorization.check_tenant_admin(parts[3], role)
-        return
-    if kind in _DOMAINS and len(parts) >= 4:
-        if read and len(parts) == 7 and parts[6] == "partitions":
-            # The official client reads partitioned metadata here with an http:// service URL.
-            name = _topic(kind, parts[3], parts[4], parts[5])
-            if name is not None and await authorization.allowed(name, role, "lookup"):
-                return
-        await authorization.check_tenant_admin(parts[3], role)
-        return
-
-
 class SecuredResource(resource.Resource):
-    """Authenticates, authorizes, then hands the request to ``inner`` (a leaf resource)."""
+    """Authenticates, authorizes by the policy table, then hands the request to ``inner`` (a
+    RouterResource: its ``router`` tells which route a request is for)."""
 
     isLeaf = True
     log = Logger()
@@ -110,44 +271,78 @@ class SecuredResource(resource.Resource):
             method = request.method.decode("ascii")
         except UnicodeDecodeError:
             return self._error(request, 400, "Malformed request line")
-        try:
-            channel = getattr(request, "channel", None)
-            certificate = peer_certificate_of(getattr(channel, "transport", None))
-            identity = self.security.authn.authenticate_http(
-                request.getHeader(b"authorization"), certificate, peer,
-                method_name=request.getHeader(b"x-pulsar-auth-method-name"))
-        except AuthenticationError as e:
-            self.log.warn("{peer}: HTTP authentication refused for {method} {path}: {reason}",
-                          peer=peer, method=method, path=path, reason=str(e))
-            request.setHeader(b"WWW-Authenticate", b'Bearer realm="pulsar"')
-            return self._error(request, 401, str(e))
-        request.pulsar_role = identity.role
-        d = defer.ensureDeferred(check_http_access(self.security.authz, method, path, identity.role))
+        route, params = self.inner.router.find(method, path)
+        rule = policy_table.AUTHENTICATED
+        if route is not None:
+            rule = policy_table.http_rule(method, route.template)
+            if rule is None:
+                self.log.error("{method} {template} has no authorization rule: refused",
+                               method=method, template=route.template)
+                return self._error(request, 403, "No authorization rule for this route")
+        if rule == policy_table.METRICS and not self.security.authenticate_metrics:
+            return self.inner.render(request)   # Pulsar's default: /metrics is public
+        d = defer.maybeDeferred(self._identity, request, peer)
+        d.addCallback(lambda identity: defer.ensureDeferred(
+            self._authorize(identity, request, rule, route, params)))
         finished = []
         request.notifyFinish().addBoth(finished.append)
-
-        def allowed(_):
-            if finished:
-                return
-            result = self.inner.render(request)
-            if result is not server.NOT_DONE_YET:
-                request.write(result)
-                request.finish()
-
-        def refused(failure):
-            if finished:
-                return
-            if failure.check(AuthorizationError):
-                self.log.info("{peer}: role {role} refused {method} {path}: {reason}", peer=peer,
-                              role=identity.role, method=method, path=path, reason=str(failure.value))
-                self._error(request, 403, str(failure.value), finish=True)
-            else:
-                self.log.failure("authorizing {method} {path}", failure, method=method, path=path)
-                self._error(request, 500, "Internal error checking permissions", finish=True)
-
-        d.addCallbacks(allowed, refused)
+        d.addCallbacks(self._allowed, self._refused, callbackArgs=(request, finished),
+                       errbackArgs=(request, finished, peer, method, path))
         d.addErrback(lambda f: self.log.failure("answering {path}", f, path=path))
         return server.NOT_DONE_YET
+
+    def _identity(self, request, peer):
+        known = getattr(request, "pulsar_identity", None)
+        if known is not None:
+            return known
+        pending = getattr(request, "pulsar_identity_pending", None)
+        if pending is not None:
+            return pending.wait()
+        channel = getattr(request, "channel", None)
+        certificate = peer_certificate_of(getattr(channel, "transport", None))
+        return authenticate_request(self.security.authn, request.getHeader(b"authorization"),
+                                    certificate, peer, request.getHeader(b"x-pulsar-auth-method-name"))
+
+    async def _authorize(self, identity, request, rule, route, params):
+        request.pulsar_role = role = identity.role
+        if rule == policy_table.METRICS:
+            if self.security.authz.enabled and not (
+                    self.security.authz.is_super_user(role) or role in self.security.metrics_roles):
+                raise AuthorizationError(f"Role {role} may not read the metrics")
+            return identity
+        decoded = _decoded(params) if route is not None else None
+        if decoded is None:
+            return identity   # no route, or undecodable parameters: the router refuses the request
+        await policy_table.enforce(
+            self.security.authz, rule, role, tenant=decoded.get("tenant"),
+            namespace=decoded.get("namespace"), topic=decoded.get("topic"),
+            domain=policy_table.domain_of(route.template))
+        return identity
+
+    def _allowed(self, identity, request, finished):
+        if finished:
+            return
+        result = self.inner.render(request)
+        if result is not server.NOT_DONE_YET:
+            request.write(result)
+            request.finish()
+
+    def _refused(self, failure, request, finished, peer, method, path):
+        if finished:
+            return
+        if failure.check(AuthenticationError):
+            self.log.warn("{peer}: HTTP authentication refused for {method} {path}: {reason}",
+                          peer=peer, method=method, path=path, reason=str(failure.value))
+            request.setHeader(b"WWW-Authenticate", b'Bearer realm="pulsar"')
+            self._error(request, 401, str(failure.value), finish=True)
+        elif failure.check(AuthorizationError):
+            self.log.info("{peer}: role {role} refused {method} {path}: {reason}", peer=peer,
+                          role=getattr(request, "pulsar_role", None), method=method, path=path,
+                          reason=str(failure.value))
+            self._error(request, 403, str(failure.value), finish=True)
+        else:
+            self.log.failure("authorizing {method} {path}", failure, method=method, path=path)
+            self._error(request, 500, "Internal error checking permissions", finish=True)
 
     @staticmethod
     def _error(request, status: int, reason: str, finish: bool = False):

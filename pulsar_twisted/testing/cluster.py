@@ -132,12 +132,14 @@ class DaemonProcess(ChildProcess):
     log_tail_lines = 40
 
     def __init__(self, name: str, plugin: str, directory: str, settings: dict, ready_port: int,
-                 start_timeout: float = 30.0, stop_timeout: float = 30.0):
+                 start_timeout: float = 30.0, stop_timeout: float = 30.0, base_text: str = ""):
         self.name = name
         self.plugin = plugin
         self.directory = directory
         os.makedirs(directory, exist_ok=True)
         self.settings = dict(settings)
+        #: A whole configuration file (a Pulsar user's own) written before ``settings``' lines.
+        self.base_text = base_text
         self.ready_port = ready_port
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
@@ -149,6 +151,8 @@ class DaemonProcess(ChildProcess):
 
     def write_config(self) -> None:
         with open(self.config_path, "w") as f:
+            if self.base_text:
+                f.write(self.base_text.rstrip("\n") + "\n")
             for key, value in self.settings.items():
                 f.write(f"{key}={value}\n")
 

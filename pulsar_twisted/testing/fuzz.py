@@ -14,7 +14,11 @@ Strategies:
 * ``mutated_frames``: valid frames (CONNECT, PRODUCER, SEND, SUBSCRIBE...) with bytes flipped,
   cut, duplicated or their size fields rewritten;
 * ``random_commands``: well-formed frames of every command the broker handles, every field set
-  to a random value (ids, names, enums, nested messages), after a valid CONNECT.
+  to a random value (ids, names, enums, nested messages), after a valid CONNECT;
+* ``admin_paths(routes)``: real admin routes with hostile path parameters (NUL, invalid UTF-8 and
+  percent-encoding, huge numbers, long names);
+* ``admin_bodies(routes)``: real admin routes with hostile or wrongly typed JSON bodies (deep
+  nesting, huge numbers, NaN, invalid UTF-8, every JSON type where another is expected).
 """
 
 import gc
@@ -327,3 +331,80 @@ def check_http(resource, clock, request_spec) -> None:
         if code >= 500:
             raise FuzzCrash(f"{method} {path}: answered {code}: {b''.join(request.written)[:300]!r}")
         watcher.check(f"{method} {path}")
+
+
+# ------------------------------------------------------------------------------------ admin API
+#: Path parameter values an attacker tries: encodings that do not decode, control characters,
+#: traversal, huge and odd numbers, very long names.
+HOSTILE_SEGMENTS = ["%00", "a%00b", "%FF", "%C3%28", "%ED%A0%80", "%", "%zz", "%2", "..", ".",
+                    "%2F", "%252F", "%0A", "%7F", "-1", "0", "99999999999999999999999",
+                    "1e999", "NaN", "a" * 300, "%E2%80%8B", "%F0%9F%98%80", "%20", "~"]
+
+
+def _filled(template: str, draw) -> str:
+    """``template`` with every ``{param}`` replaced by a plausible or a hostile value."""
+    import re
+    plausible = {"tenant": "public", "namespace": "default", "topic": "t", "cluster": "standalone",
+                 "sub": "s", "role": "r", "version": "0", "count": "1", "timestamp": "0",
+                 "seconds": "1", "position": "1"}
+
+    def value(m):
+        name = m.group(1)
+        choice = draw(st.sampled_from(["plausible", "hostile", "text"]))
+        if choice == "plausible":
+            return plausible.get(name, "x")
+        if choice == "hostile":
+            return draw(st.sampled_from(HOSTILE_SEGMENTS))
+        return draw(st.text(max_size=12)).replace("/", "")
+    return re.sub(r"\{(\w+)\}", value, template)
+
+
+@st.composite
+def admin_paths(draw, routes):
+    """``(method, path, body, headers)``: a real route of ``routes`` (Route objects) with hostile
+    path parameters (NUL, invalid UTF-8 and percent-encoding, huge numbers, long names)."""
+    route = draw(st.sampled_from(routes))
+    body = draw(st.sampled_from([b"", b"{}", b"[]", b"1", b'"x"']))
+    return route.method, _filled(route.template, draw), body, {}
+
+
+def _deep(depth: int, opener: bytes, closer: bytes) -> bytes:
+    return opener * depth + b"1" + closer * depth
+
+
+#: Bodies that broke JSON handling somewhere: nesting, huge numbers, non-finite floats, bad UTF-8.
+HOSTILE_BODIES = [
+    _deep(100000, b"[", b"]"), _deep(5000, b'{"a":', b"}"), _deep(150, b"[", b"]"),
+    b"9" * 5000, b"-" + b"9" * 4000, b"1e999", b"-1e999", b"NaN", b"Infinity", b"[NaN]",
+    b"18446744073709551616", b"-9223372036854775809", b"1.5", b"\xff\xfe", b'"\xc3\x28"',
+    b'"\\ud800"', b"\x00", b'{"a":1,"a":2}', b" ", b"null", b"true", b'""', b"[]", b"{}",
+    b'"' + b"x" * 100000 + b'"', b'{"": null}', b"[[],[[]],{}]",
+]
+
+
+def _json_values():
+    return st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+        | st.text(max_size=8) | st.sampled_from([2 ** 63, -(2 ** 63) - 1, 2 ** 64, 10 ** 30]),
+        lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=8), c, max_size=3),
+        max_leaves=6)
+
+
+#: PUT/POST routes that read no body (actions on a topic or subscription): not body targets.
+_BODILESS = ("/compaction", "/unload", "/terminate", "/skip_all", "{count}", "{seconds}",
+             "{timestamp}")
+
+
+@st.composite
+def admin_bodies(draw, routes):
+    """``(method, path, body, headers)``: a real route of ``routes`` with plausible parameters and
+    a hostile or wrongly typed JSON body."""
+    route = draw(st.sampled_from([r for r in routes if r.method in ("PUT", "POST")
+                                  and not r.template.endswith(_BODILESS)] or routes))
+    path = _filled(route.template, lambda strategy: "plausible")
+    kind = draw(st.sampled_from(["hostile", "typed"]))
+    if kind == "hostile":
+        body = draw(st.sampled_from(HOSTILE_BODIES))
+    else:
+        body = json.dumps(draw(_json_values())).encode()
+    return route.method, path, body, {}

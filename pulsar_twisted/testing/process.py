@@ -224,14 +224,15 @@ class StandaloneProcess(ChildProcess):
     One standalone (broker + bookie + embedded metadata) in a child process.
 
     ``config`` overrides keys of conf/standalone.conf (Pulsar key names, values as text or
-    anything whose ``str`` is the text). The data directories, ports and advertised address are
+    anything whose ``str`` is the text); ``base_text``, when given, is a whole configuration file
+    (a Pulsar user's own) written before those override lines. The data directories, ports and advertised address are
     set here so that instances never share anything; the caller may still override them.
     """
 
     name = "standalone"
 
     def __init__(self, config=None, start_timeout: float = 30.0, stop_timeout: float = 30.0,
-                 base_dir: str = None):
+                 base_dir: str = None, base_text: str = ""):
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout
         self.directory = tempfile.mkdtemp(prefix="pulsar-standalone-", dir=base_dir)
@@ -252,6 +253,9 @@ class StandaloneProcess(ChildProcess):
         self.port = int(settings["brokerServicePort"])
         self.web_port = int(settings["webServicePort"])
         with open(self.config_path, "w") as f:
+            # An operator's own file first (``base_text``), our settings after it: a later line wins.
+            if base_text:
+                f.write(base_text.rstrip("\n") + "\n")
             for key, value in settings.items():
                 f.write(f"{key}={value}\n")
         self._init_child()

@@ -24,7 +24,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web import resource, server
 
-from pulsar_twisted.broker.admin.errors import BadRequest, http_status_of
+from pulsar_twisted.broker.admin.errors import AdminError, BadRequest, PreconditionFailed, http_status_of
 from pulsar_twisted.web.headers import set_headers
 
 _PARAM = re.compile(r"\{(\w+)\}")
@@ -71,44 +71,139 @@ class Router:
             return handler
         return register
 
-    def match(self, method: str, path: str):
-        """``(handler, params)``; ``(None, allowed_methods)`` when the path exists for other
-        methods; ``(None, None)`` when nothing matches."""
+    def find(self, method: str, path: str):
+        """``(route, raw params)`` (still percent-encoded); ``(None, allowed_methods)`` when the
+        path exists for other methods; ``(None, None)`` when nothing matches."""
         allowed = []
         for route in self.routes:
             m = route.regex.match(path)
             if m is None:
                 continue
             if route.method == method or (method == "HEAD" and route.method == "GET"):
-                return route.handler, {k: unquote(v) for k, v in m.groupdict().items()}
+                return route, m.groupdict()
             allowed.append(route.method)
         return None, (allowed or None)
 
+    def match(self, method: str, path: str):
+        """``(handler, params)`` with params decoded (``decode_params``); ``(None,
+        allowed_methods)`` when the path exists for other methods; ``(None, None)`` when nothing
+        matches. BadRequest for a parameter that does not decode."""
+        route, params = self.find(method, path)
+        if route is None:
+            return None, params
+        return route.handler, decode_params(params)
+
+
+#: Characters no name or number of Pulsar's admin API contains (NUL and the other controls).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: A ``%`` that does not start an escape (``%zz``, a trailing ``%``): malformed, as servlets say.
+_BROKEN_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+
+
+def decode_params(params: dict) -> dict:
+    """
+    Path parameters percent-decoded as UTF-8, strictly: a malformed escape, invalid UTF-8 or a
+    control character
+    (``%00``...) is refused here (400 / 412), once for every route, rather than an odd name
+    further down.
+    """
+    decoded = {}
+    for name, value in params.items():
+        if _BROKEN_ESCAPE.search(value):
+            raise BadRequest(f"Path parameter {name} has a malformed percent-encoding")
+        try:
+            text = unquote(value, errors="strict")
+        except UnicodeDecodeError:
+            raise BadRequest(f"Path parameter {name} is not valid UTF-8")
+        if _CONTROL.search(text):
+            # Pulsar's answer to a name it cannot parse (RestException PRECONDITION_FAILED).
+            raise PreconditionFailed(f"Path parameter {name} contains control characters")
+        decoded[name] = text
+    return decoded
+
 
 # ------------------------------------------------------------------------------------ parsing
+#: Deepest nesting accepted in a JSON body (Pulsar's documents nest four levels at most).
+MAX_JSON_DEPTH = 32
+#: Integers outside Java's long, which Pulsar's Jackson refuses, are refused here too.
+_LONG = 2 ** 63
+
+
+def _bounded_int(text: str) -> int:
+    value = int(text)
+    if not -_LONG <= value < _LONG:
+        raise BadRequest(f"Number {text[:40]} is out of range")
+    return value
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise BadRequest(f"Number {text[:40]} is out of range")
+    return value
+
+
+def _no_constant(name: str):
+    raise BadRequest(f"{name} is not a JSON number")
+
+
+def _depth(value) -> int:
+    """Nesting depth of a parsed JSON value, without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, dict)):
+            deepest = max(deepest, depth)
+            stack.extend((v, depth + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def parse_json(raw: bytes):
+    """
+    ``raw`` parsed as JSON, or BadRequest: malformed JSON or UTF-8, nesting deeper than
+    MAX_JSON_DEPTH, integers outside a Java long, NaN/Infinity and floats that overflow. Every
+    body of the admin API goes through here, so no route sees such input (and none answers 500).
+    """
+    try:
+        value = json.loads(raw, parse_int=_bounded_int, parse_float=_finite_float,
+                           parse_constant=_no_constant)
+    except RecursionError:
+        raise BadRequest(f"JSON body nested deeper than {MAX_JSON_DEPTH} levels")
+    except (ValueError, UnicodeDecodeError) as e:
+        raise BadRequest(f"Invalid JSON body: {e}")
+    # Cheap test first: a body with few brackets cannot be deep.
+    if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and _depth(value) > MAX_JSON_DEPTH:
+        raise BadRequest(f"JSON body nested deeper than {MAX_JSON_DEPTH} levels")
+    return value
+
+
+def _read(request) -> bytes:
+    return request.content.read() if request.content is not None else b""
+
+
 def json_body(request, required: bool = True, default=None):
-    """The request body parsed as JSON (BadRequest for malformed JSON or a missing body)."""
-    raw = request.content.read() if request.content is not None else b""
+    """The request body parsed as JSON (``parse_json``; BadRequest for a missing body)."""
+    raw = _read(request)
     if not raw.strip():
         if required:
             raise BadRequest("Request body is required")
         return default
-    try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise BadRequest(f"Invalid JSON body: {e}")
+    return parse_json(raw)
 
 
 def text_or_json_body(request):
-    """A body that Pulsar's clients send either as JSON (``"FULL"``, ``5``) or as plain text."""
-    raw = request.content.read() if request.content is not None else b""
+    """A body that Pulsar's clients send either as JSON (``"FULL"``, ``5``) or as plain text; a
+    JSON document (``[``, ``{``) that ``parse_json`` refuses is a BadRequest, not text."""
+    raw = _read(request)
     try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        try:
-            return raw.decode().strip()
-        except UnicodeDecodeError:
-            raise BadRequest("Request body is not valid UTF-8")
+        return parse_json(raw)
+    except BadRequest:
+        if raw.strip()[:1] in (b"[", b"{"):
+            raise
+    try:
+        return raw.decode().strip()
+    except UnicodeDecodeError:
+        raise BadRequest("Request body is not valid UTF-8")
 
 
 def query(request, name: str, default=None):
@@ -129,10 +224,14 @@ def query_bool(request, name: str, default: bool = False) -> bool:
 
 
 def int_param(value: str, what: str) -> int:
+    """A path or query integer (BadRequest unless it is one within a Java long, as Pulsar's)."""
     try:
-        return int(value)
+        number = int(value)
     except (TypeError, ValueError):
         raise BadRequest(f"{what} must be an integer")
+    if not -_LONG <= number < _LONG:
+        raise BadRequest(f"{what} is out of range")
+    return number
 
 
 # ------------------------------------------------------------------------------------ resource
@@ -153,7 +252,11 @@ class RouterResource(resource.Resource):
         except UnicodeDecodeError:
             self._write_error(request, 400, "Malformed request line")
             return server.NOT_DONE_YET
-        handler, params = self.router.match(method, path)
+        try:
+            handler, params = self.router.match(method, path)
+        except AdminError as e:
+            self._write_error(request, e.status, str(e))
+            return server.NOT_DONE_YET
         if handler is None:
             if params:
                 request.setHeader(b"Allow", ", ".join(sorted(set(params))).encode())

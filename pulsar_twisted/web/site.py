@@ -23,7 +23,7 @@ from pulsar_twisted.web.namespaces import (
     add_broker_routes, add_cluster_routes, add_namespace_routes, add_tenant_routes)
 from pulsar_twisted.web.functions import add_function_routes
 from pulsar_twisted.web.routing import Router, RouterResource
-from pulsar_twisted.security.http import secure
+from pulsar_twisted.security.http import guard_site, secure
 from pulsar_twisted.web.permissions import add_topic_permission_routes
 from pulsar_twisted.web.topics import add_lookup_routes, add_topic_routes
 
@@ -56,10 +56,22 @@ class _ByPrefix(resource.Resource):
     def __init__(self, v2, v3):
         super().__init__()
         self.v2, self.v3 = v2, v3
+        #: What ``security.http.SecuredResource`` asks which route a request is for.
+        self.router = _PrefixRouter(v2.router, v3.router)
 
     def render(self, request):
         target = self.v3 if request.path.startswith(b"/admin/v3/") else self.v2
         return target.render(request)
+
+
+class _PrefixRouter:
+    """``find`` over the two tables, chosen by the same prefix as ``_ByPrefix.render``."""
+
+    def __init__(self, v2, v3):
+        self.v2, self.v3 = v2, v3
+
+    def find(self, method: str, path: str):
+        return (self.v3 if path.startswith("/admin/v3/") else self.v2).find(method, path)
 
 
 def make_v3_router(functions_worker) -> Router:
@@ -89,4 +101,6 @@ def make_site(admin_service, broker_service, config, metrics_collectors=(),
     both = _ByPrefix(RouterResource(router), RouterResource(make_v3_router(functions_worker)))
     site = server.Site(secure(both, broker_service))
     site.displayTracebacks = False
+    # Bodies judged by size and credentials from their headers, before they are read.
+    guard_site(site, config, getattr(broker_service, "security", None))
     return site

@@ -1,7 +1,10 @@
 """
 One active-consumer rule for Failover on both kinds of topic: among the consumers of the best
-priority level, sorted by name, a partition's active consumer is ``partition % count``.
+priority level, sorted by name, a partition's active consumer is ``partition % count``; a
+non-partitioned topic's is the one Pulsar's hash ring of consumer names gives the topic name.
 """
+
+import mmh3
 
 from twisted.internet import defer
 from twisted.trial import unittest
@@ -92,12 +95,43 @@ class FailoverPartitionRuleMixin:
         self.assertEqual(payloads(b.received()) + payloads(c.received()), [])
 
 
+class FailoverTopicHashMixin(FailoverPartitionRuleMixin):
+    """``topic``: non-partitioned, a name whose ring point goes to b of consumers a and b."""
+
+    def test_partition_index_picks_active(self):
+        """Without a partition index, b (the ring's choice for this name) becomes active
+        although a subscribed first, after the failover delay."""
+        a, b = self.harness.client(), self.harness.client()
+        self.subscribe(a, 1, "a")
+        self.harness.pump()
+        self.subscribe(b, 2, "b")
+        self.harness.pump()
+        self.assertEqual(active_flags(a.received()), [True])
+        self.harness.clock.advance(1.0)
+        self.publish(3)
+        got_a, got_b = a.received(), b.received()
+        self.assertEqual(active_flags(got_a), [False])
+        self.assertEqual(active_flags(got_b)[-1], True)
+        self.assertEqual(payloads(got_b), ["m0", "m1", "m2"])
+        self.assertEqual(payloads(got_a), [])
+
+    test_newcomer_takes_over_only_after_delay = test_partition_index_picks_active
+
+
 class PersistentFailoverTests(FailoverPartitionRuleMixin, unittest.TestCase):
     topic = "persistent://public/default/t-partition-1"
 
 
 class NonPersistentFailoverTests(FailoverPartitionRuleMixin, unittest.TestCase):
     topic = "non-persistent://public/default/t-partition-1"
+
+
+class PersistentTopicHashTests(FailoverTopicHashMixin, unittest.TestCase):
+    topic = "persistent://public/default/t"
+
+
+class NonPersistentTopicHashTests(FailoverTopicHashMixin, unittest.TestCase):
+    topic = "non-persistent://public/default/t"
 
 
 class _Consumer:
@@ -112,7 +146,35 @@ class ChooseActiveTests(unittest.SynchronousTestCase):
         low = _Consumer("0-low", 9, priority_level=1)
         consumers = [c, low, b, a]
         self.assertIsNone(choose_active([], 0))
-        self.assertIs(choose_active(consumers, -1), a)
         self.assertEqual([choose_active(consumers, p) for p in range(4)], [a, b, c, a])
         twin = _Consumer("a", 0)
-        self.assertIs(choose_active([a, twin], -1), twin)
+        self.assertIs(choose_active([a, twin], 0), twin)
+
+    def test_ring_known_values(self):
+        """Pulsar's ring over a, b: ".../t" goes to b, ".../x" to a, on both topic kinds."""
+        a, b = _Consumer("a", 1), _Consumer("b", 2)
+        for domain in ("persistent", "non-persistent"):
+            self.assertIs(choose_active([a, b], -1, f"{domain}://public/default/t"), b)
+            self.assertIs(choose_active([b, a], -1, f"{domain}://public/default/x"), a)
+
+    def test_ring_is_first_point_at_or_after_topic_hash(self):
+        """The ring rule, worked out by a linear scan: 100 points per name (Murmur3 of name +
+        point number, 31 bits), the first at or after the topic's hash, else the lowest."""
+        consumers = [_Consumer(n, i) for i, n in enumerate(("x1", "x2", "x3"))]
+
+        def h(text):
+            return mmh3.hash(text.encode(), 0, signed=False) & 0x7FFFFFFF
+
+        for topic in (f"persistent://public/default/t{i}" for i in range(50)):
+            points = [(h(f"{c.name}{j}"), c) for c in consumers for j in range(100)]
+            after = [p for p in points if p[0] >= h(topic)]
+            expected = min(after or points, key=lambda p: p[0])[1]
+            self.assertIs(choose_active(consumers, -1, topic), expected, topic)
+
+    def test_consistent_hashing_for_partitions(self):
+        """activeConsumerFailoverConsistentHashing: partitions use the ring too."""
+        a, b = _Consumer("a", 1), _Consumer("b", 2)
+        topic = "persistent://public/default/t-partition-0"
+        self.assertIs(choose_active([a, b], 0, topic), a)
+        self.assertIs(choose_active([a, b], 0, topic, consistent=True),
+                      choose_active([a, b], -1, topic))

@@ -205,7 +205,7 @@ class BatchIndexAckDisabledTests(FeatureCase):
         self.assertEqual(self.topic_object().subscriptions["s"].cursor.mark_delete_position.entry_id, 0)
 
 
-class RedeliveryCountTests(FeatureCase):
+class RedeliveryCountMixin:
     def check_counts(self, kind):
         consumer = self.harness.client()
         self.subscribe(consumer, 1, kind=kind)
@@ -223,14 +223,37 @@ class RedeliveryCountTests(FeatureCase):
             self.assertEqual(counts[first.entryId], expected)
         return consumer
 
+
+
+class RedeliveryCountTests(RedeliveryCountMixin, FeatureCase):
     def test_shared_counts(self):
         self.check_counts(Sub.Shared)
 
     def test_key_shared_counts(self):
         self.check_counts(Sub.Key_Shared)
 
+    def test_exclusive_and_failover_send_zero(self):
+        """Pulsar's single-active dispatchers keep no redelivery tracker: redelivered messages
+        of Exclusive and Failover subscriptions come again with redelivery_count 0."""
+        consumers = [self.harness.client(), self.harness.client()]
+        self.subscribe(consumers[0], 1, kind=Sub.Exclusive, sub="ex")
+        self.subscribe(consumers[1], 1, kind=Sub.Failover, sub="fo")
+        p = self.harness.client()
+        self.create_producer(p)
+        self.send(p, 0)
+        for consumer in consumers:
+            [(cmd, _)] = messages(consumer.received())
+            for _ in range(2):
+                self.redeliver(consumer, 1, [cmd.message.message_id])
+                again = messages(consumer.received())
+                self.assertEqual([c.message.redelivery_count for c, _ in again], [0])
+
+
+class SingleActiveRedeliveryCountTests(RedeliveryCountMixin, FeatureCase):
+    config = {"singleActiveConsumerRedeliveryCountEnabled": True}
+
     def test_exclusive_counts_when_ids_given(self):
-        """Exclusive/Failover rewind, and the given ids count as redelivered (C++ DLQ reads it)."""
+        """With the switch, the given ids of Exclusive/Failover count as redelivered."""
         self.check_counts(Sub.Exclusive)
 
     def test_failover_counts_when_ids_given(self):

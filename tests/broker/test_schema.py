@@ -190,6 +190,19 @@ class RegistryTests(FeatureCase):
         [error] = self.producer(client, 2, ST.Avro, record(A, B_DEFAULT))
         self.assertEqual(error.error.error, api.IncompatibleSchema)
 
+    def test_auto_update_disabled_on_a_new_namespace_document(self):
+        """A namespace document as the admin API creates it (Pulsar 4.x: no
+        is_allow_auto_update_schema) leaves the decision to isAllowAutoUpdateSchemaEnabled."""
+        from pulsar_twisted.metadata.layout import namespace_path
+        from pulsar_twisted.resources.policies import new_policies, to_json
+        document = new_policies("standalone")
+        self.assertNotIn("is_allow_auto_update_schema", document)
+        path = namespace_path("public/default")
+        _, stat = self.successResultOf(self.harness.store.get(path))
+        self.successResultOf(self.harness.store.put(path, to_json(document), expected_version=stat.version))
+        self.harness.pump()
+        self.test_auto_update_disabled()
+
     def subscribe_with(self, client, consumer_id, type_, data, sub="s"):
         request = api.CommandSubscribe(topic=self.topic, subscription=sub, subType=Sub.Exclusive,
                                        consumer_id=consumer_id, request_id=1000 + consumer_id)

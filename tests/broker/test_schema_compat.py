@@ -277,6 +277,41 @@ class DefaultStrategyTests(unittest.TestCase):
             "ALWAYS_INCOMPATIBLE")
 
 
+class DeprecatedAutoUpdatePolicyTests(unittest.TestCase):
+    """Pulsar 4.x's order: namespace strategy, then the deprecated auto-update policy when set
+    (null by default), then the broker's strategy; a stored "Full" (the stale default of our
+    earlier documents) counts as unset."""
+
+    def test_new_documents_follow_the_broker(self):
+        """A new namespace's Policies (no auto-update field) take the broker's strategy."""
+        from pulsar_twisted.resources.policies import new_policies
+        document = new_policies("c1")
+        self.assertNotIn("schema_auto_update_compatibility_strategy", document)
+        self.assertEqual(schema.effective_strategy(document, "BACKWARD"), "BACKWARD")
+        self.assertEqual(schema.effective_strategy(document, "FULL"), "FULL")
+        self.assertEqual(schema.effective_strategy(
+            {"schema_auto_update_compatibility_strategy": None}, "FORWARD"), "FORWARD")
+
+    def test_old_full_is_read_as_unset(self):
+        """An old document carrying "Full" keeps the broker's strategy."""
+        old = {"schema_auto_update_compatibility_strategy": "Full",
+               "schema_compatibility_strategy": "UNDEFINED"}
+        self.assertEqual(schema.effective_strategy(old, "BACKWARD"), "BACKWARD")
+        self.assertEqual(schema.effective_strategy(old, "UNDEFINED"), "FULL")
+
+    def test_set_auto_update_policy_before_broker(self):
+        """A deprecated policy set to anything else wins over the broker's strategy, as in
+        Pulsar 4.x; the namespace's own strategy wins over both."""
+        self.assertEqual(schema.effective_strategy(
+            {"schema_auto_update_compatibility_strategy": "Forward"}, "FULL"), "FORWARD")
+        self.assertEqual(schema.effective_strategy(
+            {"schema_auto_update_compatibility_strategy": "AutoUpdateDisabled"}, "FULL"),
+            "ALWAYS_INCOMPATIBLE")
+        self.assertEqual(schema.effective_strategy(
+            {"schema_auto_update_compatibility_strategy": "Forward",
+             "schema_compatibility_strategy": "BACKWARD_TRANSITIVE"}, "FULL"), "BACKWARD_TRANSITIVE")
+
+
 class ConsumerStrategyTests(unittest.TestCase):
     def test_consumer_rule(self):
         """A consumer's new schema must read the latest version under the plain strategies and

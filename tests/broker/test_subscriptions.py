@@ -359,7 +359,9 @@ class UnloadWithPublishesInFlightTests(Base):
 
 class RedeliveryCountPruningTests(Base):
     def test_counts_of_acknowledged_messages_are_swept(self):
-        """Redelivery counts of messages acknowledged behind the subscription's back do not pile up."""
+        """Redelivery counts of messages acknowledged behind the subscription's back do not pile up
+        (Exclusive counts only with singleActiveConsumerRedeliveryCountEnabled)."""
+        self.harness.broker.config.singleActiveConsumerRedeliveryCountEnabled = True
         c = self.harness.client()
         self.subscribe(c, 1, permits=100)
         self.publish(5)

@@ -242,3 +242,29 @@ class MessageIdTests(SynchronousTestCase):
                           theirs.partition()), (7, 8, 1, 2))
         ours = MessageId.deserialize(pulsar.MessageId.earliest.serialize())
         self.assertEqual(ours, MessageId.earliest)
+
+
+class BrokerStatsTests(ConsumerCase):
+    def test_get_broker_stats_sends_consumer_stats(self):
+        """get_broker_stats: CONSUMER_STATS for this consumer, answered fields as a dict."""
+        consumer = self.make()
+        d = consumer.get_broker_stats()
+        (request,) = self.broker.commands(T.CONSUMER_STATS)
+        self.assertEqual(request.consumerStats.consumer_id, CONSUMER_ID)
+        self.broker.feed(T(type=T.CONSUMER_STATS_RESPONSE, consumerStatsResponse=api.CommandConsumerStatsResponse(
+            request_id=request.consumerStats.request_id, msgRateOut=2.5, msgThroughputOut=80.0,
+            consumerName="c", unackedMessages=3)))
+        stats = self.successResultOf(d)
+        self.assertEqual((stats["msgRateOut"], stats["msgThroughputOut"], stats["consumerName"],
+                          stats["unackedMessages"]), (2.5, 80.0, "c", 3))
+
+    def test_get_broker_stats_error(self):
+        """A CONSUMER_STATS_RESPONSE with an error code fails the Deferred with that error."""
+        consumer = self.make()
+        d = consumer.get_broker_stats()
+        (request,) = self.broker.commands(T.CONSUMER_STATS)
+        self.broker.feed(T(type=T.CONSUMER_STATS_RESPONSE, consumerStatsResponse=api.CommandConsumerStatsResponse(
+            request_id=request.consumerStats.request_id, error_code=api.ConsumerNotFound,
+            error_message="Consumer 5 not found")))
+        failure = self.failureResultOf(d, errors.ConsumerNotFound)
+        self.assertIn("Consumer 5 not found", str(failure.value))

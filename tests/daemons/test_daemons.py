@@ -4,7 +4,8 @@ settings their parts are built with, and a standalone started and stopped in thi
 import os
 import runpy
 
-from twisted.internet import defer, endpoints, protocol, reactor
+from twisted.internet import defer, endpoints, protocol, reactor, task
+from twisted.logger import capturedLogs
 from twisted.python.reflect import namedAny
 from twisted.trial import unittest
 
@@ -81,6 +82,45 @@ class DaemonTests(unittest.SynchronousTestCase):
         self.assertEqual(self.events, ["start a", "stop a"])
         self.assertEqual((self.exits, root.reactor.stopped), ([], False))
         self.assertIsNone(self.successResultOf(root.ready))
+
+
+class ShutdownTimeoutTests(unittest.SynchronousTestCase):
+    """brokerShutdownTimeoutMs bounds how long stopService waits for the tree."""
+
+    def setUp(self):
+        self.patch(startup, "tune_garbage_collector", lambda: None)
+
+    def daemon(self, timeout, stop):
+        clock = task.Clock()
+        clock.running = True
+        root = startup.Daemon("test-daemon", clock, shutdown_timeout=timeout)
+        Step("quick", lambda: None, lambda: None).setServiceParent(root)
+        Step("stuck", lambda: None, stop).setServiceParent(root)
+        root.startService()
+        self.successResultOf(root.ready)
+        return root, clock
+
+    def test_gives_up_after_the_timeout(self):
+        """A part that never stops: stopService fires after the timeout, naming what was left."""
+        root, clock = self.daemon(2.0, lambda: defer.Deferred())
+        with capturedLogs() as events:
+            stopping = root.stopService()
+            clock.advance(1.9)
+            self.assertNoResult(stopping)
+            clock.advance(0.1)
+        self.successResultOf(stopping)
+        [warning] = [e for e in events if "brokerShutdownTimeoutMs" in e.get("log_format", "")]
+        self.assertEqual((warning["ms"], warning["pending"]), (2000, "stuck, quick"))
+
+    def test_clean_stop_is_not_delayed(self):
+        """A tree that stops at once is done at once, and leaves no timer behind."""
+        root, clock = self.daemon(60.0, lambda: None)
+        self.successResultOf(root.stopService())
+        self.assertEqual(clock.getDelayedCalls(), [])
+
+    def test_daemons_take_the_config_key(self):
+        self.assertEqual(StandaloneService(StandaloneConfig(brokerShutdownTimeoutMs=1500)).shutdown_timeout, 1.5)
+        self.assertEqual(BrokerClusterService(BrokerConfig()).shutdown_timeout, 60.0)
 
 
 class PluginTests(unittest.SynchronousTestCase):

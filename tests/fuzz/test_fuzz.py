@@ -95,6 +95,31 @@ class HttpFuzzTests(unittest.TestCase):
         fuzz.check_http(self.resource, self.harness.clock, spec)
 
 
+class AdminInputFuzzTests(unittest.TestCase):
+    """Real admin routes with hostile path parameters and bodies: 4xx, never 5xx."""
+
+    def setUp(self):
+        self.harness, d = _harness()
+        self.successResultOf(d)
+        self.admin = AdminService(self.harness.broker, self.harness.store, self.harness.config,
+                                  self.harness.clock)
+        self.resource = RouterResource(make_router(self.admin, self.harness.config))
+
+    @FUZZ
+    @given(st.data())
+    def test_admin_paths(self, data):
+        """NUL bytes, invalid UTF-8 and percent-encoding, huge numbers in path parameters."""
+        spec = data.draw(fuzz.admin_paths(self.resource.router.routes))
+        fuzz.check_http(self.resource, self.harness.clock, spec)
+
+    @FUZZ
+    @given(st.data())
+    def test_admin_bodies(self, data):
+        """Deeply nested, huge-number, non-finite, invalid UTF-8 and wrongly typed JSON bodies."""
+        spec = data.draw(fuzz.admin_bodies(self.resource.router.routes))
+        fuzz.check_http(self.resource, self.harness.clock, spec)
+
+
 class SecuredHttpFuzzTests(HttpFuzzTests):
     def setUp(self):
         secret = "data:;base64," + base64.b64encode(b"s" * 32).decode()

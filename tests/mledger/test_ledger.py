@@ -344,6 +344,23 @@ class LifecycleTests(ManagedLedgerHarness, unittest.TestCase):
         self.assertTrue(again.is_terminated)
         self.failureResultOf(again.add_entry(b"x"), ManagedLedgerTerminatedError)
 
+    def test_terminated_empty_keeps_its_last_entry(self):
+        """Terminated before any write, then reopened (recovery drops the empty ledger): the last
+        entry is still the terminated position (Pulsar's), not -1:-1 behind the cursors, so a
+        cursor may still mark-delete there."""
+        ml = self.open()
+        cursor = self.cursor(ml, "c")
+        terminated = self.successResultOf(ml.terminate())
+        self.assertEqual(terminated.entry_id, -1)
+        self.assertEqual(cursor.mark_delete_position, terminated)
+        self.successResultOf(self.factory.shutdown())
+        again = self.open(factory=self.new_factory())
+        self.assertTrue(again.is_terminated)
+        self.assertEqual(again.last_confirmed_entry(), terminated)
+        self.assertLessEqual(again.cursors["c"].mark_delete_position, again.last_confirmed_entry())
+        self.successResultOf(again.cursors["c"].mark_delete(terminated, {"k": "v"}))
+        self.assertEqual(self.successResultOf(again.read_entries(again.first_position(), 10)), [])
+
     def test_properties_persisted(self):
         ml = self.open()
         self.successResultOf(ml.set_properties({"a": "1"}))

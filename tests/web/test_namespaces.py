@@ -106,6 +106,42 @@ class NamespaceTests(WebTestCase):
         yield self.expect("DELETE", f"{V2}/namespaces/public/ns1", 404)
 
     @defer.inlineCallbacks
+    def test_policies_shape_of_pulsar_4(self):
+        """Pulsar 4.x stores null for the deprecated schema_auto_update_compatibility_strategy
+        and for is_allow_auto_update_schema (omitted, as every null): neither a new namespace nor
+        public/default shows them, in the stored document or in GET;
+        schema_compatibility_strategy stays UNDEFINED."""
+        from pulsar_twisted.metadata.layout import namespace_path
+        from pulsar_twisted.resources.policies import from_json
+        yield self.expect("PUT", f"{V2}/namespaces/public/ns4", 204)
+        for namespace in ("public/ns4", "public/default"):
+            policies = yield self.expect("GET", f"{V2}/namespaces/{namespace}", 200)
+            self.assertNotIn("schema_auto_update_compatibility_strategy", policies)
+            self.assertNotIn("is_allow_auto_update_schema", policies)
+            self.assertEqual(policies["schema_compatibility_strategy"], "UNDEFINED")
+            raw, _ = yield self.harness.store.get(namespace_path(namespace))
+            self.assertNotIn("schema_auto_update_compatibility_strategy", from_json(raw))
+
+    @defer.inlineCallbacks
+    def test_old_document_with_full_still_read(self):
+        """A document stored by earlier versions, carrying Pulsar 2.x's "Full" default, is still
+        read: GET answers it as stored, and the broker's schemaCompatibilityStrategy applies on
+        its topics (the stale default does not hide it)."""
+        from pulsar_twisted.metadata.layout import namespace_path
+        from pulsar_twisted.resources.policies import from_json, to_json
+        yield self.expect("PUT", f"{V2}/namespaces/public/old", 204)
+        path = namespace_path("public/old")
+        raw, stat = yield self.harness.store.get(path)
+        document = from_json(raw)
+        document["schema_auto_update_compatibility_strategy"] = "Full"
+        yield self.harness.store.put(path, to_json(document), expected_version=stat.version)
+        policies = yield self.expect("GET", f"{V2}/namespaces/public/old", 200)
+        self.assertEqual(policies["schema_auto_update_compatibility_strategy"], "Full")
+        self.harness.config.schemaCompatibilityStrategy = "BACKWARD"
+        strategy = yield self.broker.schema_registry.strategy("persistent://public/old/t")
+        self.assertEqual(strategy, "BACKWARD")
+
+    @defer.inlineCallbacks
     def test_create_with_policies(self):
         """A Policies body is kept (bundles recomputed for the requested count)."""
         yield self.expect("PUT", f"{V2}/namespaces/public/ns2", 204,

@@ -73,3 +73,31 @@ class RouterTests(unittest.TestCase):
 
     def test_non_ascii_path(self):
         self.assertEqual(self.render(b"GET", "/a/é/b".encode()).responseCode, 400)
+
+
+class HostileInputTests(unittest.TestCase):
+    """parse_json and decode_params: malformed input is an AdminError (4xx), never an exception
+    that would become a 500."""
+
+    def test_parse_json_refusals(self):
+        from pulsar_twisted.broker.admin.errors import BadRequest
+        from pulsar_twisted.web.routing import MAX_JSON_DEPTH, parse_json
+        refused = [b"[" * 100000 + b"]" * 100000, b"[" * (MAX_JSON_DEPTH + 1) + b"]" * (MAX_JSON_DEPTH + 1),
+                   b"9" * 5000, b"9223372036854775808", b"-9223372036854775809", b"1e999", b"NaN",
+                   b"-Infinity", b"\xff", b"{", b'{"a": [1, Infinity]}']
+        for raw in refused:
+            with self.assertRaises(BadRequest, msg=raw[:30]):
+                parse_json(raw)
+        deep = b"[" * MAX_JSON_DEPTH + b"]" * MAX_JSON_DEPTH
+        self.assertEqual(parse_json(b'{"a": [9223372036854775807, 1.5, null]}'),
+                         {"a": [2 ** 63 - 1, 1.5, None]})
+        self.assertIsInstance(parse_json(deep), list)
+
+    def test_decode_params(self):
+        from pulsar_twisted.broker.admin.errors import BadRequest, PreconditionFailed
+        from pulsar_twisted.web.routing import decode_params
+        self.assertEqual(decode_params({"t": "a%2Fb%20c%C3%A9"}), {"t": "a/b cé"})
+        for value, error in (("%FF", BadRequest), ("%C3%28", BadRequest), ("%zz", BadRequest),
+                             ("a%", BadRequest), ("a%00b", PreconditionFailed), ("%0A", PreconditionFailed)):
+            with self.assertRaises(error, msg=value):
+                decode_params({"t": value})

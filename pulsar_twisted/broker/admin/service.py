@@ -46,18 +46,19 @@ class _On:
 
 class AdminService(service.Service):
     """
-    ``AdminService(broker, store, config, clock, web_service_url="", stats_interval=60)``.
+    ``AdminService(broker, store, config, clock, web_service_url="", stats_interval=None)``.
 
     ``broker`` is the BrokerService, ``store`` its IMetadataStore, ``config`` the broker config
     (clusterName, advertisedAddress, webServicePort), ``clock`` an IReactorTime.
     ``web_service_url`` is what lookups advertise as ``httpUrl`` (default
     ``http://<advertisedAddress>:<webServicePort>``). Start it (``startService``) to sample rates
-    every ``stats_interval`` seconds (Pulsar's ``statsUpdateFrequencyInSecs``).
+    every ``stats_interval`` seconds (default: the config's ``statsUpdateFrequencyInSecs``).
     """
 
     log = Logger()
 
-    def __init__(self, broker, store, config, clock, web_service_url: str = "", stats_interval: float = 60):
+    def __init__(self, broker, store, config, clock, web_service_url: str = "",
+                 stats_interval: float = None):
         self.context = AdminContext(broker, store, config, clock, web_service_url)
         self.broker = broker
         self.store = store
@@ -65,6 +66,8 @@ class AdminService(service.Service):
         self.clock = clock
         self.cluster = self.context.cluster
         self.web_service_url = self.context.web_service_url
+        if stats_interval is None:
+            stats_interval = getattr(config, "statsUpdateFrequencyInSecs", 60)
         self.stats_interval = stats_interval
         self._sampler = None
         # Built in dependency order: each area gets the ones its operations cascade to.

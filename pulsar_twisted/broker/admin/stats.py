@@ -4,7 +4,10 @@ Topic statistics of the admin API (Pulsar's ``TopicStats``, ``PartitionedTopicSt
 
 Pulsar's rates (msgRateIn, ...) are computed over a stats period (Pulsar's
 ``statsUpdateFrequencyInSecs``): ``sample_rates()`` runs every period (AdminService drives it) and
-rates are the counter deltas between the last two samples.
+each producer's, consumer's and subscription's rates are its counter deltas over the last period
+(``broker/rates.py``); topic and subscription rates are the sums Pulsar reports. Counters
+(msgInCounter, msgOutCounter, ...) are exact at every read and keep what closed producers and
+consumers contributed.
 """
 
 from pulsar_twisted.broker.admin.base import AdminArea
@@ -19,15 +22,25 @@ _SUB_TYPE_NAMES = {api.CommandSubscribe.Exclusive: "Exclusive", api.CommandSubsc
 _SUMMED = ("msgRateIn", "msgThroughputIn", "msgRateOut", "msgThroughputOut", "bytesInCounter",
            "msgInCounter", "bytesOutCounter", "msgOutCounter", "storageSize", "backlogSize")
 
+#: Subscription fields summed over the partitions.
+_SUMMED_PER_SUBSCRIPTION = ("msgBacklog", "msgOutCounter", "bytesOutCounter", "msgRateOut",
+                            "msgThroughputOut", "msgRateRedeliver", "msgRateExpired", "msgDelayed",
+                            "unackedMessages")
+
 
 class StatsAdmin(AdminArea):
     """Stats of loaded topics."""
 
+    #: When the previous stats period ended (None before the first sample).
+    _last_sample = None
+
     def sample_rates(self) -> None:
-        """Take a stats sample of every loaded topic (rates are deltas between samples)."""
+        """End a stats period for every loaded topic: rates are the counter deltas over it."""
         now = self.clock.seconds()
+        period = now - self._last_sample if self._last_sample is not None else None
+        self._last_sample = now
         for topic in list(self.broker.topics.values()):
-            topic.counters.sample(now)
+            topic.counters.sample(period)
 
     def topic_stats(self, topic) -> dict:
         """Pulsar's TopicStats of a loaded topic."""
@@ -47,16 +60,15 @@ class StatsAdmin(AdminArea):
             "bytesInCounter": bytes_in, "msgInCounter": msg_in,
             "bytesOutCounter": bytes_out, "msgOutCounter": msg_out,
             "averageMsgSize": (bytes_in / msg_in) if msg_in else 0.0,
-            "msgChunkPublished": False,
+            "msgChunkPublished": counters.chunk_published,
             "storageSize": topic.storage_size(),
             "backlogSize": backlog_size,
             "offloadedStorageSize": 0,
-            "publishers": [dict(p, msgRateIn=0.0, msgThroughputIn=0.0, averageMsgSize=0.0)
-                           for p in base["publishers"]],
-            "waitingPublishers": 0,
+            "publishers": base["publishers"],
+            "waitingPublishers": len(topic.access.waiting),
             "subscriptions": subscriptions,
             "replication": {},
-            "deduplicationStatus": "Disabled",
+            "deduplicationStatus": topic.deduplication_status(),
             "nonContiguousDeletedMessagesRanges": sum(
                 s["nonContiguousDeletedMessagesRanges"] for s in subscriptions.values()),
             "nonContiguousDeletedMessagesRangesSerializedSize": 0,
@@ -73,25 +85,30 @@ class StatsAdmin(AdminArea):
             except Exception:
                 backlog_size = 0
         sub_type = subscription.sub_type
+        rate_out, tput_out, rate_redeliver = subscription.out_rates()
+        extra = {} if subscription.topic.persistent else {"msgDropRate": subscription.drop_rate()}
+        active = subscription.active_consumer() if sub_type in (
+            api.CommandSubscribe.Exclusive, api.CommandSubscribe.Failover) else None
+        delayed = subscription.delayed_count()
         return {
-            "msgRateOut": 0.0, "msgThroughputOut": 0.0,
-            "bytesOutCounter": sum(c.bytes_out for c in consumers),
-            "msgOutCounter": sum(c.msg_out for c in consumers),
-            "msgRateRedeliver": 0.0, "chunkedMessageRate": 0,
+            "msgRateOut": rate_out, "msgThroughputOut": tput_out,
+            "bytesOutCounter": subscription.bytes_out,
+            "msgOutCounter": subscription.msg_out,
+            "msgRateRedeliver": rate_redeliver, "chunkedMessageRate": 0,
             "msgBacklog": subscription.backlog(),
             "backlogSize": backlog_size,
-            "msgBacklogNoDelayed": subscription.backlog(),
-            "blockedSubscriptionOnUnackedMsgs": False,
-            "msgDelayed": 0,
+            "msgBacklogNoDelayed": max(0, subscription.backlog() - delayed),
+            "blockedSubscriptionOnUnackedMsgs": subscription.blocked_on_unacked(),
+            "msgDelayed": delayed,
             "unackedMessages": sum(c.unacked for c in consumers),
             "type": _SUB_TYPE_NAMES.get(sub_type, "Exclusive"),
-            "activeConsumerName": consumers[0].name if consumers and sub_type in (
-                api.CommandSubscribe.Exclusive, api.CommandSubscribe.Failover) else None,
-            "msgRateExpired": 0.0,
+            "activeConsumerName": active.name if active is not None else None,
+            "msgRateExpired": subscription.expired_rate(),
             "consumers": [_consumer_stats(c) for c in consumers],
             "isDurable": subscription.durable,
             "isReplicated": False,
             "nonContiguousDeletedMessagesRanges": ranges,
+            **extra,
         }
 
     async def get_topic_stats(self, name: TopicName) -> dict:
@@ -134,8 +151,9 @@ class StatsAdmin(AdminArea):
 
 def _consumer_stats(consumer) -> dict:
     stats = consumer.stats()
-    stats.pop("msgBacklog", None)
-    stats.pop("type", None)
+    # Subscription-level fields of CONSUMER_STATS that Pulsar's ConsumerStats does not carry.
+    for key in ("msgBacklog", "type", "msgRateExpired"):
+        stats.pop(key, None)
     stats.update(bytesOutCounter=consumer.bytes_out, msgOutCounter=consumer.msg_out,
                  metadata=consumer.metadata)
     return stats
@@ -147,9 +165,8 @@ def _add_partition(total: dict, stats: dict) -> None:
         total[key] += stats[key]
     total["publishers"] += stats["publishers"]
     for sub, s in stats["subscriptions"].items():
-        agg = total["subscriptions"].setdefault(sub, dict(s, msgBacklog=0, consumers=[],
-                                                           msgOutCounter=0, bytesOutCounter=0))
-        agg["msgBacklog"] += s["msgBacklog"]
-        agg["msgOutCounter"] += s["msgOutCounter"]
-        agg["bytesOutCounter"] += s["bytesOutCounter"]
+        agg = total["subscriptions"].setdefault(
+            sub, dict(s, consumers=[], **{key: 0 for key in _SUMMED_PER_SUBSCRIPTION}))
+        for key in _SUMMED_PER_SUBSCRIPTION:
+            agg[key] += s[key]
         agg["consumers"] += s["consumers"]

@@ -2,9 +2,8 @@
 Key_Shared subscriptions: every key goes to exactly one consumer, and each key's messages are
 delivered in order, also while consumers come and go.
 
-Keys (the ordering key, else the partition key) hash with Murmur3-32 into 0..65535, as Pulsar's
-selectors do. AUTO_SPLIT assigns hashes with a consistent-hash ring of consumer names; STICKY
-consumers declare their own ranges, which must not overlap (ConsumerAssignError otherwise).
+Keys are hashed and assigned to consumers by the selectors of ``selectors`` (Pulsar's hash and
+Pulsar's three selectors: consistent-hash ring, range splitting, STICKY ranges).
 
 Ordering rules, as Pulsar's:
 - an entry whose consumer cannot take it now waits in the replay set, and every later entry for
@@ -17,88 +16,13 @@ Ordering rules, as Pulsar's:
   ``allowOutOfOrderDelivery`` lifts this.
 """
 
-import bisect
-
-import mmh3
-
+from pulsar_twisted.broker.dispatch.selectors import key_hash, selector_for
 from pulsar_twisted.broker.dispatch.shared import SharedDispatcher
 from pulsar_twisted.broker.entryinfo import lenient_metadata, sticky_key
 from pulsar_twisted.common import errors
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 
-RANGE_SIZE = 65536
-
-
-def key_hash(key: bytes) -> int:
-    """Pulsar's Key_Shared hash of a key: Murmur3-32 (seed 0), unsigned, modulo 65536."""
-    return mmh3.hash(key, 0, signed=False) % RANGE_SIZE
-
-
-class ConsistentHashSelector:
-    """AUTO_SPLIT: a ring with ``points`` entries per consumer."""
-
-    def __init__(self, points: int):
-        self.points = max(1, points)
-        self._ring = []          # sorted (hash, consumer_id, consumer)
-
-    def add(self, consumer) -> None:
-        for i in range(self.points):
-            point = mmh3.hash(f"{consumer.name}{i}".encode(), 0, signed=False)
-            bisect.insort(self._ring, (point, consumer.consumer_id, id(consumer.cnx), consumer),
-                          key=lambda item: item[:3])
-
-    def remove(self, consumer) -> None:
-        self._ring = [item for item in self._ring if item[3] is not consumer]
-
-    def select(self, hash_value: int):
-        if not self._ring:
-            return None
-        # Spread the 16-bit key hash over the 32-bit ring.
-        point = (hash_value * 2654435761) & 0xFFFFFFFF
-        index = bisect.bisect_left(self._ring, point, key=lambda item: item[0])
-        if index == len(self._ring):
-            index = 0
-        return self._ring[index][3]
-
-
-class StickySelector:
-    """STICKY: consumers bring fixed ranges [start, end] (inclusive) of the hash space."""
-
-    def __init__(self):
-        self._ranges = []        # sorted (start, end, consumer)
-
-    def add(self, consumer) -> None:
-        ranges = list(consumer.key_shared_meta.hash_ranges)
-        if not ranges:
-            raise errors.ConsumerAssignError("Ranges for KeyShared policy must not be empty")
-        for start, end in ranges:
-            if start < 0 or end >= RANGE_SIZE or start > end:
-                raise errors.ConsumerAssignError(f"Invalid range [{start}, {end}]")
-            for other_start, other_end, _ in self._ranges:
-                if start <= other_end and other_start <= end:
-                    raise errors.ConsumerAssignError(
-                        f"Range conflict with consumer: [{start}, {end}] overlaps "
-                        f"[{other_start}, {other_end}]")
-        for start, end in ranges:
-            bisect.insort(self._ranges, (start, end, consumer), key=lambda item: item[:2])
-
-    def remove(self, consumer) -> None:
-        self._ranges = [item for item in self._ranges if item[2] is not consumer]
-
-    def select(self, hash_value: int):
-        index = bisect.bisect_right(self._ranges, hash_value, key=lambda item: item[0]) - 1
-        if index >= 0:
-            start, end, consumer = self._ranges[index]
-            if start <= hash_value <= end:
-                return consumer
-        return None
-
-
-def selector_for(mode: int, config):
-    """The key -> consumer selector of a Key_Shared subscription in ``mode`` (STICKY or AUTO_SPLIT)."""
-    if mode == api.STICKY:
-        return StickySelector()
-    return ConsistentHashSelector(config.subscriptionKeySharedConsistentHashingReplicaPoints)
+__all__ = ["KeySharedDispatcher", "key_hash", "selector_for"]
 
 
 class KeySharedDispatcher(SharedDispatcher):

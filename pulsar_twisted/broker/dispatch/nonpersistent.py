@@ -12,8 +12,8 @@ round-robin over the consumers with permits; Key_Shared routes by key with the s
 ``key_shared``.
 """
 
-from pulsar_twisted.broker.dispatch.key_shared import key_hash, selector_for
-from pulsar_twisted.broker.dispatch.single import FailoverSwitch
+from pulsar_twisted.broker.dispatch.selectors import key_hash, selector_for
+from pulsar_twisted.broker.dispatch.single import failover_switch
 from pulsar_twisted.broker.entryinfo import lenient_metadata, sticky_key
 from pulsar_twisted.common import errors
 from pulsar_twisted.proto import PulsarApi_pb2 as api
@@ -44,6 +44,7 @@ class NonPersistentDispatcher:
         consumer = self.select(data)
         if consumer is None or not consumer.available():
             self.dropped += count
+            self.subscription.msg_dropped += count
             return
         consumer.sender.send_message(consumer.consumer_id, position[0], position[1], 0, data,
                                      consumer.partition)
@@ -63,16 +64,18 @@ class NonPersistentExclusiveDispatcher(NonPersistentDispatcher):
             raise errors.ConsumerBusy("Exclusive consumer is already connected")
         super().add_consumer(consumer)
 
-    def select(self, data: bytes):
+    @property
+    def active(self):
         return self.consumers[0] if self.consumers else None
+
+    def select(self, data: bytes):
+        return self.active
 
 
 class NonPersistentFailoverDispatcher(NonPersistentDispatcher):
     def __init__(self, subscription, clock, config, partition: int = -1):
         super().__init__(subscription, clock, config)
-        self.switch = FailoverSwitch(self.consumers, partition, clock,
-                                     config.activeConsumerFailoverDelayTimeMillis / 1000.0,
-                                     self._active_changed)
+        self.switch = failover_switch(self, partition, config)
 
     def consumer_ready(self, consumer) -> None:
         self.switch.consumer_ready(consumer)
@@ -84,6 +87,11 @@ class NonPersistentFailoverDispatcher(NonPersistentDispatcher):
     def _active_changed(self, active) -> None:
         # Nothing was kept for the previous active consumer, so there is nothing to hand over.
         pass
+
+    @property
+    def active(self):
+        """The consumer the switch made active (the one stats name activeConsumerName)."""
+        return self.switch.active
 
     def select(self, data: bytes):
         return self.switch.active

@@ -76,8 +76,8 @@ class SharedDispatcher(PersistentDispatcher):
             self.replay[position] = None
 
     def redeliver(self, consumer, positions) -> None:
+        # consumer.msg_redelivered is counted by Consumer.redeliver (the messages it gave back).
         self._to_replay(consumer.take_pending(positions))
-        consumer.msg_redelivered += len(positions) if positions else 0
         self.wake()
 
     def acked(self, consumer, positions) -> None:
@@ -105,10 +105,15 @@ class SharedDispatcher(PersistentDispatcher):
             self.delayed.close()
 
     # ---------------------------------------------------------------- reading
+    def blocked_on_unacked(self) -> bool:
+        """Dispatch stopped because the subscription holds maxUnackedMessagesPerSubscription
+        unacked messages (the stats' blockedSubscriptionOnUnackedMsgs)."""
+        limit = self.max_unacked_subscription
+        return bool(limit) and sum(c.unacked for c in self.consumers) >= limit
+
     def read_count(self) -> int:
-        if self.max_unacked_subscription:
-            if sum(c.unacked for c in self.consumers) >= self.max_unacked_subscription:
-                return 0
+        if self.blocked_on_unacked():
+            return 0
         permits = 0
         for consumer in self.consumers:
             if consumer.available():

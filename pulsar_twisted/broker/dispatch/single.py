@@ -3,14 +3,19 @@ Exclusive and Failover subscriptions: one active consumer receives everything, i
 
 Exclusive admits a single consumer (a second gets ConsumerBusy). Failover admits many and makes
 one active: consumers sorted by priority level (lower first), then name; among those of the best
-priority, a partition's consumer is ``partition % count``, a non-partitioned topic's the first.
+priority, a partition's consumer is ``partition % count``, a non-partitioned topic's the one a
+hash ring of consumer names gives the topic name (``choose_active``).
 Every consumer is told whether it is active (ACTIVE_CONSUMER_CHANGE). When the active consumer
 changes or leaves, the cursor rewinds to the first unacknowledged message, so everything the old
 one did not ack goes to the new one. As in Pulsar, redelivery counts are not tracked for these
-types.
+types: MESSAGE.redelivery_count is 0 unless ``singleActiveConsumerRedeliveryCountEnabled`` is set
+(``subscription.PersistentSubscription.redeliver``).
 """
 
+import bisect
+
 from pulsar_twisted.broker.dispatch.base import PersistentDispatcher
+from pulsar_twisted.broker.dispatch.selectors import murmur3_31
 from pulsar_twisted.common import errors
 
 
@@ -59,20 +64,41 @@ class ExclusiveDispatcher(PersistentDispatcher):
         super().reset()
 
 
-def choose_active(consumers, partition: int):
+#: Points per consumer on the ring that picks a non-partitioned topic's active consumer
+#: (Pulsar's CONSUMER_CONSISTENT_HASH_REPLICAS).
+RING_POINTS = 100
+
+
+def choose_active(consumers, partition: int, topic_name: str = "", consistent: bool = False):
     """
     Failover's active consumer among ``consumers`` (None if there are none), the one rule for
     persistent and non-persistent topics alike (Pulsar's AbstractDispatcherSingleActiveConsumer):
-    only consumers of the best (lowest) priority level count; sorted by name (then consumer id,
-    so the choice is stable), a partition's is ``partition % count``, a non-partitioned topic's
-    (``partition`` < 0) the first.
+    only consumers of the best (lowest) priority level count, sorted by name (then consumer id,
+    so the choice is stable). A partition's (``partition`` >= 0) is ``partition % count``. A
+    non-partitioned topic's, or any topic's with ``consistent`` (Pulsar's
+    ``activeConsumerFailoverConsistentHashing``), is the owner of the first point at or after
+    the hash of ``topic_name`` on a ring of 100 points per consumer (the hash of the name
+    followed by the point number), so that the many non-partitioned topics of one set of
+    consumers spread over them rather than all going to the first name.
     """
     if not consumers:
         return None
     ordered = sorted(consumers, key=lambda c: (c.priority_level, c.name, c.consumer_id))
     best = [c for c in ordered if c.priority_level == ordered[0].priority_level]
-    index = partition % len(best) if partition >= 0 else 0
-    return best[index]
+    if partition >= 0 and not consistent:
+        return best[partition % len(best)]
+    return best[_ring_index(best, topic_name)]
+
+
+def _ring_index(consumers, topic_name: str) -> int:
+    ring = {}
+    for index, consumer in enumerate(consumers):
+        for point in range(RING_POINTS):
+            # A later consumer's point replaces an earlier one's on a collision, as in Pulsar.
+            ring[murmur3_31(f"{consumer.name}{point}".encode())] = index
+    points = sorted(ring)
+    at = bisect.bisect_left(points, murmur3_31(topic_name.encode()))
+    return ring[points[at if at < len(points) else 0]]
 
 
 class FailoverSwitch:
@@ -86,9 +112,12 @@ class FailoverSwitch:
     told whether it is active (ACTIVE_CONSUMER_CHANGE), then ``changed(active)`` is called.
     """
 
-    def __init__(self, consumers, partition: int, clock, delay: float, changed):
+    def __init__(self, consumers, partition: int, clock, delay: float, changed,
+                 topic_name: str = "", consistent: bool = False):
         self.consumers = consumers
         self.partition = partition
+        self.topic_name = topic_name
+        self.consistent = consistent
         self.clock = clock
         self.delay = delay
         self.active = None
@@ -100,7 +129,7 @@ class FailoverSwitch:
             self.pick()
             return
         consumer.sender.send_active_consumer_change(consumer.consumer_id, False)
-        if choose_active(self.consumers, self.partition) is not self.active:
+        if self.choose() is not self.active:
             if self._pending is None or not self._pending.active():
                 self._pending = self.clock.callLater(self.delay, self.pick)
 
@@ -113,7 +142,7 @@ class FailoverSwitch:
     def pick(self) -> None:
         """Make :func:`choose_active`'s consumer active now, if it is not already."""
         self._pending = None
-        chosen = choose_active(self.consumers, self.partition)
+        chosen = self.choose()
         if chosen is self.active and chosen is not None:
             return
         self.active = chosen
@@ -121,19 +150,29 @@ class FailoverSwitch:
             consumer.sender.send_active_consumer_change(consumer.consumer_id, consumer is chosen)
         self._changed(chosen)
 
+    def choose(self):
+        """The consumer :func:`choose_active` prefers now."""
+        return choose_active(self.consumers, self.partition, self.topic_name, self.consistent)
+
     def cancel(self) -> None:
         if self._pending is not None and self._pending.active():
             self._pending.cancel()
         self._pending = None
 
 
+def failover_switch(dispatcher, partition: int, config) -> FailoverSwitch:
+    """The FailoverSwitch of a persistent or non-persistent Failover ``dispatcher``."""
+    return FailoverSwitch(dispatcher.consumers, partition, dispatcher.clock,
+                          config.activeConsumerFailoverDelayTimeMillis / 1000.0,
+                          dispatcher._active_changed, dispatcher.subscription.topic.name,
+                          config.activeConsumerFailoverConsistentHashing)
+
+
 class FailoverDispatcher(ExclusiveDispatcher):
     def __init__(self, subscription, cursor, clock, config, partition: int = -1):
         super().__init__(subscription, cursor, clock, config)
         self.partition = partition
-        self.switch = FailoverSwitch(self.consumers, partition, clock,
-                                     config.activeConsumerFailoverDelayTimeMillis / 1000.0,
-                                     self._active_changed)
+        self.switch = failover_switch(self, partition, config)
 
     def add_consumer(self, consumer) -> None:
         self.consumers.append(consumer)
