@@ -25,6 +25,10 @@ Usage (from the repository root)::
     python scripts/bench_broker.py --quick    # smoke check, < 60 s
     python scripts/bench_broker.py --memory   # the 1 GB backlog test only (add --quick for 100 MB)
     python scripts/bench_broker.py --profile  # also attach py-spy to the broker per phase, print hot spots
+    python scripts/bench_broker.py --latency  # fixed rates 1k, 5k, 20k msg/s: publish and end-to-end
+                                              # p50/p99/p99.9, broker CPU-ms/10k, RSS; 3 runs each + medians
+    python scripts/bench_broker.py --housekeeping  # the latency mode at 5k msg/s while a backlog is
+                                              # drained and trimmed and ledgers/entry logs roll over
     python scripts/bench_broker.py --gc-stats # also log the broker's garbage collections, per phase
 
 The table's "other CPU" column is the machine's busy time that is neither the broker nor the benchmark's
@@ -93,6 +97,7 @@ class Standalone:
         self.gc_log = os.path.join(workdir, "gc.log") if gc_log or gc_threshold else None
         self.gc_threshold = gc_threshold
         self.port = _free_port()
+        self.web_port = _free_port()
         self.url = f"pulsar://127.0.0.1:{self.port}"
         self.extra_config = list(extra_config)
         self.popen = None
@@ -104,7 +109,7 @@ class Standalone:
         with open(conf, "w") as f:
             f.write("\n".join([
                 f"brokerServicePort={self.port}",
-                f"webServicePort={_free_port()}",
+                f"webServicePort={self.web_port}",
                 "advertisedAddress=127.0.0.1",
                 "bindAddress=127.0.0.1",
                 "dataDirectory=data",
@@ -147,6 +152,18 @@ class Standalone:
     def tail(self, lines=30):
         with open(self.log_path, "rb") as f:
             return b"\n".join(f.read().splitlines()[-lines:]).decode(errors="replace")
+
+    def stalls(self, worst=6):
+        """The broker's stall detector lines (``reactor stalled N ms ...``): their count and the worst."""
+        import re
+        found = []
+        with open(self.log_path, "rb") as f:
+            for line in f.read().decode(errors="replace").splitlines():
+                m = re.search(r"reactor stalled (\d+) ms(.*)", line)
+                if m:
+                    found.append((int(m.group(1)), m.group(0)))
+        found.sort(key=lambda x: -x[0])
+        return len(found), [text for _, text in found[:worst]]
 
     def cpu(self):
         return _cpu_seconds(self.proc)
@@ -540,6 +557,235 @@ def latency_run(url, topic, rate, seconds, size):
             "over5": sum(1 for ms in series if ms > 5.0), "stalls": stalls}
 
 
+def _mono():
+    """CLOCK_MONOTONIC in seconds: one clock for every process of the machine, so a send time stamped
+    into a payload by the producer can be subtracted from the consumer process's receipt time."""
+    return time.clock_gettime(time.CLOCK_MONOTONIC)
+
+
+def _percentiles(values):
+    lat = sorted(values)
+    if not lat:
+        return {"p50": float("nan"), "p99": float("nan"), "p999": float("nan"), "max": float("nan")}
+
+    def pct(p):
+        return lat[min(len(lat) - 1, int(p / 100.0 * len(lat)))]
+
+    return {"p50": pct(50), "p99": pct(99), "p999": pct(99.9), "max": lat[-1]}
+
+
+def _e2e_consumer(url, topic, subscription, expected, ready, out):
+    """Consumer process of the end-to-end runs: receive, stamp the receipt, acknowledge each message.
+
+    Its latencies (ms) go to ``out``; ``ready`` is told once the subscription exists."""
+    try:
+        client = _client(url)
+        consumer = client.subscribe(topic, subscription, receiver_queue_size=1000,
+                                    initial_position=pulsar.InitialPosition.Latest)
+        ready.put(os.getpid())
+        lat = []
+        unpack = struct.Struct(">d").unpack_from
+        while len(lat) < expected:
+            try:
+                msg = consumer.receive(15000)
+            except pulsar.Timeout:
+                break
+            now = _mono()
+            lat.append((now - unpack(msg.data())[0]) * 1000.0)
+            consumer.acknowledge(msg)
+        consumer.close()
+        client.close()
+        out.put(lat)
+    except BaseException as e:  # report, do not hang the parent
+        ready.put(None)
+        out.put(repr(e))
+
+
+def paced_publish(url, topic, rate, seconds, size, on_start=None):
+    """Unbatched sends paced at ``rate`` msg/s, each payload starting with its send time (``_mono``);
+    publish latency is send -> send callback, in ms. ``on_start`` is called once warmed up."""
+    client = _client(url)
+    producer = client.create_producer(topic, batching_enabled=False, max_pending_messages=10000,
+                                      block_if_queue_full=True)
+    pad = os.urandom(max(0, size - 8))
+    stamp = struct.Struct(">d").pack
+    for _ in range(200):  # warm the connection and the ledger
+        producer.send(stamp(_mono()) + pad)
+    n = int(rate * seconds)
+    sent_at = [0.0] * n
+    done_at = [0.0] * n
+    ok = pulsar.Result.Ok
+    errors = []
+
+    def make_cb(i):
+        def cb(res, _mid):
+            done_at[i] = _mono()
+            if res != ok:
+                errors.append(res)
+        return cb
+
+    interval = 1.0 / rate
+    if on_start is not None:
+        on_start()
+    me = psutil.Process()
+    cpu0 = _cpu_seconds(me)
+    t0 = _mono()
+    for i in range(n):
+        delay = t0 + i * interval - _mono()
+        if delay > 0:
+            time.sleep(delay)  # sleep, never spin (see latency_run)
+        sent_at[i] = now = _mono()
+        producer.send_async(stamp(now) + pad, make_cb(i))
+    producer.flush()
+    t1 = _mono()
+    cpu1 = _cpu_seconds(me)
+    producer.close()
+    client.close()
+    stats = _percentiles([(d - s) * 1000.0 for s, d in zip(sent_at, done_at)])
+    stats.update(count=n, achieved=n / (t1 - t0), errors=len(errors), client_cpu=cpu1 - cpu0,
+                 t0=t0, t1=t1)
+    return stats
+
+
+def latency_point(bench, topic, rate, seconds, size, e2e, on_start=None):
+    """One fixed-rate run (a bench phase): publish latency, and with ``e2e`` a consumer process
+    subscribed to ``topic`` whose send -> receipt latencies are reported too."""
+    url = bench.broker.url
+    worker = None
+    if e2e:
+        ctx = multiprocessing.get_context("spawn")
+        ready, out = ctx.Queue(), ctx.Queue()
+        worker = ctx.Process(target=_e2e_consumer,
+                             args=(url, topic, "e2e", int(rate * seconds), ready, out))
+        worker.start()
+        if ready.get(timeout=120) is None:
+            raise RuntimeError(f"e2e consumer failed: {out.get(timeout=10)}")
+    s = bench.phase(f"latency {rate}/s {'e2e' if e2e else 'publish'}",
+                    lambda: paced_publish(url, topic, rate, seconds, size, on_start))
+    s["rss"] = bench.broker.rss()
+    if worker is not None:
+        lat = out.get(timeout=120)
+        worker.join(30)
+        if isinstance(lat, str):
+            raise RuntimeError(f"e2e consumer failed: {lat}")
+        s["e2e"] = _percentiles(lat)
+        s["e2e_received"] = len(lat)
+    return s
+
+
+def _drain_worker(url, topic, subscription, expected, out, start):
+    try:
+        start.wait(300)
+        out.put(consume(url, topic, subscription, expected, "individual", receiver_queue=5000))
+    except BaseException as e:
+        out.put({"error": repr(e)})
+
+
+def run_latency(args, bench):
+    """Fixed rates (``--rates``), each ``--repeat`` times, publish-only and end to end; with
+    ``--housekeeping`` each run at the first rate happens while another process drains and
+    acknowledges a large backlog (so its ledgers are trimmed, entry logs GCed) and the measured
+    topic's own ledgers roll over (the standalone runs with small ledgers, see ``main``)."""
+    size = 100
+    t = int(time.time())
+    rates = [int(r) for r in args.rates.split(",")]
+    secs = args.latency_secs or (2 if args.quick else 5)
+    bench.latency_rows = rows = []
+    if args.housekeeping:
+        rates = [args.rate]
+        backlog = args.backlog or (100_000 if args.quick else 500_000)
+    for rate in rates:
+        for e2e in (False, True):
+            for k in range(args.repeat):
+                topic = f"{NAMESPACE}bench-lat-{rate}-{'e2e' if e2e else 'pub'}-{k}-{t}"
+                drain = None
+                if args.housekeeping:
+                    drain = _start_backlog_drain(bench, f"{NAMESPACE}bench-hk-{rate}-{e2e}-{k}-{t}",
+                                                 backlog, size)
+                s = latency_point(bench, topic, rate, secs, size, e2e,
+                                  on_start=drain[2].set if drain is not None else None)
+                if drain is not None:
+                    s["drain"] = _finish_backlog_drain(*drain, backlog)
+                rows.append((rate, e2e, s))
+
+
+def _start_backlog_drain(bench, topic, count, size):
+    """Publish ``count`` messages in small batches (10 messages an entry: many entries, so many
+    ledgers) to a topic with one subscription, then start a process that drains it (individual
+    acks) once the returned event is set."""
+    url = bench.broker.url
+    create_subscription(url, topic, "drain")
+    client = _client(url)
+    producer = client.create_producer(topic, batching_enabled=True, batching_max_messages=10,
+                                      batching_max_publish_delay_ms=1, max_pending_messages=20000,
+                                      block_if_queue_full=True)
+    payload = os.urandom(size)
+    for _ in range(count):
+        producer.send_async(payload, None)
+    producer.flush()
+    producer.close()
+    client.close()
+    ctx = multiprocessing.get_context("spawn")
+    out, start = ctx.Queue(), ctx.Event()
+    worker = ctx.Process(target=_drain_worker, args=(url, topic, "drain", count, out, start))
+    worker.start()
+    return worker, out, start
+
+
+def _finish_backlog_drain(worker, out, _start, count):
+    result = out.get(timeout=600)
+    worker.join(30)
+    if "error" in result:
+        raise RuntimeError(f"drain failed: {result['error']}")
+    return {"received": result["count"], "expected": count, "secs": result["t1"] - result["t0"]}
+
+
+def _median(values):
+    values = sorted(v for v in values if v == v)
+    return values[len(values) // 2] if values else float("nan")
+
+
+def _fmt(key, value):
+    """Latencies with two decimals, the rest (CPU, MB, %) as integers."""
+    return f"{value:.2f}" if key.startswith(("pub", "e2e")) else f"{value:.0f}"
+
+
+def render_latency(args, bench):
+    """The latency table: one line per run, then the medians per (rate, kind)."""
+    table = Table()
+    groups = {}
+    for rate, e2e, s in bench.latency_rows:
+        e = s.get("e2e", {})
+        cells = {"pub p50": s["p50"], "pub p99": s["p99"], "pub p99.9": s["p999"], "pub max": s["max"],
+                 "e2e p50": e.get("p50", float("nan")), "e2e p99": e.get("p99", float("nan")),
+                 "e2e p99.9": e.get("p999", float("nan")),
+                 "CPU-ms/10k": 1000.0 * s["broker_cpu"] / s["count"] * 10000,
+                 "RSS MB": s["rss"] / (1 << 20), "other CPU": 100.0 * s["other_cpu"] / s["wall"]}
+        groups.setdefault((rate, e2e), []).append(cells)
+        kind = "e2e" if e2e else "publish"
+        extra = ""
+        if "drain" in s:
+            d = s["drain"]
+            extra = f"  (drained {d['received']:,}/{d['expected']:,} in {d['secs']:.1f} s)"
+        if "e2e_received" in s and s["e2e_received"] != s["count"]:
+            extra += f"  (received {s['e2e_received']:,} of {s['count']:,})"
+        if s["errors"]:
+            extra += f"  ({s['errors']} errors)"
+        table.add(f"{rate:,}/s {kind}", f"{s['achieved']:,.0f}",
+                  *(_fmt(k, v) for k, v in cells.items()), extra)
+    header = ("run", "achieved", "pub p50", "pub p99", "pub p99.9", "pub max", "e2e p50", "e2e p99",
+              "e2e p99.9", "CPU-ms/10k", "RSS MB", "other CPU%", "")
+    lines = [table.render(header), "", f"medians of {args.repeat} runs:"]
+    med = Table()
+    for (rate, e2e), runs in groups.items():
+        keys = list(runs[0])
+        med.add(f"{rate:,}/s {'e2e' if e2e else 'publish'}",
+                *(_fmt(k, _median([r[k] for r in runs])) for k in keys))
+    lines.append(med.render(("median", "pub p50", "pub p99", "pub p99.9", "pub max", "e2e p50", "e2e p99",
+                             "e2e p99.9", "CPU-ms/10k", "RSS MB", "other CPU%")))
+    return "\n".join(lines)
+
+
 # --------------------------------------------------------------------------------------------------
 # Report
 # --------------------------------------------------------------------------------------------------
@@ -737,6 +983,14 @@ def main():
                     help="for the sampled-callback runs: a send callback with every N-th message (1,000)")
     ap.add_argument("--rate", type=int, default=5000, help="paced rate for the latency test (5,000)")
     ap.add_argument("--latency-secs", type=float, help="duration of the latency test (10 s)")
+    ap.add_argument("--latency", action="store_true",
+                    help="latency mode (only): fixed rates, publish and end to end, --repeat runs each")
+    ap.add_argument("--rates", default="1000,5000,20000", help="rates of the latency mode (1000,5000,20000)")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per rate in the latency mode (3)")
+    ap.add_argument("--housekeeping", action="store_true",
+                    help="latency mode at the first rate while a backlog is drained and trimmed, entry "
+                         "logs GCed and ledgers rolled over (small ledgers and entry logs)")
+    ap.add_argument("--backlog", type=int, help="messages of the housekeeping backlog (500,000)")
     ap.add_argument("--memory-msg-size", type=int, default=10 * 1024, help="message size for --memory")
     ap.add_argument("--memory-verify", type=int, help="messages to drain and verify after --memory (all)")
     ap.add_argument("--gc-stats", action="store_true",
@@ -749,6 +1003,11 @@ def main():
                     help="extra standalone configuration line (repeatable)")
     args = ap.parse_args()
 
+    if args.housekeeping:
+        args.latency = True
+        # Roll ledgers and entry logs often, GC and checkpoint every second: housekeeping all the time.
+        args.config = ["managedLedgerMaxEntriesPerLedger=5000", "managedLedgerMinLedgerRolloverTimeMinutes=0",
+                       "logSizeLimit=16777216", "gcWaitTime=1000", *args.config]
     workdir = tempfile.mkdtemp(prefix="bench-broker-")
     broker = Standalone(workdir, args.config, gc_log=args.gc_stats, gc_threshold=args.broker_gc_threshold)
     print(machine_info())
@@ -765,6 +1024,8 @@ def main():
     try:
         if args.memory:
             run_memory(args, bench)
+        elif args.latency:
+            run_latency(args, bench)
         else:
             run_perf(args, bench)
     except BaseException as e:
@@ -783,6 +1044,11 @@ def main():
         print(bench.table.render(Bench.HEADER))
         print("(CPU columns are % of one core over the phase; 'other CPU' is the rest of the machine's busy "
               "time, e.g. other jobs, which skews figures when high.)")
+    if getattr(bench, "latency_rows", None):
+        print(f"latency mode{' with housekeeping' if args.housekeeping else ''}: unbatched {100} B messages, "
+              f"ms; 'e2e' runs have a consumer process acknowledging each message; CPU-ms/10k is the "
+              f"broker's over the run")
+        print(render_latency(args, bench))
     lat = getattr(bench, "latency", None)
     if lat:
         print()
@@ -807,6 +1073,10 @@ def main():
             print(bench.memory_check)
     print()
     print(f"peak broker RSS over the run: {sampler.peak / (1 << 20):.0f} MB")
+    count, worst = broker.stalls()
+    print(f"broker stall detector: {count} reactor ticks over 50 ms late" + (", the worst:" if worst else ""))
+    for text in worst:
+        print("  " + text[:400])
     for note in bench.notes:
         print("note:", note)
     if bench.gc_rows:

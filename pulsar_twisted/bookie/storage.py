@@ -17,8 +17,11 @@ at GC) and re-create it on the next add; here a stale writer cannot bring it bac
 
 Threads: the reactor thread owns all in-memory state. The journal has its own writer thread; the disk work
 of checkpoints, GC and start-up runs in one single-threaded pool owned by this object, so checkpoint and GC
-file writes never interleave. Reads of flushed entries do two small synchronous preads in the reactor
-thread (index slot + record); at page-cache speed that is cheaper than a thread hop per read.
+file writes never interleave. Reads of flushed entries (index slot + record, two preads) run in a read
+thread of their own: at page-cache speed a pread costs microseconds, but a cold one blocks for milliseconds,
+and on the reactor that stalled every connection while a backlog not in memory was drained. The reads
+issued while one batch is out go as the next batch, so a dispatcher's range read costs one thread hop,
+not one per entry; a separate thread, so reads never wait behind a checkpoint.
 """
 
 import os
@@ -27,12 +30,14 @@ from twisted.application.service import Service
 from twisted.internet import defer, task
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
 from pulsar_twisted.bookie import formats
 from pulsar_twisted.bookie.entrylog import EntryLogger, EntryLogMissing
 from pulsar_twisted.bookie.index import LedgerIndex
 from pulsar_twisted.bookie.journal import Journal, ensure_durable_dir, replay_journal
+from pulsar_twisted.common.threads import GIL_YIELD_EVERY, yield_gil
 from pulsar_twisted.common.bk_errors import (
     BookieReadOnlyError, BookieUnavailableError, DigestMismatchError, LedgerFencedError, NoSuchEntryError,
     NoSuchLedgerError, UnauthorizedAccessError)
@@ -75,6 +80,7 @@ class BookieStorage(Service):
                  journal_buffered_writes_threshold: int = 512 * 1024,
                  journal_buffered_entries_threshold: int = 0,
                  journal_max_size_mb: int = 2048,
+                 journal_flush_when_queue_empty: bool = True,
                  entry_log_size_limit: int = 1024 * 1024 * 1024,
                  flush_interval_ms: int = 1000,
                  write_cache_max_bytes: int = 64 * 1024 * 1024,
@@ -89,7 +95,8 @@ class BookieStorage(Service):
                                 max_group_wait_ms=journal_max_group_wait_ms,
                                 buffered_bytes_threshold=journal_buffered_writes_threshold,
                                 buffered_entries_threshold=journal_buffered_entries_threshold,
-                                max_size_mb=journal_max_size_mb)
+                                max_size_mb=journal_max_size_mb,
+                                flush_when_queue_empty=journal_flush_when_queue_empty)
         self._entry_logs = EntryLogger(self._ledger_dirs, entry_log_size_limit)
         self._index = LedgerIndex(os.path.join(self._ledger_dirs[0], "index"))
         self._flush_interval = flush_interval_ms / 1000.0
@@ -97,6 +104,12 @@ class BookieStorage(Service):
         self._gc_interval = gc_wait_time_ms / 1000.0
         self._compaction_threshold = gc_compaction_threshold
         self._pool = ThreadPool(minthreads=1, maxthreads=1, name="bookie-storage")
+        # Reads that miss the write cache go to the disk in their own thread (never on the reactor,
+        # never queued behind a checkpoint): ``_disk_reads`` gathers them while a batch is out.
+        self._read_pool = ThreadPool(minthreads=1, maxthreads=1, name="bookie-read")
+        self._disk_reads = []       # (ledger_id, entry_id, Deferred) waiting for the read thread
+        self._reading = False
+        self._reads_idle = []       # Deferreds fired once no read batch is out (stop waits on them)
 
         self._ledgers = {}          # ledger_id -> _Ledger
         self._cache = {}            # ledger_id -> {entry_id: bytes}: adds since the last checkpoint began
@@ -133,6 +146,7 @@ class BookieStorage(Service):
             journal_buffered_writes_threshold=config.journalBufferedWritesThreshold,
             journal_buffered_entries_threshold=config.journalBufferedEntriesThreshold,
             journal_max_size_mb=config.journalMaxSizeMB,
+            journal_flush_when_queue_empty=config.journalFlushWhenQueueEmpty,
             entry_log_size_limit=config.logSizeLimit,
             flush_interval_ms=config.flushInterval,
             write_cache_max_bytes=config.dbStorage_writeCacheMaxSizeMb * 1024 * 1024,
@@ -155,6 +169,7 @@ class BookieStorage(Service):
 
     async def _start(self):
         self._pool.start()
+        self._read_pool.start()
         loaded = await deferToThreadPool(self._reactor, self._pool, self._load)
         ledgers, deleted, replay = loaded
         self._deleted = deleted
@@ -200,6 +215,8 @@ class BookieStorage(Service):
         await self.checkpoint()
         self._running = False
         await self._journal.stop()
+        await self._reads_done_waiter()
+        self._read_pool.stop()
         await deferToThreadPool(self._reactor, self._pool, self._close_files)
         self._pool.stop()
 
@@ -219,6 +236,7 @@ class BookieStorage(Service):
         self._stop_loops()
         self._journal.halt()
         self._pool.stop()   # waits for a running checkpoint's disk work: a crash after it is still a crash
+        self._read_pool.stop()
         self._entry_logs.abandon()
         self._index.close()
 
@@ -375,13 +393,24 @@ class BookieStorage(Service):
 
     def read_entry(self, ledger_id: int, entry_id: int) -> defer.Deferred:
         """Deferred firing with the entry's bytes; ``entry_id == -1`` reads the highest stored entry.
-        NoSuchLedgerError, NoSuchEntryError, or DigestMismatchError when the stored copy is corrupt."""
+        NoSuchLedgerError, NoSuchEntryError, or DigestMismatchError when the stored copy is corrupt.
+        An entry still in the write cache is answered at once; one that is not is read by the read
+        thread (a disk read may block for milliseconds: never on the reactor)."""
         try:
-            return defer.succeed(self._read(ledger_id, entry_id))
+            entry_id, data = self._read_memory(ledger_id, entry_id)
         except Exception as e:
             return defer.fail(e)
+        if data is not None:
+            return defer.succeed(data)
+        d = defer.Deferred()
+        self._disk_reads.append((ledger_id, entry_id, d))
+        if not self._reading:
+            self._start_disk_reads()
+        return d
 
-    def _read(self, ledger_id: int, entry_id: int) -> bytes:
+    def _read_memory(self, ledger_id: int, entry_id: int) -> tuple[int, bytes | None]:
+        """Reactor thread: ``(entry_id, bytes)`` from the write cache, or ``(entry_id, None)`` when
+        the index must be asked; raises when the entry cannot exist."""
         ledger = self._ledgers.get(ledger_id)
         if ledger is None:
             raise NoSuchLedgerError(f"no ledger {ledger_id}")
@@ -398,9 +427,57 @@ class BookieStorage(Service):
                 if data is not None:
                     counters["cache_reads"] += 1
                     counters["read_bytes"] += len(data)
-                    return data
+                    return entry_id, data
         if ledger_id in self._stale_index or entry_id < 0:
             raise NoSuchEntryError(f"no entry {ledger_id}:{entry_id}")
+        return entry_id, None
+
+    def _start_disk_reads(self) -> None:
+        batch, self._disk_reads = self._disk_reads, []
+        self._reading = True
+        d = deferToThreadPool(self._reactor, self._read_pool, self._read_batch, batch)
+        d.addBoth(self._disk_reads_done, batch)
+
+    def _read_batch(self, batch: list) -> list:
+        """Read thread: ``(True, bytes)`` or ``(False, exception)`` per read of ``batch``."""
+        out = []
+        for ledger_id, entry_id, _ in batch:
+            try:
+                out.append((True, self._read_disk(ledger_id, entry_id)))
+            except Exception as e:
+                out.append((False, e))
+        return out
+
+    def _disk_reads_done(self, results, batch: list) -> None:
+        """Reactor thread: fire the batch's Deferreds in order, then send what queued meanwhile."""
+        self._reading = False
+        if isinstance(results, Failure):    # the pool itself failed: every read of the batch fails
+            results = [(False, results.value)] * len(batch)
+        counters = self._counters
+        for (ok, value), (_, _, d) in zip(results, batch):
+            if ok:
+                counters["read_bytes"] += len(value)
+                d.callback(value)
+            else:
+                d.errback(value)
+        if self._disk_reads and not self._reading:
+            self._start_disk_reads()
+        elif not self._reading:
+            waiters, self._reads_idle = self._reads_idle, []
+            for w in waiters:
+                w.callback(None)
+
+    def _reads_done_waiter(self) -> defer.Deferred:
+        """Fires once no read batch is out (so the files may be closed)."""
+        if not self._reading and not self._disk_reads:
+            return defer.succeed(None)
+        d = defer.Deferred()
+        self._reads_idle.append(d)
+        return d
+
+    def _read_disk(self, ledger_id: int, entry_id: int) -> bytes:
+        """Any thread: the entry from the index and the entry logs (both safe beside the flush
+        thread; a log compacted away between lookup and read is looked up again)."""
         for _attempt in range(2):
             slot = self._index.lookup(ledger_id, entry_id)
             if slot is None:
@@ -412,7 +489,6 @@ class BookieStorage(Service):
             if data is None:
                 raise DigestMismatchError(f"entry {ledger_id}:{entry_id} in entry log {slot[0]} at "
                                           f"{slot[1]} is corrupt (CRC or header mismatch)")
-            counters["read_bytes"] += len(data)
             return data
         raise NoSuchEntryError(f"entry {ledger_id}:{entry_id} moved twice while being read")
 
@@ -596,7 +672,9 @@ class BookieStorage(Service):
         the index, in bounded batches. The caller deletes the old log afterwards."""
         moved = 0
         batch, batch_bytes = {}, 0
-        for offset, ledger_id, entry_id, data in self._entry_logs.scan(log_id):
+        for scanned, (offset, ledger_id, entry_id, data) in enumerate(self._entry_logs.scan(log_id), 1):
+            if scanned % GIL_YIELD_EVERY == 0:
+                yield_gil()   # a pure-Python scan: let the reactor in (common/threads.py)
             if ledger_id not in live:
                 continue
             # Only the copy the index names is live: older copies of a re-added entry are garbage.

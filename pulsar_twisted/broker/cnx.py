@@ -313,7 +313,8 @@ class ServerConnection(protocol.Protocol):
         # The client's listener, else the one of the port this connection came in on (Pulsar's
         # connection-specific listener name, from bindAddresses).
         listener = lookup.advertised_listener_name.strip() or getattr(self.factory, "listener_name", "")
-        d = self.service.lookup(lookup.topic, cnx=self, listener_name=listener)
+        d = self.service.lookup(lookup.topic, cnx=self, listener_name=listener,
+                                authoritative=lookup.authoritative)
         d.addCallbacks(
             lambda urls: self.sender.send_lookup_response(
                 lookup.request_id, urls[0], urls[1], redirect=getattr(urls, "redirect", False)),

@@ -23,6 +23,21 @@ session expiry seen after reconnecting, or an admin) or when the periodic check 
 ``on_bundle_lost(bundle)``: the broker closes those topics, their clients reconnect and look up
 again, and the next owner opens the managed ledgers, which fences this broker's ledgers.
 
+Unloading (``release``; Pulsar's unload). The owner first rewrites its node with ``disabled: true``
+(lookups anywhere answer ServiceNotReady, so that clients retry rather than reload the topics here),
+closes the bundle's topics (``on_bundle_unload``, awaited), then deletes the node; the next lookup
+places the bundle anew. Any broker asks the owner to unload by setting ``disabled`` in the owner's
+node itself (``request_unload``; compare-and-set): the owner sees its own data disabled (store
+notification, else the periodic check) and releases the bundle the same way.
+
+Splitting (``replace``). The owner creates the halves' nodes first, then the caller rewrites the
+boundaries in the namespace policies, then the parent's node goes: at every moment each hash of the
+range is owned by this broker under the old or the new boundaries, so the loaded topics stay.
+
+Placement. Without an owner, ``placement(bundle)`` (``broker/loadbalance``) may name a better
+broker: a non-authoritative lookup is redirected there without taking the bundle; the client's
+authoritative lookup there (or its producer/consumer) takes it.
+
 Only lookups, topic loads and the check consult the store; publishing and dispatch never do.
 """
 
@@ -33,11 +48,13 @@ from dataclasses import dataclass
 
 from twisted.internet import defer, task
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from zope.interface import Interface, implementer
 
 from pulsar_twisted.broker.advertised import listeners_from_json
 from pulsar_twisted.common import errors
-from pulsar_twisted.metadata.interfaces import AlreadyExistsError, MetadataStoreError
+from pulsar_twisted.metadata.interfaces import (
+    AlreadyExistsError, BadVersionError, MetadataStoreError, NotFoundError)
 from pulsar_twisted.metadata.layout import namespace_of_policies_path, ownership_path
 from pulsar_twisted.resources.base import CorruptMetadataError
 from pulsar_twisted.resources.namespaces import NamespaceResources
@@ -52,12 +69,14 @@ def topic_hash(topic: str) -> int:
     return zlib.crc32(topic.encode("utf-8")) & 0xFFFFFFFF
 
 
-def unload_bundle(broker, bundle) -> None:
-    """Unload the topics of ``broker`` (a BrokerService) that fall in ``bundle``, which this
-    broker no longer owns (the ``on_bundle_lost`` of a cluster broker's BundleOwnership)."""
+def unload_bundle(broker, bundle) -> defer.Deferred:
+    """Unload the topics of ``broker`` (a BrokerService) that fall in ``bundle`` (the
+    ``on_bundle_lost`` / ``on_bundle_unload`` of a cluster broker's BundleOwnership): their clients
+    are told to reconnect. Fires once every one is closed."""
     namespace = bundle.namespace
-    broker.unload_topics(
-        lambda name: str(name.namespace_name) == namespace and bundle.includes(topic_hash(str(name))))
+    keys = [key for key, topic in list(broker.topics.items())
+            if str(topic.topic_name.namespace_name) == namespace and bundle.includes(topic_hash(key))]
+    return defer.gatherResults([broker.unload_topic(key) for key in keys]).addCallback(lambda _: None)
 
 
 @dataclass(frozen=True)
@@ -125,8 +144,9 @@ class LookupResult(tuple):
 class IOwnership(Interface):
     """Who serves a topic. Methods take a ``TopicName`` and return Deferreds."""
 
-    def lookup(name):
-        """Deferred[LookupResult]: this broker (taking the bundle if it is free) or the owner."""
+    def lookup(name, authoritative=False):
+        """Deferred[LookupResult]: this broker (taking the bundle if it is free) or the owner;
+        ``authoritative``: the client was redirected here, take a free bundle (no placement)."""
 
     def check_owned(name):
         """Deferred firing once this broker owns ``name``'s bundle (taking it if free), with a
@@ -144,7 +164,7 @@ class LocalOwnership:
     def __init__(self, broker_url: str, broker_url_tls: str = ""):
         self.result = LookupResult(broker_url, broker_url_tls)
 
-    def lookup(self, name):
+    def lookup(self, name, authoritative: bool = False):
         return defer.succeed(self.result)
 
     def check_owned(self, name):
@@ -164,7 +184,8 @@ class BundleOwnership:
     per bundle this broker stops owning. Call ``start()`` / ``stop()``.
     """
 
-    def __init__(self, store, clock, urls: dict, on_bundle_lost=None, check_interval: float = 5.0):
+    def __init__(self, store, clock, urls: dict, on_bundle_lost=None, check_interval: float = 5.0,
+                 on_bundle_unload=None, placement=None):
         self.store = store
         self.namespaces = NamespaceResources(store)
         self.clock = clock
@@ -173,7 +194,14 @@ class BundleOwnership:
                      "disabled": False, "advertisedListeners": urls.get("advertisedListeners") or {}}
         self._value = json.dumps(self.urls, sort_keys=True).encode()
         self.on_bundle_lost = on_bundle_lost
+        #: ``on_bundle_unload(bundle)`` -> Deferred: close the bundle's topics (a graceful unload);
+        #: ``on_bundle_lost`` is used when it is None.
+        self.on_bundle_unload = on_bundle_unload
+        #: ``placement(bundle)`` -> Deferred[urls dict of the chosen broker, or None: this one].
+        self.placement = placement
         self.check_interval = check_interval
+        #: path -> Deferreds waiting for the release of that owned bundle (disabled, topics closing).
+        self._unloading = {}
         #: path -> NamespaceBundle, the bundles this broker holds.
         self.owned = {}
         #: path -> number of the acquisition (a bundle lost and taken again gets a new one).
@@ -228,12 +256,18 @@ class BundleOwnership:
     def owns(self, bundle: NamespaceBundle) -> bool:
         return bundle.path in self.owned
 
-    def lookup(self, name) -> defer.Deferred:
-        return defer.Deferred.fromCoroutine(self._lookup(name))
+    def lookup(self, name, authoritative: bool = False) -> defer.Deferred:
+        """Deferred[LookupResult]. ``authoritative``: the client was sent here by another broker's
+        placement, so a free bundle is taken here rather than placed again (no redirect loop)."""
+        return defer.Deferred.fromCoroutine(self._lookup(name, authoritative))
 
-    async def _lookup(self, name):
+    async def _lookup(self, name, authoritative=False):
         bundle = await self.bundle_of(name)
-        owner = await self.acquire(bundle)
+        owner = None
+        if not authoritative and self.placement is not None and bundle.path not in self.owned:
+            owner = await self._placed(bundle)
+        if owner is None:
+            owner = await self.acquire(bundle)
         if owner is None:
             return LookupResult(self.urls["nativeUrl"], self.urls["nativeUrlTls"],
                                 http_url=self.urls["httpUrl"], http_url_tls=self.urls["httpUrlTls"])
@@ -241,6 +275,20 @@ class BundleOwnership:
                             redirect=True, http_url=owner.get("httpUrl", ""),
                             http_url_tls=owner.get("httpUrlTls", ""),
                             listeners=listeners_from_json(owner.get("advertisedListeners")))
+
+    async def _placed(self, bundle):
+        """The chosen broker's data when the bundle is free and placement names another broker."""
+        if await self.store.get(bundle.path) is not None:
+            return None         # owned (or being unloaded): acquire() tells by whom
+        try:
+            chosen = await self.placement(bundle)
+        except Exception:
+            # No placement (reports unreadable...) must not fail the lookup: take it here.
+            log.failure("placing bundle {bundle} failed; taking it here", bundle=str(bundle))
+            return None
+        if chosen is None or self._is_mine(chosen):
+            return None
+        return chosen
 
     def check_owned(self, name) -> defer.Deferred:
         return defer.Deferred.fromCoroutine(self._check_owned(name))
@@ -264,6 +312,8 @@ class BundleOwnership:
 
     async def acquire(self, bundle: NamespaceBundle):
         """None when this broker owns ``bundle`` (now or already); else the owner's data (dict)."""
+        if bundle.path in self._unloading:
+            raise errors.ServiceNotReady(f"Namespace bundle {bundle} is being unloaded")
         if bundle.path in self.owned:
             return None
         if self._stopped:
@@ -272,6 +322,9 @@ class BundleOwnership:
             node = await self.store.get(bundle.path)
             if node is not None:
                 owner = self._parse(node[0], bundle)
+                if owner.get("disabled"):
+                    # Being unloaded (Pulsar's disabled NamespaceEphemeralData): retry later.
+                    raise errors.ServiceNotReady(f"Namespace bundle {bundle} is being unloaded")
                 if owner == self.urls:
                     # Ours (created before a reconnect that kept the session, or by a racing call).
                     self._owned(bundle)
@@ -290,6 +343,11 @@ class BundleOwnership:
             self.owned[bundle.path] = bundle
             self._acquired[bundle.path] = next(self._acquisitions)
             log.info("this broker now owns bundle {bundle}", bundle=str(bundle))
+
+    def _is_mine(self, owner: dict) -> bool:
+        """``owner`` names this broker (its ``disabled`` flag aside)."""
+        return all(owner.get(k) == self.urls[k]
+                   for k in ("nativeUrl", "nativeUrlTls", "httpUrl", "httpUrlTls"))
 
     @staticmethod
     def _parse(raw: bytes, bundle) -> dict:
@@ -310,8 +368,11 @@ class BundleOwnership:
     # ---------------------------------------------------------------- losing bundles
     def _on_notification(self, notification) -> None:
         path = notification.path
-        if notification.kind == "deleted" and path in self.owned:
+        if notification.kind == "deleted" and path in self.owned and path not in self._unloading:
             self._lost(path, "its ownership node was deleted")
+        elif notification.kind == "modified" and path in self.owned and path not in self._unloading:
+            self.store.get(path).addCallback(self._maybe_requested, path).addErrback(
+                lambda f: log.warn("reading {path}: {error}", path=path, error=f.getErrorMessage()))
         elif notification.kind == "modified" and namespace_of_policies_path(path) is not None:
             # Bundle splits change the boundaries; reread them on the next lookup.
             self._bounds.pop(namespace_of_policies_path(path), None)
@@ -336,12 +397,118 @@ class BundleOwnership:
                 # Cannot tell (store unreachable): keep serving; the session's fate decides.
                 log.warn("bundle ownership check of {path} failed: {error}", path=path, error=e)
                 return
-            if path not in self.owned:
+            if path not in self.owned or path in self._unloading:
+                continue
+            if node is not None and self._maybe_requested(node, path):
                 continue
             if node is None:
                 self._lost(path, "its ownership node is gone (ZooKeeper session expired?)")
             elif self._parse(node[0], path) != self.urls:
                 self._lost(path, "another broker owns it now")
+
+    def _maybe_requested(self, node, path) -> bool:
+        """True (and the release started) when ``node`` is this broker's, disabled by another
+        broker's ``request_unload``."""
+        bundle = self.owned.get(path)
+        if node is None or bundle is None or path in self._unloading:
+            return False
+        owner = self._parse(node[0], bundle)
+        if not (owner.get("disabled") and self._is_mine(owner)):
+            return False
+        log.info("bundle {bundle}: unload requested through its ownership node", bundle=str(bundle))
+        self.release(bundle).addErrback(
+            lambda f: log.failure("unloading bundle {bundle}", f, bundle=str(bundle)))
+        return True
+
+    # ---------------------------------------------------------------- unloading and splitting
+    def release(self, bundle: NamespaceBundle) -> defer.Deferred:
+        """Gracefully unload an owned bundle (see the module doc); Deferred[bool] firing once its
+        node is gone (False: this broker did not own it, nothing happened)."""
+        path = bundle.path
+        if path not in self.owned:
+            return defer.succeed(False)
+        d = defer.Deferred()
+        waiters = self._unloading.get(path)
+        if waiters is not None:
+            waiters.append(d)
+            return d
+        # Marked before the first write: its own "modified" notification must not look like
+        # another broker's request.
+        self._unloading[path] = [d]
+        defer.Deferred.fromCoroutine(self._release(path)).addBoth(self._released, path)
+        return d
+
+    def _released(self, result, path):
+        for d in self._unloading.pop(path, []):
+            if isinstance(result, Failure):
+                d.errback(result)
+            else:
+                d.callback(result)
+
+    async def _release(self, path):
+        bundle = self.owned[path]
+        node = await self.store.get(path)
+        if node is not None:
+            disabled = json.dumps(dict(self.urls, disabled=True), sort_keys=True).encode()
+            try:
+                await self.store.put(path, disabled, expected_version=node[1].version)
+            except (BadVersionError, NotFoundError):
+                pass            # another broker's request got there first: disabled all the same
+        log.info("unloading bundle {bundle}", bundle=str(bundle))
+        if self.on_bundle_unload is not None:
+            await self.on_bundle_unload(bundle)
+        elif self.on_bundle_lost is not None:
+            self.on_bundle_lost(bundle)
+        self.owned.pop(path, None)
+        self._acquired.pop(path, None)
+        try:
+            await self.store.delete(path)
+        except NotFoundError:
+            pass
+        log.info("bundle {bundle} unloaded", bundle=str(bundle))
+        return True
+
+    async def request_unload(self, bundle: NamespaceBundle) -> bool:
+        """Unload ``bundle`` wherever it is owned: here at once, elsewhere by disabling its node
+        (the owner releases it). False when nobody owns it (Pulsar answers that with success)."""
+        if bundle.path in self.owned:
+            await self.release(bundle)
+            return True
+        node = await self.store.get(bundle.path)
+        if node is None:
+            return False
+        owner = self._parse(node[0], bundle)
+        if owner.get("disabled"):
+            return True         # already being unloaded
+        try:
+            await self.store.put(bundle.path, json.dumps(dict(owner, disabled=True), sort_keys=True).encode(),
+                                 expected_version=node[1].version)
+        except (BadVersionError, NotFoundError):
+            pass                # it changed hands or went meanwhile: unloaded enough
+        return True
+
+    async def replace(self, parent: NamespaceBundle, children, commit) -> None:
+        """Split an owned ``parent`` into ``children``: their nodes are taken, ``commit()`` (a
+        coroutine function writing the new boundaries) runs, then the parent's node goes. When
+        ``commit`` fails the children are given back and the parent stays."""
+        if parent.path not in self.owned:
+            raise errors.ServiceNotReady(f"Namespace bundle {parent} is not owned by this broker")
+        taken = []
+        try:
+            for child in children:
+                await self.store.put(child.path, self._value, expected_version=-1, ephemeral=True)
+                taken.append(child)
+            await commit()
+        except BaseException:
+            for child in taken:
+                await self.store.delete(child.path).addErrback(lambda f: None)
+            raise
+        for child in children:
+            self._owned(child)
+        self._bounds.pop(parent.namespace, None)
+        self.owned.pop(parent.path, None)
+        self._acquired.pop(parent.path, None)
+        await self.store.delete(parent.path).addErrback(lambda f: None)
 
     def _lost(self, path, reason) -> None:
         bundle = self.owned.pop(path, None)

@@ -214,14 +214,15 @@ class BrokerService(service.Service):
     # ---------------------------------------------------------------- binary-protocol queries
     @counted_lookup  # answers, redirects, failures and latency for /metrics
     @defer.inlineCallbacks
-    def lookup(self, topic: str, cnx=None, listener_name: str = ""):
+    def lookup(self, topic: str, cnx=None, listener_name: str = "", authoritative: bool = False):
         """
         ``(broker_url, broker_url_tls)`` of the broker serving ``topic`` (a ``LookupResult`` in a
         cluster). ``cnx``: the asking connection, whose role must be allowed to look the topic
         up. ``listener_name``: answer the serving broker's URLs of that advertised listener
         (ServiceNotReady "the broker do not have <name> listener" when it has none).
+        ``authoritative``: the client was redirected here by another broker's placement.
         """
-        result = yield self._lookup(topic, cnx)
+        result = yield self._lookup(topic, cnx, authoritative)
         if not listener_name:
             return result
         listeners = getattr(result, "listeners", None)
@@ -236,7 +237,7 @@ class BrokerService(service.Service):
                             http_url_tls=getattr(result, "http_url_tls", ""), listeners=listeners)
 
     @defer.inlineCallbacks
-    def _lookup(self, topic: str, cnx):
+    def _lookup(self, topic: str, cnx, authoritative=False):
         name = self._parse(topic)
         self.security.lookup_started()  # TooManyRequests past maxConcurrentLookupRequest
         try:
@@ -247,7 +248,7 @@ class BrokerService(service.Service):
             # consumer would get (the official client reports the lookup's error code).
             yield self.check_partition_bounds(name)
             if self.ownership is not None:
-                return (yield self.ownership.lookup(name))
+                return (yield self.ownership.lookup(name, authoritative=authoritative))
             return (self.broker_url, self.broker_url_tls)
         finally:
             self.security.lookup_finished()

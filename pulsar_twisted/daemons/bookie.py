@@ -24,6 +24,7 @@ from pulsar_twisted.ledger.tcp import TcpBookieClient
 from pulsar_twisted.metadata.urls import MetadataUrlError, parse_metadata_service_uri
 from pulsar_twisted.metadata.zookeeper import ZooKeeperMetadataStore
 from pulsar_twisted.security.tls import ClientTLS, server_tls_options
+from pulsar_twisted.web.metrics import ReactorLagCollector
 
 
 def metadata_service_location(config: BookieConfig) -> tuple:
@@ -115,6 +116,8 @@ class BookieService(Daemon):
             disk_usage_threshold=config.diskUsageThreshold,
             disk_usage_lwm_threshold=config.diskUsageLwmThreshold, http_endpoint=http,
             own_storage=False)
+        # The stall detector's figures (daemons/startup.py) on the bookie's own /metrics.
+        self.server.metrics_registry.register(ReactorLagCollector(self.lag_monitor, None, "bookie_"))
         return self.server.start()
 
     def _start_autorecovery(self):

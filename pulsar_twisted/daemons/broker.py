@@ -16,7 +16,9 @@ One ordered tree (``tree.py``), started in this order and stopped in reverse:
    (``webServicePortTls`` / ``brokerServicePortTls``), the plain binary listener last, so that a broker
    accepting plain connections also accepts TLS ones.
 5. The broker's registration (``broker/registration.py``), then its candidacy for
-   ``/loadbalance/leader`` (``broker/leader.py``).
+   ``/loadbalance/leader`` (``broker/leader.py``), then the load manager
+   (``broker/loadbalance/manager.py``: load reports in the registration node, placement of free
+   bundles, automatic splits, shedding on the leader).
 
 The TLS URLs go wherever the plain ones go: the registration, the bundle ownership nodes (so a
 Redirect from another broker carries ``brokerServiceUrlTls``) and this broker's own lookup answers.
@@ -27,8 +29,12 @@ ZooKeeper session.
 """
 
 
+import json
+
 from pulsar_twisted.broker.admin.service import AdminService
 from pulsar_twisted.broker.leader import LeaderElection
+from pulsar_twisted.broker.loadbalance.decisions import DecisionLog
+from pulsar_twisted.broker.loadbalance.manager import LoadManager
 from pulsar_twisted.broker.advertised import check_listener_config
 from pulsar_twisted.broker.ownership import BundleOwnership, unload_bundle
 from pulsar_twisted.broker.registration import BrokerAddresses, BrokerRegistration
@@ -129,7 +135,7 @@ class BrokerClusterService(BrokerListeners, Daemon):
         self.addresses = BrokerAddresses(config)
         self.store = self.bookie_store = self.bookie_client = self.ledger_client = None
         self.ml_factory = self.broker = self.ownership = self.admin = None
-        self.registration = self.leader = None
+        self.registration = self.leader = self.load_manager = None
         self._bookie_tls = None
         self._bookies_at_start = 0
         self.session_timeout = session_timeout_millis(config) / 1000.0
@@ -152,6 +158,7 @@ class BrokerClusterService(BrokerListeners, Daemon):
         steps += [
             Step("registration", self._start_registration, lambda: self.registration.stop()),
             Step("leader election", self._start_leader, lambda: self.leader.stop()),
+            Step("load manager", self._start_load_manager, lambda: self.load_manager.stop()),
         ]
         for step in steps:
             step.setServiceParent(self)
@@ -215,9 +222,12 @@ class BrokerClusterService(BrokerListeners, Daemon):
         return self.broker.start()
 
     def _start_ownership(self):
+        # One decisions log for the admin API's unloads and splits and the load manager's moves.
+        self.broker.decisions = DecisionLog(self.reactor, self.config.loadBalancerDecisionsMaxEntries)
         self.ownership = BundleOwnership(
             self.store, self.reactor, self.urls(),
             on_bundle_lost=lambda bundle: unload_bundle(self.broker, bundle),
+            on_bundle_unload=lambda bundle: unload_bundle(self.broker, bundle),
             check_interval=self.check_interval)
         self.broker.ownership = self.ownership
         self.ownership.start()
@@ -237,6 +247,17 @@ class BrokerClusterService(BrokerListeners, Daemon):
         self.leader = LeaderElection(self.store, self.reactor, self.broker_id, self.addresses.web_url,
                                      self.check_interval)
         return self.leader.start()
+
+    def _start_load_manager(self):
+        # Reports, placement of free bundles, automatic splits and (on the leader) shedding.
+        self.load_manager = LoadManager(
+            self.broker, self.ownership, self.store, self.reactor, self.config, self.broker_id,
+            json.loads(self.broker_data()), registration=self.registration, leader=self.leader,
+            decisions=self.broker.decisions)
+        self.broker.load_manager = self.load_manager
+        self.ownership.placement = self.load_manager.place
+        self.load_manager.start()
+        return self.load_manager.write_report(force=True)
 
     def announce(self) -> None:
         hosts, root = metadata_store_location(self.config)

@@ -15,6 +15,7 @@ from pulsar_twisted.broker.advertised import bind_addresses
 from pulsar_twisted.broker.cnx import BrokerProtocolFactory
 from pulsar_twisted.daemons.tree import ListeningService
 from pulsar_twisted.security.endpoints import server_tls_context, tls_server_endpoint
+from pulsar_twisted.web.metrics import ReactorLagCollector
 from pulsar_twisted.web.site import make_site
 
 
@@ -71,9 +72,13 @@ class BrokerListeners:
         return None
 
     def _site(self):
+        collectors = list(self.metrics_collectors())
+        monitor = getattr(self, "lag_monitor", None)
+        if monitor is not None:   # the daemon's stall detector (daemons/startup.py)
+            collectors.append(ReactorLagCollector(monitor, self.config.clusterName))
         source = self.functions_worker_source()
         extra = {} if source is None else {"functions_worker": source}
-        return make_site(self.admin, self.broker, self.config, self.metrics_collectors(), **extra)
+        return make_site(self.admin, self.broker, self.config, collectors, **extra)
 
     def _binary_factory(self):
         return BrokerProtocolFactory(self.broker, self.reactor)

@@ -8,6 +8,7 @@ import os
 
 from twisted.internet import defer
 
+from pulsar_twisted.common.reactor_lag import ReactorLagMonitor
 from pulsar_twisted.daemons.gctune import tune_garbage_collector
 from pulsar_twisted.daemons.tree import OrderedMultiService
 
@@ -46,6 +47,10 @@ class Daemon(OrderedMultiService):
     once every child has started; the garbage collector is then tuned for serving and
     ``announce()`` logs what the daemon serves. A child that fails to start stops the process
     with exit status 1 (``startup_failed``); a stop that comes during start-up is not a failure.
+
+    Once ready, ``lag_monitor`` (the stall detector, ``common/reactor_lag.py``) measures the
+    reactor's lateness, with a watchdog thread naming what ran in a stall; it is not started before,
+    since start-up (journal replay, loading the metadata) may block the reactor on purpose.
     """
 
     #: Seconds ``stopService`` waits for the tree to stop before it gives up (None: no bound).
@@ -58,6 +63,7 @@ class Daemon(OrderedMultiService):
         self.daemon = daemon
         self.reactor = reactor
         self.ready = defer.Deferred()
+        self.lag_monitor = ReactorLagMonitor(reactor)
         self.shutdown_timeout = shutdown_timeout
 
     def stopService(self):
@@ -69,6 +75,7 @@ class Daemon(OrderedMultiService):
         ZooKeeper that does not answer). The stop itself is not cancelled: a part closing
         cleanly in the meantime still does.
         """
+        self.lag_monitor.stop()
         stopping = super().stopService()
         timeout = self.shutdown_timeout
         if timeout is None:
@@ -107,6 +114,8 @@ class Daemon(OrderedMultiService):
 
     def _started(self, _):
         tune_garbage_collector()
+        self.lag_monitor.start()
+        self.lag_monitor.watch_thread()
         self.announce()
         return self
 

@@ -12,6 +12,7 @@ Pulsar (configuration and local metadata store):
 * ``/namespace/<tenant>/<ns>/<bundle range>``                    bundle ownership (ephemeral)
 * ``/loadbalance/brokers/<host:webport>``                        live brokers (ephemeral)
 * ``/loadbalance/leader``                                        the elected leader (ephemeral)
+* ``/loadbalance/bundle-data/<tenant>/<ns>/<bundle range>``      the leader's BundleData JSON
 * ``/schemas/<schema id>``                                       schema versions of a topic
 * ``/managed-ledgers/<encoded name>``                            managed ledgers and their cursors
 * ``/counters/producer-name/broker-<seq>``                       producer-name prefixes
@@ -31,6 +32,7 @@ PARTITIONED_ROOT = "/admin/partitioned-topics"
 OWNERSHIP_ROOT = "/namespace"
 BROKERS_ROOT = "/loadbalance/brokers"
 LEADER_PATH = "/loadbalance/leader"
+BUNDLE_DATA_ROOT = "/loadbalance/bundle-data"
 SCHEMAS_ROOT = "/schemas"
 MANAGED_LEDGERS_ROOT = "/managed-ledgers"
 #: Rack placement of bookies, ``{group: {bookie: {"rack", "hostname"}}}`` (Pulsar's

@@ -45,6 +45,11 @@ log = Logger()
 
 MB = 1024 * 1024
 
+#: Trimmed ledgers forgotten (cache, read handle) and deleted per reactor turn: a trim of thousands
+#: of consumed ledgers (a drained backlog, a retention expiry) must not hold the reactor for the
+#: whole run, each deletion being a metadata delete and a bookie request.
+TRIM_SLICE = 16
+
 
 class ManagedLedgerTerminatedError(ManagedLedgerError):
     """The managed ledger was terminated: it accepts no more entries (Pulsar's topic termination)."""
@@ -1067,15 +1072,13 @@ class ManagedLedgerImpl:
 
         def recorded(_):
             first_left = self._ledger_ids[0] if self._ledger_ids else None
-            for lid in doomed:
-                self._cache.invalidate_ledger(lid)
-                self._read_handles.pop(lid, None)
-                self._delete_ledger_quietly(lid)
             if first_left is not None:
                 for c in list(self._non_durable):
                     c._ledgers_trimmed(first_left)
             log.info("managed ledger {name}: trimmed ledgers {ids}", name=self.name, ids=doomed)
-            return doomed
+            deleted = defer.Deferred()
+            self._delete_trimmed(list(doomed), deleted)
+            return deleted.addCallback(lambda _: doomed)
 
         def failed(f):
             if self._state is not State.FENCED:
@@ -1084,6 +1087,20 @@ class ManagedLedgerImpl:
             return f
 
         return self._write_metadata().addCallbacks(recorded, failed)
+
+    def _delete_trimmed(self, lids: list, done: defer.Deferred) -> None:
+        """Forget and delete the trimmed ``lids``, ``TRIM_SLICE`` per reactor turn (the first slice
+        at once); ``done`` fires once every deletion is issued. They are out of the metadata already,
+        so no read reaches them meanwhile."""
+        for lid in lids[:TRIM_SLICE]:
+            self._cache.invalidate_ledger(lid)
+            self._read_handles.pop(lid, None)
+            self._delete_ledger_quietly(lid)
+        rest = lids[TRIM_SLICE:]
+        if rest:
+            self.reactor.callLater(0, self._delete_trimmed, rest, done)
+        else:
+            done.callback(None)
 
     def _delete_ledger_quietly(self, lid):
         self.ledger_client.delete_ledger(lid).addErrback(

@@ -207,12 +207,13 @@ def bundle_boundaries(num_bundles: int) -> list:
     return ["0x%08x" % b for b in even_boundaries(num_bundles)]
 
 
-def new_policies(cluster: str) -> dict:
-    """A new namespace's Policies as ``pulsar-admin namespaces policies`` prints it (nulls omitted)."""
+def new_policies(cluster: str, num_bundles: int = DEFAULT_NUM_BUNDLES) -> dict:
+    """A new namespace's Policies as ``pulsar-admin namespaces policies`` prints it (nulls omitted);
+    ``num_bundles``: the broker's defaultNumberOfNamespaceBundles."""
     return {
         "auth_policies": {"namespace_auth": {}, "destination_auth": {}, "subscription_auth_roles": {}},
         "replication_clusters": [cluster],
-        "bundles": {"boundaries": bundle_boundaries(DEFAULT_NUM_BUNDLES), "numBundles": DEFAULT_NUM_BUNDLES},
+        "bundles": {"boundaries": bundle_boundaries(num_bundles), "numBundles": num_bundles},
         "backlog_quota_map": {},
         "clusterDispatchRate": {},
         "topicDispatchRate": {},
@@ -260,9 +261,10 @@ def with_defaults(stored: dict, cluster: str) -> dict:
     return policies
 
 
-def check_new_namespace(policies, cluster: str) -> dict:
-    """The document to store for a namespace created with ``policies`` (None: the defaults)."""
-    value = new_policies(cluster)
+def check_new_namespace(policies, cluster: str, num_bundles: int = DEFAULT_NUM_BUNDLES) -> dict:
+    """The document to store for a namespace created with ``policies`` (None: the defaults, with
+    ``num_bundles`` bundles unless ``policies`` say how many)."""
+    value = new_policies(cluster, num_bundles)
     if policies is None:
         return value
     if not isinstance(policies, dict):
@@ -273,7 +275,7 @@ def check_new_namespace(policies, cluster: str) -> dict:
             policies[spec.field] = spec.check(policies[spec.field], spec.field)
     value.update({k: v for k, v in policies.items() if v is not None})
     bundles = value.get("bundles")
-    n = bundles.get("numBundles", DEFAULT_NUM_BUNDLES) if isinstance(bundles, dict) else None
+    n = bundles.get("numBundles", num_bundles) if isinstance(bundles, dict) else None
     if not isinstance(n, int) or n < 1:
         raise OutOfRange("bundles.numBundles must be a positive integer")
     value["bundles"] = {"boundaries": bundles.get("boundaries") or bundle_boundaries(n), "numBundles": n}

@@ -102,6 +102,10 @@ def _routes() -> dict:
         ("GET", f"{_NS}/permissions"): TENANT_ADMIN,
         ("POST", f"{_NS}/permissions/{{role}}"): TENANT_ADMIN,
         ("DELETE", f"{_NS}/permissions/{{role}}"): TENANT_ADMIN,
+        # unload and split-bundle: validateSuperUserAccess (NamespacesBase)
+        ("PUT", f"{_NS}/unload"): SUPER_USER,
+        ("PUT", f"{_NS}/{{bundle}}/unload"): SUPER_USER,
+        ("PUT", f"{_NS}/{{bundle}}/split"): SUPER_USER,
         # -- PersistentTopicsBase / NonPersistentTopics
         ("GET", _DNS): NAMESPACE_GET_TOPICS,
         ("GET", f"{_DNS}/partitioned"): NAMESPACE_GET_TOPICS,
@@ -116,6 +120,8 @@ def _routes() -> dict:
         ("GET", f"{_TOPIC}/internalStats"): TOPIC_LOOKUP,
         ("GET", f"{_TOPIC}/lastMessageId"): TOPIC_CONSUME,
         ("PUT", f"{_TOPIC}/unload"): TENANT_ADMIN,
+        # getNamespaceBundle of a topic: validateTopicOperation(..., LOOKUP)
+        ("GET", f"{_TOPIC}/bundle"): TOPIC_LOOKUP,
         ("PUT", f"{_TOPIC}/compaction"): TENANT_ADMIN,
         ("GET", f"{_TOPIC}/compaction"): TENANT_ADMIN,
         ("POST", f"{_TOPIC}/terminate"): TENANT_ADMIN,
@@ -144,6 +150,8 @@ def _routes() -> dict:
         ("GET", f"{V2}/broker-stats/topics"): SUPER_USER,
         ("GET", f"{V2}/broker-stats/metrics"): SUPER_USER,
         ("GET", f"{V2}/broker-stats/load-report"): SUPER_USER,
+        # beyond Pulsar: the load manager's decisions, as sensitive as the load report
+        ("GET", f"{V2}/broker-stats/load-decisions"): SUPER_USER,
         ("GET", f"{V2}/bookies/all"): SUPER_USER,
         ("GET", f"{V2}/bookies/racks-info"): SUPER_USER,
         ("GET", f"{V2}/bookies/racks-info/{{bookie}}"): SUPER_USER,

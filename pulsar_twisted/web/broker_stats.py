@@ -1,5 +1,6 @@
 """
-Routes of ``/admin/v2/broker-stats`` (``topics``, ``metrics``, ``load-report``) and
+Routes of ``/admin/v2/broker-stats`` (``topics``, ``metrics``, ``load-report``, our
+``load-decisions``) and
 ``/admin/v2/bookies`` (``all``, ``racks-info``), over ``broker.admin.broker_stats`` and
 ``broker.admin.bookies``. Pulsar's JVM views (``mbeans``, ``allocator-stats``) are not routed, so
 they answer 404 as any unknown path.
@@ -8,7 +9,7 @@ they answer 404 as any unknown path.
 from pulsar_twisted.broker.admin.bookies import BookiesAdmin
 from pulsar_twisted.broker.admin.broker_stats import BrokerStatsAdmin
 from pulsar_twisted.web.openapi import Operation
-from pulsar_twisted.web.routing import json_body
+from pulsar_twisted.web.routing import json_body, query
 
 V2 = "/admin/v2"
 
@@ -48,6 +49,12 @@ def add_broker_stats_routes(router, admin) -> None:
     router.add("GET", f"{V2}/broker-stats/load-report", lambda request: stats.load_report(),
                doc=Operation("This broker's load report (LocalBrokerData)", "broker-stats",
                              {200: _OBJECT}))
+    # Beyond Pulsar (issue 15): the load manager's decisions log (broker/loadbalance/decisions.py).
+    router.add("GET", f"{V2}/broker-stats/load-decisions",
+               lambda request: admin.load_decisions(query(request, "kind", "") or ""),
+               doc=Operation("The load manager's placement, split, unload and shed decisions, with "
+                             "their reasons", "broker-stats", {200: {"type": "array", "items": _OBJECT}},
+                             query={"kind": {"type": "string"}}))
 
 
 def add_bookie_routes(router, admin) -> None:

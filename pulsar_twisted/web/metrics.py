@@ -16,7 +16,7 @@ from collections import defaultdict
 from prometheus_client import (
     CONTENT_TYPE_LATEST, CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector,
     generate_latest)
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from pulsar_twisted.web.broker_metrics import BrokerFamilies, namespace_level
 from pulsar_twisted.web.routing import Response
@@ -77,6 +77,41 @@ class PulsarCollector:
         if self.broker_families is None:
             self.broker_families = BrokerFamilies(self.admin.broker, self.cluster, self.admin.clock)
         yield from self.broker_families.collect()
+
+
+class ReactorLagCollector:
+    """The stall detector's figures (``common/reactor_lag.py``): the reactor's timer lateness as a
+    Prometheus histogram in ms, its maximum, and the ticks later than the stall threshold.
+    ``prefix`` names the daemon (``pulsar_broker_``; ``bookie_`` on a bookie's /metrics, with no
+    ``cluster`` label when ``cluster`` is None, as BookKeeper's own metrics have none)."""
+
+    def __init__(self, monitor, cluster: str | None, prefix: str = "pulsar_broker_"):
+        self.monitor = monitor
+        self.prefix = prefix
+        self.labels = ["cluster"] if cluster is not None else []
+        self.values = [cluster] if cluster is not None else []
+
+    def collect(self):
+        h, p = self.monitor.histogram, self.prefix
+        lag = HistogramMetricFamily(f"{p}event_loop_lag_ms",
+                                    "Lateness of the reactor's periodic tick, in milliseconds",
+                                    labels=self.labels)
+        lag.add_metric(self.values, [(_le(bound), n) for bound, n in h.cumulative()], h.sum)
+        yield lag
+        top = GaugeMetricFamily(f"{p}event_loop_lag_max_ms",
+                                "Largest lateness of the reactor's tick since start, in milliseconds",
+                                labels=self.labels)
+        top.add_metric(self.values, h.max)
+        yield top
+        stalls = CounterMetricFamily(f"{p}event_loop_stalls",
+                                     "Reactor ticks later than the stall threshold (each one logged)",
+                                     labels=self.labels)
+        stalls.add_metric(self.values, self.monitor.stalls)
+        yield stalls
+
+
+def _le(bound: float) -> str:
+    return "+Inf" if bound == float("inf") else repr(float(bound))
 
 
 def make_registry(admin_service, cluster: str, extra_collectors=()) -> CollectorRegistry:

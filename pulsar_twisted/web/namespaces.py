@@ -96,6 +96,19 @@ def add_namespace_routes(router, admin) -> None:
     def delete_namespace(request, tenant, namespace):
         return admin.delete_namespace(tenant, namespace, force=query_bool(request, "force"))
 
+    @router.route("PUT", f"{ns}/unload")
+    def unload(request, tenant, namespace):
+        return admin.unload_namespace(tenant, namespace)
+
+    @router.route("PUT", f"{ns}/{{bundle}}/unload")
+    def unload_bundle(request, tenant, namespace, bundle):
+        return admin.unload_bundle(tenant, namespace, bundle)
+
+    @router.route("PUT", f"{ns}/{{bundle}}/split")
+    def split_bundle(request, tenant, namespace, bundle):
+        return admin.split_bundle(tenant, namespace, bundle, unload=query_bool(request, "unload"),
+                                  algorithm=query(request, "splitAlgorithmName", "") or "")
+
     @router.route("GET", f"{ns}/topics")
     def topics(request, tenant, namespace):
         return admin.namespace_topics(tenant, namespace, query(request, "mode", "PERSISTENT"))

@@ -92,6 +92,10 @@ def add_topic_routes(router, admin) -> None:
         return admin.last_message_id(name(domain, tenant, namespace, topic))
 
     # -- lifecycle
+    @add("GET", f"{topic}/bundle")
+    def bundle_range(request, domain, tenant, namespace, topic):
+        return admin.bundle_range(name(domain, tenant, namespace, topic))
+
     @add("PUT", f"{topic}/unload")
     def unload(request, domain, tenant, namespace, topic):
         return admin.unload_topic(name(domain, tenant, namespace, topic))

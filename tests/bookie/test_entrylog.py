@@ -4,7 +4,7 @@ import os
 
 from twisted.trial import unittest
 
-from pulsar_twisted.bookie import formats
+from pulsar_twisted.bookie import entrylog, formats
 from pulsar_twisted.bookie.entrylog import EntryLogger, EntryLogMissing
 from pulsar_twisted.bookie.index import LedgerIndex
 
@@ -19,6 +19,26 @@ class EntryLoggerTests(unittest.TestCase):
         logs.open()
         self.addCleanup(logs.close)
         return logs
+
+    def test_remove_log_unlinks_outside_the_read_lock(self):
+        """Removing a log never holds the read lock while the file system frees it (reads wait on that
+        lock on the reactor thread); a read of the removed log then fails with EntryLogMissing."""
+        logs = self.logger(size_limit=300)
+        placed = logs.append_entries({1: {i: bytes([i]) * 100 for i in range(5)}})
+        entry_id, log_id, offset, length = placed[1][0]
+        logs.read(log_id, offset, length, 1, entry_id)   # a cached read descriptor to drop
+        self.assertNotEqual(log_id, logs.current_id)
+        held = []
+        real_unlink = os.unlink
+
+        def unlink(path):
+            held.append(logs._read_lock.locked())
+            real_unlink(path)
+        self.patch(entrylog.os, "unlink", unlink)
+        logs.remove_log(log_id)
+        self.assertTrue(held)
+        self.assertFalse(any(held))
+        self.assertRaises(EntryLogMissing, logs.read, log_id, offset, length, 1, entry_id)
 
     def test_append_read_roll(self):
         """Entries read back from where append_entries placed them; logs roll and alternate dirs."""

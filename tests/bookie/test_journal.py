@@ -3,6 +3,7 @@
 import os
 
 from twisted.internet import defer, reactor
+from twisted.internet.task import deferLater
 from twisted.trial import unittest
 
 from pulsar_twisted.bookie import formats
@@ -144,6 +145,57 @@ class JournalWriterTests(unittest.TestCase):
         r = key_record(1)
         yield journal.append((r,), len(r))
         self.assertEqual(journal.groups, 1)
+
+    @defer.inlineCallbacks
+    def test_flush_when_queue_empty(self):
+        """With journalFlushWhenQueueEmpty, a lone record is written and fsynced at once, however long
+        the group wait; a burst queued while the writer is busy is still grouped."""
+        journal = self.open(max_group_wait_ms=60_000, flush_when_queue_empty=True)
+        r = key_record(1)
+        yield journal.append((r,), len(r))
+        self.assertEqual((journal.groups, journal.fsyncs), (1, 1))
+        yield defer.gatherResults([journal.append((r,), len(r)) for _ in range(1000)])
+        self.assertEqual(journal.records, 1001)
+        self.assertLess(journal.fsyncs, 100)
+
+    @defer.inlineCallbacks
+    def test_group_wait_without_flush_when_queue_empty(self):
+        """Without it, the writer waits for a group: a record is held until a threshold (here the second
+        record) is reached, so two records queued apart share one fsync."""
+        journal = self.open(max_group_wait_ms=60_000, buffered_entries_threshold=2,
+                            flush_when_queue_empty=False)
+        r = key_record(1)
+        first = journal.append((r,), len(r))
+        yield deferLater(reactor, 0.01, lambda: None)
+        yield defer.gatherResults([first, journal.append((r,), len(r))])
+        self.assertEqual((journal.groups, journal.fsyncs, journal.records), (1, 1, 2))
+
+    def test_hand_back_coalesced(self):
+        """Groups written while the reactor has not yet run the previous hand-back share one
+        callFromThread (one waker-pipe wake-up), and fire in write order when it runs."""
+        class Reactor:
+            def __init__(self):
+                self.calls = []
+
+            def callFromThread(self, f, *args):
+                self.calls.append((f, args))
+        fake = Reactor()
+        journal = Journal(self.dir, fake, sync_data=False)
+        journal._create(1)
+        self.addCleanup(os.close, journal._fd)
+        r = key_record(1)
+        fired = []
+        groups = [[((r,), len(r), defer.Deferred().addCallback(lambda _, i=i: fired.append(i)), 0.0)]
+                  for i in range(3)]
+        for group in groups:
+            journal._write_group(group)
+        self.assertEqual(len(fake.calls), 1)
+        f, args = fake.calls.pop()
+        f(*args)
+        self.assertEqual(fired, [0, 1, 2])
+        self.assertEqual((journal.groups, journal.records), (3, 3))
+        journal._write_group([((r,), len(r), defer.Deferred(), 0.0)])
+        self.assertEqual(len(fake.calls), 1)
 
     @defer.inlineCallbacks
     def test_no_sync(self):

@@ -2,12 +2,15 @@
 
 import glob
 import os
+import threading
 
 from twisted.internet import defer, reactor
 from twisted.trial import unittest
 
 from pulsar_twisted.bookie import formats
+from pulsar_twisted.bookie import storage as bookie_storage
 from pulsar_twisted.bookie.storage import BookieStorage
+from pulsar_twisted.common.threads import GIL_YIELD_EVERY
 from pulsar_twisted.common.bk_errors import (
     BookieReadOnlyError, DigestMismatchError, LedgerFencedError, NoSuchEntryError, NoSuchLedgerError,
     UnauthorizedAccessError)
@@ -186,6 +189,47 @@ class AddReadTests(StorageTestBase):
 def deferLater(seconds):
     from twisted.internet import task
     return task.deferLater(reactor, seconds, lambda: None)
+
+
+class DiskReadThreadTests(StorageTestBase):
+
+    @defer.inlineCallbacks
+    def test_disk_reads_off_the_reactor_in_batches(self):
+        """Entries no longer in the write cache are read by the read thread, never the reactor's;
+        the first read goes out at once and the rest of the turn's reads wait for it as one batch;
+        each read gets its own answer."""
+        storage = yield self.open()
+        yield self.fill(storage, 1, 50)
+        yield storage.checkpoint()
+        threads, batches = set(), []
+        read_disk, read_batch = storage._read_disk, storage._read_batch
+
+        def recording_read(ledger_id, entry_id):
+            threads.add(threading.get_ident())
+            return read_disk(ledger_id, entry_id)
+
+        def recording_batch(batch):
+            batches.append(len(batch))
+            return read_batch(batch)
+        storage._read_disk, storage._read_batch = recording_read, recording_batch
+        reads = [storage.read_entry(1, i) for i in range(50)] + [storage.read_entry(1, 77)]
+        results = yield defer.DeferredList(reads, consumeErrors=True)
+        self.assertEqual([r for ok, r in results[:50]], [self.data(1, i) for i in range(50)])
+        self.assertFalse(results[50][0])
+        results[50][1].trap(NoSuchEntryError)
+        self.assertNotIn(threading.get_ident(), threads)
+        self.assertEqual(batches, [1, 50])
+
+    @defer.inlineCallbacks
+    def test_stop_waits_for_reads_out(self):
+        """stop() lets a read batch in flight finish before it closes the files."""
+        storage = yield self.open()
+        yield self.fill(storage, 1, 5)
+        yield storage.checkpoint()
+        reads = [storage.read_entry(1, i) for i in range(5)]
+        yield storage.stop()
+        got = yield defer.gatherResults(reads)
+        self.assertEqual(got, [self.data(1, i) for i in range(5)])
 
 
 class RestartTests(StorageTestBase):
@@ -383,6 +427,24 @@ class CorruptionAndGCTests(StorageTestBase):
         yield storage.stop()
         storage = yield self.open()
         yield self.assert_entries(storage, 2, range(2))
+
+    @defer.inlineCallbacks
+    def test_compaction_scan_yields_the_gil(self):
+        """Compacting a log of 3,000 entries lets the reactor in every GIL_YIELD_EVERY records scanned:
+        a big GC run is a pure-Python loop in the flush thread, and must not hold the GIL for long."""
+        storage = yield self.open()
+        yield self.fill(storage, 1, 3000)
+        yield self.fill(storage, 2, 10)
+        yield storage.checkpoint()
+        yield storage.stop()
+        storage = yield self.open()
+        yield storage.delete_ledger(1)
+        yields = []
+        self.patch(bookie_storage, "yield_gil", lambda: yields.append(1))
+        figures = yield storage.gc()
+        self.assertEqual((figures["logs_compacted"], figures["entries_moved"]), (1, 10))
+        self.assertGreaterEqual(len(yields), 3010 // GIL_YIELD_EVERY)
+        yield self.assert_entries(storage, 2, range(10))
 
     @defer.inlineCallbacks
     def test_gc_keeps_undurable_delete(self):

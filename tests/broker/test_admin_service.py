@@ -18,7 +18,7 @@ class FacadeTests(unittest.TestCase):
     def test_every_facade_method_is_its_areas(self):
         """Each public name resolves to the same-named method of the area that owns it."""
         names = [n for n, v in vars(AdminService).items() if isinstance(v, _On)]
-        self.assertEqual(len(names), 60)
+        self.assertEqual(len(names), 65)
         for name in names:
             area = getattr(self.admin, vars(AdminService)[name].area)
             self.assertEqual(getattr(self.admin, name), getattr(area, name), name)
@@ -26,7 +26,8 @@ class FacadeTests(unittest.TestCase):
     def test_areas_share_one_context(self):
         """Every area works on the same broker, store and resource accessors."""
         areas = [self.admin.clusters, self.admin.tenants, self.admin.namespaces, self.admin.topics,
-                 self.admin.subscriptions, self.admin.stats, self.admin.permissions, self.admin.brokers]
+                 self.admin.subscriptions, self.admin.stats, self.admin.permissions, self.admin.brokers,
+                 self.admin.bundles]
         self.assertEqual({id(a.context) for a in areas}, {id(self.admin.context)})
 
     def test_calls_go_through(self):

@@ -7,6 +7,7 @@ import runpy
 from twisted.internet import defer, endpoints, protocol, reactor, task
 from twisted.logger import capturedLogs
 from twisted.python.reflect import namedAny
+from twisted.internet.task import Clock
 from twisted.trial import unittest
 
 from pulsar_twisted.bookie.storage import BookieStorage
@@ -21,12 +22,13 @@ from pulsar_twisted.mledger.config import ManagedLedgerConfig
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-class FakeReactor:
-    """What ``startup_failed`` uses of a reactor."""
+class FakeReactor(Clock):
+    """What ``startup_failed`` uses of a reactor, and a clock (the stall detector's)."""
 
     running = True
 
     def __init__(self):
+        super().__init__()
         self.stopped = False
 
     def stop(self):
@@ -44,6 +46,7 @@ class DaemonTests(unittest.SynchronousTestCase):
 
     def daemon(self, *steps):
         root = startup.Daemon("test-daemon", FakeReactor())
+        self.addCleanup(root.lag_monitor.stop)
         for step in steps:
             step.setServiceParent(root)
         return root
@@ -51,6 +54,18 @@ class DaemonTests(unittest.SynchronousTestCase):
     def step(self, name, start=None):
         return Step(name, start or (lambda: self.events.append(f"start {name}")),
                     lambda: self.events.append(f"stop {name}"))
+
+    def test_stall_detector_starts_once_ready(self):
+        """The reactor lag monitor ticks on the daemon's reactor from readiness on, not before."""
+        gate = defer.Deferred()
+        root = self.daemon(self.step("a", lambda: gate))
+        root.startService()
+        self.assertEqual(root.reactor.getDelayedCalls(), [])
+        gate.callback(None)
+        root.reactor.pump([0.01] * 5)
+        self.assertEqual(root.lag_monitor.histogram.count, 5)
+        root.stopService()
+        self.assertEqual(root.reactor.getDelayedCalls(), [])
 
     def test_ready(self):
         """``ready`` fires with the root once the last child has started."""
@@ -191,7 +206,7 @@ class TreeShapeTests(unittest.SynchronousTestCase):
         self.assertEqual(self.names(root), [
             "metadata store", "bookie metadata store", "bookie client", "ledger client",
             "managed ledgers", "broker", "bundle ownership", "broker service", "admin", "web", "binary",
-            "registration", "leader election"])
+            "registration", "leader election", "load manager"])
 
     def test_bookie(self):
         self.assertEqual(self.names(BookieService(BookieConfig(), reactor=object())),

@@ -10,7 +10,7 @@ from pulsar_twisted.mledger.interfaces import (
     IManagedLedger, IManagedLedgerFactory, ManagedLedgerClosedError, ManagedLedgerError,
     ManagedLedgerFencedError,
 )
-from pulsar_twisted.mledger.ledger import ManagedLedgerTerminatedError, State
+from pulsar_twisted.mledger.ledger import TRIM_SLICE, ManagedLedgerTerminatedError, State
 from pulsar_twisted.testing.fake_ledger import FakeLedgerClient
 
 from tests.mledger.test_support import ManagedLedgerHarness, data
@@ -154,6 +154,34 @@ class TrimTests(ManagedLedgerHarness, unittest.TestCase):
         self.assertIn(ledgers[2], self.bk.deleted)
         self.assertIn(ml.current_ledger_id(), self.bk.ledger_ids())
         self.assertEqual(ml.number_of_entries(), 0)
+
+    def reactor_turn(self):
+        """Run the calls due now that were scheduled before this turn, as the real reactor does (a
+        Clock's advance would also run the ones they schedule for now)."""
+        due = [call for call in self.clock.getDelayedCalls() if call.getTime() <= self.clock.seconds()]
+        for call in due:
+            self.clock.calls.remove(call)
+            call.called = True
+            call.func(*call.args, **call.kw)
+
+    def test_trim_of_many_ledgers_runs_in_slices(self):
+        """Trimming 100 consumed (full, closed) ledgers deletes at most TRIM_SLICE of them per
+        reactor turn, and the trim's Deferred fires once all are deleted."""
+        ml = self.open(max_entries_per_ledger=1)
+        c = self.cursor(ml)
+        positions = self.add(ml, 100)
+        ledgers = sorted({p.ledger_id for p in positions})
+        self.assertEqual(len(ledgers), 100)
+        d = c.mark_delete(positions[-1])
+        steps = [len(self.bk.deleted)]
+        while len(self.bk.deleted) < len(ledgers) and len(steps) < 50:
+            self.reactor_turn()
+            steps.append(len(self.bk.deleted))
+        self.assertEqual(sorted(self.bk.deleted), ledgers)
+        self.assertTrue(all(b - a <= TRIM_SLICE for a, b in zip([0] + steps, steps)), steps)
+        self.assertGreater(len(steps), 100 // TRIM_SLICE)
+        self.successResultOf(d)
+        self.successResultOf(ml.trim_consumed_ledgers())
 
     def test_retention_keeps_consumed_ledgers(self):
         """With a time limit and unlimited size, consumed ledgers stay until they expire."""

@@ -63,3 +63,17 @@ class HttpSecurityTests(WebTestCase):
         self.assertEqual(status, 403)
         status, body, _ = yield self.request("GET", path, headers=bearer("root"))
         self.assertEqual(status, 503, body)
+
+    @defer.inlineCallbacks
+    def test_unload_and_split_need_a_super_user(self):
+        """Pulsar's unload and split-bundle check validateSuperUserAccess, not the tenant's admins."""
+        yield self.request("POST", "/admin/v2/tenants/public", {"adminRoles": ["owner"], "allowedClusters":
+                                                                ["standalone"]}, headers=bearer("root"))
+        ns = "/admin/v2/namespaces/public/default"
+        status, _, _ = yield self.request("GET", ns, headers=bearer("owner"))
+        self.assertEqual(status, 200)       # a tenant admin indeed
+        for path in (f"{ns}/unload", f"{ns}/0x00000000_0x40000000/unload", f"{ns}/0x00000000_0x40000000/split"):
+            status, _, _ = yield self.request("PUT", path, headers=bearer("owner"))
+            self.assertEqual(status, 403, path)
+        status, _, _ = yield self.request("PUT", f"{ns}/0x00000000_0x40000000/unload", headers=bearer("root"))
+        self.assertEqual(status, 204)

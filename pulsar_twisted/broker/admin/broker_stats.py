@@ -69,7 +69,12 @@ class BrokerStatsAdmin(AdminArea):
                 for namespace, totals in sorted(per_namespace.items())]
 
     def load_report(self) -> dict:
-        """Pulsar's ``LocalBrokerData``: URLs, resource usage, traffic totals and counts."""
+        """Pulsar's ``LocalBrokerData``: URLs, resource usage, traffic totals and counts. A cluster
+        broker answers its load manager's report (``broker/loadbalance``: what it publishes in
+        ``/loadbalance/brokers``, with its bundles and their ``lastStats``)."""
+        manager = getattr(self.broker, "load_manager", None)
+        if manager is not None:
+            return manager.current_report()
         rows = self.brokers.topic_metrics()
         config = self.context.config
         host = config.advertisedAddress

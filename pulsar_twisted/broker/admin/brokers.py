@@ -17,8 +17,9 @@ class BrokersAdmin(AdminArea):
     async def lookup(self, name: TopicName, listener_name: str = "") -> dict:
         """Pulsar's LookupData of the broker serving ``name``. In a cluster that is the bundle's
         owner, possibly another broker: like Pulsar's TopicLookupBase, an owned bundle is answered
-        200 with the owner's URLs (a 307 is only for unowned bundles assigned elsewhere, which
-        never happens here: the asked broker takes a free bundle itself). ``listener_name``: the
+        200 with the owner's URLs; a free bundle placed on another broker (``loadbalance``) is
+        answered 200 with that broker's URLs too (Pulsar answers 307 to it), whose producer or
+        consumer then takes the bundle. ``listener_name``: the
         owner's URLs of that advertised listener (503 when it has none, as ServiceNotReady)."""
         await self.check_namespace(name)
         try:

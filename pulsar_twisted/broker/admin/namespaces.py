@@ -30,7 +30,8 @@ class NamespacesAdmin(AdminArea):
     async def create_namespace(self, tenant: str, ns: str, policies=None) -> None:
         key = namespace_key(tenant, ns)
         info = await self.tenant_info(tenant)
-        value = check_new_namespace(policies, self.cluster)
+        value = check_new_namespace(policies, self.cluster,
+                                    self.context.config.defaultNumberOfNamespaceBundles)
         await self.check_clusters(value["replication_clusters"], info)
         await create_or_409(self.context.namespaces.create(key, value), "Namespace already exists")
 

@@ -19,6 +19,7 @@ from twisted.logger import Logger
 from pulsar_twisted.broker.admin import base
 from pulsar_twisted.broker.admin.base import AdminContext
 from pulsar_twisted.broker.admin.brokers import BrokersAdmin
+from pulsar_twisted.broker.admin.bundles import BundlesAdmin
 from pulsar_twisted.broker.admin.clusters import ClustersAdmin
 from pulsar_twisted.broker.admin.namespaces import NamespacesAdmin
 from pulsar_twisted.broker.admin.permissions import PermissionsAdmin
@@ -79,6 +80,7 @@ class AdminService(service.Service):
         self.clusters = ClustersAdmin(self.context)
         self.permissions = PermissionsAdmin(self.context, self.namespaces)
         self.brokers = BrokersAdmin(self.context)
+        self.bundles = BundlesAdmin(self.context, getattr(broker, "decisions", None))
 
     def startService(self):
         super().startService()
@@ -120,6 +122,12 @@ class AdminService(service.Service):
     get_backlog_quota_map = _On("namespaces")
     set_backlog_quota = _On("namespaces")
     remove_backlog_quota = _On("namespaces")
+    # bundles: unload, split, a topic's bundle, the load manager's decisions
+    unload_namespace = _On("bundles")
+    unload_bundle = _On("bundles")
+    split_bundle = _On("bundles")
+    bundle_range = _On("bundles")
+    load_decisions = _On("bundles")
     # permissions
     get_permissions = _On("permissions")
     grant_permission = _On("permissions")

@@ -127,6 +127,9 @@ def hex_dump(data: bytes) -> str:
 
 
 # ------------------------------------------------------------------------------------ HTTP
+_MAX_REDIRECTS = 5
+
+
 class AdminClient:
     """One blocking call per admin request; HttpError for any non-2xx answer."""
 
@@ -147,12 +150,24 @@ class AdminClient:
             data, headers["Content-Type"] = form
         elif data is not None:
             headers["Content-Type"] = "application/json"
-        req = urllib.request.Request(url, data=data, method=method, headers=headers)
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as response:
-                content = response.read()
-                if raw:
-                    return dict(response.headers.items()), content
+            for _ in range(_MAX_REDIRECTS):
+                req = urllib.request.Request(url, data=data, method=method, headers=headers)
+                try:
+                    with urllib.request.urlopen(req, timeout=self.timeout) as response:
+                        content = response.read()
+                        if raw:
+                            return dict(response.headers.items()), content
+                    break
+                except urllib.error.HTTPError as e:
+                    # The owner of a bundle or topic answers (Pulsar's 307 from another broker);
+                    # urllib follows 307/308 only for GET and HEAD.
+                    location = e.headers.get("Location") if e.code in (307, 308) else None
+                    if not location:
+                        raise
+                    url = urllib.parse.urljoin(url, location)
+            else:
+                raise CommandError(f"Too many redirects from {self.base}{path}")
         except urllib.error.HTTPError as e:
             content = e.read()
             try:
@@ -292,6 +307,17 @@ def _namespaces(sub):
        lambda a, c, p: c.delete(p, query={"force": "true"} if a.force else None),
        (("-f", "--force"), {"action": "store_true"}))
     ns("policies", "Policies of a namespace", lambda a, c, p: c.get(p))
+    ns("unload", "Unload a namespace, or one of its bundles",
+       lambda a, c, p: c.put(p + (f"/{_q(a.bundle)}" if a.bundle else "") + "/unload"),
+       (("-b", "--bundle"), {"help": "{start}_{end}, e.g. 0x00000000_0x40000000"}))
+    ns("split-bundle", "Split a namespace bundle in two", lambda a, c, p: c.put(
+        p + f"/{_q(a.bundle)}/split",
+        query={"unload": "true" if a.unload else "false",
+               "splitAlgorithmName": a.split_algorithm_name}),
+       (("-b", "--bundle"), {"required": True, "help": "{start}_{end}"}),
+       (("-u", "--unload"), {"action": "store_true", "help": "unload the halves"}),
+       (("--split-algorithm-name",), {"choices": ["range_equally_divide", "topic_count_equally_divide"],
+                                      "default": None}))
     ns("topics", "Topics of a namespace", lambda a, c, p: c.get(p + "/topics"))
     ns("set-retention", "Set the retention policy", lambda a, c, p: c.post(p + "/retention", {
         "retentionTimeInMinutes": _minutes(parse_seconds(a.time)),
@@ -422,6 +448,7 @@ def _topics(sub):
           (("-n", "--count"), {"type": int, "default": 1}))
     topic("last-message-id", "Last message id", lambda a, c, p: c.get(p + "/lastMessageId"))
     topic("unload", "Unload a topic", lambda a, c, p: c.put(p + "/unload"))
+    topic("bundle-range", "The namespace bundle a topic belongs to", lambda a, c, p: c.get(p + "/bundle"))
     topic("terminate", "Terminate a topic", _terminate)
     topic("compact", "Trigger compaction", _compact)
     topic("compaction-status", "Compaction status", lambda a, c, p: c.get(p + "/compaction"))

@@ -1,5 +1,6 @@
 """
-``pulsar-admin broker-stats``: monitoring-metrics, topics (alias destinations), load-report, with
+``pulsar-admin broker-stats``: monitoring-metrics, topics (alias destinations), load-report (and
+our load-decisions, the load manager's decisions log), with
 Pulsar's output (Gson: compact JSON, or indented four spaces with ``-i``; the load report pretty
 as Jackson prints it). Pulsar's ``mbeans`` and ``allocator-stats`` are JVM views the server does
 not have, so they are not offered.
@@ -34,3 +35,7 @@ def add(sub) -> None:
     p.set_defaults(run=lambda a, c: gson(c.get(f"{V2}/broker-stats/topics"), 4 if a.indent else 0))
     p = sub.add_parser("load-report", help="dump broker load-report")
     p.set_defaults(run=lambda a, c: jackson(c.get(f"{V2}/broker-stats/load-report")))
+    # Beyond Pulsar (issue 15): why bundles were placed, split, unloaded or shed.
+    p = sub.add_parser("load-decisions", help="the load manager's placement, split, unload and shed decisions")
+    p.add_argument("-k", "--kind", choices=["placement", "split", "unload", "shed"])
+    p.set_defaults(run=lambda a, c: c.get(f"{V2}/broker-stats/load-decisions", query={"kind": a.kind}))

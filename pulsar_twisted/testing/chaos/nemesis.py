@@ -16,6 +16,11 @@ Faults (``KINDS``):
   its next 1-300 writes, dropping every write not fsynced, the bookie is killed -9, the disk is
   mounted again (what was durable), and after 1-6 s the bookie starts on it.
 
+- ``unload-bundle`` / ``split-bundle`` (``BUNDLE_KINDS``, issue 15): through the admin API of a
+  broker picked by the seed (which forwards or redirects to the owner), one bundle of the namespace
+  ``namespace`` (default ``public/default``) is unloaded, or split in two (the halves unloaded or
+  not, by the seed); ``hold`` seconds pass before the next fault as after any other.
+
 Run it on the thread that will outlive the daemons it restarts (the main thread): a cluster child
 asks for SIGKILL when the thread that spawned it exits (PR_SET_PDEATHSIG is per thread).
 
@@ -34,6 +39,7 @@ from pulsar_twisted.testing.cluster import Cluster, ClusterError, wait_for
 KINDS = ("kill-bookie", "kill-broker", "pause-bookie", "pause-broker")
 PARTITION_KINDS = ("partition-bookie", "partition-broker")
 DISK_KINDS = ("powerloss-bookie",)
+BUNDLE_KINDS = ("unload-bundle", "split-bundle")
 
 
 class Nemesis:
@@ -41,7 +47,8 @@ class Nemesis:
     is finished first, so the run may overstay by one fault); ``stop()`` ends it early."""
 
     def __init__(self, cluster: Cluster, history: History, seed: int, kinds=KINDS,
-                 session_timeout: float = 4.0, rest=(2.0, 5.0), log=print):
+                 session_timeout: float = 4.0, rest=(2.0, 5.0), log=print,
+                 namespace: str = "public/default"):
         self.cluster = cluster
         self.history = history
         self.rng = random.Random(seed)
@@ -52,6 +59,7 @@ class Nemesis:
         if not any(getattr(b, "disk", None) is not None for b in cluster.bookies):
             self.kinds = tuple(k for k in self.kinds if k not in DISK_KINDS)
         self.session_timeout = session_timeout
+        self.namespace = namespace
         self.rest = rest
         self.log = log
         self._stop = threading.Event()
@@ -87,7 +95,9 @@ class Nemesis:
             self.history.record_fault(fault)
             self.log(f"nemesis: {kind} {target.name} (hold {hold:.1f}s)")
             try:
-                if kind.startswith("kill"):
+                if kind in BUNDLE_KINDS:
+                    fault.note = self._bundle(kind, target, hold)
+                elif kind.startswith("kill"):
                     self._kill(target, hold)
                 elif kind in DISK_KINDS:
                     fault.note = self._power_loss(target, hold)
@@ -108,6 +118,24 @@ class Nemesis:
         target.kill9()
         self._sleep(hold)
         target.start()
+
+    def _bundle(self, kind: str, target, hold: float) -> str:
+        """Unload or split one bundle through ``target``'s admin API; the note names it."""
+        from pulsar_twisted.cli.admin import AdminClient
+        client = AdminClient(target.web_service_url, timeout=30.0)
+        path = "/admin/v2/namespaces/" + self.namespace
+        bounds = client.get(path)["bundles"]["boundaries"]
+        i = self.rng.randrange(len(bounds) - 1)
+        bundle = f"{bounds[i]}_{bounds[i + 1]}"
+        if kind == "unload-bundle":
+            client.put(f"{path}/{bundle}/unload")
+            note = f"unloaded {bundle}"
+        else:
+            unload = self.rng.random() < 0.5
+            client.put(f"{path}/{bundle}/split", query={"unload": "true" if unload else "false"})
+            note = f"split {bundle}{' and unloaded the halves' if unload else ''}"
+        self._sleep(hold)
+        return note
 
     def _power_loss(self, target, hold: float) -> str:
         disk = target.disk

@@ -45,6 +45,9 @@ class ChaosConfig:
     drain_idle: float = 10.0
     drain_timeout: float = 90.0
     zk_hosts: str = None              # None: PULSAR_TEST_ZK, else a ZooKeeper the harness starts
+    #: Broker deduplication on (False: a resent stored message shows as STORED TWICE, so that a
+    #: run proves producers were answered before they were moved, not that dedup hid resends).
+    dedup: bool = True
     keep_logs: str = None             # copy the daemons' and clients' logs here before cleanup
     log: object = field(default=print, repr=False)
 
@@ -80,7 +83,8 @@ def make_cluster(config: ChaosConfig) -> Cluster:
     ensemble, write, ack = config.quorum
     broker_config = {
         "managedLedgerDefaultEnsembleSize": ensemble, "managedLedgerDefaultWriteQuorum": write,
-        "managedLedgerDefaultAckQuorum": ack, "brokerDeduplicationEnabled": "true",
+        "managedLedgerDefaultAckQuorum": ack,
+        "brokerDeduplicationEnabled": "true" if config.dedup else "false",
         "zooKeeperSessionTimeoutMillis": config.session_timeout_ms,
         "bookkeeperClientTimeoutInSeconds": 5,
         "defaultRetentionTimeInMinutes": -1, "defaultRetentionSizeInMB": -1,
@@ -96,8 +100,8 @@ def run(config: ChaosConfig) -> tuple:
     cluster = make_cluster(config)
     history = History(partitions=config.partitions)
     history.meta.update(seed=config.seed, duration=config.duration, quorum=list(config.quorum),
-                        kinds=list(config.kinds), brokers=config.brokers, bookies=config.bookies,
-                        rate=config.rate, producers=config.producers, directory=cluster.directory)
+                        dedup=config.dedup, kinds=list(config.kinds), brokers=config.brokers,
+                        bookies=config.bookies, rate=config.rate, producers=config.producers, directory=cluster.directory)
     clients = []
     nemesis = None
     isolations = []
@@ -115,7 +119,7 @@ def run(config: ChaosConfig) -> tuple:
         # Admin through a broker picked by the seed: on today's code, which broker handles
         # PUT .../partitions matters (issue 11, a non-owner caching the partitions' state).
         web = cluster.brokers[config.seed % len(cluster.brokers)].web_service_url
-        admin(f"{web}/admin/v2/namespaces/public/default/deduplication", "POST", True)
+        admin(f"{web}/admin/v2/namespaces/public/default/deduplication", "POST", config.dedup)
         # Infinite retention: the consumers acknowledge everything, and the read-back must still
         # find every entry ever stored, not only what trimming left.
         admin(f"{web}/admin/v2/namespaces/public/default/retention", "POST",

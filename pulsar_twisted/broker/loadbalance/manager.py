@@ -1,0 +1,289 @@
+"""
+``LoadManager``: one cluster broker's part of the load manager, run every ``interval`` seconds
+(``loadBalancerHostUsageCheckIntervalMinutes``).
+
+Every broker: samples its host and topics, rewrites its report (its ``/loadbalance/brokers/<id>``
+registration node, keeping the registration's fields) when ``reports.needs_update`` says so,
+splits its own bundles over the ``loadBalancerNamespaceBundleMax*`` limits (and unloads the
+halves with ``loadBalancerAutoUnloadSplitBundlesEnabled``), and places free bundles it is asked
+about (``place``, the ownership's ``placement``).
+
+The leader (``LeaderElection.is_leader``) also folds every report into the bundle data (written
+under ``/loadbalance/bundle-data`` every ``loadBalancerResourceQuotaUpdateIntervalMinutes``) and
+runs the ThresholdShedder every ``loadBalancerSheddingIntervalMinutes``, asking the owners to
+unload what it picks (``BundleOwnership.request_unload``).
+
+Placement runs on the broker asked, over the reports every broker reads from the store and the
+leader's long-term bundle data (read back from ``/loadbalance/bundle-data`` each round by the
+other brokers), rather than as a request to the leader as Pulsar's brokers do: these are the
+leader's inputs, so the choice is the one the leader would make, less its latest preallocations.
+"""
+
+import json
+import random
+
+from twisted.internet import defer, task
+from twisted.logger import Logger
+
+from pulsar_twisted.broker.loadbalance import reports as rep
+from pulsar_twisted.broker.loadbalance import split as splits
+from pulsar_twisted.broker.loadbalance.bundle_data import BundleDataAggregator, bundle_data_path
+from pulsar_twisted.broker.loadbalance.placement import choose_broker
+from pulsar_twisted.broker.loadbalance.shedding import ShedderSettings, ThresholdShedder
+from pulsar_twisted.broker.ownership import topic_hash
+from pulsar_twisted.metadata.interfaces import MetadataStoreError
+from pulsar_twisted.metadata.layout import BROKERS_ROOT, broker_path
+
+log = Logger()
+
+
+def urls_of_report(report: dict) -> dict:
+    """A report's URLs under the ownership nodes' (NamespaceEphemeralData) names."""
+    return {"nativeUrl": report.get("pulsarServiceUrl", ""),
+            "nativeUrlTls": report.get("pulsarServiceUrlTls", ""),
+            "httpUrl": report.get("webServiceUrl", ""), "httpUrlTls": report.get("webServiceUrlTls", ""),
+            "disabled": False, "advertisedListeners": report.get("advertisedListeners") or {}}
+
+
+class LoadManager:
+    """See the module doc. ``base`` is the registration's document (dict); ``registration`` the
+    BrokerRegistration whose node the reports rewrite (its ``data`` follows them); ``leader`` a
+    LeaderElection; ``decisions`` a DecisionLog. ``start()`` / ``stop()``."""
+
+    def __init__(self, broker, ownership, store, clock, config, broker_id: str, base: dict,
+                 registration=None, leader=None, decisions=None, host=None, interval: float = None,
+                 rng=None):
+        self.broker = broker
+        self.ownership = ownership
+        self.store = store
+        self.clock = clock
+        self.config = config
+        self.broker_id = broker_id
+        self.base = dict(base)
+        self.registration = registration
+        self.leader = leader
+        self.decisions = decisions
+        self.host = host or rep.HostUsage(clock)
+        self.interval = interval if interval is not None else 60.0 * config.loadBalancerHostUsageCheckIntervalMinutes
+        self.rng = rng or random.Random()
+        self.shedder = ThresholdShedder(ShedderSettings.from_config(config))
+        self.aggregator = BundleDataAggregator()
+        self.preallocated = {}      # broker id -> bundle names placed there since its report
+        self.last_report = None
+        self._last_written = None   # (time, report)
+        self._last_shed = None
+        self._last_bundle_data = None
+        self._loop = None
+
+    # ---------------------------------------------------------------- lifecycle
+    def start(self) -> None:
+        if self.interval > 0:
+            self._loop = task.LoopingCall(self.tick)
+            self._loop.clock = self.clock
+            self._loop.start(self.interval, now=False).addErrback(
+                lambda f: log.failure("load manager loop stopped", f))
+
+    def stop(self) -> None:
+        if self._loop is not None and self._loop.running:
+            self._loop.stop()
+
+    def tick(self) -> defer.Deferred:
+        """One round (see the module doc); errors are logged, the loop goes on."""
+        d = defer.Deferred.fromCoroutine(self._tick())
+        d.addErrback(lambda f: log.failure("load manager round failed", f))
+        return d
+
+    async def _tick(self):
+        await self.write_report()
+        if self.config.loadBalancerAutoBundleSplitEnabled:
+            await self.split_hot_bundles()
+        if self.leader is not None and self.leader.is_leader:
+            await self.lead()
+        else:
+            await self.read_bundle_data(await self.read_reports())
+
+    # ---------------------------------------------------------------- reports
+    def current_report(self) -> dict:
+        """This broker's LocalBrokerData now."""
+        ownership = self.ownership
+        bundles = list(ownership.owned.values())
+        load = rep.broker_load(self.broker, rep.owned_bundle_finder(bundles))
+        owned = [str(b) for b in bundles]
+        nic = self.config.loadBalancerOverrideBrokerNicSpeedGbps * 1024 * 1024
+        self.last_report = rep.local_broker_data(self.base, self.host.sample(), load, owned,
+                                                 int(self.clock.seconds() * 1000), nic)
+        return self.last_report
+
+    async def write_report(self, force: bool = False) -> bool:
+        """Rewrite the registration node when Pulsar's thresholds say so; True when written."""
+        report = self.current_report()
+        now = self.clock.seconds()
+        last_time, last = self._last_written or (None, None)
+        c = self.config
+        if not force and not rep.needs_update(
+                last, report, now - last_time if last_time is not None else 0.0,
+                c.loadBalancerReportUpdateThresholdPercentage,
+                60.0 * c.loadBalancerReportUpdateMaxIntervalMinutes,
+                c.loadBalancerReportUpdateMinIntervalMillis / 1000.0):
+            return False
+        data = json.dumps(report, sort_keys=True).encode()
+        if self.registration is not None:
+            self.registration.data = data
+        await self.store.put(broker_path(self.broker_id), data, ephemeral=True)
+        self._last_written = (now, report)
+        return True
+
+    async def read_reports(self) -> dict:
+        """broker id -> LocalBrokerData of every registered broker (unreadable ones skipped)."""
+        out = {}
+        for broker in await self.store.get_children(BROKERS_ROOT) or []:
+            node = await self.store.get(broker_path(broker))
+            if node is None:
+                continue
+            try:
+                report = json.loads(node[0])
+            except ValueError:
+                continue
+            if isinstance(report, dict):
+                out[broker] = report
+        return out
+
+    async def read_bundle_data(self, reports: dict) -> dict:
+        """A broker that is not the leader: the leader's bundle data of every bundle the reports
+        name, read from ``/loadbalance/bundle-data`` (what its placements score with)."""
+        data = {}
+        for report in reports.values():
+            for bundle in report.get("bundles") or []:
+                node = await self.store.get(bundle_data_path(bundle))
+                try:
+                    value = json.loads(node[0]) if node is not None else None
+                except ValueError:
+                    value = None
+                if isinstance(value, dict):
+                    data[bundle] = value
+        self.aggregator.data = data
+        return data
+
+    # ---------------------------------------------------------------- placement
+    def place(self, bundle) -> defer.Deferred:
+        """Deferred[urls dict of the broker ``bundle`` should go to, None: this one]."""
+        return defer.Deferred.fromCoroutine(self._place(bundle))
+
+    async def _place(self, bundle):
+        if not self.config.loadBalancerEnabled:
+            return None
+        reports = await self.read_reports()
+        if self.last_report is not None:
+            reports[self.broker_id] = self.last_report   # our own, fresher than the node
+        for broker, report in reports.items():
+            known = set(report.get("bundles") or [])
+            self.preallocated[broker] = {b for b in self.preallocated.get(broker, ()) if b not in known}
+        chosen, scores = choose_broker(
+            reports, self.aggregator.data, self.preallocated,
+            self.config.loadBalancerBrokerOverloadedThresholdPercentage / 100.0, self.rng,
+            prefer=self.broker_id)
+        if chosen is None:
+            return None
+        self.preallocated.setdefault(chosen, set()).add(str(bundle))
+        equals = sorted(b for b, s in scores.items() if s == scores[chosen])
+        if scores[chosen] == float("inf"):
+            reason = "every broker is overloaded: any of them"
+        elif len(equals) > 1:
+            reason = f"LeastLongTermMessageRate: {len(equals)} brokers score the same; " + (
+                "kept on the broker asked" if chosen == self.broker_id else "drawn among them")
+        else:
+            reason = "LeastLongTermMessageRate: lowest long-term message rate among brokers not overloaded"
+        self._record("placement", bundle, reason, target=chosen,
+                     scores={b: (s if s != float("inf") else "overloaded") for b, s in scores.items()})
+        if chosen == self.broker_id:
+            return None
+        return urls_of_report(reports[chosen])
+
+    # ---------------------------------------------------------------- splits
+    def _split_reason(self, stats: dict):
+        c = self.config
+        topics = int(stats.get("topics") or 0)
+        sessions = int(stats.get("producerCount") or 0) + int(stats.get("consumerCount") or 0)
+        rate = float(stats.get("msgRateIn") or 0) + float(stats.get("msgRateOut") or 0)
+        throughput = float(stats.get("msgThroughputIn") or 0) + float(stats.get("msgThroughputOut") or 0)
+        if topics < 2:
+            return None     # one topic cannot be divided between brokers
+        if topics > c.loadBalancerNamespaceBundleMaxTopics:
+            return f"{topics} topics > loadBalancerNamespaceBundleMaxTopics"
+        if c.loadBalancerNamespaceBundleMaxSessions > 0 and sessions > c.loadBalancerNamespaceBundleMaxSessions:
+            return f"{sessions} sessions > loadBalancerNamespaceBundleMaxSessions"
+        if rate > c.loadBalancerNamespaceBundleMaxMsgRate:
+            return f"{rate:.0f} msg/s > loadBalancerNamespaceBundleMaxMsgRate"
+        if throughput > c.loadBalancerNamespaceBundleMaxBandwidthMbytes * 1024 * 1024:
+            return f"{throughput / 1048576:.1f} MB/s > loadBalancerNamespaceBundleMaxBandwidthMbytes"
+        return None
+
+    async def split_hot_bundles(self) -> list:
+        """Split this broker's bundles over a limit (see the module doc); the halves split."""
+        report = self.last_report or self.current_report()
+        done = []
+        for bundle in list(self.ownership.owned.values()):
+            reason = self._split_reason((report.get("lastStats") or {}).get(str(bundle)) or {})
+            if reason is None:
+                continue
+            hashes = [topic_hash(name) for name in self.broker.topics]
+            try:
+                point = splits.split_point(bundle, self.config.defaultNamespaceBundleSplitAlgorithm, hashes)
+                halves = await splits.split_bundle(self.ownership, self.ownership.namespaces, bundle, point,
+                                                   self.config.loadBalancerNamespaceMaximumBundles)
+            except (splits.SplitRefused, ValueError) as e:
+                log.info("bundle {bundle} not split: {error}", bundle=str(bundle), error=e)
+                continue
+            except MetadataStoreError as e:
+                log.warn("bundle {bundle} split failed: {error}", bundle=str(bundle), error=e)
+                continue
+            self._record("split", bundle, f"automatic split: {reason}")
+            done.append(halves)
+            if self.config.loadBalancerAutoUnloadSplitBundlesEnabled:
+                for half in halves:
+                    await self.ownership.release(half)
+                    self._record("unload", half, "automatic split: halves unloaded to be placed anew")
+        return done
+
+    # ---------------------------------------------------------------- the leader's work
+    async def lead(self) -> None:
+        reports = await self.read_reports()
+        before = set(self.aggregator.data)
+        self.aggregator.update(reports)
+        for gone in before - set(self.aggregator.data):     # split, or no broker serves it now
+            await self.store.delete(bundle_data_path(gone)).addErrback(lambda f: None)
+        now = self.clock.seconds()
+        c = self.config
+        if self._last_bundle_data is None or (
+                now - self._last_bundle_data >= 60.0 * c.loadBalancerResourceQuotaUpdateIntervalMinutes):
+            self._last_bundle_data = now
+            for bundle, data in list(self.aggregator.data.items()):
+                await self.store.put(bundle_data_path(bundle), json.dumps(data, sort_keys=True).encode())
+        if not (c.loadBalancerEnabled and c.loadBalancerSheddingEnabled):
+            return
+        if self._last_shed is None:
+            # The first round only after a whole interval as leader (Pulsar's initial delay):
+            # the reports of every broker have come in by then.
+            self._last_shed = now
+            return
+        if now - self._last_shed < 60.0 * c.loadBalancerSheddingIntervalMinutes:
+            return
+        self._last_shed = now
+        await self.shed(reports, now)
+
+    async def shed(self, reports: dict, now: float) -> list:
+        """Run the ThresholdShedder over ``reports`` and unload what it picks."""
+        picked = self.shedder.find(reports, now)
+        for broker, name, reason in picked:
+            bundle = splits.parse_range(name.rsplit("/", 1)[0], name.rsplit("/", 1)[1])
+            self.shedder.unloaded(name, now)
+            self._record("shed", bundle, f"ThresholdShedder on {broker}: {reason}", source=broker)
+            try:
+                await self.ownership.request_unload(bundle)
+            except MetadataStoreError as e:
+                log.warn("shedding {bundle} failed: {error}", bundle=name, error=e)
+        return picked
+
+    def _record(self, kind, bundle, reason, **details):
+        if self.decisions is not None:
+            self.decisions.record(kind, str(bundle), reason, broker=self.broker_id, **details)

@@ -1,0 +1,252 @@
+"""
+The load manager's arithmetic (``pulsar_twisted.broker.loadbalance``): split points and boundaries,
+report updates on Pulsar's thresholds, LeastLongTermMessageRate scoring, the ThresholdShedder, the
+bundle data averages and the decisions log. Pure functions and task.Clock only.
+"""
+
+import math
+import random
+
+from twisted.internet import task
+from twisted.trial.unittest import TestCase
+
+from pulsar_twisted.broker.loadbalance import bundle_data, placement, reports, shedding, split
+from pulsar_twisted.broker.loadbalance.decisions import DecisionLog
+from pulsar_twisted.broker.ownership import NamespaceBundle
+from pulsar_twisted.config import BrokerConfig
+from pulsar_twisted.resources.policies import DEFAULT_NUM_BUNDLES, boundaries_of_policies, even_boundaries
+
+NS = "public/default"
+
+
+def report(cpu=0.0, bundles=(), stats=None, tput=0.0, bw_in=0.0):
+    """A LocalBrokerData with CPU at ``cpu`` percent (limit 100) and the given bundles."""
+    return {"cpu": {"usage": cpu, "limit": 100.0}, "memory": {"usage": 0, "limit": 100.0},
+            "bandwidthIn": {"usage": bw_in, "limit": 100.0}, "bandwidthOut": {"usage": 0, "limit": 100.0},
+            "directMemory": {"usage": 0, "limit": 100.0}, "bundles": list(bundles),
+            "lastStats": stats or {}, "msgThroughputIn": tput, "msgThroughputOut": 0.0}
+
+
+class SplitTests(TestCase):
+
+    def test_namespaces_start_with_four_bundles(self):
+        """defaultNumberOfNamespaceBundles is 4, the policies' default too."""
+        self.assertEqual(BrokerConfig().defaultNumberOfNamespaceBundles, 4)
+        self.assertEqual(DEFAULT_NUM_BUNDLES, 4)
+        self.assertEqual(len(boundaries_of_policies({})) - 1, 4)
+
+    def test_range_equally_divide_halves_the_range(self):
+        bundle = NamespaceBundle(NS, 0x40000000, 0x80000000)
+        self.assertEqual(split.split_point(bundle, split.RANGE_EQUALLY_DIVIDE), 0x60000000)
+
+    def test_topic_count_equally_divide_puts_half_the_topics_in_each_half(self):
+        """The cut falls between the two middle hashes: each half gets half of the topics."""
+        bundle = NamespaceBundle(NS, 0, 0x100)
+        hashes = [0x10, 0x20, 0x30, 0xA0, 0x500]        # 0x500 outside the bundle
+        point = split.split_point(bundle, split.TOPIC_COUNT_EQUALLY_DIVIDE, hashes)
+        inside = [h for h in hashes if bundle.includes(h)]
+        self.assertEqual(sum(h < point for h in inside), 2)
+        self.assertEqual(sum(h >= point for h in inside), 2)
+
+    def test_refusals(self):
+        """One topic cannot be divided, a one-hash range cannot be cut, names are checked."""
+        bundle = NamespaceBundle(NS, 0, 0x100)
+        self.assertRaises(split.SplitRefused, split.split_point, bundle, split.TOPIC_COUNT_EQUALLY_DIVIDE, [5])
+        self.assertRaises(split.SplitRefused, split.split_point, NamespaceBundle(NS, 7, 8),
+                          split.RANGE_EQUALLY_DIVIDE)
+        self.assertRaises(ValueError, split.split_point, bundle, "flow_or_qps_equally_divide")
+
+    def test_split_bounds_and_policies(self):
+        """The point goes between the bundle's bounds; the policies get Pulsar's hex strings."""
+        bounds = even_boundaries(4)
+        bundle = NamespaceBundle(NS, bounds[1], bounds[2])
+        new = split.split_bounds(bounds, bundle, 0x60000000)
+        self.assertEqual(new, [0, 0x40000000, 0x60000000, 0x80000000, 0xC0000000, 0xFFFFFFFF])
+        policies = split.policies_with_bounds({"bundles": {"numBundles": 4}, "x": 1}, new)
+        self.assertEqual(policies["bundles"]["numBundles"], 5)
+        self.assertEqual(policies["bundles"]["boundaries"][2], "0x60000000")
+        self.assertEqual(policies["x"], 1)
+        self.assertEqual(boundaries_of_policies(policies), new)
+        stale = NamespaceBundle(NS, 0x40000000, 0x60000000)
+        self.assertRaises(Exception, split.split_bounds, bounds, stale, 0x50000000)
+
+    def test_parse_range(self):
+        self.assertEqual(split.parse_range(NS, "0x40000000_0x80000000"),
+                         NamespaceBundle(NS, 0x40000000, 0x80000000))
+        for bad in ("0x4", "zz_0x1", "0x80000000_0x40000000"):
+            self.assertRaises(ValueError, split.parse_range, NS, bad)
+
+
+class ReportTests(TestCase):
+
+    def test_needs_update_thresholds(self):
+        """Rewritten when never written, past the max interval, or when a figure moved > 10%."""
+        last = {"msgRateIn": 100.0, "cpu": {"usage": 20, "limit": 100}}
+        same = dict(last)
+        self.assertTrue(reports.needs_update(None, same, 0, 10, 900))
+        self.assertFalse(reports.needs_update(last, same, 60, 10, 900))
+        self.assertTrue(reports.needs_update(last, same, 900, 10, 900))
+        self.assertFalse(reports.needs_update(last, dict(last, msgRateIn=109.0), 60, 10, 900))
+        self.assertTrue(reports.needs_update(last, dict(last, msgRateIn=111.0), 60, 10, 900))
+        self.assertTrue(reports.needs_update(last, dict(last, cpu={"usage": 31, "limit": 100}), 60, 10, 900))
+        self.assertFalse(reports.needs_update(last, dict(last, msgRateIn=500.0), 1, 10, 900, 5))
+
+    def test_host_usage_cpu_is_the_rate_between_samples(self):
+        clock = task.Clock()
+        cpu = [10.0]
+        host = reports.HostUsage(clock, cpu_seconds=lambda: cpu[0], resident_mb=lambda: 512.0,
+                                 machine_mb=lambda: 2048.0, cores=2)
+        self.assertEqual(host.sample()["cpu"], {"usage": 0.0, "limit": 200.0})
+        clock.advance(10)
+        cpu[0] = 15.0
+        sample = host.sample()
+        self.assertEqual(sample["cpu"], {"usage": 50.0, "limit": 200.0})
+        self.assertEqual(reports.usage_percent(sample["memory"]), 25.0)
+
+    def test_max_resource_usage_with_weights(self):
+        data = report(cpu=50, bw_in=80)
+        self.assertAlmostEqual(reports.max_resource_usage(data), 0.8)
+        self.assertAlmostEqual(reports.max_resource_usage(data, {"bandwidthIn": 0.5}), 0.5)
+
+
+class PlacementTests(TestCase):
+
+    def test_least_long_term_message_rate_wins(self):
+        """The broker whose bundles carry the least long-term msg rate gets the bundle."""
+        data = {"ns/a": {"longTermData": {"msgRateIn": 500, "msgRateOut": 500}},
+                "ns/b": {"longTermData": {"msgRateIn": 10, "msgRateOut": 20}}}
+        reps = {"a:8080": report(bundles=["ns/a"]), "b:8080": report(bundles=["ns/b"])}
+        chosen, scores = placement.choose_broker(reps, data)
+        self.assertEqual(chosen, "b:8080")
+        self.assertEqual(scores, {"a:8080": 1000.0, "b:8080": 30.0})
+
+    def test_overloaded_brokers_are_excluded(self):
+        """Above loadBalancerBrokerOverloadedThresholdPercentage a broker scores infinity."""
+        reps = {"a:8080": report(cpu=90), "b:8080": report(cpu=10, bundles=["ns/b"])}
+        data = {"ns/b": {"longTermData": {"msgRateIn": 1e6}}}
+        chosen, scores = placement.choose_broker(reps, data, overload_threshold=0.85)
+        self.assertEqual((chosen, scores["a:8080"]), ("b:8080", math.inf))
+
+    def test_preallocated_bundles_count(self):
+        """Bundles just placed on a broker (not yet in its report) count against it."""
+        data = {"ns/x": {"longTermData": {"msgRateIn": 100}}}
+        reps = {"a:8080": report(), "b:8080": report()}
+        chosen, _ = placement.choose_broker(reps, data, {"a:8080": {"ns/x"}})
+        self.assertEqual(chosen, "b:8080")
+
+    def test_ties_are_random_among_the_best(self):
+        reps = {"a:8080": report(), "b:8080": report(), "c:8080": report(cpu=99)}
+        seen = {placement.choose_broker(reps, {}, rng=random.Random(i))[0] for i in range(20)}
+        self.assertEqual(seen, {"a:8080", "b:8080"})
+
+    def test_short_term_stats_stand_in_for_unknown_bundles(self):
+        reps = {"a:8080": report(bundles=["ns/a"], stats={"ns/a": {"msgRateIn": 7.0, "msgRateOut": 3.0}})}
+        self.assertEqual(placement.broker_score(reps["a:8080"], {}), 10.0)
+
+
+class ShedderTests(TestCase):
+
+    def settings(self, **kw):
+        return shedding.ShedderSettings(**dict({"history_fraction": 0.0}, **kw))
+
+    def hot_and_cold(self, hot_cpu=90):
+        stats = {"ns/0x0_0x1": {"msgThroughputIn": 600.0}, "ns/0x1_0x2": {"msgThroughputIn": 300.0},
+                 "ns/0x2_0x3": {"msgThroughputIn": 100.0}}
+        return {"hot:8080": report(cpu=hot_cpu, bundles=list(stats), stats=stats, tput=1000.0),
+                "cold:8080": report(cpu=10, bundles=["ns/0x3_0x4"], tput=10.0)}
+
+    def test_sheds_from_the_broker_above_average_plus_threshold(self):
+        """usage 90%, average 50%, threshold 10%: offload 90-50-10+5 = 35% of 1000 B/s, biggest
+        bundle first until that much is marked."""
+        shedder = shedding.ThresholdShedder(self.settings())
+        picked = shedder.find(self.hot_and_cold(), now=0)
+        self.assertEqual([(b, n) for b, n, _ in picked], [("hot:8080", "ns/0x0_0x1")])
+        self.assertIn("above the average", picked[0][2])
+
+    def test_more_bundles_when_one_is_not_enough(self):
+        """usage 100%, average 55%, threshold -20%: 100-55+20+5 = 70% of 1000 B/s: the 600 B/s
+        bundle is not enough, the 300 B/s one is added."""
+        shedder = shedding.ThresholdShedder(self.settings(threshold_percent=-20))
+        picked = shedder.find(self.hot_and_cold(hot_cpu=100), now=0)
+        self.assertEqual([n for _, n, _ in picked], ["ns/0x0_0x1", "ns/0x1_0x2"])
+
+    def test_nothing_below_the_threshold_or_with_one_bundle(self):
+        shedder = shedding.ThresholdShedder(self.settings())
+        self.assertEqual(shedder.find(self.hot_and_cold(hot_cpu=25), now=0), [])
+        single = {"a:8080": report(cpu=95, bundles=["ns/x"], tput=100.0), "b:8080": report(cpu=5)}
+        self.assertEqual(shedding.ThresholdShedder(self.settings()).find(single, now=0), [])
+        idle = {"a:8080": report(), "b:8080": report()}
+        self.assertEqual(shedding.ThresholdShedder(self.settings()).find(idle, now=0), [])
+
+    def test_minimum_throughput_to_offload(self):
+        shedder = shedding.ThresholdShedder(self.settings(minimum_throughput=1e6))
+        self.assertEqual(shedder.find(self.hot_and_cold(), now=0), [])
+
+    def test_grace_period_per_bundle(self):
+        """A bundle shed recently is skipped until loadBalancerSheddingGracePeriodMinutes passed."""
+        shedder = shedding.ThresholdShedder(self.settings(grace_seconds=1800))
+        shedder.unloaded("ns/0x0_0x1", now=0)
+        picked = shedder.find(self.hot_and_cold(), now=60)
+        # 350 B/s to move without the 600 B/s bundle: 300 + 100.
+        self.assertEqual([n for _, n, _ in picked], ["ns/0x1_0x2", "ns/0x2_0x3"])
+        picked = shedder.find(self.hot_and_cold(), now=1801)
+        self.assertEqual([n for _, n, _ in picked], ["ns/0x0_0x1"])
+
+    def test_history_smooths_usage(self):
+        """usage = history * 0.9 + current * 0.1: one hot sample after cool ones sheds nothing."""
+        shedder = shedding.ThresholdShedder(self.settings(history_fraction=0.9))
+        cool = self.hot_and_cold(hot_cpu=10)
+        shedder.find(cool, now=0)
+        self.assertEqual(shedder.find(self.hot_and_cold(hot_cpu=90), now=60), [])
+        self.assertAlmostEqual(shedder.usage["hot:8080"], 0.18)
+
+    def test_settings_from_config(self):
+        s = shedding.ShedderSettings.from_config(BrokerConfig())
+        self.assertEqual((s.threshold_percent, s.history_fraction, s.grace_seconds), (10.0, 0.9, 1800.0))
+
+
+class BundleDataTests(TestCase):
+
+    def test_running_means_and_dropping(self):
+        agg = bundle_data.BundleDataAggregator()
+        for rate in (10.0, 20.0, 30.0):
+            agg.update({"a": {"lastStats": {"ns/b": {"msgRateIn": rate, "topics": 3}}}})
+        entry = agg.data["ns/b"]
+        self.assertEqual(entry["longTermData"]["msgRateIn"], 20.0)
+        self.assertEqual((entry["longTermData"]["numSamples"], entry["topics"]), (3, 3))
+        self.assertEqual(bundle_data.bundle_data_path("ns/b"), "/loadbalance/bundle-data/ns/b")
+        agg.update({"a": {"lastStats": {}}})
+        self.assertEqual(agg.data, {})
+
+    def test_samples_stop_at_the_maximum(self):
+        avg = bundle_data.time_average(2)
+        for rate in (0.0, 0.0, 10.0):
+            bundle_data.update_average(avg, {"msgRateIn": rate})
+        self.assertEqual((avg["numSamples"], avg["msgRateIn"]), (2, 5.0))
+
+
+class DecisionLogTests(TestCase):
+
+    def test_bounded_ring_with_reasons(self):
+        clock = task.Clock()
+        log = DecisionLog(clock, max_entries=2)
+        log.record("placement", "ns/0x0_0x1", "least loaded", broker="a", target="b")
+        clock.advance(2)
+        log.record("split", "ns/0x0_0x1", "too many topics", broker="a")
+        log.record("shed", "ns/0x1_0x2", "hot", broker="a")
+        entries = log.entries()
+        self.assertEqual([e["kind"] for e in entries], ["split", "shed"])
+        self.assertEqual((entries[0]["timestamp"], entries[0]["reason"]), (2000, "too many topics"))
+        self.assertEqual([e["bundle"] for e in log.entries("shed")], ["ns/0x1_0x2"])
+
+
+class PreferenceTests(TestCase):
+
+    def test_the_broker_asked_wins_among_equals(self):
+        """Idle brokers all score 0: the asked one keeps the bundle (no redirect)."""
+        reps = {"a:8080": report(), "b:8080": report(), "c:8080": report()}
+        for i in range(10):
+            self.assertEqual(placement.choose_broker(reps, {}, rng=random.Random(i), prefer="b:8080")[0],
+                             "b:8080")
+        busy = {"a:8080": report(), "b:8080": report(bundles=["x"], stats={"x": {"msgRateIn": 1.0}})}
+        self.assertEqual(placement.choose_broker(busy, {}, prefer="b:8080")[0], "a:8080")
