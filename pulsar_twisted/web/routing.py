@@ -355,9 +355,10 @@ class RouterResource(resource.Resource):
             request.finish()
             return
         status = http_status_of(failure.value)
-        if status == 503:
+        if status in (501, 503):
             # Service unavailable is an expected answer (a listener this broker lacks, a bundle
-            # changing hands): a log line, not a traceback.
+            # changing hands), as is not implemented (a documented gap, such as Pulsar IO on the
+            # functions worker): a log line, not a traceback.
             self.log.warn("{method} {path}: {reason}", method=request.method.decode("ascii", "replace"),
                           path=request.path.decode("ascii", "replace"), reason=str(failure.value))
             reason = str(failure.value)
