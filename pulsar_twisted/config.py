@@ -79,8 +79,9 @@ class Key:
 _DATA_DIRECTORY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 
 #: Prefixes under which Pulsar passes settings through to its BookKeeper client
-#: (``bookkeeper_opportunisticStriping``) and its internal Pulsar client (``brokerClient_...``).
-PASS_THROUGH_PREFIXES = ("bookkeeper_", "brokerClient_")
+#: (``bookkeeper_opportunisticStriping``) and its internal Pulsar client (``brokerClient_...``),
+#: and the proxy's per-rule reverse-proxy keys (``httpReverseProxy.<name>.path`` / ``.proxyTo``).
+PASS_THROUGH_PREFIXES = ("bookkeeper_", "brokerClient_", "httpReverseProxy.")
 
 
 def _read_key_list(name: str) -> FrozenSet[str]:

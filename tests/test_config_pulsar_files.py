@@ -267,6 +267,14 @@ class UnimplementedWarningTests(unittest.SynchronousTestCase):
         config.update_from_text("checkActiveBrokers=false\nhttpProxyTimeout=300000\n")
         self.assertEqual(set(config.unimplemented_keys()), {"checkActiveBrokers", "httpProxyTimeout"})
 
+    def test_proxy_reverse_proxy_rules_accepted(self):
+        """proxy.conf's per-rule reverse-proxy keys (httpReverseProxy.<name>.path / .proxyTo) are
+        Pulsar's, under a prefix: accepted with the warning, not refused as typos."""
+        config = ProxyConfig()
+        config.update_from_text("httpReverseProxy.foo.path=/foo\nhttpReverseProxy.foo.proxyTo=http://x:8080/\n")
+        self.assertEqual(set(config.unimplemented_keys()),
+                         {"httpReverseProxy.foo.path", "httpReverseProxy.foo.proxyTo"})
+
 
 def config_module_logger():
     from twisted.logger import Logger
