@@ -30,6 +30,7 @@ def next_turn(clock) -> defer.Deferred:
     clock.callLater(0, d.callback, None)
     return d
 
+
 DOMAINS = (PERSISTENT, NON_PERSISTENT)
 
 
