@@ -1,11 +1,10 @@
 """
 The CONNECT handshake of one broker connection, apart from the connection's command dispatch.
 
-* A deadline: a connection that has not completed CONNECT (authentication included) within
-  ``keepAliveIntervalSeconds`` is closed, silent sockets and partial frames alike, as Pulsar
-  closes a connection whose handshake is not done at its first keep-alive check. Without it,
-  unauthenticated sockets could hold every ``brokerMaxConnections`` slot forever (slots are
-  counted from accept, before any byte is read).
+* A deadline (``net.deadline``, shared with the proxy): a connection that has not completed
+  CONNECT (authentication included) within ``keepAliveIntervalSeconds`` is closed, silent
+  sockets and partial frames alike. Without it, unauthenticated sockets could hold every
+  ``brokerMaxConnections`` slot forever.
 * One credentials check at a time: a second CONNECT while the first is being checked (a bcrypt
   can take 0.1 s, off the reactor thread) is refused with NotAllowedError.
 * The answer: CONNECTED with the negotiated protocol version, or an ERROR (AuthenticationError,
@@ -16,6 +15,7 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from pulsar_twisted.common import errors
+from pulsar_twisted.net.deadline import HandshakeDeadline
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 
 SERVER_VERSION = "pulsar-twisted-0.1.0"
@@ -37,27 +37,16 @@ class Handshake:
         self.clock = clock
         self.deadline_seconds = deadline_seconds
         self.checking = False
-        self._deadline = None
+        self.deadline = HandshakeDeadline(clock, deadline_seconds, lambda: cnx.transport,
+                                          lambda: cnx.peer, lambda: cnx.state == "start")
 
     def start(self) -> None:
         """The connection is up: the deadline runs from now (none when keep-alive is off)."""
-        if self.deadline_seconds and self.deadline_seconds > 0:
-            self._deadline = self.clock.callLater(self.deadline_seconds, self._expired)
+        self.deadline.start()
 
     def stop(self) -> None:
         """Connected, or the connection is gone: no deadline any more."""
-        if self._deadline is not None and self._deadline.active():
-            self._deadline.cancel()
-        self._deadline = None
-
-    def _expired(self) -> None:
-        self._deadline = None
-        cnx = self.cnx
-        if cnx.state != "start":
-            return
-        self.log.warn("{peer}: CONNECT not completed within {seconds}s (keepAliveIntervalSeconds); "
-                      "closing", peer=cnx.peer, seconds=self.deadline_seconds)
-        cnx.transport.abortConnection()
+        self.deadline.stop()
 
     def connect(self, connect: api.CommandConnect) -> None:
         """A CONNECT: authenticate (maybe asynchronously), then answer."""

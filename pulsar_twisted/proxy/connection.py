@@ -1,8 +1,11 @@
 """
 ``ProxyConnection``: the client side of one connection to the proxy, an explicit state machine.
 
-START: only CONNECT is accepted. The client is authenticated by the proxy's own providers, then
-either
+START: only CONNECT is accepted, and it must be done (CONNECTED sent) within
+``keepAliveIntervalSeconds`` of accept, else the connection is closed (``net.deadline``, as the
+broker does): silent sockets and partial frames cannot hold a connection slot. The client is
+authenticated by the proxy's own providers (a password checked off the reactor thread, within
+the caps of ``security.hashing``; a second CONNECT meanwhile is refused), then either
 
 * LOOKUPS (CONNECT without ``proxy_to_broker_url``): the proxy answers CONNECTED itself and serves
   LOOKUP, PARTITIONED_METADATA, GET_TOPICS_OF_NAMESPACE and GET_SCHEMA through its broker pool
@@ -30,6 +33,7 @@ from twisted.python.failure import Failure
 
 from pulsar_twisted.client import errors as client_errors
 from pulsar_twisted.common import errors
+from pulsar_twisted.net.deadline import HandshakeDeadline
 from pulsar_twisted.net.framing import KeepAlive
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.proxy.pool import OnBehalf
@@ -147,6 +151,10 @@ class ProxyConnection(protocol.Protocol):
         self.session = None
         self._buffer = bytearray()
         self._fresh_waiters = []
+        self._checking = False
+        self._deadline = HandshakeDeadline(
+            clock, service.config.keepAliveIntervalSeconds, lambda: self.transport,
+            lambda: self.peer, lambda: self.state in (ProxyState.START, ProxyState.CONNECTING))
         self._keep_alive = KeepAlive(clock, service.config.keepAliveIntervalSeconds,
                                      self._send_ping, self._keep_alive_timeout)
         self._handlers = {
@@ -171,6 +179,7 @@ class ProxyConnection(protocol.Protocol):
             except Exception:
                 pass
         self.service.connection_opened(self.host)
+        self._deadline.start()
 
     def dataReceived(self, data):
         if self.state == ProxyState.RELAY:
@@ -221,6 +230,7 @@ class ProxyConnection(protocol.Protocol):
     def connectionLost(self, reason=protocol.connectionDone):
         previous, self.state = self.state, ProxyState.CLOSED
         self._keep_alive.stop()
+        self._deadline.stop()
         if self.session is not None:
             self.session.stop()
         waiters, self._fresh_waiters = self._fresh_waiters, []
@@ -249,17 +259,31 @@ class ProxyConnection(protocol.Protocol):
         if self.state != ProxyState.START:
             self.sender.send_error(0, api.NotAllowedError, "Already connected")
             return
+        if self._checking:
+            self.sender.send_error(0, api.NotAllowedError, "CONNECT already in progress")
+            return
         connect = command.connect
         self.protocol_version = min(connect.protocol_version, PROTOCOL_VERSION)
         self.supports_refresh = connect.feature_flags.supports_auth_refresh
         self.method, self.data = connect.auth_method_name, connect.auth_data
-        try:
-            self.identity = self.service.authenticate(self, self.method, self.data)
-        except errors.AuthenticationError as e:
-            self.log.warn("{peer}: authentication refused: {reason}", peer=self.peer, reason=str(e))
-            self.sender.send_error(0, api.AuthenticationError, str(e))
-            self.transport.loseConnection()
+        self._checking = True
+        d = self.service.authenticate(self, self.method, self.data)
+        d.addCallbacks(self._authenticated, self._refused, callbackArgs=(connect,))
+
+    def _refused(self, failure):
+        self._checking = False
+        if self.state == ProxyState.CLOSED:
             return
+        self.log.warn("{peer}: authentication refused: {reason}", peer=self.peer,
+                      reason=error_message(failure))
+        self.sender.send_error(0, api.AuthenticationError, error_message(failure))
+        self.transport.loseConnection()
+
+    def _authenticated(self, identity, connect):
+        self._checking = False
+        if self.state != ProxyState.START:
+            return      # closed (deadline, peer) while the credentials were being checked
+        self.identity = identity
         self.on_behalf = OnBehalf(
             role=self.identity.role if self.identity is not None else None,
             method=self.method, data=self.data if self.service.forward_credentials and self.identity else None,
@@ -271,6 +295,7 @@ class ProxyConnection(protocol.Protocol):
             d.addErrback(self._relay_failed, connect.proxy_to_broker_url)
             return
         self.state = ProxyState.LOOKUPS
+        self._deadline.stop()
         self.pool, self._owns_pool = self.service.pool_for(self.on_behalf)
         self.sender.send_connected(self.protocol_version)
         self._keep_alive.start()
@@ -295,6 +320,7 @@ class ProxyConnection(protocol.Protocol):
             self.relay.transport.loseConnection()
             return
         self.state = ProxyState.RELAY
+        self._deadline.stop()
         self.log.info("{peer}: relaying to broker {broker} for {role}", peer=self.peer,
                       broker=self.relay.peer, role=self.on_behalf.role)
         self.sender.write(connected)

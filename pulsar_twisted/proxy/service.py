@@ -138,11 +138,14 @@ class ProxyService:
         if self.connections_by_ip[host] <= 0:
             del self.connections_by_ip[host]
 
-    def authenticate(self, cnx, method: str, data: bytes):
-        """The client's Identity, or None with authentication off; AuthenticationError."""
+    def authenticate(self, cnx, method: str, data: bytes) -> defer.Deferred:
+        """Deferred of the client's Identity (None with authentication off), or failing with
+        AuthenticationError. A password is checked off the reactor thread, within the per-address
+        and proxy-wide caps (``security.hashing``, counted by the client's host)."""
         if not self.authn.enabled:
-            return None
-        return self.authn.authenticate(Credentials(method, data, peer_certificate_of(cnx.transport), cnx.peer))
+            return defer.succeed(None)
+        return self.authn.authenticate_deferred(Credentials(
+            method, data, peer_certificate_of(cnx.transport), cnx.peer, cnx.host))
 
     def pool_for(self, on_behalf: OnBehalf):
         """The broker pool of a client connection: shared without authentication, else its own

@@ -100,26 +100,43 @@ class ProxyWebResource(resource.Resource):
         if request.path.rstrip(b"/") == b"/metrics":
             request.setHeader(b"content-type", CONTENT_TYPE.encode())
             return self.service.metrics.exposition().encode()
-        try:
-            role = self._authenticate(request)
-        except errors.AuthenticationError as e:
-            return self._error(request, 401, str(e))
+        d = self._authenticate(request)
+        d.addCallback(lambda role: self._forward(request, role))
+        d.addErrback(self._refused, request)
+        return server.NOT_DONE_YET
+
+    def _forward(self, request, role):
         body = request.content.read() if request.content is not None else b""
         d = defer.Deferred.fromCoroutine(self.forwarder.forward(
             request.method, request.uri, forwarded_headers(request, role), body))
         d.addCallbacks(lambda answer: self._answer(request, *answer),
                        lambda f: self._failed(request, f))
-        return server.NOT_DONE_YET
+        return d
 
-    def _authenticate(self, request):
+    def _authenticate(self, request) -> defer.Deferred:
+        """Deferred of the request's role (None with authentication off): a Basic password is
+        checked off the reactor thread, within the per-address caps of ``security.hashing``."""
         authn = self.service.authn
         if not authn.enabled:
-            return None
+            return defer.succeed(None)
         channel = getattr(request, "channel", None)
-        identity = authn.authenticate_http(request.getHeader(b"authorization"),
-                                           peer_certificate_of(getattr(channel, "transport", None)),
-                                           str(request.getClientAddress()))
-        return identity.role
+        address = request.getClientAddress()
+        d = authn.authenticate_http_deferred(request.getHeader(b"authorization"),
+                                             peer_certificate_of(getattr(channel, "transport", None)),
+                                             str(getattr(address, "host", "") or address))
+        return d.addCallback(lambda identity: identity.role)
+
+    def _refused(self, failure, request):
+        if failure.check(errors.AuthenticationError):
+            code, reason = 401, str(failure.value)
+        else:
+            self.log.failure("authenticating {uri} failed", failure, uri=request.uri)
+            code, reason = 500, "Internal proxy error while authenticating"
+        if getattr(request, "_disconnected", False):
+            return
+        body = self._error(request, code, reason)
+        request.write(body)
+        request.finish()
 
     @staticmethod
     def _error(request, code: int, reason: str) -> bytes:
