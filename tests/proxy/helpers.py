@@ -132,16 +132,16 @@ class ProxyHarness:
         self.relays.append((host, port, relay))
         return defer.Deferred()     # the test attaches the relay to a FakeBroker itself
 
-    def client(self):
-        return FakeProxyClient(self)
+    def client(self, host="127.0.0.1"):
+        return FakeProxyClient(self, host)
 
 
 class FakeProxyClient:
     """A client of the proxy: ``send(command)``, ``commands()`` written back to it."""
 
-    def __init__(self, harness):
+    def __init__(self, harness, host="127.0.0.1"):
         self.harness = harness
-        self.transport = StringTransport(peerAddress=IPv4Address("TCP", "127.0.0.1", next(harness._ports)))
+        self.transport = StringTransport(peerAddress=IPv4Address("TCP", host, next(harness._ports)))
         self.protocol = ProxyConnection(harness.service, harness.clock)
         self.protocol.makeConnection(self.transport)
         self.decoder = frames.FrameDecoder(1 << 30)
