@@ -160,6 +160,18 @@ class PasswordCapTests(unittest.TestCase):
         self.assertEqual(error.error.error, api.AuthenticationError)
         self.assertTrue(client.transport.disconnecting)
 
+    def test_auth_response_checked_through_the_caps(self):
+        """Credentials a client sends in AUTH_RESPONSE (the refresh path) take the same road."""
+        client = self.harness.client("10.0.0.1")
+        basic_connect(client)
+        self.held.pending[0].callback(True)
+        client.send(T(type=T.AUTH_RESPONSE, authResponse=api.CommandAuthResponse(
+            response=api.AuthData(auth_method_name="basic", auth_data=b"alice:other"))))
+        self.assertEqual(len(self.held.pending), 2)
+        self.assertEqual(self.provider.checker.by_host["10.0.0.1"], 1)
+        self.held.pending[1].callback(False)
+        self.assertTrue(client.transport.disconnecting)
+
     def test_deadline_during_the_check(self):
         """A check still running at the deadline: closed then, nothing written when it ends."""
         client = self.harness.client("10.0.0.1")
