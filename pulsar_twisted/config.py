@@ -79,8 +79,9 @@ class Key:
 _DATA_DIRECTORY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 
 #: Prefixes under which Pulsar passes settings through to its BookKeeper client
-#: (``bookkeeper_opportunisticStriping``) and its internal Pulsar client (``brokerClient_...``).
-PASS_THROUGH_PREFIXES = ("bookkeeper_", "brokerClient_")
+#: (``bookkeeper_opportunisticStriping``) and its internal Pulsar client (``brokerClient_...``),
+#: and the proxy's per-rule reverse-proxy keys (``httpReverseProxy.<name>.path`` / ``.proxyTo``).
+PASS_THROUGH_PREFIXES = ("bookkeeper_", "brokerClient_", "httpReverseProxy.")
 
 
 def _read_key_list(name: str) -> FrozenSet[str]:
@@ -714,12 +715,54 @@ class BrokerConfig(Config):
     }
 
 
+#: The functions worker run inside the standalone (Pulsar's standalone runs one unless told
+#: ``--no-functions-worker``; the key is broker.conf's).
+_STANDALONE_FUNCTIONS_KEYS = [
+    Key("functionsWorkerEnabled", bool, True,
+        "Run the Pulsar Functions worker in this process: admin API /admin/v3/functions, each\n"
+        "instance a child process; function metadata, packages and state in the metadata store.",
+        "Functions"),
+]
+
+
 class StandaloneConfig(Config):
     """Configuration of ``twistd pulsar-standalone`` (conf/standalone.conf): broker + bookie storage keys."""
 
-    KEYS = _STRICT_KEYS + _BROKER_KEYS + _STORAGE_KEYS
+    KEYS = _STRICT_KEYS + _BROKER_KEYS + _STORAGE_KEYS + _STANDALONE_FUNCTIONS_KEYS
     ALIASES = _BROKER_ALIASES
     FALLBACKS = {"metadataStoreUrl": _broker_metadata_store_url}
+    DEFAULTS = {}
+
+
+_FUNCTIONS_WORKER_KEYS = [
+    Key("workerId", str, "", "This worker's id in function status (default workerHostname-workerPort).",
+        "Worker"),
+    Key("workerHostname", str, "localhost",
+        "Host name instances and admin clients reach this worker's HTTP service at.", "Worker"),
+    Key("workerPort", int, 6750, "Port of the worker's HTTP service (admin API v3, /metrics).", "Worker"),
+    Key("bindAddress", str, "0.0.0.0", "Address the HTTP service listens on (not a Pulsar key).",
+        "Worker"),
+    Key("pulsarServiceUrl", str, "pulsar://localhost:6650",
+        "Service URL of the cluster the instances consume from and produce to.", "Worker"),
+    Key("pulsarWebServiceUrl", str, "http://localhost:8080",
+        "The brokers' admin API: a deleted function's input subscriptions are deleted there.", "Worker"),
+    Key("pulsarFunctionsCluster", str, "standalone", "Cluster name in the function metrics' labels.",
+        "Worker"),
+    Key("downloadDirectory", str, "download/pulsar_functions",
+        "Where packages and instance specs and logs are written for the instances.", "Worker"),
+    Key("configurationMetadataStoreUrl", str, "",
+        "The cluster's metadata store (zk:host:2181[/chroot]), the brokers' metadataStoreUrl:\n"
+        "function records, packages and state live there; tenants and namespaces are read there.",
+        "Worker"),
+    Key("zooKeeperSessionTimeoutMillis", int, 30000, "Session timeout of the metadata store.", "Worker"),
+]
+
+
+class FunctionsWorkerConfig(Config):
+    """Configuration of ``twistd pulsar-functions-worker`` (conf/functions_worker.conf): the keys
+    of Pulsar's functions_worker.yml this worker honours, in key=value form."""
+
+    KEYS = _STRICT_KEYS + _FUNCTIONS_WORKER_KEYS
     DEFAULTS = {}
 
 

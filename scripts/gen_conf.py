@@ -6,7 +6,8 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from pulsar_twisted.config import BookieConfig, BrokerConfig, ProxyConfig, StandaloneConfig  # noqa: E402
+from pulsar_twisted.config import (  # noqa: E402
+    BookieConfig, BrokerConfig, FunctionsWorkerConfig, ProxyConfig, StandaloneConfig)
 
 FILES = {
     "standalone.conf": (StandaloneConfig,
@@ -23,6 +24,11 @@ FILES = {
                         "Configuration of `twistd -n pulsar-bookie -c conf/bookkeeper.conf`.\n"
                         "Key names are Apache BookKeeper's: real BookKeeper keys not implemented here are named\n"
                         "in a start-up warning; any other key stops start-up."),
+    "functions_worker.conf": (FunctionsWorkerConfig,
+                              "Configuration of `twistd -n pulsar-functions-worker -c conf/functions_worker.conf`.\n"
+                              "Key names are those of Apache Pulsar's functions_worker.yml that this worker honours\n"
+                              "(key=value form); any other key stops start-up. The worker runs one instance set per\n"
+                              "cluster: several workers sharing assignments are not supported yet."),
     "proxy.conf": (ProxyConfig,
                    "Configuration of `twistd -n pulsar-proxy -c conf/proxy.conf`.\n"
                    "Key names are Apache Pulsar's proxy.conf: real proxy keys not implemented here are named\n"

@@ -224,10 +224,12 @@ class UnimplementedWarningTests(unittest.SynchronousTestCase):
         self.patch(startup, "tune_garbage_collector", lambda: None)
         config = StandaloneConfig()
         config.update_from_text("numIOThreads=4\n")
-        daemon = startup.Daemon("test-daemon", reactor=object())
+        daemon = startup.Daemon("test-daemon", reactor=Clock())
         daemon.config = config
         with capturedLogs() as events:
             daemon.startService()
+        # The start runs the reactor-lag monitor (its watchdog thread included): stop it again.
+        self.addCleanup(daemon.stopService)
         warnings = [e for e in events if "not implemented" in e.get("log_format", "")]
         self.assertEqual([e["keys"] for e in warnings], ["numIOThreads"])
         self.assertTrue(daemon.ready.called)
@@ -238,6 +240,40 @@ class UnimplementedWarningTests(unittest.SynchronousTestCase):
         with capturedLogs() as events:
             config.warn_unimplemented(config_module_logger())
         self.assertEqual(list(events), [])
+
+    def test_java_class_only_keys_warn(self):
+        """Keys that only Pulsar's ServiceConfiguration class defines (no shipped .conf file shows
+        them; 2.10's and 4.x's) are real keys: a broker file setting them starts, naming them in the
+        warning."""
+        only_in_class = {"kinitCommand": "/usr/bin/kinit", "streamingDispatch": "false",
+                         "managedLedgerInfoCompressionType": "NONE",
+                         # 4.x: PIP-379's switch back to the classic Key_Shared dispatcher.
+                         "subscriptionKeySharedUseClassicPersistentImplementation": "false"}
+        config = BrokerConfig()
+        config.update_from_text("".join(f"{k}={v}\n" for k, v in only_in_class.items()))
+        with capturedLogs() as events:
+            config.warn_unimplemented(config_module_logger())
+        warnings = [e for e in events if "not implemented" in e["log_format"]]
+        self.assertEqual(len(warnings), 1)
+        self.assertEqual(set(warnings[0]["keys"].split(", ")), set(only_in_class))
+        e = self.assertRaises(ConfigError, BrokerConfig().update_from_text,
+                              "strictConfig=true\nkinitCommand=/usr/bin/kinit\n")
+        self.assertIn("kinitCommand", str(e))
+
+    def test_proxy_java_class_only_keys_warn(self):
+        """Likewise for the proxy: keys of Pulsar's ProxyConfiguration class missing from
+        proxy.conf are accepted with the warning."""
+        config = ProxyConfig()
+        config.update_from_text("checkActiveBrokers=false\nhttpProxyTimeout=300000\n")
+        self.assertEqual(set(config.unimplemented_keys()), {"checkActiveBrokers", "httpProxyTimeout"})
+
+    def test_proxy_reverse_proxy_rules_accepted(self):
+        """proxy.conf's per-rule reverse-proxy keys (httpReverseProxy.<name>.path / .proxyTo) are
+        Pulsar's, under a prefix: accepted with the warning, not refused as typos."""
+        config = ProxyConfig()
+        config.update_from_text("httpReverseProxy.foo.path=/foo\nhttpReverseProxy.foo.proxyTo=http://x:8080/\n")
+        self.assertEqual(set(config.unimplemented_keys()),
+                         {"httpReverseProxy.foo.path", "httpReverseProxy.foo.proxyTo"})
 
 
 def config_module_logger():

@@ -69,6 +69,19 @@ def topic_hash(topic: str) -> int:
     return zlib.crc32(topic.encode("utf-8")) & 0xFFFFFFFF
 
 
+def load_topics(broker, bundle, topics) -> None:
+    """Load ``topics`` (names) of ``bundle``, which this broker just took (the
+    ``on_bundle_taken`` of a cluster broker's BundleOwnership): topics that no longer exist are
+    not created, failures are logged and left to the clients' own retries."""
+    for topic in topics:
+        if not topic.startswith("persistent://"):
+            continue    # a non-persistent topic has nothing to recover: it exists with its clients
+        d = broker.get_topic(topic, create=False)
+        d.addErrback(lambda f, topic=topic: log.info(
+            "{topic} not loaded ahead of its clients: {error}", topic=topic,
+            error=f.getErrorMessage()))
+
+
 def unload_bundle(broker, bundle) -> defer.Deferred:
     """Unload the topics of ``broker`` (a BrokerService) that fall in ``bundle`` (the
     ``on_bundle_lost`` / ``on_bundle_unload`` of a cluster broker's BundleOwnership): their clients
@@ -184,8 +197,14 @@ class BundleOwnership:
     per bundle this broker stops owning. Call ``start()`` / ``stop()``.
     """
 
+    #: Topics remembered per bundle for ``on_bundle_taken`` (a bound on what one take-over loads).
+    max_wanted_topics = 10000
+    #: Seconds a redirected lookup keeps its bundle wanted.
+    wanted_seconds = 120.0
+
     def __init__(self, store, clock, urls: dict, on_bundle_lost=None, check_interval: float = 5.0,
-                 on_bundle_unload=None, placement=None):
+                 on_bundle_unload=None, placement=None, on_bundle_taken=None, owner_alive=None,
+                 hold_seconds: float = 0.0):
         self.store = store
         self.namespaces = NamespaceResources(store)
         self.clock = clock
@@ -208,6 +227,19 @@ class BundleOwnership:
         self._acquired = {}
         self._acquisitions = itertools.count(1)
         self._bounds = {}           # namespace -> bounds, dropped when its policies change
+        #: ``on_bundle_taken(bundle, topic_names)``: called once this broker took a bundle as soon
+        #: as its owner's node vanished, with the topics it had redirected clients to that owner for
+        #: (see ``_take_over``).
+        self.on_bundle_taken = on_bundle_taken
+        #: path -> (bundle, {topic name: when last redirected}) of bundles other brokers own.
+        self._wanted = {}
+        #: ``owner_alive(owner data) -> Deferred[bool]``: False when the owner certainly is not
+        #: running (its port refuses connections); lookups for its bundles then wait up to
+        #: ``hold_seconds`` for its node to vanish instead of sending clients to it (``_lookup``).
+        self.owner_alive = owner_alive
+        self.hold_seconds = hold_seconds
+        self._deletion_waiters = {}     # path -> [Deferred fired with True once it is deleted]
+        self._alive_until = {}          # owner nativeUrl -> until when it counts as alive
         self._check_loop = None
         self._stopped = False
         store.register_listener(self._on_notification)
@@ -268,9 +300,19 @@ class BundleOwnership:
             owner = await self._placed(bundle)
         if owner is None:
             owner = await self.acquire(bundle)
+        if owner is not None and await self._owner_is_dead(owner):
+            # Sent to a dead owner, the client would fail to connect and retry on its backoff,
+            # which by the session expiry has grown to seconds: better answer once the bundle is
+            # free (or give up waiting and redirect as usual).
+            log.info("lookup of {topic}: owner {owner} refuses connections; waiting for its "
+                     "bundle {bundle} to be released", topic=str(name),
+                     owner=owner.get("nativeUrl"), bundle=str(bundle))
+            if await self._node_deleted(bundle.path):
+                owner = await self.acquire(bundle)
         if owner is None:
             return LookupResult(self.urls["nativeUrl"], self.urls["nativeUrlTls"],
                                 http_url=self.urls["httpUrl"], http_url_tls=self.urls["httpUrlTls"])
+        self._want(bundle, str(name))
         return LookupResult(owner.get("nativeUrl", ""), owner.get("nativeUrlTls", ""),
                             redirect=True, http_url=owner.get("httpUrl", ""),
                             http_url_tls=owner.get("httpUrlTls", ""),
@@ -339,6 +381,7 @@ class BundleOwnership:
         raise errors.ServiceNotReady(f"ownership of bundle {bundle} keeps changing")
 
     def _owned(self, bundle):
+        self._wanted.pop(bundle.path, None)
         if bundle.path not in self.owned:
             self.owned[bundle.path] = bundle
             self._acquired[bundle.path] = next(self._acquisitions)
@@ -365,6 +408,97 @@ class BundleOwnership:
         return {"nativeUrl": "", "nativeUrlTls": "", "httpUrl": "", "httpUrlTls": "", "disabled": True,
                 "advertisedListeners": {}}
 
+    #: Seconds an owner found alive is not probed again (a probe is a TCP connection: redirected
+    #: lookups of many topics must not each cost one).
+    alive_seconds = 1.0
+
+    async def _owner_is_dead(self, owner) -> bool:
+        if self.owner_alive is None or self.hold_seconds <= 0 or self._stopped:
+            return False
+        url = owner.get("nativeUrl", "")
+        if self._alive_until.get(url, 0) > self.clock.seconds():
+            return False
+        try:
+            alive = await self.owner_alive(owner)
+        except Exception:
+            return False    # cannot tell: redirect as usual
+        if alive:
+            if len(self._alive_until) > 1000:
+                self._alive_until.clear()
+            self._alive_until[url] = self.clock.seconds() + self.alive_seconds
+        return not alive
+
+    def _node_deleted(self, path) -> defer.Deferred:
+        """Deferred[bool]: True once the node at ``path`` is deleted (or found gone), False after
+        ``hold_seconds``."""
+        d = defer.Deferred()
+        waiters = self._deletion_waiters.setdefault(path, [])
+        waiters.append(d)
+
+        def fire(deleted):
+            if d in waiters:
+                waiters.remove(d)
+                if not waiters:
+                    self._deletion_waiters.pop(path, None)
+            if not d.called:
+                d.callback(deleted)
+        timer = self.clock.callLater(self.hold_seconds, fire, False)
+        d.addBoth(lambda result: (timer.cancel() if timer.active() else None, result)[1])
+        # Deleted between the read that found the owner and now: no notification will come.
+        self.store.get(path).addCallbacks(lambda node: fire(True) if node is None else None,
+                                          lambda f: fire(False))
+        return d
+
+    def _fire_deletion_waiters(self, path) -> None:
+        for d in self._deletion_waiters.pop(path, []):
+            if not d.called:
+                d.callback(True)
+
+    # ---------------------------------------------------------------- taking orphaned bundles
+    def _want(self, bundle, topic: str) -> None:
+        """Remember that clients were sent to another broker for ``topic`` of ``bundle``."""
+        entry = self._wanted.get(bundle.path)
+        if entry is None:
+            entry = self._wanted[bundle.path] = (bundle, {})
+        topics = entry[1]
+        if topic in topics or len(topics) < self.max_wanted_topics:
+            topics[topic] = self.clock.seconds()
+
+    def _take_over(self, path) -> None:
+        """
+        The node of a bundle this broker sent clients away for was deleted (its owner's session
+        expired, or it gave the bundle back): take the bundle now, like the lookup those clients
+        will retry would, and hand its recently wanted topics to ``on_bundle_taken`` so that they
+        are loaded (managed ledgers recovered, the old owner fenced) before the clients come back.
+        The clients retry on their own backoff; without this, ownership and the topic load only
+        start with that retry. With several brokers the creation of the node decides, as for
+        lookups: the others find an owner and carry on redirecting.
+        """
+        bundle, topics = self._wanted.pop(path)
+        horizon = self.clock.seconds() - self.wanted_seconds
+        names = sorted(t for t, at in topics.items() if at >= horizon)
+        if self._stopped or not names:
+            return
+
+        async def take():
+            # With a load manager, its placement decides (a graceful unload moves load away on
+            # purpose); taking the bundle here is only for when it names this broker.
+            if self.placement is not None and await self._placed(bundle) is not None:
+                return False
+            return await self.acquire(bundle) is None
+
+        def taken(ours):
+            if not ours:
+                return
+            log.info("took bundle {bundle} as its owner left; loading {n} topics its clients use",
+                     bundle=str(bundle), n=len(names))
+            if self.on_bundle_taken is not None:
+                self.on_bundle_taken(bundle, names)
+        d = defer.Deferred.fromCoroutine(take())
+        d.addCallback(taken)
+        d.addErrback(lambda f: log.warn("could not take bundle {bundle}: {error}",
+                                        bundle=str(bundle), error=f.getErrorMessage()))
+
     # ---------------------------------------------------------------- losing bundles
     def _on_notification(self, notification) -> None:
         path = notification.path
@@ -373,9 +507,13 @@ class BundleOwnership:
         elif notification.kind == "modified" and path in self.owned and path not in self._unloading:
             self.store.get(path).addCallback(self._maybe_requested, path).addErrback(
                 lambda f: log.warn("reading {path}: {error}", path=path, error=f.getErrorMessage()))
+        elif notification.kind == "deleted" and path in self._wanted:
+            self._take_over(path)
         elif notification.kind == "modified" and namespace_of_policies_path(path) is not None:
             # Bundle splits change the boundaries; reread them on the next lookup.
             self._bounds.pop(namespace_of_policies_path(path), None)
+        if notification.kind == "deleted" and path in self._deletion_waiters:
+            self._fire_deletion_waiters(path)
 
     def _on_session(self, state: str) -> None:
         # "lost" (metadata/zookeeper.py): every ownership node went with the session and another

@@ -20,6 +20,7 @@ from pulsar_twisted.broker.advertised import advertised_listeners, select_listen
 from pulsar_twisted.broker.broker_counters import BrokerCounters, counted_lookup
 from pulsar_twisted.broker.ownership import LookupResult
 from pulsar_twisted.broker.compaction import Compactor
+from pulsar_twisted.broker.known_namespaces import KnownNamespaces
 from pulsar_twisted.broker.publish_buffer import PublishBuffer
 from pulsar_twisted.broker.policies import PolicyService
 from pulsar_twisted.broker.topic import NonPersistentTopic, PersistentTopic
@@ -75,6 +76,8 @@ class BrokerService(service.Service):
         self.tenants = TenantResources(metadata_store)
         self.namespaces = NamespaceResources(metadata_store)
         self.partitioned = PartitionedTopicResources(metadata_store)
+        #: Namespaces seen to exist (known_namespaces.py).
+        self.known_namespaces = KnownNamespaces(self.namespaces)
         #: Namespace policies of the topics and their periodic checks (policies.py).
         self.policies = PolicyService(self, metadata_store, config, clock)
         #: Schemas of the topics (schema.py), kept in the metadata store.
@@ -167,10 +170,8 @@ class BrokerService(service.Service):
         except InvalidTopicNameError as e:
             raise errors.InvalidTopicName(str(e))
 
-    @defer.inlineCallbacks
-    def _check_namespace(self, namespace: NamespaceName):
-        if not (yield self.namespaces.exists(namespace)):
-            raise errors.TopicNotFound(f"Namespace {namespace} does not exist")
+    def _check_namespace(self, namespace: NamespaceName) -> defer.Deferred:
+        return self.known_namespaces.check(namespace)  # TopicNotFound unless it exists
 
     def partitions_of(self, topic_name) -> defer.Deferred:
         """Deferred partition count of ``topic_name``'s partitioned topic (0: not partitioned)."""
@@ -281,8 +282,9 @@ class BrokerService(service.Service):
         if str(name) in self.topics:
             return True
         if name.persistent:
-            names = yield self.ml_factory.list_names()
-            return name.managed_ledger_name in names
+            # Its managed ledger's node, not the list of every managed ledger (100k topics).
+            stat = yield self.store.exists(formats.ledger_path(name.managed_ledger_name))
+            return stat is not None
         return False
 
     @defer.inlineCallbacks

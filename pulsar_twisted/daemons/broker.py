@@ -36,13 +36,14 @@ from pulsar_twisted.broker.leader import LeaderElection
 from pulsar_twisted.broker.loadbalance.decisions import DecisionLog
 from pulsar_twisted.broker.loadbalance.manager import LoadManager
 from pulsar_twisted.broker.advertised import check_listener_config
-from pulsar_twisted.broker.ownership import BundleOwnership, unload_bundle
+from pulsar_twisted.broker.ownership import BundleOwnership, load_topics, unload_bundle
 from pulsar_twisted.broker.registration import BrokerAddresses, BrokerRegistration
 from pulsar_twisted.broker.service import BrokerService
 from pulsar_twisted.config import BrokerConfig, ConfigError
 from pulsar_twisted.daemons.gctune import limit_malloc_arenas
 from pulsar_twisted.daemons.listeners import BrokerListeners
 from pulsar_twisted.daemons.options import config_options
+from pulsar_twisted.daemons.owner_probe import owner_alive
 from pulsar_twisted.daemons.startup import Daemon
 from pulsar_twisted.daemons.tree import Step
 from pulsar_twisted.ledger.client import BookKeeperClient, health_check_options
@@ -228,6 +229,10 @@ class BrokerClusterService(BrokerListeners, Daemon):
             self.store, self.reactor, self.urls(),
             on_bundle_lost=lambda bundle: unload_bundle(self.broker, bundle),
             on_bundle_unload=lambda bundle: unload_bundle(self.broker, bundle),
+            on_bundle_taken=lambda bundle, topics: load_topics(self.broker, bundle, topics),
+            owner_alive=lambda owner: owner_alive(self.reactor, owner),
+            # Well inside the clients' operation timeout (30 s by default).
+            hold_seconds=min(2 * self.session_timeout, 20.0),
             check_interval=self.check_interval)
         self.broker.ownership = self.ownership
         self.ownership.start()

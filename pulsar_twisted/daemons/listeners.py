@@ -66,12 +66,19 @@ class BrokerListeners:
         return ListeningService(f"{bind.listener} {bind.scheme}://{bind.host}:{bind.port}",
                                 endpoint, factory)
 
+    def functions_worker_source(self):
+        """The callable the /admin/v3/functions routes ask for the functions worker; None when
+        this daemon runs none (the routes answer 503)."""
+        return None
+
     def _site(self):
         collectors = list(self.metrics_collectors())
         monitor = getattr(self, "lag_monitor", None)
         if monitor is not None:   # the daemon's stall detector (daemons/startup.py)
             collectors.append(ReactorLagCollector(monitor, self.config.clusterName))
-        return make_site(self.admin, self.broker, self.config, collectors)
+        source = self.functions_worker_source()
+        extra = {} if source is None else {"functions_worker": source}
+        return make_site(self.admin, self.broker, self.config, collectors, **extra)
 
     def _binary_factory(self):
         return BrokerProtocolFactory(self.broker, self.reactor)

@@ -11,11 +11,14 @@ stopped in reverse:
 5. the ``BrokerService`` and the ``AdminService``;
 6. the listeners: web (``webServicePort``), web TLS and binary TLS when configured, and the plain
    binary port (``brokerServicePort`` or ``brokerServiceEndpoint``) last, so that once it accepts
-   connections every listener does.
+   connections every listener does;
+7. with ``functionsWorkerEnabled`` (the default), the functions worker (``functions/worker.py``),
+   which restarts the functions recorded in the metadata store, each instance a child process.
 """
 
 import os
 
+from twisted.internet import defer
 
 from pulsar_twisted.bookie.metrics import StorageCollector
 from pulsar_twisted.bookie.storage import BookieStorage
@@ -29,6 +32,11 @@ from pulsar_twisted.daemons.listeners import BrokerListeners
 from pulsar_twisted.daemons.options import config_options
 from pulsar_twisted.daemons.startup import Daemon
 from pulsar_twisted.daemons.tree import Step
+from pulsar_twisted.client.client import Client
+from pulsar_twisted.functions.cleanup import SubscriptionCleaner
+from pulsar_twisted.functions.metrics import FunctionsCollector
+from pulsar_twisted.functions.runtime import ProcessLauncher
+from pulsar_twisted.functions.worker import FunctionsWorker
 from pulsar_twisted.ledger.bookies import LocalBookieClient
 from pulsar_twisted.ledger.client import BookKeeperClient
 from pulsar_twisted.metadata.embedded.store import EmbeddedMetadataStore
@@ -56,7 +64,7 @@ class StandaloneService(BrokerListeners, Daemon):
         super().__init__("pulsar-standalone", reactor, config.brokerShutdownTimeoutMs / 1000.0)
         self.config = config
         self.store = self.bookie = self.ledger_client = self.ml_factory = None
-        self.broker = self.admin = None
+        self.broker = self.admin = self.functions_worker = None
         self.bookie_id = f"{config.advertisedAddress}:3181"
         self.addresses = BrokerAddresses(config)
         self.broker_url = self.addresses.broker_url
@@ -69,13 +77,17 @@ class StandaloneService(BrokerListeners, Daemon):
             Step("admin", self._start_admin, lambda: self.admin.stopService()),
         ]
         steps += self.listening_services()
+        if config.functionsWorkerEnabled:
+            # After the listeners: its instances connect to them at once.
+            steps.append(Step("functions worker", self._start_functions, self._stop_functions))
         for step in steps:
             step.setServiceParent(self)
 
     def metrics_collectors(self) -> list:
         """The in-process bookie's storage and journal metrics on the broker's /metrics, as
-        Pulsar's standalone shows its bookie's there."""
-        return [StorageCollector(self.bookie)]
+        Pulsar's standalone shows its bookie's there, and the functions' (functions/metrics.py)."""
+        return [StorageCollector(self.bookie),
+                FunctionsCollector(lambda: self.functions_worker, self.config.clusterName)]
 
     # ---------------------------------------------------------------- steps
     def _start_store(self):
@@ -108,6 +120,24 @@ class StandaloneService(BrokerListeners, Daemon):
     def _start_admin(self):
         self.admin = AdminService(self.broker, self.store, self.config, self.reactor)
         self.admin.startService()
+
+    def _start_functions(self):
+        self.functions_worker = FunctionsWorker(
+            self.store, self.reactor, ProcessLauncher(self.reactor), self.broker_url,
+            self.addresses.web_url, os.path.join(self.config.dataDirectory, "functions"),
+            cleaner=SubscriptionCleaner(self.reactor, self.addresses.web_url),
+            client=Client(self.broker_url, self.reactor))
+        return defer.ensureDeferred(self.functions_worker.start())
+
+    async def _stop_functions(self):
+        await self.functions_worker.stop()
+        await self.functions_worker.client.close()
+
+    def functions_worker_source(self):
+        def source():
+            return self.functions_worker
+        source.disabled = not self.config.functionsWorkerEnabled
+        return source
 
     def announce(self) -> None:
         config = self.config

@@ -40,6 +40,9 @@ class EntryCache:
     the front-eviction invariant.
     """
 
+    __slots__ = ("max_size_bytes", "budget", "_ledgers", "_count", "_last_ledger", "_last_entry",
+                 "_size", "hits", "misses")
+
     def __init__(self, max_size_bytes: int, budget: CacheBudget = None):
         self.max_size_bytes = max_size_bytes
         self.budget = budget

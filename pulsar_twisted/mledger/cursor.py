@@ -717,7 +717,8 @@ class NonDurableCursor(ManagedCursorImpl):
 
     def close(self):
         self._state = CursorState.CLOSED
-        self.ml._non_durable.discard(self)
+        if self.ml._non_durable:
+            self.ml._non_durable.discard(self)
         return defer.succeed(None)
 
     async def _delete(self):

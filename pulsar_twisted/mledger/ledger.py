@@ -30,7 +30,7 @@ from zope.interface import implementer
 
 from pulsar_twisted.common.bk_errors import LedgerFencedError, NoSuchLedgerError
 from pulsar_twisted.common.position import EARLIEST, LATEST, Entry, Position
-from pulsar_twisted.metadata.interfaces import BadVersionError, NotFoundError
+from pulsar_twisted.metadata.interfaces import AlreadyExistsError, BadVersionError, NotFoundError
 from pulsar_twisted.mledger import formats
 from pulsar_twisted.mledger.cache import EntryCache
 from pulsar_twisted.mledger.config import ManagedLedgerConfig
@@ -116,7 +116,8 @@ class ManagedLedgerImpl:
         self.path = formats.ledger_path(name)
         self.properties = {}
         self.cursors = {}
-        self._non_durable = weakref.WeakSet()
+        #: Non-durable cursors, weakly held; an empty tuple until the first (a WeakSet costs ~700 bytes).
+        self._non_durable = ()
         self._creating_cursors = {}
         self._new_cursors = {}
         self._state = State.INITIALIZING
@@ -134,7 +135,9 @@ class ManagedLedgerImpl:
         self._rollover_call = None
         self._min_rollover_call = None
         self._pending = deque()
-        self._queued = deque()
+        # Ops waiting for a ledger (only while one is being created): a list, not a deque, since
+        # an idle topic would otherwise hold an empty deque's 760 bytes for good.
+        self._queued = []
         self._drain_waiters = []
         self._read_handles = {}
         self._opening_handles = {}
@@ -197,9 +200,13 @@ class ManagedLedgerImpl:
 
     async def _initialize(self):
         res = await self.store.get(self.path)
-        if res is None:
-            stat = await self.store.put(self.path, self._encode_info(), expected_version=-1)
-            self._meta_version = stat.version
+        created = res is None
+        if created:
+            # A new managed ledger: its node is created by the write that records its first
+            # ledger (expected version -1: a concurrent creator makes that write fail and fences
+            # us), one metadata write fewer on the way to a usable topic than creating an empty
+            # node first.
+            self._meta_version = -1
         else:
             data, stat = res
             ledgers, self.properties, self._terminated_at = formats.decode_ledger_info(data)
@@ -226,9 +233,13 @@ class ManagedLedgerImpl:
                 raise ManagedLedgerFencedError(f"managed ledger {self.name} is owned by someone else")
             if self._state is not State.LEDGER_OPENED:
                 raise ManagedLedgerError(f"could not start a ledger for {self.name}")
-        await self._load_cursors()
-        log.info("managed ledger {name} opened: {n} ledgers, last confirmed {lce}",
-                 name=self.name, n=len(self._ledger_ids), lce=str(self._last_confirmed))
+        if not created:
+            await self._load_cursors()  # a node this open created has no cursor children
+        # A new managed ledger is at debug level: the broker logs the topic it belongs to already,
+        # and with many new topics the line costs a noticeable share of the load.
+        (log.debug if created else log.info)(
+            "managed ledger {name} opened: {n} ledgers, last confirmed {lce}",
+            name=self.name, n=len(self._ledger_ids), lce=str(self._last_confirmed))
         self._trim_in_background()
         return self
 
@@ -317,6 +328,9 @@ class ManagedLedgerImpl:
     def _record_failed(self, failure, handle):
         handle.close()
         if self._state is State.FENCED:
+            if self._meta_version == -1:
+                # Lost the creation of a new managed ledger: no list will ever name this ledger.
+                self._delete_ledger_quietly(handle.ledger_id)
             return None
         if handle.ledger_id in self._ledgers:
             self._remove_ledger_info(handle.ledger_id)
@@ -337,7 +351,7 @@ class ManagedLedgerImpl:
     def _flush_queued(self):
         queued = self._queued
         while queued and self._state is State.LEDGER_OPENED:
-            self._send(queued.popleft())
+            self._send(queued.pop(0))
 
     def _send(self, op: AddOp):
         handle = self._current
@@ -466,7 +480,10 @@ class ManagedLedgerImpl:
         self._total_entries += 1
         self._total_size += size
         self._last_confirmed = pos
-        self._cache.insert(pos, op.data)
+        if self.cursors or self._non_durable:
+            # As Pulsar: an entry nobody may read soon is not cached (a topic with producers only
+            # would otherwise hold its last entries for good).
+            self._cache.insert(pos, op.data)
         if self._notify_call is None and self._listeners:
             self._notify_call = self.reactor.callLater(0, self._notify_listeners)
         if self._throttled and len(pending) + len(self._queued) <= self.config.max_pending_adds // 2:
@@ -653,7 +670,7 @@ class ManagedLedgerImpl:
 
     def _metadata_failed(self, failure, waiters):
         self._meta_writing = False
-        if failure.check(BadVersionError, NotFoundError):
+        if failure.check(BadVersionError, NotFoundError, AlreadyExistsError):
             log.warn("managed ledger {name}: metadata changed by someone else, fencing",
                      name=self.name)
             self._set_fenced()
@@ -966,6 +983,8 @@ class ManagedLedgerImpl:
         else:
             md = Position(start_position[0], start_position[1])
         cursor = NonDurableCursor(self, name, md)
+        if not self._non_durable:
+            self._non_durable = weakref.WeakSet()
         self._non_durable.add(cursor)
         return cursor
 

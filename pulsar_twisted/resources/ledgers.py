@@ -17,10 +17,13 @@ from dataclasses import dataclass, field, replace
 from typing import Dict, Optional, Sequence, Tuple
 
 from twisted.internet import defer
+from twisted.logger import Logger
 
 from pulsar_twisted.common.bk_errors import BKException, NoSuchLedgerError
 from pulsar_twisted.metadata.interfaces import NotFoundError
 from pulsar_twisted.metadata.layout import IDGEN_PREFIX, LEDGERS_ROOT
+
+log = Logger()
 
 FORMAT_VERSION = 1
 
@@ -178,11 +181,16 @@ class LedgerManager:
         """
         stat = yield self._store.put(IDGEN_PREFIX, b"", sequential=True)
         ledger_id = int(stat.path[len(IDGEN_PREFIX):])
-        try:
-            yield self._store.delete(stat.path)
-        except NotFoundError:
-            pass
+        # The id is ours once the node exists; its deletion is housekeeping nobody waits for (one
+        # metadata write fewer on the way to a new ledger; a node left behind costs nothing).
+        self._store.delete(stat.path).addErrback(self._idgen_delete_failed, stat.path)
         return ledger_id
+
+    @staticmethod
+    def _idgen_delete_failed(failure, path):
+        if not failure.check(NotFoundError):
+            log.warn("could not delete ledger id node {path}: {err}", path=path,
+                     err=failure.getErrorMessage())
 
     def create(self, ledger_id: int, metadata: LedgerMetadata):
         """Store new metadata (must not exist: AlreadyExistsError). Fires with the version."""

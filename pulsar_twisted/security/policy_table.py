@@ -164,11 +164,38 @@ def _routes() -> dict:
         ("GET", "/metrics"): METRICS,
         ("GET", f"{V2}/openapi.json"): AUTHENTICATED,
     }
+    table.update(_v3_routes())
     # Namespace policies (NamespacesBase get/set/remove*): validateNamespacePolicyOperation,
     # which Pulsar's default provider grants to tenant admins.
     for name in NAMESPACE_POLICIES:
         for method in ("GET", "POST", "PUT", "DELETE"):
             table[(method, f"{_NS}/{name}")] = TENANT_ADMIN
+    return table
+
+
+def _v3_routes() -> dict:
+    """The functions worker's API (``web/functions.py``): Pulsar's FunctionsApiV3Resource lets a
+    namespace's functions be managed by the tenant's admins (and super users; Pulsar also lets a
+    role granted the namespace's ``functions`` action, not yet here). The Pulsar IO routes
+    (answering 501 for now) the same; the built-in connector lists any authenticated role."""
+    fn = "/admin/v3/functions/{tenant}/{namespace}"
+    one = fn + "/{name}"
+    table = {("GET", fn): TENANT_ADMIN}
+    for method in ("GET", "POST", "PUT", "DELETE"):
+        table[(method, one)] = TENANT_ADMIN
+    for method, suffix in (("GET", "/status"), ("GET", "/stats"), ("GET", "/{instanceId}/status"),
+                           ("GET", "/{instanceId}/stats"), ("POST", "/trigger"),
+                           ("GET", "/state/{key}"), ("POST", "/state/{key}"),
+                           ("DELETE", "/state/{key}"), ("POST", "/counter/{key}")):
+        table[(method, one + suffix)] = TENANT_ADMIN
+    for verb in ("start", "stop", "restart"):
+        table[("POST", f"{one}/{verb}")] = TENANT_ADMIN
+        table[("POST", f"{one}/{{instanceId}}/{verb}")] = TENANT_ADMIN
+    for kind in ("sources", "sinks"):
+        table[("GET", f"/admin/v3/{kind}/{{tenant}}/{{namespace}}")] = TENANT_ADMIN
+        for method in ("GET", "POST", "PUT", "DELETE"):
+            table[(method, f"/admin/v3/{kind}/{{tenant}}/{{namespace}}/{{name}}")] = TENANT_ADMIN
+        table[("GET", f"/admin/v3/{kind}/builtin{kind}")] = AUTHENTICATED
     return table
 
 

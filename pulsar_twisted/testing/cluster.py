@@ -259,6 +259,28 @@ class ProxyProcess(DaemonProcess):
         return f"http://{HOST}:{self.web_port}"
 
 
+class FunctionsWorkerProcess(DaemonProcess):
+    """One ``twistd pulsar-functions-worker`` on the cluster's metadata store, its instances on
+    ``service_url``; ready once its HTTP port accepts."""
+
+    def __init__(self, name, directory, metadata_url, service_url, config=None, web_url=None,
+                 **kwargs):
+        self.port = free_port(HOST)
+        settings = {
+            "pulsarWebServiceUrl": web_url or "http://127.0.0.1:8080",
+            "workerHostname": HOST, "bindAddress": HOST, "workerPort": self.port,
+            "pulsarServiceUrl": service_url, "configurationMetadataStoreUrl": metadata_url,
+            "downloadDirectory": os.path.join(directory, "download"),
+            "zooKeeperSessionTimeoutMillis": 4000, "pulsarFunctionsCluster": "test",
+        }
+        settings.update(config or {})
+        super().__init__(name, "pulsar-functions-worker", directory, settings, self.port, **kwargs)
+
+    @property
+    def web_service_url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+
 class Cluster:
     """ZooKeeper chroot + bookies + brokers (see the module docstring)."""
 
@@ -274,6 +296,7 @@ class Cluster:
         self.brokers = [BrokerProcess(f"broker{i}", os.path.join(self.directory, f"broker{i}"),
                                       self.metadata_url, broker_config) for i in range(brokers)]
         self.proxies = []
+        self.functions_workers = []
         self.zk = None
 
     def add_proxy(self, config: dict = None, discover: bool = True) -> ProxyProcess:
@@ -284,6 +307,15 @@ class Cluster:
                              self.metadata_url if discover else None, config)
         self.proxies.append(proxy)
         return proxy
+
+    def add_functions_worker(self, config: dict = None) -> FunctionsWorkerProcess:
+        """A ``pulsar-functions-worker`` on this cluster's store and first broker (not started)."""
+        name = f"functions-worker{len(self.functions_workers)}"
+        worker = FunctionsWorkerProcess(name, os.path.join(self.directory, name), self.metadata_url,
+                                        self.brokers[0].service_url, config,
+                                        web_url=self.brokers[0].web_service_url)
+        self.functions_workers.append(worker)
+        return worker
 
     # ---------------------------------------------------------------- lifecycle
     def start(self) -> "Cluster":
@@ -325,7 +357,7 @@ class Cluster:
 
     def cleanup(self) -> None:
         """Kill every process, remove the chroot and the temporary directory."""
-        for process in self.proxies + self.brokers + self.bookies:
+        for process in self.functions_workers + self.proxies + self.brokers + self.bookies:
             process.kill9()
         if self.zk is not None:
             try:
@@ -394,11 +426,12 @@ class Cluster:
     def tracebacks(self) -> dict:
         """Process name -> the tracebacks in its log (text), for those that logged any."""
         out = {}
-        for process in self.proxies + self.brokers + self.bookies:
+        for process in self.functions_workers + self.proxies + self.brokers + self.bookies:
             blocks = process.log_text().split("Traceback (most recent call last):")[1:]
             if blocks:
                 out[process.name] = ["Traceback" + b[:3000] for b in blocks]
         return out
 
     def logs(self) -> str:
-        return "\n".join(p.log_tail() for p in self.proxies + self.brokers + self.bookies)
+        return "\n".join(p.log_tail() for p in
+                         self.functions_workers + self.proxies + self.brokers + self.bookies)

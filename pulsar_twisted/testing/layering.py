@@ -9,7 +9,7 @@ importing module's package), and ``importlib.import_module("...")`` with a const
 The layering (REDESIGN.md section 2), lowest first::
 
     proto -> common -> wire -> net -> metadata -> resources -> {bookie, ledger} -> mledger
-          -> security -> {broker, proxy} -> {web, cli} -> daemons
+          -> security -> {broker, proxy} -> functions -> {web, cli} -> daemons
 
 A layer may import itself and any layer below it; the two layers of a pair in braces may not
 import each other. ``config.py`` counts as ``common``. ``client`` (the Pulsar client library) may
@@ -32,10 +32,13 @@ ROOT_PACKAGE = "pulsar_twisted"
 RANKS = {
     "proto": 0, "common": 1, "wire": 2, "net": 3, "metadata": 4, "resources": 5,
     "bookie": 6, "ledger": 6, "mledger": 7, "security": 8, "broker": 9, "proxy": 9,
-    "web": 10, "cli": 10, "daemons": 11,
+    "functions": 10, "web": 11, "cli": 11, "daemons": 12,
 }
 CLIENT_MAY_IMPORT = frozenset({"common", "wire", "net", "proto"})
-CLIENT_IMPORTED_BY = frozenset({"cli", "daemons", "proxy", "testing"})
+CLIENT_IMPORTED_BY = frozenset({"cli", "daemons", "proxy", "testing", "functions"})
+#: ``functions`` (the functions worker) is a client of the platform: it ranks above ``broker`` so
+#: that ``web`` may serve its admin API, yet imports only these layers, never the broker's.
+FUNCTIONS_MAY_IMPORT = frozenset({"proto", "common", "wire", "net", "metadata", "resources", "client"})
 #: Top-level modules that belong to a layer although they are not in its package.
 MODULE_LAYERS = {"config": "common"}
 
@@ -166,6 +169,8 @@ def allowed(source: str, target: str) -> bool:
         return target != "daemons"
     if source == "client":
         return target in CLIENT_MAY_IMPORT
+    if source == "functions":
+        return target in FUNCTIONS_MAY_IMPORT
     if target == "client":
         return source in CLIENT_IMPORTED_BY
     if source not in RANKS or target not in RANKS:

@@ -27,30 +27,31 @@ since the one before, on the injected clock. As in Pulsar all of these are gauge
 
 from collections import defaultdict
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-
 from pulsar_twisted.broker.broker_counters import LOOKUP_QUANTILES
 from pulsar_twisted.mledger.counters import (
     ADD_LATENCY_BOUNDS_MS, ENTRY_SIZE_BOUNDS, bucket_labels)
-
-_SUB_LABELS = ["cluster", "namespace", "topic", "subscription"]
-_CONSUMER_LABELS = _SUB_LABELS + ["consumer_name", "consumer_id"]
-_TOPIC_LABELS = ["cluster", "namespace", "topic"]
-
+from pulsar_twisted.web.metrics_text import DROPPED, FOLDED, escape, labels
 
 class ScrapeRates:
     """
     Per-second rates of growing counters between consecutive scrapes. ``begin()`` starts a
     scrape, ``rate(key, value)`` answers for one counter (``key`` holds the counted object, so a
-    new object cannot take a gone one's baseline), ``end()`` keeps the values seen as the next
-    baseline. A counter first seen now was born since the previous scrape: its baseline is 0.
+    new object cannot take a gone one's baseline; asking twice in one scrape gives the same
+    answer), ``end()`` closes it. A counter first seen now was born since the previous scrape:
+    its baseline is 0.
+
+    Entries are updated in place, one small list per counter for its lifetime, so that a scrape
+    leaves no new long-lived objects behind (each would bring the next full garbage collection,
+    a reactor stall of a second at 10k topics, nearer); keys not seen for a scrape are dropped
+    once they are as many as the live ones.
     """
 
     def __init__(self, clock):
         self.clock = clock
-        self._values = {}
-        self._seen = {}
-        self._rates = {}
+        #: key -> [baseline (value at the scrape before), value now, rate, scrape number]
+        self._entries = {}
+        self._scrape = 0
+        self._live = 0
         self._time = None
         self._elapsed = 0.0
 
@@ -59,151 +60,156 @@ class ScrapeRates:
         self._elapsed = 0.0 if self._time is None else now - self._time
         if self._time is None or self._elapsed > 0:
             self._time = now
-        self._seen = {}
+        self._scrape += 1
+        self._live = 0
 
     def rate(self, key, value) -> float:
-        if self._elapsed <= 0:
-            # First scrape, or a second one at the same instant: repeat what was last said.
-            self._seen[key] = self._values.get(key, value) if self._time is not None else value
-            return self._rates.get(key, 0.0)
-        self._seen[key] = value
-        rate = max(value - self._values.get(key, 0), 0) / self._elapsed
-        self._rates[key] = rate
-        return rate
+        entry = self._entries.get(key)
+        if entry is None:
+            # First scrape, or a second one at the same instant: no growth measured yet.
+            baseline = value if self._elapsed <= 0 else 0
+            entry = self._entries[key] = [baseline, baseline, 0.0, 0]
+        if entry[3] != self._scrape:
+            entry[3] = self._scrape
+            self._live += 1
+            if self._elapsed > 0:
+                entry[0] = entry[1]
+                entry[1] = value
+                entry[2] = max(value - entry[0], 0) / self._elapsed
+        # A second scrape at the same instant repeats what was last said.
+        return entry[2]
 
     def end(self) -> None:
-        self._values = self._seen
-        self._rates = {k: v for k, v in self._rates.items() if k in self._seen}
+        if len(self._entries) > 2 * self._live + 1000:
+            scrape = self._scrape
+            self._entries = {k: e for k, e in self._entries.items() if e[3] == scrape}
 
 
-#: Subscription-level families still shown, folded, at namespace level (Pulsar's namespace
-#: metrics include them).
-_FOLDED_AT_NAMESPACE = {"pulsar_subscription_delayed", "pulsar_consumer_msg_ack_rate"}
-
-
-def namespace_level(families):
-    """
-    The families as Pulsar shows them with ``exposeTopicLevelMetricsInPrometheus=false``: the
-    ``topic`` (and ``subscription``) label dropped and the samples of one namespace summed;
-    subscription and consumer families left out except the few Pulsar also folds per namespace.
-    """
-    for family in families:
-        name = family.name
-        if name.startswith(("pulsar_subscription_", "pulsar_consumer_")) and \
-                name not in _FOLDED_AT_NAMESPACE:
-            continue
-        if not any("topic" in s.labels for s in family.samples):
-            yield family
-            continue
-        folded = Metric(name, family.documentation, family.type)
-        sums = {}
-        for sample in family.samples:
-            labels = tuple((k, v) for k, v in sample.labels.items()
-                           if k not in ("topic", "subscription", "consumer_name", "consumer_id"))
-            key = (sample.name, labels)
-            sums[key] = sums.get(key, 0) + sample.value
-        for (sample_name, labels), value in sums.items():
-            folded.add_sample(sample_name, dict(labels), value)
-        yield folded
-
-
-def _gauge(name, doc, labels):
-    return GaugeMetricFamily(name, doc, labels=labels)
+_SUB_NAMES = (("back_log", "Messages not yet acknowledged by the subscription"),
+              ("back_log_no_delayed", "Backlog of the subscription without delayed messages"),
+              ("delayed", "Messages held for delayed delivery"),
+              ("msg_rate_out", "Messages per second dispatched to the subscription"),
+              ("msg_throughput_out", "Bytes per second dispatched to the subscription"),
+              ("msg_rate_redeliver", "Messages per second redelivered"),
+              ("msg_ack_rate", "Messages per second acknowledged"),
+              ("unacked_messages", "Messages dispatched and not yet acknowledged"),
+              ("blocked_on_unacked_messages", "1 while dispatch waits on unacked messages"),
+              ("consumers_count", "Consumers connected to the subscription"))
+_TOPIC_STORAGE = (("backlog_size", "pulsar_storage_backlog_size",
+                   "Bytes of the backlog of the slowest subscription"),
+                  ("logical_size", "pulsar_storage_logical_size",
+                   "Bytes the topic stores, without replicas"),
+                  ("offloaded_size", "pulsar_storage_offloaded_size",
+                   "Bytes offloaded to tiered storage (none here)"),
+                  ("write_rate", "pulsar_storage_write_rate", "Entries per second written to storage"),
+                  ("read_rate", "pulsar_storage_read_rate", "Entries per second read from storage"))
+_BROKER_TOTALS = ("topics_count", "subscriptions_count", "producers_count", "consumers_count",
+                  "rate_in", "rate_out", "throughput_in", "throughput_out", "storage_size",
+                  "storage_logical_size", "storage_write_rate", "storage_read_rate", "msg_backlog")
 
 
 class BrokerFamilies:
-    """Yields the families above for ``broker`` (a BrokerService) at each scrape."""
+    """
+    The families above for ``broker`` (a BrokerService), one scrape at a time, in three steps
+    the page (``web/metrics.py``) drives: ``begin(families)`` declares them on the scrape's
+    ``FamilySet``, ``topic(topic, labels, ns_labels)`` adds one topic's series (called for every
+    topic, in slices), ``finish()`` writes the broker, managed-ledger, connection, lookup and
+    schema figures accumulated meanwhile. Folding at namespace level is the FamilySet's
+    (Pulsar folds ``pulsar_subscription_delayed`` and ``pulsar_consumer_msg_ack_rate`` and
+    leaves the other subscription and consumer families out).
+    """
 
     def __init__(self, broker, cluster: str, clock):
         self.broker = broker
         self.cluster = cluster
         self.rates = ScrapeRates(clock)
-        #: Per-consumer ack-rate samples of the scrape in progress (see ``_consumer_families``).
-        self._consumer_acks = []
 
-    def collect(self):
+    def begin(self, families) -> None:
         self.rates.begin()
-        try:
-            topics = list(self.broker.topics.values())
-            yield from self._subscription_families(topics)
-            yield from self._topic_storage_families(topics)
-            yield from self._broker_families(topics)
-            yield from self._ml_families(topics)
-            yield from self._connection_families()
-            yield from self._lookup_families()
-            yield from self._schema_families()
-        finally:
-            self.rates.end()
+        self.cluster_labels = labels(cluster=self.cluster)
+        fam = families.family
+        self.subs = {n: fam(f"pulsar_subscription_{n}", doc,
+                            mode=FOLDED if n == "delayed" else DROPPED) for n, doc in _SUB_NAMES}
+        self.consumers = None
+        if self.broker.config.exposeConsumerLevelMetricsInPrometheus:
+            self.consumers = {n: fam(f"pulsar_consumer_{n}", doc, mode=DROPPED)
+                              for n, doc in _CONSUMER_NAMES if n != "msg_ack_rate"}
+        self.storage = {key: fam(name, doc, mode=FOLDED) for key, name, doc in _TOPIC_STORAGE}
+        # Topic-level and (when on) per-consumer ack rates: one family per name.
+        self.ack_rate = fam("pulsar_consumer_msg_ack_rate",
+                            "Messages per second acknowledged on the topic", mode=FOLDED)
+        self.broker_totals = {key: fam(f"pulsar_broker_{key}",
+                                       f"Broker total: {key.replace('_', ' ')}")
+                              for key in _BROKER_TOTALS}
+        self.totals = defaultdict(float)
+        self.ml_count = fam("pulsar_ml_count", "Managed ledgers open")
+        self.ml = {name: fam(f"pulsar_ml_{name}", _ML_HELP.get(name, name)) for name in _ML_NAMES}
+        self.ml_latency = _bucket_family_pair(fam, "pulsar_ml_AddEntryLatencyBuckets",
+                                              "Adds by latency in ms (not cumulative)")
+        self.ml_sizes = _bucket_family_pair(fam, "pulsar_ml_EntrySizeBuckets",
+                                            "Entries added by size in bytes (not cumulative)")
+        self.per_ns = defaultdict(lambda: defaultdict(float))
+        self.latency = defaultdict(lambda: [0] * (len(ADD_LATENCY_BOUNDS_MS) + 1))
+        self.sizes = defaultdict(lambda: [0] * (len(ENTRY_SIZE_BOUNDS) + 1))
+        self.count = 0
+        self.tail = [fam(name, doc) for name, doc, _ in self._connection_values()]
+        self.tail += [fam(name, doc) for name, doc, _ in self._lookup_values()]
+        self.lookup = fam("pulsar_broker_lookup", "Latency of lookups in ms", kind="summary")
+        self.compatible = fam("pulsar_schema_compatible_total", "Schemas found compatible",
+                              kind="counter")
+        self.incompatible = fam("pulsar_schema_incompatible_total", "Schemas found incompatible",
+                                kind="counter")
 
-    # ---------------------------------------------------------------- subscriptions / consumers
+    # ---------------------------------------------------------------- per topic
+    def topic(self, topic, labels_text: str, ns_labels: str) -> None:
+        """All of one topic's series and its share of the totals (``labels_text`` its
+        ``cluster, namespace, topic`` labels, ``ns_labels`` the ``cluster, namespace`` ones)."""
+        subscriptions = list(topic.subscriptions.values())
+        acks = self._subscriptions(topic, subscriptions, ns_labels)
+        self.ack_rate.add(labels_text, ns_labels, acks)
+        write_rate = read_rate = 0.0
+        if topic.persistent:
+            write_rate, read_rate = self._storage_rates(topic)
+            storage = self.storage
+            for key, value in (("backlog_size", topic.backlog_size()),
+                               ("logical_size", topic.storage_size()), ("offloaded_size", 0),
+                               ("write_rate", write_rate), ("read_rate", read_rate)):
+                storage[key].add(labels_text, ns_labels, value)
+            self._ml_topic(topic, subscriptions)
+        self._add_totals(topic, subscriptions, write_rate, read_rate)
+
+    def _subscriptions(self, topic, subscriptions, ns_labels) -> float:
+        """The subscription (and consumer) series; returns the topic's ack rate."""
+        namespace = escape(str(topic.topic_name.namespace_name))
+        name = escape(topic.name)
+        acks = 0.0
+        for sub in subscriptions:
+            sub_labels = (f'cluster="{escape(self.cluster)}",namespace="{namespace}",'
+                          f'subscription="{escape(sub.name)}",topic="{name}"')
+            totals = [0.0, 0.0, 0.0, 0.0]
+            for consumer in list(sub.consumers):
+                rates = self._consumer_rates(consumer)
+                totals = [t + r for t, r in zip(totals, rates)]
+                if self.consumers is not None:
+                    self._add_consumer(topic, sub, consumer, rates, ns_labels)
+            acks += totals[3]
+            for key, value in _subscription_values(sub, totals).items():
+                self.subs[key].add(sub_labels, ns_labels, value)
+        return acks
+
+    def _add_consumer(self, topic, sub, consumer, rates, ns_labels) -> None:
+        consumer_labels = labels(cluster=self.cluster, namespace=topic.topic_name.namespace_name,
+                                 topic=topic.name, subscription=sub.name,
+                                 consumer_name=consumer.name, consumer_id=consumer.consumer_id)
+        for key, value in _consumer_values(consumer, rates).items():
+            family = self.ack_rate if key == "msg_ack_rate" else self.consumers[key]
+            family.add(consumer_labels, ns_labels, value)
+
     def _consumer_rates(self, consumer):
         rate = self.rates.rate
         return (rate((consumer, "out"), consumer.msg_out), rate((consumer, "bytes"), consumer.bytes_out),
                 rate((consumer, "redeliver"), consumer.msg_redelivered),
                 rate((consumer, "ack"), consumer.acks))
-
-    def _subscription_families(self, topics):
-        names = [("back_log", "Messages not yet acknowledged by the subscription"),
-                 ("back_log_no_delayed", "Backlog of the subscription without delayed messages"),
-                 ("delayed", "Messages held for delayed delivery"),
-                 ("msg_rate_out", "Messages per second dispatched to the subscription"),
-                 ("msg_throughput_out", "Bytes per second dispatched to the subscription"),
-                 ("msg_rate_redeliver", "Messages per second redelivered"),
-                 ("msg_ack_rate", "Messages per second acknowledged"),
-                 ("unacked_messages", "Messages dispatched and not yet acknowledged"),
-                 ("blocked_on_unacked_messages", "1 while dispatch waits on unacked messages"),
-                 ("consumers_count", "Consumers connected to the subscription")]
-        subs = {n: _gauge(f"pulsar_subscription_{n}", doc, _SUB_LABELS) for n, doc in names}
-        per_consumer = self.broker.config.exposeConsumerLevelMetricsInPrometheus
-        consumer_families = _consumer_families() if per_consumer else None
-        for topic in topics:
-            for sub in list(topic.subscriptions.values()):
-                labels = [self.cluster, str(topic.topic_name.namespace_name), topic.name, sub.name]
-                totals = [0.0, 0.0, 0.0, 0.0]
-                for consumer in list(sub.consumers):
-                    rates = self._consumer_rates(consumer)
-                    totals = [t + r for t, r in zip(totals, rates)]
-                    if consumer_families is not None:
-                        _add_consumer(consumer_families, labels, consumer, rates)
-                for name, value in _subscription_values(sub, totals).items():
-                    subs[name].add_metric(labels, value)
-        yield from subs.values()
-        self._consumer_acks = []
-        if consumer_families is not None:
-            self._consumer_acks = consumer_families.pop("msg_ack_rate")
-            yield from consumer_families.values()
-
-    # ---------------------------------------------------------------- topic storage
-    def _topic_storage_families(self, topics):
-        fams = {
-            "backlog_size": _gauge("pulsar_storage_backlog_size",
-                                   "Bytes of the backlog of the slowest subscription", _TOPIC_LABELS),
-            "logical_size": _gauge("pulsar_storage_logical_size",
-                                   "Bytes the topic stores, without replicas", _TOPIC_LABELS),
-            "offloaded_size": _gauge("pulsar_storage_offloaded_size",
-                                     "Bytes offloaded to tiered storage (none here)", _TOPIC_LABELS),
-            "write_rate": _gauge("pulsar_storage_write_rate",
-                                 "Entries per second written to storage", _TOPIC_LABELS),
-            "read_rate": _gauge("pulsar_storage_read_rate",
-                                "Entries per second read from storage", _TOPIC_LABELS),
-            "ack_rate": _gauge("pulsar_consumer_msg_ack_rate",
-                               "Messages per second acknowledged on the topic", _TOPIC_LABELS),
-        }
-        for topic in topics:
-            labels = [self.cluster, str(topic.topic_name.namespace_name), topic.name]
-            acks = sum(self.rates.rate((c, "ack"), c.acks)
-                       for s in list(topic.subscriptions.values()) for c in list(s.consumers))
-            fams["ack_rate"].add_metric(labels, acks)
-            if not topic.persistent:
-                continue
-            write_rate, read_rate = self._storage_rates(topic)
-            for key, value in (("backlog_size", topic.backlog_size()),
-                               ("logical_size", topic.storage_size()), ("offloaded_size", 0),
-                               ("write_rate", write_rate), ("read_rate", read_rate)):
-                fams[key].add_metric(labels, value)
-        for labels, value in self._consumer_acks:
-            fams["ack_rate"].add_sample("pulsar_consumer_msg_ack_rate", labels, value)
-        yield from fams.values()
 
     def _storage_rates(self, topic):
         """``(entries written/s, entries read/s)`` of a persistent topic's managed ledger."""
@@ -213,68 +219,37 @@ class BrokerFamilies:
         return (self.rates.rate((counters, "adds"), counters.add_succeed),
                 self.rates.rate((counters, "reads"), counters.read_entries))
 
-    # ---------------------------------------------------------------- broker aggregates
-    def _broker_families(self, topics):
-        totals = defaultdict(float)
-        for topic in topics:
-            subscriptions = list(topic.subscriptions.values())
-            rate_in, tput_in, rate_out, tput_out = topic.counters.rates
-            totals["rate_in"] += rate_in
-            totals["throughput_in"] += tput_in
-            totals["rate_out"] += rate_out
-            totals["throughput_out"] += tput_out
-            totals["subscriptions_count"] += len(subscriptions)
-            totals["producers_count"] += len(topic.producers)
-            totals["consumers_count"] += sum(len(s.consumers) for s in subscriptions)
-            totals["msg_backlog"] += sum(s.backlog() for s in subscriptions)
-            totals["storage_size"] += topic.storage_size()
-            if topic.persistent:
-                write_rate, read_rate = self._storage_rates(topic)
-                totals["storage_write_rate"] += write_rate
-                totals["storage_read_rate"] += read_rate
-        totals["topics_count"] = len(topics)
-        totals["storage_logical_size"] = totals["storage_size"]
-        for key in ("topics_count", "subscriptions_count", "producers_count", "consumers_count",
-                    "rate_in", "rate_out", "throughput_in", "throughput_out", "storage_size",
-                    "storage_logical_size", "storage_write_rate", "storage_read_rate",
-                    "msg_backlog"):
-            family = _gauge(f"pulsar_broker_{key}", f"Broker total: {key.replace('_', ' ')}",
-                            ["cluster"])
-            family.add_metric([self.cluster], totals[key])
-            yield family
+    def _add_totals(self, topic, subscriptions, write_rate, read_rate) -> None:
+        totals = self.totals
+        rate_in, tput_in, rate_out, tput_out = topic.counters.rates
+        totals["rate_in"] += rate_in
+        totals["throughput_in"] += tput_in
+        totals["rate_out"] += rate_out
+        totals["throughput_out"] += tput_out
+        totals["subscriptions_count"] += len(subscriptions)
+        totals["producers_count"] += len(topic.producers)
+        totals["consumers_count"] += sum(len(s.consumers) for s in subscriptions)
+        totals["msg_backlog"] += sum(s.backlog() for s in subscriptions)
+        totals["storage_size"] += topic.storage_size()
+        totals["storage_write_rate"] += write_rate
+        totals["storage_read_rate"] += read_rate
+        totals["topics_count"] += 1
 
-    # ---------------------------------------------------------------- managed ledgers
-    def _ml_families(self, topics):
-        per_ns = defaultdict(lambda: defaultdict(float))
-        latency = defaultdict(lambda: [0] * (len(ADD_LATENCY_BOUNDS_MS) + 1))
-        sizes = defaultdict(lambda: [0] * (len(ENTRY_SIZE_BOUNDS) + 1))
-        count = 0
-        for topic in topics:
-            ml = getattr(topic, "ledger", None) if topic.persistent else None
-            counters = getattr(ml, "counters", None)
-            if counters is None:
-                continue
-            count += 1
-            namespace = str(topic.topic_name.namespace_name)
-            values = per_ns[namespace]
-            for key, value in self._ml_values(topic, ml, counters).items():
-                values[key] += value
-            latency[namespace] = [a + b for a, b in zip(latency[namespace], counters.add_latency_buckets)]
-            sizes[namespace] = [a + b for a, b in zip(sizes[namespace], counters.entry_size_buckets)]
-        family = _gauge("pulsar_ml_count", "Managed ledgers open", ["cluster"])
-        family.add_metric([self.cluster], count)
-        yield family
-        for name in _ML_NAMES:
-            family = _gauge(f"pulsar_ml_{name}", _ML_HELP.get(name, name), ["cluster", "namespace"])
-            for namespace, values in sorted(per_ns.items()):
-                family.add_metric([self.cluster, namespace], values[name])
-            yield family
-        yield from _bucket_families("pulsar_ml_AddEntryLatencyBuckets", ADD_LATENCY_BOUNDS_MS,
-                                    latency, self.cluster, "Adds by latency in ms (not cumulative)")
-        yield from _bucket_families("pulsar_ml_EntrySizeBuckets", ENTRY_SIZE_BOUNDS, sizes,
-                                    self.cluster, "Entries added by size in bytes (not cumulative)")
+    def _ml_topic(self, topic, subscriptions) -> None:
+        ml = getattr(topic, "ledger", None)
+        counters = getattr(ml, "counters", None)
+        if counters is None:
+            return
+        self.count += 1
+        namespace = str(topic.topic_name.namespace_name)
+        values = self.per_ns[namespace]
+        for key, value in self._ml_values(topic, ml, counters, subscriptions).items():
+            values[key] += value
+        self.latency[namespace] = [a + b for a, b in zip(self.latency[namespace],
+                                                         counters.add_latency_buckets)]
+        self.sizes[namespace] = [a + b for a, b in zip(self.sizes[namespace], counters.entry_size_buckets)]
 
-    def _ml_values(self, topic, ml, counters) -> dict:
+    def _ml_values(self, topic, ml, counters, subscriptions) -> dict:
         rate = self.rates.rate
         copies = max(getattr(ml.config, "write_quorum", 1), 1)
         add_bytes_rate = rate((counters, "add_bytes"), counters.add_bytes)
@@ -288,61 +263,73 @@ class BrokerFamilies:
             "ReadEntriesBytesRate": rate((counters, "read_bytes"), counters.read_bytes),
             "ReadEntriesSucceeded": counters.read_succeeded,
             "ReadEntriesErrors": counters.read_errors,
-            "NumberOfMessagesInBacklog": sum(s.backlog() for s in list(topic.subscriptions.values())
-                                             if s.durable),
+            "NumberOfMessagesInBacklog": sum(s.backlog() for s in subscriptions if s.durable),
             "StoredMessagesSize": topic.storage_size() * copies,
         }
 
-    # ---------------------------------------------------------------- connections and lookups
-    def _connection_families(self):
+    # ---------------------------------------------------------------- after the last topic
+    def finish(self) -> None:
+        """The broker-wide and per-namespace figures; the rates' baseline for the next scrape."""
+        try:
+            self.totals["storage_logical_size"] = self.totals["storage_size"]
+            for key, family in self.broker_totals.items():
+                family.add_plain(self.cluster_labels, self.totals[key])
+            self._ml_finish()
+            for family, (_name, _doc, value) in zip(
+                    self.tail, self._connection_values() + self._lookup_values()):
+                family.add_plain(self._tail_labels(family.name), value)
+            self._lookup_summary()
+            self._schema_checks()
+        finally:
+            self.rates.end()
+
+    def _ml_finish(self) -> None:
+        self.ml_count.add_plain(self.cluster_labels, self.count)
+        for name, family in self.ml.items():
+            for namespace, values in sorted(self.per_ns.items()):
+                family.add_plain(labels(cluster=self.cluster, namespace=namespace), values[name])
+        _add_buckets(self.ml_latency, ADD_LATENCY_BOUNDS_MS, self.latency, self.cluster)
+        _add_buckets(self.ml_sizes, ENTRY_SIZE_BOUNDS, self.sizes, self.cluster)
+
+    def _tail_labels(self, name: str) -> str:
+        if name.startswith("pulsar_broker_lookup"):
+            return self.cluster_labels
+        return labels(cluster=self.cluster, broker=self.broker.config.advertisedAddress)
+
+    def _connection_values(self) -> list:
         counters = self.broker.counters
-        broker = self.broker.config.advertisedAddress
-        for name, doc, value in (
-                ("pulsar_active_connections", "Open client connections",
+        return [("pulsar_active_connections", "Open client connections",
                  len(self.broker.connections)),
                 ("pulsar_connection_created_total_count", "Connections accepted",
                  counters.connections_created),
                 ("pulsar_connection_create_success_count", "Connections created successfully",
                  counters.connections_created),
                 ("pulsar_connection_closed_total_count", "Connections closed",
-                 counters.connections_closed)):
-            family = _gauge(name, doc, ["cluster", "broker"])
-            family.add_metric([self.cluster, broker], value)
-            yield family
+                 counters.connections_closed)]
 
-    def _lookup_families(self):
+    def _lookup_values(self) -> list:
         counters = self.broker.counters
-        for name, doc, value in (
-                ("pulsar_broker_lookup_answers", "Lookups answered (not redirected)",
+        return [("pulsar_broker_lookup_answers", "Lookups answered (not redirected)",
                  counters.lookup_answers),
                 ("pulsar_broker_lookup_redirects", "Lookups redirected", counters.lookup_redirects),
                 ("pulsar_broker_lookup_failures", "Lookups failed", counters.lookup_failures),
                 ("pulsar_broker_lookup_pending_requests", "Lookups in progress",
-                 counters.lookup_pending)):
-            family = _gauge(name, doc, ["cluster"])
-            family.add_metric([self.cluster], value)
-            yield family
-        summary = counters.lookup_latency
-        family = Metric("pulsar_broker_lookup", "Latency of lookups in ms", "summary")
+                 counters.lookup_pending)]
+
+    def _lookup_summary(self) -> None:
+        summary = self.broker.counters.lookup_latency
+        family = self.lookup
         for q in LOOKUP_QUANTILES:
-            family.add_sample("pulsar_broker_lookup", {"cluster": self.cluster, "quantile": str(q)},
-                              summary.quantile(q))
-        family.add_sample("pulsar_broker_lookup_count", {"cluster": self.cluster}, summary.count)
-        family.add_sample("pulsar_broker_lookup_sum", {"cluster": self.cluster}, summary.sum_ms)
-        yield family
+            family.add_plain(labels(cluster=self.cluster, quantile=str(q)), summary.quantile(q))
+        family.add_plain(self.cluster_labels, summary.count, sample="pulsar_broker_lookup_count")
+        family.add_plain(self.cluster_labels, summary.sum_ms, sample="pulsar_broker_lookup_sum")
 
-
-    def _schema_families(self):
+    def _schema_checks(self) -> None:
         results = getattr(self.broker.schema_registry, "check_results", {})
-        compatible = CounterMetricFamily("pulsar_schema_compatible", "Schemas found compatible",
-                                         labels=["cluster", "namespace"])
-        incompatible = CounterMetricFamily("pulsar_schema_incompatible",
-                                           "Schemas found incompatible", labels=["cluster", "namespace"])
         for namespace, (ok, refused) in sorted(results.items()):
-            compatible.add_metric([self.cluster, namespace], ok)
-            incompatible.add_metric([self.cluster, namespace], refused)
-        yield compatible
-        yield incompatible
+            ns_labels = labels(cluster=self.cluster, namespace=namespace)
+            self.compatible.add_plain(ns_labels, ok)
+            self.incompatible.add_plain(ns_labels, refused)
 
 
 _ML_NAMES = ("AddEntryBytesRate", "AddEntryWithReplicasBytesRate", "AddEntryMessagesRate",
@@ -384,36 +371,22 @@ _CONSUMER_NAMES = (("msg_rate_out", "Messages per second dispatched to the consu
                    ("available_permits", "Permits the consumer has left"))
 
 
-def _consumer_families() -> dict:
-    """The per-consumer families; ``msg_ack_rate`` is a list of samples, because its name is also
-    the topic-level ``pulsar_consumer_msg_ack_rate`` family they join (one family per name)."""
-    families = {n: _gauge(f"pulsar_consumer_{n}", doc, _CONSUMER_LABELS)
-                for n, doc in _CONSUMER_NAMES if n != "msg_ack_rate"}
-    families["msg_ack_rate"] = []
-    return families
+def _consumer_values(consumer, rates) -> dict:
+    return {"msg_rate_out": rates[0], "msg_throughput_out": rates[1],
+            "msg_rate_redeliver": rates[2], "msg_ack_rate": rates[3],
+            "unacked_messages": consumer.unacked,
+            "blocked_on_unacked_messages": 1 if consumer.blocked else 0,
+            "available_permits": max(consumer.permits, 0)}
 
 
-def _add_consumer(families, sub_labels, consumer, rates) -> None:
-    labels = sub_labels + [consumer.name, str(consumer.consumer_id)]
-    values = {"msg_rate_out": rates[0], "msg_throughput_out": rates[1],
-              "msg_rate_redeliver": rates[2], "msg_ack_rate": rates[3],
-              "unacked_messages": consumer.unacked,
-              "blocked_on_unacked_messages": 1 if consumer.blocked else 0,
-              "available_permits": max(consumer.permits, 0)}
-    for name, value in values.items():
-        if name == "msg_ack_rate":
-            families[name].append((dict(zip(_CONSUMER_LABELS, labels)), value))
-        else:
-            families[name].add_metric(labels, value)
-
-
-def _bucket_families(name, bounds, per_namespace, cluster, doc):
+def _bucket_family_pair(fam, name, doc):
     """Pulsar's ML bucket form: ``name{quantile="low_high"}`` per bucket, ``name_OVERFLOW``."""
-    family = _gauge(name, doc, ["cluster", "namespace", "quantile"])
-    overflow = _gauge(f"{name}_OVERFLOW", f"{doc}: above the last bound", ["cluster", "namespace"])
+    return (fam(name, doc), fam(f"{name}_OVERFLOW", f"{doc}: above the last bound"))
+
+
+def _add_buckets(pair, bounds, per_namespace, cluster) -> None:
+    family, overflow = pair
     for namespace, buckets in sorted(per_namespace.items()):
         for label, value in zip(bucket_labels(bounds), buckets):
-            family.add_metric([cluster, namespace, label], value)
-        overflow.add_metric([cluster, namespace], buckets[-1])
-    yield family
-    yield overflow
+            family.add_plain(labels(cluster=cluster, namespace=namespace, quantile=label), value)
+        overflow.add_plain(labels(cluster=cluster, namespace=namespace), buckets[-1])

@@ -6,10 +6,13 @@ Routes of ``/admin/v2/broker-stats`` (``topics``, ``metrics``, ``load-report``, 
 they answer 404 as any unknown path.
 """
 
+import json
+
+from pulsar_twisted.broker.admin import base
 from pulsar_twisted.broker.admin.bookies import BookiesAdmin
 from pulsar_twisted.broker.admin.broker_stats import BrokerStatsAdmin
 from pulsar_twisted.web.openapi import Operation
-from pulsar_twisted.web.routing import json_body, query
+from pulsar_twisted.web.routing import Response, json_body, query
 
 V2 = "/admin/v2"
 
@@ -39,9 +42,45 @@ class _Lazy:
         return getattr(self._area, name)
 
 
+async def json_chunks(value, clock, levels: int) -> list:
+    """``value`` as JSON in bytes chunks, for a ``Response`` list body: the dicts of the first
+    ``levels`` levels written here, each value below them with the C encoder, one chunk per
+    ``base.SLICE_TOPICS`` of those values and a reactor turn between chunks (the stats of 100k
+    topics are never encoded in one callback). Parses as ``json.dumps(value)`` would. ``value``
+    is consumed: each encoded value is dropped from its dict, so the stats are freed as they go
+    (not all at once after the last chunk)."""
+    out, pending, count = [], [], [0]
+
+    async def write(node, depth):
+        if depth == levels or not isinstance(node, dict):
+            pending.append(json.dumps(node))
+            count[0] += 1
+            if count[0] % base.SLICE_TOPICS == 0:
+                out.append("".join(pending).encode())
+                pending.clear()
+                await base.next_turn(clock)
+            return
+        pending.append("{")
+        for i, (key, child) in enumerate(list(node.items())):
+            pending.append(("," if i else "") + json.dumps(str(key)) + ":")
+            node[key] = None
+            await write(child, depth + 1)
+        pending.append("}")
+
+    await write(value, 0)
+    out.append("".join(pending).encode())
+    return out
+
+
 def add_broker_stats_routes(router, admin) -> None:
     stats = _Lazy(lambda: BrokerStatsAdmin(admin.context, admin.stats, admin.brokers))
-    router.add("GET", f"{V2}/broker-stats/topics", lambda request: stats.topics(),
+
+    async def topics(request):
+        # namespace -> bundle -> domain -> topic -> TopicStats: encoded per topic.
+        chunks = await json_chunks(await stats.topics(), admin.clock, levels=4)
+        return Response(200, chunks)
+
+    router.add("GET", f"{V2}/broker-stats/topics", topics,
                doc=Operation("Stats of the topics loaded here, by namespace and bundle",
                              "broker-stats", {200: _OBJECT}))
     router.add("GET", f"{V2}/broker-stats/metrics", lambda request: stats.metrics(),

@@ -5,21 +5,19 @@
 cumulative, so they are not a Prometheus histogram), labelled ``cluster``, ``namespace``, ``topic``.
 """
 
-from prometheus_client.core import GaugeMetricFamily
-
 from pulsar_twisted.broker.storage_stats import STORAGE_METRICS_HELP
+from pulsar_twisted.web.metrics_text import FOLDED
 
-_LABELS = ["cluster", "namespace", "topic"]
 
+class StorageFamilies:
+    """``begin(families)`` declares the families on a scrape's FamilySet; ``topic(...)`` adds one
+    topic's series. Non-persistent topics write nothing to storage and are left out, as in Pulsar."""
 
-def storage_families(topics: dict, cluster: str):
-    """Yield the families for the loaded ``topics`` (name -> topic); non-persistent topics write
-    nothing to storage and are left out, as in Pulsar."""
-    families = [GaugeMetricFamily(name, doc, labels=_LABELS) for name, doc in STORAGE_METRICS_HELP]
-    for topic in list(topics.values()):
+    def begin(self, families) -> None:
+        self.families = [families.family(name, doc, mode=FOLDED) for name, doc in STORAGE_METRICS_HELP]
+
+    def topic(self, topic, labels_text: str, ns_labels: str) -> None:
         if not topic.persistent:
-            continue
-        labels = [cluster, str(topic.topic_name.namespace_name), topic.name]
-        for family, (_name, value) in zip(families, topic.counters.storage.metrics()):
-            family.add_metric(labels, value)
-    yield from families
+            return
+        for family, (_name, value) in zip(self.families, topic.counters.storage.metrics()):
+            family.add(labels_text, ns_labels, value)

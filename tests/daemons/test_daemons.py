@@ -146,7 +146,9 @@ class PluginTests(unittest.SynchronousTestCase):
         expected = {"pulsar_standalone.py": ("pulsar-standalone", "pulsar_twisted.daemons.standalone"),
                     "pulsar_broker.py": ("pulsar-broker", "pulsar_twisted.daemons.broker"),
                     "pulsar_bookie.py": ("pulsar-bookie", "pulsar_twisted.daemons.bookie"),
-                    "pulsar_proxy.py": ("pulsar-proxy", "pulsar_twisted.daemons.proxy")}
+                    "pulsar_proxy.py": ("pulsar-proxy", "pulsar_twisted.daemons.proxy"),
+                    "pulsar_functions_worker.py": ("pulsar-functions-worker",
+                                                   "pulsar_twisted.daemons.functions_worker")}
         directory = os.path.join(ROOT, "twisted", "plugins")
         self.assertEqual(sorted(f for f in os.listdir(directory) if f.endswith(".py")), sorted(expected))
         for filename, (tapname, module) in expected.items():
@@ -164,15 +166,40 @@ class TreeShapeTests(unittest.SynchronousTestCase):
         return [child.name for child in root]
 
     def test_standalone(self):
+        """The functions worker (functionsWorkerEnabled, on by default) starts after the listeners
+        its instances connect to."""
         self.assertEqual(self.names(StandaloneService(StandaloneConfig(), reactor=object())), [
             "metadata store", "bookie", "ledger client", "managed ledgers", "broker", "admin", "web",
-            "binary"])
+            "binary", "functions worker"])
+
+    def test_standalone_without_functions_worker(self):
+        """functionsWorkerEnabled=false: no worker in the tree."""
+        config = StandaloneConfig(functionsWorkerEnabled=False)
+        self.assertEqual(self.names(StandaloneService(config, reactor=object()))[-2:], ["web", "binary"])
 
     def test_standalone_with_tls(self):
         """The TLS listeners come after the web one and before the plain binary port."""
         config = StandaloneConfig(webServicePortTls=8443, brokerServicePortTls=6651)
-        self.assertEqual(self.names(StandaloneService(config, reactor=object()))[-4:],
+        self.assertEqual(self.names(StandaloneService(config, reactor=object()))[-5:-1],
                          ["web", "web TLS", "binary TLS", "binary"])
+
+    def test_functions_worker(self):
+        """The store, the web service (503 until the worker runs), then the worker."""
+        from pulsar_twisted.config import FunctionsWorkerConfig
+        from pulsar_twisted.daemons.functions_worker import FunctionsWorkerDaemon
+        root = FunctionsWorkerDaemon(FunctionsWorkerConfig(configurationMetadataStoreUrl="zk:h:1"),
+                                     reactor=object())
+        self.assertEqual(self.names(root), ["metadata store", "web", "functions worker"])
+        self.assertEqual(root.worker_id, "localhost-6750")
+
+    def test_functions_worker_needs_the_cluster_store(self):
+        """No configurationMetadataStoreUrl, or one we cannot use: refused naming the key."""
+        from pulsar_twisted.config import ConfigError, FunctionsWorkerConfig
+        from pulsar_twisted.daemons.functions_worker import check_functions_worker
+        for url in ("", "memory:local"):
+            e = self.assertRaises(ConfigError, check_functions_worker,
+                                  FunctionsWorkerConfig(configurationMetadataStoreUrl=url))
+            self.assertIn("configurationMetadataStoreUrl", str(e))
 
     def test_cluster_broker(self):
         root = BrokerClusterService(BrokerConfig(metadataStoreUrl="zk:h:1"), reactor=object())

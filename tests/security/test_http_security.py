@@ -55,6 +55,16 @@ class HttpSecurityTests(WebTestCase):
         self.assertEqual(status, 412)
 
     @defer.inlineCallbacks
+    def test_functions_need_a_tenant_admin(self):
+        """/admin/v3/functions/{tenant}/...: a role that is not the tenant's admin gets 403; a
+        super user passes authorization (then 503: this site runs no functions worker)."""
+        path = "/admin/v3/functions/public/default"
+        status, _, _ = yield self.request("GET", path, headers=bearer("nobody"))
+        self.assertEqual(status, 403)
+        status, body, _ = yield self.request("GET", path, headers=bearer("root"))
+        self.assertEqual(status, 503, body)
+
+    @defer.inlineCallbacks
     def test_unload_and_split_need_a_super_user(self):
         """Pulsar's unload and split-bundle check validateSuperUserAccess, not the tenant's admins."""
         yield self.request("POST", "/admin/v2/tenants/public", {"adminRoles": ["owner"], "allowedClusters":

@@ -16,7 +16,7 @@ from pulsar_twisted.config import StandaloneConfig
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.security import jwt, policy_table
 from pulsar_twisted.testing.broker import BrokerHarness, FakeClient
-from pulsar_twisted.web.site import make_router
+from pulsar_twisted.web.site import make_router, make_v3_router
 from tests.web.support import WebTestCase
 
 T = api.BaseCommand
@@ -34,8 +34,9 @@ def bearer(role):
 
 
 def all_routes():
+    """The v2 table and the functions worker's v3 table (the site serves both)."""
     admin = types.SimpleNamespace(broker=None)
-    return make_router(admin, StandaloneConfig()).routes
+    return make_router(admin, StandaloneConfig()).routes + make_v3_router(lambda: None).routes
 
 
 class CompletenessTests(unittest.TestCase):

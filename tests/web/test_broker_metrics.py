@@ -5,13 +5,12 @@ against what the broker did (messages published, dispatched, acked; connections;
 in-memory broker and a ``task.Clock``. The exposition is parsed with prometheus_client's parser.
 """
 
-from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from twisted.internet import defer
 
 from pulsar_twisted.broker.admin.service import AdminService
 from pulsar_twisted.proto import PulsarApi_pb2 as api
-from pulsar_twisted.web.metrics import make_registry
+from pulsar_twisted.web.metrics import MetricsPage
 from tests.broker.messaging import TOPIC, FeatureCase, Sub, T, messages
 
 NS = "public/default"
@@ -28,11 +27,11 @@ class MetricsCase(FeatureCase):
 
     def _registry(self):
         admin = AdminService(self.harness.broker, self.harness.store, self.harness.config, self.clock)
-        self.registry = make_registry(admin, "standalone")
+        self.page = MetricsPage(admin, "standalone")
 
     def scrape(self) -> dict:
         """``{(sample name, frozenset of labels): value}`` of one scrape, parsed back."""
-        text = generate_latest(self.registry).decode()
+        text = self.page.render_now().decode()
         samples = {}
         for family in text_string_to_metric_families(text):
             for s in family.samples:
@@ -150,7 +149,7 @@ class ConsumerLevelOnTests(MetricsCase):
         self.assertEqual(self.value(samples, "pulsar_consumer_msg_rate_out", labels), 0.0)
         self.assertEqual(self.value(samples, "pulsar_consumer_msg_ack_rate", labels), 0.0)
         # One family per name in the exposition (the topic-level ack rate shares this one).
-        text = generate_latest(self.registry).decode()
+        text = self.page.render_now().decode()
         types = [line for line in text.splitlines() if line.startswith("# TYPE ")]
         self.assertEqual(len(types), len(set(types)))
 
@@ -278,7 +277,7 @@ class ExpositionTests(MetricsCase):
         """The families Pulsar's dashboards query all appear (HELP/TYPE even without series)."""
         self.producer_client(1)
         self.subscribe(self.harness.client(), 1, permits=1)
-        text = generate_latest(self.registry).decode()
+        text = self.page.render_now().decode()
         families = {f.name for f in text_string_to_metric_families(text)}
         types = [line for line in text.splitlines() if line.startswith("# TYPE ")]
         self.assertEqual(len(types), len(set(types)))

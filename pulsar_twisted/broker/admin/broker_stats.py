@@ -8,7 +8,9 @@ not served: there is no JVM here.
 import os
 import time
 
-from pulsar_twisted.broker.admin.base import AdminArea
+from pulsar_twisted.broker.admin import base
+from pulsar_twisted.broker.admin.base import AdminArea, next_turn
+from pulsar_twisted.broker.admin.brokers import topic_row
 from pulsar_twisted.broker.ownership import bundle_for
 from pulsar_twisted.resources.base import CorruptMetadataError
 from pulsar_twisted.resources.policies import DEFAULT_NUM_BUNDLES, boundaries_of_policies, even_boundaries
@@ -45,7 +47,9 @@ class BrokerStatsAdmin(AdminArea):
         of the topics loaded here (Pulsar's ``/broker-stats/topics``)."""
         out: dict = {}
         bounds: dict = {}
-        for topic in list(self.broker.topics.values()):
+        for i, topic in enumerate(list(self.broker.topics.values())):
+            if i and i % base.SLICE_TOPICS == 0:
+                await next_turn(self.clock)
             namespace = str(topic.topic_name.namespace_name)
             if namespace not in bounds:
                 bounds[namespace] = await self._bounds(namespace)
@@ -55,11 +59,20 @@ class BrokerStatsAdmin(AdminArea):
              )[topic.name] = self.stats.topic_stats(topic)
         return out
 
-    def metrics(self) -> list:
+    async def _rows(self) -> list:
+        """``topic_row`` of every loaded topic, ``base.SLICE_TOPICS`` per reactor turn."""
+        rows = []
+        for i, topic in enumerate(list(self.broker.topics.values())):
+            if i and i % base.SLICE_TOPICS == 0:
+                await next_turn(self.clock)
+            rows.append(topic_row(topic))
+        return rows
+
+    async def metrics(self) -> list:
         """One ``{"metrics": {...}, "dimensions": {...}}`` per namespace with loaded topics
         (Pulsar's ``/broker-stats/metrics`` namespace dimension metrics)."""
         per_namespace: dict = {}
-        for row in self.brokers.topic_metrics():
+        for row in await self._rows():
             totals = per_namespace.setdefault(row["namespace"], {name: 0 for name, _ in _METRIC_NAMES})
             for name, field in _METRIC_NAMES:
                 totals[name] += row[field]
@@ -68,14 +81,14 @@ class BrokerStatsAdmin(AdminArea):
                  "dimensions": {"broker": broker, "cluster": self.cluster, "namespace": namespace}}
                 for namespace, totals in sorted(per_namespace.items())]
 
-    def load_report(self) -> dict:
+    async def load_report(self) -> dict:
         """Pulsar's ``LocalBrokerData``: URLs, resource usage, traffic totals and counts. A cluster
         broker answers its load manager's report (``broker/loadbalance``: what it publishes in
         ``/loadbalance/brokers``, with its bundles and their ``lastStats``)."""
         manager = getattr(self.broker, "load_manager", None)
         if manager is not None:
             return manager.current_report()
-        rows = self.brokers.topic_metrics()
+        rows = await self._rows()
         config = self.context.config
         host = config.advertisedAddress
         tls_port = getattr(config, "brokerServicePortTls", 0)

@@ -63,20 +63,22 @@ class BrokersAdmin(AdminArea):
 
     def topic_metrics(self) -> list:
         """One dict per loaded topic with what /metrics exports (read at scrape time)."""
-        rows = []
-        for topic in list(self.broker.topics.values()):
-            msg_in, bytes_in, msg_out, bytes_out = topic.counters.totals()
-            rate_in, tput_in, rate_out, tput_out = topic.counters.rates
-            subscriptions = list(topic.subscriptions.values())
-            rows.append({
-                "namespace": str(topic.topic_name.namespace_name), "topic": topic.name,
-                "rate_in": rate_in, "rate_out": rate_out, "throughput_in": tput_in,
-                "throughput_out": tput_out, "in_messages_total": msg_in, "in_bytes_total": bytes_in,
-                "out_messages_total": msg_out, "out_bytes_total": bytes_out,
-                "msg_backlog": sum(s.backlog() for s in subscriptions),
-                "storage_size": topic.storage_size(),
-                "producers_count": len(topic.producers),
-                "subscriptions_count": len(topic.subscriptions),
-                "consumers_count": sum(len(s.consumers) for s in subscriptions),
-            })
-        return rows
+        return [topic_row(topic) for topic in list(self.broker.topics.values())]
+
+
+def topic_row(topic) -> dict:
+    """What /metrics and ``/broker-stats`` show of one loaded topic (its ``topic_metrics`` row)."""
+    msg_in, bytes_in, msg_out, bytes_out = topic.counters.totals()
+    rate_in, tput_in, rate_out, tput_out = topic.counters.rates
+    subscriptions = list(topic.subscriptions.values())
+    return {
+        "namespace": str(topic.topic_name.namespace_name), "topic": topic.name,
+        "rate_in": rate_in, "rate_out": rate_out, "throughput_in": tput_in,
+        "throughput_out": tput_out, "in_messages_total": msg_in, "in_bytes_total": bytes_in,
+        "out_messages_total": msg_out, "out_bytes_total": bytes_out,
+        "msg_backlog": sum(s.backlog() for s in subscriptions),
+        "storage_size": topic.storage_size(),
+        "producers_count": len(topic.producers),
+        "subscriptions_count": len(subscriptions),
+        "consumers_count": sum(len(s.consumers) for s in subscriptions),
+    }

@@ -10,7 +10,10 @@ each producer's, consumer's and subscription's rates are its counter deltas over
 consumers contributed.
 """
 
-from pulsar_twisted.broker.admin.base import AdminArea
+from twisted.internet import defer
+
+from pulsar_twisted.broker.admin import base as admin_base
+from pulsar_twisted.broker.admin.base import AdminArea, next_turn
 from pulsar_twisted.broker.admin.errors import NotAllowed, NotFound
 from pulsar_twisted.broker.ownership import NotOwnedError
 from pulsar_twisted.common.naming import TopicName
@@ -34,12 +37,20 @@ class StatsAdmin(AdminArea):
     #: When the previous stats period ended (None before the first sample).
     _last_sample = None
 
-    def sample_rates(self) -> None:
-        """End a stats period for every loaded topic: rates are the counter deltas over it."""
+    def sample_rates(self) -> defer.Deferred:
+        """End a stats period for every loaded topic: rates are the counter deltas over it. The
+        topics are walked ``SLICE_TOPICS`` per reactor turn (all with the period measured at
+        the start); the Deferred (already fired below one slice) fires when all are sampled, and
+        the LoopingCall driving it waits for it."""
         now = self.clock.seconds()
         period = now - self._last_sample if self._last_sample is not None else None
         self._last_sample = now
-        for topic in list(self.broker.topics.values()):
+        return defer.ensureDeferred(self._sample_rates(period))
+
+    async def _sample_rates(self, period) -> None:
+        for i, topic in enumerate(list(self.broker.topics.values())):
+            if i and i % admin_base.SLICE_TOPICS == 0:
+                await next_turn(self.clock)
             topic.counters.sample(period)
 
     def topic_stats(self, topic) -> dict:

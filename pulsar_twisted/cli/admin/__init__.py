@@ -8,7 +8,7 @@ named by ``PULSAR_CLIENT_CONF``, else ``conf/client.conf`` when it exists), else
 ``http://localhost:8080``. A plain blocking script: one HTTP request per call (urllib), no reactor.
 
 Families: ``clusters``, ``tenants``, ``namespaces``, ``topics``, ``brokers`` (this module), and
-``schemas``, ``broker-stats``, ``bookies``, ``proxy-stats`` (one module each in this package,
+``schemas``, ``broker-stats``, ``bookies``, ``proxy-stats``, ``functions`` (one module each in this package,
 using the helpers here); ``pulsar-admin topics --help`` lists a family's verbs.
 """
 
@@ -137,14 +137,18 @@ class AdminClient:
         self.base = admin_url.rstrip("/")
         self.timeout = timeout
 
-    def request(self, method: str, path: str, body=None, query=None, raw: bool = False):
-        """The parsed JSON answer (None for 204/empty); ``raw`` gives ``(headers, bytes)``."""
+    def request(self, method: str, path: str, body=None, query=None, raw: bool = False,
+                form=None):
+        """The parsed JSON answer (None for 204/empty); ``raw`` gives ``(headers, bytes)``;
+        ``form`` ``(bytes, content_type)`` sends that body instead of ``body`` as JSON."""
         url = self.base + path
         if query:
             url += "?" + urllib.parse.urlencode({k: v for k, v in query.items() if v is not None})
         data = json.dumps(body).encode() if body is not None else None
         headers = {"Accept": "application/json"}
-        if data is not None:
+        if form is not None:
+            data, headers["Content-Type"] = form
+        elif data is not None:
             headers["Content-Type"] = "application/json"
         try:
             for _ in range(_MAX_REDIRECTS):
@@ -516,11 +520,11 @@ def _brokers(sub):
 
 
 # The group modules use the helpers above, so they are imported once those exist.
-from pulsar_twisted.cli.admin import bookies, broker_stats, proxy_stats, schemas  # noqa: E402
+from pulsar_twisted.cli.admin import bookies, broker_stats, functions, proxy_stats, schemas  # noqa: E402
 
 FAMILIES = {"clusters": _clusters, "tenants": _tenants, "namespaces": _namespaces, "topics": _topics,
             "brokers": _brokers, "schemas": schemas.add, "broker-stats": broker_stats.add,
-            "bookies": bookies.add, "proxy-stats": proxy_stats.add}
+            "bookies": bookies.add, "proxy-stats": proxy_stats.add, "functions": functions.add}
 
 
 def build_parser() -> argparse.ArgumentParser:

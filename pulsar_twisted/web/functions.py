@@ -1,0 +1,174 @@
+"""
+Admin API v3 for Pulsar Functions (``/admin/v3/functions/...``, Pulsar's ``FunctionsApiV3Resource``
+paths and JSON), answered by a ``functions.worker.FunctionsWorker``.
+
+``worker`` is a callable giving the worker or None: the web site opens before the worker has
+started (the worker's instances need the broker's listeners), and a standalone run with
+``functionsWorkerEnabled=false`` has none; both answer 503 with Pulsar's reasons. Create and
+update are ``multipart/form-data`` with a ``functionConfig`` JSON part and a ``data`` file part
+(the .py), as ``pulsar-admin functions create`` sends them.
+
+Pulsar IO (``/admin/v3/sources``, ``/admin/v3/sinks``) answers 501 until it exists.
+"""
+
+import email.parser
+import email.policy
+import json
+
+from pulsar_twisted.broker.admin.errors import AdminError, BadRequest
+from pulsar_twisted.functions.errors import FunctionsError
+from pulsar_twisted.web.routing import Response, int_param, query
+
+V3 = "/admin/v3/functions/{tenant}/{namespace}"
+FN = V3 + "/{name}"
+NOT_READY = "Function worker service is not done initializing. Please try again in a little while."
+DISABLED = "Function worker service is not enabled on this broker (functionsWorkerEnabled=false)"
+
+
+def multipart_parts(request) -> dict:
+    """name -> bytes of a ``multipart/form-data`` body (any method: twisted.web parses POST
+    forms only). BadRequest when the body is not multipart."""
+    ctype = request.getHeader("content-type") or ""
+    if not ctype.lower().startswith("multipart/form-data"):
+        raise BadRequest("Expected a multipart/form-data body with functionConfig and data parts")
+    request.content.seek(0)
+    body = request.content.read()
+    message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+        b"Content-Type: " + ctype.encode("latin-1") + b"\r\n\r\n" + body)
+    parts = {}
+    for part in message.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        if name:
+            parts[name] = part.get_payload(decode=True) or b""
+    return parts
+
+
+def _config_part(parts: dict):
+    raw = parts.get("functionConfig")
+    if raw is None:
+        return None
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise BadRequest(f"Invalid functionConfig JSON: {e}")
+
+
+def _handler(worker, method):
+    """A route handler running ``method(worker, request, **params)`` on the current worker
+    (503 without one) and answering a FunctionsError with its HTTP status."""
+    async def handler(request, **params):
+        current = worker()
+        if current is None:
+            raise AdminError(DISABLED if getattr(worker, "disabled", False) else NOT_READY, 503)
+        try:
+            result = method(current, request, **params)
+            if hasattr(result, "__await__"):
+                result = await result
+            return result
+        except FunctionsError as e:
+            raise AdminError(str(e), e.http_status)
+    return handler
+
+
+def _register(w, request, tenant, namespace, name):
+    parts = multipart_parts(request)
+    return w.register(tenant, namespace, name, _config_part(parts), parts.get("data"))
+
+
+def _update(w, request, tenant, namespace, name):
+    parts = multipart_parts(request)
+    return w.update(tenant, namespace, name, _config_part(parts) or {}, parts.get("data"))
+
+
+def _control(running, restart=False):
+    def handler(w, request, tenant, namespace, name, instanceId=None):
+        chosen = None if instanceId is None else int_param(instanceId, "instanceId")
+        return w.set_running(tenant, namespace, name, running, chosen, restart)
+    return handler
+
+
+def _put_state(w, request, tenant, namespace, name, key):
+    ctype = (request.getHeader("content-type") or "").lower()
+    if ctype.startswith("multipart/form-data"):
+        raw = multipart_parts(request).get("state")
+    else:
+        request.content.seek(0)
+        raw = request.content.read()
+    try:
+        state = json.loads(raw or b"null")
+    except (ValueError, UnicodeDecodeError) as e:
+        raise BadRequest(f"Invalid state JSON: {e}")
+    return w.put_state(tenant, namespace, name, key, state)
+
+
+async def _incr(w, request, tenant, namespace, name, key):
+    amount = int_param(query(request, "amount", "1"), "amount")
+    return {"key": key, "numberValue": await w.incr_counter(tenant, namespace, name, key, amount)}
+
+
+def _not_yet(what):
+    def handler(request, **params):
+        raise AdminError(f"{what} is not supported yet by this worker", 501)
+    return handler
+
+
+def _state_routes(add, call) -> None:
+    # First: ".../{name}/state/{key}" would otherwise match ".../{name}/{instanceId}/status".
+    add("GET", FN + "/state/{key}", call(lambda w, r, tenant, namespace, name, key:
+                                         w.get_state(tenant, namespace, name, key)))
+    add("POST", FN + "/state/{key}", call(_put_state))
+    add("DELETE", FN + "/state/{key}", call(lambda w, r, tenant, namespace, name, key:
+                                            w.delete_state(tenant, namespace, name, key)))
+    add("POST", FN + "/counter/{key}", call(_incr))
+
+
+def _management_routes(add, call) -> None:
+    add("GET", V3, call(lambda w, r, tenant, namespace: w.list(tenant, namespace)))
+    add("POST", FN, call(_register))
+    add("POST", FN + "/trigger", call(_trigger))
+    add("PUT", FN, call(_update))
+    add("DELETE", FN, call(lambda w, r, tenant, namespace, name: w.deregister(tenant, namespace, name)))
+    add("GET", FN, call(lambda w, r, tenant, namespace, name: w.get(tenant, namespace, name)))
+    add("GET", FN + "/status", call(lambda w, r, tenant, namespace, name:
+                                    w.status(tenant, namespace, name)))
+    add("GET", FN + "/stats", call(lambda w, r, tenant, namespace, name:
+                                   w.stats(tenant, namespace, name)))
+    add("GET", FN + "/{instanceId}/status", call(lambda w, r, instanceId, **p: w.instance_status(
+        p["tenant"], p["namespace"], p["name"], int_param(instanceId, "instanceId"))))
+    add("GET", FN + "/{instanceId}/stats", call(lambda w, r, instanceId, **p: w.instance_stats(
+        p["tenant"], p["namespace"], p["name"], int_param(instanceId, "instanceId"))))
+    for verb, running, restart in (("start", True, False), ("stop", False, False),
+                                   ("restart", True, True)):
+        add("POST", FN + f"/{verb}", call(_control(running, restart)))
+        add("POST", FN + "/{instanceId}/" + verb, call(_control(running, restart)))
+
+
+async def _trigger(w, request, tenant, namespace, name):
+    """Pulsar's trigger form: ``data`` (the value) or ``dataStream`` (a file), ``topic``; the
+    answer is the output as text."""
+    parts = multipart_parts(request)
+    value = parts.get("dataStream", parts.get("data"))
+    topic = parts.get("topic")
+    output = await w.trigger(tenant, namespace, name, value, topic.decode() if topic else None)
+    if output is None:
+        return None
+    return Response(200, output, content_type="text/plain")
+
+
+def _not_yet_routes(add) -> None:
+    for kind in ("sources", "sinks"):
+        what = f"Pulsar IO {kind}"
+        add("GET", f"/admin/v3/{kind}/{{tenant}}/{{namespace}}", _not_yet(what))
+        for method in ("GET", "POST", "PUT", "DELETE"):
+            add(method, f"/admin/v3/{kind}/{{tenant}}/{{namespace}}/{{name}}", _not_yet(what))
+        add("GET", f"/admin/v3/{kind}/builtin{kind}", _not_yet(what))
+
+
+def add_function_routes(router, worker) -> None:
+    """Every v3 route; ``worker()`` gives the FunctionsWorker, None until it runs (its
+    ``disabled`` attribute says which 503 to answer)."""
+    def call(method):
+        return _handler(worker, method)
+    _state_routes(router.add, call)
+    _management_routes(router.add, call)
+    _not_yet_routes(router.add)
