@@ -153,10 +153,22 @@ def scrape(resource, path: str):
 
 @defer.inlineCallbacks
 def main(args):
+    policy = None
+    if args.gc_policy:
+        # As a daemon once ready: freeze what start-up made, then look every second (so the burst of
+        # topic loads below is frozen before the scrapes).
+        from pulsar_twisted.daemons.gctune import GcFreezePolicy
+        policy = GcFreezePolicy(reactor, check_seconds=1.0)
+        policy.start()
     for n in args.topics:
         started = time.perf_counter()
         harness = yield build(n)
         built = time.perf_counter() - started
+        if policy is not None:
+            GC.reset()
+            yield task.deferLater(reactor, 1.5, lambda: None)
+            print(f"gc policy: {policy.freezes} freezes, {policy.frozen} objects frozen, longest GC "
+                  f"while settling {GC.worst[0] * 1000:.1f} ms (gen {GC.worst[1]})", flush=True)
         # The admin service (and so the page's slices) on the real reactor, as in a broker.
         admin = AdminService(harness.broker, harness.store, harness.config, reactor)
         resource = RouterResource(make_router(admin, harness.config))
@@ -181,6 +193,8 @@ if __name__ == "__main__":
     parser.add_argument("--topics", type=int, nargs="+", default=[1000, 10000])
     parser.add_argument("--routes", nargs="+", default=list(ROUTES))
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--gc-policy", action="store_true",
+                        help="run the daemons' GcFreezePolicy (daemons/gctune.py), as a broker does")
     args = parser.parse_args()
     reactor.callWhenRunning(lambda: main(args).addErrback(lambda f: (f.printTraceback(), reactor.stop())))
     reactor.run()

@@ -28,6 +28,19 @@ from pulsar_twisted.testing.certs import TestPKI
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
 
+class NoGcPolicy:
+    """Stands for ``GcFreezePolicy`` in tests: trial's collector is left as it is."""
+
+    def __init__(self, clock):
+        pass
+
+    def start(self):
+        pass
+
+    def stop(self):
+        pass
+
+
 
 def fixture_text(name: str) -> str:
     with open(os.path.join(FIXTURES, name), encoding="utf-8") as f:
@@ -221,7 +234,7 @@ class UnimplementedWarningTests(unittest.SynchronousTestCase):
 
     def test_daemon_start_warns(self):
         """A daemon's start-up logs the warning for the configuration it runs."""
-        self.patch(startup, "tune_garbage_collector", lambda: None)
+        self.patch(startup, "GcFreezePolicy", NoGcPolicy)
         config = StandaloneConfig()
         config.update_from_text("numIOThreads=4\n")
         daemon = startup.Daemon("test-daemon", reactor=Clock())

@@ -9,7 +9,7 @@ import os
 from twisted.internet import defer
 
 from pulsar_twisted.common.reactor_lag import ReactorLagMonitor
-from pulsar_twisted.daemons.gctune import tune_garbage_collector
+from pulsar_twisted.daemons.gctune import GcFreezePolicy
 from pulsar_twisted.daemons.tree import OrderedMultiService
 
 
@@ -44,7 +44,8 @@ def chain_startup(starting, ready, reactor, log, daemon: str) -> None:
 class Daemon(OrderedMultiService):
     """
     The root of a daemon's tree (``daemon`` names it in the log). ``ready`` fires with the root
-    once every child has started; the garbage collector is then tuned for serving and
+    once every child has started; the garbage collector is then tuned for serving (``gc_policy``,
+    which keeps freezing long-lived objects, ``daemons/gctune.py``) and
     ``announce()`` logs what the daemon serves. A child that fails to start stops the process
     with exit status 1 (``startup_failed``); a stop that comes during start-up is not a failure.
 
@@ -64,6 +65,7 @@ class Daemon(OrderedMultiService):
         self.reactor = reactor
         self.ready = defer.Deferred()
         self.lag_monitor = ReactorLagMonitor(reactor)
+        self.gc_policy = None
         self.shutdown_timeout = shutdown_timeout
 
     def stopService(self):
@@ -76,6 +78,8 @@ class Daemon(OrderedMultiService):
         cleanly in the meantime still does.
         """
         self.lag_monitor.stop()
+        if self.gc_policy is not None:
+            self.gc_policy.stop()
         stopping = super().stopService()
         timeout = self.shutdown_timeout
         if timeout is None:
@@ -113,7 +117,8 @@ class Daemon(OrderedMultiService):
         chain_startup(starting, self.ready, self.reactor, self.log, self.daemon)
 
     def _started(self, _):
-        tune_garbage_collector()
+        self.gc_policy = GcFreezePolicy(self.reactor)
+        self.gc_policy.start()
         self.lag_monitor.start()
         self.lag_monitor.watch_thread()
         self.announce()

@@ -21,6 +21,19 @@ from pulsar_twisted.mledger.config import ManagedLedgerConfig
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+class NoGcPolicy:
+    """Stands for ``GcFreezePolicy`` in tests: trial's collector is left as it is."""
+
+    def __init__(self, clock):
+        pass
+
+    def start(self):
+        pass
+
+    def stop(self):
+        pass
+
+
 
 class FakeReactor(Clock):
     """What ``startup_failed`` uses of a reactor, and a clock (the stall detector's)."""
@@ -41,7 +54,7 @@ class DaemonTests(unittest.SynchronousTestCase):
     def setUp(self):
         self.exits = []
         self.patch(startup.atexit, "register", lambda *args: self.exits.append(args))
-        self.patch(startup, "tune_garbage_collector", lambda: None)
+        self.patch(startup, "GcFreezePolicy", NoGcPolicy)
         self.events = []
 
     def daemon(self, *steps):
@@ -103,7 +116,7 @@ class ShutdownTimeoutTests(unittest.SynchronousTestCase):
     """brokerShutdownTimeoutMs bounds how long stopService waits for the tree."""
 
     def setUp(self):
-        self.patch(startup, "tune_garbage_collector", lambda: None)
+        self.patch(startup, "GcFreezePolicy", NoGcPolicy)
 
     def daemon(self, timeout, stop):
         clock = task.Clock()
@@ -247,7 +260,7 @@ class StandaloneInProcessTests(unittest.TestCase):
 
     @defer.inlineCallbacks
     def test_start_and_stop(self):
-        self.patch(startup, "tune_garbage_collector", lambda: None)  # keep trial's GC as it is
+        self.patch(startup, "GcFreezePolicy", NoGcPolicy)  # keep trial's GC as it is
         data = os.path.abspath(self.mktemp())
         config = StandaloneConfig(
             dataDirectory=data, journalDirectory=os.path.join(data, "journal"),
