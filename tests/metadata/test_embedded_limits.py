@@ -106,12 +106,15 @@ class DurableLimitTests(TestCase):
         store = await self.open(snapshot_log_bytes=1)
         self.patch(log_format, "write_snapshot", lambda *a: (_ for _ in ()).throw(OSError(5, "EIO")))
         await store.put("/a", b"1")     # over the threshold: tries a snapshot, fails, logs the batch
+        await store._core.snapshot_settled()
         self.assertEqual(store._core.snapshot_failures, 1)
         await store.put("/b", b"2")     # within the retry delay: no second attempt
+        await store._core.snapshot_settled()
         self.assertEqual(store._core.snapshot_failures, 1)
         self.assertGreater(store._core.snapshot_retry_at, reactor.seconds())
         self.assertEqual(store_module.SNAPSHOT_RETRY_SECONDS, 30.0)
         store._core.snapshot_retry_at = 0
         self.patch(log_format, "write_snapshot", _real_write_snapshot)
         await store.put("/c", b"3")     # the delay over: the threshold snapshots again, and works
+        await store._core.snapshot_settled()
         self.assertEqual(store._core.log_size, HEADER_SIZE)

@@ -221,6 +221,63 @@ def _fsync_dir(data_dir: str) -> None:
 
 def write_snapshot(data_dir: str, log_fd: int, snapshot: bytes) -> None:
     """Worker thread: install a snapshot durably, then empty the log it supersedes."""
+    _install_snapshot(data_dir, snapshot)
+    os.ftruncate(log_fd, HEADER_SIZE)
+    _fsync(log_fd)
+
+
+def write_snapshot_keeping(data_dir: str, log_fd: int, snapshot: bytes, keep_from: int) -> int:
+    """
+    Worker thread: install a snapshot that covers the log up to offset ``keep_from``, then drop
+    that part of the log, keeping the records after it (written while the snapshot was made).
+    Returns the log's descriptor from now on (a new one when records were kept: the old is closed).
+
+    Crash safety: until the snapshot's rename the old snapshot and the whole log are intact; after
+    it, the log's records up to ``keep_from`` are covered by the snapshot's txid and skipped on
+    load; the kept records are written to ``metadata.log.tmp``, fsync'd and renamed over the log,
+    so a crash leaves either the old log or the new one, both complete.
+    """
+    log_path = os.path.join(data_dir, LOG_NAME)
+    if os.path.getsize(log_path) <= keep_from:
+        write_snapshot(data_dir, log_fd, snapshot)
+        return log_fd
+    _install_snapshot(data_dir, snapshot)
+    with open(log_path, "rb") as f:
+        f.seek(keep_from)
+        kept = f.read()
+    tmp = log_path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        _write_all(fd, encode_header(LOG_MAGIC) + kept)
+        _fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, log_path)
+    try:
+        new_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND)
+    except OSError as e:
+        raise LogReplacedError(e, log_fd) from e
+    os.close(log_fd)
+    try:
+        _fsync_dir(data_dir)
+    except OSError as e:
+        raise LogReplacedError(e, new_fd) from e
+    return new_fd
+
+
+class LogReplacedError(OSError):
+    """
+    The log was renamed over but what followed failed: appends must go to ``log_fd`` from now on
+    (the old descriptor names an unlinked file, or the rename may not be durable), and the store
+    cannot promise durability any more, so it stops taking writes.
+    """
+
+    def __init__(self, cause: OSError, log_fd: int):
+        super().__init__(cause.errno, f"log replaced, then: {cause}")
+        self.log_fd = log_fd
+
+
+def _install_snapshot(data_dir: str, snapshot: bytes) -> None:
     tmp = os.path.join(data_dir, SNAPSHOT_NAME + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -231,8 +288,6 @@ def write_snapshot(data_dir: str, log_fd: int, snapshot: bytes) -> None:
     os.replace(tmp, os.path.join(data_dir, SNAPSHOT_NAME))
     # The rename must be durable before the log is emptied, or a crash could leave neither.
     _fsync_dir(data_dir)
-    os.ftruncate(log_fd, HEADER_SIZE)
-    _fsync(log_fd)
 
 
 def _write_all(fd: int, data: bytes) -> None:

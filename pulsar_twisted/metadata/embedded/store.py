@@ -33,10 +33,15 @@ when the log was idle, everything written during the tick in which the first wri
 one tick cost one fsync. Deferreds fire, and listeners hear of the changes, in write order.
 
 Every so often (when the log passes ``snapshot_log_bytes``, on ``snapshot()`` and on a clean close) the
-worker writes the whole persistent tree to ``metadata.snapshot.tmp``, fsyncs it, renames it over
-``metadata.snapshot``, fsyncs the directory and only then empties the log. Each record carries a
-transaction id and the snapshot the last id it covers, so a crash between the rename and the truncation
-replays nothing twice. Loading cuts the log at the first torn or CRC-bad record: a write whose Deferred had
+store snapshots the persistent tree without stopping: it opens a consistent cut at the last transaction
+(``Tree.begin_cut``: the paths of that moment; every later change first preserves the node's state of the
+cut), encodes it ``SNAPSHOT_SLICE_NODES`` nodes per reactor turn while writes go on to the log, and the
+worker then writes it to ``metadata.snapshot.tmp``, fsyncs it, renames it over ``metadata.snapshot``,
+fsyncs the directory and only then drops the part of the log the snapshot covers (records written during
+the walk are kept: copied to ``metadata.log.tmp``, fsync'd and renamed over the log). Each record carries
+a transaction id and the snapshot the last id it covers, so a crash at any step replays nothing twice and
+loses nothing: the previous snapshot and the whole log, or the new snapshot and a log holding at least
+what it does not cover. ``snapshot()`` fires once a snapshot started after it is durable. Loading cuts the log at the first torn or CRC-bad record: a write whose Deferred had
 fired is always before that point.
 
 If a disk write fails the store stops accepting writes (every later write fails with
@@ -120,6 +125,9 @@ class SnapshotFailedError(MetadataStoreError):
 #: After a failed snapshot, how long the size threshold waits before trying another one.
 SNAPSHOT_RETRY_SECONDS = 30.0
 
+#: Nodes a snapshot encodes per reactor turn (a few milliseconds), so a large tree never stalls it.
+SNAPSHOT_SLICE_NODES = 2000
+
 
 def _load(data_dir: str):
     """Worker thread: the tree, last txid, log fd and log size from the files (``log_format.load``)."""
@@ -140,6 +148,20 @@ class _Commit:
         self.notifications = notifications
         #: An explicit ``snapshot()`` request: it fails when the snapshot does (others only log it).
         self.wants_snapshot = wants_snapshot
+
+
+class _Snapshot:
+    """A snapshot in the making: the cut's txid and log offset, its paths, the walk so far."""
+
+    __slots__ = ("txid", "keep_from", "paths", "position", "ops", "waiters")
+
+    def __init__(self, txid: int, keep_from: int, paths: list[str], waiters: list[_Commit]):
+        self.txid = txid
+        self.keep_from = keep_from
+        self.paths = paths
+        self.position = 0
+        self.ops: list[bytes] = []
+        self.waiters = waiters
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -177,6 +199,11 @@ class _Core:
         self.snapshot_failures = 0
         self.last_snapshot_error: Optional[str] = None
         self.snapshot_retry_at = 0.0
+        #: The snapshot being made, the explicit requests the next one answers, and who waits for
+        #: the current one to end (``snapshot_settled``).
+        self.snapshot: Optional[_Snapshot] = None
+        self.snapshot_waiters: list[_Commit] = []
+        self.snapshot_settled_waiters: list[Deferred] = []
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -291,24 +318,16 @@ class _Core:
             return
         batch, self.pending = self.pending, []
         data = b"".join(entry.record for entry in batch)
-        snapshot, snapshot_error = None, None
-        if self._snapshot_due(len(data)):
-            # Everything applied to the tree is in this batch or already in the log, so a snapshot of
-            # the tree now covers the batch too and replaces writing it.
+        # An explicit request is answered by the next snapshot to start, which covers it.
+        self.snapshot_waiters += [entry for entry in batch if entry.wants_snapshot]
+        if self.snapshot is None and self._snapshot_due(len(data)):
+            # Everything applied to the tree is in the log or in this batch, which goes before any
+            # later record: the cut covers txid ``self.txid`` and the log up to the batch's end.
             self.snapshot_wanted = False
-            try:
-                snapshot = log_format.encode_snapshot(self.txid, self.tree.snapshot_ops())
-            except Exception as e:
-                # Only a bug can put an unencodable node in the tree (paths are checked before any
-                # change); the log still has every write, so keep logging and say so loudly.
-                log.failure("metadata snapshot could not be encoded; the log keeps every write")
-                snapshot_error = e
+            self._begin_snapshot(self.log_size + len(data))
         self.in_flight = True
-        d = deferToThreadPool(self.reactor, self.pool, self._write, self.log_fd, data, snapshot)
-        if snapshot_error is not None:
-            d.addCallback(lambda _: snapshot_error)
-        d.addCallbacks(self._written, self._write_failed, callbackArgs=(batch, snapshot),
-                       errbackArgs=(batch,))
+        d = deferToThreadPool(self.reactor, self.pool, self._write, data)
+        d.addCallbacks(self._written, self._write_failed, callbackArgs=(batch,), errbackArgs=(batch,))
 
     def _snapshot_due(self, batch_bytes: int) -> bool:
         if self.snapshot_wanted:
@@ -316,48 +335,108 @@ class _Core:
         return (self.log_size + batch_bytes > self.snapshot_log_bytes
                 and self.reactor.seconds() >= self.snapshot_retry_at)
 
-    def _write(self, fd: int, data: bytes, snapshot: Optional[bytes]) -> Optional[Exception]:
-        """Worker thread. Returns the snapshot's error (the batch then went to the log instead)."""
-        if snapshot is not None:
-            try:
-                log_format.write_snapshot(self.data_dir, fd, snapshot)
-                return None
-            except OSError as e:
-                # Before the rename the old snapshot and the log are intact; after it the log's
-                # records are covered by txid. Either way appending the batch keeps it durable.
-                error = e
-        else:
-            error = None
+    def _write(self, data: bytes) -> None:
+        """Worker thread: append a batch (the worker owns ``log_fd``: a snapshot may replace it)."""
         if data:
-            log_format.append(fd, data, self.sync)
-        return error
+            log_format.append(self.log_fd, data, self.sync)
 
-    def _written(self, snapshot_error: Optional[Exception], batch: list[_Commit],
-                 snapshot: Optional[bytes]) -> None:
+    def _written(self, _, batch: list[_Commit]) -> None:
         self.in_flight = False
+        self.log_size += sum(len(entry.record) for entry in batch)
+        for entry in batch:
+            self.notify(entry.notifications)
+            if not entry.wants_snapshot:
+                entry.deferred.callback(entry.result)
+        if self.pending:
+            self._schedule_flush()
+
+    # -- snapshots: a consistent cut, encoded in slices, installed by the worker --------------------
+
+    def _begin_snapshot(self, keep_from: int) -> None:
+        """Open a cut at ``self.txid`` and walk it ``SNAPSHOT_SLICE_NODES`` nodes per reactor turn."""
+        self.snapshot = _Snapshot(self.txid, keep_from, self.tree.begin_cut(), self.snapshot_waiters)
+        self.snapshot_waiters = []
+        self.reactor.callLater(0, self._snapshot_slice)
+
+    def _snapshot_slice(self) -> None:
+        snap = self.snapshot
+        if snap is None:
+            return
+        if self.pool is None:       # closed or abandoned meanwhile: the log has everything
+            self._snapshot_done((StoreClosedError("metadata store is closed"), 0), snap)
+            return
+        try:
+            end = snap.position + SNAPSHOT_SLICE_NODES
+            snap.ops += self.tree.cut_ops(snap.paths[snap.position:end])
+            snap.position = end
+        except Exception as e:
+            # Only a bug can put an unencodable node in the tree (paths are checked before any
+            # change); the log still has every write, so keep logging and say so loudly.
+            log.failure("metadata snapshot could not be encoded; the log keeps every write")
+            self._snapshot_done((e, 0), snap)
+            return
+        if end < len(snap.paths):
+            self.reactor.callLater(0, self._snapshot_slice)
+            return
+        self.tree.end_cut()
+        d = deferToThreadPool(self.reactor, self.pool, self._install, snap.txid, snap.ops, snap.keep_from)
+        d.addCallback(self._snapshot_done, snap)
+        d.addErrback(lambda f: self._snapshot_done((f.value, 0), snap))
+
+    def _install(self, txid: int, ops: list[bytes], keep_from: int):
+        """Worker thread: ``(error or None, snapshot bytes)``; queued behind the batches before it."""
+        try:
+            data = log_format.encode_snapshot(txid, ops)
+            self.log_fd = log_format.write_snapshot_keeping(self.data_dir, self.log_fd, data, keep_from)
+            return None, len(data)
+        except log_format.LogReplacedError as e:
+            self.log_fd = e.log_fd
+            return e, 0
+        except Exception as e:
+            # Before the snapshot's rename the old snapshot and the log are intact; after it the
+            # log's records are covered by txid: either way the log keeps every write.
+            return e, 0
+
+    def _snapshot_done(self, outcome, snap: "_Snapshot") -> None:
+        error, size = outcome
+        if self.snapshot is snap:
+            self.snapshot = None
+            self.tree.end_cut()
         failed = None
-        if snapshot_error is not None:
-            self.log_size += sum(len(entry.record) for entry in batch)
+        if error is not None:
             self.snapshot_failures += 1
-            self.last_snapshot_error = str(snapshot_error) or type(snapshot_error).__name__
+            self.last_snapshot_error = str(error) or type(error).__name__
             self.snapshot_retry_at = self.reactor.seconds() + SNAPSHOT_RETRY_SECONDS
             log.error("metadata snapshot failed ({n} so far): {reason}; writes go on to the log, "
                       "retrying in {retry}s", n=self.snapshot_failures, reason=self.last_snapshot_error,
                       retry=SNAPSHOT_RETRY_SECONDS)
             failed = SnapshotFailedError(f"metadata snapshot failed: {self.last_snapshot_error}")
-        elif snapshot is not None:
-            self.log_size = HEADER_SIZE
-            log.info("metadata snapshot written: {n} bytes, txid {txid}", n=len(snapshot), txid=self.txid)
+            if isinstance(error, log_format.LogReplacedError):
+                self.failure = Failure(error)
+                log.error("metadata log replaced but not durably; the store accepts no more writes")
         else:
-            self.log_size += sum(len(entry.record) for entry in batch)
-        for entry in batch:
-            self.notify(entry.notifications)
-            if failed is not None and entry.wants_snapshot:
+            # The worker ran every batch written before this, and the log now holds what came after
+            # the cut; later batches add to it as they complete.
+            self.log_size = HEADER_SIZE + max(0, self.log_size - snap.keep_from)
+            log.info("metadata snapshot written: {n} bytes, txid {txid}", n=size, txid=snap.txid)
+        for entry in snap.waiters:
+            if failed is not None:
                 entry.deferred.errback(failed)
             else:
                 entry.deferred.callback(entry.result)
-        if self.pending:
-            self._schedule_flush()
+        settled, self.snapshot_settled_waiters = self.snapshot_settled_waiters, []
+        for d in settled:
+            d.callback(None)
+        if self.snapshot_wanted and self.snapshot_waiters and self.pool is not None:
+            self.commit([], None, [])     # the next flush starts the snapshot they wait for
+
+    def snapshot_settled(self) -> Deferred:
+        """Fire once no snapshot is being made (at once if none is)."""
+        if self.snapshot is None:
+            return succeed(None)
+        d = Deferred()
+        self.snapshot_settled_waiters.append(d)
+        return d
 
     def _write_failed(self, failure: Failure, batch: list[_Commit]) -> None:
         self.in_flight = False
@@ -484,8 +563,9 @@ class EmbeddedMetadataStore:
                     await session.close()
             await core.end_session(self.session_id)
             if core.data_dir is not None and core.started and core.failure is None and core.log_fd is not None:
+                await core.snapshot_settled()
                 if core.log_size > HEADER_SIZE or core.pending:
-                    core.snapshot_wanted = True
+                    await core.request_snapshot().addErrback(lambda f: None)
                 await core.drain()
             core.closed = True
             core._release()
@@ -569,6 +649,7 @@ class EmbeddedMetadataStore:
                 raise AlreadyExistsError(path)
             if expected_version is not None and expected_version != node.version:
                 raise BadVersionError(f"{path}: expected version {expected_version}, found {node.version}")
+            core.tree.preserve(path)
             node.value = value
             node.version += 1
             node.mtime = now
@@ -594,19 +675,23 @@ class EmbeddedMetadataStore:
         if nodes[ancestor].owner is not None:
             raise NoChildrenForEphemeralsError(f"{ancestor} is ephemeral")
         notifications: list[Notification] = []
+        tree = core.tree
         for parent_path in reversed(missing):
+            tree.preserve(parent_path)
             nodes[parent_path] = Node(b"", now)
             nodes[parent_of(parent_path)].children.add(name_of(parent_path))
             notifications += [Notification("created", parent_path),
                               Notification("children", parent_of(parent_path))]
         parent = nodes[parent_of(path)]
         if sequential:
+            tree.preserve(parent_of(path))
             parent.seq += 1
         # Built after the counter moved: the parent's record carries it, so that sequential names never
         # repeat after a restart (even for ephemeral children, which are not logged themselves).
         ops = [nodes[p].set_op(p) for p in reversed(missing)]
         if sequential and not missing:
             ops.append(parent.set_op(parent_of(path)))
+        tree.preserve(path)
         node = nodes[path] = Node(value, now, self.session_id if ephemeral else None)
         parent.children.add(name_of(path))
         if ephemeral:

@@ -70,6 +70,9 @@ class Tree:
 
     def __init__(self):
         self.nodes: dict[str, Node] = {"/": Node(b"", 0)}
+        #: While a snapshot's cut is open: the set operation (None: no persistent node) each path had
+        #: at the cut, for every path changed since; ``preserve`` fills it before a change.
+        self.cut: Optional[dict[str, Optional[bytes]]] = None
 
     def apply(self, ops: list) -> None:
         """Apply decoded operations (from the log or a snapshot)."""
@@ -95,6 +98,7 @@ class Tree:
         removed = []
         for name in sorted(node.children):
             removed.extend(self.remove_subtree(child_path(path, name)))
+        self.preserve(path)
         del self.nodes[path]
         self.nodes[parent_of(path)].children.discard(name_of(path))
         removed.append((path, node))
@@ -112,3 +116,40 @@ class Tree:
             ops.append(node.set_op(path))
             stack.extend(child_path(path, name) for name in sorted(node.children, reverse=True))
         return ops
+
+    # -- a consistent cut, walked in slices -------------------------------------------------------
+    #
+    # A snapshot must hold the tree as it was at one transaction while writes go on. ``begin_cut``
+    # takes the paths of that moment (a C-level copy of the dict's keys: milliseconds at 100k
+    # nodes); every change after it first calls ``preserve``, which keeps the node's state of the
+    # cut (copy on write, one path at a time). ``cut_ops`` then encodes any slice of those paths
+    # as they were at the cut. The dict keeps insertion order and a node is always inserted after
+    # its parent, so the paths come parents first, as replay needs.
+
+    def begin_cut(self) -> list[str]:
+        """Open a cut at the current state; returns its paths, parents before children."""
+        self.cut = {}
+        return list(self.nodes)
+
+    def preserve(self, path: str) -> None:
+        """Before ``path`` changes (value, version, times, counter, creation or removal)."""
+        cut = self.cut
+        if cut is not None and path not in cut:
+            node = self.nodes.get(path)
+            cut[path] = None if node is None or node.owner is not None else node.set_op(path)
+
+    def cut_ops(self, paths: list[str]) -> list[bytes]:
+        """The set operations of ``paths`` (from ``begin_cut``) as they were at the cut."""
+        cut, nodes, ops = self.cut, self.nodes, []
+        for path in paths:
+            if path in cut:
+                op = cut[path]
+            else:
+                node = nodes[path]      # unchanged since the cut, so still there
+                op = None if node.owner is not None else node.set_op(path)
+            if op is not None:
+                ops.append(op)
+        return ops
+
+    def end_cut(self) -> None:
+        self.cut = None
