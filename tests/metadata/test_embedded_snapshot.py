@@ -10,7 +10,11 @@ from twisted.trial.unittest import TestCase
 
 from pulsar_twisted.metadata.embedded import log_format, store as store_module
 from pulsar_twisted.metadata.embedded.log_format import HEADER_SIZE, LOG_NAME, SNAPSHOT_NAME, decode_records
-from pulsar_twisted.metadata.embedded.store import EmbeddedMetadataStore, SnapshotFailedError
+from pulsar_twisted.metadata.embedded.store import (
+    EmbeddedMetadataStore,
+    SnapshotFailedError,
+    StoreFailedError,
+)
 from pulsar_twisted.metadata.embedded.tree import Tree
 
 
@@ -195,3 +199,21 @@ class SlicedSnapshotTests(TestCase):
         await self.assertFailure(done, SnapshotFailedError)
         store = await self.open()
         self.assertEqual(len(await store.get_children("/t")), 101)
+
+    async def test_write_failure_during_a_snapshot(self):
+        """A log write failing mid-walk fails the writes and the waiting requests once each; the
+        snapshot is abandoned and the files still hold every acknowledged write."""
+        store = await self.filled(100)
+        release = self.hold_walk()
+        first = store.snapshot()
+        await self.cut_open(store)
+        second = store.snapshot()       # waits for the snapshot after the current one
+        self.patch(log_format, "append", lambda *a: (_ for _ in ()).throw(OSError(5, "EIO")))
+        await self.assertFailure(store.put("/t/lost", b""), StoreFailedError)
+        release()
+        await self.assertFailure(first, SnapshotFailedError)
+        await self.assertFailure(second, StoreFailedError)
+        self.flushLoggedErrors(OSError)
+        store._abandon()
+        store = await self.open()
+        self.assertEqual(len(await store.get_children("/t")), 100)

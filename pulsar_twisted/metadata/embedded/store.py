@@ -362,8 +362,9 @@ class _Core:
         snap = self.snapshot
         if snap is None:
             return
-        if self.pool is None:       # closed or abandoned meanwhile: the log has everything
-            self._snapshot_done((StoreClosedError("metadata store is closed"), 0), snap)
+        if self.pool is None or self.failure is not None:
+            # Closed, abandoned or failed meanwhile: the log has everything the disk can have.
+            self._snapshot_done((StoreClosedError("metadata store is closed or failed"), 0), snap)
             return
         try:
             end = snap.position + SNAPSHOT_SLICE_NODES
@@ -427,8 +428,15 @@ class _Core:
         settled, self.snapshot_settled_waiters = self.snapshot_settled_waiters, []
         for d in settled:
             d.callback(None)
-        if self.snapshot_wanted and self.snapshot_waiters and self.pool is not None:
-            self.commit([], None, [])     # the next flush starts the snapshot they wait for
+        if self.failure is not None or self.pool is None:
+            # No snapshot will come: the requests waiting for the next one fail now.
+            waiting, self.snapshot_waiters = self.snapshot_waiters, []
+            for entry in waiting:
+                entry.deferred.errback(failed or (
+                    StoreFailedError("metadata store failed") if self.failure is not None
+                    else StoreClosedError("metadata store is closed")))
+        elif self.snapshot_wanted and self.snapshot_waiters:
+            self.commit([], None, []).addErrback(lambda f: None)    # its flush starts the next one
 
     def snapshot_settled(self) -> Deferred:
         """Fire once no snapshot is being made (at once if none is)."""
@@ -444,6 +452,11 @@ class _Core:
         log.failure("metadata log write failed; the store accepts no more writes", failure)
         error = StoreFailedError(f"metadata store failed: {failure.getErrorMessage()}")
         batch, self.pending = batch + self.pending, []
+        # Requests for a snapshot among them fail here, not again when a snapshot ends.
+        failed = {id(entry) for entry in batch}
+        self.snapshot_waiters = [e for e in self.snapshot_waiters if id(e) not in failed]
+        if self.snapshot is not None:
+            self.snapshot.waiters = [e for e in self.snapshot.waiters if id(e) not in failed]
         for entry in batch:
             entry.deferred.errback(error)
 
