@@ -8,7 +8,8 @@ crc32c(payload), payload``. ``metadata.snapshot``: header ``b"PTMS"`` + u16 vers
 record in the same framing. A payload is ``u64 txid`` followed by operations: ``b"S"`` (set a node's full
 persistent state: path, value, version, ctime, mtime, sequence counter) or ``b"D"`` (delete a path and all
 below it). Records hold states, not deltas, so replay needs no knowledge of the operation that made them.
-``metadata.lock`` is only ever flock'd.
+``metadata.lock`` is only ever flock'd. ``metadata.snapshot.tmp`` and ``metadata.log.tmp`` are the
+files a snapshot is written to before their renames; a crash may leave them, and nothing reads them.
 
 Recovery (``load``)
 -------------------
@@ -18,8 +19,8 @@ point. A snapshot is renamed into place only once complete, so a snapshot that i
 one whole record, or fails its CRC is lost data and fails the load. A file with another magic or an
 unknown version fails the load with ``CorruptStoreError`` and is left as it is.
 
-The codecs are pure functions over bytes; ``load``, ``append`` and ``write_snapshot`` do blocking I/O and
-run in the store's worker thread, never in the reactor thread.
+The codecs are pure functions over bytes; ``load``, ``append``, ``write_snapshot`` and
+``write_snapshot_keeping`` do blocking I/O and run in the store's worker thread, never in the reactor thread.
 """
 
 from __future__ import annotations

@@ -405,16 +405,7 @@ class _Core:
             self.tree.end_cut()
         failed = None
         if error is not None:
-            self.snapshot_failures += 1
-            self.last_snapshot_error = str(error) or type(error).__name__
-            self.snapshot_retry_at = self.reactor.seconds() + SNAPSHOT_RETRY_SECONDS
-            log.error("metadata snapshot failed ({n} so far): {reason}; writes go on to the log, "
-                      "retrying in {retry}s", n=self.snapshot_failures, reason=self.last_snapshot_error,
-                      retry=SNAPSHOT_RETRY_SECONDS)
-            failed = SnapshotFailedError(f"metadata snapshot failed: {self.last_snapshot_error}")
-            if isinstance(error, log_format.LogReplacedError):
-                self.failure = Failure(error)
-                log.error("metadata log replaced but not durably; the store accepts no more writes")
+            failed = self._snapshot_failed(error)
         else:
             # The worker ran every batch written before this, and the log now holds what came after
             # the cut; later batches add to it as they complete.
@@ -437,6 +428,19 @@ class _Core:
                     else StoreClosedError("metadata store is closed")))
         elif self.snapshot_wanted and self.snapshot_waiters:
             self.commit([], None, []).addErrback(lambda f: None)    # its flush starts the next one
+
+    def _snapshot_failed(self, error: Exception) -> SnapshotFailedError:
+        """Count and log a failed snapshot; the error its requests get."""
+        self.snapshot_failures += 1
+        self.last_snapshot_error = str(error) or type(error).__name__
+        self.snapshot_retry_at = self.reactor.seconds() + SNAPSHOT_RETRY_SECONDS
+        log.error("metadata snapshot failed ({n} so far): {reason}; writes go on to the log, "
+                  "retrying in {retry}s", n=self.snapshot_failures, reason=self.last_snapshot_error,
+                  retry=SNAPSHOT_RETRY_SECONDS)
+        if isinstance(error, log_format.LogReplacedError):
+            self.failure = Failure(error)
+            log.error("metadata log replaced but not durably; the store accepts no more writes")
+        return SnapshotFailedError(f"metadata snapshot failed: {self.last_snapshot_error}")
 
     def snapshot_settled(self) -> Deferred:
         """Fire once no snapshot is being made (at once if none is)."""
