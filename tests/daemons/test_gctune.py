@@ -26,9 +26,6 @@ class FakeGc:
         assert generation == 2
         return [None] * self.old
 
-    def collect(self, generation=2):
-        self.calls.append(("collect", generation))
-
     def get_freeze_count(self):
         return self.frozen
 
@@ -37,8 +34,7 @@ class GcFreezePolicyTests(unittest.SynchronousTestCase):
 
     def setUp(self):
         self.gc, self.clock = FakeGc(), task.Clock()
-        self.policy = gctune.GcFreezePolicy(self.clock, self.gc, check_seconds=10, min_objects=100,
-                                            collect_max=1000)
+        self.policy = gctune.GcFreezePolicy(self.clock, self.gc, check_seconds=10, min_objects=100)
 
     def test_start_freezes_and_sets_thresholds(self):
         self.gc.old = 50
@@ -55,23 +51,16 @@ class GcFreezePolicyTests(unittest.SynchronousTestCase):
         self.assertEqual(self.gc.calls, [])
         self.assertEqual(self.policy.freezes, 1)
 
-    def test_growth_is_collected_then_frozen(self):
+    def test_growth_is_frozen_without_a_collection(self):
+        """Past min_objects the freeze alone: the look itself never walks the generation."""
         self.policy.start()
         self.gc.calls.clear()
         self.gc.old = 500
         self.clock.advance(9)
         self.assertEqual(self.gc.calls, [])
         self.clock.advance(1)
-        self.assertEqual(self.gc.calls, [("collect", 2), "freeze"])
-        self.assertEqual((self.policy.frozen, self.policy.freezes), (500, 2))
-
-    def test_burst_is_frozen_without_a_collection(self):
-        """Past collect_max the freeze alone: the look itself never walks a large generation."""
-        self.policy.start()
-        self.gc.calls.clear()
-        self.gc.old = 1001
-        self.clock.advance(10)
         self.assertEqual(self.gc.calls, ["freeze"])
+        self.assertEqual((self.policy.frozen, self.policy.freezes), (500, 2))
 
     def test_keeps_looking_and_stops(self):
         self.policy.start()
@@ -88,5 +77,5 @@ class GcFreezePolicyTests(unittest.SynchronousTestCase):
     def test_the_real_gc_module_fits(self):
         """The calls the policy makes exist on the real gc module (no freeze done here)."""
         import gc
-        for name in ("freeze", "set_threshold", "get_objects", "collect", "get_freeze_count"):
+        for name in ("freeze", "set_threshold", "get_objects", "get_freeze_count"):
             self.assertTrue(callable(getattr(gc, name)), name)
