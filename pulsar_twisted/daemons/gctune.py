@@ -47,15 +47,14 @@ class GcFreezePolicy:
     ``min_objects`` or more, it freezes them too (``gc.freeze()`` itself costs nothing: it splices
     lists). So after a burst of topic loads the new topics leave the walked generations within
     ``check_seconds``, and no look walks the heap. It does not collect before freezing: measured on
-    a standalone creating 10k topics, a full collection of (at most 300k) recent objects held the reactor
-    281 ms, the very stall this avoids.
+    a standalone creating 10k topics, a full collection of (at most 300k) recent objects held the
+    reactor 281 ms, the very stall this avoids.
 
     The price: an object frozen and later dropped is still freed by reference counting, but a
     *cycle* of frozen objects is never reclaimed (``unfreeze()`` would bring back the walk), nor a
     cycle that was already garbage when it was frozen. Freezes happen only per ``min_objects`` of
-    growth, so what leaks is bounded by the cyclic objects in flight at each freeze
-    per ``min_objects`` of long-lived growth; ``freezes`` and ``frozen`` say how
-    much was frozen. ``gc_module`` is the ``gc`` module, injectable for tests.
+    growth, so what leaks is bounded by the cyclic objects in flight at each freeze per
+    ``min_objects`` of long-lived growth; ``freezes`` and ``frozen`` say how much was frozen. ``gc_module`` is the ``gc`` module, injectable for tests.
     """
 
     def __init__(self, clock, gc_module=gc, check_seconds: float = FREEZE_CHECK_SECONDS,
