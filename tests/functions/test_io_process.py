@@ -7,6 +7,7 @@ official client reads what the file source moved and produces what the file sink
 import io
 import json
 import os
+import signal
 import time
 import urllib.request
 
@@ -135,3 +136,74 @@ class IoProcessTests(InteropCase):
         people = [self.receive(consumer) for _ in range(5)]
         self.assertTrue(all(json.loads(m.data())["id"] == m.partition_key() for m in people))
         self.admin("sources", "delete", "--name", "gen")
+
+    # ------------------------------------------------------------------ across a crash
+    def instance_pid(self, kind, name) -> int:
+        """The pid of the connector's instance 0 (its command line names its spec)."""
+        marker = f"io/{kind}s/public/default/{name}/instance.json"
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        if marker.encode() in f.read():
+                            return int(pid)
+                except OSError:
+                    continue
+            time.sleep(0.1)
+        self.fail(f"no instance process for {marker}")
+
+    def test_sink_killed_midway_loses_nothing(self):
+        """kill -9 of the sink's instance while it writes: the worker restarts it and every
+        message ends in the file (ATLEAST_ONCE: duplicates allowed only from the crash)."""
+        topic = self.topic("crash-sink", "persistent")
+        path = os.path.join(self.standalone.directory, "sink-crash", "out.txt")
+        self.admin("sinks", "create", "--name", "crashsink", "--sink-type", "file", "--inputs", topic,
+                   "--sink-config", json.dumps({"outputFile": path}))
+        self.wait_running("sinks", "crashsink")
+        pid = self.instance_pid("sink", "crashsink")
+        producer = self.client.create_producer(topic, block_if_queue_full=True)
+        for i in range(LINES):
+            producer.send_async(f"m-{i}".encode(), None)
+            if i == 3000:
+                producer.flush()
+                os.kill(pid, signal.SIGKILL)
+        producer.flush()
+        expected = {f"m-{i}" for i in range(LINES)}
+        deadline = time.monotonic() + 40
+        while True:
+            with open(path) as f:
+                lines = f.read().splitlines()
+            if set(lines) >= expected:
+                break
+            self.assertLess(time.monotonic(), deadline, f"{len(set(lines))} distinct lines\n"
+                            + self.standalone.log_tail(30))
+            time.sleep(0.2)
+        self.assertEqual(set(lines), expected)
+        status = json.loads(self.admin("sinks", "status", "--name", "crashsink"))
+        self.assertGreaterEqual(status["instances"][0]["status"]["numRestarts"], 1)
+        self.admin("sinks", "delete", "--name", "crashsink")
+
+    def test_source_killed_midway_loses_nothing(self):
+        """kill -9 of the file source's instance after 2,000 lines: restarted, it reads the
+        unfinished file again; every line reaches the topic (duplicates only from the crash)."""
+        directory = os.path.join(self.standalone.directory, "crash-source-in")
+        os.makedirs(directory)
+        expected = set()
+        for f in range(FILES):
+            lines = [f"c{f}-{i}" for i in range(LINES // FILES)]
+            expected.update(lines)
+            with open(os.path.join(directory, f"part{f}.txt"), "w") as out:
+                out.write("\n".join(lines) + "\n")
+        topic = self.topic("crash-lines", "persistent")
+        consumer = self.client.subscribe(topic, "check", initial_position=pulsar.InitialPosition.Earliest)
+        self.admin("sources", "create", "--name", "crashsource", "--source-type", "file",
+                   "--destination-topic-name", topic,
+                   "--source-config", json.dumps({"inputDirectory": directory, "pollingInterval": 200}))
+        pid = self.instance_pid("source", "crashsource")
+        seen = {self.receive(consumer).data().decode() for _ in range(2000)}
+        os.kill(pid, signal.SIGKILL)
+        while seen != expected:
+            seen.add(self.receive(consumer).data().decode())
+        self.assertEqual(seen, expected)
+        self.admin("sources", "delete", "--name", "crashsource")
