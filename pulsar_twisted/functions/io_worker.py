@@ -84,6 +84,32 @@ class ConnectorsManager:
     def list(self, tenant, namespace) -> list:
         return sorted(n for (t, ns, n) in self.connectors if (t, ns) == (tenant, namespace))
 
+    async def set_running(self, tenant, namespace, name, running: bool, instance=None,
+                          restart: bool = False) -> None:
+        """Pulsar's start/stop/restart of a connector (one instance or all); stopped instances
+        stay stopped across a worker restart (the record keeps them)."""
+        runtime = self._runtime(tenant, namespace, name)
+        if instance is None:
+            chosen = list(range(len(runtime.supervisors)))
+        elif 0 <= instance < len(runtime.supervisors):
+            chosen = [instance]
+        else:
+            raise InvalidFunctionConfig(f"Invalid instance id {instance}: the {self.kind} has "
+                                        f"{len(runtime.supervisors)} instances")
+        stopped = set(runtime.record.get("stopped", []))
+        stopped = stopped - set(chosen) if running else stopped | set(chosen)
+        if sorted(stopped) != sorted(runtime.record.get("stopped", [])):
+            runtime.record = dict(runtime.record, stopped=sorted(stopped))
+            await self.store.put_record(tenant, namespace, name, runtime.record)
+        for i in chosen:
+            supervisor = runtime.supervisors[i]
+            if not running:
+                supervisor.stop()
+            elif restart:
+                supervisor.restart()
+            else:
+                supervisor.start()
+
     def status(self, tenant, namespace, name) -> dict:
         """Pulsar's ``SourceStatus``/``SinkStatus``: its per-instance counters under their
         connector names (numReceivedFromSource/numWritten, ...)."""
@@ -149,5 +175,7 @@ class ConnectorsManager:
             InstanceSupervisor(f"{self.kind}:{config.fqn}", i, self.worker.launcher(spec_path, i),
                                self.worker.clock)
             for i in range(config.parallelism)]
+        stopped = set(runtime.record.get("stopped", []))
         for supervisor in runtime.supervisors:
-            supervisor.start()
+            if supervisor.instance_id not in stopped:
+                supervisor.start()

@@ -196,6 +196,10 @@ def _v3_routes() -> dict:
         for method in ("GET", "POST", "PUT", "DELETE"):
             table[(method, f"/admin/v3/{kind}/{{tenant}}/{{namespace}}/{{name}}")] = TENANT_ADMIN
         table[("GET", f"/admin/v3/{kind}/{{tenant}}/{{namespace}}/{{name}}/status")] = TENANT_ADMIN
+        for verb in ("start", "stop", "restart"):
+            table[("POST", f"/admin/v3/{kind}/{{tenant}}/{{namespace}}/{{name}}/{verb}")] = TENANT_ADMIN
+            table[("POST", f"/admin/v3/{kind}/{{tenant}}/{{namespace}}/{{name}}/{{instanceId}}/{verb}")] = \
+                TENANT_ADMIN
         table[("GET", f"/admin/v3/{kind}/builtin{kind}")] = AUTHENTICATED
     return table
 

@@ -173,8 +173,8 @@ def _connectors(kind):
 
 def _connector_routes(add, call) -> None:
     """Pulsar IO (SourcesApiV3Resource, SinksApiV3Resource): create (multipart ``sourceConfig``
-    or ``sinkConfig``), get, delete, list, status and the built-in lists; update and the rest
-    answer 501 until they exist."""
+    or ``sinkConfig``), get, delete, list, status, start/stop/restart and the built-in lists;
+    update answers 501 until it exists."""
     from pulsar_twisted.functions.connectors import BUILTIN_SINKS, BUILTIN_SOURCES
     for kind, builtins in (("source", BUILTIN_SOURCES), ("sink", BUILTIN_SINKS)):
         base, of = f"/admin/v3/{kind}s/{{tenant}}/{{namespace}}", _connectors(kind)
@@ -193,6 +193,18 @@ def _connector_routes(add, call) -> None:
         add("GET", one, call(lambda w, r, of=of, **p: of(w).get(p["tenant"], p["namespace"], p["name"])))
         add("GET", one + "/status", call(lambda w, r, of=of, **p: of(w).status(
             p["tenant"], p["namespace"], p["name"])))
+        for verb, running, restart in (("start", True, False), ("stop", False, False),
+                                       ("restart", True, True)):
+            control = _connector_control(of, running, restart)
+            add("POST", one + f"/{verb}", call(control))
+            add("POST", one + "/{instanceId}/" + verb, call(control))
+
+
+def _connector_control(of, running, restart):
+    def handler(w, request, tenant, namespace, name, instanceId=None):
+        chosen = None if instanceId is None else int_param(instanceId, "instanceId")
+        return of(w).set_running(tenant, namespace, name, running, chosen, restart)
+    return handler
 
 
 def add_function_routes(router, worker) -> None:

@@ -163,6 +163,21 @@ class ManagerTests(WorkerTestCase):
         self.assertEqual(self.cleaned, [(SINK["inputs"], "public/default/k")])
         self.assertRaises(FunctionsError, again.sinks.get, "public", "default", "k")
 
+    def test_stop_stays_stopped_across_a_new_worker(self):
+        """stop of one instance kills it and is kept in the record: a new worker leaves it
+        stopped; start runs it again; an unknown instance id is 400."""
+        self.result(self.worker.sources.register("public", "default", "s", dict(SOURCE, parallelism=2)))
+        self.result(self.worker.sources.set_running("public", "default", "s", False, 1))
+        self.assertEqual(self.worker.sources.connectors[("public", "default", "s")].record["stopped"], [1])
+        self.failure(self.worker.sources.set_running("public", "default", "s", False, 5), 400)
+        again = self.new_worker()
+        states = [s.state.value for s in again.sources.connectors[("public", "default", "s")].supervisors]
+        self.assertEqual(states[1], "stopped")
+        self.assertNotEqual(states[0], "stopped")
+        self.result(again.sources.set_running("public", "default", "s", True))
+        states = [s.state.value for s in again.sources.connectors[("public", "default", "s")].supervisors]
+        self.assertNotIn("stopped", states)
+
     def test_duplicates_and_missing_namespace(self):
         self.result(self.worker.sources.register("public", "default", "s", dict(SOURCE)))
         self.failure(self.worker.sources.register("public", "default", "s", dict(SOURCE)), 400)
@@ -195,6 +210,9 @@ class IoRouteTests(WorkerTestCase):
         code, sinks = self.call("GET", "/admin/v3/sinks/builtinsinks")
         self.assertEqual([d["name"] for d in sinks], ["file"])
         self.assertEqual(self.create_connector("source", "x", dict(SOURCE, topicName=None))[0], 400)
+        self.assertEqual(self.call("POST", "/admin/v3/sinks/public/default/k/0/stop")[0], 204)
+        self.assertEqual(self.call("POST", "/admin/v3/sinks/public/default/k/restart")[0], 204)
+        self.assertEqual(self.call("POST", "/admin/v3/sinks/public/default/nope/stop")[0], 404)
 
 
 class CliTests(SynchronousTestCase):

@@ -135,6 +135,11 @@ class IoProcessTests(InteropCase):
                    "--source-config", json.dumps({"sleepBetweenMessages": 10}))
         people = [self.receive(consumer) for _ in range(5)]
         self.assertTrue(all(json.loads(m.data())["id"] == m.partition_key() for m in people))
+        self.assertEqual(self.admin("sources", "stop", "--name", "gen"), "Stopped successfully\n")
+        status = json.loads(self.admin("sources", "status", "--name", "gen"))
+        self.assertEqual(status["numRunning"], 0)
+        self.assertEqual(self.admin("sources", "start", "--name", "gen"), "Started successfully\n")
+        self.wait_running("sources", "gen")
         self.admin("sources", "delete", "--name", "gen")
 
     # ------------------------------------------------------------------ across a crash

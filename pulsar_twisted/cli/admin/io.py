@@ -1,5 +1,6 @@
 """
-``pulsar-admin sources`` and ``pulsar-admin sinks``: create, delete, get, list, status and
+``pulsar-admin sources`` and ``pulsar-admin sinks``: create, delete, get, list, status,
+start/stop/restart and
 ``available-sources``/``available-sinks``, with Pulsar's flags, over ``/admin/v3/sources`` and
 ``/admin/v3/sinks``. A built-in connector is named by ``--source-type``/``--sink-type`` (sent as
 Pulsar does, ``archive: "builtin://<type>"``) or ``--archive builtin://<type>``; ``create`` sends
@@ -68,6 +69,13 @@ def _create(a, c):
     return "Created successfully"
 
 
+def _control(verb: str, done: str):
+    def run(a, c):
+        c.post(_path(a, f"/{a.instance_id}/{verb}" if a.instance_id is not None else f"/{verb}"))
+        return done
+    return run
+
+
 def _available(a, c) -> str:
     lines = []
     for definition in c.get(f"/admin/v3/{a.kind}s/builtin{a.kind}s") or []:
@@ -114,6 +122,12 @@ def _adder(kind: str):
             p = sub.add_parser(verb, help=help)
             _name_flags(p)
             p.set_defaults(run=run, kind=kind)
+        for verb, done in (("restart", "Restarted successfully"), ("stop", "Stopped successfully"),
+                           ("start", "Started successfully")):
+            p = sub.add_parser(verb, help=f"{verb.capitalize()} a {kind} (or one instance)")
+            _name_flags(p)
+            p.add_argument("--instance-id", help="The instance id (all instances when left out)")
+            p.set_defaults(run=_control(verb, done), kind=kind)
         p = sub.add_parser("list", help=f"The {kind}s of a namespace")
         p.add_argument("--tenant", default="public")
         p.add_argument("--namespace", default="default")
