@@ -25,7 +25,8 @@ and for each message:
 
 Outputs carry ``__pfn_input_topic__`` and ``__pfn_input_msg_id__`` (base64 of the serialized
 message id) and the input's key and, with ``forwardSourceMessageProperty``, its properties.
-Counters go to the worker as JSON lines on file descriptor 3 (``supervisor.py``).
+Counters go to the worker as JSON lines on file descriptor 3 (``supervisor.py``). A spec whose
+``componentType`` is ``SOURCE`` or ``SINK`` runs a Pulsar IO instance instead (``io_instance.py``).
 """
 
 import base64
@@ -279,7 +280,11 @@ def main(argv=None) -> int:
     except OSError:
         # No worker reading (``pulsar-admin functions localrun``): the reports go nowhere.
         status_out = open(os.devnull, "w")
-    instance = Instance(spec, int(argv[1]), status_out)
+    if spec.get("componentType") in ("SOURCE", "SINK"):
+        from pulsar_twisted.functions.io_instance import INSTANCES
+        instance = INSTANCES[spec["componentType"]](spec, int(argv[1]), status_out)
+    else:
+        instance = Instance(spec, int(argv[1]), status_out)
 
     def stop(signum, frame):
         instance.running = False

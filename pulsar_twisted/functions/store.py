@@ -31,34 +31,40 @@ def _seg(text: str) -> str:
     return quote(text, safe="")
 
 
-def _function_path(kind: str, tenant: str, namespace: str, name: str) -> str:
-    return f"{ROOT}/{kind}/{_seg(tenant)}/{_seg(namespace)}/{_seg(name)}"
+def _function_path(kind: str, tenant: str, namespace: str, name: str, root: str = ROOT) -> str:
+    return f"{root}/{kind}/{_seg(tenant)}/{_seg(namespace)}/{_seg(name)}"
 
 
 class FunctionStore:
-    """The records above over an ``IMetadataStore``; every method returns a Deferred (coroutines)."""
+    """The records above over an ``IMetadataStore``; every method returns a Deferred (coroutines).
+    ``root`` moves the whole layout (Pulsar IO keeps its sources and sinks under
+    ``/functions/io/sources`` and ``/functions/io/sinks``)."""
 
-    def __init__(self, store):
+    def __init__(self, store, root: str = ROOT):
         self.store = store
+        self.root = root
+
+    def _path(self, kind, tenant, namespace, name) -> str:
+        return _function_path(kind, tenant, namespace, name, self.root)
 
     # ---------------------------------------------------------------- metadata
     async def put_record(self, tenant, namespace, name, record: dict) -> None:
-        await self.store.put(_function_path("metadata", tenant, namespace, name),
+        await self.store.put(self._path("metadata", tenant, namespace, name),
                              json.dumps(record, sort_keys=True).encode())
 
     async def get_record(self, tenant, namespace, name):
-        found = await self.store.get(_function_path("metadata", tenant, namespace, name))
+        found = await self.store.get(self._path("metadata", tenant, namespace, name))
         return None if found is None else json.loads(found[0])
 
     async def delete_function(self, tenant, namespace, name) -> None:
         """Metadata, package and state of the function, gone."""
         for kind in ("state", "packages", "metadata"):
-            await self.store.delete_recursive(_function_path(kind, tenant, namespace, name))
+            await self.store.delete_recursive(self._path(kind, tenant, namespace, name))
 
     async def load_all(self) -> list:
         """Every function record, as ``[(tenant, namespace, name, record)]`` sorted by name."""
         out = []
-        base = f"{ROOT}/metadata"
+        base = f"{self.root}/metadata"
         for tenant in await self.store.get_children(base):
             for namespace in await self.store.get_children(f"{base}/{tenant}"):
                 for name in await self.store.get_children(f"{base}/{tenant}/{namespace}"):
@@ -73,15 +79,15 @@ class FunctionStore:
         if len(data) > MAX_PACKAGE_BYTES:
             raise PackageTooLarge(f"Function package of {len(data)} bytes exceeds the "
                                   f"{MAX_PACKAGE_BYTES} bytes this worker stores")
-        await self.store.put(_function_path("packages", tenant, namespace, name), data)
+        await self.store.put(self._path("packages", tenant, namespace, name), data)
 
     async def get_package(self, tenant, namespace, name):
-        found = await self.store.get(_function_path("packages", tenant, namespace, name))
+        found = await self.store.get(self._path("packages", tenant, namespace, name))
         return None if found is None else found[0]
 
     # ---------------------------------------------------------------- state
     def _state_path(self, tenant, namespace, name, key):
-        return f"{_function_path('state', tenant, namespace, name)}/{_seg(key)}"
+        return f"{self._path('state', tenant, namespace, name)}/{_seg(key)}"
 
     async def get_state(self, tenant, namespace, name, key):
         """``{"value": bytes or None, "counter": int or None, "version": int}`` or None."""

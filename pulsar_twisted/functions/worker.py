@@ -20,6 +20,7 @@ from twisted.logger import Logger
 from pulsar_twisted.functions.config import FunctionConfig
 from pulsar_twisted.functions.errors import (
     FunctionExists, FunctionNotFound, InvalidFunctionConfig, NotSupportedYet)
+from pulsar_twisted.functions.io_worker import ConnectorsManager
 from pulsar_twisted.functions.store import FunctionStore
 from pulsar_twisted.functions.supervisor import InstanceSupervisor
 from pulsar_twisted.functions.trigger import trigger
@@ -61,6 +62,9 @@ class FunctionsWorker:
         #: A ``pulsar_twisted.client.Client`` on the cluster (``trigger``); None: 501.
         self.client = client
         self.functions = {}
+        #: Pulsar IO: the sources and sinks this worker runs (``io_worker.py``).
+        self.sources = ConnectorsManager("source", self)
+        self.sinks = ConnectorsManager("sink", self)
 
     # ---------------------------------------------------------------- life
     async def start(self) -> None:
@@ -72,14 +76,18 @@ class FunctionsWorker:
             self.functions[(tenant, namespace, name)] = runtime
             self._write_files(runtime, package or b"")
             self._scale(runtime)
-        self.log.info("functions worker {worker} started {count} functions",
-                      worker=self.worker_id, count=len(self.functions))
+        await self.sources.start()
+        await self.sinks.start()
+        self.log.info("functions worker {worker} started {count} functions, {sources} sources, "
+                      "{sinks} sinks", worker=self.worker_id, count=len(self.functions),
+                      sources=len(self.sources.connectors), sinks=len(self.sinks.connectors))
 
     def stop(self, grace: float = 5.0):
         """Stop every instance (SIGTERM, SIGKILL after ``grace`` seconds); the functions stay
         registered on the platform. A Deferred firing once every instance has exited."""
         return defer.gatherResults([supervisor.shutdown(grace) for runtime in self.functions.values()
-                                    for supervisor in runtime.supervisors])
+                                    for supervisor in runtime.supervisors]
+                                   + [self.sources.stop(grace), self.sinks.stop(grace)])
 
     # ---------------------------------------------------------------- management
     async def register(self, tenant, namespace, name, config_json, package: bytes) -> None:

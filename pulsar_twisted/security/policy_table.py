@@ -177,7 +177,7 @@ def _v3_routes() -> dict:
     """The functions worker's API (``web/functions.py``): Pulsar's FunctionsApiV3Resource lets a
     namespace's functions be managed by the tenant's admins (and super users; Pulsar also lets a
     role granted the namespace's ``functions`` action, not yet here). The Pulsar IO routes
-    (answering 501 for now) the same; the built-in connector lists any authenticated role."""
+    the same; the built-in connector lists any authenticated role."""
     fn = "/admin/v3/functions/{tenant}/{namespace}"
     one = fn + "/{name}"
     table = {("GET", fn): TENANT_ADMIN}
@@ -195,6 +195,11 @@ def _v3_routes() -> dict:
         table[("GET", f"/admin/v3/{kind}/{{tenant}}/{{namespace}}")] = TENANT_ADMIN
         for method in ("GET", "POST", "PUT", "DELETE"):
             table[(method, f"/admin/v3/{kind}/{{tenant}}/{{namespace}}/{{name}}")] = TENANT_ADMIN
+        table[("GET", f"/admin/v3/{kind}/{{tenant}}/{{namespace}}/{{name}}/status")] = TENANT_ADMIN
+        for verb in ("start", "stop", "restart"):
+            table[("POST", f"/admin/v3/{kind}/{{tenant}}/{{namespace}}/{{name}}/{verb}")] = TENANT_ADMIN
+            table[("POST", f"/admin/v3/{kind}/{{tenant}}/{{namespace}}/{{name}}/{{instanceId}}/{verb}")] = \
+                TENANT_ADMIN
         table[("GET", f"/admin/v3/{kind}/builtin{kind}")] = AUTHENTICATED
     return table
 

@@ -8,7 +8,8 @@ started (the worker's instances need the broker's listeners), and a standalone r
 update are ``multipart/form-data`` with a ``functionConfig`` JSON part and a ``data`` file part
 (the .py), as ``pulsar-admin functions create`` sends them.
 
-Pulsar IO (``/admin/v3/sources``, ``/admin/v3/sinks``) answers 501 until it exists.
+Pulsar IO (``/admin/v3/sources``, ``/admin/v3/sinks``): the built-in connectors' create, get,
+delete, list and status (``functions/io_worker.py``); update answers 501.
 """
 
 import email.parser
@@ -155,13 +156,55 @@ async def _trigger(w, request, tenant, namespace, name):
     return Response(200, output, content_type="text/plain")
 
 
-def _not_yet_routes(add) -> None:
-    for kind in ("sources", "sinks"):
-        what = f"Pulsar IO {kind}"
-        add("GET", f"/admin/v3/{kind}/{{tenant}}/{{namespace}}", _not_yet(what))
-        for method in ("GET", "POST", "PUT", "DELETE"):
-            add(method, f"/admin/v3/{kind}/{{tenant}}/{{namespace}}/{{name}}", _not_yet(what))
-        add("GET", f"/admin/v3/{kind}/builtin{kind}", _not_yet(what))
+def _connector_config_part(parts: dict, kind: str):
+    raw = parts.get(f"{kind}Config")
+    if raw is None:
+        return None
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise BadRequest(f"Invalid {kind}Config JSON: {e}")
+
+
+def _connectors(kind):
+    """The worker's manager of ``kind`` (``source`` or ``sink``)."""
+    return lambda w: w.sources if kind == "source" else w.sinks
+
+
+def _connector_routes(add, call) -> None:
+    """Pulsar IO (SourcesApiV3Resource, SinksApiV3Resource): create (multipart ``sourceConfig``
+    or ``sinkConfig``), get, delete, list, status, start/stop/restart and the built-in lists;
+    update answers 501 until it exists."""
+    from pulsar_twisted.functions.connectors import BUILTIN_SINKS, BUILTIN_SOURCES
+    for kind, builtins in (("source", BUILTIN_SOURCES), ("sink", BUILTIN_SINKS)):
+        base, of = f"/admin/v3/{kind}s/{{tenant}}/{{namespace}}", _connectors(kind)
+        one = base + "/{name}"
+        add("GET", f"/admin/v3/{kind}s/builtin{kind}s",
+            lambda request, builtins=builtins: [dict(d) for d in builtins.values()])
+        add("GET", base, call(lambda w, r, tenant, namespace, of=of: of(w).list(tenant, namespace)))
+
+        def register(w, request, tenant, namespace, name, of=of, kind=kind):
+            parts = multipart_parts(request)
+            return of(w).register(tenant, namespace, name, _connector_config_part(parts, kind))
+        add("POST", one, call(register))
+        add("PUT", one, _not_yet(f"Updating a Pulsar IO {kind}"))
+        add("DELETE", one, call(lambda w, r, of=of, **p: of(w).deregister(
+            p["tenant"], p["namespace"], p["name"])))
+        add("GET", one, call(lambda w, r, of=of, **p: of(w).get(p["tenant"], p["namespace"], p["name"])))
+        add("GET", one + "/status", call(lambda w, r, of=of, **p: of(w).status(
+            p["tenant"], p["namespace"], p["name"])))
+        for verb, running, restart in (("start", True, False), ("stop", False, False),
+                                       ("restart", True, True)):
+            control = _connector_control(of, running, restart)
+            add("POST", one + f"/{verb}", call(control))
+            add("POST", one + "/{instanceId}/" + verb, call(control))
+
+
+def _connector_control(of, running, restart):
+    def handler(w, request, tenant, namespace, name, instanceId=None):
+        chosen = None if instanceId is None else int_param(instanceId, "instanceId")
+        return of(w).set_running(tenant, namespace, name, running, chosen, restart)
+    return handler
 
 
 def add_function_routes(router, worker) -> None:
@@ -171,4 +214,4 @@ def add_function_routes(router, worker) -> None:
         return _handler(worker, method)
     _state_routes(router.add, call)
     _management_routes(router.add, call)
-    _not_yet_routes(router.add)
+    _connector_routes(router.add, call)

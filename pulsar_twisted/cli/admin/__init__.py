@@ -8,8 +8,8 @@ named by ``PULSAR_CLIENT_CONF``, else ``conf/client.conf`` when it exists), else
 ``http://localhost:8080``. A plain blocking script: one HTTP request per call (urllib), no reactor.
 
 Families: ``clusters``, ``tenants``, ``namespaces``, ``topics``, ``brokers`` (this module), and
-``schemas``, ``broker-stats``, ``bookies``, ``proxy-stats``, ``functions`` (one module each in this package,
-using the helpers here); ``pulsar-admin topics --help`` lists a family's verbs.
+``schemas``, ``broker-stats``, ``bookies``, ``proxy-stats``, ``functions``, ``sources``, ``sinks``
+(one module each in this package, using the helpers here); ``pulsar-admin topics --help`` lists a family's verbs.
 """
 
 import argparse
@@ -521,10 +521,12 @@ def _brokers(sub):
 
 # The group modules use the helpers above, so they are imported once those exist.
 from pulsar_twisted.cli.admin import bookies, broker_stats, functions, proxy_stats, schemas  # noqa: E402
+from pulsar_twisted.cli.admin import io  # noqa: E402
 
 FAMILIES = {"clusters": _clusters, "tenants": _tenants, "namespaces": _namespaces, "topics": _topics,
             "brokers": _brokers, "schemas": schemas.add, "broker-stats": broker_stats.add,
-            "bookies": bookies.add, "proxy-stats": proxy_stats.add, "functions": functions.add}
+            "bookies": bookies.add, "proxy-stats": proxy_stats.add, "functions": functions.add,
+            "sources": io.add_sources, "sinks": io.add_sinks}
 
 
 def build_parser() -> argparse.ArgumentParser:

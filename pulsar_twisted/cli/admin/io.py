@@ -1,0 +1,142 @@
+"""
+``pulsar-admin sources`` and ``pulsar-admin sinks``: create, delete, get, list, status,
+start/stop/restart and
+``available-sources``/``available-sinks``, with Pulsar's flags, over ``/admin/v3/sources`` and
+``/admin/v3/sinks``. A built-in connector is named by ``--source-type``/``--sink-type`` (sent as
+Pulsar does, ``archive: "builtin://<type>"``) or ``--archive builtin://<type>``; ``create`` sends
+Pulsar's multipart body with the ``sourceConfig``/``sinkConfig`` JSON part.
+"""
+
+import json
+
+from pulsar_twisted.cli.admin import CommandError, _csv, _q
+from pulsar_twisted.cli.admin.functions import GUARANTEES, multipart_body
+
+#: Pulsar's CLI separates the available connectors with this line.
+SEPARATOR = "-" * 40
+
+
+def _names(a) -> tuple:
+    if not a.name:
+        raise CommandError(f"{a.kind.capitalize()} name must be specified")
+    return a.tenant or "public", a.namespace or "default", a.name
+
+
+def _path(a, suffix: str = "") -> str:
+    tenant, namespace, name = _names(a)
+    return f"/admin/v3/{a.kind}s/{_q(tenant)}/{_q(namespace)}/{_q(name)}{suffix}"
+
+
+def _json_flag(value, flag):
+    try:
+        return json.loads(value)
+    except ValueError as e:
+        raise CommandError(f"{flag} is not valid JSON: {e}")
+
+
+def _connector_config(a) -> dict:
+    """The sourceConfig/sinkConfig JSON from the flags given."""
+    tenant, namespace, name = _names(a)
+    config = {"tenant": tenant, "namespace": namespace, "name": name}
+    kind = a.kind
+    archive = a.archive or (f"builtin://{getattr(a, kind + '_type')}"
+                            if getattr(a, kind + "_type") else None)
+    simple = {"archive": archive, "className": a.classname, "parallelism": a.parallelism,
+              "processingGuarantees": a.processing_guarantees}
+    if kind == "source":
+        simple["topicName"] = a.destination_topic_name
+    else:
+        simple.update(sourceSubscriptionName=a.subs_name, sourceSubscriptionPosition=a.subs_position,
+                      retainOrdering=a.retain_ordering or None, autoAck=a.auto_ack,
+                      timeoutMs=a.timeout_ms, maxMessageRetries=a.max_redeliver_count,
+                      deadLetterTopic=a.dead_letter_topic)
+        if a.inputs:
+            config["inputs"] = _csv(a.inputs)
+    config.update({k: v for k, v in simple.items() if v is not None})
+    raw = getattr(a, kind + "_config")
+    if raw:
+        config["configs"] = _json_flag(raw, f"--{kind}-config")
+    return config
+
+
+def _create(a, c):
+    config = _connector_config(a)
+    if not config.get("archive"):
+        raise CommandError(f"{a.kind.capitalize()} archive not specified: use "
+                           f"--{a.kind}-type or --archive")
+    c.post(_path(a), form=multipart_body(
+        [(f"{a.kind}Config", None, json.dumps(config).encode(), "application/json")]))
+    return "Created successfully"
+
+
+def _control(verb: str, done: str):
+    def run(a, c):
+        c.post(_path(a, f"/{a.instance_id}/{verb}" if a.instance_id is not None else f"/{verb}"))
+        return done
+    return run
+
+
+def _available(a, c) -> str:
+    lines = []
+    for definition in c.get(f"/admin/v3/{a.kind}s/builtin{a.kind}s") or []:
+        lines += [definition.get("name", ""), definition.get("description", ""), SEPARATOR]
+    return "\n".join(lines)
+
+
+def _name_flags(p) -> None:
+    p.add_argument("--tenant", help="The tenant (default public)")
+    p.add_argument("--namespace", help="The namespace (default default)")
+    p.add_argument("--name", help="The connector's name")
+
+
+def _create_flags(p, kind: str) -> None:
+    p.add_argument("-t", f"--{kind}-type", help=f"The built-in {kind} connector's name")
+    p.add_argument("-a", "--archive", help="The connector's archive (builtin://<type> here)")
+    p.add_argument("--classname", help="The connector's class name")
+    p.add_argument("--parallelism", type=int, help="Number of instances to run")
+    p.add_argument("--processing-guarantees", choices=GUARANTEES, help="The processing guarantee")
+    p.add_argument(f"--{kind}-config", help=f"The {kind}'s configs (JSON)")
+    if kind == "source":
+        p.add_argument("--destination-topic-name", help="The topic the source's records go to")
+        return
+    p.add_argument("-i", "--inputs", help="Comma-separated input topics")
+    p.add_argument("--subs-name", help="The input subscription's name")
+    p.add_argument("--subs-position", choices=("Latest", "Earliest"), help="Where a new subscription starts")
+    p.add_argument("--retain-ordering", action="store_true", default=None, help="Failover subscription")
+    p.add_argument("--auto-ack", type=lambda v: v.lower() == "true", help="true or false")
+    p.add_argument("--timeout-ms", type=int, help="Message timeout in milliseconds")
+    p.add_argument("--max-redeliver-count", type=int, help="Times a message is redelivered")
+    p.add_argument("--dead-letter-topic", help="Topic where messages past the count go")
+
+
+def _adder(kind: str):
+    def add(sub) -> None:
+        p = sub.add_parser("create", help=f"Create a {kind}")
+        _name_flags(p)
+        _create_flags(p, kind)
+        p.set_defaults(run=_create, kind=kind)
+        for verb, help, run in (
+                ("delete", f"Delete a {kind}", lambda a, c: c.delete(_path(a)) or "Deleted successfully"),
+                ("get", f"The config of a {kind}", lambda a, c: c.get(_path(a))),
+                ("status", f"The status of a {kind}", lambda a, c: c.get(_path(a, "/status")))):
+            p = sub.add_parser(verb, help=help)
+            _name_flags(p)
+            p.set_defaults(run=run, kind=kind)
+        for verb, done in (("restart", "Restarted successfully"), ("stop", "Stopped successfully"),
+                           ("start", "Started successfully")):
+            p = sub.add_parser(verb, help=f"{verb.capitalize()} a {kind} (or one instance)")
+            _name_flags(p)
+            p.add_argument("--instance-id", help="The instance id (all instances when left out)")
+            p.set_defaults(run=_control(verb, done), kind=kind)
+        p = sub.add_parser("list", help=f"The {kind}s of a namespace")
+        p.add_argument("--tenant", default="public")
+        p.add_argument("--namespace", default="default")
+        p.set_defaults(run=lambda a, c: c.get(f"/admin/v3/{kind}s/{_q(a.tenant)}/{_q(a.namespace)}"),
+                       kind=kind)
+        p = sub.add_parser(f"available-{kind}s", help=f"The built-in {kind}s")
+        p.set_defaults(run=_available, kind=kind)
+    return add
+
+
+add_sources = _adder("source")
+add_sinks = _adder("sink")

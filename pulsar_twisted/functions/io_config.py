@@ -1,0 +1,159 @@
+"""
+``SourceConfig`` and ``SinkConfig``: Pulsar IO's connector configurations, as the admin API v3
+receives them in the ``sourceConfig``/``sinkConfig`` part of a create (the JSON of Pulsar's
+``org.apache.pulsar.common.io.SourceConfig``/``SinkConfig``, same field names), and their checks.
+
+This slice runs the built-in connectors only (``archive: "builtin://<type>"``, see
+``connectors.py``); an uploaded archive or a ``className`` of one's own answers 501, as do the
+fields Pulsar has but nothing here runs yet (batch sources, transform functions, patterns).
+"""
+
+import copy
+
+from pulsar_twisted.functions.config import GUARANTEES, POSITIONS, _valid_topic
+from pulsar_twisted.functions.connectors import BUILTIN_SINKS, BUILTIN_SOURCES
+from pulsar_twisted.functions.errors import InvalidFunctionConfig, NotSupportedYet
+
+BUILTIN = "builtin://"
+
+_COMMON = {
+    "tenant": None, "namespace": None, "name": None, "className": None, "configs": None,
+    "secrets": None, "parallelism": 1, "processingGuarantees": "ATLEAST_ONCE", "resources": None,
+    "archive": None, "runtimeFlags": None, "customRuntimeOptions": None, "logTopic": None,
+}
+
+#: Pulsar's SourceConfig fields -> default.
+SOURCE_FIELDS = dict(_COMMON, topicName=None, producerConfig=None, serdeClassName=None,
+                     schemaType=None, batchSourceConfig=None, batchBuilder=None)
+
+#: Pulsar's SinkConfig fields -> default.
+SINK_FIELDS = dict(_COMMON, sourceSubscriptionName=None, sourceSubscriptionPosition="Latest",
+                   inputs=None, topicToSerdeClassName=None, topicsPattern=None,
+                   topicToSchemaType=None, topicToSchemaProperties=None, inputSpecs=None,
+                   maxMessageRetries=None, deadLetterTopic=None, retainOrdering=False,
+                   retainKeyOrdering=False, autoAck=True, timeoutMs=None,
+                   negativeAckRedeliveryDelayMs=None, cleanupSubscription=True,
+                   transformFunction=None, transformFunctionClassName=None,
+                   transformFunctionConfig=None)
+
+#: Fields Pulsar has that this slice refuses with 501 when set.
+_NOT_YET = ("batchSourceConfig", "topicsPattern", "transformFunction", "retainKeyOrdering")
+
+
+class ConnectorConfig:
+    """One source's or sink's configuration: ``fields`` holds every known field (defaults
+    filled). ``kind`` is ``"source"`` or ``"sink"``."""
+
+    kind = None
+    known = {}
+    builtins = {}
+
+    def __init__(self, fields: dict):
+        self.fields = fields
+
+    @classmethod
+    def from_json(cls, data):
+        """From the decoded JSON part (InvalidFunctionConfig for a non-object or an unknown
+        field: a setting somebody believes in force must not be dropped)."""
+        if not isinstance(data, dict):
+            raise InvalidFunctionConfig(f"{cls.kind.capitalize()} config is not provided")
+        unknown = sorted(set(data) - set(cls.known))
+        if unknown:
+            raise InvalidFunctionConfig(f"Unrecognized field(s) in {cls.kind}Config: "
+                                        f"{', '.join(unknown)}")
+        fields = {k: copy.deepcopy(v) for k, v in cls.known.items()}
+        fields.update({k: v for k, v in data.items() if v is not None})
+        return cls(fields)
+
+    def to_json(self) -> dict:
+        """Null fields left out, as Pulsar's Jackson output does."""
+        return {k: v for k, v in self.fields.items() if v is not None}
+
+    def __getattr__(self, name):
+        try:
+            return self.__dict__["fields"][name]
+        except KeyError:
+            raise AttributeError(name)
+
+    @property
+    def fqn(self) -> str:
+        return f"{self.tenant}/{self.namespace}/{self.name}"
+
+    @property
+    def builtin_type(self) -> str:
+        """The built-in connector's name (``archive`` without ``builtin://``)."""
+        return self.archive[len(BUILTIN):]
+
+    def validate(self) -> None:
+        what = self.kind.capitalize()
+        for field in ("tenant", "namespace", "name"):
+            if not self.fields[field]:
+                raise InvalidFunctionConfig(f"{what} {field} cannot be null")
+        if not isinstance(self.parallelism, int) or self.parallelism <= 0:
+            raise InvalidFunctionConfig(f"{what} parallelism must be a positive number")
+        if self.processingGuarantees not in GUARANTEES:
+            raise InvalidFunctionConfig(f"Invalid processingGuarantees {self.processingGuarantees}")
+        if self.configs is not None and not isinstance(self.configs, dict):
+            raise InvalidFunctionConfig(f"{self.kind}Config configs must be a JSON object")
+        if not self.archive:
+            raise InvalidFunctionConfig(f"{what} package is not provided")
+        if not self.archive.startswith(BUILTIN):
+            raise NotSupportedYet(f"{what} archives other than builtin:// connectors are not "
+                                  "supported yet")
+        if self.builtin_type not in self.builtins:
+            raise InvalidFunctionConfig(f"Built-in {self.kind} is not available: "
+                                        f"{self.builtin_type}")
+        if self.processingGuarantees == "EFFECTIVELY_ONCE":
+            raise NotSupportedYet(f"EFFECTIVELY_ONCE {self.kind}s are not supported yet")
+        for field in _NOT_YET:
+            if self.fields.get(field):
+                raise NotSupportedYet(f"{field} is not supported yet for {self.kind}s")
+        self._checks()
+
+    def _checks(self) -> None:
+        raise NotImplementedError
+
+
+class SourceConfig(ConnectorConfig):
+    kind = "source"
+    known = SOURCE_FIELDS
+    builtins = BUILTIN_SOURCES
+
+    def _checks(self) -> None:
+        if not self.topicName:
+            raise InvalidFunctionConfig("Topic name cannot be null")
+        if not _valid_topic(self.topicName):
+            raise InvalidFunctionConfig(f"Topic name {self.topicName} is invalid")
+
+
+class SinkConfig(ConnectorConfig):
+    kind = "sink"
+    known = SINK_FIELDS
+    builtins = BUILTIN_SINKS
+
+    def input_topics(self) -> list:
+        topics = list(self.inputs or [])
+        for mapping in (self.topicToSerdeClassName, self.topicToSchemaType, self.inputSpecs):
+            topics += [t for t in (mapping or {}) if t not in topics]
+        return topics
+
+    def subscription_name(self) -> str:
+        """``sourceSubscriptionName``, else Pulsar's default ``tenant/namespace/name``."""
+        return self.sourceSubscriptionName or self.fqn
+
+    def _checks(self) -> None:
+        if not self.input_topics():
+            raise InvalidFunctionConfig("Must specify at least one topic of input via topicToSerdeClassName, "
+                                        "topicsPattern, topicToSchemaType or inputSpecs")
+        for topic in self.input_topics():
+            if not _valid_topic(topic):
+                raise InvalidFunctionConfig(f"Input topic {topic} is invalid")
+        if self.sourceSubscriptionPosition not in POSITIONS:
+            raise InvalidFunctionConfig(f"Invalid sourceSubscriptionPosition "
+                                        f"{self.sourceSubscriptionPosition}: Latest or Earliest")
+        retries = self.maxMessageRetries
+        if (retries is None or retries < 0) and self.deadLetterTopic:
+            raise InvalidFunctionConfig("Dead Letter Topic specified, however max retries is set to infinity")
+
+
+CONFIGS = {"source": SourceConfig, "sink": SinkConfig}

@@ -1,0 +1,183 @@
+"""
+One Pulsar IO instance (a source or a sink), in the instance process ``instance_main`` starts
+when the spec's ``componentType`` is ``SOURCE`` or ``SINK``; the same status pipe and the same
+supervision as a function's instance.
+
+- A source: each ``Record`` the connector reads is sent to ``topicName`` with its key,
+  properties and event time; the connector's ``ack`` runs from the send's callback, once the
+  broker has persisted the message (ATLEAST_ONCE; ATMOST_ONCE acks it on sending).
+- A sink: consumes ``inputs`` on a Shared subscription (Failover with ``retainOrdering``)
+  named ``sourceSubscriptionName`` or ``tenant/ns/name``, hands the connector what is ready (up
+  to ``SINK_BATCH`` messages) and acks each message only after ``write`` has returned; a
+  failed write negative-acks them. ATMOST_ONCE acks on receipt.
+"""
+
+import json
+import logging
+import threading
+import time
+
+from pulsar_twisted.functions.connectors import SINK_CLASSES, SOURCE_CLASSES
+
+SINK_BATCH = 500
+NACK_DELAY_MS = 1000
+
+
+class _Reporter:
+    def __init__(self, status_out):
+        self.status_out = status_out
+        self.lock = threading.Lock()
+        self.counts = {"numReceived": 0, "numSuccessfullyProcessed": 0, "numUserExceptions": 0,
+                       "numSystemExceptions": 0, "averageLatency": 0.0, "lastInvocationTime": 0}
+        self.last_report = 0.0
+
+    def report(self, event: str, **fields) -> None:
+        fields["event"] = event
+        with self.lock:
+            self.status_out.write(json.dumps(fields) + "\n")
+            self.status_out.flush()
+
+    def stats(self, force=False) -> None:
+        now = time.time()
+        if force or now - self.last_report >= 0.5:
+            self.last_report = now
+            self.report("stats", latestUserExceptions=[], userMetrics={}, **self.counts)
+
+
+class SourceInstance:
+    def __init__(self, spec: dict, instance_id: int, status_out):
+        self.config = spec["sourceConfig"]
+        self.spec = spec
+        self.instance_id = instance_id
+        self.reporter = _Reporter(status_out)
+        self.running = True
+
+    def run(self) -> None:
+        import pulsar
+        c = self.config
+        kind = c["archive"][len("builtin://"):]
+        self.source = SOURCE_CLASSES[kind](c.get("configs") or {})
+        self.client = pulsar.Client(self.spec["serviceUrl"], operation_timeout_seconds=30)
+        producer = self.client.create_producer(c["topicName"], block_if_queue_full=True,
+                                               batching_enabled=True, batching_max_publish_delay_ms=5)
+        self.reporter.report("running")
+        at_most_once = c.get("processingGuarantees") == "ATMOST_ONCE"
+        while self.running:
+            record = self.source.read(0.5)
+            if record is None:
+                self.reporter.stats()
+                continue
+            self.reporter.counts["numReceived"] += 1
+            self.reporter.counts["lastInvocationTime"] = int(time.time() * 1000)
+            conf = {"properties": dict(record.properties)}
+            if record.key is not None:
+                conf["partition_key"] = record.key
+            if record.event_time:
+                conf["event_timestamp"] = int(record.event_time)
+            if at_most_once:
+                self.source.ack(record)
+            producer.send_async(record.value, self._sent(record, at_most_once), **conf)
+            self.reporter.stats()
+        producer.flush()
+        self.source.close()
+        self.reporter.stats(force=True)
+        self.client.close()
+
+    def _sent(self, record, already_acked):
+        def callback(result, msg_id):
+            import pulsar
+            if result == pulsar.Result.Ok:
+                if not already_acked:
+                    self.source.ack(record)
+                self.reporter.counts["numSuccessfullyProcessed"] += 1
+            else:
+                # Not persisted: the record stays unacked, so the source reads it again after a
+                # restart; the supervisor restarts us.
+                self.reporter.counts["numSystemExceptions"] += 1
+                logging.getLogger(__name__).error("send failed: %s", result)
+                self.running = False
+        return callback
+
+
+class SinkInstance:
+    def __init__(self, spec: dict, instance_id: int, status_out):
+        self.config = spec["sinkConfig"]
+        self.spec = spec
+        self.instance_id = instance_id
+        self.reporter = _Reporter(status_out)
+        self.running = True
+
+    def _subscribe(self, pulsar):
+        c = self.config
+        inputs = list(c.get("inputs") or [])
+        for mapping in ("topicToSerdeClassName", "topicToSchemaType", "inputSpecs"):
+            inputs += [t for t in (c.get(mapping) or {}) if t not in inputs]
+        consumer_type = (pulsar.ConsumerType.Failover if c.get("retainOrdering")
+                         else pulsar.ConsumerType.Shared)
+        position = (pulsar.InitialPosition.Earliest if c.get("sourceSubscriptionPosition") == "Earliest"
+                    else pulsar.InitialPosition.Latest)
+        dlq = None
+        if c.get("maxMessageRetries") is not None and c["maxMessageRetries"] >= 0:
+            dlq = pulsar.ConsumerDeadLetterPolicy(c["maxMessageRetries"], c.get("deadLetterTopic"))
+        return self.client.subscribe(
+            inputs if len(inputs) > 1 else inputs[0],
+            c.get("sourceSubscriptionName") or f"{c['tenant']}/{c['namespace']}/{c['name']}",
+            consumer_type=consumer_type, initial_position=position, dead_letter_policy=dlq,
+            negative_ack_redelivery_delay_ms=c.get("negativeAckRedeliveryDelayMs") or NACK_DELAY_MS,
+            consumer_name=f"{c['name']}-{self.instance_id}")
+
+    def run(self) -> None:
+        import pulsar
+        c = self.config
+        kind = c["archive"][len("builtin://"):]
+        self.sink = SINK_CLASSES[kind](c.get("configs") or {})
+        self.client = pulsar.Client(self.spec["serviceUrl"], operation_timeout_seconds=30)
+        self.consumer = self._subscribe(pulsar)
+        self.reporter.report("running")
+        while self.running:
+            batch = self._receive_batch(pulsar)
+            if batch:
+                self._write(batch, c.get("processingGuarantees") == "ATMOST_ONCE")
+            self.reporter.stats()
+        self.sink.close()
+        self.reporter.stats(force=True)
+        self.client.close()
+
+    def _receive_batch(self, pulsar) -> list:
+        """What is ready: one message waited for (half a second at most), then what follows
+        within a few milliseconds, up to SINK_BATCH."""
+        batch = []
+        timeout = 500
+        while len(batch) < SINK_BATCH:
+            try:
+                batch.append(self.consumer.receive(timeout_millis=timeout))
+            except pulsar.Timeout:
+                break
+            timeout = 5
+        return batch
+
+    def _write(self, batch, at_most_once: bool) -> None:
+        counts = self.reporter.counts
+        counts["numReceived"] += len(batch)
+        counts["lastInvocationTime"] = int(time.time() * 1000)
+        if at_most_once:
+            for message in batch:
+                self.consumer.acknowledge(message)
+        started = time.time()
+        try:
+            self.sink.write([m.data() for m in batch])
+        except Exception as e:
+            counts["numSystemExceptions"] += len(batch)
+            logging.getLogger(__name__).error("sink write failed: %s", e)
+            if not at_most_once:
+                for message in batch:
+                    self.consumer.negative_acknowledge(message)
+            return
+        if not at_most_once:
+            for message in batch:
+                self.consumer.acknowledge(message)
+        counts["numSuccessfullyProcessed"] += len(batch)
+        counts["averageLatency"] = (time.time() - started) * 1000.0 / len(batch)
+
+
+INSTANCES = {"SOURCE": SourceInstance, "SINK": SinkInstance}
