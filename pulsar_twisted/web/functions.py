@@ -67,7 +67,7 @@ def _handler(worker, method):
                 result = await result
             return result
         except FunctionsError as e:
-            raise AdminError(str(e), e.http_status)
+            raise AdminError(str(e), e.status)
     return handler
 
 

@@ -57,7 +57,7 @@ class ConfigTests(SynchronousTestCase):
         """What this slice does not run is refused as not supported yet (HTTP 501)."""
         e = self.refused("topicsPattern inputs are not supported yet", NotSupportedYet,
                          topicsPattern="persistent://public/default/.*")
-        self.assertEqual(e.http_status, 501)
+        self.assertEqual(e.status, 501)
         self.refused("MaxMessageRetries and Effectively once don't gel well",
                      processingGuarantees="EFFECTIVELY_ONCE", maxMessageRetries=2)
         config(processingGuarantees="EFFECTIVELY_ONCE").validate()

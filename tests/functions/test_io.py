@@ -37,7 +37,7 @@ class ConfigTests(SynchronousTestCase):
         try:
             config.validate()
         except FunctionsError as e:
-            self.assertEqual(e.http_status, status, str(e))
+            self.assertEqual(e.status, status, str(e))
             return str(e)
         self.assertIsNone(status, "validated")
 

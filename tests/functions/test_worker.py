@@ -52,7 +52,7 @@ class WorkerTestCase(SynchronousTestCase):
 
     def failure(self, d, status):
         f = self.failureResultOf(defer.ensureDeferred(d), FunctionsError)
-        self.assertEqual(f.value.http_status, status, str(f.value))
+        self.assertEqual(f.value.status, status, str(f.value))
         return str(f.value)
 
     def register(self, name="f", **fields):

@@ -6,21 +6,15 @@ web routing unwrapped.
 """
 
 from pulsar_twisted.common import errors
+from pulsar_twisted.common.rest_errors import RestError
 from pulsar_twisted.metadata.interfaces import (
     AlreadyExistsError, BadVersionError, NotEmptyError, NotFoundError)
 from pulsar_twisted.resources.base import ConcurrentModificationError
 from pulsar_twisted.resources.checks import InvalidValue, OutOfRange
 
 
-class AdminError(Exception):
+class AdminError(RestError):
     """An admin failure with the HTTP status Pulsar answers; ``str(e)`` is the ``reason``."""
-
-    status = 500
-
-    def __init__(self, reason: str, status: int = None):
-        super().__init__(reason)
-        if status is not None:
-            self.status = status
 
 
 class BadRequest(AdminError):
@@ -65,7 +59,7 @@ _LOWER_ERROR_STATUS = (
 
 def http_status_of(error: Exception) -> int:
     """The HTTP status for any error an admin call may raise (500 for the unexpected)."""
-    if isinstance(error, AdminError):
+    if isinstance(error, RestError):
         return error.status
     if isinstance(error, errors.PulsarError):
         for cls, status in _PULSAR_ERROR_STATUS.items():
