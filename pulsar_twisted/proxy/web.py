@@ -26,6 +26,7 @@ from pulsar_twisted.common import errors
 from pulsar_twisted.proxy.lookup import FIRST_HOP_ATTEMPTS
 from pulsar_twisted.proxy.metrics import CONTENT_TYPE
 from pulsar_twisted.security.endpoints import peer_certificate_of
+from pulsar_twisted.security.http import guard_site
 
 MAX_REDIRECTS = 5
 REDIRECTS = (301, 302, 307, 308)
@@ -164,7 +165,9 @@ class ProxyWebResource(resource.Resource):
 
 
 def make_proxy_site(service, reactor, agent=None) -> server.Site:
+    """The proxy's site, on the broker's guarded channels: a request body is refused from its
+    headers (413 over the size limit, 401 without valid credentials) before any of it is read."""
     site = server.Site(ProxyWebResource(service, reactor, agent))
     site.displayTracebacks = False
-    return site
+    return guard_site(site, service.config, service)
 

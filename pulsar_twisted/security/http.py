@@ -36,6 +36,10 @@ from pulsar_twisted.security.endpoints import peer_certificate_of
 REQUEST_SIZE_HEADROOM = 1024 * 1024
 
 
+#: Pulsar's maxMessageSize default, for daemons whose configuration lacks the key (the proxy).
+DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024
+
+
 def max_request_size(config) -> int:
     """
     The largest HTTP request body accepted, in bytes: ``httpMaxRequestSize`` when positive.
@@ -45,7 +49,8 @@ def max_request_size(config) -> int:
     configured = getattr(config, "httpMaxRequestSize", -1)
     if configured and configured > 0:
         return configured
-    return config.maxMessageSize + REQUEST_SIZE_HEADROOM
+    # The proxy's configuration has no maxMessageSize: Pulsar's default (5 MiB) bounds it.
+    return getattr(config, "maxMessageSize", DEFAULT_MAX_MESSAGE_SIZE) + REQUEST_SIZE_HEADROOM
 
 
 def _peer_host(transport) -> str:

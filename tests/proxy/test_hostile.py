@@ -282,3 +282,45 @@ class WebRefusalTests(unittest.TestCase):
         client = harness.client()
         client.connect(method="token", data=token("bob").encode())
         self.assertEqual(client.protocol.identity.role, "bob")
+
+
+class HeaderTimeBodyTests(unittest.TestCase):
+    """The proxy's web port judges a request body from its headers, as the broker's does
+    (security/http.GuardedHTTPChannel): nothing is read, spooled or forwarded before."""
+
+    def setUp(self):
+        from pulsar_twisted.proxy.web import make_proxy_site
+        self.harness = ProxyHarness(brokerWebServiceURL="http://b1:8080", **AUTH)
+        self.agent = FakeAgent({})
+        self.site = make_proxy_site(self.harness.service, self.harness.clock, agent=self.agent)
+        self.site.reactor = self.harness.clock
+
+    def send(self, headers):
+        from twisted.internet.testing import StringTransport
+        channel = self.site.buildProtocol(IPv4Address("TCP", "127.0.0.1", 1))
+        transport = StringTransport(peerAddress=IPv4Address("TCP", "127.0.0.1", 5555))
+        channel.makeConnection(transport)
+        self.addCleanup(channel.connectionLost, None)
+        lines = [b"POST /admin/v2/tenants/acme HTTP/1.1", b"Host: x"] + headers
+        channel.dataReceived(b"\r\n".join(lines) + b"\r\n\r\n")
+        head, _, body = transport.value().partition(b"\r\n\r\n")
+        return channel, transport, int(head.split(b" ")[1]), body
+
+    def test_oversized_body_refused_from_its_headers(self):
+        """A 100 MB Content-Length with valid credentials: 413 at once, no body file, nothing
+        forwarded, the connection closing."""
+        channel, transport, status, body = self.send(
+            [b"Content-Length: 100000000", b"Authorization: Bearer " + token("alice").encode()])
+        self.assertEqual(status, 413)
+        self.assertIn(b"exceeds the limit", body)
+        self.assertIsNone(channel.requests[-1].content)
+        self.assertTrue(transport.disconnecting)
+        self.assertEqual(self.agent.requests, [])
+
+    def test_unauthenticated_body_refused_unread(self):
+        """A body without credentials: 401 from the headers, before it is read or forwarded."""
+        channel, transport, status, _ = self.send([b"Content-Length: 50000"])
+        self.assertEqual(status, 401)
+        self.assertIsNone(channel.requests[-1].content)
+        self.assertTrue(transport.disconnecting)
+        self.assertEqual(self.agent.requests, [])
