@@ -50,11 +50,29 @@ _UPDATABLE = ("className", "py", "output", "logTopic", "logLevel", "userConfig",
               "runtimeFlags")
 
 
-class FunctionConfig:
+class ConfigRecord:
+    """A configuration document as Pulsar's JSON has it: ``fields`` by Pulsar's names, read as
+    attributes (``config.parallelism``); shared by functions, sources and sinks."""
+
+    def __init__(self, fields: dict):
+        self.fields = fields
+
+    def to_json(self) -> dict:
+        """The JSON Pulsar's ``get`` prints: null fields left out, as its Jackson output does."""
+        return {k: v for k, v in self.fields.items() if v is not None}
+
+    def __getattr__(self, name):
+        try:
+            return self.__dict__["fields"][name]
+        except KeyError:
+            raise AttributeError(name)
+
+
+class FunctionConfig(ConfigRecord):
     """One function's configuration: ``fields`` holds every known field (defaults filled)."""
 
     def __init__(self, fields: dict, given=frozenset()):
-        self.fields = fields
+        super().__init__(fields)
         #: The fields the user set (an update changes only those).
         self.given = frozenset(given)
 
@@ -72,15 +90,6 @@ class FunctionConfig:
         fields.update({k: data[k] for k in given})
         return cls(fields, given)
 
-    def to_json(self) -> dict:
-        """The JSON Pulsar's ``functions get`` prints: null fields left out, as Jackson does."""
-        return {k: v for k, v in self.fields.items() if v is not None}
-
-    def __getattr__(self, name):
-        try:
-            return self.__dict__["fields"][name]
-        except KeyError:
-            raise AttributeError(name)
 
     @property
     def fqfn(self) -> str:

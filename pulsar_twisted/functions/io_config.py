@@ -10,7 +10,7 @@ fields Pulsar has but nothing here runs yet (batch sources, transform functions,
 
 import copy
 
-from pulsar_twisted.functions.config import GUARANTEES, POSITIONS, _valid_topic
+from pulsar_twisted.functions.config import GUARANTEES, POSITIONS, ConfigRecord, _valid_topic
 from pulsar_twisted.functions.connectors import BUILTIN_SINKS, BUILTIN_SOURCES
 from pulsar_twisted.functions.errors import InvalidFunctionConfig, NotSupportedYet
 
@@ -40,16 +40,13 @@ SINK_FIELDS = dict(_COMMON, sourceSubscriptionName=None, sourceSubscriptionPosit
 _NOT_YET = ("batchSourceConfig", "topicsPattern", "transformFunction", "retainKeyOrdering")
 
 
-class ConnectorConfig:
+class ConnectorConfig(ConfigRecord):
     """One source's or sink's configuration: ``fields`` holds every known field (defaults
     filled). ``kind`` is ``"source"`` or ``"sink"``."""
 
     kind = None
     known = {}
     builtins = {}
-
-    def __init__(self, fields: dict):
-        self.fields = fields
 
     @classmethod
     def from_json(cls, data):
@@ -64,16 +61,6 @@ class ConnectorConfig:
         fields = {k: copy.deepcopy(v) for k, v in cls.known.items()}
         fields.update({k: v for k, v in data.items() if v is not None})
         return cls(fields)
-
-    def to_json(self) -> dict:
-        """Null fields left out, as Pulsar's Jackson output does."""
-        return {k: v for k, v in self.fields.items() if v is not None}
-
-    def __getattr__(self, name):
-        try:
-            return self.__dict__["fields"][name]
-        except KeyError:
-            raise AttributeError(name)
 
     @property
     def fqn(self) -> str:

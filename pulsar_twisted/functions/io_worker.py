@@ -19,7 +19,7 @@ from twisted.logger import Logger
 from pulsar_twisted.functions.errors import FunctionExists, FunctionNotFound, InvalidFunctionConfig
 from pulsar_twisted.functions.io_config import CONFIGS
 from pulsar_twisted.functions.store import ROOT, FunctionStore
-from pulsar_twisted.functions.supervisor import InstanceSupervisor
+from pulsar_twisted.functions.supervisor import InstanceSupervisor, apply_running
 from pulsar_twisted.metadata.layout import namespace_path, tenant_path
 
 
@@ -96,19 +96,8 @@ class ConnectorsManager:
         else:
             raise InvalidFunctionConfig(f"Invalid instance id {instance}: the {self.kind} has "
                                         f"{len(runtime.supervisors)} instances")
-        stopped = set(runtime.record.get("stopped", []))
-        stopped = stopped - set(chosen) if running else stopped | set(chosen)
-        if sorted(stopped) != sorted(runtime.record.get("stopped", [])):
-            runtime.record = dict(runtime.record, stopped=sorted(stopped))
-            await self.store.put_record(tenant, namespace, name, runtime.record)
-        for i in chosen:
-            supervisor = runtime.supervisors[i]
-            if not running:
-                supervisor.stop()
-            elif restart:
-                supervisor.restart()
-            else:
-                supervisor.start()
+        await apply_running(runtime, chosen, running, restart,
+                            lambda record: self.store.put_record(tenant, namespace, name, record))
 
     def status(self, tenant, namespace, name) -> dict:
         """Pulsar's ``SourceStatus``/``SinkStatus``: its per-instance counters under their

@@ -230,3 +230,23 @@ class InstanceSupervisor:
             "avgProcessLatency": c["averageLatency"] or None, "lastInvocation": c["lastInvocationTime"] or None,
             "userMetrics": dict(self.user_metrics),
         }
+
+
+async def apply_running(runtime, chosen, running: bool, restart: bool, save) -> None:
+    """Start, stop or restart the instances ``chosen`` of ``runtime`` (a function's or a
+    connector's: ``record`` and ``supervisors``). The stopped ones are written into the record
+    first, through ``save(record)`` (a Deferred or coroutine), so that they stay stopped across a
+    worker restart; nothing is written when the set does not change."""
+    stopped = set(runtime.record.get("stopped", []))
+    stopped = stopped - set(chosen) if running else stopped | set(chosen)
+    if sorted(stopped) != sorted(runtime.record.get("stopped", [])):
+        runtime.record = dict(runtime.record, stopped=sorted(stopped))
+        await save(runtime.record)
+    for i in chosen:
+        supervisor = runtime.supervisors[i]
+        if not running:
+            supervisor.stop()
+        elif restart:
+            supervisor.restart()
+        else:
+            supervisor.start()

@@ -22,7 +22,7 @@ from pulsar_twisted.functions.errors import (
     FunctionExists, FunctionNotFound, InvalidFunctionConfig, NotSupportedYet)
 from pulsar_twisted.functions.io_worker import ConnectorsManager
 from pulsar_twisted.functions.store import FunctionStore
-from pulsar_twisted.functions.supervisor import InstanceSupervisor
+from pulsar_twisted.functions.supervisor import InstanceSupervisor, apply_running
 from pulsar_twisted.functions.trigger import trigger
 from pulsar_twisted.metadata.layout import namespace_path, tenant_path
 
@@ -150,19 +150,8 @@ class FunctionsWorker:
         worker restart: the record keeps them)."""
         runtime = self._runtime(tenant, namespace, name)
         chosen = self._instances(runtime, instance)
-        stopped = set(runtime.record.get("stopped", []))
-        stopped = stopped - set(chosen) if running else stopped | set(chosen)
-        if sorted(stopped) != sorted(runtime.record.get("stopped", [])):
-            runtime.record = dict(runtime.record, stopped=sorted(stopped))
-            await self.store.put_record(tenant, namespace, name, runtime.record)
-        for i in chosen:
-            supervisor = runtime.supervisors[i]
-            if not running:
-                supervisor.stop()
-            elif restart:
-                supervisor.restart()
-            else:
-                supervisor.start()
+        await apply_running(runtime, chosen, running, restart,
+                            lambda record: self.store.put_record(tenant, namespace, name, record))
 
     async def trigger(self, tenant, namespace, name, value: bytes, topic=None):
         """Pulsar's triggerFunction: ``value`` to ``topic`` (or the only input), the output for
