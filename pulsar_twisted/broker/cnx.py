@@ -20,6 +20,7 @@ from pulsar_twisted.common import errors
 from pulsar_twisted.common.naming import InvalidTopicNameError
 from pulsar_twisted.common.position import Position
 from pulsar_twisted.net.framing import KeepAlive
+from pulsar_twisted.metadata.interfaces import MetadataUnavailableError
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.wire.frames import (
     FRAME_PADDING, ChecksumMismatch, FrameDecoder, FrameError, TooLongFrame, verify_message)
@@ -105,8 +106,13 @@ def _loggable(name) -> str:
 
 
 def _error_code(failure: Failure) -> int:
+    """The ServerError code of a failed request. A metadata store that cannot be reached for now
+    (session expired, connection lost) is ServiceNotReady, as in Pulsar: clients retry it, where an
+    UnknownError would fail their lookup or producer for good."""
     if failure.check(errors.PulsarError):
         return failure.value.code
+    if failure.check(MetadataUnavailableError):
+        return api.ServiceNotReady
     return api.UnknownError
 
 

@@ -16,6 +16,12 @@ class MetadataStoreError(Exception):
     """Base class of the errors a metadata store returns (as Deferred failures)."""
 
 
+class MetadataUnavailableError(MetadataStoreError):
+    """The store cannot be reached for now: its session expired, its connection was lost or a call
+    timed out. The operation may or may not have been applied; a caller retries after the session
+    is back (the broker answers ServiceNotReady, which clients retry)."""
+
+
 class NotFoundError(MetadataStoreError):
     """The path does not exist."""
 

@@ -54,6 +54,7 @@ from pulsar_twisted.metadata.interfaces import (
     BadVersionError,
     IMetadataStore,
     MetadataStoreError,
+    MetadataUnavailableError,
     NotEmptyError,
     NotFoundError,
     Notification,
@@ -79,14 +80,21 @@ _ERRORS = {
 }
 
 
+#: kazoo's errors that mean "not reachable for now" rather than "refused".
+_UNAVAILABLE = (kz.SessionExpiredError, kz.ConnectionLoss, kz.ConnectionClosedError,
+                kz.OperationTimeoutError, kz.SessionMovedError)
+
+
 def _translate(error: BaseException) -> BaseException:
-    """Map kazoo's exceptions to the interface's; others become MetadataStoreError with the cause."""
+    """Map kazoo's exceptions to the interface's; others become MetadataStoreError with the cause
+    (MetadataUnavailableError for a lost session or connection)."""
     if isinstance(error, (MetadataStoreError, ValueError, TypeError)):
         return error
     for kazoo_type, ours in _ERRORS.items():
         if isinstance(error, kazoo_type):
             return ours(str(error) or kazoo_type.__name__)
-    translated = MetadataStoreError(f"zookeeper: {type(error).__name__}: {error}")
+    kind = MetadataUnavailableError if isinstance(error, _UNAVAILABLE) else MetadataStoreError
+    translated = kind(f"zookeeper: {type(error).__name__}: {error}")
     translated.__cause__ = error
     return translated
 

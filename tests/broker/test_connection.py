@@ -118,6 +118,23 @@ class ConnectionTests(unittest.TestCase):
         [r] = c.commands(T.LOOKUP_RESPONSE)
         self.assertEqual(r.lookupTopicResponse.error, api.InvalidTopicName)
 
+    def test_lost_metadata_session_answers_service_not_ready(self):
+        """A lookup or partitioned-metadata request that meets an expired metadata session fails with
+        ServiceNotReady (retried by clients), not UnknownError (which fails them for good)."""
+        from pulsar_twisted.metadata.interfaces import MetadataUnavailableError
+        lost = lambda *a, **k: defer.fail(MetadataUnavailableError("zookeeper: SessionExpiredError: "))
+        self.patch(self.harness.broker, "lookup", lost)
+        self.patch(self.harness.broker, "partitioned_metadata", lost)
+        c = self.harness.client()
+        c.send(T(type=T.LOOKUP, lookupTopic=api.CommandLookupTopic(topic="my-topic", request_id=8)))
+        [r] = c.commands(T.LOOKUP_RESPONSE)
+        self.assertEqual((r.lookupTopicResponse.response, r.lookupTopicResponse.error),
+                         (api.CommandLookupTopicResponse.Failed, api.ServiceNotReady))
+        c.send(T(type=T.PARTITIONED_METADATA,
+                 partitionMetadata=api.CommandPartitionedTopicMetadata(topic="t", request_id=9)))
+        [r] = c.commands(T.PARTITIONED_METADATA_RESPONSE)
+        self.assertEqual(r.partitionMetadataResponse.error, api.ServiceNotReady)
+
     def test_partitioned_metadata_of_plain_topic_is_zero(self):
         c = self.harness.client()
         c.send(T(type=T.PARTITIONED_METADATA,

@@ -205,3 +205,21 @@ class EmbeddedSessionApiTests(SynchronousTestCase):
         store.register_session_listener(states.append)
         self.assertEqual(self.successResultOf(store.recreate_ephemerals()), [])
         self.assertEqual(states, [])
+
+
+class UnavailableTranslationTests(TestCase):
+    """kazoo's "not reachable for now" errors become MetadataUnavailableError (which the broker
+    answers as ServiceNotReady); refusals keep their own types."""
+
+    def test_session_and_connection_errors(self):
+        from kazoo import exceptions as kz
+
+        from pulsar_twisted.metadata.interfaces import MetadataUnavailableError, NotFoundError
+        from pulsar_twisted.metadata.zookeeper import _translate
+        for error in (kz.SessionExpiredError(), kz.ConnectionLoss(), kz.ConnectionClosedError("x"),
+                      kz.OperationTimeoutError()):
+            translated = _translate(error)
+            self.assertIsInstance(translated, MetadataUnavailableError)
+            self.assertIs(translated.__cause__, error)
+        self.assertIsInstance(_translate(kz.NoNodeError()), NotFoundError)
+        self.assertNotIsInstance(_translate(kz.AuthFailedError()), MetadataUnavailableError)

@@ -8,7 +8,7 @@ web routing unwrapped.
 from pulsar_twisted.common import errors
 from pulsar_twisted.common.rest_errors import RestError
 from pulsar_twisted.metadata.interfaces import (
-    AlreadyExistsError, BadVersionError, NotEmptyError, NotFoundError)
+    AlreadyExistsError, BadVersionError, MetadataUnavailableError, NotEmptyError, NotFoundError)
 from pulsar_twisted.resources.base import ConcurrentModificationError
 from pulsar_twisted.resources.checks import InvalidValue, OutOfRange
 
@@ -53,7 +53,7 @@ _PULSAR_ERROR_STATUS = {
 _LOWER_ERROR_STATUS = (
     (InvalidValue, 400), (OutOfRange, 412), (NotFoundError, 404),
     (AlreadyExistsError, 409), (BadVersionError, 409), (NotEmptyError, 409),
-    (ConcurrentModificationError, 409),
+    (ConcurrentModificationError, 409), (MetadataUnavailableError, 503),
 )
 
 
