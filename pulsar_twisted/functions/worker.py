@@ -41,7 +41,8 @@ from pulsar_twisted.functions.trigger import trigger
 from pulsar_twisted.metadata.layout import namespace_path, tenant_path
 
 
-#: A .zip package (Pulsar's ``name/src``, ``name/requirements.txt``, ``name/deps/*.whl``).
+#: A .zip package (Pulsar's ``name/src``, ``name/requirements.txt``, ``name/deps/*.whl``) or a
+#: wheel (``--py name-1.0-py3-none-any.whl``).
 ZIP_MAGIC = b"PK\x03\x04"
 #: Pulsar's functions_worker.yml defaults for the topics in ``pulsarFunctionsNamespace``; the
 #: packages topic is ours (Pulsar keeps packages in DistributedLog).
@@ -540,9 +541,12 @@ class FunctionsWorker:
         config = runtime.config
         directory = self._directory(config)
         os.makedirs(directory, exist_ok=True)
-        if package[:4] == ZIP_MAGIC:
+        given = os.path.basename(config.py or "")
+        if package[:4] == ZIP_MAGIC and given.endswith(".whl"):
+            # A wheel (a zip too): its file name carries the distribution's name and tags.
+            code_path = os.path.join(directory, given)
+        elif package[:4] == ZIP_MAGIC:
             # Pulsar's layout names the folder inside after the archive: keep the name given.
-            given = os.path.basename(config.py or "")
             code_path = os.path.join(directory, given if given.endswith(".zip") else "package.zip")
         else:
             module = (config.className or "function").rpartition(".")[0] or config.className
