@@ -75,8 +75,8 @@ class WorkerTests(WorkerTestCase):
         self.assertEqual(sum(len(l.processes) for l in self.launchers.values()), 2)
 
     def test_zip_package_kept_as_an_archive(self):
-        """A .zip package (by its magic) is written under its name for the instance to unpack;
-        a .py under the module's name."""
+        """A .zip package (by its magic) is written under its name for the instance to unpack,
+        a wheel under its name for the instance to install, a .py under the module's name."""
         import os
         zipped = b"PK\x03\x04" + b"rest of the archive"
         self.result(self.worker.register("public", "default", "z", dict(CONFIG, py="exclaim.zip",
@@ -88,6 +88,12 @@ class WorkerTests(WorkerTestCase):
         self.assertEqual(os.path.basename(code_path), "exclaim.zip")
         with open(code_path, "rb") as f:
             self.assertEqual(f.read(), zipped)
+        wheel = b"PK\x03\x04" + b"a wheel"
+        self.result(self.worker.register("public", "default", "w", dict(
+            CONFIG, py="/tmp/wexclaim-1.0-py3-none-any.whl", className="wexclaim.E"), wheel))
+        spec = [p for p in {path for (path, _, _) in self.launchers} if "/w/" in p][0]
+        with open(spec) as f:
+            self.assertEqual(os.path.basename(json.load(f)["codePath"]), "wexclaim-1.0-py3-none-any.whl")
         self.register()
         spec = [p for p in {path for (path, _, _) in self.launchers} if "/f/" in p][0]
         with open(spec) as f:
