@@ -125,6 +125,8 @@ class FunctionsWorker:
         await self.records.start()
         await self.assignments.start()
         await self.coordinator.start()
+        if self.coordinator.is_leader:
+            await self._import_legacy()
         self._started = True
         self._changed()
         if self._converging is not None:
@@ -135,6 +137,21 @@ class FunctionsWorker:
                       "{sources} sources, {sinks} sinks", worker=self.worker_id,
                       count=len(self.functions), mine=sum(len(r.supervisors) for r in self.functions.values()),
                       sources=len(self.sources.connectors), sinks=len(self.sinks.connectors))
+
+    async def _import_legacy(self) -> None:
+        """Functions an earlier version kept in the metadata store (``/functions/metadata``,
+        ``/functions/packages``) moved onto the topics, once, by the leader; their state stays."""
+        for tenant, namespace, name, record in await self.store.load_all():
+            key = _fkey(tenant, namespace, name)
+            if self.records.get(key) is None:
+                package = await self.store.get_package(tenant, namespace, name) or b""
+                record = dict(record, packageLocation=await self.packages.put(key, package),
+                              packageSize=len(package))
+                await self.records.write(key, record)
+                self.log.info("function {key} moved from the metadata store onto {topic}", key=key,
+                              topic=self.topics["metadata"])
+            for kind in ("metadata", "packages"):
+                await self.metadata.delete_recursive(self.store._path(kind, tenant, namespace, name))
 
     def stop(self, grace: float = 5.0):
         """Leave the worker cluster, then stop every instance here (SIGTERM, SIGKILL after

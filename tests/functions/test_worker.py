@@ -139,6 +139,25 @@ class WorkerTests(WorkerTestCase):
         supervisors = other.functions[("public", "default", "f")].supervisors
         self.assertEqual([supervisors[i].state.value for i in (0, 1)], ["starting", "stopped"])
 
+    def test_functions_of_the_metadata_store_move_onto_the_topics(self):
+        """A function an earlier version recorded in the metadata store is moved onto the
+        topics by the leader at start (its state kept) and runs."""
+        from pulsar_twisted.functions.config import FunctionConfig
+        from pulsar_twisted.functions.store import FunctionStore
+        old = FunctionStore(self.store)
+        config = FunctionConfig.from_json(dict(CONFIG, tenant="public", namespace="default", name="old"))
+        self.result(old.put_record("public", "default", "old", {
+            "functionConfig": config.to_json(), "version": 3, "createTime": 1, "packageSize": len(CODE),
+            "stopped": []}))
+        self.result(old.put_package("public", "default", "old", CODE))
+        self.result(old.incr_counter("public", "default", "old", "n", 5))
+        worker = self.new_worker()
+        self.assertEqual(worker.list("public", "default"), ["old"])
+        self.assertEqual(worker.records.get("public/default/old")["version"], 3)
+        self.assertEqual(sorted(worker.functions[("public", "default", "old")].supervisors), [0])
+        self.assertEqual(self.result(old.load_all()), [])
+        self.assertEqual(self.result(worker.get_state("public", "default", "old", "n"))["numberValue"], 5)
+
     def test_update_and_delete(self):
         """An update changes the given fields and re-scales; a delete removes every record and
         the input subscription."""
