@@ -90,6 +90,12 @@ class Coordinator:
         self.consumer = await self.client.subscribe(
             self.topic, SUBSCRIPTION, consumer_type=Sub.Failover, consumer_name=self.worker_id,
             properties={URL_PROPERTY: self.worker_url})
+        # The broker tells every Failover consumer whether it is active right after subscribing:
+        # wait for that word (bounded), so the first check knows who leads.
+        waited = 0.0
+        while self.consumer.is_active is None and waited < self.check_interval:
+            await task.deferLater(self.clock, 0.05, lambda: None)
+            waited += 0.05
         await self.check()
         self._loop = task.LoopingCall(self._tick)
         self._loop.clock = self.clock
@@ -116,6 +122,17 @@ class Coordinator:
         name = parse_topic(self.topic)
         return (f"{self.admin_url}/admin/v2/{name.domain}/{quote(name.tenant, safe='')}/"
                 f"{quote(name.namespace, safe='')}/{quote(name.local_name, safe='')}/stats")
+
+    async def wait_for_leader(self, timeout: float):
+        """The leader's URL, checking again every ``LEADER_POLL`` seconds for up to ``timeout``
+        while none is known (a leader just gone, the broker not yet told the next). None: still
+        none."""
+        waited = 0.0
+        while self.leader_url is None and waited < timeout:
+            await task.deferLater(self.clock, LEADER_POLL, lambda: None)
+            waited += LEADER_POLL
+            await self.check()
+        return self.leader_url
 
     async def fetch(self):
         """``(active consumer name, {workerId: url})`` from the brokers' stats of the topic."""
@@ -179,6 +196,9 @@ class SoloCoordinator:
     async def start(self) -> None:
         if self.on_change is not None:
             self.on_change()
+
+    async def wait_for_leader(self, timeout: float):
+        return self.leader_url
 
     async def close(self) -> None:
         pass

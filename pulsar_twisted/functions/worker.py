@@ -46,6 +46,8 @@ from pulsar_twisted.metadata.layout import namespace_path, tenant_path
 ZIP_MAGIC = b"PK\x03\x04"
 #: Pulsar's functions_worker.yml defaults for the topics in ``pulsarFunctionsNamespace``; the
 #: packages topic is ours (Pulsar keeps packages in DistributedLog).
+#: Seconds a write waits for a leader to be known before answering 503.
+LEADER_WAIT = 10.0
 TOPICS = {"metadata": "metadata", "assignments": "assignments", "coordinate": "coordinate",
           "packages": "packages"}
 
@@ -109,7 +111,7 @@ class FunctionsWorker:
         self.forwarder = forwarder or Forwarder(clock)
         self.functions = {}
         self._started = False
-        self._dirty = self._running = False
+        self._dirty = self._running = self._imported = False
         self._converging = None
         self._stopping = []
         #: Pulsar IO: the sources and sinks this worker runs (``io_worker.py``).
@@ -125,8 +127,6 @@ class FunctionsWorker:
         await self.records.start()
         await self.assignments.start()
         await self.coordinator.start()
-        if self.coordinator.is_leader:
-            await self._import_legacy()
         self._started = True
         self._changed()
         if self._converging is not None:
@@ -208,6 +208,9 @@ class FunctionsWorker:
                 self._dirty = False
                 try:
                     if self.coordinator.is_leader:
+                        if not self._imported:
+                            await self._import_legacy()
+                            self._imported = True
                         await self._schedule()
                     await self._run_assigned()
                 except Exception:
@@ -272,7 +275,7 @@ class FunctionsWorker:
 
     # ---------------------------------------------------------------- management
     async def _to_leader(self, method, path, body=None, content_type=None):
-        url = self.coordinator.leader_url
+        url = self.coordinator.leader_url or await self.coordinator.wait_for_leader(LEADER_WAIT)
         if url is None:
             raise FunctionsError("No leader among the functions workers yet; try again", 503)
         return await self.forwarder.call(url, method, path, body, content_type)

@@ -127,8 +127,8 @@ class FakeClient:
         consumer = FakeConsumer(consumer_name, properties or {})
         consumers = self.subscriptions.setdefault((topic, subscription), [])
         consumers.append(consumer)
-        if len(consumers) == 1:
-            consumer.is_active = True
+        # The broker's ACTIVE_CONSUMER_CHANGE: the first consumer leads, the others wait.
+        consumer.is_active = len(consumers) == 1
         return defer.succeed(consumer)
 
 
