@@ -25,7 +25,7 @@ import json
 import os
 import time
 
-from twisted.internet import defer
+from twisted.internet import defer, task
 from twisted.logger import Logger
 
 from pulsar_twisted.functions.config import FunctionConfig
@@ -110,6 +110,8 @@ class FunctionsWorker:
         self.coordinator.on_change = self._changed
         self.forwarder = forwarder or Forwarder(clock)
         self.functions = {}
+        #: True once ``start`` has read the platform: the admin API answers 503 before.
+        self.ready = False
         self._started = False
         self._dirty = self._running = self._imported = False
         self._converging = None
@@ -133,6 +135,7 @@ class FunctionsWorker:
             await self._converging
         await self.sources.start()
         await self.sinks.start()
+        self.ready = True
         self.log.info("functions worker {worker} started: {count} functions, {mine} instances here, "
                       "{sources} sources, {sinks} sinks", worker=self.worker_id,
                       count=len(self.functions), mine=sum(len(r.supervisors) for r in self.functions.values()),
@@ -160,6 +163,7 @@ class FunctionsWorker:
         return defer.ensureDeferred(self._stop(grace))
 
     async def _stop(self, grace):
+        self.ready = False
         self._started = False
         await self.coordinator.close()
         await defer.gatherResults(
@@ -168,6 +172,15 @@ class FunctionsWorker:
             + self._stopping + [self.sources.stop(grace), self.sinks.stop(grace)])
         for handle in (self.records, self.assignments, self.packages):
             await handle.close()
+
+    async def wait_ready(self, timeout: float) -> bool:
+        """Whether ``start`` finishes within ``timeout`` seconds (requests arriving while the
+        worker reads the platform wait for it rather than see a half-read table)."""
+        waited = 0.0
+        while not self.ready and waited < timeout:
+            await task.deferLater(self.clock, 0.1, lambda: None)
+            waited += 0.1
+        return self.ready
 
     @property
     def is_leader(self) -> bool:

@@ -228,6 +228,30 @@ class RouteTests(WorkerTestCase):
         self.assertEqual(self.call("GET", "/admin/v3/functions/public/default"), (200, ["f"]))
         self.assertEqual(self.call("GET", "/admin/v3/functions/public/default/f/0/status")[0], 200)
 
+    def test_requests_wait_for_a_starting_worker(self):
+        """While the worker reads its topics a request waits for it (no half-read 404), and
+        answers 503 when it does not get ready in time."""
+        self.register()
+        self.worker.ready = False
+        resource = RouterResource(make_v3_router(lambda: self.worker))
+
+        def get():
+            request = DummyRequest(["admin", "v3", "functions", "public", "default", "f"])
+            request.method, request.path = b"GET", b"/admin/v3/functions/public/default/f"
+            request.uri, request.content = request.path, io.BytesIO(b"")
+            resource.render(request)
+            return request
+        waiting = get()
+        self.clock.pump([0.1] * 10)
+        self.assertFalse(waiting.finished)
+        self.worker.ready = True
+        self.clock.advance(0.1)
+        self.assertEqual((waiting.finished, waiting.responseCode or 200), (True, 200))
+        self.worker.ready = False
+        late = get()
+        self.clock.pump([0.1] * 310)
+        self.assertEqual(late.responseCode, 503)
+
     def test_errors_as_pulsar_answers(self):
         """Validation 400 with Pulsar's reason, unknown 404, gaps 501, no worker 503."""
         code, body = self.create(parallelism=0)
