@@ -97,7 +97,11 @@ class DebeziumPostgresSource:
         self.last_advance = 0.0
         self.next_peek = 0.0
         self.connection = self._connect()
-        self._prepare()
+        try:
+            self._prepare()
+        except Exception:
+            self.connection.close()
+            raise
 
     # ------------------------------------------------------------ set-up
     def _connect(self):

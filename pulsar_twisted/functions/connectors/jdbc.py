@@ -101,6 +101,14 @@ class JdbcSink:
         self.lock = threading.Lock()
         self.connection = None
         self.connection = self.connect()
+        try:
+            self._prepare(configs)
+        except Exception:
+            self.close()
+            raise
+
+    def _prepare(self, configs) -> None:
+        """The table's columns, checked against ``key``/``nonKey``, and the statements."""
         columns = self.table_columns()
         if not columns:
             raise ValueError(f"table {self.table} not found (or has no columns)")
