@@ -35,6 +35,14 @@ class _Reporter:
         self.counts = {"numReceived": 0, "numSuccessfullyProcessed": 0, "numUserExceptions": 0,
                        "numSystemExceptions": 0, "averageLatency": 0.0, "lastInvocationTime": 0}
         self.last_report = 0.0
+        #: Pulsar's ``ExceptionInformation`` of the latest refusals (the status shows them as
+        #: latestSinkExceptions/latestSourceExceptions).
+        self.latest = []
+
+    def exception(self, text: str) -> None:
+        with self.lock:
+            self.latest = (self.latest + [{"exceptionString": text,
+                                           "msSinceEpoch": int(time.time() * 1000)}])[-10:]
 
     def report(self, event: str, **fields) -> None:
         fields["event"] = event
@@ -46,7 +54,7 @@ class _Reporter:
         now = time.time()
         if force or now - self.last_report >= 0.5:
             self.last_report = now
-            self.report("stats", latestUserExceptions=[], userMetrics={}, **self.counts)
+            self.report("stats", latestUserExceptions=list(self.latest), userMetrics={}, **self.counts)
 
 
 class _Instance:
@@ -201,6 +209,7 @@ class SinkInstance(_Instance):
         refused = {id(r.message) for r in bad}
         for record in bad:
             counts["numUserExceptions"] += 1
+            self.reporter.exception(record.error or "refused")
             logging.getLogger(__name__).error("record %s from %s refused: %s", record.message.message_id(),
                                               record.topic, record.error)
             if not at_most_once:

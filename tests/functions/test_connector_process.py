@@ -82,6 +82,8 @@ class ConnectorProcessTests(InteropCase):
         self.assertEqual(rows(), RECORDS - 100)
         status = json.loads(self.admin("sinks", "status", "--name", name))["instances"][0]["status"]
         self.assertGreaterEqual(status["numSinkExceptions"], 3)
+        self.assertTrue(any("not JSON" in e["exceptionString"] for e in status["latestSinkExceptions"]),
+                        status["latestSinkExceptions"])
         self.assertGreaterEqual(status["numWrittenToSink"], RECORDS + 100)
         self.assertEqual(self.admin("sinks", "delete", "--name", name), "Deleted successfully\n")
 
@@ -106,6 +108,54 @@ class ConnectorProcessTests(InteropCase):
             with servers.pg_connect(db) as c:
                 return c.execute("SELECT count(*) FROM people").fetchone()[0]
         self.jdbc_case("jdbc-postgres", servers.pg_configs(db), rows)
+
+    def test_cli_update_stats_and_localrun(self):
+        """``sinks update`` changes the parallelism and the config (instances restarted on
+        it); ``stats``/``status --instance-id``; ``sinks localrun`` runs a sink here, no worker."""
+        import subprocess
+        import sys
+        path = os.path.join(self.standalone.directory, f"{uuid.uuid4().hex[:6]}.db")
+        with sqlite3.connect(path) as c:
+            c.execute("CREATE TABLE people (id INTEGER PRIMARY KEY, name TEXT, age INTEGER)")
+        topic, name = self.topic("cli"), f"cli-{uuid.uuid4().hex[:6]}"
+        configs = {"jdbcUrl": f"jdbc:sqlite:{path}", "tableName": "people", "key": "id"}
+        self.admin("sinks", "create", "--name", name, "--sink-type", "jdbc-sqlite", "--inputs", topic,
+                   "--sink-config", json.dumps(configs))
+        self.wait_running("sinks", name)
+        self.assertEqual(self.admin("sinks", "update", "--name", name, "--parallelism", "2", "--sink-config",
+                                    json.dumps(dict(configs, insertMode="UPSERT"))),
+                         "Updated successfully\n")
+        got = json.loads(self.admin("sinks", "get", "--name", name))
+        self.assertEqual((got["parallelism"], got["configs"]["insertMode"], got["inputs"]), (2, "UPSERT", [topic]))
+        self.assertEqual(self.wait_running("sinks", name)["numInstances"], 2)
+        self.produce(topic, [(None, json.dumps({"id": i % 50, "name": "n", "age": i}).encode())
+                             for i in range(200)])
+        self.wait_for(lambda: json.loads(self.admin("sinks", "stats", "--name", name))
+                      ["processedSuccessfullyTotal"] == 200, "stats")
+        one = json.loads(self.admin("sinks", "status", "--name", name, "--instance-id", "1"))
+        self.assertIn("numWrittenToSink", one)
+        self.admin("sinks", "delete", "--name", name)
+        # localrun: the same sink run by the CLI process itself.
+        local = self.topic("local")
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        child = subprocess.Popen(
+            [sys.executable, "-m", "pulsar_twisted.cli.admin", "--admin-url", self.standalone.web_service_url,
+             "sinks", "localrun", "--name", "local", "--sink-type", "jdbc-sqlite", "--inputs", local,
+             "--subs-position", "Earliest", "--broker-service-url", self.standalone.service_url,
+             "--sink-config", json.dumps(dict(configs, insertMode="UPSERT"))],
+            env=dict(os.environ, PYTHONPATH=root), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            self.produce(local, [(None, json.dumps({"id": 1000 + i, "name": "l", "age": 0}).encode())
+                                 for i in range(100)])
+
+            def local_rows():
+                with sqlite3.connect(path, timeout=30) as c:
+                    return c.execute("SELECT count(*) FROM people WHERE id >= 1000").fetchone()[0]
+            self.wait_for(lambda: local_rows() == 100, "localrun rows")
+            self.assertNotIn("local", self.admin("sinks", "list").split())
+        finally:
+            child.send_signal(signal.SIGINT)
+            self.assertEqual(child.wait(timeout=20), 0)
 
     # ------------------------------------------------------------------ Redis
     def test_redis_sink(self):
