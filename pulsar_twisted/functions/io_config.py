@@ -129,6 +129,10 @@ class SourceConfig(ConnectorConfig):
     own_topics = ("debezium-postgres",)
 
     def _checks(self) -> None:
+        if self.builtin_type == "debezium-postgres" and self.parallelism != 1:
+            # One replication slot has one reader at a time.
+            raise InvalidFunctionConfig("debezium-postgres runs one instance (parallelism 1): "
+                                        "its replication slot has one reader")
         if not self.topicName:
             if self.builtin_type in self.own_topics:
                 return

@@ -54,6 +54,10 @@ class ConfigTests(SynchronousTestCase):
         refused = self.assertRaises(FunctionsError, SourceConfig.from_json, dict(SOURCE, topic="x"))
         self.assertIn("Unrecognized field(s) in sourceConfig: topic", str(refused))
         self.assertIn("not available", self.check(SourceConfig, dict(SOURCE, archive="builtin://nope"), 400))
+        cdc = dict(SOURCE, archive="builtin://debezium-postgres", topicName=None)
+        self.assertIsNone(self.check(SourceConfig, cdc, None))   # per-table topics: no topicName
+        self.assertIn("parallelism 1", self.check(SourceConfig, dict(cdc, parallelism=2), 400))
+        self.assertIn("Topic name", self.check(SourceConfig, dict(SOURCE, topicName=None), 400))
         self.assertEqual(self.check(SourceConfig, dict(SOURCE, topicName=None), 400),
                          "Topic name cannot be null")
         self.check(SinkConfig, dict(SINK, inputs=None), 400)
@@ -272,3 +276,17 @@ class CliTests(SynchronousTestCase):
         config = _connector_config(a)
         self.assertEqual((config["inputs"], config["archive"], config["tenant"]),
                          (["a", "b"], "builtin://file", "t"))
+
+    def test_update_stats_and_localrun_flags(self):
+        """update sends only the flags given; status/stats take --instance-id; localrun has
+        Pulsar's --broker-service-url and --instance-id-offset."""
+        from pulsar_twisted.cli.admin.io import _connector_config
+        a = build_parser().parse_args(["sinks", "update", "--name", "k", "--parallelism", "3"])
+        self.assertEqual(_connector_config(a), {"tenant": "public", "namespace": "default", "name": "k",
+                                                "parallelism": 3})
+        a = build_parser().parse_args(["sources", "stats", "--name", "s", "--instance-id", "1"])
+        self.assertEqual((a.kind, a.instance_id), ("source", 1))
+        a = build_parser().parse_args(["sinks", "localrun", "--name", "l", "--sink-type", "redis",
+                                       "--inputs", "x", "--broker-service-url", "pulsar://h:6650",
+                                       "--instance-id-offset", "2"])
+        self.assertEqual((a.broker_service_url, a.instance_id_offset, a.sink_type), ("pulsar://h:6650", 2, "redis"))

@@ -154,6 +154,9 @@ class DebeziumPostgresSource:
     def close(self) -> None:
         try:
             self._maybe_advance(force=True)
+        except Exception as e:
+            # Not moved: the next instance gets those transactions again (at-least-once).
+            log.warning("could not advance slot %s at close: %s", self.slot, e)
         finally:
             self.connection.close()
 
