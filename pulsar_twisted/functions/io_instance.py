@@ -156,6 +156,10 @@ class SinkInstance(_Instance):
         c = self.config
         kind = c["archive"][len("builtin://"):]
         self.sink = sink_class(kind)(c.get("configs") or {})
+        self.values = None
+        if getattr(self.sink, "wants_json", False):
+            from pulsar_twisted.functions.connectors.schemas import SchemaValues
+            self.values = SchemaValues(self.spec.get("webServiceUrl"))
         self.client = pulsar.Client(self.spec["serviceUrl"], operation_timeout_seconds=30)
         self.consumer = self._subscribe(pulsar)
         self.reporter.report("running")
@@ -188,6 +192,22 @@ class SinkInstance(_Instance):
                 timeout = 1
         return batch
 
+    def _records(self, batch) -> tuple:
+        """(the SinkRecords to write, those refused already: an AVRO value that does not
+        decode). A schema that cannot be fetched raises (the batch is negative-acked)."""
+        records, bad = [], []
+        for message in batch:
+            record = SinkRecord.of(message)
+            if self.values is not None:
+                try:
+                    record.value = self.values.json_value(message, record.value)
+                except ValueError as e:
+                    record.error = str(e)
+                    bad.append(record)
+                    continue
+            records.append(record)
+        return records, bad
+
     def _write(self, batch, at_most_once: bool) -> None:
         counts = self.reporter.counts
         counts["numReceived"] += len(batch)
@@ -196,9 +216,9 @@ class SinkInstance(_Instance):
             for message in batch:
                 self.consumer.acknowledge(message)
         started = time.time()
-        records = [SinkRecord.of(m) for m in batch]
         try:
-            bad = self.sink.write(records) or []
+            records, bad = self._records(batch)
+            bad += self.sink.write(records) or []
         except Exception as e:
             counts["numSystemExceptions"] += len(batch)
             logging.getLogger(__name__).exception("sink write of %d records failed: %s", len(batch), e)

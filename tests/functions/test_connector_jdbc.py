@@ -135,3 +135,43 @@ class PostgresJdbcTests(JdbcCases, SynchronousTestCase):
         with self.assertRaises(psycopg.OperationalError) as e:
             self.make(password="wrong")
         self.assertIn("password", str(e.exception))
+
+
+class SchemaValuesTests(SynchronousTestCase):
+    """AVRO values become JSON with the topic's schema of their version (fetched once)."""
+
+    class Message:
+        def __init__(self, version, topic="persistent://public/default/people-partition-2"):
+            self.version, self.topic = version, topic
+
+        def int_schema_version(self):
+            return self.version
+
+        def topic_name(self):
+            return self.topic
+
+    def test_avro_to_json(self):
+        import io as bytes_io
+
+        import fastavro
+
+        from pulsar_twisted.functions.connectors.schemas import SchemaValues
+        avro = {"type": "record", "name": "Person", "fields": [{"name": "id", "type": "int"},
+                                                                {"name": "name", "type": ["null", "string"]}]}
+        fetched = []
+
+        def fetch(tenant, namespace, topic, version):
+            fetched.append((tenant, namespace, topic, version))
+            return {"type": "AVRO" if version == 0 else "JSON", "data": json.dumps(avro)}
+        values = SchemaValues("http://unused", fetch=fetch)
+        out = bytes_io.BytesIO()
+        fastavro.schemaless_writer(out, fastavro.parse_schema(avro), {"id": 7, "name": "ada"})
+        for _ in range(2):
+            self.assertEqual(json.loads(values.json_value(self.Message(0), out.getvalue())),
+                             {"id": 7, "name": "ada"})
+        self.assertEqual(fetched, [("public", "default", "people", 0)])
+        self.assertEqual(values.json_value(self.Message(1), b'{"id": 1}'), b'{"id": 1}')   # JSON schema
+        self.assertEqual(values.json_value(self.Message(-1), b"raw"), b"raw")              # no schema
+        self.assertEqual(values.json_value(self.Message(0), b""), b"")                     # tombstone
+        with self.assertRaises(ValueError):
+            values.json_value(self.Message(0), b"\xff")

@@ -157,6 +157,35 @@ class ConnectorProcessTests(InteropCase):
             child.send_signal(signal.SIGINT)
             self.assertEqual(child.wait(timeout=20), 0)
 
+    def test_jdbc_sink_takes_avro_values(self):
+        """Records produced with an AVRO schema reach the table as their fields (the sink
+        decodes them with the topic's schema version); tombstones (null values) delete."""
+        from pulsar.schema import AvroSchema, Integer, Record, String
+
+        class Person(Record):
+            id = Integer()
+            name = String()
+            age = Integer()
+        path = os.path.join(self.standalone.directory, f"{uuid.uuid4().hex[:6]}.db")
+        with sqlite3.connect(path) as c:
+            c.execute("CREATE TABLE people (id INTEGER PRIMARY KEY, name TEXT, age INTEGER)")
+        topic, name = self.topic("avro"), f"avro-{uuid.uuid4().hex[:6]}"
+        self.admin("sinks", "create", "--name", name, "--sink-type", "jdbc-sqlite", "--inputs", topic,
+                   "--sink-config", json.dumps({"jdbcUrl": f"jdbc:sqlite:{path}", "tableName": "people",
+                                                "key": "id", "insertMode": "UPSERT", "timeoutMs": 50}))
+        self.wait_running("sinks", name)
+        producer = self.client.create_producer(topic, schema=AvroSchema(Person))
+        for i in range(200):
+            producer.send(Person(id=i, name=f"a{i}", age=i % 7), partition_key=str(i))
+        producer.close()
+
+        def rows():
+            with sqlite3.connect(path, timeout=30) as c:
+                return c.execute("SELECT id, name, age FROM people ORDER BY id").fetchall()
+        self.wait_for(lambda: len(rows()) == 200, f"rows: {len(rows())}")
+        self.assertEqual(rows()[:2], [(0, "a0", 0), (1, "a1", 1)])
+        self.admin("sinks", "delete", "--name", name)
+
     # ------------------------------------------------------------------ Redis
     def test_redis_sink(self):
         import redis

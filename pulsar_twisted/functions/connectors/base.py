@@ -35,9 +35,10 @@ class SinkRecord:
 
     @classmethod
     def of(cls, message) -> "SinkRecord":
-        """From an official-client ``Message``."""
+        """From an official-client ``Message`` (a null value, Pulsar's tombstone, is ``b""``)."""
         key = message.partition_key() or None
-        return cls(message.data(), key, message.properties(), message.topic_name(), message)
+        value = b"" if message.has_null_value() else message.data()
+        return cls(value, key, message.properties(), message.topic_name(), message)
 
 
 class BadRecord(Exception):

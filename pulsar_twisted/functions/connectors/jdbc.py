@@ -10,8 +10,8 @@ The JDBC sinks, ``jdbc-sqlite`` and ``jdbc-postgres``, with Pulsar's ``JdbcSinkC
 - ``batchSize`` (default 200) and ``timeoutMs`` (default 500): how many records one transaction
   takes and how long the instance waits to fill it.
 
-A record's value is a JSON object (the message's JSON, or AVRO decoded to JSON) whose fields
-are columns; key columns missing from the value are taken from the message key (a JSON object,
+A record's value is a JSON object (the message's JSON, or its AVRO decoded to JSON with the
+topic's schema, ``schemas.py``) whose fields are columns; key columns missing from the value are taken from the message key (a JSON object,
 or the plain key for a single key column). A tombstone (empty value, or JSON ``null``) with a
 key deletes the row when ``nullValueAction=DELETE``. Every batch is one transaction and
 ``write`` returns after its commit, so the instance acks only committed records. A bad record
@@ -81,6 +81,8 @@ class JdbcSink:
     """The common part; ``connect()``, ``table_columns()`` and ``mark`` per database."""
 
     mark = "?"
+    #: AVRO values are given as JSON (``schemas.SchemaValues``).
+    wants_json = True
 
     def __init__(self, configs: dict, clock=None):
         self.configs = configs
