@@ -11,8 +11,9 @@ case "$cmd" in start|stop) ;; *) echo "usage: $0 start|stop DIR [PORT]" >&2; exi
 
 if [ "$cmd" = stop ]; then
     if [ -f "$dir/redis.pid" ]; then
-        kill "$(cat "$dir/redis.pid")" 2>/dev/null
-        for _ in $(seq 40); do kill -0 "$(cat "$dir/redis.pid")" 2>/dev/null || break; sleep 0.25; done
+        pid=$(cat "$dir/redis.pid")
+        kill "$pid" 2>/dev/null
+        for _ in $(seq 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
     fi
     exit 0
 fi
