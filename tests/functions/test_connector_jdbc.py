@@ -130,6 +130,20 @@ class PostgresJdbcTests(JdbcCases, SynchronousTestCase):
         with servers.pg_connect(self.db) as c:
             return c.execute("SELECT id, name, age FROM people ORDER BY id").fetchall()
 
+    def test_lost_connection_raises_then_reconnects(self):
+        """A write on a connection the server dropped raises (the instance negative-acks the
+        batch) without refusing its records one by one; the next write connects again."""
+        import psycopg
+        sink = self.make(key="id", insertMode="UPSERT")
+        self.assertEqual(sink.write([rec({"id": 1, "name": "a", "age": 1})]), [])
+        pid = sink.connection.info.backend_pid
+        with servers.pg_connect(self.db, autocommit=True) as c:
+            c.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        with self.assertRaises(psycopg.Error):
+            sink.write([rec({"id": 2, "name": "b", "age": 2})])
+        self.assertEqual(sink.write([rec({"id": 2, "name": "b", "age": 2})]), [])
+        self.assertEqual(self.rows(), [(1, "a", 1), (2, "b", 2)])
+
     def test_wrong_password_is_a_clear_error(self):
         import psycopg
         with self.assertRaises(psycopg.OperationalError) as e:

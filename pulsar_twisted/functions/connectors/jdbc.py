@@ -191,26 +191,41 @@ class JdbcSink:
 
     # ------------------------------------------------------------ writing
     def write(self, records) -> list:
-        """One transaction per ``write``; returns the refused records (with ``error``)."""
+        """One transaction per ``write``; returns the refused records (with ``error``). Raises
+        when the database cannot be reached (the connection is then dropped: the next ``write``
+        connects again)."""
         with self.lock:
             if self.connection is None:
                 self.connection = self.connect()
-            bad, good = [], []
-            for record in records:
-                try:
-                    good.append((record, self.statement(record)))
-                except BadRecord as e:
-                    record.error = str(e)
-                    bad.append(record)
-            if not good:
-                return bad
             try:
-                self._run_all(good)
-            except self.database_errors() as e:
-                log.warning("JDBC batch of %d failed (%s); finding the bad records", len(good), e)
-                self._rollback()
-                bad += self._run_each(good)
+                return self._write(records)
+            except Exception:
+                self.close()
+                raise
+
+    def _write(self, records) -> list:
+        bad, good = [], []
+        for record in records:
+            try:
+                good.append((record, self.statement(record)))
+            except BadRecord as e:
+                record.error = str(e)
+                bad.append(record)
+        if not good:
             return bad
+        try:
+            self._run_all(good)
+        except self.database_errors() as e:
+            if self.lost():
+                raise
+            log.warning("JDBC batch of %d failed (%s); finding the bad records", len(good), e)
+            self._rollback()
+            bad += self._run_each(good)
+        return bad
+
+    def lost(self) -> bool:
+        """Whether the connection itself is gone (not a statement's fault)."""
+        return False
 
     def _run_all(self, statements) -> None:
         cursor = self.connection.cursor()
@@ -325,6 +340,9 @@ class PostgresJdbcSink(JdbcSink):
             (table, schema)).fetchall()
         self.connection.commit()
         return [r[0] for r in rows]
+
+    def lost(self) -> bool:
+        return self.connection.closed or self.connection.broken
 
     def _run_all(self, statements) -> None:
         # One pipeline: the statements go out without waiting for each answer.
