@@ -74,7 +74,7 @@ class DecoderTests(SynchronousTestCase):
         self.assertIs(pgoutput.typed("false", 16), False)
         self.assertEqual(pgoutput.typed("12.30", 1700), "12.30")
         self.assertIsNone(pgoutput.typed(None, 23))
-        self.assertIsNone(pgoutput.typed(pgoutput.UNCHANGED_TOAST, 25))
+        self.assertEqual(pgoutput.typed(pgoutput.UNCHANGED_TOAST, 25), "__debezium_unavailable_value")
 
     def test_bad_messages(self):
         for data in (b"Z", b"B\x00", b"R" + struct.pack(">I", 1) + b"public", b"I" + struct.pack(">I", 1) + b"X",
@@ -184,6 +184,16 @@ class SourceTests(SynchronousTestCase):
             again.ack(record)
         again.close()
         self.assertEqual(self.drain(self.source(), None, timeout=1.0), [])
+
+    def test_unchanged_toasted_value_is_debeziums_placeholder(self):
+        source = self.source(**{"snapshot.mode": "never"})
+        self.sql.execute("INSERT INTO people SELECT 5, string_agg(md5(g::text), '') , 0, true "
+                         "FROM generate_series(1, 400) g")   # 12.8 kB of incompressible text: TOASTed
+        self.sql.execute("UPDATE people SET score = 1 WHERE id = 5")
+        insert, update = [self.value(r) for r in self.drain(source, 2)]
+        self.assertEqual(len(insert["after"]["name"]), 12800)
+        self.assertEqual((update["after"]["name"], update["after"]["score"]),
+                         ("__debezium_unavailable_value", 1.0))
 
     def test_config_errors(self):
         for bad, message in (({"plugin.name": "decoderbufs"}, "pgoutput"),

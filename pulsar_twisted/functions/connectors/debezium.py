@@ -56,12 +56,14 @@ VERSION = "pulsar-twisted"
 class _Txn:
     """One transaction's events, until all are acked."""
 
-    __slots__ = ("end_lsn", "pending", "records")
+    __slots__ = ("end_lsn", "pending", "records", "size")
 
     def __init__(self, end_lsn: int):
         self.end_lsn = end_lsn
         self.pending = 0
         self.records = []
+        #: Its events when emitted (a bound of its rows in the slot, for the next peek's limit).
+        self.size = 0
 
 
 class DebeziumPostgresSource:
@@ -137,9 +139,12 @@ class DebeziumPostgresSource:
         if not self.ready:
             with self.lock:
                 pending = sum(t.pending for t in self.inflight)
+                # What a peek decodes again before reaching new transactions: every in-flight
+                # transaction's rows (acked ones included), with its begin/commit.
+                behind = sum(t.size + 3 for t in self.inflight)
             now = self.clock.time()
             if pending < self.max_pending and now >= self.next_peek:
-                if not self._peek(pending):
+                if not self._peek(behind):
                     self.next_peek = now + self.poll_s
             if not self.ready:
                 time.sleep(min(timeout, self.poll_s))
@@ -161,12 +166,13 @@ class DebeziumPostgresSource:
             self.connection.close()
 
     # ------------------------------------------------------------ reading the slot
-    def _peek(self, pending: int) -> bool:
-        """One peek; True when it gave new transactions."""
+    def _peek(self, behind: int) -> bool:
+        """One peek (``behind``: the rows it gives again first); True when it gave new
+        transactions."""
         rows = self.connection.execute(
             "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, NULL, %s, 'proto_version', '1', "
             "'publication_names', %s, 'messages', 'true')",
-            (self.slot, pending + self.peek_rows, self.publication)).fetchall()
+            (self.slot, behind + self.peek_rows, self.publication)).fetchall()
         before = self.emitted_end
         txn, meta = None, None
         for (data,) in rows:
@@ -183,7 +189,7 @@ class DebeziumPostgresSource:
             elif kind == "commit":
                 if txn is not None and not meta["skip"]:
                     txn.end_lsn = message["end_lsn"]
-                    txn.pending = len(txn.records)
+                    txn.pending = txn.size = len(txn.records)
                     with self.lock:
                         self.inflight.append(txn)
                     self.ready.extend(txn.records)

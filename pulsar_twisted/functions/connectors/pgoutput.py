@@ -160,10 +160,18 @@ _FLOATS = {700, 701}
 _BOOL = 16
 
 
+#: What Debezium puts for a TOASTed value an update did not send (its
+#: ``unavailable.value.placeholder`` default).
+UNAVAILABLE = "__debezium_unavailable_value"
+
+
 def typed(value, type_oid: int):
-    """A column's text value as JSON: integers, floats and booleans typed, the rest text."""
-    if value is None or value is UNCHANGED_TOAST or isinstance(value, bytes):
-        return None if value is UNCHANGED_TOAST else value
+    """A column's text value as JSON: integers, floats and booleans typed, the rest text; an
+    unchanged TOASTed value as Debezium's placeholder."""
+    if value is UNCHANGED_TOAST:
+        return UNAVAILABLE
+    if value is None or isinstance(value, bytes):
+        return value
     if type_oid in _INTS:
         return int(value)
     if type_oid in _FLOATS:
