@@ -195,6 +195,14 @@ class SourceTests(SynchronousTestCase):
         self.assertEqual((update["after"]["name"], update["after"]["score"]),
                          ("__debezium_unavailable_value", 1.0))
 
+    def test_exclude_list(self):
+        source = self.source(**{"snapshot.mode": "never", "table.include.list": r"public\..*",
+                                "table.exclude.list": r"public\.people"})
+        self.sql.execute("INSERT INTO people VALUES (8, 'x', 0, true)")
+        self.sql.execute("INSERT INTO other VALUES ('kept')")
+        events = self.drain(source, 1)
+        self.assertEqual([(r.topic, r.key) for r in events], [("srv.public.other", '{"k":"kept"}')])
+
     def test_config_errors(self):
         for bad, message in (({"plugin.name": "decoderbufs"}, "pgoutput"),
                              ({"topic.prefix": None}, "topic.prefix"),

@@ -4,7 +4,7 @@ logical replication with the ``pgoutput`` plugin, with Debezium's config keys:
 ``database.hostname``, ``database.port`` (5432), ``database.user``, ``database.password``,
 ``database.dbname``, ``topic.prefix`` (or the older ``database.server.name``),
 ``table.include.list`` (comma-separated regexes matched against ``schema.table``; all tables when
-absent), ``plugin.name`` (``pgoutput``, the only one), ``slot.name`` (``debezium``),
+absent) and ``table.exclude.list``, ``plugin.name`` (``pgoutput``, the only one), ``slot.name`` (``debezium``),
 ``publication.name`` (``dbz_publication``, created ``FOR ALL TABLES`` when absent, as Debezium's
 ``all_tables`` auto-create mode does), ``snapshot.mode`` (``initial``, the default: the rows
 already in the tables first, as ``op: "r"``; or ``never``), ``tombstones.on.delete`` (true: a
@@ -53,6 +53,11 @@ SNAPSHOT_PREFIX = "pulsar-io-snapshot"
 VERSION = "pulsar-twisted"
 
 
+def _patterns(text) -> list:
+    """Debezium's comma-separated regex lists (matched whole against ``schema.table``)."""
+    return [re.compile(p.strip()) for p in str(text or "").split(",") if p.strip()]
+
+
 class _Txn:
     """One transaction's events, until all are acked."""
 
@@ -84,8 +89,8 @@ class DebeziumPostgresSource:
         if self.snapshot_mode not in ("initial", "never"):
             raise ValueError(f"snapshot.mode {self.snapshot_mode}: initial or never")
         self.tombstones = _bool(configs.get("tombstones.on.delete", True))
-        includes = [p.strip() for p in str(configs.get("table.include.list") or "").split(",") if p.strip()]
-        self.includes = [re.compile(p) for p in includes]
+        self.includes = _patterns(configs.get("table.include.list"))
+        self.excludes = _patterns(configs.get("table.exclude.list"))
         self.max_pending = int(configs.get("max.queue.size", 8192))
         self.peek_rows = int(configs.get("max.batch.size", 2048))
         self.poll_s = int(configs.get("poll.interval.ms", 500)) / 1000.0
@@ -218,7 +223,8 @@ class DebeziumPostgresSource:
             primary = [c["name"] for c in message["columns"] if c["key"]]
         message["primary"] = primary
         name = f"{message['schema']}.{message['table']}"
-        message["included"] = not self.includes or any(p.fullmatch(name) for p in self.includes)
+        message["included"] = ((not self.includes or any(p.fullmatch(name) for p in self.includes))
+                               and not any(p.fullmatch(name) for p in self.excludes))
         self.relations[relid] = message
 
     def _row(self, relation, values):
