@@ -277,6 +277,24 @@ class CliTests(SynchronousTestCase):
         self.assertEqual((config["inputs"], config["archive"], config["tenant"]),
                          (["a", "b"], "builtin://file", "t"))
 
+    def test_config_file_then_flags(self):
+        """--sink-config-file (YAML, Pulsar's field names) is the base; the flags override it."""
+        from pulsar_twisted.cli.admin import CommandError
+        from pulsar_twisted.cli.admin.io import _connector_config
+        path = self.mktemp()
+        with open(path, "w") as f:
+            f.write("name: fromfile\ninputs: [a]\nparallelism: 2\nconfigs:\n  outputFile: /x\n")
+        a = build_parser().parse_args(["sinks", "create", "--sink-type", "file", "--sink-config-file", path,
+                                       "--parallelism", "3"])
+        self.assertEqual(_connector_config(a), {
+            "tenant": "public", "namespace": "default", "name": "fromfile", "inputs": ["a"],
+            "parallelism": 3, "configs": {"outputFile": "/x"}, "archive": "builtin://file"})
+        with open(path, "w") as f:
+            f.write("- a list\n")
+        with self.assertRaises(CommandError):
+            _connector_config(build_parser().parse_args(["sinks", "create", "--name", "n",
+                                                         "--sink-config-file", path]))
+
     def test_update_stats_and_localrun_flags(self):
         """update sends only the flags given; status/stats take --instance-id; localrun has
         Pulsar's --broker-service-url and --instance-id-offset."""

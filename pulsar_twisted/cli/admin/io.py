@@ -40,11 +40,38 @@ def _json_flag(value, flag):
         raise CommandError(f"{flag} is not valid JSON: {e}")
 
 
+def _config_file(path: str, flag: str) -> dict:
+    """Pulsar's ``--source-config-file``/``--sink-config-file``: the SourceConfig/SinkConfig as
+    YAML (JSON is YAML too; plain JSON when PyYAML is not installed)."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError as e:
+        raise CommandError(f"{flag}: {e}")
+    try:
+        import yaml
+        loaded = yaml.safe_load(text)
+    except ImportError:
+        loaded = _json_flag(text, flag)
+    except yaml.YAMLError as e:
+        raise CommandError(f"{flag} is not valid YAML: {e}")
+    if not isinstance(loaded, dict):
+        raise CommandError(f"{flag} must hold a mapping of the {flag.split('-')[2]}'s config fields")
+    return loaded
+
+
 def _connector_config(a) -> dict:
-    """The sourceConfig/sinkConfig JSON from the flags given."""
-    tenant, namespace, name = _names(a)
-    config = {"tenant": tenant, "namespace": namespace, "name": name}
+    """The sourceConfig/sinkConfig JSON from the config file (if any) and the flags given (the
+    flags win)."""
     kind = a.kind
+    from_file = {}
+    if getattr(a, f"{kind}_config_file", None):
+        from_file = _config_file(getattr(a, f"{kind}_config_file"), f"--{kind}-config-file")
+        for field in ("tenant", "namespace", "name"):
+            if from_file.get(field) and not getattr(a, field):
+                setattr(a, field, from_file[field])
+    tenant, namespace, name = _names(a)
+    config = dict(from_file, tenant=tenant, namespace=namespace, name=name)
     archive = a.archive or (f"builtin://{getattr(a, kind + '_type')}"
                             if getattr(a, kind + "_type") else None)
     simple = {"archive": archive, "className": a.classname, "parallelism": a.parallelism,
@@ -154,6 +181,7 @@ def _create_flags(p, kind: str) -> None:
     p.add_argument("--parallelism", type=int, help="Number of instances to run")
     p.add_argument("--processing-guarantees", choices=GUARANTEES, help="The processing guarantee")
     p.add_argument(f"--{kind}-config", help=f"The {kind}'s configs (JSON)")
+    p.add_argument(f"--{kind}-config-file", help=f"A YAML (or JSON) file with the {kind}'s config fields")
     if kind == "source":
         p.add_argument("--destination-topic-name", help="The topic the source's records go to")
         return
