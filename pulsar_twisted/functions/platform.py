@@ -26,6 +26,8 @@ from twisted.web.http_headers import Headers
 from pulsar_twisted.client.errors import Timeout
 from pulsar_twisted.client.message_id import MessageId
 
+_log = Logger()
+
 #: Seconds a message announced during the catch-up may take to arrive.
 CATCH_UP_TIMEOUT = 30.0
 
@@ -197,3 +199,18 @@ async def ensure_namespace(reactor, admin_url: str, namespace: str, agent=None) 
     if response.code not in (200, 204, 409):
         raise RuntimeError(f"creating namespace {namespace}: HTTP {response.code} "
                            f"{answer[:200].decode('utf-8', 'replace')}")
+    if response.code == 409:
+        # It exists: its retention is the operator's, but without an infinite one the brokers
+        # may trim the logs the workers rebuild from. Say so (not overridden).
+        response = await agent.request(b"GET", f"{url}/retention".encode("ascii"))
+        answer = await readBody(response)
+        try:
+            retention = json.loads(answer) if response.code == 200 and answer.strip() else {}
+        except ValueError:
+            retention = {}
+        if (retention or {}).get("retentionTimeInMinutes") != -1 or \
+                (retention or {}).get("retentionSizeInMB") != -1:
+            _log.warn("namespace {ns} has retention {r}: the functions workers' topics need "
+                      "retentionTimeInMinutes=-1 and retentionSizeInMB=-1 (pulsar-admin "
+                      "namespaces set-retention {ns} --time -1 --size -1)", ns=namespace,
+                      r=retention or "unset")
