@@ -159,6 +159,12 @@ class StatsAgent:
         return defer.succeed(Response())
 
 
+class FailingAgent:
+    def request(self, method, uri, headers=None, body=None):
+        from twisted.internet.error import ConnectionRefusedError
+        return defer.fail(ConnectionRefusedError("broker web service down"))
+
+
 def run(d):
     """The result of a Deferred or coroutine that the fakes complete synchronously."""
     results = []
@@ -255,6 +261,12 @@ class CoordinatorTests(SynchronousTestCase):
         clock.advance(1)
         self.assertEqual(a.members, {"a": "http://a:6750", "b": "http://b:6750"})
         self.assertEqual(changes, ["a", "a"])
+        # The stats unreadable for longer than rescheduleTimeout: nobody is taken for gone.
+        healthy = a.agent
+        a.agent = FailingAgent()
+        clock.pump([1] * 5)
+        self.assertEqual(sorted(a.members), ["a", "b"])
+        a.agent = healthy
         run(b.close())
         clock.advance(1)
         self.assertIn("b", a.members)
