@@ -147,7 +147,19 @@ class StandaloneService(BrokerListeners, Daemon):
             os.path.join(self.config.dataDirectory, "functions"),
             cleaner=SubscriptionCleaner(self.reactor, web), client=client,
             coordinator=coordinator, admin_url=web)
-        return defer.ensureDeferred(self.functions_worker.start())
+        self._functions_starting = defer.ensureDeferred(self._start_functions_worker())
+        return self._functions_starting
+
+    async def _start_functions_worker(self):
+        """The first attempt is awaited (a started standalone's worker is normally ready); when it
+        fails the standalone runs on, the worker retrying in the background (its API 503s)."""
+        try:
+            await self.functions_worker.start()
+        except Exception as e:
+            self.log.error("functions worker did not start: {error}; the standalone runs without "
+                           "it while it retries", error=e)
+            self._functions_retry = defer.ensureDeferred(
+                self.functions_worker.start_until_started(failed_once=True))
 
     async def _stop_functions(self):
         await self.functions_worker.stop()

@@ -54,6 +54,8 @@ class TopicTable:
         self._closed = False
 
     async def start(self) -> None:
+        """Read the topic from the earliest message, then tail it (again after ``close``)."""
+        self._closed = False
         self.reader = await self.client.create_reader(self.topic, MessageId.earliest)
         while await self.reader.has_message_available():
             try:
@@ -141,7 +143,8 @@ class TopicTable:
 
     async def close(self) -> None:
         self._closed = True
-        for handle in (self.reader, self.producer):
+        handles, self.reader, self.producer = (self.reader, self.producer), None, None
+        for handle in handles:
             if handle is not None:
                 try:
                     await handle.close()
@@ -180,8 +183,29 @@ class PackageTopic:
             await reader.close()
 
     async def close(self) -> None:
-        if self.producer is not None:
-            await self.producer.close()
+        producer, self.producer = self.producer, None
+        if producer is not None:
+            try:
+                await producer.close()
+            except Exception:
+                pass
+
+
+async def ensure_topics(reactor, admin_url: str, topics, agent=None) -> None:
+    """Each topic created non-partitioned (``PUT /admin/v2/persistent/...``; 409: it exists), so
+    that a namespace whose auto-creation makes partitioned topics does not give the workers
+    partitioned logs. RuntimeError with the broker's answer otherwise."""
+    from pulsar_twisted.common.naming import parse_topic
+    agent = agent if agent is not None else Agent(reactor)
+    for topic in topics:
+        name = parse_topic(topic)
+        url = (f"{admin_url.rstrip('/')}/admin/v2/{name.domain}/{name.tenant}/{name.namespace}/"
+               f"{name.local_name}")
+        response = await agent.request(b"PUT", url.encode("ascii"))
+        answer = await readBody(response)
+        if response.code not in (200, 204, 409):
+            raise RuntimeError(f"creating topic {topic}: HTTP {response.code} "
+                               f"{answer[:200].decode('utf-8', 'replace')}")
 
 
 async def ensure_namespace(reactor, admin_url: str, namespace: str, agent=None) -> None:
