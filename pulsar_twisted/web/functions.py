@@ -24,6 +24,8 @@ from pulsar_twisted.web.routing import Response, int_param, query
 V3 = "/admin/v3/functions/{tenant}/{namespace}"
 FN = V3 + "/{name}"
 NOT_READY = "Function worker service is not done initializing. Please try again in a little while."
+#: Seconds a request waits for a starting worker (reading its topics) before 503.
+READY_WAIT = 30.0
 DISABLED = "Function worker service is not enabled on this broker (functionsWorkerEnabled=false)"
 
 
@@ -62,6 +64,8 @@ def _handler(worker, method):
         current = worker()
         if current is None:
             raise AdminError(DISABLED if getattr(worker, "disabled", False) else NOT_READY, 503)
+        if not getattr(current, "ready", True) and not await current.wait_ready(READY_WAIT):
+            raise AdminError(NOT_READY, 503)
         try:
             result = method(current, request, **params)
             if hasattr(result, "__await__"):
