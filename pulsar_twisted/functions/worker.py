@@ -88,7 +88,7 @@ class FunctionsWorker:
     def __init__(self, store, clock, launcher, service_url: str, web_service_url: str,
                  download_directory: str, worker_id: str = "standalone", cleaner=None,
                  client=None, coordinator=None, namespace: str = "public/functions",
-                 topics: dict = None, admin_url: str = None, forwarder=None):
+                 topics: dict = None, admin_url: str = None, forwarder=None, agent=None):
         self.metadata = store
         self.store = FunctionStore(store)
         self.clock = clock
@@ -109,7 +109,10 @@ class FunctionsWorker:
         self.packages = PackageTopic(client, self.topics["packages"])
         self.coordinator = coordinator or SoloCoordinator(worker_id, web_service_url)
         self.coordinator.on_change = self._changed
-        self.forwarder = forwarder or Forwarder(clock)
+        #: The ``IAgent`` of this worker's calls to the brokers' admin API (None: a plain one);
+        #: a ``client.http_lookup.AuthorizingAgent`` carries the worker's credentials.
+        self.agent = agent
+        self.forwarder = forwarder or Forwarder(clock, agent)
         self.functions = {}
         #: True once ``start`` has read the platform: the admin API answers 503 before.
         self.ready = False
@@ -126,8 +129,8 @@ class FunctionsWorker:
         """Read the records and assignments from the platform, join the worker cluster, then
         run what is assigned here."""
         if self.admin_url:
-            await ensure_namespace(self.clock, self.admin_url, self.namespace)
-            await ensure_topics(self.clock, self.admin_url, sorted(self.topics.values()))
+            await ensure_namespace(self.clock, self.admin_url, self.namespace, self.agent)
+            await ensure_topics(self.clock, self.admin_url, sorted(self.topics.values()), self.agent)
         await self.records.start()
         await self.assignments.start()
         await self.coordinator.start()

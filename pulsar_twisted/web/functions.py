@@ -63,7 +63,9 @@ def _handler(worker, method):
     async def handler(request, **params):
         current = worker()
         if current is None:
-            raise AdminError(DISABLED if getattr(worker, "disabled", False) else NOT_READY, 503)
+            disabled = getattr(worker, "disabled", False)
+            raise AdminError(disabled if isinstance(disabled, str) else
+                             DISABLED if disabled else NOT_READY, 503)
         if not getattr(current, "ready", True) and not await current.wait_ready(READY_WAIT):
             raise AdminError(NOT_READY, 503)
         try:
