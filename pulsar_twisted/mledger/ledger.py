@@ -354,8 +354,7 @@ class ManagedLedgerImpl:
         if self._last_confirmed.entry_id < 0:
             self._last_confirmed = Position(handle.ledger_id, -1)
         self._state = State.LEDGER_OPENED
-        self._rollover_call = self.reactor.callLater(
-            self.config.max_rollover_time_ms / 1000.0, self._check_rollover)
+        self._rollover_call = self._call_later(self.config.max_rollover_time_ms / 1000.0, self._check_rollover)
         self._flush_queued()
         return None
 
@@ -399,12 +398,20 @@ class ManagedLedgerImpl:
                 self._state = State.CLOSING_LEDGER
             elif self._min_rollover_call is None:
                 delay = (self.config.min_rollover_time_ms - elapsed_ms) / 1000.0
-                self._min_rollover_call = self.reactor.callLater(delay, self._check_rollover)
+                self._min_rollover_call = self._call_later(delay, self._check_rollover)
         pending = self._pending
         if not pending:
             pending = self._pending = deque()
         pending.append(op)
         handle.add_entry(op.data).addCallbacks(op.added, op.failed)
+
+    def _call_later(self, delay: float, fn):
+        """A rollover timer: on the factory's shared timers (one reactor call for every managed
+        ledger's, mledger/timers.py), or on the reactor for a factory without them."""
+        timers = getattr(self.factory, "timers", None)
+        if timers is None:
+            return self.reactor.callLater(delay, fn)
+        return timers.call_later(delay, fn)
 
     def _check_rollover(self):
         """Timer: roll a non-empty ledger past max_rollover_time, or a full one past min_rollover_time."""
@@ -427,8 +434,7 @@ class ManagedLedgerImpl:
             else:
                 self._close_current_ledger()
         else:
-            self._rollover_call = self.reactor.callLater(
-                self.config.max_rollover_time_ms / 1000.0, self._check_rollover)
+            self._rollover_call = self._call_later(self.config.max_rollover_time_ms / 1000.0, self._check_rollover)
 
     def _cancel_timers(self):
         for call in (self._rollover_call, self._min_rollover_call):
