@@ -56,6 +56,11 @@ TRIM_SLICE = 16
 EMPTY = MappingProxyType({})
 
 
+#: A ledger's custom metadata values shared by every managed ledger's (bytes are kept as given).
+_APPLICATION = b"pulsar"
+_COMPONENT = b"managed-ledger"
+
+
 def _without(items: tuple, item) -> tuple:
     """``items`` without the first ``item`` (by equality, as ``list.remove``), unchanged if absent."""
     if item not in items:
@@ -143,7 +148,7 @@ class ManagedLedgerImpl:
         self.store = metadata_store
         self.reactor = reactor
         self.path = formats.ledger_path(name)
-        self.properties = {}
+        self.properties = EMPTY     # replaced, never changed in place (set_properties)
         self.cursors = {}
         #: Non-durable cursors, weakly held; an empty tuple until the first (a WeakSet costs ~700 bytes).
         self._non_durable = ()
@@ -324,8 +329,8 @@ class ManagedLedgerImpl:
         d = self.ledger_client.create_ledger(
             self.config.ensemble_size, self.config.write_quorum, self.config.ack_quorum,
             self.config.password,
-            custom_metadata={"application": "pulsar", "component": "managed-ledger",
-                             "pulsar/managed-ledger": self.name})
+            custom_metadata={"application": _APPLICATION, "component": _COMPONENT,
+                             "pulsar/managed-ledger": self.name.encode("utf-8")})
         d.addCallbacks(self._ledger_created, self._create_failed)
         return d
 
