@@ -83,6 +83,41 @@ class LedgerManagerTests(unittest.TestCase):
         restarted = LedgerManager(self.store)
         self.assertEqual(self.successResultOf(restarted.new_ledger_id()), 2 * ID_BLOCK)
 
+    def test_burst_allocates_blocks_at_once_and_prefetches(self):
+        """A burst of requests gets every block it needs in flight at once (one metadata batch, not
+        one allocation after another), and the next block is fetched before the current runs out."""
+        from pulsar_twisted.resources.ledgers import ID_BLOCK
+
+        class HeldPuts:
+            def __init__(self, store):
+                self.store, self.held = store, []
+
+            def put(self, *a, **kw):
+                d = defer.Deferred()
+                self.held.append((a, kw, d))
+                return d
+
+            def release(self):
+                held, self.held = self.held, []
+                for a, kw, d in held:
+                    self.store.put(*a, **kw).chainDeferred(d)
+
+            def __getattr__(self, name):
+                return getattr(self.store, name)
+
+        held = HeldPuts(self.store)
+        manager = LedgerManager(held)
+        burst = [manager.new_ledger_id() for _ in range(2 * ID_BLOCK + 1)]
+        self.assertEqual(len(held.held), 3)
+        held.release()
+        ids = [self.successResultOf(d) for d in burst]
+        self.assertEqual(len(set(ids)), len(ids))
+        self.assertEqual(held.held, [])
+        # Half a block left: the next block is requested ahead of need, and the ids keep coming.
+        more = [self.successResultOf(manager.new_ledger_id()) for _ in range(ID_BLOCK // 2)]
+        self.assertEqual(len(held.held), 1)
+        self.assertEqual(len(set(ids + more)), len(ids) + len(more))
+
     def test_block_allocation_failure_fails_every_waiter(self):
         """A failed block allocation fails each waiting request; the next request tries again."""
         from pulsar_twisted.metadata.interfaces import MetadataUnavailableError
