@@ -785,7 +785,29 @@ _FUNCTIONS_WORKER_KEYS = [
     Key("rescheduleTimeoutMs", int, 60000,
         "Milliseconds a worker may be missing from the membership before the leader reassigns its\n"
         "instances.", "Worker cluster"),
+    Key("clientAuthenticationPlugin", str, "",
+        "Deprecated in Pulsar for brokerClientAuthenticationPlugin, which it stands for when that is\n"
+        "empty: the credentials the worker and its function and connector instances connect with.",
+        "Security"),
+    Key("clientAuthenticationParameters", str, "",
+        "Parameters of clientAuthenticationPlugin (when brokerClientAuthenticationParameters is\n"
+        "empty).", "Security"),
+    Key("authenticationEnabled", bool, False,
+        "Require callers of the worker's HTTP API to authenticate (Bearer token or Basic).", "Security"),
+    Key("authorizationEnabled", bool, False,
+        "Check the caller's role: super-users, or the admin roles of the function's tenant.",
+        "Security"),
 ]
+
+#: Keys of the broker's security section the worker's HTTP API honours under the same names
+#: (authentication providers, roles, token and basic settings, request size, TLS trust of the
+#: instances' pulsar+ssl:// connections).
+_FUNCTIONS_WORKER_KEYS += [key for key in {k.name: k for k in _SECURITY_KEYS + _BROKER_KEYS}.values()
+                           if key.name in (
+    "tlsTrustCertsFilePath", "tlsAllowInsecureConnection", "authenticationProviders",
+    "anonymousUserRole", "tokenSecretKey", "tokenPublicKey", "tokenPublicAlg", "tokenAuthClaim",
+    "tokenAudienceClaim", "tokenAudience", "basicAuthConf", "superUserRoles",
+    "authenticateMetricsEndpoint", "metricsRoles", "httpMaxRequestSize", "maxMessageSize")]
 
 
 class FunctionsWorkerConfig(Config):

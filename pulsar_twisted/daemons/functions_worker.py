@@ -5,11 +5,17 @@ beside a cluster (``functions/worker.py``), started in this order and stopped in
 1. the cluster's metadata store (``configurationMetadataStoreUrl``, the brokers'
    ``metadataStoreUrl``), where function state lives and tenants/namespaces are checked;
 2. the HTTP service on ``workerPort``: ``/admin/v3/functions/...`` (503 until step 3 is done) and
-   ``/metrics`` with the functions' metrics;
+   ``/metrics`` with the functions' metrics, behind the broker's HTTP security layer
+   (``security/http.py``): bodies bounded by ``httpMaxRequestSize`` (else ``maxMessageSize`` +
+   1 MiB); with ``authenticationEnabled`` a caller proves a role by ``authenticationProviders``
+   (401 otherwise); with ``authorizationEnabled`` the role must be in ``superUserRoles`` or an
+   admin role of the function's tenant, read from the metadata store of step 1 (403 otherwise);
 3. the worker: it creates ``pulsarFunctionsNamespace`` if needed, reads the function records and
    assignments from its topics, joins the worker cluster (Failover subscription on
    ``clusterCoordinationTopicName``; the active consumer leads) and runs the instances assigned to
-   it, which consume from and produce to ``pulsarServiceUrl`` and reach their state through step 2.
+   it, which consume from and produce to ``pulsarServiceUrl`` and reach their state through step 2,
+   with the worker's credentials (``brokerClientAuthentication*``, else the deprecated
+   ``clientAuthentication*``; ``tlsTrustCertsFilePath`` for pulsar+ssl://).
 
 Any number of workers may share a cluster: the leader assigns instances round-robin over the
 live ones and reassigns those of a worker gone for ``rescheduleTimeoutMs``.
@@ -30,12 +36,16 @@ from pulsar_twisted.daemons.options import config_options
 from pulsar_twisted.daemons.startup import Daemon
 from pulsar_twisted.daemons.tree import ListeningService, Step
 from pulsar_twisted.functions.cleanup import SubscriptionCleaner
+from pulsar_twisted.functions.credentials import instance_spec_fields
 from pulsar_twisted.functions.membership import Coordinator
 from pulsar_twisted.functions.metrics import FunctionsCollector
 from pulsar_twisted.functions.runtime import ProcessLauncher
 from pulsar_twisted.functions.worker import FunctionsWorker
 from pulsar_twisted.metadata.urls import MetadataUrlError, parse_metadata_store_url
 from pulsar_twisted.metadata.zookeeper import ZooKeeperMetadataStore
+from pulsar_twisted.security.auth import AuthenticationService
+from pulsar_twisted.security.authz import AuthorizationService
+from pulsar_twisted.security.http import SecuredResource, guard_site
 from pulsar_twisted.web.metrics import add_metrics_routes
 from pulsar_twisted.web.routing import RouterResource
 from pulsar_twisted.web.site import make_v3_router
@@ -50,6 +60,41 @@ def check_functions_worker(config) -> None:
         parse_metadata_store_url(config.configurationMetadataStoreUrl)
     except MetadataUrlError as e:
         raise ConfigError(f"configurationMetadataStoreUrl: {e}")
+    AuthenticationService(config, None)   # ConfigError for a provider without its settings
+    try:
+        instance_spec_fields(*client_credentials(config))
+    except ValueError as e:
+        raise ConfigError(f"brokerClientAuthenticationPlugin/Parameters: {e}")
+
+
+def client_credentials(config) -> tuple:
+    """(plugin, parameters) the worker and its instances connect with: Pulsar's
+    ``getBrokerClientAuthenticationPlugin``, the deprecated ``clientAuthentication*`` standing
+    in when the broker-client keys are empty."""
+    if config.brokerClientAuthenticationPlugin:
+        return config.brokerClientAuthenticationPlugin, config.brokerClientAuthenticationParameters
+    return config.clientAuthenticationPlugin, config.clientAuthenticationParameters
+
+
+class WorkerSecurity:
+    """What ``security.http`` asks of a service's security (the broker's ``BrokerSecurity``
+    less its connection limits), from the worker's keys of the same names."""
+
+    def __init__(self, config, clock, store):
+        self.authn = AuthenticationService(config, clock)
+        self.authz = AuthorizationService(config, store)
+        self.authenticate_metrics = config.authenticateMetricsEndpoint
+        self.metrics_roles = frozenset(config.metricsRoles)
+
+
+def secured_site(root, config, clock, store):
+    """``root`` as a Site guarded by the worker's security keys (module docstring, step 2)."""
+    security = WorkerSecurity(config, clock, store)
+    if security.authn.enabled:
+        root = SecuredResource(root, security)
+    site = server.Site(root)
+    site.displayTracebacks = False
+    return guard_site(site, config, security if security.authn.enabled else None)
 
 
 class FunctionsWorkerDaemon(Daemon):
@@ -80,9 +125,11 @@ class FunctionsWorkerDaemon(Daemon):
         config = self.config
         os.makedirs(config.downloadDirectory, exist_ok=True)
         url = f"http://{config.workerHostname}:{config.workerPort}"
+        plugin, parameters = client_credentials(config)
         try:
-            credentials = from_plugin(config.brokerClientAuthenticationPlugin,
-                                      config.brokerClientAuthenticationParameters)
+            credentials = from_plugin(plugin, parameters)
+            instance_credentials = instance_spec_fields(
+                plugin, parameters, config.tlsTrustCertsFilePath, config.tlsAllowInsecureConnection)
         except ValueError as e:
             raise ConfigError(f"brokerClientAuthenticationPlugin/Parameters: {e}")
         client = Client(config.pulsarServiceUrl, self.reactor, authentication=credentials)
@@ -101,7 +148,8 @@ class FunctionsWorkerDaemon(Daemon):
             topics={"metadata": config.functionMetadataTopicName,
                     "assignments": config.functionAssignmentTopicName,
                     "coordinate": config.clusterCoordinationTopicName},
-            admin_url=config.pulsarWebServiceUrl, agent=agent)
+            admin_url=config.pulsarWebServiceUrl, agent=agent,
+            instance_credentials=instance_credentials)
         return defer.ensureDeferred(self.worker.start())
 
     async def _stop_worker(self):
@@ -113,9 +161,7 @@ class FunctionsWorkerDaemon(Daemon):
         registry = CollectorRegistry(auto_describe=False)
         registry.register(FunctionsCollector(lambda: self.worker, self.config.pulsarFunctionsCluster))
         add_metrics_routes(router, registry)
-        site = server.Site(RouterResource(router))
-        site.displayTracebacks = False
-        return site
+        return secured_site(RouterResource(router), self.config, self.reactor, self.store)
 
     def _web_endpoint(self):
         return endpoints.serverFromString(

@@ -39,6 +39,7 @@ from pulsar_twisted.client.auth import from_plugin
 from pulsar_twisted.client.client import Client
 from pulsar_twisted.client.http_lookup import AuthorizingAgent
 from pulsar_twisted.functions.cleanup import SubscriptionCleaner
+from pulsar_twisted.functions.credentials import instance_spec_fields
 from pulsar_twisted.functions.membership import Coordinator
 from pulsar_twisted.functions.metrics import FunctionsCollector
 from pulsar_twisted.functions.runtime import ProcessLauncher
@@ -176,7 +177,11 @@ class StandaloneService(BrokerListeners, Daemon):
             self.store, self.reactor, ProcessLauncher(self.reactor), broker_url, web,
             os.path.join(self.config.dataDirectory, "functions"),
             cleaner=SubscriptionCleaner(self.reactor, web, agent=agent), client=client,
-            coordinator=coordinator, admin_url=web, agent=agent)
+            coordinator=coordinator, admin_url=web, agent=agent,
+            # Pulsar's embedded worker gives its instances the broker's client credentials.
+            instance_credentials=instance_spec_fields(
+                self.config.brokerClientAuthenticationPlugin,
+                self.config.brokerClientAuthenticationParameters))
         self._functions_starting = defer.ensureDeferred(self._start_functions_worker())
         return self._functions_starting
 

@@ -38,15 +38,18 @@ def _serde(name: str):
 class StateClient:
     """State calls for one function, one HTTP request each (``web_url`` is the worker's)."""
 
-    def __init__(self, web_url: str, tenant: str, namespace: str, name: str, timeout: float = 30.0):
+    def __init__(self, web_url: str, tenant: str, namespace: str, name: str, timeout: float = 30.0,
+                 headers: dict = None):
         q = lambda s: urllib.parse.quote(s, safe="")  # noqa: E731
         self.base = f"{web_url.rstrip('/')}/admin/v3/functions/{q(tenant)}/{q(namespace)}/{q(name)}"
         self.timeout = timeout
+        #: Sent on each call (the instance's ``Authorization``: ``credentials.http_headers``).
+        self.headers = dict(headers or {})
 
     def _call(self, method, path, body=None):
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(self.base + path, data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
+                                         headers={"Content-Type": "application/json", **self.headers})
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 content = response.read()

@@ -3,7 +3,9 @@ One function instance, as its own OS process (the process runtime):
 ``python -m pulsar_twisted.functions.instance_main SPEC.json INSTANCE_ID``.
 
 ``SPEC.json`` (written by the worker) holds ``functionConfig``, ``codePath`` (the .py file),
-``serviceUrl``, ``webServiceUrl``, ``functionId`` and ``functionVersion``. The process loads the
+``serviceUrl``, ``webServiceUrl``, ``functionId`` and ``functionVersion``, and the credentials
+the instance connects with (``credentials.py``: the official client's plugin, the
+``Authorization`` header of its state calls). The process loads the
 user's file, finds ``className`` (``module.Name``: a class deriving from the official
 ``pulsar.Function``, a plain class with ``process(self, input)``, or a plain function; a bare
 module name means its ``process`` function), subscribes to the inputs with the official client on
@@ -180,10 +182,12 @@ class Instance:
     def run(self) -> None:
         import pulsar
         from pulsar_twisted.functions.context import InstanceContext, StateClient
+        from pulsar_twisted.functions.credentials import http_headers, official_client_options
         from pulsar.functions import serde
         c = self.config
         self.process = load_function(self.spec["codePath"], c["className"])
-        self.client = pulsar.Client(self.spec["serviceUrl"], operation_timeout_seconds=30)
+        self.client = pulsar.Client(self.spec["serviceUrl"], operation_timeout_seconds=30,
+                                    **official_client_options(self.spec, pulsar))
         self.consumer = self._subscribe(pulsar)
         if c.get("output") and self.guarantee != "EFFECTIVELY_ONCE":
             self.output = self.client.create_producer(c["output"], block_if_queue_full=True)
@@ -194,7 +198,8 @@ class Instance:
             self.out_serde = _serde(c["outputSerdeClassName"])
         self.context = InstanceContext(
             self.spec, self.instance_id, self.client,
-            StateClient(self.spec["webServiceUrl"], c["tenant"], c["namespace"], c["name"]),
+            StateClient(self.spec["webServiceUrl"], c["tenant"], c["namespace"], c["name"],
+                        headers=http_headers(self.spec)),
             lambda msg_id, topic: self.consumer.acknowledge(msg_id))
         self.report("running")
         while self.running:

@@ -23,6 +23,7 @@ import threading
 import time
 
 from pulsar_twisted.functions.connectors import SinkRecord, sink_class, source_class
+from pulsar_twisted.functions.credentials import http_headers, official_client_options
 
 SINK_BATCH = 500
 NACK_DELAY_MS = 1000
@@ -76,7 +77,8 @@ class SourceInstance(_Instance):
         c = self.config
         kind = c["archive"][len("builtin://"):]
         self.source = source_class(kind)(c.get("configs") or {})
-        self.client = pulsar.Client(self.spec["serviceUrl"], operation_timeout_seconds=30)
+        self.client = pulsar.Client(self.spec["serviceUrl"], operation_timeout_seconds=30,
+                                    **official_client_options(self.spec, pulsar))
         producers = {}
         self.reporter.report("running")
         at_most_once = c.get("processingGuarantees") == "ATMOST_ONCE"
@@ -159,8 +161,9 @@ class SinkInstance(_Instance):
         self.values = None
         if getattr(self.sink, "wants_json", False):
             from pulsar_twisted.functions.connectors.schemas import SchemaValues
-            self.values = SchemaValues(self.spec.get("webServiceUrl"))
-        self.client = pulsar.Client(self.spec["serviceUrl"], operation_timeout_seconds=30)
+            self.values = SchemaValues(self.spec.get("webServiceUrl"), headers=http_headers(self.spec))
+        self.client = pulsar.Client(self.spec["serviceUrl"], operation_timeout_seconds=30,
+                                    **official_client_options(self.spec, pulsar))
         self.consumer = self._subscribe(pulsar)
         self.reporter.report("running")
         while self.running:

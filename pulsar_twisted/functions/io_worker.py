@@ -9,13 +9,13 @@ started on the same store restarts them (``start``).
 Errors are ``errors.FunctionsError`` with the HTTP status Pulsar's worker answers.
 """
 
-import json
 import os
 import time
 
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from pulsar_twisted.functions.credentials import write_spec
 from pulsar_twisted.functions.errors import FunctionExists, FunctionNotFound, InvalidFunctionConfig
 from pulsar_twisted.functions.io_config import CONFIGS
 from pulsar_twisted.functions.store import ROOT, FunctionStore
@@ -207,9 +207,9 @@ class ConnectorsManager:
         spec_path = os.path.join(directory, "instance.json")
         spec = {"componentType": self.kind.upper(), f"{self.kind}Config": config.to_json(),
                 "serviceUrl": self.worker.service_url, "webServiceUrl": self.worker.web_service_url,
-                "functionId": config.fqn, "functionVersion": str(runtime.record["version"])}
-        with open(spec_path, "w") as f:
-            json.dump(spec, f)
+                "functionId": config.fqn, "functionVersion": str(runtime.record["version"]),
+                **self.worker.instance_credentials}
+        write_spec(spec_path, spec)
         runtime.supervisors = [
             InstanceSupervisor(f"{self.kind}:{config.fqn}", i, self.worker.launcher(spec_path, i),
                                self.worker.clock)

@@ -29,6 +29,7 @@ from twisted.internet import defer, task
 from twisted.logger import Logger
 
 from pulsar_twisted.functions.config import FunctionConfig
+from pulsar_twisted.functions.credentials import write_spec
 from pulsar_twisted.functions.errors import (
     FunctionExists, FunctionNotFound, FunctionsError, InvalidFunctionConfig, NotSupportedYet)
 from pulsar_twisted.functions.forward import Forwarder, function_path, multipart
@@ -88,7 +89,8 @@ class FunctionsWorker:
     def __init__(self, store, clock, launcher, service_url: str, web_service_url: str,
                  download_directory: str, worker_id: str = "standalone", cleaner=None,
                  client=None, coordinator=None, namespace: str = "public/functions",
-                 topics: dict = None, admin_url: str = None, forwarder=None, agent=None):
+                 topics: dict = None, admin_url: str = None, forwarder=None, agent=None,
+                 instance_credentials: dict = None):
         self.metadata = store
         self.store = FunctionStore(store)
         self.clock = clock
@@ -113,6 +115,8 @@ class FunctionsWorker:
         #: a ``client.http_lookup.AuthorizingAgent`` carries the worker's credentials.
         self.agent = agent
         self.forwarder = forwarder or Forwarder(clock, agent)
+        #: What instances connect with (``credentials.instance_spec_fields``), put in each spec.
+        self.instance_credentials = dict(instance_credentials or {})
         self.functions = {}
         #: True once ``start`` has read the platform: the admin API answers 503 before.
         self.ready = False
@@ -616,6 +620,6 @@ class FunctionsWorker:
             f.write(package)
         spec = {"functionConfig": config.to_json(), "codePath": code_path,
                 "serviceUrl": self.service_url, "webServiceUrl": self.web_service_url,
-                "functionId": config.fqfn, "functionVersion": str(runtime.record["version"])}
-        with open(os.path.join(directory, "instance.json"), "w") as f:
-            json.dump(spec, f)
+                "functionId": config.fqfn, "functionVersion": str(runtime.record["version"]),
+                **self.instance_credentials}
+        write_spec(os.path.join(directory, "instance.json"), spec)

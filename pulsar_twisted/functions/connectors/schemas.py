@@ -17,14 +17,18 @@ _PARTITION = re.compile(r"-partition-\d+$")
 
 class SchemaValues:
 
-    def __init__(self, web_service_url: str, fetch=None):
+    def __init__(self, web_service_url: str, fetch=None, headers: dict = None):
         self.base = (web_service_url or "").rstrip("/")
+        #: Sent on each fetch (the instance's ``Authorization``).
+        self.headers = dict(headers or {})
         self.fetch = fetch or self._fetch
         self.cache = {}
 
     def _fetch(self, tenant, namespace, topic, version) -> dict:
         path = "/".join(urllib.parse.quote(p, safe="") for p in (tenant, namespace, topic))
-        with urllib.request.urlopen(f"{self.base}/admin/v2/schemas/{path}/schema/{version}", timeout=30) as r:
+        request = urllib.request.Request(f"{self.base}/admin/v2/schemas/{path}/schema/{version}",
+                                         headers=self.headers)
+        with urllib.request.urlopen(request, timeout=30) as r:
             return json.load(r)
 
     def _schema(self, topic_name: str, version: int):
