@@ -174,6 +174,27 @@ class WorkerConfigTests(SynchronousTestCase):
         self.assertRaises(ConfigError, check_functions_worker, config)
 
 
+class WorkerDaemonSiteTests(SynchronousTestCase):
+
+    def test_daemon_site_is_guarded(self):
+        """The daemon's own site: bounded channels always, SecuredResource with authentication."""
+        from pulsar_twisted.daemons.functions_worker import FunctionsWorkerDaemon
+        from pulsar_twisted.security.http import GuardedHTTPChannel, SecuredResource
+        config = FunctionsWorkerConfig(
+            configurationMetadataStoreUrl="zk:127.0.0.1:2181", authenticationEnabled=True,
+            authenticationProviders=["token"], tokenSecretKey="data:;base64," + base64.b64encode(SECRET).decode())
+        daemon = FunctionsWorkerDaemon(config, reactor=reactor)
+        daemon.store = EmbeddedMetadataStore(None, reactor)
+        site = daemon._site()
+        self.assertTrue(issubclass(site.protocol, GuardedHTTPChannel))
+        self.assertIsInstance(site.resource, SecuredResource)
+        daemon = FunctionsWorkerDaemon(FunctionsWorkerConfig(configurationMetadataStoreUrl="zk:h:1"),
+                                       reactor=reactor)
+        site = daemon._site()
+        self.assertTrue(issubclass(site.protocol, GuardedHTTPChannel))   # the body limit, still
+        self.assertNotIsInstance(site.resource, SecuredResource)
+
+
 def bearer(role):
     return Headers({b"Authorization": [b"Bearer " + jwt.encode({"sub": role}, SECRET).encode()]})
 
