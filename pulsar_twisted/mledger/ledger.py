@@ -326,11 +326,15 @@ class ManagedLedgerImpl:
     def _create_ledger(self):
         """Create the next ledger and record it; Deferred firing (None) when done either way."""
         self._state = State.CREATING_LEDGER
+        # Positions order by ledger id: the new ledger's id must be above every ledger this managed
+        # ledger has had (ids come from blocks that other brokers hold too, so "newer" is not
+        # "greater" unless asked for).
+        after = max(self._ledger_ids[-1] if self._ledger_ids else -1, self._last_confirmed.ledger_id)
         d = self.ledger_client.create_ledger(
             self.config.ensemble_size, self.config.write_quorum, self.config.ack_quorum,
             self.config.password,
             custom_metadata={"application": _APPLICATION, "component": _COMPONENT,
-                             "pulsar/managed-ledger": self.name.encode("utf-8")})
+                             "pulsar/managed-ledger": self.name.encode("utf-8")}, after=after)
         d.addCallbacks(self._ledger_created, self._create_failed)
         return d
 
