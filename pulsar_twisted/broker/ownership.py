@@ -132,6 +132,10 @@ def bundle_for(namespace: str, bounds: list, topic: str) -> NamespaceBundle:
     return NamespaceBundle(namespace, bounds[lo], bounds[lo + 1])
 
 
+class StaleBundleError(errors.ServiceNotReady):
+    """The bundle a lookup computed from cached boundaries was split meanwhile (retryable)."""
+
+
 class NotOwnedError(errors.ServiceNotReady):
     """Another broker owns the topic's bundle. ServiceNotReady on the binary protocol (the client
     looks the topic up again); the admin API answers 307 to ``owner["httpUrl"]`` (as Pulsar)."""
@@ -285,6 +289,10 @@ class BundleOwnership:
         return defer.Deferred.fromCoroutine(self._load_bundle(namespace, str(name)))
 
     async def _load_bundle(self, namespace, topic):
+        return bundle_for(namespace, await self._read_bounds(namespace), topic)
+
+    async def _read_bounds(self, namespace) -> list:
+        """The namespace's boundaries read from the store now (and cached)."""
         bounds = even_boundaries(DEFAULT_NUM_BUNDLES)
         try:
             policies = await self.namespaces.get(namespace)
@@ -294,7 +302,7 @@ class BundleOwnership:
             log.warn("namespace {ns}: {error}; using {n} even bundles", ns=namespace,
                      error=e, n=DEFAULT_NUM_BUNDLES)
         self._bounds[namespace] = bounds
-        return bundle_for(namespace, bounds, topic)
+        return bounds
 
     def owns(self, bundle: NamespaceBundle) -> bool:
         return bundle.path in self.owned
@@ -305,6 +313,12 @@ class BundleOwnership:
         return defer.Deferred.fromCoroutine(self._lookup(name, authoritative))
 
     async def _lookup(self, name, authoritative=False):
+        try:
+            return await self._lookup_once(name, authoritative)
+        except StaleBundleError:
+            return await self._lookup_once(name, authoritative)     # over the boundaries read now
+
+    async def _lookup_once(self, name, authoritative):
         bundle = await self.bundle_of(name)
         owner = placed = None
         if not authoritative and self.placement is not None and bundle.path not in self.owned:
@@ -352,7 +366,11 @@ class BundleOwnership:
 
     async def _check_owned(self, name):
         bundle = await self.bundle_of(name)
-        owner = await self.acquire(bundle)
+        try:
+            owner = await self.acquire(bundle)
+        except StaleBundleError:
+            bundle = await self.bundle_of(name)
+            owner = await self.acquire(bundle)
         if owner is not None:
             # Pulsar's answer to a producer/consumer on a broker that does not serve the topic:
             # the client treats it as retryable and looks the topic up again.
@@ -387,6 +405,10 @@ class BundleOwnership:
                     self._owned(bundle)
                     return None
                 return owner
+            if not await self._is_current(bundle):
+                # Split meanwhile (its parent's node goes after the new boundaries are written;
+                # the notification that drops the cached ones may come later than this read).
+                raise StaleBundleError(f"Namespace bundle {bundle} was split; look the topic up again")
             try:
                 await self.store.put(bundle.path, self._value, expected_version=-1, ephemeral=True)
             except AlreadyExistsError:
@@ -394,6 +416,14 @@ class BundleOwnership:
             self._owned(bundle)
             return None
         raise errors.ServiceNotReady(f"ownership of bundle {bundle} keeps changing")
+
+    async def _is_current(self, bundle) -> bool:
+        """``bundle`` is one of its namespace's bundles in the boundaries read now. Read after
+        finding its node absent: a split writes the boundaries before deleting the parent's
+        node, so this read sees the split that freed it (ZooKeeper orders one session's reads)."""
+        bounds = await self._read_bounds(bundle.namespace)
+        return any(lower == bundle.lower and upper == bundle.upper
+                   for lower, upper in zip(bounds, bounds[1:]))
 
     def _owned(self, bundle):
         self._wanted.pop(bundle.path, None)

@@ -15,7 +15,7 @@ from pulsar_twisted.broker.loadbalance.decisions import DecisionLog
 from pulsar_twisted.broker.leader import leader_data
 from pulsar_twisted.broker.loadbalance.manager import LoadManager
 from pulsar_twisted.broker.loadbalance.reports import HostUsage
-from pulsar_twisted.broker.ownership import BundleOwnership, NotOwnedError, unload_bundle
+from pulsar_twisted.broker.ownership import BundleOwnership, NotOwnedError, StaleBundleError, unload_bundle
 from pulsar_twisted.common import errors
 from pulsar_twisted.common.naming import parse_topic
 from pulsar_twisted.metadata.embedded.store import EmbeddedMetadataStore
@@ -187,6 +187,24 @@ class SplitTests(TwoBrokers):
         self.assertIn(T.CLOSE_PRODUCER, [c.type for c, _ in client.received()])
         self.assertEqual(self.own_a.owned, {})
         self.assertEqual(len(self.policies_bounds()) - 1, 5)
+
+    def test_stale_boundaries_never_take_a_split_parent(self):
+        """Split with unload on A; B still holds the old boundaries (the policies notification
+        not there yet): B's lookup does not take the parent (which would overlap the halves) but
+        reads the boundaries again and takes the topic's half."""
+        self.successResultOf(self.own_b.bundle_of(self.name))     # B caches the 4 bundles
+        self.assertEqual(produce(self.a.client(), TOPIC).type, T.PRODUCER_SUCCESS)
+        self.successResultOf(self.go(self.admin_a.split_bundle(
+            "public", "default", self.bundle.range_name, unload=True)))
+        self.own_b._bounds["public/default"] = list(boundaries_of_policies({}))   # stale again
+        self.assertIsInstance(self.failureResultOf(self.go(self.own_b.acquire(self.bundle))).value,
+                              StaleBundleError)
+        r = lookup(self.b.client(), TOPIC)
+        self.assertEqual((r.response, r.brokerServiceUrl), (r.Connect, "pulsar://b:6650"))
+        self.assertIsNone(self.owner_of(self.bundle))
+        [half] = self.own_b.owned.values()
+        self.assertTrue(self.bundle.lower <= half.lower < half.upper <= self.bundle.upper)
+        self.assertNotEqual(half, self.bundle)
 
     def test_split_on_a_non_owner_redirects_to_the_owner(self):
         self.successResultOf(self.own_a.check_owned(self.name))
