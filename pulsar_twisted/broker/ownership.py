@@ -132,6 +132,13 @@ def bundle_for(namespace: str, bounds: list, topic: str) -> NamespaceBundle:
     return NamespaceBundle(namespace, bounds[lo], bounds[lo + 1])
 
 
+def is_bundle_of(bounds: list, bundle: NamespaceBundle) -> bool:
+    """``bundle`` is one of ``bounds``' bundles. Read after finding a bundle's node absent, the
+    boundaries show the split that freed it, if any: a split writes them before deleting the
+    parent's node, and ZooKeeper orders one session's reads."""
+    return any(lower == bundle.lower and upper == bundle.upper for lower, upper in zip(bounds, bounds[1:]))
+
+
 class StaleBundleError(errors.ServiceNotReady):
     """The bundle a lookup computed from cached boundaries was split meanwhile (retryable)."""
 
@@ -312,11 +319,13 @@ class BundleOwnership:
         placement, so a free bundle is taken here rather than placed again (no redirect loop)."""
         return defer.Deferred.fromCoroutine(self._lookup(name, authoritative))
 
-    async def _lookup(self, name, authoritative=False):
+    async def _lookup(self, name, authoritative=False, retry=True):
         try:
             return await self._lookup_once(name, authoritative)
         except StaleBundleError:
-            return await self._lookup_once(name, authoritative)     # over the boundaries read now
+            if not retry:
+                raise
+            return await self._lookup(name, authoritative, retry=False)     # boundaries read now
 
     async def _lookup_once(self, name, authoritative):
         bundle = await self.bundle_of(name)
@@ -405,9 +414,8 @@ class BundleOwnership:
                     self._owned(bundle)
                     return None
                 return owner
-            if not await self._is_current(bundle):
-                # Split meanwhile (its parent's node goes after the new boundaries are written;
-                # the notification that drops the cached ones may come later than this read).
+            if not is_bundle_of(await self._read_bounds(bundle.namespace), bundle):
+                # Split meanwhile (see ``is_bundle_of``): the cached boundaries were stale.
                 raise StaleBundleError(f"Namespace bundle {bundle} was split; look the topic up again")
             try:
                 await self.store.put(bundle.path, self._value, expected_version=-1, ephemeral=True)
@@ -416,14 +424,6 @@ class BundleOwnership:
             self._owned(bundle)
             return None
         raise errors.ServiceNotReady(f"ownership of bundle {bundle} keeps changing")
-
-    async def _is_current(self, bundle) -> bool:
-        """``bundle`` is one of its namespace's bundles in the boundaries read now. Read after
-        finding its node absent: a split writes the boundaries before deleting the parent's
-        node, so this read sees the split that freed it (ZooKeeper orders one session's reads)."""
-        bounds = await self._read_bounds(bundle.namespace)
-        return any(lower == bundle.lower and upper == bundle.upper
-                   for lower, upper in zip(bounds, bounds[1:]))
 
     def _owned(self, bundle):
         self._wanted.pop(bundle.path, None)
