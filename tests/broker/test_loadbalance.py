@@ -330,6 +330,19 @@ class LeaderPlacementTests(TestCase):
         self.place(c, NamespaceBundle(NS, 0x80000000, 0xC0000000))
         self.assertNotIn(str(self.bundle), c.preallocated)
 
+    def test_a_taken_preallocation_does_not_bind_the_next_placement(self):
+        """b took the bundle (its ownership node appeared), then it was unloaded before b's report
+        listed it: the next lookup is placed anew (not sent back to b by the old answer), and
+        the bundle still weighs on b meanwhile."""
+        self.busy_a()
+        c = self.manager("c:8080", is_leader=True)
+        c.aggregator.data = {str(self.bundle): {"longTermData": {"msgRateIn": 50.0}}}
+        self.assertEqual(self.place(c)["nativeUrl"], "pulsar://b:6650")
+        self.put(self.bundle.path, {"nativeUrl": "pulsar://b:6650"})
+        self.successResultOf(defer.ensureDeferred(self.store.delete(self.bundle.path)))
+        self.assertIsNone(self.place(c))        # c (5 msg/s) now beats b (50, the bundle itself)
+        self.assertEqual([e["target"] for e in c.decisions.entries("placement")], ["b:8080", "c:8080"])
+
     def test_preallocation_to_a_broker_gone_or_stale_is_dropped(self):
         self.busy_a()
         c = self.manager("c:8080", is_leader=True)

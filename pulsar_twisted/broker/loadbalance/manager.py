@@ -40,7 +40,7 @@ from pulsar_twisted.broker.loadbalance.shedding import ShedderSettings, Threshol
 from pulsar_twisted.broker.leader import read_leader
 from pulsar_twisted.broker.ownership import topic_hash
 from pulsar_twisted.metadata.interfaces import MetadataStoreError
-from pulsar_twisted.metadata.layout import BROKERS_ROOT, broker_path
+from pulsar_twisted.metadata.layout import BROKERS_ROOT, OWNERSHIP_ROOT, broker_path
 
 log = Logger()
 
@@ -79,6 +79,11 @@ class LoadManager:
         #: bundle name -> (broker id, when): the leader's assignments not yet in that broker's
         #: report (Pulsar's preallocatedBundleToBroker); see ``_prune_preallocations``.
         self.preallocated = {}
+        #: The preallocated bundles whose ownership node was created since: they count in their
+        #: broker's score until its report lists them, but a new placement (the bundle unloaded
+        #: meanwhile) is not bound to the earlier answer.
+        self._taken = set()
+        store.register_listener(self._on_notification)
         self.last_report = None
         self._last_written = None   # (time, report)
         self._last_shed = None
@@ -214,12 +219,19 @@ class LoadManager:
             report = reports.get(broker)
             if report is None or name in (report.get("bundles") or ()) or at < horizon:
                 del self.preallocated[name]
+                self._taken.discard(name)
+
+    def _on_notification(self, notification) -> None:
+        if notification.kind == "created" and notification.path.startswith(OWNERSHIP_ROOT + "/"):
+            name = notification.path[len(OWNERSHIP_ROOT) + 1:]
+            if name in self.preallocated:
+                self._taken.add(name)
 
     async def _assign(self, bundle, reports: dict, fallback: str):
         """The leader's choice (or the fallback's, ``fallback`` its reason) for ``bundle``."""
         name, now = str(bundle), self.clock.seconds()
         self._prune_preallocations(reports, now)
-        earlier = self.preallocated.get(name)
+        earlier = self.preallocated.get(name) if name not in self._taken else None
         if earlier is not None:
             # Assigned already, the client is on its way there (or another client asks): the
             # same answer, as Pulsar's selectBrokerForAssignment gives a preallocated bundle.
@@ -234,6 +246,7 @@ class LoadManager:
             if chosen is None:
                 return None
             self.preallocated[name] = (chosen, now)
+            self._taken.discard(name)
             equals = sorted(b for b, s in scores.items() if s == scores[chosen])
             if scores[chosen] == float("inf"):
                 reason = "every broker is overloaded: drawn among all"
@@ -328,6 +341,7 @@ class LoadManager:
             bundle = splits.parse_range(name.rsplit("/", 1)[0], name.rsplit("/", 1)[1])
             self.shedder.unloaded(name, now)
             self.preallocated.pop(name, None)     # placed anew, not sent back where it was
+            self._taken.discard(name)
             self._record("shed", bundle, f"ThresholdShedder on {broker}: {reason}", source=broker)
             try:
                 await self.ownership.request_unload(bundle)
