@@ -398,6 +398,9 @@ class LoadManagerTests(LoadManagerBase):
         self.assertEqual(len(done), 1)
         self.assertEqual([e["kind"] for e in self.a.broker.decisions.entries()], ["split", "unload", "unload"])
         self.assertEqual(self.own_a.owned, {})
+        # Its report is rewritten at once: the leader places the halves without A's old load.
+        node = json.loads(self.successResultOf(self.root.get(broker_path("a:8080")))[0])
+        self.assertEqual((node["bundles"], node["lastStats"]), ([], {}))
 
 
 class LeaderRoundTests(LoadManagerBase):

@@ -306,6 +306,10 @@ class LoadManager:
                 for half in halves:
                     await self.ownership.release(half)
                     self._record("unload", half, "automatic split: halves unloaded to be placed anew")
+                # The leader places the halves as their clients look them up again: its view of
+                # this broker must no longer count the split bundle's load here (the report
+                # would otherwise wait for the next round, and the halves all go elsewhere).
+                await self.write_report(force=True)
         return done
 
     # ---------------------------------------------------------------- the leader's work
