@@ -2,8 +2,9 @@
 Load evens out (issue 15, "Shown by": a load generator that makes one broker hot, and bundles that
 split and move until the load evens out, with 0 lost): a real cluster (ZooKeeper, 2 bookies) that
 starts with broker A alone, one partitioned topic of 12 partitions whose bundles all go to A, the
-chaos workload's official-client producers and an Exclusive consumer on it; then brokers B and C
-join (a scale-out) and the traffic starts. A is the leader: it places every bundle that moves.
+chaos workload's official-client producers and an Exclusive consumer on it; once A's load report
+shows the traffic, brokers B and C join (a scale-out). A is the leader: it places every bundle
+that moves.
 
 The load balancer runs on short intervals (fractions of minutes). Two runs: with splits on, bundles
 over 40 msg/s split (up to 8 bundles; their halves unloaded and placed anew on the least loaded
@@ -146,10 +147,16 @@ class LoadEvensOutTests(ClusterCase):
         start_owners = cluster.bundle_owners()
         self.assertEqual(set(start_owners.values()), {hot.service_url},
                          "the bundles did not all start on the only broker")
-        join_brokers(cluster, 2, config)
         consumers.start()
         producers.start()
         started = time.monotonic()
+        # A carries the traffic alone until its report shows it (more than the threshold over
+        # the average it will have with B and C), then they join: the load is uneven in the
+        # reports before any bundle can move (splits and their report come fast otherwise).
+        wait_for(lambda: self.usages(cluster).get(hot.broker_id, 0.0) > 1.5 * THRESHOLD / 100.0, 30,
+                 "the hot broker's report to show the traffic", interval=0.2,
+                 on_timeout=lambda: f"usages {self.usages(cluster)}")
+        join_brokers(cluster, 2, config)
         peak, even_since, spread = {}, [None], [0.0]
         try:
             def watch():
