@@ -314,7 +314,8 @@ class ServerConnection(protocol.Protocol):
                                 authoritative=lookup.authoritative)
         d.addCallbacks(
             lambda urls: self.sender.send_lookup_response(
-                lookup.request_id, urls[0], urls[1], redirect=getattr(urls, "redirect", False)),
+                lookup.request_id, urls[0], urls[1], redirect=getattr(urls, "redirect", False),
+                authoritative=getattr(urls, "authoritative", True)),
             lambda f: self.sender.send_lookup_error(lookup.request_id, _error_code(f), _error_message(f)))
 
     def handle_partitioned_metadata(self, command, message):
