@@ -2,6 +2,7 @@
 
 from twisted.internet import defer
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from pulsar_twisted.broker import dedup as dedup_states
 from pulsar_twisted.broker.entryinfo import lenient_metadata
@@ -89,15 +90,20 @@ class Producer:
                 return defer.succeed(None)
         self.pending += 1
         d = self.topic.publish(message, send.num_messages)
-        d.addCallbacks(self._stored, self._failed, callbackArgs=(sequence_id, highest, counted),
-                       errbackArgs=(sequence_id,))
-        d.addBoth(self._settled)
+        d.addBoth(self._answer, sequence_id, highest, counted)
         return d
 
-    def _settled(self, result):
-        self.pending -= 1
-        if self.closing and not self.pending:
-            self._finish_close()
+    def _answer(self, result, sequence_id, highest, counted):
+        """The one callback per publish: answer the client (receipt or error), then settle."""
+        try:
+            if isinstance(result, Failure):
+                result = self._failed(result, sequence_id)
+            else:
+                result = self._stored(result, sequence_id, highest, counted)
+        finally:
+            self.pending -= 1
+            if self.closing and not self.pending:
+                self._finish_close()
         return result
 
     def _is_duplicate(self, dedup, sequence_id, highest, counted=True) -> bool:

@@ -5,7 +5,7 @@ transport. Each method builds the BaseCommand and writes one frame.
 """
 
 from pulsar_twisted.proto import PulsarApi_pb2 as api
-from pulsar_twisted.wire.frames import encode_command, encode_payload_command
+from pulsar_twisted.wire.frames import encode_command, encode_payload_command, encode_send_receipt
 
 T = api.BaseCommand
 
@@ -106,9 +106,9 @@ class CommandSender:
 
     def send_receipt(self, producer_id: int, sequence_id: int, highest_sequence_id: int,
                      ledger_id: int, entry_id: int) -> None:
-        self._write(T(type=T.SEND_RECEIPT, send_receipt=api.CommandSendReceipt(
-            producer_id=producer_id, sequence_id=sequence_id, highest_sequence_id=highest_sequence_id,
-            message_id=_message_id(ledger_id, entry_id))))
+        # Hand-encoded (the same bytes as the protobuf objects would give): one per message.
+        self.transport.write(encode_send_receipt(producer_id, sequence_id, highest_sequence_id,
+                                                 ledger_id, entry_id))
 
     def send_send_error(self, producer_id: int, sequence_id: int, error: int, message: str) -> None:
         self._write(T(type=T.SEND_ERROR, send_error=api.CommandSendError(

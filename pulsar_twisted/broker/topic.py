@@ -359,11 +359,11 @@ class PersistentTopic(TopicBase):
             self._throttle_producers()
         started = self.clock.seconds()
         d = self.ledger.add_entry(message)
-        d.addBoth(self._add_done)
-        d.addCallback(self.counters.storage.written, started, len(message))
+        d.addBoth(self._add_done, started, len(message))
         return d
 
-    def _add_done(self, result):
+    def _add_done(self, result, started, size):
+        """One callback per publish: throttling, fencing, and (on success) the storage counters."""
         self.pending_adds -= 1
         if self._throttled and self.pending_adds <= self.max_pending_adds // 2:
             throttled, self._throttled = self._throttled, []
@@ -374,9 +374,12 @@ class PersistentTopic(TopicBase):
                 self._ledger_fenced(self.ledger)
             elif not result.check(ManagedLedgerTerminatedError):
                 self.fence(result.getErrorMessage())
+            if self.fenced and not self.pending_adds:
+                self._schedule_unfence()
+            return result
         if self.fenced and not self.pending_adds:
             self._schedule_unfence()
-        return result
+        return self.counters.storage.written(result, started, size)
 
     # ---------------------------------------------------------------- write failures
     def fence(self, reason: str) -> None:

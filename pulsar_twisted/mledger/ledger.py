@@ -81,11 +81,13 @@ class LedgerInfo:
 class AddOp:
     """One ``add_entry`` in flight: its bytes, the caller's Deferred and the ledger it went to."""
 
-    __slots__ = ("ml", "data", "deferred", "handle", "close_when_done", "done")
+    __slots__ = ("ml", "data", "deferred", "handle", "close_when_done", "done", "started")
 
-    def __init__(self, ml, data):
+    def __init__(self, ml, data, started):
         self.ml = ml
         self.data = data
+        #: reactor time of ``add_entry``, for the add latency counters
+        self.started = started
         self.deferred = defer.Deferred()
         self.handle = None
         self.close_when_done = False
@@ -440,25 +442,24 @@ class ManagedLedgerImpl:
     def add_entry(self, data: bytes):
         """Append ``data``; Deferred firing with its Position once durable. Completions are in
         order; a fenced/closed/terminated ledger fails the add at once."""
-        started = self.reactor.seconds()
         st = self._state
         if st is State.LEDGER_OPENED:
-            op = AddOp(self, data)
+            op = AddOp(self, data, self.reactor.seconds())
             self._send(op)
         else:
             error = self._check_writable()
             if error is not None:
                 self.counters.add_errors += 1
                 return defer.fail(error)
-            op = AddOp(self, data)
+            op = AddOp(self, data, self.reactor.seconds())
             self._queued.append(op)
             if st is State.LEDGER_CLOSED:
                 self._create_ledger()
         if (not self._throttled and self._throttle_listeners
                 and len(self._pending) + len(self._queued) >= self.config.max_pending_adds):
             self._set_throttled(True)
-        op.deferred.addCallbacks(self.counters.add_done, self.counters.add_failed,
-                                 callbackArgs=(started, len(data)))
+        # The counters are updated by _add_complete / _fail_ops just before the Deferred fires
+        # (no callback of their own on every add).
         return op.deferred
 
     def _add_complete(self, op: AddOp, entry_id: int):
@@ -488,6 +489,7 @@ class ManagedLedgerImpl:
             self._notify_call = self.reactor.callLater(0, self._notify_listeners)
         if self._throttled and len(pending) + len(self._queued) <= self.config.max_pending_adds // 2:
             self._set_throttled(False)
+        self.counters.add_done(None, op.started, size)
         # Fire before rolling over: rolling may complete later adds synchronously, which
         # must not overtake this one.
         op.deferred.callback(pos)
@@ -528,12 +530,13 @@ class ManagedLedgerImpl:
         if rolling and self._current is handle:
             self._close_current_ledger()
 
-    @staticmethod
-    def _fail_ops(ops, error):
+    def _fail_ops(self, ops, error):
         """Fail ``ops`` (already taken off the queues) in order."""
         for o in ops:
             o.done = True
+        counters = self.counters
         for o in ops:
+            counters.add_errors += 1
             o.deferred.errback(error)
 
     def _set_fenced(self):
