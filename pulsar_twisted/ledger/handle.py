@@ -362,23 +362,36 @@ class LedgerHandle(_BaseHandle):
     def add_entry(self, data):
         if self.state is not WriterState.OPEN:
             return defer.fail(self._refusal())
+        d = defer.Deferred()
+        self._add(data, d)
+        return d
+
+    def add_entry_notify(self, data, waiter) -> None:
+        """``add_entry`` without a Deferred: ``waiter.callback(entry_id)`` or ``waiter.errback(failure)``
+        is called when the Deferred would fire (a refusal at once), in the same order (the managed
+        ledger's hot path: its AddOp is the waiter)."""
+        if self.state is not WriterState.OPEN:
+            waiter.errback(Failure(self._refusal()))
+            return
+        self._add(data, waiter)
+
+    def _add(self, data, waiter):
+        """``waiter``: a Deferred, or any object with its ``callback`` / ``errback``."""
         entry_id = self._next_entry_id
         self._next_entry_id = entry_id + 1
         self._pending_length += len(data)
         env = self._env
         op = _PendingAdd(entry_id,
                          pack_entry(self.ledger_id, entry_id, self._lac, self._pending_length, data),
-                         self._pending_length, defer.Deferred(), self._schedule.write_set(entry_id),
+                         self._pending_length, waiter, self._schedule.write_set(entry_id),
                          env.clock.seconds())
         self._pending.append(op)
-        d = op.deferred
         failed = self._failed
         for index in op.write_set:
             if index not in failed:
                 self._send(op, index)
         if self._timeout_call is None and env.add_timeout:
             self._arm_timeout()
-        return d
 
     def close(self):
         """Wait for pending adds, then record CLOSED with the LAC and length (CAS). A fenced
