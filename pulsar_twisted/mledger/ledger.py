@@ -26,6 +26,7 @@ from collections import deque
 
 from twisted.internet import defer
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from pulsar_twisted.common.bk_errors import LedgerFencedError, NoSuchLedgerError
@@ -78,17 +79,27 @@ class LedgerInfo:
         self.timestamp = timestamp
 
 
+def _fire(method, value):
+    """Fire an add's Deferred or waiter; a waiter's exception is logged, as a Deferred would keep it,
+    so the managed ledger's own bookkeeping after it still runs."""
+    try:
+        method(value)
+    except Exception:
+        log.failure("managed ledger: an add's completion callback failed")
+
+
 class AddOp:
     """One ``add_entry`` in flight: its bytes, the caller's Deferred and the ledger it went to."""
 
     __slots__ = ("ml", "data", "deferred", "handle", "close_when_done", "done", "started")
 
-    def __init__(self, ml, data, started):
+    def __init__(self, ml, data, started, deferred):
         self.ml = ml
         self.data = data
         #: reactor time of ``add_entry``, for the add latency counters
         self.started = started
-        self.deferred = defer.Deferred()
+        #: a Deferred (``add_entry``) or the waiter of ``add_entry_notify``
+        self.deferred = deferred
         self.handle = None
         self.close_when_done = False
         self.done = False
@@ -461,16 +472,29 @@ class ManagedLedgerImpl:
     def add_entry(self, data: bytes):
         """Append ``data``; Deferred firing with its Position once durable. Completions are in
         order; a fenced/closed/terminated ledger fails the add at once."""
+        d = defer.Deferred()
+        self._add(data, d)
+        return d
+
+    def add_entry_notify(self, data: bytes, waiter) -> None:
+        """``add_entry`` without a Deferred (the broker's publish path): ``waiter.callback(position)``
+        or ``waiter.errback(failure)`` when the Deferred would fire, in the same order; an exception
+        from the waiter is logged, as a Deferred would keep it, and the other adds go on."""
+        self._add(data, waiter)
+
+    def _add(self, data: bytes, waiter):
+        """``waiter``: a Deferred or any object with its ``callback`` / ``errback``."""
         st = self._state
         if st is State.LEDGER_OPENED:
-            op = AddOp(self, data, self.reactor.seconds())
+            op = AddOp(self, data, self.reactor.seconds(), waiter)
             self._send(op)
         else:
             error = self._check_writable()
             if error is not None:
                 self.counters.add_errors += 1
-                return defer.fail(error)
-            op = AddOp(self, data, self.reactor.seconds())
+                _fire(waiter.errback, Failure(error))
+                return
+            op = AddOp(self, data, self.reactor.seconds(), waiter)
             self._queued.append(op)
             if st is State.LEDGER_CLOSED:
                 self._create_ledger()
@@ -479,7 +503,6 @@ class ManagedLedgerImpl:
             self._set_throttled(True)
         # The counters are updated by _add_complete / _fail_ops just before the Deferred fires
         # (no callback of their own on every add).
-        return op.deferred
 
     def _add_complete(self, op: AddOp, entry_id: int):
         if op.done:
@@ -511,7 +534,7 @@ class ManagedLedgerImpl:
         self.counters.add_done(None, op.started, size)
         # Fire before rolling over: rolling may complete later adds synchronously, which
         # must not overtake this one.
-        op.deferred.callback(pos)
+        _fire(op.deferred.callback, pos)
         if not pending:
             self._fire_drained()
         if op.close_when_done and self._state is State.CLOSING_LEDGER and self._current is op.handle:
@@ -556,7 +579,7 @@ class ManagedLedgerImpl:
         counters = self.counters
         for o in ops:
             counters.add_errors += 1
-            o.deferred.errback(error)
+            _fire(o.deferred.errback, Failure(error))
 
     def _set_fenced(self):
         """Another owner took over: no add, cursor write or metadata write from here on; pending
