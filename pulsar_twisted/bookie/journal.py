@@ -29,6 +29,7 @@ from twisted.python.failure import Failure
 
 from pulsar_twisted.bookie import formats
 from pulsar_twisted.common.latency import LatencySummary
+from pulsar_twisted.net import handback
 
 log = Logger()
 
@@ -323,8 +324,12 @@ class Journal:
         """Reactor thread: fire every group written since the last hand-back, in write order."""
         with self._done_lock:
             done, self._done = self._done, []
-        for group in done:
-            self._fire_group(*group)
+        handback.begin()
+        try:
+            for group in done:
+                self._fire_group(*group)
+        finally:
+            handback.end()
 
     def _fire_group(self, results: list, error, records: int, nbytes: int, fsync_s) -> None:
         """Reactor thread: account for one group and fire all its Deferreds. ``fsync_s``: how long
