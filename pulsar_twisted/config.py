@@ -752,16 +752,33 @@ _FUNCTIONS_WORKER_KEYS = [
     Key("pulsarServiceUrl", str, "pulsar://localhost:6650",
         "Service URL of the cluster the instances consume from and produce to.", "Worker"),
     Key("pulsarWebServiceUrl", str, "http://localhost:8080",
-        "The brokers' admin API: a deleted function's input subscriptions are deleted there.", "Worker"),
+        "The brokers' admin API: the namespace is created there, the membership read there, a\n"
+        "deleted function's input subscriptions deleted there.", "Worker"),
     Key("pulsarFunctionsCluster", str, "standalone", "Cluster name in the function metrics' labels.",
         "Worker"),
     Key("downloadDirectory", str, "download/pulsar_functions",
         "Where packages and instance specs and logs are written for the instances.", "Worker"),
     Key("configurationMetadataStoreUrl", str, "",
         "The cluster's metadata store (zk:host:2181[/chroot]), the brokers' metadataStoreUrl:\n"
-        "function records, packages and state live there; tenants and namespaces are read there.",
+        "function state (counters, values) lives there; tenants and namespaces are read there.",
         "Worker"),
     Key("zooKeeperSessionTimeoutMillis", int, 30000, "Session timeout of the metadata store.", "Worker"),
+    Key("pulsarFunctionsNamespace", str, "public/functions",
+        "Namespace of the workers' topics (created with infinite retention at start).", "Worker cluster"),
+    Key("functionMetadataTopicName", str, "metadata",
+        "Topic of the function records, one keyed message per change (tombstone on delete).",
+        "Worker cluster"),
+    Key("clusterCoordinationTopicName", str, "coordinate",
+        "Topic whose Failover subscription 'participants' elects the leader; its consumers are the\n"
+        "live workers.", "Worker cluster"),
+    Key("functionAssignmentTopicName", str, "assignments",
+        "Topic of the leader's assignments of instances to workers.", "Worker cluster"),
+    Key("failureCheckFreqMs", int, 30000,
+        "Milliseconds between reads of the worker membership (the coordination subscription's\n"
+        "consumers, from the brokers' topic stats).", "Worker cluster"),
+    Key("rescheduleTimeoutMs", int, 60000,
+        "Milliseconds a worker may be missing from the membership before the leader reassigns its\n"
+        "instances.", "Worker cluster"),
 ]
 
 

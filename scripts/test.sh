@@ -17,12 +17,33 @@ fi
 python -m pip install --quiet --disable-pip-version-check '.[test]' || { echo "0 passed, 1 failed"; exit 1; }
 
 # A throw-away ZooKeeper for the metadata-store and cluster tests (skipped when none can be had).
+# PostgreSQL and Redis the same way for the Pulsar IO connector tests (PULSAR_TEST_PG, PULSAR_TEST_REDIS).
+free_port() { python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])"; }
+stoppers=()
+stop_servers() { for s in "${stoppers[@]}"; do eval "$s"; done; }
+trap stop_servers EXIT
 if [ -z "${PULSAR_TEST_ZK:-}" ]; then
     zkdir=$(mktemp -d)
-    zkport=$(python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
+    zkport=$(free_port)
     if bash scripts/zookeeper.sh start "$zkdir" "$zkport"; then
         export PULSAR_TEST_ZK="127.0.0.1:$zkport"
-        trap 'bash scripts/zookeeper.sh stop "$zkdir"' EXIT
+        stoppers+=("bash scripts/zookeeper.sh stop '$zkdir'")
+    fi
+fi
+if [ -z "${PULSAR_TEST_PG:-}" ]; then
+    pgdir=$(mktemp -d); chmod 755 "$pgdir"   # the postgres user must reach it
+    pgport=$(free_port)
+    if bash scripts/postgres.sh start "$pgdir" "$pgport"; then
+        export PULSAR_TEST_PG="127.0.0.1:$pgport"
+        stoppers+=("bash scripts/postgres.sh stop '$pgdir'")
+    fi
+fi
+if [ -z "${PULSAR_TEST_REDIS:-}" ]; then
+    redisdir=$(mktemp -d)
+    redisport=$(free_port)
+    if bash scripts/redis.sh start "$redisdir" "$redisport"; then
+        export PULSAR_TEST_REDIS="127.0.0.1:$redisport"
+        stoppers+=("bash scripts/redis.sh stop '$redisdir'")
     fi
 fi
 

@@ -38,6 +38,8 @@ in/out counters moved), and the duration is measured from the first check that s
 so a deletion may come up to one check interval later than Pulsar would make it.
 """
 
+import dataclasses
+
 from twisted.application import service
 from twisted.internet import defer, task
 from twisted.logger import Logger
@@ -140,6 +142,19 @@ class PolicyService(service.Service):
             self._cache.setdefault(key, policies)
             return self._cache[key]
         return defer.Deferred.fromCoroutine(read())
+
+    def ledger_config(self, name, default_config) -> defer.Deferred:
+        """The managed-ledger config a topic of ``name``'s namespace opens with: the namespace's
+        retention from the start (as Pulsar builds it from the policies), so that opening the
+        ledger never trims what the namespace retains."""
+        def build(policies):
+            minutes, size_mb = policies.retention_time_minutes, policies.retention_size_mb
+            time_ms = minutes * 60_000 if minutes >= 0 else -1
+            if (default_config.retention_time_ms, default_config.retention_size_mb) == (time_ms, size_mb):
+                return None
+            return dataclasses.replace(default_config, retention_time_ms=time_ms,
+                                       retention_size_mb=size_mb)
+        return self.policies_of(name.namespace_name).addCallback(build)
 
     def topic_loaded(self, topic) -> defer.Deferred:
         """Apply the namespace's policies to a topic being loaded (before it serves clients)."""

@@ -388,7 +388,8 @@ class BrokerService(service.Service):
             if not (yield self._topic_exists(name)):
                 raise errors.TopicNotFound(f"Topic {name} does not exist")
         if name.persistent:
-            ledger = yield self.ml_factory.open(name.managed_ledger_name)
+            config = yield self.policies.ledger_config(name, self.ml_factory.default_config)
+            ledger = yield self.ml_factory.open(name.managed_ledger_name, config)
             topic = PersistentTopic(self, name, ledger, self.clock, self.config)
         else:
             topic = NonPersistentTopic(self, name, self.clock, self.config)

@@ -3,14 +3,16 @@
 beside a cluster (``functions/worker.py``), started in this order and stopped in reverse:
 
 1. the cluster's metadata store (``configurationMetadataStoreUrl``, the brokers'
-   ``metadataStoreUrl``), where function records, packages and state live;
+   ``metadataStoreUrl``), where function state lives and tenants/namespaces are checked;
 2. the HTTP service on ``workerPort``: ``/admin/v3/functions/...`` (503 until step 3 is done) and
    ``/metrics`` with the functions' metrics;
-3. the worker, which restarts the functions recorded in the store; its instances consume from and
-   produce to ``pulsarServiceUrl`` and reach their state through step 2.
+3. the worker: it creates ``pulsarFunctionsNamespace`` if needed, reads the function records and
+   assignments from its topics, joins the worker cluster (Failover subscription on
+   ``clusterCoordinationTopicName``; the active consumer leads) and runs the instances assigned to
+   it, which consume from and produce to ``pulsarServiceUrl`` and reach their state through step 2.
 
-One worker per cluster for now: Pulsar's leader election and assignment topic (several workers
-sharing the instances) come later, so two workers on one store would both run every function.
+Any number of workers may share a cluster: the leader assigns instances round-robin over the
+live ones and reassigns those of a worker gone for ``rescheduleTimeoutMs``.
 """
 
 import os
@@ -25,6 +27,7 @@ from pulsar_twisted.daemons.options import config_options
 from pulsar_twisted.daemons.startup import Daemon
 from pulsar_twisted.daemons.tree import ListeningService, Step
 from pulsar_twisted.functions.cleanup import SubscriptionCleaner
+from pulsar_twisted.functions.membership import Coordinator
 from pulsar_twisted.functions.metrics import FunctionsCollector
 from pulsar_twisted.functions.runtime import ProcessLauncher
 from pulsar_twisted.functions.worker import FunctionsWorker
@@ -73,12 +76,23 @@ class FunctionsWorkerDaemon(Daemon):
     def _start_worker(self):
         config = self.config
         os.makedirs(config.downloadDirectory, exist_ok=True)
+        url = f"http://{config.workerHostname}:{config.workerPort}"
+        client = Client(config.pulsarServiceUrl, self.reactor)
+        namespace = config.pulsarFunctionsNamespace
+        coordinator = Coordinator(
+            client, self.reactor, f"persistent://{namespace}/{config.clusterCoordinationTopicName}",
+            self.worker_id, url, config.pulsarWebServiceUrl,
+            check_interval=config.failureCheckFreqMs / 1000.0,
+            reschedule_timeout=config.rescheduleTimeoutMs / 1000.0)
         self.worker = FunctionsWorker(
-            self.store, self.reactor, ProcessLauncher(self.reactor), config.pulsarServiceUrl,
-            f"http://{config.workerHostname}:{config.workerPort}",
+            self.store, self.reactor, ProcessLauncher(self.reactor), config.pulsarServiceUrl, url,
             os.path.abspath(config.downloadDirectory), self.worker_id,
             cleaner=SubscriptionCleaner(self.reactor, config.pulsarWebServiceUrl),
-            client=Client(config.pulsarServiceUrl, self.reactor))
+            client=client, coordinator=coordinator, namespace=namespace,
+            topics={"metadata": config.functionMetadataTopicName,
+                    "assignments": config.functionAssignmentTopicName,
+                    "coordinate": config.clusterCoordinationTopicName},
+            admin_url=config.pulsarWebServiceUrl)
         return defer.ensureDeferred(self.worker.start())
 
     async def _stop_worker(self):

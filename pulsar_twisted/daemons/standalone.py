@@ -13,7 +13,8 @@ stopped in reverse:
    binary port (``brokerServicePort`` or ``brokerServiceEndpoint``) last, so that once it accepts
    connections every listener does;
 7. with ``functionsWorkerEnabled`` (the default), the functions worker (``functions/worker.py``),
-   which restarts the functions recorded in the metadata store, each instance a child process.
+   which restarts the functions recorded on its ``public/functions`` topics, each instance a child
+   process.
 """
 
 import os
@@ -34,6 +35,7 @@ from pulsar_twisted.daemons.startup import Daemon
 from pulsar_twisted.daemons.tree import Step
 from pulsar_twisted.client.client import Client
 from pulsar_twisted.functions.cleanup import SubscriptionCleaner
+from pulsar_twisted.functions.membership import Coordinator
 from pulsar_twisted.functions.metrics import FunctionsCollector
 from pulsar_twisted.functions.runtime import ProcessLauncher
 from pulsar_twisted.functions.worker import FunctionsWorker
@@ -121,12 +123,30 @@ class StandaloneService(BrokerListeners, Daemon):
         self.admin = AdminService(self.broker, self.store, self.config, self.reactor)
         self.admin.startService()
 
+    def _bound_url(self, listener: str, scheme: str, configured: str) -> str:
+        """``configured``, or with an ephemeral port (0, or a brokerServiceEndpoint) the one the
+        listener got."""
+        for child in self:
+            port = getattr(child, "port", None)
+            ephemeral = configured.endswith(":0") or (listener == "binary"
+                                                      and self.config.brokerServiceEndpoint)
+            if child.name == listener and port is not None and ephemeral:
+                return f"{scheme}://{self.config.advertisedAddress}:{port.getHost().port}"
+        return configured
+
     def _start_functions(self):
+        broker_url = self._bound_url("binary", "pulsar", self.broker_url)
+        client = Client(broker_url, self.reactor)
+        web = self._bound_url("web", "http", self.addresses.web_url)
+        # Pulsar's defaults (failureCheckFreqMs=30000, rescheduleTimeoutMs=60000): workers
+        # started beside this standalone join its worker cluster.
+        coordinator = Coordinator(client, self.reactor, "persistent://public/functions/coordinate",
+                                  "standalone", web, web)
         self.functions_worker = FunctionsWorker(
-            self.store, self.reactor, ProcessLauncher(self.reactor), self.broker_url,
-            self.addresses.web_url, os.path.join(self.config.dataDirectory, "functions"),
-            cleaner=SubscriptionCleaner(self.reactor, self.addresses.web_url),
-            client=Client(self.broker_url, self.reactor))
+            self.store, self.reactor, ProcessLauncher(self.reactor), broker_url, web,
+            os.path.join(self.config.dataDirectory, "functions"),
+            cleaner=SubscriptionCleaner(self.reactor, web), client=client,
+            coordinator=coordinator, admin_url=web)
         return defer.ensureDeferred(self.functions_worker.start())
 
     async def _stop_functions(self):

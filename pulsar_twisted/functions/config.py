@@ -198,7 +198,4 @@ def _slice_checks(c: FunctionConfig) -> None:
         if c.fields[field]:
             raise NotSupportedYet(f"{what} are not supported yet" if field != "retainKeyOrdering"
                                   else f"{what} is not supported yet")
-    if c.py and not c.py.endswith(".py") and not c.py.startswith(("http://", "https://", "file:")):
-        if c.py.endswith(".whl"):
-            raise NotSupportedYet("Python wheel packages are not supported yet: upload a .py file "
-                                  "or a .zip")
+

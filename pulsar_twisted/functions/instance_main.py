@@ -65,8 +65,9 @@ def unpack_zip(code_path: str) -> list:
     """Extract a .zip package beside it and return the directories to put on ``sys.path``:
     Pulsar's layout ``<name>/src`` (``<name>`` the archive's name; else a lone top folder or the
     archive root), and, when ``<name>/deps`` holds wheels, the directory pip installs them into
-    (offline: ``--no-index --find-links deps``), as Pulsar's Python instance does."""
-    import subprocess
+    (offline: ``--no-index --find-links deps``), as Pulsar's Python instance does. With a
+    ``<name>/requirements.txt`` naming requirements, those are pip-installed instead (from deps/
+    when it exists, else from the index)."""
     import zipfile
     target = os.path.join(os.path.dirname(code_path), "unpacked")
     with zipfile.ZipFile(code_path) as archive:
@@ -80,19 +81,51 @@ def unpack_zip(code_path: str) -> list:
     deps = os.path.join(top, "deps")
     wheels = sorted(os.path.join(deps, f) for f in os.listdir(deps) if f.endswith(".whl")) \
         if os.path.isdir(deps) else []
-    if wheels:
-        site = os.path.join(target, "site")
-        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-index",
-                        "--disable-pip-version-check", "--root-user-action=ignore",
-                        "--find-links", deps, "--target", site] + wheels, check=True)
-        paths.append(site)
+    requirements = os.path.join(top, "requirements.txt")
+    wanted = _requirement_lines(requirements)
+    offline = ["--no-index", "--find-links", deps] if os.path.isdir(deps) else []
+    if wanted:
+        # Only when requirements are given: from deps/ when it exists (offline), else the index.
+        paths.append(_pip_install(target, offline + ["-r", requirements]))
+    elif wheels:
+        paths.append(_pip_install(target, offline + wheels))
     return paths
+
+
+def _requirement_lines(path: str) -> list:
+    if not os.path.isfile(path):
+        return []
+    with open(path) as f:
+        return [line for line in (raw.split("#", 1)[0].strip() for raw in f) if line]
+
+
+def _pip_install(directory: str, arguments: list) -> str:
+    """``pip install --target <directory>/site`` (the instance's own directory, no venv); the
+    directory to put on ``sys.path``. pip's complaint is raised with its output."""
+    import subprocess
+    site = os.path.join(directory, "site")
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--upgrade",
+                           "--disable-pip-version-check", "--root-user-action=ignore",
+                           "--target", site] + arguments, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"pip install {' '.join(arguments)} failed: "
+                           f"{(done.stderr or done.stdout).strip()[-2000:]}")
+    return site
+
+
+def install_wheel(code_path: str) -> list:
+    """A wheel package (Pulsar's Python runtime takes ``--py x.whl``): installed with its
+    dependencies into ``site`` beside it; the directories to put on ``sys.path``."""
+    return [_pip_install(os.path.dirname(code_path), [code_path])]
 
 
 def _import_user_module(code_path: str, module_name: str):
     """The user's module: from the .py file itself, or by name from an unpacked .zip."""
     if code_path.endswith(".zip"):
         sys.path[:0] = unpack_zip(code_path)
+        return importlib.import_module(module_name)
+    if code_path.endswith(".whl"):
+        sys.path[:0] = install_wheel(code_path)
         return importlib.import_module(module_name)
     spec = importlib.util.spec_from_file_location(module_name, code_path)
     module = importlib.util.module_from_spec(spec)

@@ -62,6 +62,24 @@ class ConnectorConfig(ConfigRecord):
         fields.update({k: v for k, v in data.items() if v is not None})
         return cls(fields)
 
+    #: (field, Pulsar's message) an update may not change.
+    immutable = (("processingGuarantees", "Processing Guarantees cannot be altered"),)
+
+    def merged_with(self, data: dict) -> "ConnectorConfig":
+        """Pulsar's ``SourceConfigUtils``/``SinkConfigUtils.validateUpdate``: the fields the
+        update sets (non-null) replace ours, the names and the immutable fields must agree."""
+        update = type(self).from_json(data)
+        given = {k for k, v in data.items() if v is not None}
+        for field, what in (("tenant", "Tenants"), ("namespace", "Namespaces"), ("name", "Names")):
+            if update.fields[field] != self.fields[field]:
+                raise InvalidFunctionConfig(f"{what} differ")
+        for field, message in self.immutable:
+            if field in given and update.fields[field] != self.fields[field]:
+                raise InvalidFunctionConfig(message)
+        merged = dict(self.fields)
+        merged.update({k: update.fields[k] for k in given})
+        return type(self)(merged)
+
     @property
     def fqn(self) -> str:
         return f"{self.tenant}/{self.namespace}/{self.name}"
@@ -105,9 +123,19 @@ class SourceConfig(ConnectorConfig):
     kind = "source"
     known = SOURCE_FIELDS
     builtins = BUILTIN_SOURCES
+    immutable = ConnectorConfig.immutable + (("topicName", "Destination topics differ"),)
+
+    #: Built-ins whose records name their own topics (one per table), so ``topicName`` is optional.
+    own_topics = ("debezium-postgres",)
 
     def _checks(self) -> None:
+        if self.builtin_type == "debezium-postgres" and self.parallelism != 1:
+            # One replication slot has one reader at a time.
+            raise InvalidFunctionConfig("debezium-postgres runs one instance (parallelism 1): "
+                                        "its replication slot has one reader")
         if not self.topicName:
+            if self.builtin_type in self.own_topics:
+                return
             raise InvalidFunctionConfig("Topic name cannot be null")
         if not _valid_topic(self.topicName):
             raise InvalidFunctionConfig(f"Topic name {self.topicName} is invalid")
@@ -117,6 +145,10 @@ class SinkConfig(ConnectorConfig):
     kind = "sink"
     known = SINK_FIELDS
     builtins = BUILTIN_SINKS
+    immutable = ConnectorConfig.immutable + (
+        ("retainOrdering", "Retain Ordering cannot be altered"),
+        ("autoAck", "AutoAck cannot be altered"),
+        ("sourceSubscriptionName", "Subscription Name cannot be altered"))
 
     def input_topics(self) -> list:
         topics = list(self.inputs or [])

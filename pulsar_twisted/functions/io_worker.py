@@ -68,6 +68,22 @@ class ConnectorsManager:
         self.connectors[(tenant, namespace, name)] = runtime
         self._run(runtime)
 
+    async def update(self, tenant, namespace, name, config_json) -> None:
+        """Pulsar's updateSource/updateSink: the given fields change (``validateUpdate``'s
+        rules), the version goes up and every instance restarts on the new config."""
+        runtime = self._runtime(tenant, namespace, name)
+        if not isinstance(config_json, dict):
+            raise InvalidFunctionConfig(f"{self.what} config is not provided")
+        config = runtime.config.merged_with(dict(config_json, tenant=tenant, namespace=namespace,
+                                                 name=name))
+        config.validate()
+        record = dict(runtime.record, **{f"{self.kind}Config": config.to_json()},
+                      version=runtime.record["version"] + 1)
+        await self.store.put_record(tenant, namespace, name, record)
+        await defer.gatherResults([s.shutdown() for s in runtime.supervisors])
+        runtime.config, runtime.record = config, record
+        self._run(runtime)
+
     async def deregister(self, tenant, namespace, name) -> None:
         runtime = self._runtime(tenant, namespace, name)
         del self.connectors[(tenant, namespace, name)]
@@ -109,20 +125,54 @@ class ConnectorsManager:
                 "numRunning": sum(1 for i in instances if i["status"]["running"]),
                 "instances": instances}
 
+    def instance_status(self, tenant, namespace, name, instance: int) -> dict:
+        """Pulsar's per-instance ``SourceInstanceStatusData``/``SinkInstanceStatusData``."""
+        runtime = self._runtime(tenant, namespace, name)
+        return self._instance_status(runtime.supervisors[self._instance(runtime, instance)])
+
+    def stats(self, tenant, namespace, name) -> dict:
+        """The instances' counters as Pulsar's ``FunctionStatsImpl`` (totals and per instance),
+        what ``pulsar-admin sources|sinks stats`` prints."""
+        runtime = self._runtime(tenant, namespace, name)
+        per = [{"instanceId": s.instance_id, "metrics": s.stats()} for s in runtime.supervisors]
+        total = lambda key: sum(p["metrics"][key] for p in per)  # noqa: E731
+        latencies = [p["metrics"]["avgProcessLatency"] for p in per if p["metrics"]["avgProcessLatency"]]
+        lasts = [p["metrics"]["lastInvocation"] for p in per if p["metrics"]["lastInvocation"]]
+        return {"receivedTotal": total("receivedTotal"),
+                "processedSuccessfullyTotal": total("processedSuccessfullyTotal"),
+                "systemExceptionsTotal": total("systemExceptionsTotal"),
+                "userExceptionsTotal": total("userExceptionsTotal"),
+                "avgProcessLatency": sum(latencies) / len(latencies) if latencies else None,
+                "lastInvocation": max(lasts) if lasts else None,
+                "instances": per}
+
+    def instance_stats(self, tenant, namespace, name, instance: int) -> dict:
+        runtime = self._runtime(tenant, namespace, name)
+        return runtime.supervisors[self._instance(runtime, instance)].stats()
+
+    def _instance(self, runtime, instance: int) -> int:
+        if not 0 <= instance < len(runtime.supervisors):
+            raise InvalidFunctionConfig(f"Invalid instance id {instance}: the {self.kind} has "
+                                        f"{len(runtime.supervisors)} instances")
+        return instance
+
     def _instance_status(self, supervisor) -> dict:
         s = supervisor.status(self.worker.worker_id)
         status = {"running": s["running"], "error": s["error"], "numRestarts": s["numRestarts"],
                   "numSystemExceptions": s["numSystemExceptions"],
                   "latestSystemExceptions": [], "lastReceivedTime": s["lastInvocationTime"],
                   "workerId": s["workerId"]}
+        # The connector's own refusals (a sink's bad records) count as its exceptions.
         if self.kind == "source":
             status.update(numReceivedFromSource=s["numReceived"],
-                          numWritten=s["numSuccessfullyProcessed"], numSourceExceptions=0,
-                          latestSourceExceptions=[])
+                          numWritten=s["numSuccessfullyProcessed"],
+                          numSourceExceptions=s["numUserExceptions"],
+                          latestSourceExceptions=s["latestUserExceptions"])
         else:
             status.update(numReadFromPulsar=s["numReceived"],
-                          numWrittenToSink=s["numSuccessfullyProcessed"], numSinkExceptions=0,
-                          latestSinkExceptions=[])
+                          numWrittenToSink=s["numSuccessfullyProcessed"],
+                          numSinkExceptions=s["numUserExceptions"],
+                          latestSinkExceptions=s["latestUserExceptions"])
         return status
 
     # ---------------------------------------------------------------- internals

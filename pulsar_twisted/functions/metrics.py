@@ -41,7 +41,7 @@ class FunctionsCollector:
         last = GaugeMetricFamily("pulsar_function_last_invocation",
                                  "The timestamp of the last invocation of the function.", labels=LABELS)
         for (tenant, namespace, name), runtime in sorted(worker.functions.items()):
-            for supervisor in runtime.supervisors:
+            for supervisor in runtime.supervisors.values():
                 c = supervisor.counters
                 labels = [tenant, namespace, name, str(supervisor.instance_id), self.cluster,
                           f"{tenant}/{namespace}/{name}"]

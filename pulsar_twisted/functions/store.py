@@ -1,19 +1,18 @@
 """
-Function metadata, packages and state, kept on the platform's metadata store so that a restarted
-worker rebuilds everything from it (``load_all``) and instances' state outlives them.
+Records kept on the platform's metadata store: function state (every worker's, and the
+instances' through their worker), and Pulsar IO's connector records (``io_worker.py``). A
+restarted worker reads them again (``load_all``); instances' state outlives them.
 
 Layout (one node per record, JSON unless said otherwise)::
 
-    /functions/metadata/{tenant}/{namespace}/{name}   {"functionConfig", "version", "createTime",
-                                                       "packageSize", "stopped": [instance ids]}
-    /functions/packages/{tenant}/{namespace}/{name}   the package bytes (the uploaded .py)
     /functions/state/{tenant}/{namespace}/{name}/{key} {"value": base64 or null, "counter": n or
                                                        null, "version": n}
+    /functions/io/{sources,sinks}/metadata/...         connector records (``root`` moved)
 
-A step towards Pulsar's layout: Pulsar keeps metadata in the compacted topic
-``public/functions/metadata`` and packages in BookKeeper through DistributedLog. Packages are
-bounded by ``MAX_PACKAGE_BYTES`` here because a metadata node is (ZooKeeper's 1 MiB
-``jute.maxbuffer``); larger packages answer 413.
+Function metadata, packages and assignments are not here: they live on the ``public/functions``
+topics, as Pulsar keeps them (``platform.py``, ``worker.py``). ``put_package`` (bounded by
+``MAX_PACKAGE_BYTES``, ZooKeeper's 1 MiB ``jute.maxbuffer``; larger answers 413) is for records
+of this store's layout only.
 """
 
 import base64

@@ -39,6 +39,15 @@ REQUEST_SIZE_HEADROOM = 1024 * 1024
 #: Pulsar's maxMessageSize default, for daemons whose configuration lacks the key (the proxy).
 DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024
 
+#: Seconds a connection may stay silent between requests before it is closed: Jetty's default
+#: idle timeout, which Pulsar's web services keep (twisted.web's own default is 12 hours). The
+#: timer is off while a request is being answered, so long responses are not cut.
+IDLE_TIMEOUT = 30.0
+
+#: Seconds from a request's first byte to the end of its headers: a client that trickles its
+#: headers a byte at a time (slowloris) is closed with 408, whatever the idle timer says.
+HEADER_DEADLINE = 30.0
+
 
 def max_request_size(config) -> int:
     """
@@ -131,13 +140,40 @@ class GuardedHTTPChannel(http.HTTPChannel):
     _received = 0
     #: The request whose body is being received (None once it is complete).
     _receiving = None
+    #: The pending call that closes a connection whose headers take too long (None when idle).
+    _header_timer = None
+    header_deadline = HEADER_DEADLINE
+    #: True from a request's last header to the end of its body.
+    _in_body = False
+
+    def dataReceived(self, data):
+        if self._header_timer is None and not (self._refused or self._in_body or self._lost
+                                               or getattr(self, "_handlingRequest", False)):
+            self._header_timer = self.callLater(self.header_deadline, self._headers_too_slow)
+        super().dataReceived(data)
+
+    def _headers_too_slow(self):
+        self._header_timer = None
+        self.log.info("{peer}: HTTP request headers not complete within {seconds} s: closed",
+                      peer=_peer_host(self.transport), seconds=self.header_deadline)
+        self._refused = True
+        self.transport.write(_refusal_bytes(408, "Request headers not received in time", False))
+        self.loseConnection()
+
+    def _cancel_header_timer(self):
+        if self._header_timer is not None:
+            if self._header_timer.active():
+                self._header_timer.cancel()
+            self._header_timer = None
 
     def allHeadersReceived(self):
+        self._cancel_header_timer()
         request = self.requests[-1]
         refusal = self._judge_size() or self._judge_credentials(request)
         if refusal is not None:
             self._refuse(*refusal)
             return
+        self._in_body = True
         super().allHeadersReceived()
         decoder = self._transferDecoder
         if self.length is None and decoder is not None and self.max_body is not None:
@@ -228,10 +264,12 @@ class GuardedHTTPChannel(http.HTTPChannel):
         if self._refused:
             return
         self._receiving = None
+        self._in_body = False
         super().allContentReceived()
 
     def connectionLost(self, reason):
         self._lost = True
+        self._cancel_header_timer()
         super().connectionLost(reason)
 
 
@@ -245,6 +283,7 @@ def guard_site(site, config, security=None):
 
     Channel.authn = authn
     site.protocol = Channel
+    site.timeOut = IDLE_TIMEOUT
     return site
 
 

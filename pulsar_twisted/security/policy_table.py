@@ -195,7 +195,8 @@ def _v3_routes() -> dict:
         table[("GET", f"/admin/v3/{kind}/{{tenant}}/{{namespace}}")] = TENANT_ADMIN
         for method in ("GET", "POST", "PUT", "DELETE"):
             table[(method, f"/admin/v3/{kind}/{{tenant}}/{{namespace}}/{{name}}")] = TENANT_ADMIN
-        table[("GET", f"/admin/v3/{kind}/{{tenant}}/{{namespace}}/{{name}}/status")] = TENANT_ADMIN
+        for suffix in ("status", "stats", "{instanceId}/status", "{instanceId}/stats"):
+            table[("GET", f"/admin/v3/{kind}/{{tenant}}/{{namespace}}/{{name}}/{suffix}")] = TENANT_ADMIN
         for verb in ("start", "stop", "restart"):
             table[("POST", f"/admin/v3/{kind}/{{tenant}}/{{namespace}}/{{name}}/{verb}")] = TENANT_ADMIN
             table[("POST", f"/admin/v3/{kind}/{{tenant}}/{{namespace}}/{{name}}/{{instanceId}}/{verb}")] = \

@@ -8,8 +8,9 @@ started (the worker's instances need the broker's listeners), and a standalone r
 update are ``multipart/form-data`` with a ``functionConfig`` JSON part and a ``data`` file part
 (the .py), as ``pulsar-admin functions create`` sends them.
 
-Pulsar IO (``/admin/v3/sources``, ``/admin/v3/sinks``): the built-in connectors' create, get,
-delete, list and status (``functions/io_worker.py``); update answers 501.
+Pulsar IO (``/admin/v3/sources``, ``/admin/v3/sinks``): the built-in connectors' create, update,
+get, delete, list, status and stats (whole and per instance), start/stop/restart
+(``functions/io_worker.py``).
 """
 
 import email.parser
@@ -23,6 +24,8 @@ from pulsar_twisted.web.routing import Response, int_param, query
 V3 = "/admin/v3/functions/{tenant}/{namespace}"
 FN = V3 + "/{name}"
 NOT_READY = "Function worker service is not done initializing. Please try again in a little while."
+#: Seconds a request waits for a starting worker (reading its topics) before 503.
+READY_WAIT = 30.0
 DISABLED = "Function worker service is not enabled on this broker (functionsWorkerEnabled=false)"
 
 
@@ -61,6 +64,8 @@ def _handler(worker, method):
         current = worker()
         if current is None:
             raise AdminError(DISABLED if getattr(worker, "disabled", False) else NOT_READY, 503)
+        if not getattr(current, "ready", True) and not await current.wait_ready(READY_WAIT):
+            raise AdminError(NOT_READY, 503)
         try:
             result = method(current, request, **params)
             if hasattr(result, "__await__"):
@@ -105,12 +110,6 @@ def _put_state(w, request, tenant, namespace, name, key):
 async def _incr(w, request, tenant, namespace, name, key):
     amount = int_param(query(request, "amount", "1"), "amount")
     return {"key": key, "numberValue": await w.incr_counter(tenant, namespace, name, key, amount)}
-
-
-def _not_yet(what):
-    def handler(request, **params):
-        raise AdminError(f"{what} is not supported yet by this worker", 501)
-    return handler
 
 
 def _state_routes(add, call) -> None:
@@ -173,8 +172,8 @@ def _connectors(kind):
 
 def _connector_routes(add, call) -> None:
     """Pulsar IO (SourcesApiV3Resource, SinksApiV3Resource): create (multipart ``sourceConfig``
-    or ``sinkConfig``), get, delete, list, status, start/stop/restart and the built-in lists;
-    update answers 501 until it exists."""
+    or ``sinkConfig``), update (the same, PUT), get, delete, list, status, stats,
+    start/stop/restart and the built-in lists."""
     from pulsar_twisted.functions.connectors import BUILTIN_SINKS, BUILTIN_SOURCES
     for kind, builtins in (("source", BUILTIN_SOURCES), ("sink", BUILTIN_SINKS)):
         base, of = f"/admin/v3/{kind}s/{{tenant}}/{{namespace}}", _connectors(kind)
@@ -187,12 +186,25 @@ def _connector_routes(add, call) -> None:
             parts = multipart_parts(request)
             return of(w).register(tenant, namespace, name, _connector_config_part(parts, kind))
         add("POST", one, call(register))
-        add("PUT", one, _not_yet(f"Updating a Pulsar IO {kind}"))
+
+        def update(w, request, tenant, namespace, name, of=of, kind=kind):
+            parts = multipart_parts(request)
+            config = _connector_config_part(parts, kind)
+            if config is None:
+                raise BadRequest(f"{kind.capitalize()} config is not provided")
+            return of(w).update(tenant, namespace, name, config)
+        add("PUT", one, call(update))
         add("DELETE", one, call(lambda w, r, of=of, **p: of(w).deregister(
             p["tenant"], p["namespace"], p["name"])))
         add("GET", one, call(lambda w, r, of=of, **p: of(w).get(p["tenant"], p["namespace"], p["name"])))
         add("GET", one + "/status", call(lambda w, r, of=of, **p: of(w).status(
             p["tenant"], p["namespace"], p["name"])))
+        add("GET", one + "/stats", call(lambda w, r, of=of, **p: of(w).stats(
+            p["tenant"], p["namespace"], p["name"])))
+        for suffix, method in (("status", "instance_status"), ("stats", "instance_stats")):
+            add("GET", one + "/{instanceId}/" + suffix, call(
+                lambda w, r, of=of, method=method, **p: getattr(of(w), method)(
+                    p["tenant"], p["namespace"], p["name"], int_param(p["instanceId"], "instanceId"))))
         for verb, running, restart in (("start", True, False), ("stop", False, False),
                                        ("restart", True, True)):
             control = _connector_control(of, running, restart)

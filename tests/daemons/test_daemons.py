@@ -266,7 +266,10 @@ class StandaloneInProcessTests(unittest.TestCase):
             dataDirectory=data, journalDirectory=os.path.join(data, "journal"),
             ledgerDirectories=[os.path.join(data, "ledgers")], journalSyncData=False,
             bindAddress="127.0.0.1", webServicePort=0,
-            brokerServiceEndpoint="tcp:0:interface=127.0.0.1")
+            brokerServiceEndpoint="tcp:0:interface=127.0.0.1",
+            # Lookups answer brokerServicePort (6650), not the endpoint's ephemeral port: no
+            # client (the functions worker is one) could use this broker.
+            functionsWorkerEnabled=False)
         root = StandaloneService(config, reactor)
         root.startService()
         self.assertIs((yield root.ready), root)

@@ -63,9 +63,8 @@ class ConfigTests(SynchronousTestCase):
         config(processingGuarantees="EFFECTIVELY_ONCE").validate()
         self.refused("Runtime JAVA is not supported yet: only PYTHON functions run here",
                      NotSupportedYet, runtime="JAVA")
-        self.refused("Python wheel packages are not supported yet: upload a .py file or a .zip",
-                     NotSupportedYet, py="f.whl")
         config(py="f.zip").validate()
+        config(py="f.whl").validate()
 
     def test_update_changes_only_given_fields(self):
         """An update replaces the fields it sets and keeps the others."""

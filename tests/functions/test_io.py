@@ -10,7 +10,7 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from pulsar_twisted.cli.admin import build_parser
 from pulsar_twisted.cli.admin.functions import multipart_body
-from pulsar_twisted.functions.connectors import DataGeneratorSource, FileSink, FileSource
+from pulsar_twisted.functions.connectors import DataGeneratorSource, FileSink, FileSource, SinkRecord
 from pulsar_twisted.functions.errors import FunctionsError
 from pulsar_twisted.functions.io_config import SinkConfig, SourceConfig
 from tests.functions import test_worker
@@ -54,6 +54,10 @@ class ConfigTests(SynchronousTestCase):
         refused = self.assertRaises(FunctionsError, SourceConfig.from_json, dict(SOURCE, topic="x"))
         self.assertIn("Unrecognized field(s) in sourceConfig: topic", str(refused))
         self.assertIn("not available", self.check(SourceConfig, dict(SOURCE, archive="builtin://nope"), 400))
+        cdc = dict(SOURCE, archive="builtin://debezium-postgres", topicName=None)
+        self.assertIsNone(self.check(SourceConfig, cdc, None))   # per-table topics: no topicName
+        self.assertIn("parallelism 1", self.check(SourceConfig, dict(cdc, parallelism=2), 400))
+        self.assertIn("Topic name", self.check(SourceConfig, dict(SOURCE, topicName=None), 400))
         self.assertEqual(self.check(SourceConfig, dict(SOURCE, topicName=None), 400),
                          "Topic name cannot be null")
         self.check(SinkConfig, dict(SINK, inputs=None), 400)
@@ -135,8 +139,8 @@ class ConnectorTests(SynchronousTestCase):
     def test_file_sink_appends_lines(self):
         path = os.path.join(self.mktemp(), "out.txt")
         sink = FileSink({"outputFile": path})
-        sink.write([b"a", b"b"])
-        sink.write([b"c"])
+        self.assertEqual(sink.write([SinkRecord(b"a"), SinkRecord(b"b")]), [])
+        sink.write([SinkRecord(b"c")])
         with open(path, "rb") as f:
             self.assertEqual(f.read(), b"a\nb\nc\n")
         sink.close()
@@ -205,14 +209,53 @@ class IoRouteTests(WorkerTestCase):
         self.assertEqual(self.call("DELETE", "/admin/v3/sources/public/default/s")[0], 204)
         self.assertEqual(self.call("GET", "/admin/v3/sources/public/default/s")[0], 404)
         code, sources = self.call("GET", "/admin/v3/sources/builtinsources")
-        self.assertEqual(sorted(d["name"] for d in sources), ["data-generator", "file"])
+        self.assertEqual(sorted(d["name"] for d in sources), ["data-generator", "debezium-postgres", "file"])
         self.assertIn("sourceClass", sources[0])
         code, sinks = self.call("GET", "/admin/v3/sinks/builtinsinks")
-        self.assertEqual([d["name"] for d in sinks], ["file"])
+        self.assertEqual(sorted(d["name"] for d in sinks), ["file", "jdbc-postgres", "jdbc-sqlite", "redis"])
+        from pulsar_twisted.functions import connectors
+        for d in sources:
+            self.assertTrue(callable(connectors.source_class(d["name"])), d)
+        for d in sinks:
+            self.assertTrue(callable(connectors.sink_class(d["name"])), d)
         self.assertEqual(self.create_connector("source", "x", dict(SOURCE, topicName=None))[0], 400)
         self.assertEqual(self.call("POST", "/admin/v3/sinks/public/default/k/0/stop")[0], 204)
         self.assertEqual(self.call("POST", "/admin/v3/sinks/public/default/k/restart")[0], 204)
         self.assertEqual(self.call("POST", "/admin/v3/sinks/public/default/nope/stop")[0], 404)
+
+    def update_connector(self, kind, name, config):
+        body, ctype = multipart_body([(f"{kind}Config", None, json.dumps(config).encode(),
+                                       "application/json")])
+        return self.call("PUT", f"/admin/v3/{kind}s/public/default/{name}", body, ctype)
+
+    def test_update_and_stats_routes(self):
+        """PUT changes the given fields (parallelism, configs), bumps the version and restarts
+        the instances; Pulsar's immutable fields refuse with 400; stats and per-instance status."""
+        self.assertEqual(self.create_connector("sink", "k", SINK), (204, None))
+        launched = len(self.launchers)
+        self.assertEqual(self.update_connector("sink", "k", {"parallelism": 2,
+                                                             "configs": {"outputFile": "/tmp/x"}}),
+                         (204, None))
+        code, config = self.call("GET", "/admin/v3/sinks/public/default/k")
+        self.assertEqual((config["parallelism"], config["configs"], config["inputs"]),
+                         (2, {"outputFile": "/tmp/x"}, SINK["inputs"]))
+        self.assertEqual(len(self.launchers), launched + 2)
+        code, body = self.update_connector("sink", "k", {"processingGuarantees": "ATMOST_ONCE"})
+        self.assertEqual(code, 400)
+        self.assertIn("Processing Guarantees cannot be altered", json.dumps(body))
+        code, body = self.update_connector("source", "nope", {"parallelism": 2})
+        self.assertEqual(code, 404)
+        self.assertEqual(self.create_connector("source", "s", SOURCE), (204, None))
+        code, body = self.update_connector("source", "s", {"topicName": "persistent://public/default/other"})
+        self.assertEqual(code, 400)
+        code, stats = self.call("GET", "/admin/v3/sinks/public/default/k/stats")
+        self.assertEqual((code, [i["instanceId"] for i in stats["instances"]]), (200, [0, 1]))
+        self.assertIn("receivedTotal", stats)
+        code, one = self.call("GET", "/admin/v3/sinks/public/default/k/1/status")
+        self.assertEqual(code, 200)
+        self.assertIn("numWrittenToSink", one)
+        self.assertEqual(self.call("GET", "/admin/v3/sinks/public/default/k/5/status")[0], 400)
+        self.assertEqual(self.call("GET", "/admin/v3/sources/public/default/s/0/stats")[0], 200)
 
 
 class CliTests(SynchronousTestCase):
@@ -233,3 +276,35 @@ class CliTests(SynchronousTestCase):
         config = _connector_config(a)
         self.assertEqual((config["inputs"], config["archive"], config["tenant"]),
                          (["a", "b"], "builtin://file", "t"))
+
+    def test_config_file_then_flags(self):
+        """--sink-config-file (YAML, Pulsar's field names) is the base; the flags override it."""
+        from pulsar_twisted.cli.admin import CommandError
+        from pulsar_twisted.cli.admin.io import _connector_config
+        path = self.mktemp()
+        with open(path, "w") as f:
+            f.write("name: fromfile\ninputs: [a]\nparallelism: 2\nconfigs:\n  outputFile: /x\n")
+        a = build_parser().parse_args(["sinks", "create", "--sink-type", "file", "--sink-config-file", path,
+                                       "--parallelism", "3"])
+        self.assertEqual(_connector_config(a), {
+            "tenant": "public", "namespace": "default", "name": "fromfile", "inputs": ["a"],
+            "parallelism": 3, "configs": {"outputFile": "/x"}, "archive": "builtin://file"})
+        with open(path, "w") as f:
+            f.write("- a list\n")
+        with self.assertRaises(CommandError):
+            _connector_config(build_parser().parse_args(["sinks", "create", "--name", "n",
+                                                         "--sink-config-file", path]))
+
+    def test_update_stats_and_localrun_flags(self):
+        """update sends only the flags given; status/stats take --instance-id; localrun has
+        Pulsar's --broker-service-url and --instance-id-offset."""
+        from pulsar_twisted.cli.admin.io import _connector_config
+        a = build_parser().parse_args(["sinks", "update", "--name", "k", "--parallelism", "3"])
+        self.assertEqual(_connector_config(a), {"tenant": "public", "namespace": "default", "name": "k",
+                                                "parallelism": 3})
+        a = build_parser().parse_args(["sources", "stats", "--name", "s", "--instance-id", "1"])
+        self.assertEqual((a.kind, a.instance_id), ("source", 1))
+        a = build_parser().parse_args(["sinks", "localrun", "--name", "l", "--sink-type", "redis",
+                                       "--inputs", "x", "--broker-service-url", "pulsar://h:6650",
+                                       "--instance-id-offset", "2"])
+        self.assertEqual((a.broker_service_url, a.instance_id_offset, a.sink_type), ("pulsar://h:6650", 2, "redis"))

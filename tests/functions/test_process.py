@@ -121,7 +121,14 @@ class FunctionsProcessTests(InteropCase):
     def wait_running(self, name, timeout=30.0, restarts=0) -> dict:
         deadline = time.monotonic() + timeout
         while True:
-            status = self.status(name)
+            try:
+                status = self.status(name)
+            except self.failureException as e:
+                # A (re)started standalone's worker answers 503 until it has read the platform.
+                if "503" not in str(e) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+                continue
             if status["numRunning"] == status["numInstances"] and all(
                     i["status"]["numRestarts"] >= restarts for i in status["instances"]):
                 return status

@@ -1,5 +1,6 @@
-"""FunctionsWorker over the in-memory metadata store with fake instance processes, and the
-admin v3 routes over it: records on the platform, rebuilt by a new worker; Pulsar's answers."""
+"""FunctionsWorker over the in-memory metadata store and fake topics (tests/functions/
+test_platform.FakeClient) with fake instance processes, and the admin v3 routes over it: records
+on the platform's topics, rebuilt by a new worker; Pulsar's answers."""
 
 import io
 import json
@@ -10,12 +11,12 @@ from twisted.web.test.requesthelper import DummyRequest
 
 from pulsar_twisted.cli.admin.functions import multipart_body
 from pulsar_twisted.functions.errors import FunctionsError
-from pulsar_twisted.functions.store import MAX_PACKAGE_BYTES
 from pulsar_twisted.functions.worker import FunctionsWorker
 from pulsar_twisted.metadata.embedded.store import EmbeddedMetadataStore
 from pulsar_twisted.metadata.layout import namespace_path, tenant_path
 from pulsar_twisted.web.routing import RouterResource
 from pulsar_twisted.web.site import make_v3_router
+from tests.functions.test_platform import FakeClient
 from tests.functions.test_supervisor import FakeLauncher
 
 CODE = b"def process(input):\n    return input\n"
@@ -31,6 +32,7 @@ class WorkerTestCase(SynchronousTestCase):
         self.result(self.store.put(tenant_path("public"), b"{}"))
         self.result(self.store.put(namespace_path("public/default"), b"{}"))
         self.launchers = {}
+        self.topics = {}
         self.worker = self.new_worker()
 
     def new_worker(self):
@@ -43,7 +45,8 @@ class WorkerTestCase(SynchronousTestCase):
             async def delete(cleaner, topics, subscription):
                 self.cleaned.append((topics, subscription))
         worker = FunctionsWorker(self.store, self.clock, launcher, "pulsar://127.0.0.1:6650",
-                                 "http://127.0.0.1:8080", self.mktemp(), cleaner=Cleaner())
+                                 "http://127.0.0.1:8080", self.mktemp(), cleaner=Cleaner(),
+                                 client=FakeClient(self.topics, clock=self.clock))
         self.result(worker.start())
         return worker
 
@@ -66,14 +69,14 @@ class WorkerTests(WorkerTestCase):
         self.register(parallelism=2)
         self.assertEqual(self.worker.list("public", "default"), ["f"])
         self.assertEqual(self.worker.get("public", "default", "f")["parallelism"], 2)
-        status = self.worker.status("public", "default", "f")
+        status = self.result(self.worker.status("public", "default", "f"))
         self.assertEqual((status["numInstances"], status["numRunning"]), (2, 0))
         self.assertEqual([i["instanceId"] for i in status["instances"]], [0, 1])
         self.assertEqual(sum(len(l.processes) for l in self.launchers.values()), 2)
 
     def test_zip_package_kept_as_an_archive(self):
-        """A .zip package (by its magic) is written under its name for the instance to unpack;
-        a .py under the module's name."""
+        """A .zip package (by its magic) is written under its name for the instance to unpack,
+        a wheel under its name for the instance to install, a .py under the module's name."""
         import os
         zipped = b"PK\x03\x04" + b"rest of the archive"
         self.result(self.worker.register("public", "default", "z", dict(CONFIG, py="exclaim.zip",
@@ -85,6 +88,12 @@ class WorkerTests(WorkerTestCase):
         self.assertEqual(os.path.basename(code_path), "exclaim.zip")
         with open(code_path, "rb") as f:
             self.assertEqual(f.read(), zipped)
+        wheel = b"PK\x03\x04" + b"a wheel"
+        self.result(self.worker.register("public", "default", "w", dict(
+            CONFIG, py="/tmp/wexclaim-1.0-py3-none-any.whl", className="wexclaim.E"), wheel))
+        spec = [p for p in {path for (path, _, _) in self.launchers} if "/w/" in p][0]
+        with open(spec) as f:
+            self.assertEqual(os.path.basename(json.load(f)["codePath"]), "wexclaim-1.0-py3-none-any.whl")
         self.register()
         spec = [p for p in {path for (path, _, _) in self.launchers} if "/f/" in p][0]
         with open(spec) as f:
@@ -102,8 +111,22 @@ class WorkerTests(WorkerTestCase):
                          "Tenant acme does not exist")
         self.assertEqual(self.failure(w.register("public", "other", "g", CONFIG, CODE), 400),
                          "Namespace public/other does not exist")
-        self.failure(w.register("public", "default", "g", CONFIG, b"x" * (MAX_PACKAGE_BYTES + 1)), 413)
         self.failure(w.register("public", "default", "g", CONFIG, b""), 400)
+
+    def test_large_package_on_the_packages_topic(self):
+        """A package of any size goes to the packages topic (the producer chunks it); the record
+        names it and the instance's code file is the package."""
+        import os
+        big = b"# " + b"x" * (3 * 1024 * 1024) + b"\n" + CODE
+        self.result(self.worker.register("public", "default", "big", CONFIG, big))
+        record = self.worker.records.get("public/default/big")
+        self.assertEqual(record["packageSize"], len(big))
+        packages = self.topics["persistent://public/functions/packages"]
+        ledger, entry = map(int, record["packageLocation"].split(":"))
+        self.assertEqual(packages.messages[entry].data(), big)
+        directory = os.path.join(self.worker.download_directory, "public", "default", "big")
+        with open(os.path.join(directory, "echo.py"), "rb") as f:
+            self.assertEqual(f.read(), big)
 
     def test_new_worker_rebuilds_from_the_store(self):
         """A worker started on the same store runs the registered functions again, except the
@@ -114,19 +137,40 @@ class WorkerTests(WorkerTestCase):
         other = self.new_worker()
         self.assertEqual(other.list("public", "default"), ["f"])
         supervisors = other.functions[("public", "default", "f")].supervisors
-        self.assertEqual([s.state.value for s in supervisors], ["starting", "stopped"])
+        self.assertEqual([supervisors[i].state.value for i in (0, 1)], ["starting", "stopped"])
+
+    def test_functions_of_the_metadata_store_move_onto_the_topics(self):
+        """A function an earlier version recorded in the metadata store is moved onto the
+        topics by the leader at start (its state kept) and runs."""
+        from pulsar_twisted.functions.config import FunctionConfig
+        from pulsar_twisted.functions.store import FunctionStore
+        old = FunctionStore(self.store)
+        config = FunctionConfig.from_json(dict(CONFIG, tenant="public", namespace="default", name="old"))
+        self.result(old.put_record("public", "default", "old", {
+            "functionConfig": config.to_json(), "version": 3, "createTime": 1, "packageSize": len(CODE),
+            "stopped": []}))
+        self.result(old.put_package("public", "default", "old", CODE))
+        self.result(old.incr_counter("public", "default", "old", "n", 5))
+        worker = self.new_worker()
+        self.assertEqual(worker.list("public", "default"), ["old"])
+        self.assertEqual(worker.records.get("public/default/old")["version"], 3)
+        self.assertEqual(sorted(worker.functions[("public", "default", "old")].supervisors), [0])
+        self.assertEqual(self.result(old.load_all()), [])
+        self.assertEqual(self.result(worker.get_state("public", "default", "old", "n"))["numberValue"], 5)
 
     def test_update_and_delete(self):
         """An update changes the given fields and re-scales; a delete removes every record and
         the input subscription."""
         self.register()
         self.result(self.worker.update("public", "default", "f", {"parallelism": 3}, None))
-        self.assertEqual(self.worker.status("public", "default", "f")["numInstances"], 3)
+        self.assertEqual(self.result(self.worker.status("public", "default", "f"))["numInstances"], 3)
+        self.assertEqual(sorted(self.worker.assignments.table),
+                         ["public/default/f:0", "public/default/f:1", "public/default/f:2"])
         self.assertEqual(self.worker.get("public", "default", "f")["output"], CONFIG["output"])
         self.result(self.worker.deregister("public", "default", "f"))
         self.assertEqual(self.worker.list("public", "default"), [])
         self.assertEqual(self.cleaned, [(CONFIG["inputs"], "public/default/f")])
-        self.assertEqual(self.result(self.store.get_children("/functions/metadata/public/default")), [])
+        self.assertEqual((self.worker.records.table, self.worker.assignments.table), ({}, {}))
         self.assertEqual(self.new_worker().list("public", "default"), [])
 
     def test_state_is_shared_and_durable(self):
@@ -184,6 +228,30 @@ class RouteTests(WorkerTestCase):
         self.assertEqual(self.call("GET", "/admin/v3/functions/public/default"), (200, ["f"]))
         self.assertEqual(self.call("GET", "/admin/v3/functions/public/default/f/0/status")[0], 200)
 
+    def test_requests_wait_for_a_starting_worker(self):
+        """While the worker reads its topics a request waits for it (no half-read 404), and
+        answers 503 when it does not get ready in time."""
+        self.register()
+        self.worker.ready = False
+        resource = RouterResource(make_v3_router(lambda: self.worker))
+
+        def get():
+            request = DummyRequest(["admin", "v3", "functions", "public", "default", "f"])
+            request.method, request.path = b"GET", b"/admin/v3/functions/public/default/f"
+            request.uri, request.content = request.path, io.BytesIO(b"")
+            resource.render(request)
+            return request
+        waiting = get()
+        self.clock.pump([0.1] * 10)
+        self.assertFalse(waiting.finished)
+        self.worker.ready = True
+        self.clock.advance(0.1)
+        self.assertEqual((waiting.finished, waiting.responseCode or 200), (True, 200))
+        self.worker.ready = False
+        late = get()
+        self.clock.pump([0.1] * 310)
+        self.assertEqual(late.responseCode, 503)
+
     def test_errors_as_pulsar_answers(self):
         """Validation 400 with Pulsar's reason, unknown 404, gaps 501, no worker 503."""
         code, body = self.create(parallelism=0)
@@ -192,7 +260,8 @@ class RouteTests(WorkerTestCase):
         self.assertEqual(self.call("GET", "/admin/v3/functions/public/default/nope")[0], 404)
         self.assertEqual(self.call("POST", "/admin/v3/functions/public/default/f", b"{}",
                                    "application/json")[0], 400)
-        self.assertEqual(self.call("PUT", "/admin/v3/sources/public/default/s")[0], 501)
+        # Updating a source needs a multipart body with its sourceConfig (Pulsar IO update exists).
+        self.assertEqual(self.call("PUT", "/admin/v3/sources/public/default/s")[0], 400)
         self.assertEqual(self.call("GET", "/admin/v3/functions/public/default", worker=False)[0], 503)
 
     def test_state_and_control_routes(self):

@@ -340,3 +340,48 @@ class AttackWhileServingTests(WebTestCase):
         answers = yield defer.gatherResults(finished)
         self.assertEqual({a.split(b" ")[1] for a in answers}, {b"413"})
         yield settle()
+
+
+class SlowClientTests(ChannelCase):
+    """Connections that hold the web port without finishing a request are closed: headers must be
+    complete within HEADER_DEADLINE of their first byte (408), and a silent connection goes after
+    IDLE_TIMEOUT (Jetty's idle timeout). A slow body after complete headers is not cut by either."""
+
+    config = dict(maxMessageSize=64 * 1024)
+
+    def test_trickled_headers_closed_with_408(self):
+        from pulsar_twisted.security.http import HEADER_DEADLINE
+        channel, transport = self.channel()
+        for _ in range(int(HEADER_DEADLINE)):
+            channel.dataReceived(b"G")          # one byte a second keeps the idle timer quiet
+            self.harness.clock.advance(1)
+        self.harness.clock.advance(1)
+        self.assertTrue(transport.value().startswith(b"HTTP/1.1 408 "), transport.value()[:60])
+        self.assertTrue(transport.disconnecting)
+
+    def test_silent_connection_closed_after_idle_timeout(self):
+        from pulsar_twisted.security.http import IDLE_TIMEOUT
+        channel, transport = self.channel()
+        self.harness.clock.advance(IDLE_TIMEOUT - 1)
+        self.assertFalse(transport.disconnecting)
+        self.harness.clock.advance(2)
+        self.assertTrue(transport.disconnecting)
+
+    def test_complete_request_then_slow_body_not_cut_by_header_deadline(self):
+        from pulsar_twisted.security.http import HEADER_DEADLINE
+        channel, transport = self.channel()
+        self.send_headers(channel, [b"Content-Type: application/json", b"Content-Length: 40"],
+                          method=b"PUT", path=b"/admin/v2/tenants/slow")
+        for _ in range(int(HEADER_DEADLINE) + 5):
+            channel.dataReceived(b" ")
+            self.harness.clock.advance(1)
+        self.assertFalse(transport.value().startswith(b"HTTP/1.1 408"))
+        self.assertFalse(transport.disconnecting)
+
+    def test_keep_alive_requests_each_get_their_own_deadline(self):
+        channel, transport = self.channel()
+        for _ in range(3):
+            channel.dataReceived(b"GET /admin/v2/clusters HTTP/1.1\r\nHost: x\r\n\r\n")
+            self.harness.clock.advance(5)
+        self.assertNotIn(b" 408 ", transport.value())
+        self.assertEqual(transport.value().count(b"HTTP/1.1 200"), 3, transport.value()[:300])

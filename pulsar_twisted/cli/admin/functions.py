@@ -144,7 +144,9 @@ def _localrun(a, c):
     directory = tempfile.mkdtemp(prefix="pulsar-localrun-")
     try:
         module = config.className.rpartition(".")[0] or config.className
-        code_path = os.path.join(directory, f"{module}.py")
+        # A .zip or wheel keeps its name (the instance unpacks or installs it by it).
+        kept = a.py.endswith((".zip", ".whl"))
+        code_path = os.path.join(directory, os.path.basename(a.py) if kept else f"{module}.py")
         shutil.copyfile(a.py, code_path)
         spec_path = os.path.join(directory, "instance.json")
         with open(spec_path, "w") as f:

@@ -1,13 +1,19 @@
 """
-``pulsar-admin sources`` and ``pulsar-admin sinks``: create, delete, get, list, status,
-start/stop/restart and
-``available-sources``/``available-sinks``, with Pulsar's flags, over ``/admin/v3/sources`` and
-``/admin/v3/sinks``. A built-in connector is named by ``--source-type``/``--sink-type`` (sent as
-Pulsar does, ``archive: "builtin://<type>"``) or ``--archive builtin://<type>``; ``create`` sends
-Pulsar's multipart body with the ``sourceConfig``/``sinkConfig`` JSON part.
+``pulsar-admin sources`` and ``pulsar-admin sinks``: create, update, delete, get, list, status,
+stats, start/stop/restart, localrun and ``available-sources``/``available-sinks``, with Pulsar's
+flags, over ``/admin/v3/sources`` and ``/admin/v3/sinks``. A built-in connector is named by
+``--source-type``/``--sink-type`` (sent as Pulsar does, ``archive: "builtin://<type>"``) or
+``--archive builtin://<type>``; ``create`` and ``update`` send Pulsar's multipart body with the
+``sourceConfig``/``sinkConfig`` JSON part (``update`` only the fields given). ``localrun`` runs
+the instances as processes here against ``--broker-service-url``, without a worker.
 """
 
 import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
 
 from pulsar_twisted.cli.admin import CommandError, _csv, _q
 from pulsar_twisted.cli.admin.functions import GUARANTEES, multipart_body
@@ -34,11 +40,38 @@ def _json_flag(value, flag):
         raise CommandError(f"{flag} is not valid JSON: {e}")
 
 
+def _config_file(path: str, flag: str) -> dict:
+    """Pulsar's ``--source-config-file``/``--sink-config-file``: the SourceConfig/SinkConfig as
+    YAML (JSON is YAML too; plain JSON when PyYAML is not installed)."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError as e:
+        raise CommandError(f"{flag}: {e}")
+    try:
+        import yaml
+        loaded = yaml.safe_load(text)
+    except ImportError:
+        loaded = _json_flag(text, flag)
+    except yaml.YAMLError as e:
+        raise CommandError(f"{flag} is not valid YAML: {e}")
+    if not isinstance(loaded, dict):
+        raise CommandError(f"{flag} must hold a mapping of the {flag.split('-')[2]}'s config fields")
+    return loaded
+
+
 def _connector_config(a) -> dict:
-    """The sourceConfig/sinkConfig JSON from the flags given."""
-    tenant, namespace, name = _names(a)
-    config = {"tenant": tenant, "namespace": namespace, "name": name}
+    """The sourceConfig/sinkConfig JSON from the config file (if any) and the flags given (the
+    flags win)."""
     kind = a.kind
+    from_file = {}
+    if getattr(a, f"{kind}_config_file", None):
+        from_file = _config_file(getattr(a, f"{kind}_config_file"), f"--{kind}-config-file")
+        for field in ("tenant", "namespace", "name"):
+            if from_file.get(field) and not getattr(a, field):
+                setattr(a, field, from_file[field])
+    tenant, namespace, name = _names(a)
+    config = dict(from_file, tenant=tenant, namespace=namespace, name=name)
     archive = a.archive or (f"builtin://{getattr(a, kind + '_type')}"
                             if getattr(a, kind + "_type") else None)
     simple = {"archive": archive, "className": a.classname, "parallelism": a.parallelism,
@@ -69,6 +102,58 @@ def _create(a, c):
     return "Created successfully"
 
 
+def _update(a, c):
+    config = _connector_config(a)
+    c.put(_path(a), form=multipart_body(
+        [(f"{a.kind}Config", None, json.dumps(config).encode(), "application/json")]))
+    return "Updated successfully"
+
+
+def _instance_get(suffix: str):
+    def run(a, c):
+        if a.instance_id is not None:
+            return c.get(_path(a, f"/{_q(str(a.instance_id))}/{suffix}"))
+        return c.get(_path(a, f"/{suffix}"))
+    return run
+
+
+def _localrun(a, c):
+    """Pulsar's localrun: ``parallelism`` instance processes of a built-in connector on this
+    machine against ``--broker-service-url``; blocks until they exit or the command is
+    interrupted (then stops them with SIGTERM, so a source's acked position is kept)."""
+    from pulsar_twisted.functions.errors import FunctionsError
+    from pulsar_twisted.functions.io_config import CONFIGS
+    raw = _connector_config(a)
+    if not raw.get("archive"):
+        raise CommandError(f"{a.kind.capitalize()} archive not specified: use --{a.kind}-type or --archive")
+    try:
+        config = CONFIGS[a.kind].from_json(raw)
+        config.validate()
+    except FunctionsError as e:
+        raise CommandError(str(e))
+    directory = tempfile.mkdtemp(prefix=f"pulsar-localrun-{a.kind}-")
+    try:
+        spec_path = os.path.join(directory, "instance.json")
+        with open(spec_path, "w") as f:
+            json.dump({"componentType": a.kind.upper(), f"{a.kind}Config": config.to_json(),
+                       "serviceUrl": a.broker_service_url, "webServiceUrl": c.base,
+                       "functionId": config.fqn, "functionVersion": "0"}, f)
+        children = [subprocess.Popen([sys.executable, "-m", "pulsar_twisted.functions.instance_main",
+                                      spec_path, str(a.instance_id_offset + i)])
+                    for i in range(config.parallelism)]
+        try:
+            codes = [child.wait() for child in children]
+        except KeyboardInterrupt:
+            for child in children:
+                child.terminate()
+            codes = [child.wait() for child in children]
+        if any(codes):
+            raise CommandError(f"Instances exited with codes {codes}")
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    return None
+
+
 def _control(verb: str, done: str):
     def run(a, c):
         c.post(_path(a, f"/{a.instance_id}/{verb}" if a.instance_id is not None else f"/{verb}"))
@@ -96,6 +181,7 @@ def _create_flags(p, kind: str) -> None:
     p.add_argument("--parallelism", type=int, help="Number of instances to run")
     p.add_argument("--processing-guarantees", choices=GUARANTEES, help="The processing guarantee")
     p.add_argument(f"--{kind}-config", help=f"The {kind}'s configs (JSON)")
+    p.add_argument(f"--{kind}-config-file", help=f"A YAML (or JSON) file with the {kind}'s config fields")
     if kind == "source":
         p.add_argument("--destination-topic-name", help="The topic the source's records go to")
         return
@@ -111,17 +197,32 @@ def _create_flags(p, kind: str) -> None:
 
 def _adder(kind: str):
     def add(sub) -> None:
-        p = sub.add_parser("create", help=f"Create a {kind}")
-        _name_flags(p)
-        _create_flags(p, kind)
-        p.set_defaults(run=_create, kind=kind)
+        for verb, help, run in (("create", f"Create a {kind}", _create),
+                                ("update", f"Update a {kind} (the fields given)", _update),
+                                ("localrun", f"Run a {kind}'s instances here, without a worker", _localrun)):
+            p = sub.add_parser(verb, help=help)
+            _name_flags(p)
+            _create_flags(p, kind)
+            p.set_defaults(run=run, kind=kind)
+            if verb == "localrun":
+                p.add_argument("--broker-service-url", default="pulsar://localhost:6650",
+                               help="The broker the instances connect to")
+                p.add_argument("--instance-id-offset", type=int, default=0, help="The first instance id")
+            if verb == "update":
+                p.add_argument("--update-auth-data", action="store_true", help="Accepted for Pulsar's "
+                               "CLI compatibility (no function auth data here)")
         for verb, help, run in (
                 ("delete", f"Delete a {kind}", lambda a, c: c.delete(_path(a)) or "Deleted successfully"),
-                ("get", f"The config of a {kind}", lambda a, c: c.get(_path(a))),
-                ("status", f"The status of a {kind}", lambda a, c: c.get(_path(a, "/status")))):
+                ("get", f"The config of a {kind}", lambda a, c: c.get(_path(a)))):
             p = sub.add_parser(verb, help=help)
             _name_flags(p)
             p.set_defaults(run=run, kind=kind)
+        for verb, help in (("status", f"The status of a {kind} (or one instance)"),
+                           ("stats", f"The counters of a {kind} (or one instance)")):
+            p = sub.add_parser(verb, help=help)
+            _name_flags(p)
+            p.add_argument("--instance-id", type=int, help="The instance id (all instances when left out)")
+            p.set_defaults(run=_instance_get(verb), kind=kind)
         for verb, done in (("restart", "Restarted successfully"), ("stop", "Stopped successfully"),
                            ("start", "Started successfully")):
             p = sub.add_parser(verb, help=f"{verb.capitalize()} a {kind} (or one instance)")

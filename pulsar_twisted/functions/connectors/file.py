@@ -1,17 +1,6 @@
 """
-The built-in Pulsar IO connectors (``archive: "builtin://<name>"``) and their definitions, as
-``GET /admin/v3/sources/builtinsources`` and ``/sinks/builtinsinks`` list them (Pulsar's
-``ConnectorDefinition`` JSON).
-
-A connector runs inside an instance process (``io_instance.py``); its contract there:
-
-- a source's ``read(timeout)`` gives the next ``Record`` or None when none is ready within
-  ``timeout`` seconds; ``ack(record)`` is called once the record's message is persisted on the
-  destination topic (so a source only forgets what is safely in Pulsar), ``close()`` at the end;
-- a sink's ``write(messages)`` returns only once every message is durably written (the instance
-  acks them after it returns).
-
-Plain stdlib, no Twisted: the instance process runs the official client's blocking API.
+The ``data-generator`` source, the ``file`` source and the ``file`` sink (the connector
+contract: ``connectors/__init__.py``).
 """
 
 import json
@@ -22,41 +11,7 @@ import threading
 import time
 import uuid
 
-#: Pulsar's ``ConnectorDefinition`` of each built-in.
-BUILTIN_SOURCES = {
-    "data-generator": {
-        "name": "data-generator",
-        "description": "Test data generator source: random person records",
-        "sourceClass": "pulsar_twisted.functions.connectors.DataGeneratorSource",
-        "sourceConfigClass": "pulsar_twisted.functions.connectors.DataGeneratorSource",
-    },
-    "file": {
-        "name": "file",
-        "description": "Reads data from files on the local file system, one message per line",
-        "sourceClass": "pulsar_twisted.functions.connectors.FileSource",
-        "sourceConfigClass": "pulsar_twisted.functions.connectors.FileSource",
-    },
-}
-BUILTIN_SINKS = {
-    "file": {
-        "name": "file",
-        "description": "Writes each message as a line to a local file, fsynced before the ack",
-        "sinkClass": "pulsar_twisted.functions.connectors.FileSink",
-        "sinkConfigClass": "pulsar_twisted.functions.connectors.FileSink",
-    },
-}
-
-
-class Record:
-    """What a source gives: the message's value (bytes), key, properties and event time (ms)."""
-
-    def __init__(self, value: bytes, key=None, properties=None, event_time=None, token=None):
-        self.value = value
-        self.key = key
-        self.properties = properties or {}
-        self.event_time = event_time
-        #: The source's own bookkeeping for ``ack``.
-        self.token = token
+from pulsar_twisted.functions.connectors.base import Record, _bool
 
 
 class DataGeneratorSource:
@@ -214,19 +169,11 @@ class FileSink:
         os.makedirs(directory, exist_ok=True)
         self.file = open(self.path, "ab")
 
-    def write(self, values) -> None:
-        self.file.write(b"".join(v + b"\n" for v in values))
+    def write(self, records) -> list:
+        self.file.write(b"".join(r.value + b"\n" for r in records))
         self.file.flush()
         os.fsync(self.file.fileno())
+        return []
 
     def close(self) -> None:
         self.file.close()
-
-
-def _bool(value) -> bool:
-    return value if isinstance(value, bool) else str(value).lower() == "true"
-
-
-#: Builtin name -> the class an instance runs.
-SOURCE_CLASSES = {"data-generator": DataGeneratorSource, "file": FileSource}
-SINK_CLASSES = {"file": FileSink}
