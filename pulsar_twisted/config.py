@@ -776,6 +776,12 @@ _FUNCTIONS_WORKER_KEYS = [
     Key("failureCheckFreqMs", int, 30000,
         "Milliseconds between reads of the worker membership (the coordination subscription's\n"
         "consumers, from the brokers' topic stats).", "Worker cluster"),
+    Key("brokerClientAuthenticationPlugin", str, "",
+        "The worker's credentials towards the brokers (its own client and its admin calls):\n"
+        "AuthenticationToken or AuthenticationBasic, as the broker's key of that name.", "Security"),
+    Key("brokerClientAuthenticationParameters", str, "",
+        "Parameters of brokerClientAuthenticationPlugin (token:<jwt>, file:///path, or basic's\n"
+        "{\"userId\": ..., \"password\": ...}).", "Security"),
     Key("rescheduleTimeoutMs", int, 60000,
         "Milliseconds a worker may be missing from the membership before the leader reassigns its\n"
         "instances.", "Worker cluster"),

@@ -9,7 +9,13 @@ also has ``client_certificate()`` (``AuthenticationTLS``) gives the TLS options 
 ``pulsar+ssl://`` connections the certificate the client presents.
 """
 
+import json
+
 from pulsar_twisted.client import errors
+
+#: The plugin names a Pulsar config may give (``brokerClientAuthenticationPlugin`` and the like).
+TOKEN_PLUGINS = {"org.apache.pulsar.client.impl.auth.AuthenticationToken", "token"}
+BASIC_PLUGINS = {"org.apache.pulsar.client.impl.auth.AuthenticationBasic", "basic"}
 
 
 class AuthenticationToken:
@@ -91,3 +97,35 @@ class AuthenticationTLS:
 
     def __repr__(self):
         return f"AuthenticationTLS({self.cert_file_path!r}, <key>)"
+
+
+def _read_file_url(url: str) -> str:
+    with open(url[len("file://"):], encoding="utf-8") as f:
+        return f.read().strip()
+
+
+def from_plugin(plugin: str, params: str):
+    """The plugin a Pulsar config names (``brokerClientAuthenticationPlugin`` and its
+    ``...Parameters``), or None when ``plugin`` is empty; ValueError saying what is wrong.
+    Tokens: ``token:<jwt>``, ``file:///path`` (read at each use, so a rotated file is picked up
+    by the next connection), a bare JWT or ``{"token": ...}``; basic: ``{"userId", "password"}``."""
+    if not plugin:
+        return None
+    if plugin in TOKEN_PLUGINS:
+        text = (params or "").strip()
+        if text.startswith("{"):
+            text = json.loads(text).get("token", "")
+        if text.startswith("token:"):
+            return AuthenticationToken(text[len("token:"):])
+        if text.startswith("file://"):
+            return AuthenticationToken(lambda: _read_file_url(text))
+        if text:
+            return AuthenticationToken(text)
+        raise ValueError("the token plugin needs token:<jwt> or file:///path")
+    if plugin in BASIC_PLUGINS:
+        try:
+            values = json.loads(params)
+            return AuthenticationBasic(values["userId"], values["password"])
+        except (ValueError, KeyError, TypeError):
+            raise ValueError('the basic plugin needs {"userId": ..., "password": ...}')
+    raise ValueError(f"unsupported plugin {plugin!r} (AuthenticationToken or AuthenticationBasic)")

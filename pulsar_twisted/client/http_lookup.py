@@ -28,7 +28,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.web.client import Agent, HTTPConnectionPool, readBody
 from twisted.web.http_headers import Headers
-from twisted.web.iweb import IPolicyForHTTPS
+from twisted.web.iweb import IAgent, IPolicyForHTTPS
 from zope.interface import implementer
 
 from pulsar_twisted.common.naming import InvalidTopicNameError, NamespaceName, parse_topic
@@ -87,6 +87,25 @@ def authorization_header(authentication):
     if method == "token":
         return b"Bearer " + bytes(data)
     return b"Basic " + base64.b64encode(bytes(data))
+
+
+@implementer(IAgent)
+class AuthorizingAgent:
+    """An ``IAgent`` that sends every request through ``agent`` with the ``Authorization`` of
+    ``authentication`` (a client plugin; read again per request, so a refreshed token is used):
+    how a daemon that is a client of the brokers (the functions worker) calls their admin API with
+    its ``brokerClientAuthentication*`` credentials."""
+
+    def __init__(self, agent, authentication):
+        self.agent = agent
+        self.authentication = authentication
+
+    def request(self, method, uri, headers=None, bodyProducer=None):
+        headers = headers.copy() if headers is not None else Headers()
+        authorization = authorization_header(self.authentication)
+        if authorization is not None and not headers.hasHeader(b"Authorization"):
+            headers.setRawHeaders(b"Authorization", [authorization])
+        return self.agent.request(method, uri, headers, bodyProducer)
 
 
 @implementer(IPolicyForHTTPS)

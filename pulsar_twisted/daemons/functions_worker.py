@@ -20,8 +20,11 @@ import os
 from prometheus_client import CollectorRegistry
 from twisted.internet import defer, endpoints
 from twisted.web import server
+from twisted.web.client import Agent
 
+from pulsar_twisted.client.auth import from_plugin
 from pulsar_twisted.client.client import Client
+from pulsar_twisted.client.http_lookup import AuthorizingAgent
 from pulsar_twisted.config import ConfigError, FunctionsWorkerConfig
 from pulsar_twisted.daemons.options import config_options
 from pulsar_twisted.daemons.startup import Daemon
@@ -77,22 +80,28 @@ class FunctionsWorkerDaemon(Daemon):
         config = self.config
         os.makedirs(config.downloadDirectory, exist_ok=True)
         url = f"http://{config.workerHostname}:{config.workerPort}"
-        client = Client(config.pulsarServiceUrl, self.reactor)
+        try:
+            credentials = from_plugin(config.brokerClientAuthenticationPlugin,
+                                      config.brokerClientAuthenticationParameters)
+        except ValueError as e:
+            raise ConfigError(f"brokerClientAuthenticationPlugin/Parameters: {e}")
+        client = Client(config.pulsarServiceUrl, self.reactor, authentication=credentials)
+        agent = AuthorizingAgent(Agent(self.reactor), credentials)
         namespace = config.pulsarFunctionsNamespace
         coordinator = Coordinator(
             client, self.reactor, f"persistent://{namespace}/{config.clusterCoordinationTopicName}",
             self.worker_id, url, config.pulsarWebServiceUrl,
             check_interval=config.failureCheckFreqMs / 1000.0,
-            reschedule_timeout=config.rescheduleTimeoutMs / 1000.0)
+            reschedule_timeout=config.rescheduleTimeoutMs / 1000.0, agent=agent)
         self.worker = FunctionsWorker(
             self.store, self.reactor, ProcessLauncher(self.reactor), config.pulsarServiceUrl, url,
             os.path.abspath(config.downloadDirectory), self.worker_id,
-            cleaner=SubscriptionCleaner(self.reactor, config.pulsarWebServiceUrl),
+            cleaner=SubscriptionCleaner(self.reactor, config.pulsarWebServiceUrl, agent=agent),
             client=client, coordinator=coordinator, namespace=namespace,
             topics={"metadata": config.functionMetadataTopicName,
                     "assignments": config.functionAssignmentTopicName,
                     "coordinate": config.clusterCoordinationTopicName},
-            admin_url=config.pulsarWebServiceUrl)
+            admin_url=config.pulsarWebServiceUrl, agent=agent)
         return defer.ensureDeferred(self.worker.start())
 
     async def _stop_worker(self):

@@ -20,6 +20,8 @@ stopped in reverse:
 import os
 
 from twisted.internet import defer
+from twisted.logger import Logger
+from twisted.web.client import Agent
 
 from pulsar_twisted.bookie.metrics import StorageCollector
 from pulsar_twisted.bookie.storage import BookieStorage
@@ -33,7 +35,9 @@ from pulsar_twisted.daemons.listeners import BrokerListeners
 from pulsar_twisted.daemons.options import config_options
 from pulsar_twisted.daemons.startup import Daemon
 from pulsar_twisted.daemons.tree import Step
+from pulsar_twisted.client.auth import from_plugin
 from pulsar_twisted.client.client import Client
+from pulsar_twisted.client.http_lookup import AuthorizingAgent
 from pulsar_twisted.functions.cleanup import SubscriptionCleaner
 from pulsar_twisted.functions.membership import Coordinator
 from pulsar_twisted.functions.metrics import FunctionsCollector
@@ -62,6 +66,8 @@ class StandaloneService(BrokerListeners, Daemon):
     """Metadata store + bookie + ledger client + managed ledgers + broker in one reactor (see the
     module docstring). The parts are attributes once their step has started."""
 
+    log = Logger()
+
     def __init__(self, config: StandaloneConfig, reactor=None):
         super().__init__("pulsar-standalone", reactor, config.brokerShutdownTimeoutMs / 1000.0)
         self.config = config
@@ -79,7 +85,12 @@ class StandaloneService(BrokerListeners, Daemon):
             Step("admin", self._start_admin, lambda: self.admin.stopService()),
         ]
         steps += self.listening_services()
+        #: Why the functions worker does not run although functionsWorkerEnabled (None: it runs).
+        self.functions_disabled = None
+        self.worker_credentials = None
         if config.functionsWorkerEnabled:
+            self.functions_disabled = self._check_worker_credentials()
+        if config.functionsWorkerEnabled and self.functions_disabled is None:
             # After the listeners: its instances connect to them at once.
             steps.append(Step("functions worker", self._start_functions, self._stop_functions))
         for step in steps:
@@ -134,20 +145,51 @@ class StandaloneService(BrokerListeners, Daemon):
                 return f"{scheme}://{self.config.advertisedAddress}:{port.getHost().port}"
         return configured
 
+    def _check_worker_credentials(self):
+        """The embedded worker is a client of this broker and takes the broker's own client
+        credentials (``brokerClientAuthentication*``), as Pulsar's embedded worker does. With
+        authentication on and none configured it cannot work: it is left out, the reason logged
+        here and answered (503) by every functions call. A malformed plugin stops start-up."""
+        try:
+            self.worker_credentials = from_plugin(self.config.brokerClientAuthenticationPlugin,
+                                                  self.config.brokerClientAuthenticationParameters)
+        except ValueError as e:
+            raise ConfigError(f"brokerClientAuthenticationPlugin/Parameters: {e}")
+        if self.config.authenticationEnabled and self.worker_credentials is None:
+            reason = ("Function worker service is not running: authenticationEnabled=true needs "
+                      "brokerClientAuthenticationPlugin/Parameters for the worker's own connections")
+            self.log.warn("{reason}", reason=reason)
+            return reason
+        return None
+
     def _start_functions(self):
         broker_url = self._bound_url("binary", "pulsar", self.broker_url)
-        client = Client(broker_url, self.reactor)
+        credentials = self.worker_credentials
+        client = Client(broker_url, self.reactor, authentication=credentials)
+        agent = AuthorizingAgent(Agent(self.reactor), credentials)
         web = self._bound_url("web", "http", self.addresses.web_url)
         # Pulsar's defaults (failureCheckFreqMs=30000, rescheduleTimeoutMs=60000): workers
         # started beside this standalone join its worker cluster.
         coordinator = Coordinator(client, self.reactor, "persistent://public/functions/coordinate",
-                                  "standalone", web, web)
+                                  "standalone", web, web, agent=agent)
         self.functions_worker = FunctionsWorker(
             self.store, self.reactor, ProcessLauncher(self.reactor), broker_url, web,
             os.path.join(self.config.dataDirectory, "functions"),
-            cleaner=SubscriptionCleaner(self.reactor, web), client=client,
-            coordinator=coordinator, admin_url=web)
-        return defer.ensureDeferred(self.functions_worker.start())
+            cleaner=SubscriptionCleaner(self.reactor, web, agent=agent), client=client,
+            coordinator=coordinator, admin_url=web, agent=agent)
+        self._functions_starting = defer.ensureDeferred(self._start_functions_worker())
+        return self._functions_starting
+
+    async def _start_functions_worker(self):
+        """The first attempt is awaited (a started standalone's worker is normally ready); when it
+        fails the standalone runs on, the worker retrying in the background (its API 503s)."""
+        try:
+            await self.functions_worker.start()
+        except Exception as e:
+            self.log.error("functions worker did not start: {error}; the standalone runs without "
+                           "it while it retries", error=e)
+            self._functions_retry = defer.ensureDeferred(
+                self.functions_worker.start_until_started(failed_once=True))
 
     async def _stop_functions(self):
         await self.functions_worker.stop()
@@ -156,7 +198,7 @@ class StandaloneService(BrokerListeners, Daemon):
     def functions_worker_source(self):
         def source():
             return self.functions_worker
-        source.disabled = not self.config.functionsWorkerEnabled
+        source.disabled = (not self.config.functionsWorkerEnabled) or self.functions_disabled
         return source
 
     def announce(self) -> None:

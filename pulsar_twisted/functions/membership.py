@@ -154,8 +154,12 @@ class Coordinator:
         try:
             self.leader_name, found = await self.fetch()
         except Exception as e:
+            # Not knowing is not "they left": the view stays as it was (the leader would
+            # otherwise take every instance while the brokers' web service is away).
             self.log.warn("reading the worker membership failed: {e}", e=e)
-            found = {}
+            found = {w: url for w, (url, _) in self._seen.items()}
+            for worker in found:
+                self._seen[worker] = (found[worker], now)
         found[self.worker_id] = self.worker_url
         for worker, url in found.items():
             self._seen[worker] = (url, now)

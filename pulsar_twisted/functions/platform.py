@@ -26,6 +26,8 @@ from twisted.web.http_headers import Headers
 from pulsar_twisted.client.errors import Timeout
 from pulsar_twisted.client.message_id import MessageId
 
+_log = Logger()
+
 #: Seconds a message announced during the catch-up may take to arrive.
 CATCH_UP_TIMEOUT = 30.0
 
@@ -52,6 +54,8 @@ class TopicTable:
         self._closed = False
 
     async def start(self) -> None:
+        """Read the topic from the earliest message, then tail it (again after ``close``)."""
+        self._closed = False
         self.reader = await self.client.create_reader(self.topic, MessageId.earliest)
         while await self.reader.has_message_available():
             try:
@@ -139,7 +143,8 @@ class TopicTable:
 
     async def close(self) -> None:
         self._closed = True
-        for handle in (self.reader, self.producer):
+        handles, self.reader, self.producer = (self.reader, self.producer), None, None
+        for handle in handles:
             if handle is not None:
                 try:
                     await handle.close()
@@ -178,8 +183,29 @@ class PackageTopic:
             await reader.close()
 
     async def close(self) -> None:
-        if self.producer is not None:
-            await self.producer.close()
+        producer, self.producer = self.producer, None
+        if producer is not None:
+            try:
+                await producer.close()
+            except Exception:
+                pass
+
+
+async def ensure_topics(reactor, admin_url: str, topics, agent=None) -> None:
+    """Each topic created non-partitioned (``PUT /admin/v2/persistent/...``; 409: it exists), so
+    that a namespace whose auto-creation makes partitioned topics does not give the workers
+    partitioned logs. RuntimeError with the broker's answer otherwise."""
+    from pulsar_twisted.common.naming import parse_topic
+    agent = agent if agent is not None else Agent(reactor)
+    for topic in topics:
+        name = parse_topic(topic)
+        url = (f"{admin_url.rstrip('/')}/admin/v2/{name.domain}/{name.tenant}/{name.namespace}/"
+               f"{name.local_name}")
+        response = await agent.request(b"PUT", url.encode("ascii"))
+        answer = await readBody(response)
+        if response.code not in (200, 204, 409):
+            raise RuntimeError(f"creating topic {topic}: HTTP {response.code} "
+                               f"{answer[:200].decode('utf-8', 'replace')}")
 
 
 async def ensure_namespace(reactor, admin_url: str, namespace: str, agent=None) -> None:
@@ -197,3 +223,18 @@ async def ensure_namespace(reactor, admin_url: str, namespace: str, agent=None) 
     if response.code not in (200, 204, 409):
         raise RuntimeError(f"creating namespace {namespace}: HTTP {response.code} "
                            f"{answer[:200].decode('utf-8', 'replace')}")
+    if response.code == 409:
+        # It exists: its retention is the operator's, but without an infinite one the brokers
+        # may trim the logs the workers rebuild from. Say so (not overridden).
+        response = await agent.request(b"GET", f"{url}/retention".encode("ascii"))
+        answer = await readBody(response)
+        try:
+            retention = json.loads(answer) if response.code == 200 and answer.strip() else {}
+        except ValueError:
+            retention = {}
+        if (retention or {}).get("retentionTimeInMinutes") != -1 or \
+                (retention or {}).get("retentionSizeInMB") != -1:
+            _log.warn("namespace {ns} has retention {r}: the functions workers' topics need "
+                      "retentionTimeInMinutes=-1 and retentionSizeInMB=-1 (pulsar-admin "
+                      "namespaces set-retention {ns} --time -1 --size -1)", ns=namespace,
+                      r=retention or "unset")

@@ -34,7 +34,8 @@ from pulsar_twisted.functions.errors import (
 from pulsar_twisted.functions.forward import Forwarder, function_path, multipart
 from pulsar_twisted.functions.io_worker import ConnectorsManager
 from pulsar_twisted.functions.membership import SoloCoordinator, schedule
-from pulsar_twisted.functions.platform import PackageTopic, TopicTable, ensure_namespace
+from pulsar_twisted.functions.platform import (
+    PackageTopic, TopicTable, ensure_namespace, ensure_topics)
 from pulsar_twisted.functions.store import FunctionStore
 from pulsar_twisted.functions.supervisor import InstanceSupervisor, State
 from pulsar_twisted.functions.trigger import trigger
@@ -87,7 +88,7 @@ class FunctionsWorker:
     def __init__(self, store, clock, launcher, service_url: str, web_service_url: str,
                  download_directory: str, worker_id: str = "standalone", cleaner=None,
                  client=None, coordinator=None, namespace: str = "public/functions",
-                 topics: dict = None, admin_url: str = None, forwarder=None):
+                 topics: dict = None, admin_url: str = None, forwarder=None, agent=None):
         self.metadata = store
         self.store = FunctionStore(store)
         self.clock = clock
@@ -108,11 +109,14 @@ class FunctionsWorker:
         self.packages = PackageTopic(client, self.topics["packages"])
         self.coordinator = coordinator or SoloCoordinator(worker_id, web_service_url)
         self.coordinator.on_change = self._changed
-        self.forwarder = forwarder or Forwarder(clock)
+        #: The ``IAgent`` of this worker's calls to the brokers' admin API (None: a plain one);
+        #: a ``client.http_lookup.AuthorizingAgent`` carries the worker's credentials.
+        self.agent = agent
+        self.forwarder = forwarder or Forwarder(clock, agent)
         self.functions = {}
         #: True once ``start`` has read the platform: the admin API answers 503 before.
         self.ready = False
-        self._started = False
+        self._started = self._stopped = False
         self._dirty = self._running = self._imported = False
         self._converging = None
         self._stopping = []
@@ -125,7 +129,8 @@ class FunctionsWorker:
         """Read the records and assignments from the platform, join the worker cluster, then
         run what is assigned here."""
         if self.admin_url:
-            await ensure_namespace(self.clock, self.admin_url, self.namespace)
+            await ensure_namespace(self.clock, self.admin_url, self.namespace, self.agent)
+            await ensure_topics(self.clock, self.admin_url, sorted(self.topics.values()), self.agent)
         await self.records.start()
         await self.assignments.start()
         await self.coordinator.start()
@@ -164,6 +169,7 @@ class FunctionsWorker:
 
     async def _stop(self, grace):
         self.ready = False
+        self._stopped = True
         self._started = False
         await self.coordinator.close()
         await defer.gatherResults(
@@ -172,6 +178,28 @@ class FunctionsWorker:
             + self._stopping + [self.sources.stop(grace), self.sinks.stop(grace)])
         for handle in (self.records, self.assignments, self.packages):
             await handle.close()
+
+    async def start_until_started(self, first_delay: float = 1.0, max_delay: float = 60.0,
+                                  failed_once: bool = False) -> None:
+        """``start``, again after a failure (the platform unreachable, a refused namespace...)
+        with a doubling delay, each failure logged; what a failed attempt opened is closed
+        first. Returns once started (or when ``stop`` was called meanwhile)."""
+        delay = first_delay
+        while not self._stopped:
+            if not failed_once:
+                try:
+                    await self.start()
+                    return
+                except Exception as e:
+                    self.log.error("functions worker {worker} did not start: {error}; retrying "
+                                   "in {delay} s (the admin API answers 503 meanwhile)",
+                                   worker=self.worker_id, error=e, delay=delay)
+            failed_once = False
+            await self.coordinator.close()
+            for handle in (self.records, self.assignments, self.packages):
+                await handle.close()
+            await task.deferLater(self.clock, delay, lambda: None)
+            delay = min(delay * 2, max_delay)
 
     async def wait_ready(self, timeout: float) -> bool:
         """Whether ``start`` finishes within ``timeout`` seconds (requests arriving while the

@@ -14,13 +14,12 @@
 """
 
 import collections
-import json
 
 from twisted.internet import defer, protocol
 from twisted.internet.endpoints import HostnameEndpoint, wrapClientTLS
 from twisted.logger import Logger
 
-from pulsar_twisted.client.auth import AuthenticationBasic, AuthenticationToken
+from pulsar_twisted.client.auth import from_plugin
 from pulsar_twisted.common import errors
 from pulsar_twisted.common.naming import parse_topic
 from pulsar_twisted.config import ConfigError
@@ -32,42 +31,13 @@ from pulsar_twisted.security.auth import AuthenticationService, Credentials
 from pulsar_twisted.security.endpoints import peer_certificate_of
 from pulsar_twisted.security.tls import ClientTLS
 
-_TOKEN_PLUGINS = {"org.apache.pulsar.client.impl.auth.AuthenticationToken", "token"}
-_BASIC_PLUGINS = {"org.apache.pulsar.client.impl.auth.AuthenticationBasic", "basic"}
-
-
-def _read_file_url(url: str) -> str:
-    with open(url[len("file://"):], encoding="utf-8") as f:
-        return f.read().strip()
-
-
 def broker_client_auth(config):
     """The proxy's credentials towards brokers (a client auth plugin), or None; ConfigError."""
-    plugin, params = config.brokerClientAuthenticationPlugin, config.brokerClientAuthenticationParameters
-    if not plugin:
-        return None
-    if plugin in _TOKEN_PLUGINS:
-        text = params.strip()
-        if text.startswith("{"):
-            text = json.loads(text).get("token", "")
-        if text.startswith("token:"):
-            return AuthenticationToken(text[len("token:"):])
-        if text.startswith("file://"):
-            # Read at each use: a token file rotated on disk is picked up by the next connection.
-            return AuthenticationToken(lambda: _read_file_url(text))
-        if text:
-            return AuthenticationToken(text)
-        raise ConfigError("brokerClientAuthenticationParameters: the token plugin needs token:<jwt> "
-                          "or file:///path")
-    if plugin in _BASIC_PLUGINS:
-        try:
-            values = json.loads(params)
-            return AuthenticationBasic(values["userId"], values["password"])
-        except (ValueError, KeyError, TypeError):
-            raise ConfigError('brokerClientAuthenticationParameters: the basic plugin needs '
-                              '{"userId": ..., "password": ...}')
-    raise ConfigError(f"brokerClientAuthenticationPlugin: unsupported plugin {plugin!r} "
-                      "(AuthenticationToken or AuthenticationBasic)")
+    try:
+        return from_plugin(config.brokerClientAuthenticationPlugin,
+                           config.brokerClientAuthenticationParameters)
+    except ValueError as e:
+        raise ConfigError(f"brokerClientAuthenticationPlugin/Parameters: {e}")
 
 
 def broker_tls(config):

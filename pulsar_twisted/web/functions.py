@@ -63,7 +63,9 @@ def _handler(worker, method):
     async def handler(request, **params):
         current = worker()
         if current is None:
-            raise AdminError(DISABLED if getattr(worker, "disabled", False) else NOT_READY, 503)
+            disabled = getattr(worker, "disabled", False)
+            raise AdminError(disabled if isinstance(disabled, str) else
+                             DISABLED if disabled else NOT_READY, 503)
         if not getattr(current, "ready", True) and not await current.wait_ready(READY_WAIT):
             raise AdminError(NOT_READY, 503)
         try:
@@ -76,21 +78,38 @@ def _handler(worker, method):
     return handler
 
 
+def _not_forwarded_again(w, request) -> None:
+    """A write another worker forwarded here as to the leader: 503 when this worker is not the
+    leader (any more) rather than forwarding it on (two workers disagreeing on the leader would
+    pass it back and forth)."""
+    if request.getHeader("x-pulsar-forwarded") and not getattr(w, "is_leader", True):
+        raise AdminError("This functions worker is not the leader; try again", 503)
+
+
 def _register(w, request, tenant, namespace, name):
+    _not_forwarded_again(w, request)
     parts = multipart_parts(request)
     return w.register(tenant, namespace, name, _config_part(parts), parts.get("data"))
 
 
 def _update(w, request, tenant, namespace, name):
+    _not_forwarded_again(w, request)
     parts = multipart_parts(request)
     return w.update(tenant, namespace, name, _config_part(parts) or {}, parts.get("data"))
 
 
 def _control(running, restart=False):
     def handler(w, request, tenant, namespace, name, instanceId=None):
+        if not restart:
+            _not_forwarded_again(w, request)
         chosen = None if instanceId is None else int_param(instanceId, "instanceId")
         return w.set_running(tenant, namespace, name, running, chosen, restart)
     return handler
+
+
+def _deregister(w, request, tenant, namespace, name):
+    _not_forwarded_again(w, request)
+    return w.deregister(tenant, namespace, name)
 
 
 def _put_state(w, request, tenant, namespace, name, key):
@@ -127,7 +146,7 @@ def _management_routes(add, call) -> None:
     add("POST", FN, call(_register))
     add("POST", FN + "/trigger", call(_trigger))
     add("PUT", FN, call(_update))
-    add("DELETE", FN, call(lambda w, r, tenant, namespace, name: w.deregister(tenant, namespace, name)))
+    add("DELETE", FN, call(_deregister))
     add("GET", FN, call(lambda w, r, tenant, namespace, name: w.get(tenant, namespace, name)))
     add("GET", FN + "/status", call(lambda w, r, tenant, namespace, name:
                                     w.status(tenant, namespace, name)))

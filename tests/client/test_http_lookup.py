@@ -336,3 +336,30 @@ class ClientOverHttpTests(Base):
                 broker.success(c[0].close_producer.request_id)
         broker.lose()   # the pool closed the transport; StringTransport does not report it
         self.successResultOf(close)
+
+
+class AuthorizingAgentTests(SynchronousTestCase):
+    """A daemon's admin calls carry its client credentials, read per request."""
+
+    def test_header_added_per_request(self):
+        from twisted.internet import defer
+        from twisted.web.http_headers import Headers
+
+        from pulsar_twisted.client.auth import AuthenticationBasic, AuthenticationToken
+        from pulsar_twisted.client.http_lookup import AuthorizingAgent
+        seen = []
+
+        class Recorder:
+            def request(self, method, uri, headers=None, bodyProducer=None):
+                seen.append(headers.getRawHeaders(b"Authorization"))
+                return defer.succeed(None)
+
+        tokens = iter(["t1", "t2"])
+        agent = AuthorizingAgent(Recorder(), AuthenticationToken(lambda: next(tokens)))
+        given = Headers({b"Accept": [b"application/json"]})
+        agent.request(b"GET", b"http://x/a", given)
+        agent.request(b"GET", b"http://x/b")
+        AuthorizingAgent(Recorder(), AuthenticationBasic("u", "p")).request(b"GET", b"http://x/")
+        AuthorizingAgent(Recorder(), None).request(b"GET", b"http://x/")
+        self.assertEqual(seen, [[b"Bearer t1"], [b"Bearer t2"], [b"Basic dTpw"], None])
+        self.assertFalse(given.hasHeader(b"Authorization"))   # the caller's headers untouched

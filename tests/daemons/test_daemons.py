@@ -190,6 +190,33 @@ class TreeShapeTests(unittest.SynchronousTestCase):
         config = StandaloneConfig(functionsWorkerEnabled=False)
         self.assertEqual(self.names(StandaloneService(config, reactor=object()))[-2:], ["web", "binary"])
 
+    def test_standalone_worker_needs_credentials_under_authentication(self):
+        """With authenticationEnabled the embedded worker is a client of its own broker: it takes
+        brokerClientAuthentication*; without them it is left out and every functions call says why
+        (503); a malformed plugin stops start-up."""
+        from twisted.internet import defer
+
+        from pulsar_twisted.client.auth import AuthenticationToken
+        from pulsar_twisted.config import ConfigError
+        from pulsar_twisted.web.functions import _handler
+        auth = dict(authenticationEnabled=True, authenticationProviders=["token"])
+        alone = StandaloneService(StandaloneConfig(**auth), reactor=object())
+        self.assertNotIn("functions worker", self.names(alone))
+        self.assertIn("brokerClientAuthenticationPlugin", alone.functions_disabled)
+        handler = _handler(alone.functions_worker_source(), lambda worker, request: None)
+        failure = self.failureResultOf(defer.ensureDeferred(handler(None)))
+        self.assertEqual((failure.value.status, str(failure.value)), (503, alone.functions_disabled))
+
+        with_token = StandaloneService(StandaloneConfig(
+            brokerClientAuthenticationPlugin="org.apache.pulsar.client.impl.auth.AuthenticationToken",
+            brokerClientAuthenticationParameters="token:abc", **auth), reactor=object())
+        self.assertEqual(self.names(with_token)[-1], "functions worker")
+        self.assertIsInstance(with_token.worker_credentials, AuthenticationToken)
+        self.assertEqual(with_token.worker_credentials.auth_data(), b"abc")
+        with self.assertRaises(ConfigError):
+            StandaloneService(StandaloneConfig(brokerClientAuthenticationPlugin="kerberos", **auth),
+                              reactor=object())
+
     def test_standalone_with_tls(self):
         """The TLS listeners come after the web one and before the plain binary port."""
         config = StandaloneConfig(webServicePortTls=8443, brokerServicePortTls=6651)

@@ -37,6 +37,7 @@ class RoutedForwarder:
         request.method, request.path = method.encode(), path.encode()
         request.uri = request.path
         request.content = io.BytesIO(body or b"")
+        request.requestHeaders.setRawHeaders(b"x-pulsar-forwarded", [b"true"])   # as Forwarder's
         if content_type:
             request.requestHeaders.setRawHeaders(b"content-type", [content_type.encode()])
         RouterResource(make_v3_router(lambda: worker)).render(request)
@@ -125,6 +126,20 @@ class ClusterTests(SynchronousTestCase):
         self.wait(c.register("public", "default", "g", CONFIG, CODE))
         self.assertEqual(c.assigned_worker("public", "default", "g", 0), "c")
         self.assertEqual(sorted(c.functions[("public", "default", "g")].supervisors), [0])
+
+    def test_forwarded_write_is_not_forwarded_again(self):
+        """A write forwarded to a worker that is not the leader (views disagreeing) answers 503
+        instead of travelling on."""
+        self.worker("a")
+        b = self.worker("b")
+        # b believes b itself leads (a stale view): its forward comes back to it, refused.
+        b.coordinator.leader_name = "b"
+        b.coordinator.members["b"] = "http://b:6750"
+        failure = self.failureResultOf(defer.ensureDeferred(
+            b.register("public", "default", "f", CONFIG, CODE)), FunctionsError)
+        self.assertEqual(failure.value.status, 503)
+        self.assertEqual(self.forwarder.calls,
+                         [("http://b:6750", "POST", "/admin/v3/functions/public/default/f")])
 
     def test_leader_gone_the_next_active_consumer_leads(self):
         a, b = self.worker("a"), self.worker("b")

@@ -172,6 +172,19 @@ class SourceTests(SynchronousTestCase):
         again.close()
         third = self.source(**{"snapshot.mode": "never"})
         self.assertEqual(self.drain(third, None, timeout=1.0), [])
+        # Idle, with activity the publication does not carry: the slot still moves on (no WAL kept).
+        self.sql.execute("CREATE TABLE unpublished_activity (x int)")
+        wal = pgoutput.lsn_int(str(self.sql.execute("SELECT pg_current_wal_lsn()").fetchone()[0]))
+
+        def confirmed():
+            return pgoutput.lsn_int(str(self.sql.execute(
+                "SELECT confirmed_flush_lsn FROM pg_replication_slots WHERE database = current_database()"
+            ).fetchone()[0]))
+        deadline = time.monotonic() + 10
+        while confirmed() < wal:
+            self.assertLess(time.monotonic(), deadline, "the idle slot never moved")
+            self.assertIsNone(third.read(0.05))
+        third.close()
 
     def test_unacked_snapshot_is_taken_again(self):
         source = self.source()

@@ -159,6 +159,12 @@ class StatsAgent:
         return defer.succeed(Response())
 
 
+class FailingAgent:
+    def request(self, method, uri, headers=None, body=None):
+        from twisted.internet.error import ConnectionRefusedError
+        return defer.fail(ConnectionRefusedError("broker web service down"))
+
+
 def run(d):
     """The result of a Deferred or coroutine that the fakes complete synchronously."""
     results = []
@@ -255,6 +261,12 @@ class CoordinatorTests(SynchronousTestCase):
         clock.advance(1)
         self.assertEqual(a.members, {"a": "http://a:6750", "b": "http://b:6750"})
         self.assertEqual(changes, ["a", "a"])
+        # The stats unreadable for longer than rescheduleTimeout: nobody is taken for gone.
+        healthy = a.agent
+        a.agent = FailingAgent()
+        clock.pump([1] * 5)
+        self.assertEqual(sorted(a.members), ["a", "b"])
+        a.agent = healthy
         run(b.close())
         clock.advance(1)
         self.assertIn("b", a.members)
@@ -264,3 +276,45 @@ class CoordinatorTests(SynchronousTestCase):
         client.subscriptions[("persistent://public/functions/coordinate", "participants")][0].is_active = False
         self.assertFalse(a.is_leader)
         run(a.close())
+
+
+class EnsureNamespaceTests(SynchronousTestCase):
+
+    def agent(self, answers):
+        from twisted.python.failure import Failure
+        from twisted.web.client import ResponseDone
+        requests = []
+
+        class Agent:
+            def request(agent, method, uri, headers=None, body=None):
+                requests.append((method, uri))
+                code, payload = answers.pop(0)
+
+                class Response:
+                    phrase, length = b"", len(payload)
+
+                    def deliverBody(self, protocol):
+                        protocol.dataReceived(payload)
+                        protocol.connectionLost(Failure(ResponseDone()))
+                Response.code = code
+                return defer.succeed(Response())
+        return Agent(), requests
+
+    def test_created_or_existing(self):
+        """Created with infinite retention; an existing namespace without it is reported (not
+        overridden); any other answer is an error naming it."""
+        from pulsar_twisted.functions.platform import ensure_namespace
+        agent, requests = self.agent([(204, b"")])
+        run(ensure_namespace(None, "http://b:8080/", "public/functions", agent=agent))
+        self.assertEqual(requests, [(b"PUT", b"http://b:8080/admin/v2/namespaces/public/functions")])
+        agent, requests = self.agent([(409, b'{"reason": "exists"}'),
+                                      (200, b'{"retentionTimeInMinutes": 0, "retentionSizeInMB": 0}')])
+        from twisted.logger import capturedLogs
+        with capturedLogs() as events:
+            run(ensure_namespace(None, "http://b:8080", "public/functions", agent=agent))
+        self.assertEqual(requests[1], (b"GET", b"http://b:8080/admin/v2/namespaces/public/functions/retention"))
+        self.assertTrue(any("set-retention" in e.get("log_format", "") for e in events))
+        agent, _ = self.agent([(403, b'{"reason": "no"}')])
+        with self.assertRaises(RuntimeError) as e:
+            run(ensure_namespace(None, "http://b:8080", "public/functions", agent=agent))
+        self.assertIn("HTTP 403", str(e.exception))

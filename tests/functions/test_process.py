@@ -340,3 +340,19 @@ class FunctionsProcessTests(InteropCase):
         for text in ("junk", "kept"):
             producer.send(text.encode())
         self.assertEqual(self.receive(consumer).data(), b"kept")
+
+    def test_package_larger_than_a_message(self):
+        """A package above the broker's maxMessageSize (5 MB) goes to the packages topic as
+        chunks and comes back from it for the instance."""
+        inp, out = self.topic("in", "persistent"), self.topic("out", "persistent")
+        padding = "# " + "x" * (5 * 1024 * 1024 + 200 * 1024) + "\n"
+        self.create("large", padding + EXCLUSION, "large", inputs=inp, output=out)
+        consumer = self.output_consumer(out)
+        self.client.create_producer(inp).send(b"kept")
+        self.assertEqual(self.receive(consumer).data(), b"kept")
+        # The worker's copy (read back from the packages topic) is the whole package.
+        copies = [os.path.join(root, "large.py") for root, _, files in os.walk(self.standalone.directory)
+                  if "large.py" in files and root.endswith(os.path.join("public", "default", "large"))]
+        self.assertEqual(len(copies), 1)
+        with open(copies[0]) as f:
+            self.assertEqual(f.read(), padding + EXCLUSION)

@@ -3,7 +3,8 @@ Two ``twistd pulsar-functions-worker`` processes beside a small real cluster (Zo
 bookie, one broker): a function created through either worker is assigned by the leader; the
 worker running its instance is killed -9 and the other takes the instance over (after
 ``rescheduleTimeoutMs``), with nothing lost under ATLEAST_ONCE, the official client producing
-the input and reading the output.
+the input and reading the output. And a worker across a broker restart: its records, leadership
+and instance carry on, and a function created after it works.
 """
 
 import io
@@ -99,3 +100,36 @@ class TakeoverTests(ClusterCase):
         self.assertEqual(self.admin(workers[survivor], "delete", "--name", "echo"),
                          "Deleted successfully\n")
         self.assertNotIn("echo", self.admin(workers[survivor], "list"))
+
+    def test_broker_restart_under_a_worker(self):
+        cluster = self.make_cluster(bookies=1, brokers=1, broker_config={
+            "managedLedgerDefaultEnsembleSize": 1, "managedLedgerDefaultWriteQuorum": 1,
+            "managedLedgerDefaultAckQuorum": 1})
+        worker = cluster.add_functions_worker(dict(WORKER_CONFIG, workerId="A"))
+        worker.start()
+        prefix = uuid.uuid4().hex[:8]
+        topics = {n: f"persistent://public/default/{prefix}-{n}" for n in ("in", "out", "in2", "out2")}
+        path = os.path.join(cluster.directory, "slowish.py")
+        with open(path, "w") as f:
+            f.write(SLOWISH)
+
+        def create(name, inp, out):
+            self.assertEqual(self.admin(worker, "create", "--name", name, "--py", path,
+                                        "--classname", "slowish", "--inputs", inp, "--output", out,
+                                        "--subs-position", "Earliest"), "Created successfully\n")
+            wait_for(lambda: self.running_on(worker, name) == "A", 30, f"{name} running",
+                     on_timeout=cluster.logs)
+        create("before", topics["in"], topics["out"])
+        cluster.brokers[0].restart()
+        # Created after the restart: the worker's metadata producer, reader and leadership are
+        # back (the write goes through the leader, itself).
+        create("after", topics["in2"], topics["out2"])
+        client = self.client(cluster.brokers[0].service_url)
+        for name, inp, out in (("before", topics["in"], topics["out"]),
+                               ("after", topics["in2"], topics["out2"])):
+            consumer = client.subscribe(out, "test", initial_position=pulsar.InitialPosition.Earliest)
+            client.create_producer(inp).send(name.encode())
+            self.assertEqual(consumer.receive(timeout_millis=30000).data(), (name + "!").encode())
+        # The worker's own log stays clean (a broker stopping under an admin request may log
+        # one of its own, which is the broker's business).
+        self.assertEqual({n: t for n, t in cluster.tracebacks().items() if "functions" in n}, {})

@@ -139,6 +139,33 @@ class WorkerTests(WorkerTestCase):
         supervisors = other.functions[("public", "default", "f")].supervisors
         self.assertEqual([supervisors[i].state.value for i in (0, 1)], ["starting", "stopped"])
 
+    def test_start_retried_until_the_platform_answers(self):
+        """A start that fails (here: the namespace refused) is logged and retried with a
+        doubling delay, what it opened closed first; the worker starts once the platform
+        answers."""
+        from twisted.logger import capturedLogs
+        self.worker.stop()
+        worker = FunctionsWorker(self.store, self.clock, lambda p, i: FakeLauncher(auto_exit=True),
+                                 "pulsar://127.0.0.1:6650", "http://127.0.0.1:8080", self.mktemp(),
+                                 client=FakeClient(self.topics, clock=self.clock),
+                                 admin_url="http://broker:8080")
+        answers = []
+        import pulsar_twisted.functions.worker as module
+
+        async def ensure(reactor, url, namespace):
+            if not answers:
+                answers.append("refused")
+                raise RuntimeError("creating namespace public/functions: HTTP 403 no")
+        self.patch(module, "ensure_namespace", ensure)
+        self.patch(module, "ensure_topics", lambda *a: defer.succeed(None))
+        with capturedLogs() as events:
+            d = defer.ensureDeferred(worker.start_until_started())
+            self.assertFalse(d.called)
+            self.clock.advance(1)
+        self.successResultOf(d)
+        self.assertTrue(worker.ready)
+        self.assertTrue(any("did not start" in e.get("log_format", "") for e in events))
+
     def test_functions_of_the_metadata_store_move_onto_the_topics(self):
         """A function an earlier version recorded in the metadata store is moved onto the
         topics by the leader at start (its state kept) and runs."""

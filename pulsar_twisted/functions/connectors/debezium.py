@@ -100,7 +100,9 @@ class DebeziumPostgresSource:
         self.lock = threading.Lock()
         self.emitted_end = 0                      # end LSN of the last transaction emitted
         self.emitted_commit = 0                   # and its commit LSN
-        self.advanced = 0
+        self.advanced = 0                         # the slot's confirmed position (as we moved it)
+        #: Where an idle slot may move: the WAL end before a peek that found nothing at all.
+        self.idle_target = 0
         self.last_advance = 0.0
         self.next_peek = 0.0
         self.connection = self._connect()
@@ -137,6 +139,8 @@ class DebeziumPostgresSource:
                 sql("SELECT pg_logical_emit_message(true, %s, %s)", (SNAPSHOT_PREFIX, self.slot))
         elif row[0] != "pgoutput":
             raise ValueError(f"replication slot {self.slot} uses plugin {row[0]}, not pgoutput")
+        else:
+            self.advanced = pgoutput.lsn_int(row[1]) if row[1] else 0
 
     # ------------------------------------------------------------ the source contract
     def read(self, timeout: float):
@@ -174,10 +178,17 @@ class DebeziumPostgresSource:
     def _peek(self, behind: int) -> bool:
         """One peek (``behind``: the rows it gives again first); True when it gave new
         transactions."""
+        wal_end = self.connection.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]
         rows = self.connection.execute(
             "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, NULL, %s, 'proto_version', '1', "
             "'publication_names', %s, 'messages', 'true')",
             (self.slot, behind + self.peek_rows, self.publication)).fetchall()
+        if not rows:
+            # Every transaction committed before ``wal_end`` would have come: none is pending, so
+            # the slot may move there (it would otherwise hold the WAL of unpublished activity).
+            with self.lock:
+                if not self.inflight:
+                    self.idle_target = pgoutput.lsn_int(wal_end)
         before = self.emitted_end
         txn, meta = None, None
         for (data,) in rows:
@@ -308,6 +319,8 @@ class DebeziumPostgresSource:
         with self.lock:
             while self.inflight and self.inflight[0].pending <= 0:
                 target = self.inflight.popleft().end_lsn
+            if target is None and not self.inflight and self.idle_target > self.advanced:
+                target = self.idle_target
         if target is not None and target > self.advanced:
             self.connection.execute("SELECT pg_replication_slot_advance(%s, %s::pg_lsn)",
                                     (self.slot, pgoutput.lsn_text(target)))
