@@ -23,6 +23,14 @@ Usage (from the repository root)::
     python scripts/bench_topics.py --topics 10000
     python scripts/bench_topics.py --topics 100000
     python scripts/bench_topics.py --topics 10000 --official --threads 16
+    python scripts/bench_topics.py --topics 2000 --profile /tmp/prof      # cProfile of the create phase
+    python scripts/bench_topics.py --topics 2000 --tracemalloc /tmp/mem   # top allocations per topic
+
+``--profile DIR`` / ``--tracemalloc DIR`` put a ``sitecustomize`` of the benchmark's own first on the
+broker's path (the project's code is untouched): SIGUSR1 starts cProfile (or takes a tracemalloc
+snapshot) when the create phase starts, SIGUSR2 stops it and writes ``DIR/create.pstats`` and
+``DIR/create.txt`` (the top functions by own time), or ``DIR/tracemalloc.txt`` (the allocations still
+alive after the phase, grouped by line, in bytes per created topic).
 
 Targets (issue 14, item 4): >= 2,000 creations/s, <= 5 KB RSS per loaded idle topic, 100,000 topics with a
 producer each in under 1 GB of broker RSS, every lookup answered, listings without a cap.
@@ -47,6 +55,90 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from bench_broker import Standalone, _busy_seconds, machine_info  # noqa: E402
 
 NAMESPACE = "persistent://public/default/"
+
+PROFILE_HOOK = """\
+import os, signal
+_dir = os.environ["BENCH_PROFILE_DIR"]
+_mode = os.environ["BENCH_PROFILE_MODE"]
+_state = {}
+def _start(*_):
+    if _mode == "cprofile":
+        import cProfile
+        _state["p"] = cProfile.Profile()
+        _state["p"].enable()
+    else:
+        import gc, tracemalloc
+        gc.collect()
+        _state["s0"] = tracemalloc.take_snapshot()
+def _stop(*_):
+    n = int(open(os.path.join(_dir, "count")).read())
+    if _mode == "cprofile":
+        import io, pstats
+        p = _state.pop("p")
+        p.disable()
+        p.dump_stats(os.path.join(_dir, "create.pstats"))
+        out = io.StringIO()
+        st = pstats.Stats(p, stream=out)
+        st.sort_stats("tottime").print_stats(45)
+        st.sort_stats("cumulative").print_stats(60)
+        with open(os.path.join(_dir, "create.txt"), "w") as f:
+            f.write(out.getvalue())
+    else:
+        import gc, tracemalloc
+        gc.collect()
+        s1 = tracemalloc.take_snapshot()
+        filters = [tracemalloc.Filter(False, tracemalloc.__file__)]
+        diff = s1.filter_traces(filters).compare_to(_state.pop("s0").filter_traces(filters), "lineno")
+        total = sum(d.size_diff for d in diff)
+        with open(os.path.join(_dir, "tracemalloc.txt"), "w") as f:
+            f.write("%d topics: %.0f bytes per topic in all\\n" % (n, total / n))
+            for d in diff[:60]:
+                f.write("%8.0f B/topic %7.2f blocks/topic  %s\\n"
+                        % (d.size_diff / n, d.count_diff / n, d.traceback))
+    open(os.path.join(_dir, "done"), "w").close()
+if _mode == "tracemalloc":
+    import tracemalloc
+    tracemalloc.start(1)
+signal.signal(signal.SIGUSR1, _start)
+signal.signal(signal.SIGUSR2, _stop)
+"""
+
+
+def _profile_env(args):
+    """Put the profiling hook on the broker's path (``--profile`` / ``--tracemalloc``): its directory."""
+    out = args.profile or args.tracemalloc
+    if not out:
+        return None
+    os.makedirs(out, exist_ok=True)
+    hook = os.path.join(out, "hook")
+    os.makedirs(hook, exist_ok=True)
+    with open(os.path.join(hook, "sitecustomize.py"), "w") as f:
+        f.write(PROFILE_HOOK)
+    os.environ["PYTHONPATH"] = hook + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else "")
+    os.environ["BENCH_PROFILE_DIR"] = out
+    os.environ["BENCH_PROFILE_MODE"] = "cprofile" if args.profile else "tracemalloc"
+    return out
+
+
+def _profile_signal(args, broker, signum, count=0):
+    out = args.profile or args.tracemalloc
+    if not out:
+        return
+    import signal
+    done = os.path.join(out, "done")
+    if signum == signal.SIGUSR2:
+        with open(os.path.join(out, "count"), "w") as f:
+            f.write(str(count))
+        if os.path.exists(done):
+            os.unlink(done)
+    broker.popen.send_signal(signum)
+    if signum == signal.SIGUSR2:
+        deadline = time.monotonic() + 600
+        while not os.path.exists(done) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        print("profile written to", out)
+    else:
+        time.sleep(2.0 if args.tracemalloc else 0.2)
 WARMUP = 200
 
 
@@ -137,11 +229,15 @@ async def _own_client_run(reactor, args, broker, report):
                _own_cpu() - own0)
         return elapsed
 
+    import signal
     await phase("warm-up", 0, WARMUP, create)
+    time.sleep(0.5)
     rss0 = broker.rss()
+    _profile_signal(args, broker, signal.SIGUSR1)
     await phase("create", WARMUP, WARMUP + args.topics, create)
     time.sleep(1.0)  # let the last acks, logs and collections settle before reading RSS
     rss1 = broker.rss()
+    _profile_signal(args, broker, signal.SIGUSR2, args.topics)
     total = WARMUP + args.topics
     await phase("lookup", 0, total, lambda i: client.lookup.lookup(_topic(i)))
     t0 = time.monotonic()
@@ -203,7 +299,10 @@ def main():
     ap.add_argument("--threads", type=int, default=16, help="threads of --official")
     ap.add_argument("--keep", action="store_true", help="keep the data directory")
     ap.add_argument("--config", action="append", default=[], help="extra key=value for the broker")
+    ap.add_argument("--profile", metavar="DIR", help="cProfile the broker's create phase into DIR")
+    ap.add_argument("--tracemalloc", metavar="DIR", help="tracemalloc the create phase's allocations into DIR")
     args = ap.parse_args()
+    _profile_env(args)
 
     print(machine_info())
     workdir = tempfile.mkdtemp(prefix="bench-topics-")

@@ -407,7 +407,7 @@ class BrokerService(service.Service):
             yield defer.maybeDeferred(topic.close).addErrback(
                 lambda f: self.log.failure("closing {topic} after a failed load", f, topic=str(name)))
             raise
-        self.topics[str(name)] = topic
+        self.topics[topic.name] = topic  # the topic's own name string as the key: one copy per topic
         self.log.info("Loaded topic {topic}", topic=str(name))
         return topic
 

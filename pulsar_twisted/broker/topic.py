@@ -49,8 +49,8 @@ class TopicCounters:
         self.bytes_in = 0
         #: Whether a chunk of a large message was published (the stats' msgChunkPublished).
         self.chunk_published = False
-        #: Messages and bytes dispatched by subscriptions since deleted.
-        self.removed_out = [0, 0]
+        #: Messages and bytes dispatched by subscriptions since deleted (a tuple: no list per topic).
+        self.removed_out = (0, 0)
         #: Write latency / entry size histograms (storage_stats.py), fed by PersistentTopic.publish.
         self.storage = StorageWriteStats(topic.clock)
 
@@ -61,8 +61,8 @@ class TopicCounters:
             self.chunk_published = True
 
     def subscription_removed(self, subscription) -> None:
-        self.removed_out[0] += subscription.msg_out
-        self.removed_out[1] += subscription.bytes_out
+        msgs, size = self.removed_out
+        self.removed_out = (msgs + subscription.msg_out, size + subscription.bytes_out)
 
     def totals(self):
         """``(msg_in, bytes_in, msg_out, bytes_out)`` since the topic was loaded."""

@@ -18,6 +18,7 @@ behind it sees a name it cannot store:
 """
 
 import re
+import sys
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -195,4 +196,6 @@ def _parse_topic(text: str) -> TopicName:
         if not is_valid_entity_name(part):
             raise InvalidTopicNameError(f"Invalid topic name: {_shown(text)}")
     check_local_name(local)
-    return TopicName(domain, tenant, namespace, local)
+    # Interned: every loaded topic keeps its TopicName, and 100k topics of one namespace would
+    # otherwise hold 100k copies each of "persistent", the tenant and the namespace.
+    return TopicName(sys.intern(domain), sys.intern(tenant), sys.intern(namespace), local)

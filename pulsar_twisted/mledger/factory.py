@@ -12,6 +12,7 @@ from pulsar_twisted.mledger.config import ManagedLedgerConfig
 from pulsar_twisted.mledger.interfaces import IManagedLedgerFactory, ManagedLedgerClosedError
 from pulsar_twisted.mledger.ledger import ManagedLedgerImpl, State
 from pulsar_twisted.mledger.cache import CacheBudget
+from pulsar_twisted.mledger.timers import SharedTimers
 
 log = Logger()
 
@@ -31,6 +32,8 @@ class ManagedLedgerFactory:
         self.default_config = default_config if default_config is not None else ManagedLedgerConfig()
         #: One entry-cache budget for all the managed ledgers (cache_size_bytes is broker-wide).
         self.cache_budget = CacheBudget(self.default_config.cache_size_bytes)
+        #: The managed ledgers' rollover timers, one reactor call for all (timers.py).
+        self.timers = SharedTimers(reactor)
         self._ledgers = {}
         self._opening = {}
         self._shut_down = False
@@ -120,4 +123,8 @@ class ManagedLedgerFactory:
     def shutdown(self):
         self._shut_down = True
         ds = [ml.close() for ml in list(self._ledgers.values())]
-        return defer.DeferredList(ds, consumeErrors=True).addCallback(lambda _: None)
+
+        def closed(_):
+            self.timers.stop()
+            return None
+        return defer.DeferredList(ds, consumeErrors=True).addCallback(closed)

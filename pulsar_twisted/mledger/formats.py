@@ -98,7 +98,7 @@ def encode_ledger_info(ledgers, properties, terminated=None) -> bytes:
     return _dump({
         "v": VERSION,
         "ledgers": [[li.ledger_id, li.entries, li.size, li.timestamp] for li in ledgers],
-        "props": properties,
+        "props": dict(properties),
         "terminated": list(terminated) if terminated is not None else None,
     })
 

@@ -23,6 +23,7 @@ import enum
 import weakref
 from bisect import bisect_left
 from collections import deque
+from types import MappingProxyType
 
 from twisted.internet import defer
 from twisted.logger import Logger
@@ -50,6 +51,24 @@ MB = 1024 * 1024
 #: of consumed ledgers (a drained backlog, a retention expiry) must not hold the reactor for the
 #: whole run, each deletion being a metadata delete and a bookie request.
 TRIM_SLICE = 16
+
+#: The empty map a managed ledger's rarely used maps start as (read-only: replaced by a dict on the
+#: first insertion).
+EMPTY = MappingProxyType({})
+
+
+#: A ledger's custom metadata values shared by every managed ledger's (bytes are kept as given).
+_APPLICATION = b"pulsar"
+_COMPONENT = b"managed-ledger"
+
+
+def _without(items: tuple, item) -> tuple:
+    """``items`` without the first ``item`` (by equality, as ``list.remove``), unchanged if absent."""
+    if item not in items:
+        return items
+    listed = list(items)
+    listed.remove(item)
+    return tuple(listed)
 
 
 class ManagedLedgerTerminatedError(ManagedLedgerError):
@@ -133,6 +152,21 @@ class ManagedLedgerImpl:
     directly. ``reactor`` provides ``callLater`` and ``seconds`` (a ``task.Clock`` in tests).
     """
 
+    # Slots (issue 14: memory per loaded topic): with more than 30 attributes an instance's
+    # values no longer fit the class's shared keys and every managed ledger carried its own
+    # 1.6 KB dict. ``__dict__`` stays for what tests attach (a stubbed method).
+    __slots__ = (
+        "factory", "name", "config", "ledger_client", "store", "reactor", "path", "properties",
+        "cursors", "counters", "_non_durable", "_creating_cursors", "_new_cursors", "_state",
+        "_ledgers", "_ledger_ids", "_total_entries", "_total_size", "_terminated_at",
+        "_last_confirmed", "_current", "_current_created", "_current_sent", "_rollover_call",
+        "_min_rollover_call", "_pending", "_queued", "_drain_waiters", "_read_handles",
+        "_opening_handles", "_cache", "_meta_version", "_meta_writing", "_meta_waiters",
+        "_trimming", "_trim_waiters", "_listeners", "_notify_call", "_throttle_listeners",
+        "_throttled", "_fenced_listeners", "_close_waiters", "_closed_on_failure",
+        "__dict__", "__weakref__",
+    )
+
     def __init__(self, factory, name: str, config: ManagedLedgerConfig, ledger_client,
                  metadata_store, reactor):
         self.factory = factory
@@ -142,12 +176,14 @@ class ManagedLedgerImpl:
         self.store = metadata_store
         self.reactor = reactor
         self.path = formats.ledger_path(name)
-        self.properties = {}
+        self.properties = EMPTY     # replaced, never changed in place (set_properties)
         self.cursors = {}
         #: Non-durable cursors, weakly held; an empty tuple until the first (a WeakSet costs ~700 bytes).
         self._non_durable = ()
-        self._creating_cursors = {}
-        self._new_cursors = {}
+        # Rarely used queues and maps start empty and shared (tuples, EMPTY) and are made on first
+        # use: an idle topic's managed ledger would otherwise hold a dozen empty containers.
+        self._creating_cursors = EMPTY
+        self._new_cursors = EMPTY
         self._state = State.INITIALIZING
         self._ledgers = {}
         self._ledger_ids = []
@@ -162,24 +198,26 @@ class ManagedLedgerImpl:
         self._current_sent = 0
         self._rollover_call = None
         self._min_rollover_call = None
-        self._pending = deque()
+        #: Sent adds, oldest first: a deque while some are in flight, else an empty tuple (an
+        #: empty deque holds a 760-byte block).
+        self._pending = ()
         # Ops waiting for a ledger (only while one is being created): a list, not a deque, since
         # an idle topic would otherwise hold an empty deque's 760 bytes for good.
         self._queued = []
-        self._drain_waiters = []
+        self._drain_waiters = ()
         self._read_handles = {}
-        self._opening_handles = {}
+        self._opening_handles = EMPTY
         self._cache = EntryCache(config.cache_size_bytes, getattr(factory, "cache_budget", None))
         self._meta_version = None
         self._meta_writing = False
-        self._meta_waiters = []
+        self._meta_waiters = ()
         self._trimming = False
-        self._trim_waiters = []
-        self._listeners = []
+        self._trim_waiters = ()
+        self._listeners = ()
         self._notify_call = None
-        self._throttle_listeners = []
+        self._throttle_listeners = ()
         self._throttled = False
-        self._fenced_listeners = []
+        self._fenced_listeners = ()
         self._close_waiters = None    # a close is in progress: [Deferred] fired when it is done
         self._closed_on_failure = False
 
@@ -263,11 +301,12 @@ class ManagedLedgerImpl:
                 raise ManagedLedgerError(f"could not start a ledger for {self.name}")
         if not created:
             await self._load_cursors()  # a node this open created has no cursor children
-        # A new managed ledger is at debug level: the broker logs the topic it belongs to already,
-        # and with many new topics the line costs a noticeable share of the load.
-        (log.debug if created else log.info)(
-            "managed ledger {name} opened: {n} ledgers, last confirmed {lce}",
-            name=self.name, n=len(self._ledger_ids), lce=str(self._last_confirmed))
+        if not created:
+            # A new managed ledger is not logged: the broker logs the topic it belongs to already,
+            # and with many new topics the line (even at debug level, which the daemons' log
+            # keeps) cost a tenth of a topic's creation.
+            log.info("managed ledger {name} opened: {n} ledgers, last confirmed {lce}",
+                     name=self.name, n=len(self._ledger_ids), lce=str(self._last_confirmed))
         self._trim_in_background()
         return self
 
@@ -318,8 +357,8 @@ class ManagedLedgerImpl:
         d = self.ledger_client.create_ledger(
             self.config.ensemble_size, self.config.write_quorum, self.config.ack_quorum,
             self.config.password,
-            custom_metadata={"application": "pulsar", "component": "managed-ledger",
-                             "pulsar/managed-ledger": self.name})
+            custom_metadata={"application": _APPLICATION, "component": _COMPONENT,
+                             "pulsar/managed-ledger": self.name.encode("utf-8")})
         d.addCallbacks(self._ledger_created, self._create_failed)
         return d
 
@@ -348,8 +387,7 @@ class ManagedLedgerImpl:
         if self._last_confirmed.entry_id < 0:
             self._last_confirmed = Position(handle.ledger_id, -1)
         self._state = State.LEDGER_OPENED
-        self._rollover_call = self.reactor.callLater(
-            self.config.max_rollover_time_ms / 1000.0, self._check_rollover)
+        self._rollover_call = self._call_later(self.config.max_rollover_time_ms / 1000.0, self._check_rollover)
         self._flush_queued()
         return None
 
@@ -393,13 +431,24 @@ class ManagedLedgerImpl:
                 self._state = State.CLOSING_LEDGER
             elif self._min_rollover_call is None:
                 delay = (self.config.min_rollover_time_ms - elapsed_ms) / 1000.0
-                self._min_rollover_call = self.reactor.callLater(delay, self._check_rollover)
-        self._pending.append(op)
+                self._min_rollover_call = self._call_later(delay, self._check_rollover)
+        pending = self._pending
+        if not pending:
+            pending = self._pending = deque()
+        pending.append(op)
         notify = getattr(handle, "add_entry_notify", None)
         if notify is not None:
             notify(op.data, op)
         else:
             handle.add_entry(op.data).addCallbacks(op.added, op.failed)
+
+    def _call_later(self, delay: float, fn):
+        """A rollover timer: on the factory's shared timers (one reactor call for every managed
+        ledger's, mledger/timers.py), or on the reactor for a factory without them."""
+        timers = getattr(self.factory, "timers", None)
+        if timers is None:
+            return self.reactor.callLater(delay, fn)
+        return timers.call_later(delay, fn)
 
     def _check_rollover(self):
         """Timer: roll a non-empty ledger past max_rollover_time, or a full one past min_rollover_time."""
@@ -422,8 +471,7 @@ class ManagedLedgerImpl:
             else:
                 self._close_current_ledger()
         else:
-            self._rollover_call = self.reactor.callLater(
-                self.config.max_rollover_time_ms / 1000.0, self._check_rollover)
+            self._rollover_call = self._call_later(self.config.max_rollover_time_ms / 1000.0, self._check_rollover)
 
     def _cancel_timers(self):
         for call in (self._rollover_call, self._min_rollover_call):
@@ -536,6 +584,8 @@ class ManagedLedgerImpl:
         # must not overtake this one.
         _fire(op.deferred.callback, pos)
         if not pending:
+            if self._pending is pending:
+                self._pending = ()   # an idle topic keeps no empty deque
             self._fire_drained()
         if op.close_when_done and self._state is State.CLOSING_LEDGER and self._current is op.handle:
             self._close_current_ledger()
@@ -596,7 +646,7 @@ class ManagedLedgerImpl:
         self._cancel_timers()
         self._stop_writing()
         self.factory._forget(self)
-        listeners, self._fenced_listeners = self._fenced_listeners, []
+        listeners, self._fenced_listeners = self._fenced_listeners, ()
         for cb in listeners:
             self._call_fenced_listener(cb)
 
@@ -604,7 +654,7 @@ class ManagedLedgerImpl:
         """Pending and queued adds fail in order with ManagedLedgerFencedError; cursors stop."""
         error = ManagedLedgerFencedError(f"managed ledger {self.name} is fenced")
         doomed = list(self._pending) + list(self._queued)
-        self._pending.clear()
+        self._pending = ()
         self._queued.clear()
         self._fail_ops(doomed, error)
         self._fire_drained()
@@ -622,11 +672,10 @@ class ManagedLedgerImpl:
         if self._state is State.FENCED:
             self._call_fenced_listener(callback)
         else:
-            self._fenced_listeners.append(callback)
+            self._fenced_listeners = (*self._fenced_listeners, callback)
 
     def remove_fenced_listener(self, callback):
-        if callback in self._fenced_listeners:
-            self._fenced_listeners.remove(callback)
+        self._fenced_listeners = _without(self._fenced_listeners, callback)
 
     def _call_fenced_listener(self, callback):
         try:
@@ -635,7 +684,7 @@ class ManagedLedgerImpl:
             log.failure("managed ledger {name}: fenced listener failed", name=self.name)
 
     def _fire_drained(self):
-        waiters, self._drain_waiters = self._drain_waiters, []
+        waiters, self._drain_waiters = self._drain_waiters, ()
         for d in waiters:
             d.callback(None)
 
@@ -644,12 +693,12 @@ class ManagedLedgerImpl:
         if not self._pending:
             return defer.succeed(None)
         d = defer.Deferred()
-        self._drain_waiters.append(d)
+        self._drain_waiters = (*self._drain_waiters, d)
         return d
 
     def _set_throttled(self, throttled: bool):
         self._throttled = throttled
-        for cb in list(self._throttle_listeners):
+        for cb in self._throttle_listeners:
             try:
                 cb(throttled)
             except Exception:
@@ -658,7 +707,7 @@ class ManagedLedgerImpl:
     def add_throttle_listener(self, callback):
         """Call ``callback(True)`` when adds in flight reach ``max_pending_adds`` (pause the
         producers) and ``callback(False)`` once they drop to half of it."""
-        self._throttle_listeners.append(callback)
+        self._throttle_listeners = (*self._throttle_listeners, callback)
 
     @property
     def pending_adds_count(self) -> int:
@@ -666,15 +715,14 @@ class ManagedLedgerImpl:
 
     def add_new_entries_listener(self, callback):
         """``callback()`` runs once per reactor turn in which adds completed."""
-        self._listeners.append(callback)
+        self._listeners = (*self._listeners, callback)
 
     def remove_new_entries_listener(self, callback):
-        if callback in self._listeners:
-            self._listeners.remove(callback)
+        self._listeners = _without(self._listeners, callback)
 
     def _notify_listeners(self):
         self._notify_call = None
-        for cb in list(self._listeners):
+        for cb in self._listeners:
             try:
                 cb()
             except Exception:
@@ -693,13 +741,13 @@ class ManagedLedgerImpl:
         if self._state is State.FENCED:
             d.errback(ManagedLedgerFencedError(f"managed ledger {self.name} is fenced"))
             return d
-        self._meta_waiters.append(d)
+        self._meta_waiters = (*self._meta_waiters, d)
         if not self._meta_writing:
             self._run_metadata_write()
         return d
 
     def _run_metadata_write(self):
-        waiters, self._meta_waiters = self._meta_waiters, []
+        waiters, self._meta_waiters = self._meta_waiters, ()
         self._meta_writing = True
         d = self.store.put(self.path, self._encode_info(), expected_version=self._meta_version)
         d.addCallbacks(self._metadata_written, self._metadata_failed,
@@ -720,8 +768,8 @@ class ManagedLedgerImpl:
                      name=self.name)
             self._set_fenced()
             error = ManagedLedgerFencedError(f"managed ledger {self.name} is fenced")
-            waiters = waiters + self._meta_waiters
-            self._meta_waiters = []
+            waiters = (*waiters, *self._meta_waiters)
+            self._meta_waiters = ()
             for w in waiters:
                 w.errback(error)
             return
@@ -893,6 +941,8 @@ class ManagedLedgerImpl:
         if waiters is not None:
             waiters.append(d)
             return d
+        if not self._opening_handles:
+            self._opening_handles = {}
         self._opening_handles[lid] = [d]
 
         def opened(handle):
@@ -985,9 +1035,13 @@ class ManagedLedgerImpl:
             md = self._resolve_initial(initial_position)
         except ValueError as e:
             return defer.fail(e)
+        if not self._creating_cursors:
+            self._creating_cursors = {}
         self._creating_cursors[name] = [d]
         cursor = ManagedCursorImpl(self, name, md, properties)
         # Held back from trimming already while its first snapshot is written.
+        if not self._new_cursors:
+            self._new_cursors = {}
         self._new_cursors[name] = cursor
 
         def created(_):
@@ -1099,7 +1153,7 @@ class ManagedLedgerImpl:
         serialized; Deferred fires after a run that started after this call. (Pulsar also runs
         this on a timer for time-based retention: the broker should call it periodically.)"""
         d = defer.Deferred()
-        self._trim_waiters.append(d)
+        self._trim_waiters = (*self._trim_waiters, d)
         if not self._trimming:
             self._run_trim()
         return d
@@ -1111,7 +1165,7 @@ class ManagedLedgerImpl:
 
     def _run_trim(self):
         self._trimming = True
-        waiters, self._trim_waiters = self._trim_waiters, []
+        waiters, self._trim_waiters = self._trim_waiters, ()
         d = self._do_trim()
 
         def done(result):

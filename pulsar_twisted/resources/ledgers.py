@@ -13,6 +13,7 @@ import enum
 import hashlib
 import json
 from bisect import bisect_right
+from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Dict, Optional, Sequence, Tuple
 
@@ -163,6 +164,10 @@ def normalize_custom_metadata(custom: Optional[dict]) -> Dict[str, bytes]:
     return out
 
 
+#: Ledger ids per sequential-node counter value (``LedgerManager.new_ledger_id``).
+ID_BLOCK = 64
+
+
 class LedgerManager:
     """
     Reads and writes ledger metadata in an IMetadataStore and hands out ledger ids. All methods
@@ -171,20 +176,94 @@ class LedgerManager:
 
     def __init__(self, store):
         self._store = store
+        #: The ids this manager holds: ``[_next_id, _end_id)``, then the blocks in ``_ranges``.
+        self._next_id = 0
+        self._end_id = 0
+        self._ranges = deque()
+        #: Requests waiting for a block, oldest first; block allocations in flight.
+        self._waiters = deque()
+        self._allocating = 0
 
-    @defer.inlineCallbacks
     def new_ledger_id(self):
         """
-        A ledger id unique across every process sharing the store: the counter of a sequential
-        node, deleted right away (BookKeeper's ``ZkLedgerIdGenerator``), since the store's
-        sequence numbers never go back even when nodes are removed.
+        A ledger id unique across every process sharing the store. Ids are handed out from blocks
+        of ``ID_BLOCK``: block ``n`` is ids ``[n * ID_BLOCK, (n + 1) * ID_BLOCK)``, and ``n`` is the
+        counter of a sequential node (BookKeeper's ``ZkLedgerIdGenerator`` node, deleted right
+        away: the store's sequence numbers never go back even when nodes are removed). So one
+        durable metadata write serves ``ID_BLOCK`` new ledgers instead of one (issue 14: topic
+        creations), and the next block is fetched while half of the current one is left, so a
+        steady stream of creations does not wait for it; a burst of more requests than the
+        blocks held waits for as many allocations as it needs, all in flight at once. Ids left in
+        a block when the process stops are skipped, never reused: a block is only used once its
+        node is durable. A writer on the one-id-per-node scheme could collide with a block's ids:
+        the ledger's metadata is created with expected version -1 and the client takes another.
         """
-        stat = yield self._store.put(IDGEN_PREFIX, b"", sequential=True)
-        ledger_id = int(stat.path[len(IDGEN_PREFIX):])
-        # The id is ours once the node exists; its deletion is housekeeping nobody waits for (one
-        # metadata write fewer on the way to a new ledger; a node left behind costs nothing).
-        self._store.delete(stat.path).addErrback(self._idgen_delete_failed, stat.path)
+        if not self._waiters:
+            ledger_id = self._take()
+            if ledger_id is not None:
+                self._prefetch()
+                return defer.succeed(ledger_id)
+        d = defer.Deferred()
+        self._waiters.append(d)
+        self._allocate_for_waiters()
+        return d
+
+    def _take(self):
+        while self._next_id >= self._end_id:
+            if not self._ranges:
+                return None
+            self._next_id, self._end_id = self._ranges.popleft()
+        ledger_id = self._next_id
+        self._next_id += 1
         return ledger_id
+
+    def _available(self) -> int:
+        return self._end_id - self._next_id + sum(end - first for first, end in self._ranges)
+
+    def _allocate_for_waiters(self):
+        # Recomputed each turn: an allocation may complete (or fail) at once, serving (or failing)
+        # waiters.
+        while self._allocating < -(-len(self._waiters) // ID_BLOCK):
+            self._allocate()
+
+    def _prefetch(self):
+        if not self._allocating and self._available() < ID_BLOCK // 2:
+            self._allocate()
+
+    def _allocate(self):
+        self._allocating += 1
+        self._store.put(IDGEN_PREFIX, b"", sequential=True).addCallbacks(
+            self._block_allocated, self._block_failed)
+
+    def _block_allocated(self, stat):
+        self._allocating -= 1
+        block = int(stat.path[len(IDGEN_PREFIX):])
+        # The block is ours once the node exists; its deletion is housekeeping nobody waits for.
+        self._store.delete(stat.path).addErrback(self._idgen_delete_failed, stat.path)
+        self._ranges.append((block * ID_BLOCK, (block + 1) * ID_BLOCK))
+        waiters = self._waiters
+        while waiters:
+            ledger_id = self._take()
+            if ledger_id is None:
+                break
+            waiters.popleft().callback(ledger_id)
+        if waiters:
+            self._allocate_for_waiters()
+        else:
+            self._prefetch()
+
+    def _block_failed(self, failure):
+        """Fail the waiting requests that the allocations still in flight cannot serve."""
+        self._allocating -= 1
+        covered = self._allocating * ID_BLOCK + self._available()
+        doomed = []
+        while len(self._waiters) > covered:
+            doomed.append(self._waiters.pop())
+        if not doomed:
+            log.warn("could not allocate a block of ledger ids ahead of need: {err}",
+                     err=failure.getErrorMessage())
+        for d in reversed(doomed):
+            d.errback(failure)
 
     @staticmethod
     def _idgen_delete_failed(failure, path):

@@ -152,7 +152,7 @@ class WorkerTests(WorkerTestCase):
         answers = []
         import pulsar_twisted.functions.worker as module
 
-        async def ensure(reactor, url, namespace):
+        async def ensure(reactor, url, namespace, agent=None):
             if not answers:
                 answers.append("refused")
                 raise RuntimeError("creating namespace public/functions: HTTP 403 no")

@@ -2,7 +2,7 @@
 
 import hashlib
 
-from twisted.internet import task
+from twisted.internet import defer, task
 from twisted.trial import unittest
 
 from pulsar_twisted.common.bk_errors import NoSuchLedgerError
@@ -68,6 +68,79 @@ class LedgerManagerTests(unittest.TestCase):
         ids = [self.successResultOf(m.new_ledger_id()) for m in [self.manager, other] * 5]
         self.assertEqual(len(set(ids)), 10)
         self.assertEqual(self.successResultOf(self.store.get_children("/ledgers/idgen")), [])
+
+    def test_ids_come_in_blocks_of_one_node(self):
+        """One sequential node serves ID_BLOCK ids; more concurrent requests than a block holds
+        wait for the next block; a new manager (a restart) never repeats an id."""
+        from pulsar_twisted.resources.ledgers import ID_BLOCK
+        writes = []
+        self.store.register_listener(writes.append)
+        pending = [self.manager.new_ledger_id() for _ in range(ID_BLOCK + 3)]
+        ids = [self.successResultOf(d) for d in pending]
+        self.assertEqual(ids, list(range(ID_BLOCK + 3)))
+        created = [n for n in writes if n.kind == "created" and n.path.startswith("/ledgers/idgen/")]
+        self.assertEqual(len(created), 2)
+        restarted = LedgerManager(self.store)
+        self.assertEqual(self.successResultOf(restarted.new_ledger_id()), 2 * ID_BLOCK)
+
+    def test_burst_allocates_blocks_at_once_and_prefetches(self):
+        """A burst of requests gets every block it needs in flight at once (one metadata batch, not
+        one allocation after another), and the next block is fetched before the current runs out."""
+        from pulsar_twisted.resources.ledgers import ID_BLOCK
+
+        class HeldPuts:
+            def __init__(self, store):
+                self.store, self.held = store, []
+
+            def put(self, *a, **kw):
+                d = defer.Deferred()
+                self.held.append((a, kw, d))
+                return d
+
+            def release(self):
+                held, self.held = self.held, []
+                for a, kw, d in held:
+                    self.store.put(*a, **kw).chainDeferred(d)
+
+            def __getattr__(self, name):
+                return getattr(self.store, name)
+
+        held = HeldPuts(self.store)
+        manager = LedgerManager(held)
+        burst = [manager.new_ledger_id() for _ in range(2 * ID_BLOCK + 1)]
+        self.assertEqual(len(held.held), 3)
+        held.release()
+        ids = [self.successResultOf(d) for d in burst]
+        self.assertEqual(len(set(ids)), len(ids))
+        self.assertEqual(held.held, [])
+        # Half a block left: the next block is requested ahead of need, and the ids keep coming.
+        more = [self.successResultOf(manager.new_ledger_id()) for _ in range(ID_BLOCK // 2)]
+        self.assertEqual(len(held.held), 1)
+        self.assertEqual(len(set(ids + more)), len(ids) + len(more))
+
+    def test_block_allocation_failure_fails_every_waiter(self):
+        """A failed block allocation fails each waiting request; the next request tries again."""
+        from pulsar_twisted.metadata.interfaces import MetadataUnavailableError
+
+        class Failing:
+            def __init__(self, store):
+                self.store, self.fail = store, True
+
+            def put(self, *a, **kw):
+                if self.fail:
+                    return defer.fail(MetadataUnavailableError("down"))
+                return self.store.put(*a, **kw)
+
+            def __getattr__(self, name):
+                return getattr(self.store, name)
+
+        failing = Failing(self.store)
+        manager = LedgerManager(failing)
+        first, second = manager.new_ledger_id(), manager.new_ledger_id()
+        self.failureResultOf(first, MetadataUnavailableError)
+        self.failureResultOf(second, MetadataUnavailableError)
+        failing.fail = False
+        self.assertEqual(self.successResultOf(manager.new_ledger_id()), 0)
 
     def test_create_read_cas_delete(self):
         md = sample()

@@ -696,7 +696,7 @@ class EmbeddedMetadataStore:
         for parent_path in reversed(missing):
             tree.preserve(parent_path)
             nodes[parent_path] = Node(b"", now)
-            nodes[parent_of(parent_path)].children.add(name_of(parent_path))
+            nodes[parent_of(parent_path)].add_child(name_of(parent_path))
             notifications += [Notification("created", parent_path),
                               Notification("children", parent_of(parent_path))]
         parent = nodes[parent_of(path)]
@@ -710,7 +710,7 @@ class EmbeddedMetadataStore:
             ops.append(parent.set_op(parent_of(path)))
         tree.preserve(path)
         node = nodes[path] = Node(value, now, self.session_id if ephemeral else None)
-        parent.children.add(name_of(path))
+        parent.add_child(name_of(path))
         if ephemeral:
             core.ephemerals[self.session_id].add(path)
         else:
