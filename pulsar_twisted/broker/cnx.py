@@ -412,17 +412,17 @@ class ServerConnection(protocol.Protocol):
         if self.pending_sends >= self.max_pending_sends and not self._send_throttled:
             self._send_throttled = True
             self.throttle()
-        size = len(message)
-        self.service.publish_started(size)
-        producer.publish(send, message).addBoth(self._send_done, size)
+        self.service.publish_started(len(message))
+        producer.publish(send, message)
 
-    def _send_done(self, result, size):
+    def publish_answered(self, size):
+        """A SEND of ``size`` message bytes is settled (answered, or dropped by a closing producer):
+        the producer calls this once per ``publish``."""
         self.service.publish_finished(size)
         self.pending_sends -= 1
         if self._send_throttled and self.pending_sends <= self.max_pending_sends // 2:
             self._send_throttled = False
             self.unthrottle()
-        return result
 
     def throttle(self):
         """
