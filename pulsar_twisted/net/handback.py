@@ -65,13 +65,26 @@ class CoalescingWriter:
             return
         data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         t = self.transport
-        if (type(t) is tcp.Server and t.connected and not t.disconnecting
-                and not t._writeDisconnecting and not t._tempDataLen and t.offset == len(t.dataBuffer)):
+        if type(t) is tcp.Server and _nothing_queued(t):
             # Nothing queued in Twisted: send now, as its doWrite would. A partial send queues the
             # rest; an error (peer gone) queues it all, and the reactor's poll then reports the loss.
-            sent = t.writeSomeData(data)
+            try:
+                sent = t.writeSomeData(data)
+            except Exception:
+                sent = 0
             if isinstance(sent, int):
                 if sent >= len(data):
                     return
                 data = data[sent:]
         t.write(data)
+
+
+def _nothing_queued(t) -> bool:
+    """True when the TCP transport ``t`` is open with no byte waiting in Twisted's buffers. These
+    are Twisted's private attributes (``abstract.FileDescriptor``): if a Twisted release renames
+    them, the answer is False and every write takes the ordinary ``transport.write`` path."""
+    try:
+        return bool(t.connected and not t.disconnecting and not t._writeDisconnecting
+                    and not t._tempDataLen and t.offset == len(t.dataBuffer))
+    except AttributeError:
+        return False

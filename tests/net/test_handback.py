@@ -107,3 +107,27 @@ class TcpTests(unittest.TestCase):
         w.write(data)
         handback.end()
         self.assertEqual((yield done), data)
+
+
+class PrivateAttributesGoneTests(unittest.TestCase):
+    """Without Twisted's private buffer attributes the fast path is off: bytes go through
+    transport.write, none is lost."""
+
+    def test_falls_back_to_write(self):
+        from twisted.internet import tcp
+
+        from pulsar_twisted.net import handback
+        written = []
+        def gone(self):
+            raise AttributeError("renamed in some Twisted release")
+        self.patch(tcp.Server, "_tempDataLen", property(gone))
+        transport = tcp.Server.__new__(tcp.Server)
+        transport.connected = 1
+        transport.write = written.append
+        transport.writeSomeData = lambda data: self.fail("fast path taken")
+        writer = handback.CoalescingWriter(transport)
+        handback.begin()
+        writer.write(b"a")
+        writer.write(b"b")
+        handback.end()
+        self.assertEqual(written, [b"ab"])
