@@ -29,6 +29,7 @@ from twisted.python.failure import Failure
 
 from pulsar_twisted.bookie import formats
 from pulsar_twisted.common.latency import LatencySummary
+from pulsar_twisted.net import handback
 
 log = Logger()
 
@@ -161,6 +162,28 @@ class JournalStoppedError(Exception):
     """The journal is stopped (or halted) and takes no more records."""
 
 
+class _Waiter:
+    """Adapts an ``append(..., waiter=)`` waiter to the Deferred calls the writer makes: a waiter's
+    exception is logged (as a Deferred would) instead of stopping the rest of its group."""
+
+    __slots__ = ("waiter",)
+
+    def __init__(self, waiter):
+        self.waiter = waiter
+
+    def callback(self, value):
+        try:
+            self.waiter.callback(value)
+        except Exception:
+            log.failure("journal: a record's completion callback failed")
+
+    def errback(self, failure):
+        try:
+            self.waiter.errback(failure)
+        except Exception:
+            log.failure("journal: a record's failure callback failed")
+
+
 class Journal:
     """The append side of the journal: a queue, one writer thread, group commit.
 
@@ -217,9 +240,17 @@ class Journal:
         self._thread = threading.Thread(target=self._run, name="bookie-journal", daemon=True)
         self._thread.start()
 
-    def append(self, chunks: tuple, nbytes: int) -> Deferred:
+    def append(self, chunks: tuple, nbytes: int, waiter=None) -> Deferred:
         """Queue one record (``b"".join(chunks)``, ``nbytes`` long). The Deferred fires with None once it is
-        written (and fdatasync'd when ``sync_data``); it fails if the write fails or the journal stopped."""
+        written (and fdatasync'd when ``sync_data``); it fails if the write fails or the journal stopped.
+
+        ``waiter``: instead of a Deferred (None is returned), an object whose ``callback(None)`` or
+        ``errback(failure)`` is called at the same moments, with a Failure, on the reactor thread: the
+        in-process add path, which would otherwise make a Deferred per entry only to add one callback.
+        An exception from a waiter is logged; the rest of its group still fires."""
+        if waiter is not None:
+            self._enqueue(chunks, nbytes, _Waiter(waiter))
+            return None
         d = Deferred()
         self._enqueue(chunks, nbytes, d)
         return d
@@ -271,7 +302,7 @@ class Journal:
     def _enqueue(self, chunks, nbytes: int, d: Deferred) -> None:
         with self._cond:
             if self._stopping:
-                d.errback(JournalStoppedError("journal stopped"))
+                d.errback(Failure(JournalStoppedError("journal stopped")))
                 return
             if not self._queue:
                 self._head_time = time.monotonic()
@@ -293,8 +324,12 @@ class Journal:
         """Reactor thread: fire every group written since the last hand-back, in write order."""
         with self._done_lock:
             done, self._done = self._done, []
-        for group in done:
-            self._fire_group(*group)
+        handback.begin()
+        try:
+            for group in done:
+                self._fire_group(*group)
+        finally:
+            handback.end()
 
     def _fire_group(self, results: list, error, records: int, nbytes: int, fsync_s) -> None:
         """Reactor thread: account for one group and fire all its Deferreds. ``fsync_s``: how long

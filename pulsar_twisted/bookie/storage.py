@@ -256,12 +256,26 @@ class BookieStorage(Service):
             log.info("bookie storage read-only: {flag}", flag=flag)
         self._read_only = bool(flag)
 
+    #: ``add_entry`` takes ``waiter=`` (``ledger.bookies.LocalBookieClient`` looks for this).
+    accepts_add_waiter = True
+
     def add_entry(self, ledger_id: int, entry_id: int, data: bytes, master_key: bytes, lac: int = -1, *,
-                  recovery_add: bool = False) -> defer.Deferred:
+                  recovery_add: bool = False, waiter=None) -> defer.Deferred:
         """Store an entry; the Deferred fires (None) once it is durable in the journal. The entry is
         readable as soon as this returns. Re-adding an entry id overwrites it. An unknown ledger is
         created, unless this bookie deleted it: then LedgerFencedError, recovery add or not (a
-        deleted ledger stays fenced for good)."""
+        deleted ledger stays fenced for good).
+
+        ``waiter``: no Deferred (None is returned); ``waiter.callback(None)`` once durable or
+        ``waiter.errback(failure)`` (at once for a refused add), as ``Journal.append`` describes."""
+        if waiter is None:
+            return self._add_entry(ledger_id, entry_id, data, master_key, lac, recovery_add, None)
+        refused = self._add_entry(ledger_id, entry_id, data, master_key, lac, recovery_add, waiter)
+        if refused is not None:  # refused before the journal: a failed Deferred, fired now
+            refused.addErrback(waiter.errback)
+        return None
+
+    def _add_entry(self, ledger_id, entry_id, data, master_key, lac, recovery_add, waiter):
         if self._read_only:
             return defer.fail(BookieReadOnlyError(f"bookie is read-only; add {ledger_id}:{entry_id} refused"))
         if not self._running:
@@ -299,7 +313,7 @@ class BookieStorage(Service):
         counters["add_bytes"] += len(data)
         if self._cache_bytes > self._cache_max and not self._flush_lock.locked:
             self._start_checkpoint()
-        return self._journal.append((header, data), len(header) + len(data))
+        return self._journal.append((header, data), len(header) + len(data), waiter)
 
     def _create_ledger(self, ledger_id: int, master_key: bytes) -> _Ledger:
         if len(master_key) > formats.INDEX_MAX_KEY:

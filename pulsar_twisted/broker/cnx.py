@@ -314,7 +314,8 @@ class ServerConnection(protocol.Protocol):
                                 authoritative=lookup.authoritative)
         d.addCallbacks(
             lambda urls: self.sender.send_lookup_response(
-                lookup.request_id, urls[0], urls[1], redirect=getattr(urls, "redirect", False)),
+                lookup.request_id, urls[0], urls[1], redirect=getattr(urls, "redirect", False),
+                authoritative=getattr(urls, "authoritative", True)),
             lambda f: self.sender.send_lookup_error(lookup.request_id, _error_code(f), _error_message(f)))
 
     def handle_partitioned_metadata(self, command, message):
@@ -411,17 +412,17 @@ class ServerConnection(protocol.Protocol):
         if self.pending_sends >= self.max_pending_sends and not self._send_throttled:
             self._send_throttled = True
             self.throttle()
-        size = len(message)
-        self.service.publish_started(size)
-        producer.publish(send, message).addBoth(self._send_done, size)
+        self.service.publish_started(len(message))
+        producer.publish(send, message)
 
-    def _send_done(self, result, size):
+    def publish_answered(self, size):
+        """A SEND of ``size`` message bytes is settled (answered, or dropped by a closing producer):
+        the producer calls this once per ``publish``."""
         self.service.publish_finished(size)
         self.pending_sends -= 1
         if self._send_throttled and self.pending_sends <= self.max_pending_sends // 2:
             self._send_throttled = False
             self.unthrottle()
-        return result
 
     def throttle(self):
         """

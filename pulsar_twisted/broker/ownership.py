@@ -34,9 +34,12 @@ Splitting (``replace``). The owner creates the halves' nodes first, then the cal
 boundaries in the namespace policies, then the parent's node goes: at every moment each hash of the
 range is owned by this broker under the old or the new boundaries, so the loaded topics stay.
 
-Placement. Without an owner, ``placement(bundle)`` (``broker/loadbalance``) may name a better
-broker: a non-authoritative lookup is redirected there without taking the bundle; the client's
-authoritative lookup there (or its producer/consumer) takes it.
+Placement. Without an owner, ``placement(bundle)`` (``broker/loadbalance``) may name another
+broker: a non-authoritative lookup is redirected there without taking the bundle. As Pulsar's
+NamespaceService does, the redirect carries the placement's ``authoritative`` flag: False when it
+only forwards the lookup to the leader broker (which places the bundle), True when it names the
+broker chosen to own it; the client's authoritative lookup there (or its producer/consumer) takes
+the bundle without placing it again, so a lookup is redirected at most twice.
 
 Only lookups, topic loads and the check consult the store; publishing and dispatch never do.
 """
@@ -129,6 +132,17 @@ def bundle_for(namespace: str, bounds: list, topic: str) -> NamespaceBundle:
     return NamespaceBundle(namespace, bounds[lo], bounds[lo + 1])
 
 
+def is_bundle_of(bounds: list, bundle: NamespaceBundle) -> bool:
+    """``bundle`` is one of ``bounds``' bundles. Read after finding a bundle's node absent, the
+    boundaries show the split that freed it, if any: a split writes them before deleting the
+    parent's node, and ZooKeeper orders one session's reads."""
+    return any(lower == bundle.lower and upper == bundle.upper for lower, upper in zip(bounds, bounds[1:]))
+
+
+class StaleBundleError(errors.ServiceNotReady):
+    """The bundle a lookup computed from cached boundaries was split meanwhile (retryable)."""
+
+
 class NotOwnedError(errors.ServiceNotReady):
     """Another broker owns the topic's bundle. ServiceNotReady on the binary protocol (the client
     looks the topic up again); the admin API answers 307 to ``owner["httpUrl"]`` (as Pulsar)."""
@@ -143,9 +157,16 @@ class LookupResult(tuple):
     (binary LOOKUP answers Redirect), False when the asking client should connect here."""
 
     def __new__(cls, broker_url: str, broker_url_tls: str = "", redirect: bool = False,
-                http_url: str = "", http_url_tls: str = "", listeners=None):
+                http_url: str = "", http_url_tls: str = "", listeners=None,
+                authoritative: bool = True, placed: bool = False):
         self = super().__new__(cls, (broker_url, broker_url_tls))
         self.redirect = redirect
+        #: The answer's ``authoritative`` flag: False when the lookup is only forwarded to the
+        #: leader broker for placement (the client asks there without the flag).
+        self.authoritative = authoritative
+        #: True for a placement's redirect (the bundle is free; HTTP lookup answers 307), False
+        #: for an owner's URLs.
+        self.placed = placed
         self.http_url = http_url
         self.http_url_tls = http_url_tls
         #: The serving broker's advertised listeners (``{name: AdvertisedListener}``), or None
@@ -216,7 +237,8 @@ class BundleOwnership:
         #: ``on_bundle_unload(bundle)`` -> Deferred: close the bundle's topics (a graceful unload);
         #: ``on_bundle_lost`` is used when it is None.
         self.on_bundle_unload = on_bundle_unload
-        #: ``placement(bundle)`` -> Deferred[urls dict of the chosen broker, or None: this one].
+        #: ``placement(bundle)`` -> Deferred[urls dict of the chosen broker, or None: this one];
+        #: the dict's ``authoritative`` (default True) is the redirect's flag.
         self.placement = placement
         self.check_interval = check_interval
         #: path -> Deferreds waiting for the release of that owned bundle (disabled, topics closing).
@@ -274,6 +296,10 @@ class BundleOwnership:
         return defer.Deferred.fromCoroutine(self._load_bundle(namespace, str(name)))
 
     async def _load_bundle(self, namespace, topic):
+        return bundle_for(namespace, await self._read_bounds(namespace), topic)
+
+    async def _read_bounds(self, namespace) -> list:
+        """The namespace's boundaries read from the store now (and cached)."""
         bounds = even_boundaries(DEFAULT_NUM_BUNDLES)
         try:
             policies = await self.namespaces.get(namespace)
@@ -283,7 +309,7 @@ class BundleOwnership:
             log.warn("namespace {ns}: {error}; using {n} even bundles", ns=namespace,
                      error=e, n=DEFAULT_NUM_BUNDLES)
         self._bounds[namespace] = bounds
-        return bundle_for(namespace, bounds, topic)
+        return bounds
 
     def owns(self, bundle: NamespaceBundle) -> bool:
         return bundle.path in self.owned
@@ -293,11 +319,19 @@ class BundleOwnership:
         placement, so a free bundle is taken here rather than placed again (no redirect loop)."""
         return defer.Deferred.fromCoroutine(self._lookup(name, authoritative))
 
-    async def _lookup(self, name, authoritative=False):
+    async def _lookup(self, name, authoritative=False, retry=True):
+        try:
+            return await self._lookup_once(name, authoritative)
+        except StaleBundleError:
+            if not retry:
+                raise
+            return await self._lookup(name, authoritative, retry=False)     # boundaries read now
+
+    async def _lookup_once(self, name, authoritative):
         bundle = await self.bundle_of(name)
-        owner = None
+        owner = placed = None
         if not authoritative and self.placement is not None and bundle.path not in self.owned:
-            owner = await self._placed(bundle)
+            owner = placed = await self._placed(bundle)
         if owner is None:
             owner = await self.acquire(bundle)
         if owner is not None and await self._owner_is_dead(owner):
@@ -308,18 +342,22 @@ class BundleOwnership:
                      "bundle {bundle} to be released", topic=str(name),
                      owner=owner.get("nativeUrl"), bundle=str(bundle))
             if await self._node_deleted(bundle.path):
-                owner = await self.acquire(bundle)
+                owner, placed = await self.acquire(bundle), None
         if owner is None:
             return LookupResult(self.urls["nativeUrl"], self.urls["nativeUrlTls"],
                                 http_url=self.urls["httpUrl"], http_url_tls=self.urls["httpUrlTls"])
         self._want(bundle, str(name))
+        placed = placed is not None and owner is placed
         return LookupResult(owner.get("nativeUrl", ""), owner.get("nativeUrlTls", ""),
                             redirect=True, http_url=owner.get("httpUrl", ""),
                             http_url_tls=owner.get("httpUrlTls", ""),
-                            listeners=listeners_from_json(owner.get("advertisedListeners")))
+                            listeners=listeners_from_json(owner.get("advertisedListeners")),
+                            authoritative=bool(owner.get("authoritative", True)) if placed else True,
+                            placed=placed)
 
     async def _placed(self, bundle):
-        """The chosen broker's data when the bundle is free and placement names another broker."""
+        """The chosen broker's data when the bundle is free and placement names another broker
+        (with ``authoritative``: False when that broker is the leader asked to place it)."""
         if await self.store.get(bundle.path) is not None:
             return None         # owned (or being unloaded): acquire() tells by whom
         try:
@@ -337,7 +375,11 @@ class BundleOwnership:
 
     async def _check_owned(self, name):
         bundle = await self.bundle_of(name)
-        owner = await self.acquire(bundle)
+        try:
+            owner = await self.acquire(bundle)
+        except StaleBundleError:
+            bundle = await self.bundle_of(name)
+            owner = await self.acquire(bundle)
         if owner is not None:
             # Pulsar's answer to a producer/consumer on a broker that does not serve the topic:
             # the client treats it as retryable and looks the topic up again.
@@ -372,6 +414,9 @@ class BundleOwnership:
                     self._owned(bundle)
                     return None
                 return owner
+            if not is_bundle_of(await self._read_bounds(bundle.namespace), bundle):
+                # Split meanwhile (see ``is_bundle_of``): the cached boundaries were stale.
+                raise StaleBundleError(f"Namespace bundle {bundle} was split; look the topic up again")
             try:
                 await self.store.put(bundle.path, self._value, expected_version=-1, ephemeral=True)
             except AlreadyExistsError:

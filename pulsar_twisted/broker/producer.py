@@ -1,7 +1,7 @@
 """A producer attached to a topic, as the broker sees it."""
 
-from twisted.internet import defer
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from pulsar_twisted.broker import dedup as dedup_states
 from pulsar_twisted.broker.entryinfo import lenient_metadata
@@ -18,6 +18,33 @@ class TopicFencedError(errors.ServiceNotReady):
 
 def is_last_chunk(metadata) -> bool:
     return metadata.chunk_id >= metadata.num_chunks_from_msg - 1
+
+
+class _Answer:
+    """The waiter of one publish (``topic.publish_notify``): ``Producer._answer`` with its ids; an
+    exception there is logged, as a Deferred would have kept it."""
+
+    __slots__ = ("producer", "sequence_id", "highest", "counted", "size")
+
+    def __init__(self, producer, sequence_id, highest, counted, size):
+        self.producer = producer
+        self.sequence_id = sequence_id
+        self.highest = highest
+        self.counted = counted
+        self.size = size
+
+    def callback(self, position):
+        self._answer(position)
+
+    def errback(self, failure):
+        self._answer(failure)
+
+    def _answer(self, result):
+        try:
+            self.producer._answer(result, self.sequence_id, self.highest, self.counted, self.size)
+        except Exception:
+            Producer.log.failure("answering a publish on {topic} failed",
+                                 topic=self.producer.topic.name)
 
 
 class Producer:
@@ -61,14 +88,20 @@ class Producer:
         self.closing = False
         self._close_call = None
 
-    def publish(self, send, message: bytes):
-        """Store ``message``; Deferred fires (always successfully) once the client is answered."""
+    def publish(self, send, message: bytes) -> None:
+        """Store ``message`` and answer the client (SEND_RECEIPT or SEND_ERROR); then, or at once
+        when it is not stored, ``cnx.publish_answered(len(message))``."""
+        if not self._publish(send, message):
+            self.cnx.publish_answered(len(message))
+
+    def _publish(self, send, message: bytes) -> bool:
+        """True when the message went to the topic (answered later), False when settled here."""
         if self.closing or self.closed:
             # The broker is closing this producer (CLOSE_PRODUCER sent or about to be): the
             # client resends every unacknowledged message once it has reconnected. Storing this
             # one could put it after a message that failed; a SEND_ERROR would make the official
             # client drop its whole connection. So: neither stored nor answered.
-            return defer.succeed(None)
+            return False
         self.msg_in += send.num_messages
         self.bytes_in += len(message)
         self.topic.counters.published(send.num_messages, len(message), send.is_chunk)
@@ -79,26 +112,35 @@ class Producer:
                           topic=self.topic.name, producer=self.name)
             self.cnx.sender.send_send_error(self.producer_id, sequence_id, api.NotAllowedError,
                                             "Chunked messages are not supported on non-persistent topics")
-            return defer.succeed(None)
+            return False
         dedup = self.topic.dedup
         counted = True
         if dedup is not None:
             if send.is_chunk:
                 counted = is_last_chunk(lenient_metadata(message))
             if self._is_duplicate(dedup, sequence_id, highest, counted):
-                return defer.succeed(None)
+                return False
         self.pending += 1
-        d = self.topic.publish(message, send.num_messages)
-        d.addCallbacks(self._stored, self._failed, callbackArgs=(sequence_id, highest, counted),
-                       errbackArgs=(sequence_id,))
-        d.addBoth(self._settled)
-        return d
+        answer = _Answer(self, sequence_id, highest, counted, len(message))
+        notify = getattr(self.topic, "publish_notify", None)
+        if notify is not None:
+            notify(message, send.num_messages, answer)
+        else:
+            self.topic.publish(message, send.num_messages).addCallbacks(answer.callback, answer.errback)
+        return True
 
-    def _settled(self, result):
-        self.pending -= 1
-        if self.closing and not self.pending:
-            self._finish_close()
-        return result
+    def _answer(self, result, sequence_id, highest, counted, size):
+        """Answer the client (receipt or error), settle, and tell the connection."""
+        try:
+            if isinstance(result, Failure):
+                self._failed(result, sequence_id)
+            else:
+                self._stored(result, sequence_id, highest, counted)
+        finally:
+            self.pending -= 1
+            if self.closing and not self.pending:
+                self._finish_close()
+            self.cnx.publish_answered(size)
 
     def _is_duplicate(self, dedup, sequence_id, highest, counted=True) -> bool:
         """Deduplication's verdict; a duplicate is answered here (``dedup`` module docstring).

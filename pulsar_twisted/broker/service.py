@@ -261,7 +261,9 @@ class BrokerService(service.Service):
         return LookupResult(listener.broker_url, listener.broker_url_tls,
                             redirect=getattr(result, "redirect", False),
                             http_url=getattr(result, "http_url", ""),
-                            http_url_tls=getattr(result, "http_url_tls", ""), listeners=listeners)
+                            http_url_tls=getattr(result, "http_url_tls", ""), listeners=listeners,
+                            authoritative=getattr(result, "authoritative", True),
+                            placed=getattr(result, "placed", False))
 
     @defer.inlineCallbacks
     def _lookup(self, topic: str, cnx, authoritative=False):

@@ -348,22 +348,34 @@ class PersistentTopic(TopicBase):
 
     # ---------------------------------------------------------------- publishing
     def publish(self, message: bytes, count: int):
+        """Store ``message``: Deferred firing with its Position (``publish_notify``'s order)."""
+        d = defer.Deferred()
+        self.publish_notify(message, count, d)
+        return d
+
+    def publish_notify(self, message: bytes, count: int, waiter) -> None:
+        """``publish`` without a Deferred per message: ``waiter.callback(position)`` or
+        ``waiter.errback(failure)`` (a refusal at once), after the topic's own bookkeeping."""
         if self.closed:
-            return defer.fail(errors.ServiceNotReady(f"Topic {self.name} is being unloaded"))
+            waiter.errback(Failure(errors.ServiceNotReady(f"Topic {self.name} is being unloaded")))
+            return
         if self.fenced:
-            return defer.fail(TopicFencedError(f"Topic {self.name} is fenced after a write failure"))
+            waiter.errback(Failure(TopicFencedError(f"Topic {self.name} is fenced after a write failure")))
+            return
         if self.publish_limiter is not None:
             self.publish_limiter.published(count, len(message))
         self.pending_adds += 1
         if self.pending_adds == self.max_pending_adds:
             self._throttle_producers()
-        started = self.clock.seconds()
-        d = self.ledger.add_entry(message)
-        d.addBoth(self._add_done)
-        d.addCallback(self.counters.storage.written, started, len(message))
-        return d
+        add = _TopicAdd(self, waiter, self.clock.seconds(), len(message))
+        notify = getattr(self.ledger, "add_entry_notify", None)
+        if notify is not None:
+            notify(message, add)
+        else:
+            self.ledger.add_entry(message).addCallbacks(add.callback, add.errback)
 
-    def _add_done(self, result):
+    def _add_done(self, result, started, size):
+        """One callback per publish: throttling, fencing, and (on success) the storage counters."""
         self.pending_adds -= 1
         if self._throttled and self.pending_adds <= self.max_pending_adds // 2:
             throttled, self._throttled = self._throttled, []
@@ -374,9 +386,12 @@ class PersistentTopic(TopicBase):
                 self._ledger_fenced(self.ledger)
             elif not result.check(ManagedLedgerTerminatedError):
                 self.fence(result.getErrorMessage())
+            if self.fenced and not self.pending_adds:
+                self._schedule_unfence()
+            return result
         if self.fenced and not self.pending_adds:
             self._schedule_unfence()
-        return result
+        return self.counters.storage.written(result, started, size)
 
     # ---------------------------------------------------------------- write failures
     def fence(self, reason: str) -> None:
@@ -557,6 +572,35 @@ class PersistentTopic(TopicBase):
         stats.update({"storageSize": self.storage_size(),
                       "msgBacklog": sum(s.backlog() for s in self.subscriptions.values())})
         return stats
+
+
+class _TopicAdd:
+    """One publish's add, as the managed ledger's waiter: the topic's bookkeeping
+    (``PersistentTopic._add_done``), then the publisher's waiter, as two Deferred callbacks would."""
+
+    __slots__ = ("topic", "waiter", "started", "size")
+
+    def __init__(self, topic, waiter, started, size):
+        self.topic = topic
+        self.waiter = waiter
+        self.started = started
+        self.size = size
+
+    def callback(self, position):
+        self._then(position)
+
+    def errback(self, failure):
+        self._then(failure)
+
+    def _then(self, result):
+        try:
+            result = self.topic._add_done(result, self.started, self.size)
+        except Exception:
+            result = Failure()
+        if isinstance(result, Failure):
+            self.waiter.errback(result)
+        else:
+            self.waiter.callback(result)
 
 
 class NonPersistentTopic(TopicBase):

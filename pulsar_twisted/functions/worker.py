@@ -142,12 +142,12 @@ class FunctionsWorker:
         self._changed()
         if self._converging is not None:
             await self._converging
-        await self.sources.start()
-        await self.sinks.start()
         self.ready = True
         self.log.info("functions worker {worker} started: {count} functions, {mine} instances here, "
                       "{sources} sources, {sinks} sinks", worker=self.worker_id,
-                      count=len(self.functions), mine=sum(len(r.supervisors) for r in self.functions.values()),
+                      count=len(self.functions),
+                      mine=sum(len(r.supervisors) for m in (self.functions, self.sources.connectors,
+                                                            self.sinks.connectors) for r in m.values()),
                       sources=len(self.sources.connectors), sinks=len(self.sinks.connectors))
 
     async def _import_legacy(self) -> None:
@@ -164,6 +164,8 @@ class FunctionsWorker:
                               topic=self.topics["metadata"])
             for kind in ("metadata", "packages"):
                 await self.metadata.delete_recursive(self.store._path(kind, tenant, namespace, name))
+        await self.sources.import_legacy()
+        await self.sinks.import_legacy()
 
     def stop(self, grace: float = 5.0):
         """Leave the worker cluster, then stop every instance here (SIGTERM, SIGKILL after
@@ -220,6 +222,16 @@ class FunctionsWorker:
 
     # ---------------------------------------------------------------- tables -> instances
     def _record_changed(self, key, old, new) -> None:
+        if key.count("/") == 3:
+            # A connector's record: ``source/tenant/ns/name`` or ``sink/tenant/ns/name``.
+            kind, _, rest = key.partition("/")
+            manager = {"source": self.sources, "sink": self.sinks}.get(kind)
+            if manager is None:
+                self.log.error("metadata record {key}: unknown component type, ignored", key=key)
+            else:
+                manager.record_changed(rest, new)
+                self._changed()
+            return
         tenant, namespace, name = key.split("/", 2)
         fkey = (tenant, namespace, name)
         if new is None:
@@ -267,9 +279,11 @@ class FunctionsWorker:
             self._converging = None
 
     async def _schedule(self) -> None:
-        """The leader's part: every instance of every function assigned to a live worker."""
+        """The leader's part: every instance of every function, source and sink assigned to a
+        live worker (one round-robin over all of them, as Pulsar's scheduler)."""
         instances = [f"{_fkey(*fkey)}:{i}" for fkey, runtime in sorted(self.functions.items())
                      for i in range(runtime.config.parallelism)]
+        instances += self.sources.instances() + self.sinks.instances()
         current = {key: (value or {}).get("workerId") for key, value in self.assignments.table.items()}
         chosen = schedule(instances, current, list(self.coordinator.members))
         for key in sorted(set(current) - set(chosen)):
@@ -283,8 +297,8 @@ class FunctionsWorker:
         return None if value is None else value.get("workerId")
 
     async def _run_assigned(self) -> None:
-        """Run exactly the instances assigned here, at their record's version, stopped when the
-        record says so."""
+        """Run exactly the instances (functions', sources', sinks') assigned here, at their
+        record's version, stopped when the record says so."""
         mine = {}
         for key, value in list(self.assignments.table.items()):
             if (value or {}).get("workerId") == self.worker_id:
@@ -316,6 +330,8 @@ class FunctionsWorker:
                         supervisor.stop()
                 elif supervisor.state is State.STOPPED:
                     supervisor.start()
+        self.sources.run_assigned(mine)
+        self.sinks.run_assigned(mine)
         self._stopping = [d for d in self._stopping if not d.called]
 
     # ---------------------------------------------------------------- management

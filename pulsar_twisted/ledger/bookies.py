@@ -67,6 +67,26 @@ class LocalBookieClient:
         except Exception:
             return defer.fail()
 
+    def add_entry_notify(self, waiter, bookie_id, ledger_id, entry_id, master_key, packed,
+                         recovery_add=False):
+        """``add_entry`` without a Deferred per entry (the in-process hot path): ``waiter.callback(None)``
+        once durable, or ``waiter.errback(failure)``, exactly when the Deferred would fire. Storage
+        that takes a waiter itself (``accepts_add_waiter``: ``BookieStorage``) gets it; for other
+        objects the Deferred they return is forwarded to it."""
+        try:
+            bookie = self._bookie(bookie_id)
+            if len(packed) < HEADER_SIZE:
+                raise ValueError(f"entry body of {len(packed)} bytes is shorter than the entry header")
+            if getattr(bookie, "accepts_add_waiter", False):
+                bookie.add_entry(ledger_id, entry_id, packed, master_key, lac=packed_lac(packed),
+                                 recovery_add=recovery_add, waiter=waiter)
+                return
+            d = bookie.add_entry(ledger_id, entry_id, packed, master_key, lac=packed_lac(packed),
+                                 recovery_add=recovery_add)
+        except Exception:
+            d = defer.fail()
+        d.addCallbacks(waiter.callback, waiter.errback)
+
     def read_entry(self, bookie_id, ledger_id, entry_id, fence=False, master_key=b""):
         try:
             bookie = self._bookie(bookie_id)

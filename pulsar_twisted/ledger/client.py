@@ -115,16 +115,16 @@ class BookKeeperClient:
     # -- ILedgerClient ---------------------------------------------------------------------------
 
     def create_ledger(self, ensemble_size, write_quorum, ack_quorum, password=b"",
-                      custom_metadata=None):
+                      custom_metadata=None, after=-1):
         """See ILedgerClient. ValueError on bad quorums; NotEnoughBookiesError."""
         try:
             check_quorums(ensemble_size, write_quorum, ack_quorum)
         except ValueError:
             return defer.fail()
         return defer.Deferred.fromCoroutine(self._create(
-            ensemble_size, write_quorum, ack_quorum, password, custom_metadata))
+            ensemble_size, write_quorum, ack_quorum, password, custom_metadata, after))
 
-    async def _create(self, ensemble_size, write_quorum, ack_quorum, password, custom):
+    async def _create(self, ensemble_size, write_quorum, ack_quorum, password, custom, after):
         await self.start()
         env = self.env
         ensemble = env.placement.new_ensemble(ensemble_size, self.writable_bookies)
@@ -135,7 +135,7 @@ class BookKeeperClient:
             ctime_ms=int(env.clock.seconds() * 1000),
             custom_metadata=normalize_custom_metadata(custom))
         while True:
-            ledger_id = await self._manager.new_ledger_id()
+            ledger_id = await self._manager.new_ledger_id(after)
             try:
                 version = await self._manager.create(ledger_id, metadata)
                 break

@@ -44,8 +44,9 @@ class ILedgerClient(Interface):
     """Creates, opens and deletes ledgers (BookKeeper's ``BookKeeper`` object)."""
 
     def create_ledger(ensemble_size: int, write_quorum: int, ack_quorum: int,
-                      password: bytes = b"", custom_metadata: dict = None):
-        """Deferred firing with a writable ILedgerHandle with a new unique id."""
+                      password: bytes = b"", custom_metadata: dict = None, after: int = -1):
+        """Deferred firing with a writable ILedgerHandle with a new unique id greater than
+        ``after`` (a managed ledger passes its last ledger's id: its ledgers are in id order)."""
 
     def open_ledger(ledger_id: int, password: bytes = b"", recovery: bool = True):
         """Deferred firing with a read-only ILedgerHandle. With ``recovery`` the ledger is fenced

@@ -27,6 +27,7 @@ from types import MappingProxyType
 
 from twisted.internet import defer
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from pulsar_twisted.common.bk_errors import LedgerFencedError, NoSuchLedgerError
@@ -97,15 +98,27 @@ class LedgerInfo:
         self.timestamp = timestamp
 
 
+def _fire(method, value):
+    """Fire an add's Deferred or waiter; a waiter's exception is logged, as a Deferred would keep it,
+    so the managed ledger's own bookkeeping after it still runs."""
+    try:
+        method(value)
+    except Exception:
+        log.failure("managed ledger: an add's completion callback failed")
+
+
 class AddOp:
     """One ``add_entry`` in flight: its bytes, the caller's Deferred and the ledger it went to."""
 
-    __slots__ = ("ml", "data", "deferred", "handle", "close_when_done", "done")
+    __slots__ = ("ml", "data", "deferred", "handle", "close_when_done", "done", "started")
 
-    def __init__(self, ml, data):
+    def __init__(self, ml, data, started, deferred):
         self.ml = ml
         self.data = data
-        self.deferred = defer.Deferred()
+        #: reactor time of ``add_entry``, for the add latency counters
+        self.started = started
+        #: a Deferred (``add_entry``) or the waiter of ``add_entry_notify``
+        self.deferred = deferred
         self.handle = None
         self.close_when_done = False
         self.done = False
@@ -115,6 +128,21 @@ class AddOp:
 
     def failed(self, failure):
         self.ml._add_failed(self, failure)
+
+    # As the waiter of LedgerHandle.add_entry_notify (no Deferred per add): the handle's calls, with
+    # what a Deferred would do with an exception from them (log it) instead of letting it reach
+    # the handle's completion loop.
+    def callback(self, entry_id):
+        try:
+            self.ml._add_complete(self, entry_id)
+        except Exception:
+            log.failure("managed ledger {name}: completing an add failed", name=self.ml.name)
+
+    def errback(self, failure):
+        try:
+            self.ml._add_failed(self, failure)
+        except Exception:
+            log.failure("managed ledger {name}: failing an add failed", name=self.ml.name)
 
 
 @implementer(IManagedLedger)
@@ -326,11 +354,15 @@ class ManagedLedgerImpl:
     def _create_ledger(self):
         """Create the next ledger and record it; Deferred firing (None) when done either way."""
         self._state = State.CREATING_LEDGER
+        # Positions order by ledger id: the new ledger's id must be above every ledger this managed
+        # ledger has had (ids come from blocks that other brokers hold too, so "newer" is not
+        # "greater" unless asked for).
+        after = max(self._ledger_ids[-1] if self._ledger_ids else -1, self._last_confirmed.ledger_id)
         d = self.ledger_client.create_ledger(
             self.config.ensemble_size, self.config.write_quorum, self.config.ack_quorum,
             self.config.password,
             custom_metadata={"application": _APPLICATION, "component": _COMPONENT,
-                             "pulsar/managed-ledger": self.name.encode("utf-8")})
+                             "pulsar/managed-ledger": self.name.encode("utf-8")}, after=after)
         d.addCallbacks(self._ledger_created, self._create_failed)
         return d
 
@@ -408,7 +440,11 @@ class ManagedLedgerImpl:
         if not pending:
             pending = self._pending = deque()
         pending.append(op)
-        handle.add_entry(op.data).addCallbacks(op.added, op.failed)
+        notify = getattr(handle, "add_entry_notify", None)
+        if notify is not None:
+            notify(op.data, op)
+        else:
+            handle.add_entry(op.data).addCallbacks(op.added, op.failed)
 
     def _call_later(self, delay: float, fn):
         """A rollover timer: on the factory's shared timers (one reactor call for every managed
@@ -488,26 +524,37 @@ class ManagedLedgerImpl:
     def add_entry(self, data: bytes):
         """Append ``data``; Deferred firing with its Position once durable. Completions are in
         order; a fenced/closed/terminated ledger fails the add at once."""
-        started = self.reactor.seconds()
+        d = defer.Deferred()
+        self._add(data, d)
+        return d
+
+    def add_entry_notify(self, data: bytes, waiter) -> None:
+        """``add_entry`` without a Deferred (the broker's publish path): ``waiter.callback(position)``
+        or ``waiter.errback(failure)`` when the Deferred would fire, in the same order; an exception
+        from the waiter is logged, as a Deferred would keep it, and the other adds go on."""
+        self._add(data, waiter)
+
+    def _add(self, data: bytes, waiter):
+        """``waiter``: a Deferred or any object with its ``callback`` / ``errback``."""
         st = self._state
         if st is State.LEDGER_OPENED:
-            op = AddOp(self, data)
+            op = AddOp(self, data, self.reactor.seconds(), waiter)
             self._send(op)
         else:
             error = self._check_writable()
             if error is not None:
                 self.counters.add_errors += 1
-                return defer.fail(error)
-            op = AddOp(self, data)
+                _fire(waiter.errback, Failure(error))
+                return
+            op = AddOp(self, data, self.reactor.seconds(), waiter)
             self._queued.append(op)
             if st is State.LEDGER_CLOSED:
                 self._create_ledger()
         if (not self._throttled and self._throttle_listeners
                 and len(self._pending) + len(self._queued) >= self.config.max_pending_adds):
             self._set_throttled(True)
-        op.deferred.addCallbacks(self.counters.add_done, self.counters.add_failed,
-                                 callbackArgs=(started, len(data)))
-        return op.deferred
+        # The counters are updated by _add_complete / _fail_ops just before the Deferred fires
+        # (no callback of their own on every add).
 
     def _add_complete(self, op: AddOp, entry_id: int):
         if op.done:
@@ -536,9 +583,10 @@ class ManagedLedgerImpl:
             self._notify_call = self.reactor.callLater(0, self._notify_listeners)
         if self._throttled and len(pending) + len(self._queued) <= self.config.max_pending_adds // 2:
             self._set_throttled(False)
+        self.counters.add_done(None, op.started, size)
         # Fire before rolling over: rolling may complete later adds synchronously, which
         # must not overtake this one.
-        op.deferred.callback(pos)
+        _fire(op.deferred.callback, pos)
         if not pending:
             if self._pending is pending:
                 self._pending = ()   # an idle topic keeps no empty deque
@@ -578,13 +626,14 @@ class ManagedLedgerImpl:
         if rolling and self._current is handle:
             self._close_current_ledger()
 
-    @staticmethod
-    def _fail_ops(ops, error):
+    def _fail_ops(self, ops, error):
         """Fail ``ops`` (already taken off the queues) in order."""
         for o in ops:
             o.done = True
+        counters = self.counters
         for o in ops:
-            o.deferred.errback(error)
+            counters.add_errors += 1
+            _fire(o.deferred.errback, Failure(error))
 
     def _set_fenced(self):
         """Another owner took over: no add, cursor write or metadata write from here on; pending

@@ -184,7 +184,7 @@ class LedgerManager:
         self._waiters = deque()
         self._allocating = 0
 
-    def new_ledger_id(self):
+    def new_ledger_id(self, after: int = -1):
         """
         A ledger id unique across every process sharing the store. Ids are handed out from blocks
         of ``ID_BLOCK``: block ``n`` is ids ``[n * ID_BLOCK, (n + 1) * ID_BLOCK)``, and ``n`` is the
@@ -197,22 +197,34 @@ class LedgerManager:
         a block when the process stops are skipped, never reused: a block is only used once its
         node is durable. A writer on the one-id-per-node scheme could collide with a block's ids:
         the ledger's metadata is created with expected version -1 and the client takes another.
+
+        Blocks held by different processes interleave, so an id is not greater than every id
+        handed out before it elsewhere. A managed ledger needs its ledgers in increasing id order
+        (positions compare by ledger id, as with BookKeeper's ever-growing ids): ``after`` is its
+        last ledger's id, and the id returned is greater. Held ids not above it are skipped (never
+        handed out: no harm, ids are 63-bit); a block allocated after this call is above every
+        block allocated before, whoever holds it, so the wait ends.
         """
         if not self._waiters:
-            ledger_id = self._take()
+            ledger_id = self._take(after)
             if ledger_id is not None:
                 self._prefetch()
                 return defer.succeed(ledger_id)
         d = defer.Deferred()
-        self._waiters.append(d)
+        self._waiters.append((d, after))
         self._allocate_for_waiters()
         return d
 
-    def _take(self):
-        while self._next_id >= self._end_id:
-            if not self._ranges:
-                return None
-            self._next_id, self._end_id = self._ranges.popleft()
+    def _take(self, after: int = -1):
+        """The next held id above ``after`` (those below it are dropped), or None."""
+        while True:
+            while self._next_id >= self._end_id:
+                if not self._ranges:
+                    return None
+                self._next_id, self._end_id = self._ranges.popleft()
+            if self._next_id > after:
+                break
+            self._next_id = min(after + 1, self._end_id)
         ledger_id = self._next_id
         self._next_id += 1
         return ledger_id
@@ -243,10 +255,12 @@ class LedgerManager:
         self._ranges.append((block * ID_BLOCK, (block + 1) * ID_BLOCK))
         waiters = self._waiters
         while waiters:
-            ledger_id = self._take()
+            d, after = waiters[0]
+            ledger_id = self._take(after)
             if ledger_id is None:
                 break
-            waiters.popleft().callback(ledger_id)
+            waiters.popleft()
+            d.callback(ledger_id)
         if waiters:
             self._allocate_for_waiters()
         else:
@@ -262,7 +276,7 @@ class LedgerManager:
         if not doomed:
             log.warn("could not allocate a block of ledger ids ahead of need: {err}",
                      err=failure.getErrorMessage())
-        for d in reversed(doomed):
+        for d, _ in reversed(doomed):
             d.errback(failure)
 
     @staticmethod

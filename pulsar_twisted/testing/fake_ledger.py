@@ -226,7 +226,7 @@ class FakeLedgerClient:
     # -- ILedgerClient -------------------------------------------------------------------
 
     def create_ledger(self, ensemble_size: int, write_quorum: int, ack_quorum: int,
-                      password: bytes = b"", custom_metadata: dict = None):
+                      password: bytes = b"", custom_metadata: dict = None, after: int = -1):
         fault = self._take("_create_faults")
         if fault is not None:
             return defer.fail(fault)
@@ -234,8 +234,8 @@ class FakeLedgerClient:
             check_quorums(ensemble_size, write_quorum, ack_quorum)
         except ValueError:
             return defer.fail()
-        lid = self._next_id
-        self._next_id += 1
+        lid = max(self._next_id, after + 1)
+        self._next_id = lid + 1
         stored = _StoredLedger(lid, password, ensemble_size, write_quorum, ack_quorum, custom_metadata)
         self._ledgers[lid] = stored
         self.created.append(lid)

@@ -202,19 +202,23 @@ def _connector_routes(add, call) -> None:
         add("GET", base, call(lambda w, r, tenant, namespace, of=of: of(w).list(tenant, namespace)))
 
         def register(w, request, tenant, namespace, name, of=of, kind=kind):
+            _not_forwarded_again(w, request)
             parts = multipart_parts(request)
             return of(w).register(tenant, namespace, name, _connector_config_part(parts, kind))
         add("POST", one, call(register))
 
         def update(w, request, tenant, namespace, name, of=of, kind=kind):
+            _not_forwarded_again(w, request)
             parts = multipart_parts(request)
             config = _connector_config_part(parts, kind)
             if config is None:
                 raise BadRequest(f"{kind.capitalize()} config is not provided")
             return of(w).update(tenant, namespace, name, config)
         add("PUT", one, call(update))
-        add("DELETE", one, call(lambda w, r, of=of, **p: of(w).deregister(
-            p["tenant"], p["namespace"], p["name"])))
+        def deregister(w, request, tenant, namespace, name, of=of):
+            _not_forwarded_again(w, request)
+            return of(w).deregister(tenant, namespace, name)
+        add("DELETE", one, call(deregister))
         add("GET", one, call(lambda w, r, of=of, **p: of(w).get(p["tenant"], p["namespace"], p["name"])))
         add("GET", one + "/status", call(lambda w, r, of=of, **p: of(w).status(
             p["tenant"], p["namespace"], p["name"])))
@@ -233,6 +237,8 @@ def _connector_routes(add, call) -> None:
 
 def _connector_control(of, running, restart):
     def handler(w, request, tenant, namespace, name, instanceId=None):
+        if not restart:
+            _not_forwarded_again(w, request)
         chosen = None if instanceId is None else int_param(instanceId, "instanceId")
         return of(w).set_running(tenant, namespace, name, running, chosen, restart)
     return handler

@@ -6,6 +6,9 @@ with ``.../partitions`` and ``/admin/v2/namespaces/{t}/{ns}/topics``).
 Handlers parse and call AdminService; the rules live in ``pulsar_twisted.broker.admin``.
 """
 
+from urllib.parse import urlencode
+
+from pulsar_twisted.broker.admin.brokers import LookupRedirect
 from pulsar_twisted.common.naming import NON_PERSISTENT, PERSISTENT
 from pulsar_twisted.web.routing import Response, int_param, json_body, query, query_bool
 from pulsar_twisted.web.schemas import add_schema_routes
@@ -172,9 +175,21 @@ def listener_name_of(request) -> str:
 
 
 def add_lookup_routes(router, admin) -> None:
-    def lookup(request, domain, tenant, namespace, topic):
-        return admin.lookup(admin.topic_name(domain, tenant, namespace, topic),
-                            listener_name=listener_name_of(request))
+    async def lookup(request, domain, tenant, namespace, topic):
+        try:
+            return await admin.lookup(admin.topic_name(domain, tenant, namespace, topic),
+                                      listener_name=listener_name_of(request),
+                                      authoritative=request is not None and query_bool(request, "authoritative"))
+        except LookupRedirect as redirect:
+            # Pulsar's TopicLookupBase: 307 to the same lookup on the other broker (its TLS web
+            # URL when asked over TLS), with the placement's authoritative flag.
+            base = redirect.http_url_tls if request.isSecure() and redirect.http_url_tls else redirect.http_url
+            args = {"authoritative": "true" if redirect.authoritative else "false"}
+            listener = listener_name_of(request)
+            if listener:
+                args["listenerName"] = listener
+            location = base.rstrip("/") + request.path.decode("ascii", "replace") + "?" + urlencode(args)
+            return Response(307, headers={"Location": location})
     _for_domains(router, "GET", "/lookup/v2/topic/{domain}/{tenant}/{namespace}/{topic}", lookup)
 
     # The v2 "destination" spelling older clients use.

@@ -58,6 +58,50 @@ def encode_command(command: api.BaseCommand) -> bytes:
     return _HEADER.pack(size + 4, size) + body
 
 
+_U64_MAX = 0xFFFFFFFFFFFFFFFF
+#: varints of 0..16383 (1 or 2 bytes), the usual producer ids and small sequence/entry ids
+_SMALL_VARINTS = tuple(bytes((v,)) if v < 0x80 else bytes(((v & 0x7F) | 0x80, v >> 7))
+                       for v in range(1 << 14))
+#: BaseCommand ``type = SEND_RECEIPT`` (field 1, varint) and the tag of ``send_receipt`` (field 7,
+#: length-delimited), which every receipt starts with.
+_RECEIPT_PREFIX = bytes((0x08, api.BaseCommand.SEND_RECEIPT, (7 << 3) | 2))
+
+
+def _varint(value: int) -> bytes:
+    if value < 0x4000:
+        return _SMALL_VARINTS[value]
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def encode_send_receipt(producer_id: int, sequence_id: int, highest_sequence_id: int,
+                        ledger_id: int, entry_id: int) -> bytes:
+    """
+    The SEND_RECEIPT frame, byte for byte what protobuf serialises for ``BaseCommand(type=SEND_RECEIPT,
+    send_receipt=CommandSendReceipt(producer_id, sequence_id, highest_sequence_id,
+    message_id=MessageIdData(ledgerId, entryId)))`` (fields in number order, all four set), built
+    without protobuf objects: it is written once per stored message. ``ledger_id`` / ``entry_id``
+    are taken modulo 2**64 (-1 is a duplicate's answer); ids outside uint64 raise ValueError, as
+    protobuf does.
+    """
+    if not (0 <= producer_id <= _U64_MAX and 0 <= sequence_id <= _U64_MAX
+            and 0 <= highest_sequence_id <= _U64_MAX):
+        raise ValueError(f"receipt ids out of uint64 range: {producer_id}, {sequence_id}, "
+                         f"{highest_sequence_id}")
+    # MessageIdData: ledgerId = 1, entryId = 2 (varints)
+    mid = b"\x08" + _varint(ledger_id & _U64_MAX) + b"\x10" + _varint(entry_id & _U64_MAX)
+    # CommandSendReceipt: producer_id = 1, sequence_id = 2, message_id = 3, highest_sequence_id = 4.
+    # Each part is at most 57 bytes, so every length is one varint byte.
+    receipt = (b"\x08" + _varint(producer_id) + b"\x10" + _varint(sequence_id)
+               + b"\x1a" + _SMALL_VARINTS[len(mid)] + mid + b"\x20" + _varint(highest_sequence_id))
+    size = len(receipt) + 4
+    return _HEADER.pack(size + 4, size) + _RECEIPT_PREFIX + _SMALL_VARINTS[len(receipt)] + receipt
+
+
 def encode_payload_command(command: api.BaseCommand, message: bytes) -> bytes:
     """A payload frame: ``command`` followed by ``message`` (magic, checksum, metadata, payload)."""
     body = command.SerializeToString()

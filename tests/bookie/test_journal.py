@@ -8,6 +8,7 @@ from twisted.trial import unittest
 
 from pulsar_twisted.bookie import formats
 from pulsar_twisted.bookie import journal
+from pulsar_twisted.bookie import journal as journal_module
 from pulsar_twisted.bookie.journal import (
     Journal, ensure_durable_dir, journal_path, list_journal_files, replay_journal)
 # Imported here, not in a test: entrylog and index bind journal.fsync_dir at import, and must not
@@ -229,6 +230,59 @@ class JournalWriterTests(unittest.TestCase):
         yield journal.stop()
         r = key_record(1)
         yield self.assertFailure(journal.append((r,), len(r)), Exception)
+
+    def test_waiters_fire_in_order_and_a_failing_one_spares_the_rest(self):
+        """``append(..., waiter=)`` returns None; the waiters of a group get ``callback(None)`` in
+        write order when it is durable, and one that raises is logged while the later ones still fire."""
+        class Reactor:
+            def __init__(self):
+                self.calls = []
+
+            def callFromThread(self, f, *args):
+                self.calls.append((f, args))
+        fake = Reactor()
+        journal = Journal(self.dir, fake)
+        journal._create(1)
+        self.addCleanup(os.close, journal._fd)
+        fired = []
+
+        class Waiter:
+            def __init__(self, i):
+                self.i = i
+
+            def callback(self, value):
+                fired.append((self.i, value))
+                if self.i == 1:
+                    raise RuntimeError("a buggy waiter")
+
+            def errback(self, failure):
+                fired.append((self.i, failure))
+        r = key_record(1)
+        self.assertEqual([journal.append((r,), len(r), Waiter(i)) for i in range(3)], [None] * 3)
+        journal._write_group(journal._take_all())
+        f, args = fake.calls.pop()
+        f(*args)
+        self.assertEqual(fired, [(0, None), (1, None), (2, None)])
+        self.assertEqual((journal.groups, journal.fsyncs, journal.records), (1, 1, 3))
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+
+    @defer.inlineCallbacks
+    def test_waiter_after_stop_gets_a_failure(self):
+        """A stopped journal fails a waiter with a Failure (JournalStoppedError), as it fails a Deferred."""
+        journal = self.open()
+        yield journal.stop()
+        got = []
+
+        class Waiter:
+            def callback(self, value):
+                got.append(value)
+
+            def errback(self, failure):
+                got.append(failure)
+        r = key_record(1)
+        journal.append((r,), len(r), Waiter())
+        self.assertEqual(len(got), 1)
+        self.assertTrue(got[0].check(journal_module.JournalStoppedError))
 
 
 class DurableDirTests(unittest.TestCase):

@@ -1,19 +1,24 @@
 """
 The load manager's arithmetic (``pulsar_twisted.broker.loadbalance``): split points and boundaries,
 report updates on Pulsar's thresholds, LeastLongTermMessageRate scoring, the ThresholdShedder, the
-bundle data averages and the decisions log. Pure functions and task.Clock only.
+bundle data averages, the decisions log, and the leader's placement (an in-memory store).
+task.Clock only.
 """
 
+import json
 import math
 import random
 
-from twisted.internet import task
+from twisted.internet import defer, task
 from twisted.trial.unittest import TestCase
 
 from pulsar_twisted.broker.loadbalance import bundle_data, placement, reports, shedding, split
 from pulsar_twisted.broker.loadbalance.decisions import DecisionLog
+from pulsar_twisted.broker.loadbalance.manager import LoadManager
 from pulsar_twisted.broker.ownership import NamespaceBundle
 from pulsar_twisted.config import BrokerConfig
+from pulsar_twisted.metadata.embedded.store import EmbeddedMetadataStore
+from pulsar_twisted.metadata.layout import LEADER_PATH, broker_path
 from pulsar_twisted.resources.policies import DEFAULT_NUM_BUNDLES, boundaries_of_policies, even_boundaries
 
 NS = "public/default"
@@ -133,6 +138,9 @@ class PlacementTests(TestCase):
         reps = {"a:8080": report(), "b:8080": report()}
         chosen, _ = placement.choose_broker(reps, data, {"a:8080": {"ns/x"}})
         self.assertEqual(chosen, "b:8080")
+        # Never seen (a split's half): Pulsar's default 50 msg/s in and 50 out.
+        _, scores = placement.choose_broker(reps, {}, {"a:8080": {"ns/new"}})
+        self.assertEqual(scores, {"a:8080": placement.DEFAULT_BUNDLE_RATE, "b:8080": 0.0})
 
     def test_ties_are_random_among_the_best(self):
         reps = {"a:8080": report(), "b:8080": report(), "c:8080": report(cpu=99)}
@@ -240,13 +248,144 @@ class DecisionLogTests(TestCase):
         self.assertEqual([e["bundle"] for e in log.entries("shed")], ["ns/0x1_0x2"])
 
 
-class PreferenceTests(TestCase):
+def urls(broker_id):
+    host = broker_id.split(":")[0]
+    return {"pulsarServiceUrl": f"pulsar://{host}:6650", "webServiceUrl": f"http://{host}:8080",
+            "pulsarServiceUrlTls": "", "webServiceUrlTls": ""}
 
-    def test_the_broker_asked_wins_among_equals(self):
-        """Idle brokers all score 0: the asked one keeps the bundle (no redirect)."""
-        reps = {"a:8080": report(), "b:8080": report(), "c:8080": report()}
-        for i in range(10):
-            self.assertEqual(placement.choose_broker(reps, {}, rng=random.Random(i), prefer="b:8080")[0],
-                             "b:8080")
-        busy = {"a:8080": report(), "b:8080": report(bundles=["x"], stats={"x": {"msgRateIn": 1.0}})}
-        self.assertEqual(placement.choose_broker(busy, {}, prefer="b:8080")[0], "a:8080")
+
+class FakeLeader:
+    """LeaderElection's ``is_leader`` only (the node, when any, is written by the test)."""
+
+    def __init__(self, is_leader=False):
+        self.is_leader = is_leader
+
+
+class LeaderPlacementTests(TestCase):
+    """``LoadManager.place`` as Pulsar's NamespaceService.searchForCandidateBroker: non-leaders
+    forward to the leader, the leader chooses and preallocates, no leader means a local choice.
+    Over an in-memory store holding the brokers' reports and the leader node."""
+
+    def setUp(self):
+        self.clock = task.Clock()
+        self.store = EmbeddedMetadataStore(None, self.clock)
+        self.bundle = NamespaceBundle(NS, 0, 0x40000000)
+
+    def put(self, path, value):
+        self.successResultOf(defer.ensureDeferred(self.store.put(path, json.dumps(value).encode())))
+
+    def reports(self, **loads):
+        """Registered brokers ``name=(cpu, bundles, stats)`` under /loadbalance/brokers."""
+        for name, (cpu, bundles, stats) in loads.items():
+            self.put(broker_path(f"{name}:8080"), dict(report(cpu=cpu, bundles=bundles, stats=stats),
+                                                       **urls(f"{name}:8080")))
+
+    def manager(self, broker_id, is_leader, seed=1):
+        return LoadManager(None, None, self.store, self.clock, BrokerConfig(), broker_id,
+                           urls(broker_id), leader=FakeLeader(is_leader),
+                           decisions=DecisionLog(self.clock), interval=0, rng=random.Random(seed))
+
+    def place(self, manager, bundle=None):
+        return self.successResultOf(manager.place(bundle or self.bundle))
+
+    def busy_a(self):
+        stats = {"ns/hot": {"msgRateIn": 900.0}}
+        self.reports(a=(10, ["ns/hot"], stats), b=(10, [], {}), c=(10, ["ns/warm"], {"ns/warm": {"msgRateIn": 5.0}}))
+
+    def test_non_leader_redirects_to_the_leader(self):
+        """A non-leader forwards a free bundle's lookup to the leader, not authoritative (the
+        leader places it), and decides nothing itself."""
+        self.busy_a()
+        self.put(LEADER_PATH, {"brokerId": "c:8080", "serviceUrl": "http://c:8080"})
+        a = self.manager("a:8080", is_leader=False)
+        answer = self.place(a)
+        self.assertEqual((answer["nativeUrl"], answer["httpUrl"], answer["authoritative"]),
+                         ("pulsar://c:6650", "http://c:8080", False))
+        self.assertEqual(a.decisions.entries(), [])
+        self.assertEqual(a.preallocated, {})
+
+    def test_leader_preallocates_and_answers_the_chosen_broker(self):
+        """The leader picks the least loaded broker (b), answers it authoritatively, logs the
+        placement and keeps answering b for that bundle until b reports owning it; the next
+        bundle counts b's preallocation."""
+        self.busy_a()
+        self.put(LEADER_PATH, {"brokerId": "c:8080", "serviceUrl": "http://c:8080"})
+        c = self.manager("c:8080", is_leader=True)
+        answer = self.place(c)
+        self.assertEqual((answer["nativeUrl"], answer["authoritative"]), ("pulsar://b:6650", True))
+        [entry] = c.decisions.entries("placement")
+        self.assertEqual((entry["target"], entry["broker"], entry["bundle"]), ("b:8080", "c:8080", str(self.bundle)))
+        self.assertEqual(entry["scores"], {"a:8080": 900.0, "b:8080": 0.0, "c:8080": 5.0})
+        self.assertEqual(c.preallocated, {str(self.bundle): ("b:8080", 0)})
+        # Asked again before b took it (the client on its way, or another client): b again.
+        self.assertEqual(self.place(c)["nativeUrl"], "pulsar://b:6650")
+        self.assertEqual(len(c.decisions.entries("placement")), 1)
+        # With its bundle data, the preallocation weighs on b: the next bundle goes to c.
+        c.aggregator.data = {str(self.bundle): {"longTermData": {"msgRateIn": 50.0}}}
+        other = NamespaceBundle(NS, 0x40000000, 0x80000000)
+        self.assertIsNone(self.place(c, other))      # c itself: taken on the leader
+        self.assertEqual(c.decisions.entries("placement")[-1]["target"], "c:8080")
+        # b's report lists the bundle: the preallocation is done with.
+        self.reports(b=(10, [str(self.bundle)], {}))
+        self.place(c, NamespaceBundle(NS, 0x80000000, 0xC0000000))
+        self.assertNotIn(str(self.bundle), c.preallocated)
+
+    def test_a_taken_preallocation_does_not_bind_the_next_placement(self):
+        """b took the bundle (its ownership node appeared), then it was unloaded before b's report
+        listed it: the next lookup is placed anew (not sent back to b by the old answer), and
+        the bundle still weighs on b meanwhile."""
+        self.busy_a()
+        c = self.manager("c:8080", is_leader=True)
+        c.aggregator.data = {str(self.bundle): {"longTermData": {"msgRateIn": 50.0}}}
+        self.assertEqual(self.place(c)["nativeUrl"], "pulsar://b:6650")
+        self.put(self.bundle.path, {"nativeUrl": "pulsar://b:6650"})
+        self.successResultOf(defer.ensureDeferred(self.store.delete(self.bundle.path)))
+        self.assertIsNone(self.place(c))        # c (5 msg/s) now beats b (50, the bundle itself)
+        self.assertEqual([e["target"] for e in c.decisions.entries("placement")], ["b:8080", "c:8080"])
+
+    def test_preallocation_to_a_broker_gone_or_stale_is_dropped(self):
+        self.busy_a()
+        c = self.manager("c:8080", is_leader=True)
+        self.assertEqual(self.place(c)["nativeUrl"], "pulsar://b:6650")
+        self.successResultOf(defer.ensureDeferred(self.store.delete(broker_path("b:8080"))))
+        # b left (died, or its session ended): the bundle is placed again, on c now.
+        self.assertIsNone(self.place(c))
+        self.assertEqual(c.preallocated[str(self.bundle)][0], "c:8080")
+        self.clock.advance(c.preallocation_seconds + 1)
+        c._prune_preallocations({"c:8080": {"bundles": []}}, self.clock.seconds())
+        self.assertEqual(c.preallocated, {})
+
+    def test_no_leader_places_locally(self):
+        """No leader node (between two elections), or one naming a broker no longer registered:
+        the broker asked places the bundle itself, says so in the decisions log and a warning,
+        and answers authoritatively (the chosen broker must not forward it again)."""
+        self.busy_a()
+        a = self.manager("a:8080", is_leader=False)
+        answer = self.place(a)
+        self.assertEqual((answer["nativeUrl"], answer["authoritative"]), ("pulsar://b:6650", True))
+        [entry] = a.decisions.entries("placement")
+        self.assertIn("no leader broker is elected", entry["reason"])
+        self.put(LEADER_PATH, {"brokerId": "gone:8080", "serviceUrl": "http://gone:8080"})
+        answer = self.place(a, NamespaceBundle(NS, 0x40000000, 0x80000000))
+        self.assertTrue(answer["authoritative"])
+        self.assertIn("gone:8080 is not registered", a.decisions.entries("placement")[-1]["reason"])
+
+    def test_a_broker_named_by_the_leader_node_acts_as_leader(self):
+        """Its election flag not yet up (the node is its own): it places, no redirect to itself."""
+        self.busy_a()
+        self.put(LEADER_PATH, {"brokerId": "b:8080", "serviceUrl": "http://b:8080"})
+        b = self.manager("b:8080", is_leader=False)
+        self.assertIsNone(self.place(b))
+        self.assertEqual(b.decisions.entries("placement")[0]["target"], "b:8080")
+        self.assertNotIn("leader", b.decisions.entries("placement")[0]["reason"])
+
+    def test_all_overloaded_draws_among_all(self):
+        """A tiny NIC makes every broker overloaded: the bundle is drawn among all of them."""
+        self.reports(a=(99, [], {}), b=(99, [], {}), c=(99, [], {}))
+        targets = set()
+        for seed in range(12):
+            m = self.manager("c:8080", is_leader=True, seed=seed)
+            answer = self.place(m)
+            targets.add(answer["nativeUrl"] if answer else "pulsar://c:6650")
+            self.assertIn("every broker is overloaded", m.decisions.entries()[0]["reason"])
+        self.assertEqual(len(targets), 3)

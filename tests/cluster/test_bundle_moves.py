@@ -12,13 +12,14 @@ from twisted.trial.unittest import TestCase
 from pulsar_twisted.broker.admin.errors import PreconditionFailed
 from pulsar_twisted.broker.admin.service import AdminService
 from pulsar_twisted.broker.loadbalance.decisions import DecisionLog
+from pulsar_twisted.broker.leader import leader_data
 from pulsar_twisted.broker.loadbalance.manager import LoadManager
 from pulsar_twisted.broker.loadbalance.reports import HostUsage
-from pulsar_twisted.broker.ownership import BundleOwnership, NotOwnedError, unload_bundle
+from pulsar_twisted.broker.ownership import BundleOwnership, NotOwnedError, StaleBundleError, unload_bundle
 from pulsar_twisted.common import errors
 from pulsar_twisted.common.naming import parse_topic
 from pulsar_twisted.metadata.embedded.store import EmbeddedMetadataStore
-from pulsar_twisted.metadata.layout import broker_path
+from pulsar_twisted.metadata.layout import LEADER_PATH, broker_path
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.resources.policies import boundaries_of_policies
 from pulsar_twisted.testing.broker import BrokerHarness
@@ -187,6 +188,24 @@ class SplitTests(TwoBrokers):
         self.assertEqual(self.own_a.owned, {})
         self.assertEqual(len(self.policies_bounds()) - 1, 5)
 
+    def test_stale_boundaries_never_take_a_split_parent(self):
+        """Split with unload on A; B still holds the old boundaries (the policies notification
+        not there yet): B's lookup does not take the parent (which would overlap the halves) but
+        reads the boundaries again and takes the topic's half."""
+        self.successResultOf(self.own_b.bundle_of(self.name))     # B caches the 4 bundles
+        self.assertEqual(produce(self.a.client(), TOPIC).type, T.PRODUCER_SUCCESS)
+        self.successResultOf(self.go(self.admin_a.split_bundle(
+            "public", "default", self.bundle.range_name, unload=True)))
+        self.own_b._bounds["public/default"] = list(boundaries_of_policies({}))   # stale again
+        self.assertIsInstance(self.failureResultOf(self.go(self.own_b.acquire(self.bundle))).value,
+                              StaleBundleError)
+        r = lookup(self.b.client(), TOPIC)
+        self.assertEqual((r.response, r.brokerServiceUrl), (r.Connect, "pulsar://b:6650"))
+        self.assertIsNone(self.owner_of(self.bundle))
+        [half] = self.own_b.owned.values()
+        self.assertTrue(self.bundle.lower <= half.lower < half.upper <= self.bundle.upper)
+        self.assertNotEqual(half, self.bundle)
+
     def test_split_on_a_non_owner_redirects_to_the_owner(self):
         self.successResultOf(self.own_a.check_owned(self.name))
         f = self.failureResultOf(self.go(self.admin_b.split_bundle("public", "default", self.bundle.range_name)))
@@ -230,6 +249,9 @@ class LoadManagerBase(TwoBrokers):
         super().setUp()
         self.lm_a = self.manager(self.a, self.own_a, "a:8080", A_URLS, leader=True)
         self.lm_b = self.manager(self.b, self.own_b, "b:8080", B_URLS)
+        # A's LeaderElection node (broker/leader.py), which B reads to forward placements.
+        self.successResultOf(self.go(self.root.put(LEADER_PATH, leader_data("a:8080", "http://a:8080"),
+                                                   ephemeral=True)))
 
     def write(self, manager, **load):
         report = manager.current_report()
@@ -282,11 +304,60 @@ class LoadManagerTests(LoadManagerBase):
         self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
 
     def test_overloaded_broker_gets_nothing(self):
+        """B (overloaded, not the leader) forwards the lookup to the leader A, not authoritative;
+        A places the bundle on itself and takes it."""
         self.write(self.lm_a)
         self.write(self.lm_b, cpu={"usage": 95.0, "limit": 100.0})
-        self.lm_a.last_report = None
+        self.lm_a.last_report = self.lm_b.last_report = None
         r = lookup(self.b.client(), TOPIC)
-        self.assertEqual((r.response, r.brokerServiceUrl), (r.Redirect, A_URLS["nativeUrl"]))
+        self.assertEqual((r.response, r.brokerServiceUrl, r.authoritative),
+                         (r.Redirect, A_URLS["nativeUrl"], False))
+        self.assertEqual(self.b.broker.decisions.entries(), [])
+        r = lookup(self.a.client(), TOPIC)
+        self.assertEqual((r.response, r.brokerServiceUrl), (r.Connect, A_URLS["nativeUrl"]))
+        self.assertTrue(self.own_a.owns(self.bundle))
+        [entry] = self.a.broker.decisions.entries("placement")
+        self.assertEqual(entry["scores"]["b:8080"], "overloaded")
+
+    def test_non_leader_to_leader_to_chosen_broker(self):
+        """B is asked, A leads and is busy: B -> A (not authoritative) -> B (authoritative), where
+        the bundle is taken; two hops, no loop. Over HTTP the same hops are 307s."""
+        self.write(self.lm_a, bundles=["public/default/busy"],
+                   lastStats={"public/default/busy": {"msgRateIn": 5000.0}})
+        self.write(self.lm_b)
+        self.lm_a.last_report = self.lm_b.last_report = None
+        path = "/lookup/v2/topic/persistent/public/default/moving"
+        redirect = self.successResultOf(self.http_lookup(self.admin_b, "http://b:8080", path))
+        self.assertEqual((redirect.status, redirect.headers["Location"]),
+                         (307, "http://a:8080" + path + "?authoritative=false"))
+        redirect = self.successResultOf(self.http_lookup(self.admin_a, "http://a:8080", path))
+        self.assertEqual(redirect.headers["Location"], "http://b:8080" + path + "?authoritative=true")
+        self.assertIsNone(self.owner_of(self.bundle))
+        r = lookup(self.b.client(), TOPIC)
+        self.assertEqual((r.response, r.brokerServiceUrl, r.authoritative),
+                         (r.Redirect, A_URLS["nativeUrl"], False))
+        r = lookup(self.a.client(), TOPIC)
+        self.assertEqual((r.response, r.brokerServiceUrl, r.authoritative), (r.Redirect, "pulsar://b:6650", True))
+        r = lookup(self.b.client(), TOPIC, authoritative=r.authoritative)
+        self.assertEqual((r.response, r.brokerServiceUrl), (r.Connect, "pulsar://b:6650"))
+        self.assertTrue(self.own_b.owns(self.bundle))
+        # Only the leader decided, once (the HTTP lookup's and the binary one's answer: b).
+        self.assertEqual([e["target"] for e in self.a.broker.decisions.entries("placement")], ["b:8080"])
+        self.assertEqual(self.b.broker.decisions.entries(), [])
+        answer = self.successResultOf(self.http_lookup(self.admin_a, "http://a:8080", path))
+        self.assertEqual(answer["brokerUrl"], "pulsar://b:6650")     # owned now: 200, the owner
+
+    def http_lookup(self, admin, web_url, path):
+        from twisted.web.test.requesthelper import DummyRequest
+        from pulsar_twisted.web.routing import Router
+        from pulsar_twisted.web.topics import add_lookup_routes
+        router = Router()
+        add_lookup_routes(router, admin)
+        handler, params = router.match("GET", path)
+        request = DummyRequest(path.encode().lstrip(b"/").split(b"/"))
+        request.path = path.encode()
+        request.isSecure = lambda: False
+        return defer.ensureDeferred(handler(request, **params))
 
     def test_leader_sheds_from_the_hot_broker(self):
         """The ThresholdShedder picks A's biggest bundle; A releases it; the shed is logged."""
@@ -327,6 +398,9 @@ class LoadManagerTests(LoadManagerBase):
         self.assertEqual(len(done), 1)
         self.assertEqual([e["kind"] for e in self.a.broker.decisions.entries()], ["split", "unload", "unload"])
         self.assertEqual(self.own_a.owned, {})
+        # Its report is rewritten at once: the leader places the halves without A's old load.
+        node = json.loads(self.successResultOf(self.root.get(broker_path("a:8080")))[0])
+        self.assertEqual((node["bundles"], node["lastStats"]), ([], {}))
 
 
 class LeaderRoundTests(LoadManagerBase):

@@ -17,6 +17,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from pulsar_twisted.cli import admin as cli
 from pulsar_twisted.testing.chaos import checker
 from pulsar_twisted.testing.cluster import wait_for
+from tests.cluster.test_load_evens_out_processes import join_brokers
 from tests.cluster.test_processes import AsyncPublisher, ClusterCase, pulsar
 
 
@@ -68,16 +69,19 @@ class AdminOnClusterTests(ClusterCase):
         cluster = self.make_cluster(bookies=2, brokers=2, broker_config={
             "managedLedgerDefaultEnsembleSize": 2, "managedLedgerDefaultWriteQuorum": 2,
             "managedLedgerDefaultAckQuorum": 2, "zooKeeperSessionTimeoutMillis": 4000})
-        owner, other = cluster.brokers
-        wait_for(lambda: {owner.broker_id, other.broker_id} <= set(cluster.registered_brokers()),
+        first, second = cluster.brokers
+        wait_for(lambda: {first.broker_id, second.broker_id} <= set(cluster.registered_brokers()),
                  10, "broker registrations", on_timeout=cluster.logs)
         topic = f"persistent://public/default/moves-{uuid.uuid4().hex[:8]}"
-        client = self.client(owner.service_url)
+        client = self.client(first.service_url)
         # Subscribed first: without retention, what no subscription holds may be trimmed.
         consumer = client.subscribe(topic, "check")
         producer = client.create_producer(topic, batching_enabled=False)
         producer.send(b"before")
-        bundle = self.admin(other, "topics", "bundle-range", topic)
+        bundle = self.admin(second, "topics", "bundle-range", topic)
+        # The leader placed the bundle on either broker (idle ones score the same).
+        owner = first if cluster.bundle_owners().get(bundle) == first.service_url else second
+        other = second if owner is first else first
         self.assertEqual(cluster.bundle_owners().get(bundle), owner.service_url)
 
         report = self.admin(owner, "broker-stats", "load-report")
@@ -112,7 +116,7 @@ class SheddingOnClusterTests(ClusterCase):
     bundle moves to the idle broker; nothing acknowledged is lost on the way."""
 
     def test_hot_broker_sheds_a_bundle_to_the_idle_one(self):
-        cluster = self.make_cluster(bookies=2, brokers=2, broker_config={
+        config = {
             "managedLedgerDefaultEnsembleSize": 2, "managedLedgerDefaultWriteQuorum": 2,
             "managedLedgerDefaultAckQuorum": 2, "zooKeeperSessionTimeoutMillis": 4000,
             "statsUpdateFrequencyInSecs": 1, "loadBalancerHostUsageCheckIntervalMinutes": 0.03,
@@ -120,21 +124,21 @@ class SheddingOnClusterTests(ClusterCase):
             "loadBalancerHistoryResourcePercentage": 0, "loadBalancerCPUResourceWeight": 0,
             "loadBalancerMemoryResourceWeight": 0, "loadBalancerDirectMemoryResourceWeight": 0,
             # 4000 Kbit/s: about 250 KB/s in and out is 50% of it.
-            "loadBalancerOverrideBrokerNicSpeedGbps": 4000 / 1024 / 1024})
-        hot, idle = cluster.brokers
-        wait_for(lambda: {hot.broker_id, idle.broker_id} <= set(cluster.registered_brokers()),
-                 10, "broker registrations", on_timeout=cluster.logs)
+            "loadBalancerOverrideBrokerNicSpeedGbps": 4000 / 1024 / 1024}
+        # The hot broker alone first: every bundle goes to it; the idle one joins afterwards.
+        cluster = self.make_cluster(bookies=2, brokers=1, broker_config=config)
+        hot = cluster.brokers[0]
         local = f"hot-{uuid.uuid4().hex[:8]}"
         topic = f"persistent://public/default/{local}"
         admin = cli.AdminClient(hot.web_service_url)
         admin.put(f"/admin/v2/persistent/public/default/{local}/partitions", 4)
-        # Only the hot broker is asked: idle brokers score the same, so the asked one keeps them.
         client = self.client(hot.service_url)
         consumer = client.subscribe(topic, "s")
         producer = client.create_producer(topic, batching_enabled=False, send_timeout_millis=60000,
                                           block_if_queue_full=True)
         owners = set(cluster.bundle_owners().values())
         self.assertEqual(owners, {hot.service_url})
+        [idle] = join_brokers(cluster, 1, config)
         publisher = AsyncPublisher(producer)
         payload = b"x" * 1000
         moved_at = None

@@ -7,6 +7,7 @@ ZooKeeper or the official client. Each test prints its figures.
 import os
 import threading
 import time
+import urllib.request
 import uuid
 
 from twisted.trial.unittest import SynchronousTestCase
@@ -174,15 +175,26 @@ class TwoBrokerTests(ClusterCase):
             i += 1
         (bundle_a, topic_a), (bundle_b, topic_b) = names.items()
 
-        # Each broker takes one bundle: the first lookup of a free bundle wins it.
-        client_b = self.client(broker_b.service_url)
-        client_b.create_producer(topic_b).close()
+        # The leader places each free bundle (idle brokers tie: drawn at random); unloaded, a
+        # bundle is placed anew: until the two bundles sit on different brokers.
+        setup = self.client(broker_a.service_url)
+        for _ in range(12):
+            for topic in (topic_a, topic_b):
+                setup.create_producer(topic).close()
+            owners = cluster.bundle_owners()
+            if owners.get(bundle_a.range_name) != owners.get(bundle_b.range_name):
+                break
+            request = urllib.request.Request(
+                f"{broker_a.web_service_url}/admin/v2/namespaces/public/default/{bundle_b.range_name}/unload",
+                method="PUT")
+            urllib.request.urlopen(request, timeout=20).read()
+        if owners.get(bundle_a.range_name) == broker_b.service_url:
+            broker_a, broker_b = broker_b, broker_a
+        self.assertEqual(owners.get(bundle_a.range_name), broker_a.service_url)
+        self.assertEqual(owners.get(bundle_b.range_name), broker_b.service_url)
         client_a = self.client(broker_a.service_url)
         producer_a = client_a.create_producer(topic_a)
         producer_a.send(b"on A")
-        owners = cluster.bundle_owners()
-        self.assertEqual(owners.get(bundle_a.range_name), broker_a.service_url)
-        self.assertEqual(owners.get(bundle_b.range_name), broker_b.service_url)
 
         # Through A, a topic of B's bundle: redirected to B, and it works.
         consumer, producer, publisher = subscribed_publisher(client_a, topic_b)

@@ -157,3 +157,106 @@ class ClusterTests(SynchronousTestCase):
         self.assertEqual(sorted(b.functions[("public", "default", "f")].supervisors), [0])
         self.wait(b.deregister("public", "default", "f"))
         self.assertEqual((b.list("public", "default"), b.assignments.table), ([], {}))
+
+
+class ConnectorClusterTests(SynchronousTestCase):
+    """Sources and sinks scheduled like functions: each instance on exactly one worker, taken
+    over when its worker goes, written through the non-leader, status asked of the owner."""
+
+    setUp, wait, worker = ClusterTests.setUp, ClusterTests.wait, ClusterTests.worker
+
+    def running(self, workers, kind, name):
+        """``{worker id: sorted instance ids}`` of the connector's live supervisors."""
+        return {w.worker_id: sorted(getattr(w, kind + "s").connectors[("public", "default", name)]
+                                    .supervisors) for w in workers}
+
+    def test_each_instance_on_one_worker_and_taken_over(self):
+        from tests.functions.test_io import SINK, SOURCE
+        a, b = self.worker("a"), self.worker("b")
+        self.clock.advance(1)
+        # Created through the non-leader: forwarded to the leader over /admin/v3/{kind}s.
+        self.wait(b.sources.register("public", "default", "s", dict(SOURCE, parallelism=2)))
+        self.wait(b.sinks.register("public", "default", "k", dict(SINK, parallelism=2)))
+        self.assertEqual([c[:3] for c in self.forwarder.calls[:2]],
+                         [("http://a:6750", "POST", "/admin/v3/sources/public/default/s"),
+                          ("http://a:6750", "POST", "/admin/v3/sinks/public/default/k")])
+        self.assertEqual(b.sources.list("public", "default"), ["s"])
+        source, sink = self.running((a, b), "source", "s"), self.running((a, b), "sink", "k")
+        for placed in (source, sink):
+            self.assertEqual(sorted(placed["a"] + placed["b"]), [0, 1])   # each on exactly one
+            self.assertEqual((len(placed["a"]), len(placed["b"])), (1, 1))
+        self.assertEqual(len(self.launchers["a"]) + len(self.launchers["b"]), 4)
+        specs = {json.load(open(a.sources._spec_path(a.sources.connectors[("public", "default", "s")]
+                                                     .config)))["componentType"]}
+        self.assertEqual(specs, {"SOURCE"})
+
+        # Status through b: the instance a runs is asked of a.
+        status = self.wait(b.sources.status("public", "default", "s"))
+        owners = [i["status"]["workerId"] for i in status["instances"]]
+        self.assertEqual(sorted(owners), ["a", "b"])
+        asked = [c for c in self.forwarder.calls if c[1] == "GET" and "/sources/" in c[2]]
+        self.assertEqual(len(asked), 1)
+        self.assertEqual(asked[0][0], "http://a:6750")
+        self.assertIn("numReceivedFromSource", status["instances"][0]["status"])
+
+        # Stop/start through b: the leader writes the record, the owner stops its instance.
+        on_a = source["a"][0]
+        self.wait(b.sources.set_running("public", "default", "s", False, instance=on_a))
+        self.assertEqual(a.sources.connectors[("public", "default", "s")].supervisors[on_a]
+                         .state.value, "stopped")
+        self.wait(b.sources.set_running("public", "default", "s", True, instance=on_a))
+        self.assertNotEqual(a.sources.connectors[("public", "default", "s")].supervisors[on_a]
+                            .state.value, "stopped")
+
+        # Update through b: version 1, the instances restart on the new spec where they run.
+        launched = len(self.launchers["a"]) + len(self.launchers["b"])
+        self.wait(b.sinks.update("public", "default", "k", {"configs": {"outputFile": "/tmp/y"}}))
+        self.assertEqual(a.sinks.get("public", "default", "k")["configs"], {"outputFile": "/tmp/y"})
+        self.assertEqual(len(self.launchers["a"]) + len(self.launchers["b"]), launched + 2)
+        self.assertEqual(self.running((a, b), "sink", "k"), sink)
+
+        # b dies: after rescheduleTimeout its connector instances move to a.
+        b._started = False
+        b.coordinator.consumer.closed = True
+        self.clock.advance(1)
+        self.assertEqual(a.sources.assigned_worker("public", "default", "s", source["b"][0]), "b")
+        self.clock.advance(3)
+        self.assertEqual(self.running((a,), "source", "s"), {"a": [0, 1]})
+        self.assertEqual(self.running((a,), "sink", "k"), {"a": [0, 1]})
+
+    def test_delete_through_the_non_leader(self):
+        from tests.functions.test_io import SINK
+        a, b = self.worker("a"), self.worker("b")
+        self.clock.advance(1)
+        self.wait(a.sinks.register("public", "default", "k", dict(SINK, parallelism=2)))
+        self.failureResultOf(defer.ensureDeferred(
+            b.sinks.register("public", "default", "k", dict(SINK))), FunctionsError)
+        supervisors = [s for w in (a, b)
+                       for s in w.sinks.connectors[("public", "default", "k")].supervisors.values()]
+        self.assertEqual(len(supervisors), 2)
+        self.wait(b.sinks.deregister("public", "default", "k"))
+        self.assertEqual({s.state.value for s in supervisors}, {"stopped"})
+        self.assertEqual(self.forwarder.calls[-1][:3],
+                         ("http://a:6750", "DELETE", "/admin/v3/sinks/public/default/k"))
+        self.assertEqual((a.sinks.list("public", "default"), b.sinks.list("public", "default")),
+                         ([], []))
+        self.assertEqual(a.assignments.table, {})
+        self.failureResultOf(defer.ensureDeferred(
+            b.sinks.status("public", "default", "k")), FunctionsError)
+
+    def test_connectors_of_the_metadata_store_move_onto_the_topic(self):
+        """Records an earlier version kept in the metadata store are moved onto the metadata
+        topic by the leader, then scheduled like the others."""
+        from pulsar_twisted.functions.io_config import CONFIGS
+        from pulsar_twisted.functions.store import ROOT, FunctionStore
+        from tests.functions.test_io import SOURCE
+        config = CONFIGS["source"].from_json(dict(SOURCE, tenant="public", namespace="default",
+                                                  name="old"))
+        legacy = FunctionStore(self.store, f"{ROOT}/io/sources")
+        self.wait(legacy.put_record("public", "default", "old",
+                                    {"sourceConfig": config.to_json(), "version": 3}))
+        a = self.worker("a")
+        self.assertEqual(a.sources.list("public", "default"), ["old"])
+        self.assertEqual(a.records.get("source/public/default/old")["version"], 3)
+        self.assertEqual(self.running((a,), "source", "old"), {"a": [0]})
+        self.assertEqual(self.wait(legacy.load_all()), [])

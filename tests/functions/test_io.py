@@ -157,9 +157,10 @@ class ManagerTests(WorkerTestCase):
         spec_paths = {path for (path, _, _) in self.launchers}
         specs = [json.load(open(p)) for p in spec_paths]
         self.assertEqual(sorted(s["componentType"] for s in specs), ["SINK", "SOURCE"])
-        status = self.worker.sources.status("public", "default", "s")
+        status = self.result(self.worker.sources.status("public", "default", "s"))
         self.assertEqual(status["numInstances"], 2)
         self.assertIn("numReceivedFromSource", status["instances"][0]["status"])
+        self.worker.stop()   # a restart: one leader on the topics at a time
         again = self.new_worker()
         self.assertEqual(again.sinks.list("public", "default"), ["k"])
         self.assertEqual(again.sinks.get("public", "default", "k")["inputs"], SINK["inputs"])
@@ -174,12 +175,15 @@ class ManagerTests(WorkerTestCase):
         self.result(self.worker.sources.set_running("public", "default", "s", False, 1))
         self.assertEqual(self.worker.sources.connectors[("public", "default", "s")].record["stopped"], [1])
         self.failure(self.worker.sources.set_running("public", "default", "s", False, 5), 400)
+        self.worker.stop()   # a restart: one leader on the topics at a time
         again = self.new_worker()
-        states = [s.state.value for s in again.sources.connectors[("public", "default", "s")].supervisors]
+        supervisors = again.sources.connectors[("public", "default", "s")].supervisors
+        states = [supervisors[i].state.value for i in sorted(supervisors)]
         self.assertEqual(states[1], "stopped")
         self.assertNotEqual(states[0], "stopped")
         self.result(again.sources.set_running("public", "default", "s", True))
-        states = [s.state.value for s in again.sources.connectors[("public", "default", "s")].supervisors]
+        supervisors = again.sources.connectors[("public", "default", "s")].supervisors
+        states = [supervisors[i].state.value for i in sorted(supervisors)]
         self.assertNotIn("stopped", states)
 
     def test_duplicates_and_missing_namespace(self):

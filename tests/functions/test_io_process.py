@@ -123,7 +123,8 @@ class IoProcessTests(InteropCase):
         self.assertEqual(self.admin("sinks", "delete", "--name", "tofile"), "Deleted successfully\n")
 
     def test_data_generator_and_available_connectors(self):
-        """The data generator's records are keyed JSON people; the built-in lists."""
+        """The data generator's records are keyed JSON people: 10,000 of them (maxMessages), each
+        once and keyed by its id; stop/start; the built-in lists."""
         available = self.admin("sources", "available-sources")
         self.assertIn("data-generator", available.split("\n"))
         self.assertIn("file", available.split("\n"))
@@ -132,9 +133,12 @@ class IoProcessTests(InteropCase):
         consumer = self.client.subscribe(topic, "check", initial_position=pulsar.InitialPosition.Earliest)
         self.admin("sources", "create", "--name", "gen", "--source-type", "data-generator",
                    "--destination-topic-name", topic,
-                   "--source-config", json.dumps({"sleepBetweenMessages": 10}))
-        people = [self.receive(consumer) for _ in range(5)]
+                   "--source-config", json.dumps({"sleepBetweenMessages": 0, "maxMessages": LINES}))
+        people = self.receive_all(consumer, LINES, ack=True)
         self.assertTrue(all(json.loads(m.data())["id"] == m.partition_key() for m in people))
+        self.assertEqual(len({m.partition_key() for m in people}), LINES)
+        with self.assertRaises(pulsar.Timeout):                 # maxMessages: no more than that
+            consumer.receive(timeout_millis=500)
         self.assertEqual(self.admin("sources", "stop", "--name", "gen"), "Stopped successfully\n")
         status = json.loads(self.admin("sources", "status", "--name", "gen"))
         self.assertEqual(status["numRunning"], 0)

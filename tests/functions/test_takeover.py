@@ -30,16 +30,16 @@ WORKER_CONFIG = {"failureCheckFreqMs": 300, "rescheduleTimeoutMs": 1500}
 
 class TakeoverTests(ClusterCase):
 
-    def admin(self, worker, *argv) -> str:
+    def admin(self, worker, *argv, group="functions") -> str:
         out, err = io.StringIO(), io.StringIO()
-        code = admin_main(["--admin-url", worker.web_service_url, "functions"] + list(argv),
+        code = admin_main(["--admin-url", worker.web_service_url, group] + list(argv),
                           out=out, err=err)
         self.assertEqual(code, 0, err.getvalue())
         return out.getvalue()
 
-    def status(self, worker, name):
+    def status(self, worker, name, group="functions"):
         try:
-            return json.loads(self.admin(worker, "status", "--name", name))
+            return json.loads(self.admin(worker, "status", "--name", name, group=group))
         except Exception:
             return None
 
@@ -76,6 +76,21 @@ class TakeoverTests(ClusterCase):
                          on_timeout=cluster.logs)
         survivor = "B" if owner == "A" else "A"
 
+        # A data-generator source with two instances, created through B: one on each worker.
+        self.assertIn("successfully", self.admin(
+            workers["B"], "create", "--name", "gen", "--source-type", "data-generator",
+            "--destination-topic-name", f"persistent://public/default/{prefix}-gen",
+            "--parallelism", "2", "--source-config", '{"sleepBetweenMessages": 200}',
+            group="sources"))
+
+        def source_owners(worker):
+            status = self.status(worker, "gen", group="sources")
+            if not status or status["numRunning"] != 2:
+                return None
+            return sorted(i["status"]["workerId"] for i in status["instances"])
+        self.assertEqual(wait_for(lambda: source_owners(workers["A"]), 30, "the source running",
+                                  on_timeout=cluster.logs), ["A", "B"])
+
         client = self.client(cluster.brokers[0].service_url)
         consumer = client.subscribe(out, "test", initial_position=pulsar.InitialPosition.Earliest)
         producer = client.create_producer(inp)
@@ -91,6 +106,9 @@ class TakeoverTests(ClusterCase):
         taken = wait_for(lambda: self.running_on(workers[survivor], "echo") == survivor, 30,
                          f"worker {survivor} running the instance", on_timeout=cluster.logs)
         self.assertTrue(taken)
+        self.assertEqual(wait_for(lambda: source_owners(workers[survivor]) == [survivor] * 2, 30,
+                                  f"worker {survivor} running both source instances",
+                                  on_timeout=cluster.logs), True)
         wanted = {p + b"!" for p in sent}
         received = {first.data()} | self.receive_all(consumer, wanted - {first.data()}, 30)
         self.assert_all_received(wanted, received)

@@ -102,3 +102,48 @@ class TcpOverServerTests(BookieClientTestsMixin, unittest.TestCase):
         protocol.on_lost = on_lost
         self.servers[bookie_id].factory.close_connections()
         return lost
+
+
+class _AddsThroughNotify:
+    """A LocalBookieClient whose ``add_entry`` goes through ``add_entry_notify`` (a Deferred is a
+    valid waiter), so the whole contract also covers the Deferred-free add path."""
+
+    def __init__(self, client):
+        self.client = client
+
+    def add_entry(self, bookie_id, ledger_id, entry_id, master_key, packed, recovery_add=False):
+        d = defer.Deferred()
+        result = self.client.add_entry_notify(d, bookie_id, ledger_id, entry_id, master_key, packed,
+                                              recovery_add)
+        assert result is None, result
+        return d
+
+    def __getattr__(self, name):
+        return getattr(self.client, name)
+
+
+class NotifyOverFakeBookieTests(LocalOverFakeBookieTests):
+    """The contract through ``add_entry_notify`` over bookies without waiters (their Deferreds are
+    forwarded to the waiter)."""
+
+    def make_bookie_client(self, count):
+        client, ids = super().make_bookie_client(count)
+        return _AddsThroughNotify(client), ids
+
+    def test_interface(self):
+        """(The wrapped client provides IBookieClient.)"""
+        from zope.interface.verify import verifyObject
+        from pulsar_twisted.ledger.bookies import IBookieClient
+        self.assertTrue(verifyObject(IBookieClient, self.client.client))
+
+
+class NotifyOverStorageTests(LocalOverStorageTests):
+    """The contract through ``add_entry_notify`` over real storage, which takes the waiter itself
+    and hands it to the journal."""
+
+    async def make_bookie_client(self, count):
+        client, ids = await super().make_bookie_client(count)
+        self.assertTrue(all(b.accepts_add_waiter for b in self.bookies.values()))
+        return _AddsThroughNotify(client), ids
+
+    test_interface = NotifyOverFakeBookieTests.test_interface

@@ -112,6 +112,36 @@ class AddReadTests(LedgerHarness, unittest.TestCase):
         self.assertEqual(fired, [0, 1, 2])
         self.assertEqual(handle.last_add_confirmed, 2)
 
+    def test_add_entry_notify(self):
+        """``add_entry_notify`` calls its waiter as ``add_entry``'s Deferred would fire: ids in entry
+        order once the quorum acks, in order; on a closed handle a LedgerClosedError Failure at once."""
+        handle = self.create(3, 3, 2)
+        for bookie in self.bookies.values():
+            bookie.hold("add")
+        events = []
+
+        class Waiter:
+            def __init__(self, name):
+                self.name = name
+
+            def callback(self, entry_id):
+                events.append((self.name, entry_id))
+
+            def errback(self, failure):
+                events.append((self.name, failure))
+        for i in range(2):
+            self.assertIsNone(handle.add_entry_notify(b"x%d" % i, Waiter(i)))
+        self.assertEqual(events, [])
+        for bookie in self.ensemble_bookies(handle):
+            bookie.release_held()
+        self.assertEqual(events, [(0, 0), (1, 1)])
+        self.assertEqual(handle.last_add_confirmed, 1)
+        self.successResultOf(handle.close())
+        handle.add_entry_notify(b"late", Waiter("late"))
+        [(name, failure)] = events[2:]
+        self.assertEqual(name, "late")
+        self.assertTrue(failure.check(LedgerClosedError))
+
     def test_ack_quorum_below_write_quorum(self):
         """With Qa < Qw an add completes without the slowest bookie."""
         handle = self.create(3, 3, 2)

@@ -83,6 +83,26 @@ class LedgerManagerTests(unittest.TestCase):
         restarted = LedgerManager(self.store)
         self.assertEqual(self.successResultOf(restarted.new_ledger_id()), 2 * ID_BLOCK)
 
+    def test_ids_above_after_even_across_interleaved_blocks(self):
+        """Two managers hold interleaved blocks: the one holding the lower block, asked for an id
+        above the other's latest (a managed ledger moving between brokers), skips its held ids
+        and waits for a new block rather than hand out a smaller id (positions order by ledger
+        id: a smaller one would sort the new entries before the ones already stored)."""
+        from pulsar_twisted.resources.ledgers import ID_BLOCK
+        a, b = self.manager, LedgerManager(self.store.new_session())
+        first_a = self.successResultOf(a.new_ledger_id())       # a holds block 0
+        first_b = self.successResultOf(b.new_ledger_id())       # b holds a later block
+        self.assertLess(first_a, first_b)
+        moved = self.successResultOf(a.new_ledger_id(after=first_b))
+        self.assertGreater(moved, first_b)
+        self.assertEqual(moved % ID_BLOCK, 0)                    # the first id of a fresh block
+        # Waiters queued behind a block allocation keep their own bound.
+        bounds = [-1, moved + 5, -1]
+        pending = [b.new_ledger_id(after=bound) for bound in bounds]
+        got = [self.successResultOf(d) for d in pending]
+        self.assertGreater(got[1], moved + 5)
+        self.assertEqual(len(set(got + [first_a, first_b, moved])), 6)
+
     def test_burst_allocates_blocks_at_once_and_prefetches(self):
         """A burst of requests gets every block it needs in flight at once (one metadata batch, not
         one allocation after another), and the next block is fetched before the current runs out."""

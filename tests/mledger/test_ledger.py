@@ -34,6 +34,39 @@ class AddReadTests(ManagedLedgerHarness, unittest.TestCase):
         self.assertEqual(ml.number_of_entries(), 5)
         self.assertEqual(ml.total_size(), sum(len(data(i)) for i in range(5)))
 
+    def test_add_entry_notify(self):
+        """``add_entry_notify`` calls its waiter with the Position in add order; a waiter that raises
+        is logged and the ledger goes on (later adds, counters); a closed ledger fails it at once."""
+        self.bk.add_delay = 1.0
+        ml = self.open()
+        events = []
+
+        class Waiter:
+            def __init__(self, i):
+                self.i = i
+
+            def callback(self, position):
+                events.append((self.i, position))
+                if self.i == 0:
+                    raise RuntimeError("buggy waiter")
+
+            def errback(self, failure):
+                events.append((self.i, failure))
+        for i in range(3):
+            self.assertIsNone(ml.add_entry_notify(data(i), Waiter(i)))
+        self.assertEqual(events, [])
+        self.clock.advance(1.0)
+        lid = events[0][1].ledger_id
+        self.assertEqual(events, [(i, Position(lid, i)) for i in range(3)])
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+        self.assertEqual((ml.counters.add_succeed, ml.number_of_entries()), (3, 3))
+        self.successResultOf(ml.close())
+        ml.add_entry_notify(data(9), Waiter("closed"))
+        [(name, failure)] = events[3:]
+        self.assertEqual(name, "closed")
+        self.assertTrue(failure.check(ManagedLedgerClosedError))
+        self.assertEqual(ml.counters.add_errors, 1)
+
     def test_completions_in_order(self):
         """With slow bookies, Deferreds fire in add order, all after the delay."""
         self.bk.add_delay = 1.0

@@ -330,3 +330,26 @@ class NoSpareBookieTests(TwoBrokers, unittest.TestCase):
         entries = self.successResultOf(cursor.read_entries(100))
         self.assertEqual([e.data for e in entries], payloads)
         self.assertEqual([e.position for e in entries], acked)
+
+
+class LedgerOrderAcrossBrokersTests(TwoBrokers, unittest.TestCase):
+    """Ledger ids come in blocks that each broker holds: a managed ledger that moves to a broker
+    holding a lower block still gets a ledger id above its last one, so its positions keep their
+    order (a smaller id would sort the new entries before the stored ones: cursors would skip
+    them and trimming would delete them)."""
+
+    def test_ledger_after_a_move_sorts_last(self):
+        a_factory, b_factory = self.broker(), self.broker()
+        other = self.successResultOf(a_factory.open("public/default/persistent/other"))
+        self.successResultOf(other.add_entry(data(0)))          # broker A now holds a low block
+        b = self.open(b_factory)                                 # B takes a later block
+        self.successResultOf(b.open_cursor("sub", "earliest"))
+        first = self.successResultOf(b.add_entry(data(1)))
+        self.successResultOf(b.close())
+        a = self.open(a_factory)                                 # the topic moves back to A
+        second = self.successResultOf(a.add_entry(data(2)))
+        self.assertGreater(second.ledger_id, first.ledger_id)
+        self.assertGreater(second, first)
+        cursor = self.successResultOf(a.open_cursor("sub", "earliest"))
+        read = self.successResultOf(cursor.read_entries(10))
+        self.assertEqual([e.data for e in read], [data(1), data(2)])

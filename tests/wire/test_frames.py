@@ -174,3 +174,39 @@ class MetadataParserTests(unittest.SynchronousTestCase):
         message[-1] ^= 0xFF
         self.assertEqual(frames.entry_metadata(bytes(message)).producer_name, "p")
         self.assertRaises(frames.ChecksumMismatch, frames.parse_metadata, bytes(message), True)
+
+
+def _protobuf_receipt(producer_id, sequence_id, highest, ledger_id, entry_id):
+    mask = 0xFFFFFFFFFFFFFFFF
+    return frames.encode_command(api.BaseCommand(
+        type=api.BaseCommand.SEND_RECEIPT, send_receipt=api.CommandSendReceipt(
+            producer_id=producer_id, sequence_id=sequence_id, highest_sequence_id=highest,
+            message_id=api.MessageIdData(ledgerId=ledger_id & mask, entryId=entry_id & mask))))
+
+
+_u64 = st.one_of(st.integers(0, 300), st.integers(16000, 17000), st.integers(0, 2 ** 64 - 1))
+
+
+class SendReceiptEncodingTests(unittest.SynchronousTestCase):
+    """``encode_send_receipt`` writes the very bytes protobuf serialises (it is built by hand)."""
+
+    @settings(max_examples=100, deadline=None)
+    @given(_u64, _u64, _u64, st.one_of(_u64, st.just(-1)), st.one_of(_u64, st.just(-1)))
+    def test_same_bytes_as_protobuf(self, producer_id, sequence_id, highest, ledger_id, entry_id):
+        self.assertEqual(frames.encode_send_receipt(producer_id, sequence_id, highest, ledger_id, entry_id),
+                         _protobuf_receipt(producer_id, sequence_id, highest, ledger_id, entry_id))
+
+    def test_decodes_as_a_receipt(self):
+        [(command, message)] = frames.FrameDecoder(1 << 20).feed(
+            frames.encode_send_receipt(7, 2 ** 40, 2 ** 40 + 3, -1, -1))
+        self.assertIsNone(message)
+        self.assertEqual(command.type, api.BaseCommand.SEND_RECEIPT)
+        receipt = command.send_receipt
+        self.assertEqual((receipt.producer_id, receipt.sequence_id, receipt.highest_sequence_id),
+                         (7, 2 ** 40, 2 ** 40 + 3))
+        self.assertEqual((receipt.message_id.ledgerId, receipt.message_id.entryId), (2 ** 64 - 1, 2 ** 64 - 1))
+
+    def test_ids_outside_uint64_refused_as_protobuf_does(self):
+        for bad in [(-1, 0, 0, 0, 0), (0, 2 ** 64, 0, 0, 0), (0, 0, -5, 0, 0)]:
+            self.assertRaises(ValueError, frames.encode_send_receipt, *bad)
+            self.assertRaises(ValueError, _protobuf_receipt, *bad)

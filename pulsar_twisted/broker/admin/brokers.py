@@ -11,23 +11,38 @@ from pulsar_twisted.common.naming import TopicName
 from pulsar_twisted.metadata.layout import BROKERS_ROOT, CLUSTERS_ROOT
 
 
+class LookupRedirect(Exception):
+    """A free bundle's lookup belongs to another broker (the leader, to place it, or the broker
+    it chose): Pulsar's HTTP lookup answers 307 to that broker's same lookup, with the
+    placement's ``authoritative`` flag in the query (web/topics.py builds the Location)."""
+
+    def __init__(self, http_url: str, http_url_tls: str, authoritative: bool):
+        super().__init__(f"lookup redirected to {http_url or http_url_tls}")
+        self.http_url = http_url
+        self.http_url_tls = http_url_tls
+        self.authoritative = authoritative
+
+
 class BrokersAdmin(AdminArea):
     """This broker and its peers as the admin API shows them."""
 
-    async def lookup(self, name: TopicName, listener_name: str = "") -> dict:
+    async def lookup(self, name: TopicName, listener_name: str = "", authoritative: bool = False) -> dict:
         """Pulsar's LookupData of the broker serving ``name``. In a cluster that is the bundle's
         owner, possibly another broker: like Pulsar's TopicLookupBase, an owned bundle is answered
-        200 with the owner's URLs; a free bundle placed on another broker (``loadbalance``) is
-        answered 200 with that broker's URLs too (Pulsar answers 307 to it), whose producer or
-        consumer then takes the bundle. ``listener_name``: the
+        200 with the owner's URLs; a free bundle whose placement (``loadbalance``) names another
+        broker raises ``LookupRedirect`` (307 there). ``authoritative``: the client was sent here
+        by the leader's placement, so a free bundle is taken here. ``listener_name``: the
         owner's URLs of that advertised listener (503 when it has none, as ServiceNotReady)."""
         await self.check_namespace(name)
         try:
-            result = await self.broker.lookup(str(name), listener_name=listener_name)
+            result = await self.broker.lookup(str(name), listener_name=listener_name,
+                                              authoritative=authoritative)
         except errors.NotAllowedError as e:
             # A partition past the partitioned topic's count does not exist (Pulsar's HTTP
             # lookup answers 404 for a topic that does not exist).
             raise NotFound(f"Topic not found: {e}")
+        if getattr(result, "placed", False):
+            raise LookupRedirect(result.http_url, result.http_url_tls, result.authoritative)
         broker_url, broker_url_tls = result
         # Ownership results (broker/ownership.py) carry the serving broker's web URLs; a plain
         # (url, url_tls) pair, or an empty http_url (standalone), means this broker.

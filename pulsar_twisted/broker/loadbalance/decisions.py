@@ -2,8 +2,8 @@
 The load manager's decisions log (beyond Pulsar): every placement, split, unload and shed, with its
 reason, in a bounded ring (``loadBalancerDecisionsMaxEntries``) that
 ``GET /admin/v2/broker-stats/load-decisions`` answers, so that an operator can see why a bundle
-moved. Each broker keeps the decisions it made (placements by the broker asked, splits by the owner,
-sheds by the leader); every one is also a log event.
+moved. Each broker keeps the decisions it made (placements and sheds by the leader, placements by
+the broker asked while no leader is registered, splits by the owner); every one is also a log event.
 """
 
 import collections

@@ -5,18 +5,25 @@
 Every broker: samples its host and topics, rewrites its report (its ``/loadbalance/brokers/<id>``
 registration node, keeping the registration's fields) when ``reports.needs_update`` says so,
 splits its own bundles over the ``loadBalancerNamespaceBundleMax*`` limits (and unloads the
-halves with ``loadBalancerAutoUnloadSplitBundlesEnabled``), and places free bundles it is asked
-about (``place``, the ownership's ``placement``).
+halves with ``loadBalancerAutoUnloadSplitBundlesEnabled``), and answers the placement of free
+bundles it is asked about (``place``, the ownership's ``placement``; see below).
 
 The leader (``LeaderElection.is_leader``) also folds every report into the bundle data (written
 under ``/loadbalance/bundle-data`` every ``loadBalancerResourceQuotaUpdateIntervalMinutes``) and
 runs the ThresholdShedder every ``loadBalancerSheddingIntervalMinutes``, asking the owners to
 unload what it picks (``BundleOwnership.request_unload``).
 
-Placement runs on the broker asked, over the reports every broker reads from the store and the
-leader's long-term bundle data (read back from ``/loadbalance/bundle-data`` each round by the
-other brokers), rather than as a request to the leader as Pulsar's brokers do: these are the
-leader's inputs, so the choice is the one the leader would make, less its latest preallocations.
+Placement is the leader's, as in Pulsar's NamespaceService (``searchForCandidateBroker``): a
+broker asked about a free bundle that is not the leader forwards the lookup to the leader broker
+(a Redirect with ``authoritative`` false); the leader picks the broker with
+LeastLongTermMessageRate over its aggregated bundle data and its preallocations (bundles it just
+assigned, not yet in their broker's report: ModularLoadManagerImpl's
+``preallocatedBundleToBroker``) and redirects the client there with ``authoritative`` true; that
+broker takes the bundle without placing it again. Every placement the leader makes is in the
+decisions log. When no leader is known, or its registration is gone (it died or lost its
+session and no broker has been elected yet), the broker asked places the bundle itself over the
+same inputs (Pulsar's "decentralized" fallback; a warning says so), so that lookups still
+converge while the leadership changes hands.
 """
 
 import json
@@ -30,9 +37,10 @@ from pulsar_twisted.broker.loadbalance import split as splits
 from pulsar_twisted.broker.loadbalance.bundle_data import BundleDataAggregator, bundle_data_path
 from pulsar_twisted.broker.loadbalance.placement import choose_broker
 from pulsar_twisted.broker.loadbalance.shedding import ShedderSettings, ThresholdShedder
+from pulsar_twisted.broker.leader import read_leader
 from pulsar_twisted.broker.ownership import topic_hash
 from pulsar_twisted.metadata.interfaces import MetadataStoreError
-from pulsar_twisted.metadata.layout import BROKERS_ROOT, broker_path
+from pulsar_twisted.metadata.layout import BROKERS_ROOT, OWNERSHIP_ROOT, broker_path
 
 log = Logger()
 
@@ -68,7 +76,14 @@ class LoadManager:
         self.rng = rng or random.Random()
         self.shedder = ThresholdShedder(ShedderSettings.from_config(config))
         self.aggregator = BundleDataAggregator()
-        self.preallocated = {}      # broker id -> bundle names placed there since its report
+        #: bundle name -> (broker id, when): the leader's assignments not yet in that broker's
+        #: report (Pulsar's preallocatedBundleToBroker); see ``_prune_preallocations``.
+        self.preallocated = {}
+        #: The preallocated bundles whose ownership node was created since: they count in their
+        #: broker's score until its report lists them, but a new placement (the bundle unloaded
+        #: meanwhile) is not bound to the earlier answer.
+        self._taken = set()
+        store.register_listener(self._on_notification)
         self.last_report = None
         self._last_written = None   # (time, report)
         self._last_shed = None
@@ -165,8 +180,14 @@ class LoadManager:
         return data
 
     # ---------------------------------------------------------------- placement
+    #: Seconds a preallocation is kept when its broker neither reports the bundle nor leaves
+    #: (the client never came): at least this, or two rounds of the load manager.
+    preallocation_seconds = 60.0
+
     def place(self, bundle) -> defer.Deferred:
-        """Deferred[urls dict of the broker ``bundle`` should go to, None: this one]."""
+        """Deferred[None: take ``bundle`` here, or the urls dict (``urls_of_report``) of the
+        broker to redirect the lookup to, with ``authoritative``: False when that is the
+        leader, asked to place the bundle; True when it is the broker chosen to own it]."""
         return defer.Deferred.fromCoroutine(self._place(bundle))
 
     async def _place(self, bundle):
@@ -175,29 +196,71 @@ class LoadManager:
         reports = await self.read_reports()
         if self.last_report is not None:
             reports[self.broker_id] = self.last_report   # our own, fresher than the node
-        for broker, report in reports.items():
-            known = set(report.get("bundles") or [])
-            self.preallocated[broker] = {b for b in self.preallocated.get(broker, ()) if b not in known}
-        chosen, scores = choose_broker(
-            reports, self.aggregator.data, self.preallocated,
-            self.config.loadBalancerBrokerOverloadedThresholdPercentage / 100.0, self.rng,
-            prefer=self.broker_id)
-        if chosen is None:
-            return None
-        self.preallocated.setdefault(chosen, set()).add(str(bundle))
-        equals = sorted(b for b, s in scores.items() if s == scores[chosen])
-        if scores[chosen] == float("inf"):
-            reason = "every broker is overloaded: any of them"
-        elif len(equals) > 1:
-            reason = f"LeastLongTermMessageRate: {len(equals)} brokers score the same; " + (
-                "kept on the broker asked" if chosen == self.broker_id else "drawn among them")
+        if self.leader is not None and not self.leader.is_leader:
+            current = await read_leader(self.store)
+            leader_id = current["brokerId"] if current is not None else None
+            if leader_id is not None and leader_id != self.broker_id and leader_id in reports:
+                # Pulsar's non-leader: the leader decides; not authoritative, so that the
+                # client's lookup there is placed rather than taken.
+                return dict(urls_of_report(reports[leader_id]), authoritative=False)
+            if leader_id != self.broker_id:
+                why = ("no leader broker is elected" if leader_id is None
+                       else f"the leader broker {leader_id} is not registered")
+                log.warn("placing bundle {bundle} on this broker's load data: {why} "
+                         "(decentralized placement)", bundle=str(bundle), why=why)
+                return await self._assign(bundle, reports, f"{why}: placed by the broker asked")
+        return await self._assign(bundle, reports, "")
+
+    def _prune_preallocations(self, reports: dict, now: float) -> None:
+        """Forget assignments their broker now reports (it owns the bundle), of brokers no longer
+        registered, and older than ``preallocation_seconds`` (or two rounds)."""
+        horizon = now - max(self.preallocation_seconds, 2 * self.interval)
+        for name, (broker, at) in list(self.preallocated.items()):
+            report = reports.get(broker)
+            if report is None or name in (report.get("bundles") or ()) or at < horizon:
+                del self.preallocated[name]
+                self._taken.discard(name)
+
+    def _on_notification(self, notification) -> None:
+        if notification.kind == "created" and notification.path.startswith(OWNERSHIP_ROOT + "/"):
+            name = notification.path[len(OWNERSHIP_ROOT) + 1:]
+            if name in self.preallocated:
+                self._taken.add(name)
+
+    async def _assign(self, bundle, reports: dict, fallback: str):
+        """The leader's choice (or the fallback's, ``fallback`` its reason) for ``bundle``."""
+        name, now = str(bundle), self.clock.seconds()
+        self._prune_preallocations(reports, now)
+        earlier = self.preallocated.get(name) if name not in self._taken else None
+        if earlier is not None:
+            # Assigned already, the client is on its way there (or another client asks): the
+            # same answer, as Pulsar's selectBrokerForAssignment gives a preallocated bundle.
+            chosen = earlier[0]
         else:
-            reason = "LeastLongTermMessageRate: lowest long-term message rate among brokers not overloaded"
-        self._record("placement", bundle, reason, target=chosen,
-                     scores={b: (s if s != float("inf") else "overloaded") for b, s in scores.items()})
+            by_broker = {}
+            for other, (broker, _) in self.preallocated.items():
+                by_broker.setdefault(broker, set()).add(other)
+            chosen, scores = choose_broker(
+                reports, self.aggregator.data, by_broker,
+                self.config.loadBalancerBrokerOverloadedThresholdPercentage / 100.0, self.rng)
+            if chosen is None:
+                return None
+            self.preallocated[name] = (chosen, now)
+            self._taken.discard(name)
+            equals = sorted(b for b, s in scores.items() if s == scores[chosen])
+            if scores[chosen] == float("inf"):
+                reason = "every broker is overloaded: drawn among all"
+            elif len(equals) > 1:
+                reason = f"LeastLongTermMessageRate: {len(equals)} brokers score the same, drawn among them"
+            else:
+                reason = "LeastLongTermMessageRate: lowest long-term message rate among brokers not overloaded"
+            if fallback:
+                reason = f"{fallback}; {reason}"
+            self._record("placement", bundle, reason, target=chosen,
+                         scores={b: (s if s != float("inf") else "overloaded") for b, s in scores.items()})
         if chosen == self.broker_id:
             return None
-        return urls_of_report(reports[chosen])
+        return dict(urls_of_report(reports[chosen]), authoritative=True)
 
     # ---------------------------------------------------------------- splits
     def _split_reason(self, stats: dict):
@@ -243,6 +306,10 @@ class LoadManager:
                 for half in halves:
                     await self.ownership.release(half)
                     self._record("unload", half, "automatic split: halves unloaded to be placed anew")
+                # The leader places the halves as their clients look them up again: its view of
+                # this broker must no longer count the split bundle's load here (the report
+                # would otherwise wait for the next round, and the halves all go elsewhere).
+                await self.write_report(force=True)
         return done
 
     # ---------------------------------------------------------------- the leader's work
@@ -277,6 +344,8 @@ class LoadManager:
         for broker, name, reason in picked:
             bundle = splits.parse_range(name.rsplit("/", 1)[0], name.rsplit("/", 1)[1])
             self.shedder.unloaded(name, now)
+            self.preallocated.pop(name, None)     # placed anew, not sent back where it was
+            self._taken.discard(name)
             self._record("shed", bundle, f"ThresholdShedder on {broker}: {reason}", source=broker)
             try:
                 await self.ownership.request_unload(bundle)

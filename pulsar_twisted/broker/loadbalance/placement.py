@@ -3,18 +3,23 @@ Placement of a free bundle: Pulsar's ``LeastLongTermMessageRate`` strategy over 
 reports (``reports.py``) and the leader's bundle data (``bundle_data.py``).
 
 A broker's score is the long-term message rate (in + out) of the bundles it owns plus those just
-assigned to it (``preallocated``, not yet in its report), or infinity when any of its resources
+assigned to it (``preallocated``, not yet in its report; one without bundle data counts Pulsar's
+default of 50 msg/s in and 50 out, ``DEFAULT_BUNDLE_RATE``), or infinity when any of its resources
 is used above ``loadBalancerBrokerOverloadedThresholdPercentage``. The bundle goes to a broker of
-the lowest score; when every broker is overloaded, to any of them. Among equals the broker asked
-(``prefer``) wins, else one drawn by ``rng`` (Pulsar draws at random even then; keeping the bundle
-where the client asked saves it a redirect when nothing tells the brokers apart, as on an idle
-cluster).
+the lowest score, drawn by ``rng`` among equals; when every broker is overloaded, drawn among
+all of them (Pulsar's "assign randomly as all brokers are overloaded"). The leader runs it
+(``manager.py``).
 """
 
 import math
 import random
 
 from pulsar_twisted.broker.loadbalance.reports import max_resource_usage
+
+
+#: msgRateIn + msgRateOut assumed for a preallocated bundle never seen (ModularLoadManagerImpl's
+#: DEFAULT_MESSAGE_RATE, in and out), so that bundles placed in a burst spread.
+DEFAULT_BUNDLE_RATE = 100.0
 
 
 def long_term_rate(bundle_data: dict) -> float:
@@ -30,18 +35,22 @@ def broker_score(report: dict, bundle_data: dict, preallocated=(), overload_thre
     if max_resource_usage(report) > overload_threshold:
         return math.inf
     total = 0.0
-    for bundle in list(report.get("bundles") or []) + list(preallocated):
+    owned = list(report.get("bundles") or [])
+    for bundle in owned + [b for b in preallocated if b not in owned]:
         data = bundle_data.get(bundle)
+        stats = (report.get("lastStats") or {}).get(bundle)
         if data is not None:
             total += long_term_rate(data)
-        else:
-            stats = (report.get("lastStats") or {}).get(bundle) or {}
+        elif stats is not None or bundle in owned:
+            stats = stats or {}
             total += float(stats.get("msgRateIn") or 0) + float(stats.get("msgRateOut") or 0)
+        else:
+            total += DEFAULT_BUNDLE_RATE
     return total
 
 
 def choose_broker(reports: dict, bundle_data: dict, preallocated: dict = None,
-                  overload_threshold: float = 0.85, rng=random, prefer: str = None):
+                  overload_threshold: float = 0.85, rng=random):
     """``(broker_id, scores)``: the broker (of ``reports``, broker id -> LocalBrokerData) a new
     bundle goes to, None without brokers. ``preallocated``: broker id -> bundles assigned to it
     since its last report."""
@@ -52,6 +61,4 @@ def choose_broker(reports: dict, bundle_data: dict, preallocated: dict = None,
         return None, scores
     best = min(scores.values())
     candidates = sorted(b for b, s in scores.items() if s == best)
-    if prefer in candidates:
-        return prefer, scores
     return rng.choice(candidates), scores
