@@ -51,15 +51,25 @@ class ClusterListenerTests(SynchronousTestCase):
         self.addCleanup(client.close)
         return client
 
+    def owner_of(self, topic: str):
+        """(owner, other): the broker whose URL a lookup answers for ``topic``, and the other one
+        (the leader places a free bundle: not necessarily on the broker asked)."""
+        url = (f"{self.cluster.brokers[0].web_service_url}/lookup/v2/topic/"
+               + topic.replace("persistent://", "persistent/"))
+        with urllib.request.urlopen(url, timeout=10) as response:
+            owner_url = json.loads(response.read())["brokerUrl"]
+        owner = next(b for b in self.cluster.brokers if b.service_url == owner_url)
+        return owner, next(b for b in self.cluster.brokers if b is not owner)
+
     def test_non_owner_answers_owner_external_url(self):
-        owner, other = self.cluster.brokers
         for broker in self.cluster.brokers:
             raw, _ = self.cluster.zk.get(self.cluster.path(f"/loadbalance/brokers/{broker.broker_id}"))
             self.assertEqual(json.loads(raw)["advertisedListeners"]["external"],
                              {"brokerServiceUrl": f"pulsar://{HOST}:{broker.external_port}"})
         topic = "persistent://public/default/listener-owned"
-        # The owner takes the bundle first: the other broker then answers for an owned bundle.
-        self.client(owner.service_url).create_producer(topic).send(b"owner")
+        # The bundle is placed and taken first: the other broker then answers for an owned bundle.
+        self.client(self.cluster.brokers[0].service_url).create_producer(topic).send(b"owner")
+        owner, other = self.owner_of(topic)
         url = f"{other.web_service_url}/lookup/v2/topic/persistent/public/default/listener-owned"
         with urllib.request.urlopen(url + "?listenerName=external", timeout=10) as response:
             self.assertEqual(json.loads(response.read())["brokerUrl"],

@@ -70,10 +70,11 @@ class TakeoverTimingTests(ClusterCase):
         prefix = uuid.uuid4().hex[:8]
         topic = f"persistent://public/default/takeover-{prefix}"
         bundle = bundle_for("public/default", bounds, topic)
-        # B owns the topic's bundle (the first lookup of a free bundle wins it).
-        client_b = self.client(broker_b.service_url)
-        client_b.create_producer(topic).close()
-        self.assertEqual(cluster.bundle_owners().get(bundle.range_name), broker_b.service_url)
+        # The leader places the free bundle; B names its owner (to be killed), A the other broker.
+        self.client(broker_b.service_url).create_producer(topic).close()
+        owner_url = cluster.bundle_owners().get(bundle.range_name)
+        broker_b = next(b for b in cluster.brokers if b.service_url == owner_url)
+        broker_a = next(b for b in cluster.brokers if b is not broker_b)
         client = self.client(broker_a.service_url)   # through A, redirected to B
         consumer, producer, publisher = subscribed_publisher(client, topic)
         for i in range(200):
