@@ -74,3 +74,22 @@ def http_headers(spec: dict) -> dict:
     """``{"Authorization": ...}`` for the instance's HTTP calls to the worker ({} without)."""
     value = authorization_header(_credentials(spec))
     return {} if value is None else {"Authorization": value.decode()}
+
+
+def add_localrun_flags(parser) -> None:
+    """Pulsar's ``localrun`` flags for the instances' credentials and TLS trust."""
+    parser.add_argument("--client-auth-plugin", default="",
+                        help="Authentication plugin the instances connect with (AuthenticationToken, "
+                             "AuthenticationBasic)")
+    parser.add_argument("--client-auth-params", default="",
+                        help="Its parameters (token:<jwt>, file:///path, or basic's JSON)")
+    parser.add_argument("--tls-trust-cert-path", default="",
+                        help="PEM CA certificate for pulsar+ssl:// service URLs")
+    parser.add_argument("--tls-allow-insecure", action="store_true",
+                        help="Accept an untrusted TLS certificate from the broker")
+
+
+def localrun_spec_fields(args) -> dict:
+    """The spec entries of ``add_localrun_flags``'s flags; ValueError when malformed."""
+    return instance_spec_fields(args.client_auth_plugin, args.client_auth_params,
+                                args.tls_trust_cert_path, args.tls_allow_insecure)

@@ -253,3 +253,55 @@ class WorkerSiteTests(TestCase):
         self.assertEqual(code, 200, body)
 
 
+
+
+class LocalrunCredentialsTests(SynchronousTestCase):
+    """``functions|sources|sinks localrun`` take Pulsar's --client-auth-plugin/--client-auth-params
+    (and TLS trust) flags into the instances' spec, written 0600; a malformed plugin is refused."""
+
+    def run_localrun(self, argv):
+        import io
+        import subprocess
+
+        from pulsar_twisted.cli.admin import main
+        specs = []
+
+        class Child:
+            def __init__(self, args, **kw):
+                with open(args[-2]) as f:
+                    specs.append((json.load(f), stat.S_IMODE(os.stat(args[-2]).st_mode)))
+
+            def wait(self, timeout=None):
+                return 0
+        self.patch(subprocess, "Popen", Child)
+        err = io.StringIO()
+        code = main(["--admin-url", "http://127.0.0.1:1", *argv], out=io.StringIO(), err=err)
+        return code, specs, err.getvalue()
+
+    def test_function_and_connector_specs_carry_credentials(self):
+        path = self.mktemp()
+        with open(path, "w") as f:
+            f.write("def process(input):\n    return input\n")
+        flags = ["--client-auth-plugin", "org.apache.pulsar.client.impl.auth.AuthenticationToken",
+                 "--client-auth-params", "token:abc", "--tls-trust-cert-path", "/ca.pem"]
+        code, specs, err = self.run_localrun(
+            ["functions", "localrun", "--name", "f", "--py", path, "--classname", "f",
+             "--inputs", "persistent://public/default/in", *flags])
+        self.assertEqual(code, 0, err)
+        code, more, err = self.run_localrun(
+            ["sources", "localrun", "--name", "g", "--source-type", "data-generator",
+             "--destination-topic-name", "persistent://public/default/out", *flags])
+        self.assertEqual(code, 0, err)
+        for spec, mode in specs + more:
+            self.assertEqual((spec[credentials.PARAMETERS], spec[credentials.TLS_TRUST], mode),
+                             ("token:abc", "/ca.pem", 0o600))
+
+    def test_malformed_plugin_refused(self):
+        path = self.mktemp()
+        with open(path, "w") as f:
+            f.write("def process(input):\n    return input\n")
+        code, specs, err = self.run_localrun(
+            ["functions", "localrun", "--name", "f", "--py", path, "--classname", "f",
+             "--inputs", "persistent://public/default/in", "--client-auth-plugin", "kerberos"])
+        self.assertEqual((code, specs), (1, []))
+        self.assertIn("--client-auth-plugin", err)

@@ -19,6 +19,7 @@ import tempfile
 import uuid
 
 from pulsar_twisted.cli.admin import CommandError, _csv, _q
+from pulsar_twisted.functions.credentials import add_localrun_flags, localrun_spec_fields, write_spec
 
 V3 = "/admin/v3/functions"
 GUARANTEES = ("ATLEAST_ONCE", "ATMOST_ONCE", "EFFECTIVELY_ONCE", "MANUAL")
@@ -128,6 +129,14 @@ def _putstate(a, c):
     return f"State {key} put successfully"
 
 
+def _credential_fields(a) -> dict:
+    """The instances' credentials from localrun's flags (CommandError when malformed)."""
+    try:
+        return localrun_spec_fields(a)
+    except ValueError as e:
+        raise CommandError(f"--client-auth-plugin/--client-auth-params: {e}")
+
+
 def _localrun(a, c):
     """Pulsar's localrun: ``parallelism`` instance processes on this machine against
     ``--broker-service-url``; blocks until they exit or the command is interrupted. State calls
@@ -149,10 +158,10 @@ def _localrun(a, c):
         code_path = os.path.join(directory, os.path.basename(a.py) if kept else f"{module}.py")
         shutil.copyfile(a.py, code_path)
         spec_path = os.path.join(directory, "instance.json")
-        with open(spec_path, "w") as f:
-            json.dump({"functionConfig": config.to_json(), "codePath": code_path,
-                       "serviceUrl": a.broker_service_url, "webServiceUrl": a.web_service_url or c.base,
-                       "functionId": config.fqfn, "functionVersion": "0"}, f)
+        write_spec(spec_path, {
+            "functionConfig": config.to_json(), "codePath": code_path,
+            "serviceUrl": a.broker_service_url, "webServiceUrl": a.web_service_url or c.base,
+            "functionId": config.fqfn, "functionVersion": "0", **_credential_fields(a)})
         children = [subprocess.Popen([sys.executable, "-m", "pulsar_twisted.functions.instance_main",
                                       spec_path, str(a.instance_id_offset + i)])
                     for i in range(config.parallelism)]
@@ -263,6 +272,7 @@ def _add_state_and_local(sub) -> None:
                    help="The Pulsar service URL the instances connect to")
     p.add_argument("--web-service-url", help="The worker serving state calls (default: --admin-url)")
     p.add_argument("--instance-id-offset", type=int, default=0, help="The first instance id")
+    add_localrun_flags(p)
     p.set_defaults(run=_localrun)
     p = sub.add_parser("trigger", help="Send a value to a function and print its output for it")
     _name_flags(p)

@@ -16,7 +16,8 @@ import sys
 import tempfile
 
 from pulsar_twisted.cli.admin import CommandError, _csv, _q
-from pulsar_twisted.cli.admin.functions import GUARANTEES, multipart_body
+from pulsar_twisted.cli.admin.functions import GUARANTEES, _credential_fields, multipart_body
+from pulsar_twisted.functions.credentials import add_localrun_flags, write_spec
 
 #: Pulsar's CLI separates the available connectors with this line.
 SEPARATOR = "-" * 40
@@ -134,10 +135,10 @@ def _localrun(a, c):
     directory = tempfile.mkdtemp(prefix=f"pulsar-localrun-{a.kind}-")
     try:
         spec_path = os.path.join(directory, "instance.json")
-        with open(spec_path, "w") as f:
-            json.dump({"componentType": a.kind.upper(), f"{a.kind}Config": config.to_json(),
-                       "serviceUrl": a.broker_service_url, "webServiceUrl": c.base,
-                       "functionId": config.fqn, "functionVersion": "0"}, f)
+        write_spec(spec_path, {
+            "componentType": a.kind.upper(), f"{a.kind}Config": config.to_json(),
+            "serviceUrl": a.broker_service_url, "webServiceUrl": c.base,
+            "functionId": config.fqn, "functionVersion": "0", **_credential_fields(a)})
         children = [subprocess.Popen([sys.executable, "-m", "pulsar_twisted.functions.instance_main",
                                       spec_path, str(a.instance_id_offset + i)])
                     for i in range(config.parallelism)]
@@ -208,6 +209,7 @@ def _adder(kind: str):
                 p.add_argument("--broker-service-url", default="pulsar://localhost:6650",
                                help="The broker the instances connect to")
                 p.add_argument("--instance-id-offset", type=int, default=0, help="The first instance id")
+                add_localrun_flags(p)
             if verb == "update":
                 p.add_argument("--update-auth-data", action="store_true", help="Accepted for Pulsar's "
                                "CLI compatibility (no function auth data here)")
