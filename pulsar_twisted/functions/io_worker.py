@@ -31,6 +31,7 @@ from pulsar_twisted.functions.errors import (
     FunctionExists, FunctionNotFound, FunctionsError, InvalidFunctionConfig)
 from pulsar_twisted.functions.forward import multipart
 from pulsar_twisted.functions.io_config import CONFIGS
+from pulsar_twisted.functions.metrics import function_stats
 from pulsar_twisted.functions.store import ROOT, FunctionStore
 from pulsar_twisted.functions.supervisor import InstanceSupervisor, State
 from pulsar_twisted.metadata.layout import namespace_path, tenant_path
@@ -275,16 +276,7 @@ class ConnectorsManager:
         runtime = self._runtime(tenant, namespace, name)
         per = [{"instanceId": i, "metrics": await self._stats_of(runtime, i)}
                for i in range(runtime.config.parallelism)]
-        total = lambda key: sum(p["metrics"][key] for p in per)  # noqa: E731
-        latencies = [p["metrics"]["avgProcessLatency"] for p in per if p["metrics"]["avgProcessLatency"]]
-        lasts = [p["metrics"]["lastInvocation"] for p in per if p["metrics"]["lastInvocation"]]
-        return {"receivedTotal": total("receivedTotal"),
-                "processedSuccessfullyTotal": total("processedSuccessfullyTotal"),
-                "systemExceptionsTotal": total("systemExceptionsTotal"),
-                "userExceptionsTotal": total("userExceptionsTotal"),
-                "avgProcessLatency": sum(latencies) / len(latencies) if latencies else None,
-                "lastInvocation": max(lasts) if lasts else None,
-                "instances": per}
+        return function_stats(per)
 
     async def instance_stats(self, tenant, namespace, name, instance: int) -> dict:
         runtime = self._runtime(tenant, namespace, name)

@@ -53,3 +53,18 @@ class FunctionsCollector:
         yield from counters
         yield latency
         yield last
+
+
+def function_stats(per: list) -> dict:
+    """Pulsar's ``FunctionStatsImpl`` from the instances' ``[{"instanceId", "metrics"}]``: totals,
+    the mean of the instances' average latencies and the latest invocation, and ``instances``."""
+    total = lambda key: sum(p["metrics"][key] for p in per)  # noqa: E731
+    latencies = [p["metrics"]["avgProcessLatency"] for p in per if p["metrics"]["avgProcessLatency"]]
+    lasts = [p["metrics"]["lastInvocation"] for p in per if p["metrics"]["lastInvocation"]]
+    return {"receivedTotal": total("receivedTotal"),
+            "processedSuccessfullyTotal": total("processedSuccessfullyTotal"),
+            "systemExceptionsTotal": total("systemExceptionsTotal"),
+            "userExceptionsTotal": total("userExceptionsTotal"),
+            "avgProcessLatency": sum(latencies) / len(latencies) if latencies else None,
+            "lastInvocation": max(lasts) if lasts else None,
+            "instances": per}

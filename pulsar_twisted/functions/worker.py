@@ -35,6 +35,7 @@ from pulsar_twisted.functions.errors import (
 from pulsar_twisted.functions.forward import Forwarder, function_path, multipart
 from pulsar_twisted.functions.io_worker import ConnectorsManager
 from pulsar_twisted.functions.membership import SoloCoordinator, schedule
+from pulsar_twisted.functions.metrics import function_stats
 from pulsar_twisted.functions.platform import (
     PackageTopic, TopicTable, ensure_namespace, ensure_topics)
 from pulsar_twisted.functions.store import FunctionStore
@@ -523,16 +524,7 @@ class FunctionsWorker:
         runtime = self._runtime(tenant, namespace, name)
         per = [{"instanceId": i, "metrics": await self._instance_stats(runtime, i)}
                for i in range(runtime.config.parallelism)]
-        total = lambda key: sum(p["metrics"][key] for p in per)  # noqa: E731
-        latencies = [p["metrics"]["avgProcessLatency"] for p in per if p["metrics"]["avgProcessLatency"]]
-        lasts = [p["metrics"]["lastInvocation"] for p in per if p["metrics"]["lastInvocation"]]
-        return {"receivedTotal": total("receivedTotal"),
-                "processedSuccessfullyTotal": total("processedSuccessfullyTotal"),
-                "systemExceptionsTotal": total("systemExceptionsTotal"),
-                "userExceptionsTotal": total("userExceptionsTotal"),
-                "avgProcessLatency": sum(latencies) / len(latencies) if latencies else None,
-                "lastInvocation": max(lasts) if lasts else None,
-                "instances": per}
+        return function_stats(per)
 
     async def instance_stats(self, tenant, namespace, name, instance: int) -> dict:
         runtime = self._runtime(tenant, namespace, name)

@@ -137,6 +137,21 @@ def _credential_fields(a) -> dict:
         raise CommandError(f"--client-auth-plugin/--client-auth-params: {e}")
 
 
+def run_instances(spec_path: str, parallelism: int, first_id: int) -> None:
+    """``parallelism`` instance processes of ``spec_path`` (ids from ``first_id``), waited for;
+    Ctrl-C stops them (SIGTERM). CommandError naming the exit codes when one failed."""
+    children = [subprocess.Popen([sys.executable, "-m", "pulsar_twisted.functions.instance_main",
+                                  spec_path, str(first_id + i)]) for i in range(parallelism)]
+    try:
+        codes = [child.wait() for child in children]
+    except KeyboardInterrupt:
+        for child in children:
+            child.terminate()
+        codes = [child.wait() for child in children]
+    if any(codes):
+        raise CommandError(f"Instances exited with codes {codes}")
+
+
 def _localrun(a, c):
     """Pulsar's localrun: ``parallelism`` instance processes on this machine against
     ``--broker-service-url``; blocks until they exit or the command is interrupted. State calls
@@ -162,17 +177,7 @@ def _localrun(a, c):
             "functionConfig": config.to_json(), "codePath": code_path,
             "serviceUrl": a.broker_service_url, "webServiceUrl": a.web_service_url or c.base,
             "functionId": config.fqfn, "functionVersion": "0", **_credential_fields(a)})
-        children = [subprocess.Popen([sys.executable, "-m", "pulsar_twisted.functions.instance_main",
-                                      spec_path, str(a.instance_id_offset + i)])
-                    for i in range(config.parallelism)]
-        try:
-            codes = [child.wait() for child in children]
-        except KeyboardInterrupt:
-            for child in children:
-                child.terminate()
-            codes = [child.wait() for child in children]
-        if any(codes):
-            raise CommandError(f"Instances exited with codes {codes}")
+        run_instances(spec_path, config.parallelism, a.instance_id_offset)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     return None

@@ -11,12 +11,11 @@ the instances as processes here against ``--broker-service-url``, without a work
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 
 from pulsar_twisted.cli.admin import CommandError, _csv, _q
-from pulsar_twisted.cli.admin.functions import GUARANTEES, _credential_fields, multipart_body
+from pulsar_twisted.cli.admin.functions import (
+    GUARANTEES, _credential_fields, multipart_body, run_instances)
 from pulsar_twisted.functions.credentials import add_localrun_flags, write_spec
 
 #: Pulsar's CLI separates the available connectors with this line.
@@ -139,17 +138,7 @@ def _localrun(a, c):
             "componentType": a.kind.upper(), f"{a.kind}Config": config.to_json(),
             "serviceUrl": a.broker_service_url, "webServiceUrl": c.base,
             "functionId": config.fqn, "functionVersion": "0", **_credential_fields(a)})
-        children = [subprocess.Popen([sys.executable, "-m", "pulsar_twisted.functions.instance_main",
-                                      spec_path, str(a.instance_id_offset + i)])
-                    for i in range(config.parallelism)]
-        try:
-            codes = [child.wait() for child in children]
-        except KeyboardInterrupt:
-            for child in children:
-                child.terminate()
-            codes = [child.wait() for child in children]
-        if any(codes):
-            raise CommandError(f"Instances exited with codes {codes}")
+        run_instances(spec_path, config.parallelism, a.instance_id_offset)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
     return None
