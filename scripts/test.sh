@@ -22,30 +22,22 @@ free_port() { python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1',
 stoppers=()
 stop_servers() { for s in "${stoppers[@]}"; do eval "$s"; done; }
 trap stop_servers EXIT
-if [ -z "${PULSAR_TEST_ZK:-}" ]; then
-    zkdir=$(mktemp -d)
-    zkport=$(free_port)
-    if bash scripts/zookeeper.sh start "$zkdir" "$zkport"; then
-        export PULSAR_TEST_ZK="127.0.0.1:$zkport"
-        stoppers+=("bash scripts/zookeeper.sh stop '$zkdir'")
+# start_server SCRIPT VAR: scripts/SCRIPT.sh on a free port with data in a new directory, VAR set
+# to its address, stopped on exit; nothing when VAR is given already or the server cannot start.
+start_server() {
+    local script=$1 var=$2 dir port
+    [ -n "${!var:-}" ] && return 0
+    dir=$(mktemp -d)
+    [ "$script" = postgres ] && chmod 755 "$dir"   # the postgres user must reach it
+    port=$(free_port)
+    if bash "scripts/$script.sh" start "$dir" "$port"; then
+        export "$var=127.0.0.1:$port"
+        stoppers+=("bash scripts/$script.sh stop '$dir'")
     fi
-fi
-if [ -z "${PULSAR_TEST_PG:-}" ]; then
-    pgdir=$(mktemp -d); chmod 755 "$pgdir"   # the postgres user must reach it
-    pgport=$(free_port)
-    if bash scripts/postgres.sh start "$pgdir" "$pgport"; then
-        export PULSAR_TEST_PG="127.0.0.1:$pgport"
-        stoppers+=("bash scripts/postgres.sh stop '$pgdir'")
-    fi
-fi
-if [ -z "${PULSAR_TEST_REDIS:-}" ]; then
-    redisdir=$(mktemp -d)
-    redisport=$(free_port)
-    if bash scripts/redis.sh start "$redisdir" "$redisport"; then
-        export PULSAR_TEST_REDIS="127.0.0.1:$redisport"
-        stoppers+=("bash scripts/redis.sh stop '$redisdir'")
-    fi
-fi
+}
+start_server zookeeper PULSAR_TEST_ZK
+start_server postgres PULSAR_TEST_PG
+start_server redis PULSAR_TEST_REDIS
 
 log=$(mktemp)
 python -m twisted.trial --temp-directory="${TMPDIR:-/tmp}/pulsar-twisted-trial-$$" "${@:-tests}" 2>&1 | tee "$log"
