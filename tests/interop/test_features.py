@@ -174,6 +174,20 @@ class PartitionedFeatureTests(InteropCase):
         self.assertEqual(len(topics_b), 2, topics_b)
         self.assertTrue(topics_a.isdisjoint(topics_b))
 
+    def _partition_state(self, partition: str) -> str:
+        """The partition's stats and internal stats, for a failure message."""
+        base = self.standalone.web_service_url + partition.replace("persistent://", "/admin/v2/persistent/")
+        parts = []
+        parent = base.rsplit("-partition-", 1)[0]
+        for url in (base + "/stats", base + "/internalStats", parent + "/partitioned-stats?perPartition=true",
+                    parent + "/stats"):
+            try:
+                with urllib.request.urlopen(url, timeout=10) as response:
+                    parts.append(response.read().decode()[:4000])
+            except Exception as e:  # noqa: BLE001 - diagnostics only
+                parts.append(f"{url}: {e!r}")
+        return "\n".join(parts)
+
     def _wait_for_consumers(self, name: str, subscription: str, count: int, timeout: float = 10):
         """Until every partition's ``subscription`` has ``count`` consumers (the client attaches a
         partitioned consumer to its partitions one by one: on a loaded machine ``b`` may not yet be
@@ -205,8 +219,10 @@ class PartitionedFeatureTests(InteropCase):
                 got.append(reader.read_next(5000))
             else:
                 time.sleep(0.1)
+        if len(got) != 2:
+            # Intermittent (about 1 run in 15 on a loaded machine): say what the broker holds.
+            self.fail(f"read {len(got)} of 2 from {partition} (sent {sent}):\n{self._partition_state(partition)}")
         self.assertFalse(reader.has_message_available())
-        self.assertEqual(len(got), 2)  # round robin over 4 partitions
         self.assertTrue(set(self.datas(got)) <= set(sent))
 
     def test_regex_subscription_discovers_new_topics(self):
