@@ -9,7 +9,8 @@ Writer state machine (``WriterState``)::
 
 Adds are the hot path: each is one small ``_PendingAdd`` (packed bytes, precomputed write set, an
 ack bitmask over ensemble indices) and plain Deferred callbacks per bookie; no coroutine and no
-timer per entry (add timeouts are checked by one periodic call per handle). An add's Deferred fires
+timer per entry (add timeouts are checked by one periodic check per handle while adds are in flight,
+queued on the client's ``AddTimeouts``: one reactor call for all the handles of a client). An add's Deferred fires
 when it has ``Qa`` acks *and* every earlier add has fired, so completions and the LAC advance in
 entry order.
 
@@ -22,7 +23,9 @@ to the replacement.
 
 import collections
 import enum
-from dataclasses import dataclass
+import functools
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Callable
 
 from twisted.internet import defer
@@ -45,6 +48,18 @@ log = Logger()
 # Anything else from a bookie is that bookie's problem and leads to an ensemble change.
 _FATAL_ADD_ERRORS = (LedgerFencedError, UnauthorizedAccessError)
 
+# Shared stand-ins for what an idle writer would otherwise hold per handle (issue 14: memory per
+# loaded topic): no failed bookie, no add in flight, the segment list of a never-changed ledger.
+_NO_FAILED = MappingProxyType({})
+_NO_PENDING = ()
+_FIRST_SEGMENT_ONLY = (0,)
+
+
+@functools.lru_cache(maxsize=64)
+def _schedule_of(ensemble_size, write_quorum, ack_quorum):
+    """The DistributionSchedule of (E, Qw, Qa): immutable, so one per shape, shared by handles."""
+    return DistributionSchedule(ensemble_size, write_quorum, ack_quorum)
+
 
 @dataclass
 class LedgerEnv:
@@ -61,6 +76,96 @@ class LedgerEnv:
     add_timeout: float = 30.0
     #: a ``ledger.health.BookieHealth`` told of failed and timed-out writes (None: nobody)
     health: object = None
+    _add_timeouts: object = field(default=None, init=False, repr=False, compare=False)
+
+    def add_timeouts(self) -> "AddTimeouts":
+        """The add-timeout queue every writer of this client shares (made on first use)."""
+        queue = self._add_timeouts
+        if queue is None:
+            queue = self._add_timeouts = AddTimeouts(self.clock)
+        return queue
+
+
+class AddTimeouts:
+    """
+    The add-timeout checks of every writer of one client, on one reactor call. A DelayedCall per
+    writer cost about 400 bytes per loaded topic (issue 14); an entry here is one small tuple.
+
+    ``schedule(handle, delay)`` calls ``handle._check_timeouts()`` ``delay`` seconds later, unless
+    ``cancel(handle)`` came first; a handle has at most one live check (``handle._timeout_at``, its
+    time, None when none). Writers ask with the same delay (the client's add timeout), so times
+    arrive in order and the queue is a FIFO with the reactor call armed for its head; an earlier
+    time (the timeout lowered meanwhile) is put in its place. A cancelled check stays queued (it
+    is skipped) until its time or until no live check is left, when the queue is emptied and the
+    reactor call cancelled.
+    """
+
+    __slots__ = ("clock", "_queue", "_call", "_call_at", "_live")
+
+    def __init__(self, clock):
+        self.clock = clock
+        self._queue = collections.deque()   # (time, handle), time order
+        self._call = None
+        self._call_at = None
+        self._live = 0
+
+    def __len__(self) -> int:
+        """Live (scheduled, not cancelled nor run) checks."""
+        return self._live
+
+    def schedule(self, handle, delay: float) -> None:
+        if handle._timeout_at is not None:
+            self.cancel(handle)
+        at = self.clock.seconds() + max(0.0, delay)
+        handle._timeout_at = at
+        self._live += 1
+        queue = self._queue
+        if queue and queue[-1][0] > at:
+            index = len(queue)
+            while index > 0 and queue[index - 1][0] > at:
+                index -= 1
+            queue.insert(index, (at, handle))
+        else:
+            queue.append((at, handle))
+        if self._call is None or self._call_at > at:
+            self._arm()
+
+    def cancel(self, handle) -> None:
+        if handle._timeout_at is None:
+            return
+        handle._timeout_at = None
+        self._live -= 1
+        if self._live == 0:
+            self._queue.clear()
+            self._arm()
+
+    def _arm(self) -> None:
+        call, self._call = self._call, None
+        if call is not None and call.active():
+            call.cancel()
+        queue = self._queue
+        if queue:
+            self._call_at = queue[0][0]
+            self._call = self.clock.callLater(max(0.0, self._call_at - self.clock.seconds()), self._fire)
+
+    def _fire(self) -> None:
+        # self._call stays (inactive) while the checks run, so that the ones they schedule again
+        # do not arm a call each; _arm at the end arms one for the new head.
+        # Due: everything up to the time the call was armed for (the reactor's own arithmetic
+        # may land a hair before it) and up to now.
+        due = max(self.clock.seconds(), self._call_at)
+        queue = self._queue
+        while queue and queue[0][0] <= due:
+            at, handle = queue.popleft()
+            if handle._timeout_at != at:
+                continue        # cancelled (and maybe scheduled again later)
+            handle._timeout_at = None
+            self._live -= 1
+            try:
+                handle._check_timeouts()
+            except Exception:
+                log.failure("ledger {ledger}: add timeout check failed", ledger=handle.ledger_id)
+        self._arm()
 
 
 class _ReadEntryOp:
@@ -192,14 +297,14 @@ class _BaseHandle:
         self._env = env
         self.ledger_id = ledger_id
         self._master_key = master_key
-        self._schedule = DistributionSchedule(
-            metadata.ensemble_size, metadata.write_quorum, metadata.ack_quorum)
+        self._schedule = _schedule_of(metadata.ensemble_size, metadata.write_quorum, metadata.ack_quorum)
         self._set_metadata(metadata, version)
 
     def _set_metadata(self, metadata, version):
         self.metadata = metadata
         self.metadata_version = version
-        self._segment_firsts = [first for first, _ in metadata.ensembles]
+        firsts = tuple(first for first, _ in metadata.ensembles)
+        self._segment_firsts = _FIRST_SEGMENT_ONLY if firsts == _FIRST_SEGMENT_ONLY else firsts
 
     def _replicas(self, entry_id):
         """Bookie ids holding ``entry_id``, in write-set order."""
@@ -334,14 +439,18 @@ class LedgerHandle(_BaseHandle):
         self._length = 0
         self._pending_length = 0
         self._next_entry_id = 0
-        self._pending = collections.deque()
-        self._ensemble = list(metadata.last_ensemble[1])
+        #: Adds sent, oldest first: a deque while some are in flight, else an empty tuple (an empty
+        #: deque holds a 760-byte block: the largest item of an idle topic).
+        self._pending = _NO_PENDING
+        self._ensemble = tuple(metadata.last_ensemble[1])
         self._ack_quorum = metadata.ack_quorum
-        self._failed = {}           # ensemble index -> bookie id awaiting replacement
+        #: ensemble index -> bookie id awaiting replacement (a shared empty mapping while none)
+        self._failed = _NO_FAILED
         self._changing = False
         self._resending = False
         self._completing = False
-        self._timeout_call = None
+        #: When the add-timeout check is due (``AddTimeouts``), None while none is scheduled.
+        self._timeout_at = None
         self._close_waiters = None  # list of Deferreds once close() was called
         self._close_started = False
 
@@ -385,12 +494,15 @@ class LedgerHandle(_BaseHandle):
                          pack_entry(self.ledger_id, entry_id, self._lac, self._pending_length, data),
                          self._pending_length, waiter, self._schedule.write_set(entry_id),
                          env.clock.seconds())
-        self._pending.append(op)
+        pending = self._pending
+        if not pending:
+            pending = self._pending = collections.deque()
+        pending.append(op)
         failed = self._failed
         for index in op.write_set:
             if index not in failed:
                 self._send(op, index)
-        if self._timeout_call is None and env.add_timeout:
+        if self._timeout_at is None and env.add_timeout:
             self._arm_timeout()
 
     def close(self):
@@ -454,9 +566,16 @@ class LedgerHandle(_BaseHandle):
         if index not in self._failed:
             log.warn("ledger {ledger}: bookie {bookie} failed entry {entry}: {error!r}",
                      ledger=self.ledger_id, bookie=bookie, entry=op.entry_id, error=error)
-            self._failed[index] = bookie
+            self._mark_failed(index, bookie)
             self._maybe_start_change()
         return None
+
+    def _mark_failed(self, index, bookie):
+        """Record that the bookie at ensemble ``index`` needs replacing."""
+        failed = self._failed
+        if failed is _NO_FAILED:
+            failed = self._failed = {}
+        failed[index] = bookie
 
     def _complete_ready(self):
         """Fire, in entry order, every head-of-queue add that has its ack quorum."""
@@ -477,6 +596,7 @@ class LedgerHandle(_BaseHandle):
         finally:
             self._completing = False
         if not self._pending:
+            self._pending = _NO_PENDING
             self._maybe_finish_close()
 
     def _fail_handle(self, error):
@@ -486,7 +606,7 @@ class LedgerHandle(_BaseHandle):
         log.warn("ledger {ledger} writer failed: {error!r}", ledger=self.ledger_id, error=error)
         self.state = WriterState.ERRORED
         self._error = error
-        pending, self._pending = self._pending, collections.deque()
+        pending, self._pending = self._pending, _NO_PENDING
         self._cancel_timeout()
         for op in pending:
             d, op.deferred = op.deferred, None
@@ -541,11 +661,13 @@ class LedgerHandle(_BaseHandle):
         log.info("ledger {ledger}: ensemble from entry {first} is {ensemble}",
                  ledger=self.ledger_id, first=metadata.last_ensemble[0], ensemble=ensemble)
         changed = [i for i, bookie in enumerate(ensemble) if self._ensemble[i] != bookie]
-        self._ensemble = ensemble
+        self._ensemble = tuple(ensemble)
         self._set_metadata(metadata, version)
         for index, bookie in replacing.items():
             if self._failed.get(index) == bookie:
                 del self._failed[index]
+        if not self._failed:
+            self._failed = _NO_FAILED
         now = self._env.clock.seconds()
         # Failures seen while re-sending only get recorded; the next change starts after the loop.
         self._resending = True
@@ -583,16 +705,15 @@ class LedgerHandle(_BaseHandle):
     # -- add timeouts ----------------------------------------------------------------------------
 
     def _arm_timeout(self):
-        self._timeout_call = self._env.clock.callLater(self._env.add_timeout, self._check_timeouts)
+        self._env.add_timeouts().schedule(self, self._env.add_timeout)
 
     def _cancel_timeout(self):
-        if self._timeout_call is not None and self._timeout_call.active():
-            self._timeout_call.cancel()
-        self._timeout_call = None
+        if self._timeout_at is not None:
+            self._env.add_timeouts().cancel(self)
 
     def _check_timeouts(self):
-        """Treat bookies that have not acked an add within the add timeout as failed."""
-        self._timeout_call = None
+        """Treat bookies that have not acked an add within the add timeout as failed (run by
+        ``AddTimeouts``, which has cleared ``_timeout_at``)."""
         if self.state not in (WriterState.OPEN, WriterState.CLOSING) or not self._pending:
             return
         if not self._changing:
@@ -610,7 +731,7 @@ class LedgerHandle(_BaseHandle):
                         timed_out[index] = timed_out.get(index, 0) + 1
             health = self._env.health
             for index, count in timed_out.items():
-                self._failed[index] = self._ensemble[index]
+                self._mark_failed(index, self._ensemble[index])
                 if health is not None:
                     for _ in range(count):      # each timed-out request is one error, as in BK
                         health.record_error(self._ensemble[index])
