@@ -264,7 +264,8 @@ class PersistentTopic(TopicBase):
         self.ledger = ledger
         self.pending_adds = 0
         self.max_pending_adds = config.managedLedgerMaxPendingAddsPerTopic
-        self._throttled = []
+        #: Connections throttled by this topic (a list while some are, else an empty tuple).
+        self._throttled = ()
         #: A write failed: nothing more is written until the adds in flight are done (``fence``).
         self.fenced = False
         self._unfence_call = None
@@ -378,7 +379,7 @@ class PersistentTopic(TopicBase):
         """One callback per publish: throttling, fencing, and (on success) the storage counters."""
         self.pending_adds -= 1
         if self._throttled and self.pending_adds <= self.max_pending_adds // 2:
-            throttled, self._throttled = self._throttled, []
+            throttled, self._throttled = self._throttled, ()
             for cnx in throttled:
                 cnx.unthrottle()
         if isinstance(result, Failure):
@@ -440,9 +441,11 @@ class PersistentTopic(TopicBase):
 
     def _throttle_producers(self) -> None:
         """Too many writes in flight: stop reading from every connection publishing here."""
+        throttled = list(self._throttled)
         for cnx in {p.cnx for p in self.producers.values()}:
             cnx.throttle()
-            self._throttled.append(cnx)
+            throttled.append(cnx)
+        self._throttled = throttled
 
     # ---------------------------------------------------------------- subscribing
     @defer.inlineCallbacks

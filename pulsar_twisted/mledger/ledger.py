@@ -201,11 +201,12 @@ class ManagedLedgerImpl:
         #: Sent adds, oldest first: a deque while some are in flight, else an empty tuple (an
         #: empty deque holds a 760-byte block).
         self._pending = ()
-        # Ops waiting for a ledger (only while one is being created): a list, not a deque, since
-        # an idle topic would otherwise hold an empty deque's 760 bytes for good.
-        self._queued = []
+        # Ops waiting for a ledger (only while one is being created): a list while some wait, else
+        # an empty tuple (not a deque: an idle topic would hold an empty deque's 760 bytes).
+        self._queued = ()
         self._drain_waiters = ()
-        self._read_handles = {}
+        #: ledger id -> open read handle; the shared EMPTY until the first (``_keep_read_handle``).
+        self._read_handles = EMPTY
         self._opening_handles = EMPTY
         self._cache = EntryCache(config.cache_size_bytes, getattr(factory, "cache_budget", None))
         self._meta_version = None
@@ -330,7 +331,7 @@ class ManagedLedgerImpl:
             self._delete_ledger_quietly(lid)
             return
         self._add_ledger_info(info)
-        self._read_handles[lid] = handle
+        self._keep_read_handle(lid, handle)
 
     def _compute_last_confirmed(self) -> Position:
         for lid in reversed(self._ledger_ids):
@@ -413,8 +414,7 @@ class ManagedLedgerImpl:
         if self._state is State.CREATING_LEDGER:
             self._state = State.LEDGER_CLOSED
         error = ManagedLedgerError(f"could not create a ledger: {failure.getErrorMessage()}")
-        queued = list(self._queued)
-        self._queued.clear()
+        queued, self._queued = list(self._queued), ()
         self._fail_ops(queued, error)
         return None
 
@@ -422,6 +422,8 @@ class ManagedLedgerImpl:
         queued = self._queued
         while queued and self._state is State.LEDGER_OPENED:
             self._send(queued.pop(0))
+        if not self._queued:
+            self._queued = ()
 
     def _send(self, op: AddOp):
         handle = self._current
@@ -445,6 +447,11 @@ class ManagedLedgerImpl:
             notify(op.data, op)
         else:
             handle.add_entry(op.data).addCallbacks(op.added, op.failed)
+
+    def _keep_read_handle(self, ledger_id, handle):
+        if self._read_handles is EMPTY:
+            self._read_handles = {}
+        self._read_handles[ledger_id] = handle
 
     def _call_later(self, delay: float, fn):
         """A rollover timer: on the factory's shared timers (one reactor call for every managed
@@ -504,7 +511,7 @@ class ManagedLedgerImpl:
                 self._remove_ledger_info(lid)
                 self._delete_ledger_quietly(lid)
             else:
-                self._read_handles[lid] = handle
+                self._keep_read_handle(lid, handle)
         if self._state is not State.CLOSING_LEDGER:
             return
         self._state = State.LEDGER_CLOSED
@@ -547,6 +554,8 @@ class ManagedLedgerImpl:
                 _fire(waiter.errback, Failure(error))
                 return
             op = AddOp(self, data, self.reactor.seconds(), waiter)
+            if not self._queued:
+                self._queued = []
             self._queued.append(op)
             if st is State.LEDGER_CLOSED:
                 self._create_ledger()
@@ -612,7 +621,7 @@ class ManagedLedgerImpl:
         # The adds queued meanwhile (a rollover in progress) came after the failed one: they
         # fail too, or they would be stored after a gap.
         doomed.extend(self._queued)
-        self._queued.clear()
+        self._queued = ()
         log.warn("managed ledger {name}: add to ledger {lid} failed ({err}); {n} adds failed",
                  name=self.name, lid=handle.ledger_id, err=failure.getErrorMessage(), n=len(doomed))
         rolling = self._current is handle and self._state in (State.LEDGER_OPENED, State.CLOSING_LEDGER)
@@ -659,7 +668,7 @@ class ManagedLedgerImpl:
         error = ManagedLedgerFencedError(f"managed ledger {self.name} is fenced")
         doomed = list(self._pending) + list(self._queued)
         self._pending = ()
-        self._queued.clear()
+        self._queued = ()
         self._fail_ops(doomed, error)
         self._fire_drained()
         for cursor in list(self.cursors.values()) + list(self._new_cursors.values()):
@@ -951,7 +960,7 @@ class ManagedLedgerImpl:
 
         def opened(handle):
             if lid in self._ledgers:
-                self._read_handles[lid] = handle
+                self._keep_read_handle(lid, handle)
             for w in self._opening_handles.pop(lid, []):
                 w.callback(handle)
 
@@ -1216,7 +1225,8 @@ class ManagedLedgerImpl:
         so no read reaches them meanwhile."""
         for lid in lids[:TRIM_SLICE]:
             self._cache.invalidate_ledger(lid)
-            self._read_handles.pop(lid, None)
+            if lid in self._read_handles:
+                del self._read_handles[lid]
             self._delete_ledger_quietly(lid)
         rest = lids[TRIM_SLICE:]
         if rest:
@@ -1260,8 +1270,7 @@ class ManagedLedgerImpl:
         fenced = self._state is State.FENCED
         self._state = State.CLOSED
         self._cancel_timers()
-        queued = list(self._queued)
-        self._queued.clear()
+        queued, self._queued = list(self._queued), ()
         self._fail_ops(queued, ManagedLedgerClosedError(f"managed ledger {self.name} closed"))
         await self._wait_drained()
         results = await defer.DeferredList(
@@ -1297,14 +1306,13 @@ class ManagedLedgerImpl:
             raise error
         self._state = State.TERMINATED
         self._cancel_timers()
-        queued = list(self._queued)
-        self._queued.clear()
+        queued, self._queued = list(self._queued), ()
         self._fail_ops(queued, ManagedLedgerTerminatedError(f"managed ledger {self.name} terminated"))
         await self._wait_drained()
         if self._current is not None:
             handle, self._current = self._current, None
             await handle.close()
-            self._read_handles[handle.ledger_id] = handle
+            self._keep_read_handle(handle.ledger_id, handle)
         self._terminated_at = self._last_confirmed
         await self._write_metadata()
         return self._last_confirmed

@@ -6,11 +6,12 @@ Every managed ledger keeps a rollover timer armed for as long as its ledger is o
 managed ledger costs about 300 bytes and a slot in the reactor's heap; ``SharedTimers`` keeps them in
 one heap of small entries instead and has a single ``DelayedCall`` armed, for the earliest. A timer
 fires at the time it was scheduled for (the shared call is moved earlier whenever an earlier timer
-arrives), so a ``task.Clock`` sees the same times as with one call per timer.
+arrives), so a ``task.Clock`` sees the same times as with one call per timer. The heap holds the
+timers themselves, ordered by time (no ``(time, sequence, timer)`` tuple per entry): timers due at
+the same time fire in no promised order.
 """
 
 import heapq
-import itertools
 
 from twisted.logger import Logger
 
@@ -26,6 +27,9 @@ class SharedTimer:
         self.owner = owner
         self.time = time
         self.fn = fn
+
+    def __lt__(self, other) -> bool:
+        return self.time < other.time
 
     def active(self) -> bool:
         return self.fn is not None
@@ -44,8 +48,7 @@ class SharedTimers:
 
     def __init__(self, reactor):
         self.reactor = reactor
-        self._heap = []         # (time, sequence, SharedTimer), cancelled ones included
-        self._seq = itertools.count()
+        self._heap = []         # SharedTimers by time, cancelled ones included
         self._call = None       # the reactor DelayedCall armed for the earliest entry
         self._cancelled_count = 0
 
@@ -55,7 +58,7 @@ class SharedTimers:
 
     def call_later(self, delay: float, fn) -> SharedTimer:
         timer = SharedTimer(self, self.reactor.seconds() + max(0.0, delay), fn)
-        heapq.heappush(self._heap, (timer.time, next(self._seq), timer))
+        heapq.heappush(self._heap, timer)
         call = self._call
         if call is None or call.getTime() > timer.time:
             self._arm()
@@ -66,29 +69,29 @@ class SharedTimers:
         heap = self._heap
         if self._cancelled_count > 64 and self._cancelled_count * 2 > len(heap):
             # Mostly cancelled entries (ledgers closed and reopened): rebuild rather than let them pile up.
-            self._heap = [entry for entry in heap if entry[2].fn is not None]
+            self._heap = [timer for timer in heap if timer.fn is not None]
             heapq.heapify(self._heap)
             self._cancelled_count = 0
-        elif heap and heap[0][2].fn is None:
+        elif heap and heap[0].fn is None:
             self._arm()
 
     def _arm(self) -> None:
         heap = self._heap
-        while heap and heap[0][2].fn is None:
+        while heap and heap[0].fn is None:
             heapq.heappop(heap)
             self._cancelled_count -= 1
         call, self._call = self._call, None
         if call is not None and call.active():
             call.cancel()
         if heap:
-            self._call = self.reactor.callLater(max(0.0, heap[0][0] - self.reactor.seconds()), self._fire)
+            self._call = self.reactor.callLater(max(0.0, heap[0].time - self.reactor.seconds()), self._fire)
 
     def _fire(self) -> None:
         self._call = None
         heap = self._heap
         now = self.reactor.seconds()
-        while heap and heap[0][0] <= now:
-            timer = heapq.heappop(heap)[2]
+        while heap and heap[0].time <= now:
+            timer = heapq.heappop(heap)
             fn, timer.fn = timer.fn, None
             if fn is None:
                 self._cancelled_count -= 1
@@ -101,7 +104,7 @@ class SharedTimers:
 
     def stop(self) -> None:
         """Cancel everything (the factory shut down)."""
-        for _, _, timer in self._heap:
+        for timer in self._heap:
             timer.fn = None
         self._heap = []
         self._cancelled_count = 0
