@@ -21,6 +21,7 @@ WRITE_LATENCY_SUFFIXES = ("0_5", "1", "5", "10", "20", "50", "100", "200", "1000
 #: Pulsar's ENTRY_SIZE_BUCKETS_BYTES (its "1 MB" bound is 1_232_896, kept as is).
 ENTRY_SIZE_BOUNDS = (128, 512, 1024, 2048, 4096, 16_384, 102_400, 1_232_896)
 ENTRY_SIZE_SUFFIXES = ("128", "512", "1_kb", "2_kb", "4_kb", "16_kb", "100_kb", "1_mb", "overflow")
+_SIZE_FIRST = len(WRITE_LATENCY_BOUNDS_US) + 1  # index of the first size bucket in _buckets
 
 
 class StorageWriteStats:
@@ -30,22 +31,32 @@ class StorageWriteStats:
     and stored ``size`` bytes.
     """
 
-    __slots__ = ("clock", "latency_buckets", "latency_sum_us", "size_buckets", "size_sum")
+    # Both histograms in one list (latency buckets, then size buckets): one list per topic
+    # instead of two (issue 14: memory per loaded topic).
+    __slots__ = ("clock", "_buckets", "latency_sum_us", "size_sum")
 
     def __init__(self, clock):
         self.clock = clock
-        self.latency_buckets = [0] * (len(WRITE_LATENCY_BOUNDS_US) + 1)
+        self._buckets = [0] * (_SIZE_FIRST + len(ENTRY_SIZE_BOUNDS) + 1)
         self.latency_sum_us = 0
-        self.size_buckets = [0] * (len(ENTRY_SIZE_BOUNDS) + 1)
         self.size_sum = 0
+
+    @property
+    def latency_buckets(self) -> list:
+        return self._buckets[:_SIZE_FIRST]
+
+    @property
+    def size_buckets(self) -> list:
+        return self._buckets[_SIZE_FIRST:]
 
     def written(self, result, started: float, size: int):
         latency_us = int((self.clock.seconds() - started) * 1_000_000)
         if latency_us < 0:
             latency_us = 0      # a wall clock stepped back: count it as instantaneous
-        self.latency_buckets[bisect_left(WRITE_LATENCY_BOUNDS_US, latency_us)] += 1
+        buckets = self._buckets
+        buckets[bisect_left(WRITE_LATENCY_BOUNDS_US, latency_us)] += 1
         self.latency_sum_us += latency_us
-        self.size_buckets[bisect_left(ENTRY_SIZE_BOUNDS, size)] += 1
+        buckets[_SIZE_FIRST + bisect_left(ENTRY_SIZE_BOUNDS, size)] += 1
         self.size_sum += size
         return result
 
@@ -53,7 +64,7 @@ class StorageWriteStats:
     @property
     def count(self) -> int:
         """Writes recorded (the same for both histograms)."""
-        return sum(self.latency_buckets)
+        return sum(self._buckets[:_SIZE_FIRST])
 
     def latency_sum_ms(self) -> float:
         return self.latency_sum_us / 1000.0

@@ -16,6 +16,7 @@ from bisect import bisect_left
 ADD_LATENCY_BOUNDS_MS = (0.5, 1.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 1000.0)
 #: EntrySizeBuckets bounds in bytes (Pulsar's "1 MB" bound is 1_232_896).
 ENTRY_SIZE_BOUNDS = (128.0, 512.0, 1024.0, 2048.0, 4096.0, 16384.0, 102400.0, 1232896.0)
+_SIZE_FIRST = len(ADD_LATENCY_BOUNDS_MS) + 1    # index of the first size bucket in _buckets
 
 
 def bucket_labels(bounds) -> list:
@@ -28,9 +29,10 @@ class ManagedLedgerCounters:
     """Counters of one managed ledger; the ``*_done`` / ``*_failed`` methods are Deferred
     callbacks that return what they are given."""
 
+    # Both histograms live in one list (latency buckets, then size buckets): one list per managed
+    # ledger instead of two (issue 14: memory per loaded topic).
     __slots__ = ("clock", "add_succeed", "add_errors", "add_bytes", "read_succeeded",
-                 "read_errors", "read_entries", "read_bytes", "add_latency_buckets",
-                 "add_latency_sum_ms", "entry_size_buckets")
+                 "read_errors", "read_entries", "read_bytes", "_buckets", "add_latency_sum_ms")
 
     def __init__(self, clock):
         self.clock = clock
@@ -41,17 +43,25 @@ class ManagedLedgerCounters:
         self.read_errors = 0
         self.read_entries = 0
         self.read_bytes = 0
-        self.add_latency_buckets = [0] * (len(ADD_LATENCY_BOUNDS_MS) + 1)
+        self._buckets = [0] * (_SIZE_FIRST + len(ENTRY_SIZE_BOUNDS) + 1)
         self.add_latency_sum_ms = 0.0
-        self.entry_size_buckets = [0] * (len(ENTRY_SIZE_BOUNDS) + 1)
+
+    @property
+    def add_latency_buckets(self) -> list:
+        return self._buckets[:_SIZE_FIRST]
+
+    @property
+    def entry_size_buckets(self) -> list:
+        return self._buckets[_SIZE_FIRST:]
 
     def add_done(self, result, started: float, size: int):
         latency_ms = max(self.clock.seconds() - started, 0.0) * 1000.0
         self.add_succeed += 1
         self.add_bytes += size
-        self.add_latency_buckets[bisect_left(ADD_LATENCY_BOUNDS_MS, latency_ms)] += 1
+        buckets = self._buckets
+        buckets[bisect_left(ADD_LATENCY_BOUNDS_MS, latency_ms)] += 1
         self.add_latency_sum_ms += latency_ms
-        self.entry_size_buckets[bisect_left(ENTRY_SIZE_BOUNDS, size)] += 1
+        buckets[_SIZE_FIRST + bisect_left(ENTRY_SIZE_BOUNDS, size)] += 1
         return result
 
     def add_failed(self, failure):
