@@ -1,5 +1,7 @@
 """A producer attached to a topic, as the broker sees it."""
 
+from types import MappingProxyType
+
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
@@ -10,6 +12,9 @@ from pulsar_twisted.common import errors
 from pulsar_twisted.mledger.interfaces import ManagedLedgerError
 from pulsar_twisted.mledger.ledger import ManagedLedgerTerminatedError
 from pulsar_twisted.proto import PulsarApi_pb2 as api
+
+
+_NO_METADATA = MappingProxyType({})
 
 
 class TopicFencedError(errors.ServiceNotReady):
@@ -69,7 +74,8 @@ class Producer:
         self.name = name
         self.access_mode = access_mode
         self.user_provided_name = user_provided_name
-        self.metadata = dict(metadata or {})
+        # No dict per producer without metadata (most): a shared empty mapping (issue 14).
+        self.metadata = dict(metadata) if metadata else _NO_METADATA
         #: The schema version it publishes with (LongSchemaVersion bytes, b"" for none), answered
         #: in PRODUCER_SUCCESS and again to a retried create.
         self.schema_version = schema_version
@@ -227,4 +233,4 @@ class Producer:
                 "address": self.cnx.peer, "clientVersion": self.cnx.client_version,
                 "msgInCounter": self.msg_in, "bytesInCounter": self.bytes_in,
                 "accessMode": api.ProducerAccessMode.Name(self.access_mode),
-                "metadata": self.metadata}
+                "metadata": dict(self.metadata)}

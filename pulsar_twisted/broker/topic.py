@@ -43,6 +43,9 @@ class TopicCounters:
     (``rates`` module).
     """
 
+    # Slotted (issue 14: memory per topic); ``__dict__`` stays for what tests attach.
+    __slots__ = ("topic", "msg_in", "bytes_in", "chunk_published", "removed_out", "storage", "__dict__")
+
     def __init__(self, topic, now: float):
         self.topic = topic
         self.msg_in = 0

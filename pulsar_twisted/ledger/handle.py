@@ -53,6 +53,7 @@ _FATAL_ADD_ERRORS = (LedgerFencedError, UnauthorizedAccessError)
 _NO_FAILED = MappingProxyType({})
 _NO_PENDING = ()
 _FIRST_SEGMENT_ONLY = (0,)
+_KEYS = {}      # master key -> the same bytes, shared by the handles (at most 64 kept)
 
 
 @functools.lru_cache(maxsize=64)
@@ -292,11 +293,16 @@ class _RangeRead:
 class _BaseHandle:
     """Metadata bookkeeping and the read path shared by writers and readers."""
 
+    # Slots (issue 14: memory per loaded topic); ``__dict__`` stays for what tests attach.
+    __slots__ = ("_env", "ledger_id", "_master_key", "_schedule", "metadata", "metadata_version",
+                 "_segment_firsts", "__dict__", "__weakref__")
+
     def __init__(self, env: LedgerEnv, ledger_id: int, metadata: LedgerMetadata, version: int,
                  master_key: bytes):
         self._env = env
         self.ledger_id = ledger_id
-        self._master_key = master_key
+        # Every ledger of a broker has the same few passwords: one key object for all of them.
+        self._master_key = _KEYS.setdefault(master_key, master_key) if len(_KEYS) < 64 else master_key
         self._schedule = _schedule_of(metadata.ensemble_size, metadata.write_quorum, metadata.ack_quorum)
         self._set_metadata(metadata, version)
 
@@ -349,6 +355,8 @@ class ReadOnlyLedgerHandle(_BaseHandle):
     ledger, or the LAC learned from the bookies when opened without recovery. Adds fail with
     LedgerClosedError; ``close`` only releases the handle.
     """
+
+    __slots__ = ("last_add_confirmed", "length", "_released")
 
     def __init__(self, env, ledger_id, metadata, version, master_key, last_add_confirmed,
                  length=None):
@@ -430,6 +438,10 @@ class LedgerHandle(_BaseHandle):
     last completed add; ``length`` the payload bytes of the completed adds. See the module docstring
     for the state machine and the ensemble-change rules.
     """
+
+    __slots__ = ("state", "_error", "_lac", "_length", "_pending_length", "_next_entry_id", "_pending",
+                 "_ensemble", "_ack_quorum", "_failed", "_changing", "_resending", "_completing",
+                 "_timeout_at", "_close_waiters", "_close_started")
 
     def __init__(self, env, ledger_id, metadata, version, master_key):
         super().__init__(env, ledger_id, metadata, version, master_key)

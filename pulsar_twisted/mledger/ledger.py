@@ -156,7 +156,7 @@ class ManagedLedgerImpl:
     # values no longer fit the class's shared keys and every managed ledger carried its own
     # 1.6 KB dict. ``__dict__`` stays for what tests attach (a stubbed method).
     __slots__ = (
-        "factory", "name", "config", "ledger_client", "store", "reactor", "path", "properties",
+        "factory", "name", "config", "ledger_client", "store", "reactor", "properties",
         "cursors", "counters", "_non_durable", "_creating_cursors", "_new_cursors", "_state",
         "_ledgers", "_ledger_ids", "_total_entries", "_total_size", "_terminated_at",
         "_last_confirmed", "_current", "_current_created", "_current_sent", "_rollover_call",
@@ -175,9 +175,10 @@ class ManagedLedgerImpl:
         self.ledger_client = ledger_client
         self.store = metadata_store
         self.reactor = reactor
-        self.path = formats.ledger_path(name)
         self.properties = EMPTY     # replaced, never changed in place (set_properties)
-        self.cursors = {}
+        #: name -> durable cursor: the shared EMPTY until the first (producers-only topics, most of
+        #: a broker's, have none), then a dict (``_add_cursor``).
+        self.cursors = EMPTY
         #: Non-durable cursors, weakly held; an empty tuple until the first (a WeakSet costs ~700 bytes).
         self._non_durable = ()
         # Rarely used queues and maps start empty and shared (tuples, EMPTY) and are made on first
@@ -223,6 +224,12 @@ class ManagedLedgerImpl:
         self._closed_on_failure = False
 
     # -- small helpers ---------------------------------------------------------------------
+
+    @property
+    def path(self) -> str:
+        """The managed ledger's metadata path: computed when needed (only metadata reads and
+        writes need it), not a ~120-byte string held per loaded topic (issue 14)."""
+        return formats.ledger_path(self.name)
 
     @property
     def state(self) -> State:
@@ -348,7 +355,7 @@ class ManagedLedgerImpl:
             name = formats.name_from_segment(child)
             cursor = ManagedCursorImpl(self, name, EARLIEST)
             await cursor._recover()
-            self.cursors[name] = cursor
+            self._add_cursor(name, cursor)
 
     # -- ledger creation, rollover, closing --------------------------------------------------
 
@@ -447,6 +454,11 @@ class ManagedLedgerImpl:
             notify(op.data, op)
         else:
             handle.add_entry(op.data).addCallbacks(op.added, op.failed)
+
+    def _add_cursor(self, name, cursor):
+        if self.cursors is EMPTY:
+            self.cursors = {}
+        self.cursors[name] = cursor
 
     def _keep_read_handle(self, ledger_id, handle):
         if self._read_handles is EMPTY:
@@ -1059,7 +1071,7 @@ class ManagedLedgerImpl:
 
         def created(_):
             self._new_cursors.pop(name, None)
-            self.cursors[name] = cursor
+            self._add_cursor(name, cursor)
             for w in self._creating_cursors.pop(name):
                 w.callback(cursor)
 
@@ -1101,7 +1113,9 @@ class ManagedLedgerImpl:
         return cursor
 
     def delete_cursor(self, name: str):
-        cursor = self.cursors.pop(name, None)
+        cursor = self.cursors.get(name)
+        if cursor is not None:
+            del self.cursors[name]
         if cursor is None:
             return defer.fail(CursorNotFoundError(name))
         d = defer.Deferred.fromCoroutine(cursor._delete())
