@@ -8,6 +8,7 @@ nothing: each message goes straight to the consumers that can take it.
 
 import dataclasses
 import itertools
+from types import MappingProxyType
 
 from twisted.internet import defer
 from twisted.logger import Logger
@@ -31,6 +32,7 @@ from pulsar_twisted.wire.frames import entry_metadata
 Sub = api.CommandSubscribe
 
 _INT64_MAX = 0x7FFFFFFFFFFFFFFF
+_NO_SUBSCRIPTIONS = MappingProxyType({})
 
 
 class TopicCounters:
@@ -115,7 +117,9 @@ class TopicBase:
         self.clock = clock
         self.config = config
         self.producers = {}
-        self.subscriptions = {}
+        #: name -> subscription: a shared empty mapping until the first (``_add_subscription``;
+        #: producers-only topics, most of a broker's, have none).
+        self.subscriptions = _NO_SUBSCRIPTIONS
         self.closed = False
         self.access = ProducerAccess(self)
         #: A MessageDeduplication while deduplication is on (persistent topics), else None.
@@ -219,6 +223,11 @@ class TopicBase:
         consumer.connected_since = self.service.now_iso()
         return consumer
 
+    def _add_subscription(self, name: str, subscription) -> None:
+        if self.subscriptions is _NO_SUBSCRIPTIONS:
+            self.subscriptions = {}
+        self.subscriptions[name] = subscription
+
     def remove_subscription(self, subscription) -> None:
         if self.subscriptions.get(subscription.name) is subscription:
             del self.subscriptions[subscription.name]
@@ -280,7 +289,7 @@ class PersistentTopic(TopicBase):
         for name, cursor in ledger.cursors.items():
             if name == DEDUP_CURSOR:
                 continue  # the deduplication snapshots' cursor, not a subscription
-            self.subscriptions[name] = PersistentSubscription(self, name, cursor, clock, config)
+            self._add_subscription(name, PersistentSubscription(self, name, cursor, clock, config))
         ledger.add_new_entries_listener(self._new_entries)
         # Another broker took the managed ledger over: unload here (IManagedLedger contract).
         ledger.add_fenced_listener(self._ledger_fenced)
@@ -468,7 +477,7 @@ class PersistentTopic(TopicBase):
             if subscription is None:
                 subscription = PersistentSubscription(self, name, cursor, self.clock, self.config,
                                                       durable=request.durable)
-                self.subscriptions[name] = subscription
+                self._add_subscription(name, subscription)
         compaction.apply_read_compacted(self, subscription, request)
         consumer = self.make_consumer(subscription, cnx, request)
         subscription.add_consumer(consumer)
@@ -508,8 +517,8 @@ class PersistentTopic(TopicBase):
             yield cursor.reset_cursor(self.clamp_position(position))
         subscription = self.subscriptions.get(name)
         if subscription is None:
-            subscription = self.subscriptions[name] = PersistentSubscription(
-                self, name, cursor, self.clock, self.config)
+            subscription = PersistentSubscription(self, name, cursor, self.clock, self.config)
+            self._add_subscription(name, subscription)
         return subscription
 
     def set_retention(self, minutes: int, size_mb: int) -> None:
@@ -633,7 +642,7 @@ class NonPersistentTopic(TopicBase):
             self.check_consumer_limits(subscription)
             if subscription is None:
                 subscription = NonPersistentSubscription(self, name, self.clock, self.config)
-                self.subscriptions[name] = subscription
+                self._add_subscription(name, subscription)
             consumer = self.make_consumer(subscription, cnx, request)
             subscription.add_consumer(consumer)
         except errors.PulsarError as e:

@@ -67,6 +67,23 @@ class CacheTests(unittest.TestCase):
         self.assertEqual(len(cache), 1)
         self.assertEqual(cache.size, 1)
 
+    def test_empty_cache_shares_its_empty_mapping(self):
+        """An unused cache holds no dict of its own (issue 14); every operation works on it, and
+        clear() gives the dict back."""
+        cache, other = EntryCache(1000), EntryCache(1000)
+        self.assertIs(cache._ledgers, other._ledgers)
+        self.assertIsNone(cache.get(Position(1, 0)))
+        cache.evict_before(Position(5, 0))
+        cache.invalidate_ledger(1)
+        cache.clear()
+        self.assertEqual((len(cache), cache.size, cache.misses), (0, 0, 1))
+        cache.insert(Position(1, 0), b"abc")
+        self.assertEqual(cache.get(Position(1, 0)), b"abc")
+        self.assertIsNot(cache._ledgers, other._ledgers)
+        cache.clear()
+        self.assertIs(cache._ledgers, other._ledgers)
+        self.assertEqual((len(cache), cache.size), (0, 0))
+
 
 class CacheBudgetTests(unittest.SynchronousTestCase):
     def test_caches_share_one_budget(self):

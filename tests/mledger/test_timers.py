@@ -31,6 +31,16 @@ class SharedTimersTests(unittest.TestCase):
         self.assertEqual(self.clock.getDelayedCalls(), [])
         self.assertEqual(len(self.timers), 0)
 
+    def test_heap_holds_the_timers_themselves(self):
+        """No (time, sequence, timer) tuple per entry (issue 14); timers due at the same time all
+        fire, cancelled ones among them excepted."""
+        timers = [self.later(10, i) for i in range(5)]
+        self.assertEqual(sorted(map(id, self.timers._heap)), sorted(map(id, timers)))
+        timers[2].cancel()
+        self.clock.advance(10)
+        self.assertEqual(sorted(name for name, _ in self.fired), [0, 1, 3, 4])
+        self.assertEqual(self.clock.getDelayedCalls(), [])
+
     def test_cancelled_timer_does_not_fire(self):
         a = self.later(10, "a")
         b = self.later(20, "b")

@@ -1,0 +1,74 @@
+"""
+What an idle loaded topic holds (issue 14: RSS per loaded idle topic): a producers-only topic
+keeps no empty containers of its own (subscriptions, cursors, cached entries, queued or pending
+adds, read handles), and those appear as soon as they are used, so the topic still dispatches.
+"""
+
+from types import MappingProxyType
+
+from twisted.internet import defer
+
+from pulsar_twisted.broker.rates import RateMeter
+from pulsar_twisted.proto import PulsarApi_pb2 as api
+
+from tests.broker.messaging import FeatureCase, message, payloads
+
+T = api.BaseCommand
+
+
+class IdleTopicTests(FeatureCase):
+    @defer.inlineCallbacks
+    def loaded_with_one_message(self):
+        client = self.harness.client()
+        self.create_producer(client)
+        yield self.harness.pump()
+        self.assertEqual(len(self.send(client, 0)), 1)  # the receipt
+        return client, self.topic_object()
+
+    @defer.inlineCallbacks
+    def test_idle_producer_topic_holds_shared_empties(self):
+        """After one publish a producers-only topic holds shared empty mappings and tuples."""
+        _client, topic = yield self.loaded_with_one_message()
+        ledger = topic.ledger
+        self.assertIsInstance(topic.subscriptions, MappingProxyType)
+        self.assertEqual(topic._throttled, ())
+        self.assertIsInstance(ledger.cursors, MappingProxyType)
+        self.assertEqual(ledger._pending, ())
+        self.assertEqual(ledger._queued, ())
+        self.assertEqual(len(ledger._cache), 0)
+        self.assertIsInstance(ledger._cache._ledgers, MappingProxyType)
+        self.assertEqual(ledger.path, "/managed-ledgers/public%2Fdefault%2Fpersistent%2Ffeatures")
+        [producer] = topic.producers.values()
+        self.assertIsInstance(producer.metadata, MappingProxyType)
+        self.assertIs(producer.rates.rates, RateMeter(2).rates)
+        self.assertEqual(producer.stats()["metadata"], {})
+
+    @defer.inlineCallbacks
+    def test_containers_appear_on_first_use(self):
+        """A subscription made after the idle phase gets its cursor and is dispatched to."""
+        client, topic = yield self.loaded_with_one_message()
+        self.subscribe(client, 1)
+        yield self.harness.pump()
+        self.assertEqual(list(topic.subscriptions), ["s"])
+        self.assertEqual(list(topic.ledger.cursors), ["s"])
+        self.assertEqual(payloads(client.received()), ["m0"])
+        client.send(T(type=T.SEND, send=api.CommandSend(producer_id=1, sequence_id=1, num_messages=1)),
+                    message(1))
+        self.assertEqual(payloads(client.received()), ["m1"])
+        # An entry with a reader went through the cache (evicted once read).
+        self.assertNotIsInstance(topic.ledger._cache._ledgers, MappingProxyType)
+        stats = topic.stats()
+        self.assertEqual(list(stats["subscriptions"]), ["s"])
+
+    @defer.inlineCallbacks
+    def test_unsubscribe_and_delete_cursor_after_lazy_creation(self):
+        """Removing the only subscription and its cursor works on the dicts made on first use."""
+        client, topic = yield self.loaded_with_one_message()
+        self.subscribe(client, 1, permits=0)
+        yield self.harness.pump()
+        client.received()
+        client.send(T(type=T.UNSUBSCRIBE, unsubscribe=api.CommandUnsubscribe(consumer_id=1, request_id=7)))
+        yield self.harness.pump()
+        self.assertEqual(len(client.commands(T.SUCCESS)), 1)
+        self.assertEqual(dict(topic.subscriptions), {})
+        self.assertEqual(dict(topic.ledger.cursors), {})
