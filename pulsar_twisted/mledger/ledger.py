@@ -63,12 +63,27 @@ _COMPONENT = b"managed-ledger"
 
 
 def _without(items: tuple, item) -> tuple:
-    """``items`` without the first ``item`` (by equality, as ``list.remove``), unchanged if absent."""
+    """``items`` without the first ``item`` (by equality, as ``list.remove``), unchanged if absent.
+    ``items`` may be a lone listener (``_with_listener``)."""
+    if not isinstance(items, tuple):
+        return () if items == item else items
     if item not in items:
         return items
     listed = list(items)
     listed.remove(item)
-    return tuple(listed)
+    return listed[0] if len(listed) == 1 else tuple(listed)
+
+
+def _with_listener(listeners, callback):
+    """``listeners`` (an empty tuple, a lone callable or a tuple of them) plus ``callback``: a lone
+    listener is kept as is, not in a 1-tuple (48 bytes per listener per loaded topic, issue 14)."""
+    if not isinstance(listeners, tuple):
+        return (listeners, callback)
+    return (*listeners, callback) if listeners else callback
+
+
+def _each_listener(listeners) -> tuple:
+    return listeners if isinstance(listeners, tuple) else (listeners,)
 
 
 class ManagedLedgerTerminatedError(ManagedLedgerError):
@@ -671,7 +686,7 @@ class ManagedLedgerImpl:
         self._cancel_timers()
         self._stop_writing()
         self.factory._forget(self)
-        listeners, self._fenced_listeners = self._fenced_listeners, ()
+        listeners, self._fenced_listeners = _each_listener(self._fenced_listeners), ()
         for cb in listeners:
             self._call_fenced_listener(cb)
 
@@ -697,7 +712,7 @@ class ManagedLedgerImpl:
         if self._state is State.FENCED:
             self._call_fenced_listener(callback)
         else:
-            self._fenced_listeners = (*self._fenced_listeners, callback)
+            self._fenced_listeners = _with_listener(self._fenced_listeners, callback)
 
     def remove_fenced_listener(self, callback):
         self._fenced_listeners = _without(self._fenced_listeners, callback)
@@ -740,14 +755,14 @@ class ManagedLedgerImpl:
 
     def add_new_entries_listener(self, callback):
         """``callback()`` runs once per reactor turn in which adds completed."""
-        self._listeners = (*self._listeners, callback)
+        self._listeners = _with_listener(self._listeners, callback)
 
     def remove_new_entries_listener(self, callback):
         self._listeners = _without(self._listeners, callback)
 
     def _notify_listeners(self):
         self._notify_call = None
-        for cb in self._listeners:
+        for cb in _each_listener(self._listeners):
             try:
                 cb()
             except Exception:

@@ -96,6 +96,34 @@ class AddReadTests(ManagedLedgerHarness, unittest.TestCase):
         self.clock.advance(0)
         self.assertEqual(calls, [1])
 
+    def test_listeners_added_and_removed_one_or_many(self):
+        """A lone listener is kept without a tuple (issue 14); several, removal and the fenced
+        listeners behave as before."""
+        ml = self.open()
+        calls = []
+        first, second = (lambda: calls.append("a")), (lambda: calls.append("b"))
+        ml.add_new_entries_listener(first)
+        self.assertIs(ml._listeners, first)
+        ml.add_new_entries_listener(second)
+        self.add(ml, 1)
+        self.clock.advance(0)
+        self.assertEqual(calls, ["a", "b"])
+        ml.remove_new_entries_listener(first)
+        self.assertIs(ml._listeners, second)
+        ml.remove_new_entries_listener(first)     # absent: nothing changes
+        self.add(ml, 1)
+        self.clock.advance(0)
+        self.assertEqual(calls, ["a", "b", "b"])
+        ml.remove_new_entries_listener(second)
+        self.assertEqual(ml._listeners, ())
+        fenced = []
+        ml.add_fenced_listener(fenced.append)
+        ml.add_fenced_listener(lambda m: fenced.append("2"))
+        ml.remove_fenced_listener(fenced.append)
+        ml.add_fenced_listener(fenced.append)
+        ml._set_fenced()
+        self.assertEqual(fenced, ["2", ml])
+
     def test_throttle_listener(self):
         self.bk.pause_adds()
         ml = self.open(max_pending_adds=4)
