@@ -66,6 +66,12 @@ class Producer:
     #: and deduplication answers what was stored.
     close_grace_seconds = 5.0
 
+    # Slots (issue 14: memory per loaded topic); ``__dict__`` stays for what tests attach.
+    __slots__ = ("topic", "cnx", "producer_id", "name", "access_mode", "user_provided_name", "metadata",
+                 "schema_version", "last_sequence_id", "topic_epoch", "refuse_chunks", "msg_in",
+                 "bytes_in", "rates", "closed", "pending", "closing", "_close_call", "__dict__",
+                 "__weakref__")
+
     def __init__(self, topic, cnx, producer_id: int, name: str, access_mode: int = api.Shared,
                  user_provided_name: bool = False, metadata=None, schema_version: bytes = b""):
         self.topic = topic

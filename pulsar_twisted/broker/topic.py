@@ -110,6 +110,13 @@ class TopicBase:
     #: True for topics whose messages are stored (a managed ledger, cursors, a backlog).
     persistent = False
 
+    # Slots (issue 14: memory per loaded topic); ``__dict__`` stays for what features and tests
+    # attach to a topic.
+    __slots__ = ("service", "topic_name", "name", "clock", "config", "producers", "subscriptions",
+                 "closed", "access", "dedup", "max_producers", "max_consumers",
+                 "max_consumers_per_subscription", "policies", "publish_limiter", "dispatch_limits",
+                 "counters", "__dict__", "__weakref__")
+
     def __init__(self, service, topic_name, clock, config):
         self.service = service
         self.topic_name = topic_name
@@ -270,6 +277,9 @@ class PersistentTopic(TopicBase):
     """A topic on a managed ledger."""
 
     persistent = True
+
+    __slots__ = ("ledger", "pending_adds", "max_pending_adds", "_throttled", "fenced", "_unfence_call",
+                 "dedup_error", "unreadable_entries")
 
     def __init__(self, service, topic_name, ledger, clock, config):
         super().__init__(service, topic_name, clock, config)
