@@ -24,9 +24,63 @@ ENTRY_SIZE_SUFFIXES = ("128", "512", "1_kb", "2_kb", "4_kb", "16_kb", "100_kb", 
 _SIZE_FIRST = len(WRITE_LATENCY_BOUNDS_US) + 1  # index of the first size bucket in _buckets
 
 
-class StorageWriteStats:
+class _WriteHistograms:
+    """What both kinds expose: ``latency_buckets``, ``size_buckets``, ``latency_sum_ms()``,
+    ``size_sum``, and from them ``count`` and ``metrics()``."""
+
+    __slots__ = ()
+
+    @property
+    def count(self) -> int:
+        """Writes recorded (the same for both histograms)."""
+        return sum(self.latency_buckets)
+
+    def metrics(self) -> list:
+        """``(metric name, value)`` pairs, Pulsar's names, in exposition order."""
+        out = [(f"pulsar_storage_write_latency_le_{s}", n)
+               for s, n in zip(WRITE_LATENCY_SUFFIXES, self.latency_buckets)]
+        count = self.count
+        out.append(("pulsar_storage_write_latency_count", count))
+        out.append(("pulsar_storage_write_latency_sum", self.latency_sum_ms()))
+        out.extend((f"pulsar_entry_size_le_{s}", n) for s, n in zip(ENTRY_SIZE_SUFFIXES, self.size_buckets))
+        out.append(("pulsar_entry_size_count", count))
+        out.append(("pulsar_entry_size_sum", self.size_sum))
+        return out
+
+
+class LedgerWriteStats(_WriteHistograms):
     """
-    The histograms of one topic. ``written(result, started, size)`` is a Deferred callback (returns
+    A persistent topic's histograms read from its managed ledger's counters (mledger/counters.py):
+    they record every add of the topic, at the same instants (the topic's publish calls add_entry,
+    whose completion the counters see just before the topic does), in the same bounds. Made when
+    read (scrape time), so a loaded topic holds no histograms of its own (issue 14: 270 bytes).
+    """
+
+    __slots__ = ("_counters",)
+
+    def __init__(self, counters):
+        self._counters = counters
+
+    @property
+    def latency_buckets(self) -> list:
+        return self._counters.add_latency_buckets
+
+    @property
+    def size_buckets(self) -> list:
+        return self._counters.entry_size_buckets
+
+    def latency_sum_ms(self) -> float:
+        return self._counters.add_latency_sum_ms
+
+    @property
+    def size_sum(self) -> int:
+        return self._counters.add_bytes
+
+
+class StorageWriteStats(_WriteHistograms):
+    """
+    The histograms of one topic (whose managed ledger keeps no counters: ``LedgerWriteStats``
+    otherwise). ``written(result, started, size)`` is a Deferred callback (returns
     ``result``) recording one successful write that started at ``started`` (``clock.seconds()``)
     and stored ``size`` bytes.
     """
@@ -61,25 +115,8 @@ class StorageWriteStats:
         return result
 
     # ---------------------------------------------------------------- read at scrape time
-    @property
-    def count(self) -> int:
-        """Writes recorded (the same for both histograms)."""
-        return sum(self._buckets[:_SIZE_FIRST])
-
     def latency_sum_ms(self) -> float:
         return self.latency_sum_us / 1000.0
-
-    def metrics(self) -> list:
-        """``(metric name, value)`` pairs, Pulsar's names, in exposition order."""
-        out = [(f"pulsar_storage_write_latency_le_{s}", n)
-               for s, n in zip(WRITE_LATENCY_SUFFIXES, self.latency_buckets)]
-        count = self.count
-        out.append(("pulsar_storage_write_latency_count", count))
-        out.append(("pulsar_storage_write_latency_sum", self.latency_sum_ms()))
-        out.extend((f"pulsar_entry_size_le_{s}", n) for s, n in zip(ENTRY_SIZE_SUFFIXES, self.size_buckets))
-        out.append(("pulsar_entry_size_count", count))
-        out.append(("pulsar_entry_size_sum", self.size_sum))
-        return out
 
 
 #: (metric name, help) of every family ``StorageWriteStats.metrics`` yields, for the collector.

@@ -20,7 +20,7 @@ from pulsar_twisted.broker.consumer import Consumer
 from pulsar_twisted.broker.dedup import DEDUP_CURSOR, MessageDeduplication
 from pulsar_twisted.broker.entryinfo import num_messages
 from pulsar_twisted.broker.producer import Producer, TopicFencedError
-from pulsar_twisted.broker.storage_stats import StorageWriteStats
+from pulsar_twisted.broker.storage_stats import LedgerWriteStats, StorageWriteStats
 from pulsar_twisted.broker.subscription import NonPersistentSubscription, PersistentSubscription
 from pulsar_twisted.common import errors
 from pulsar_twisted.common.position import EARLIEST, LATEST, Position
@@ -46,7 +46,8 @@ class TopicCounters:
     """
 
     # Slotted (issue 14: memory per topic); ``__dict__`` stays for what tests attach.
-    __slots__ = ("topic", "msg_in", "bytes_in", "chunk_published", "removed_out", "storage", "__dict__")
+    __slots__ = ("topic", "msg_in", "bytes_in", "chunk_published", "removed_out", "_ledger_counters",
+                 "_storage", "__dict__")
 
     def __init__(self, topic, now: float):
         self.topic = topic
@@ -56,8 +57,32 @@ class TopicCounters:
         self.chunk_published = False
         #: Messages and bytes dispatched by subscriptions since deleted (a tuple: no list per topic).
         self.removed_out = (0, 0)
-        #: Write latency / entry size histograms (storage_stats.py), fed by PersistentTopic.publish.
-        self.storage = StorageWriteStats(topic.clock)
+        # Write latency / entry size histograms (``storage``): the managed ledger's counters once
+        # ``use_ledger`` found them, else (a ledger keeping none) a StorageWriteStats of our own.
+        self._ledger_counters = None
+        self._storage = None
+
+    def use_ledger(self, ledger) -> None:
+        """Read the storage histograms from ``ledger``'s counters, which record the same adds;
+        a ledger without counters gets the topic's own StorageWriteStats, fed by ``written``."""
+        self._ledger_counters = getattr(ledger, "counters", None)
+        if self._ledger_counters is None:
+            self._storage = StorageWriteStats(self.topic.clock)
+
+    @property
+    def storage(self):
+        """The topic's storage write histograms (storage_stats.py), read at scrape time."""
+        if self._ledger_counters is not None:
+            return LedgerWriteStats(self._ledger_counters)
+        if self._storage is None:
+            self._storage = StorageWriteStats(self.topic.clock)   # a topic that stores nothing
+        return self._storage
+
+    def written(self, result, started: float, size: int):
+        """A successful write (a Deferred callback returning ``result``): recorded here only when
+        the managed ledger's counters do not record it already."""
+        storage = self._storage
+        return result if storage is None else storage.written(result, started, size)
 
     def published(self, count: int, size: int, chunk: bool = False) -> None:
         self.msg_in += count
@@ -284,6 +309,7 @@ class PersistentTopic(TopicBase):
     def __init__(self, service, topic_name, ledger, clock, config):
         super().__init__(service, topic_name, clock, config)
         self.ledger = ledger
+        self.counters.use_ledger(ledger)
         self.pending_adds = 0
         self.max_pending_adds = config.managedLedgerMaxPendingAddsPerTopic
         #: Connections throttled by this topic (a list while some are, else an empty tuple).
@@ -414,7 +440,7 @@ class PersistentTopic(TopicBase):
             return result
         if self.fenced and not self.pending_adds:
             self._schedule_unfence()
-        return self.counters.storage.written(result, started, size)
+        return self.counters.written(result, started, size)
 
     # ---------------------------------------------------------------- write failures
     def fence(self, reason: str) -> None:

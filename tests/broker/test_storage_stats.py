@@ -57,3 +57,50 @@ class PublishLatencyTests(FeatureCase):
         # Entries are metadata + payload: the two small ones <= 128 bytes, the 5000-byte one le_16_kb.
         self.assertEqual(stats.size_buckets, [2, 0, 0, 0, 0, 1, 0, 0, 0])
         self.assertEqual(stats.count, 3)
+
+
+class LedgerWriteStatsTests(SynchronousTestCase):
+    """A persistent topic's histograms are its managed ledger's counters (issue 14: no copy per
+    topic); they read the same as the topic's own would."""
+
+    def test_same_metrics_as_the_topics_own(self):
+        from pulsar_twisted.broker.storage_stats import LedgerWriteStats
+        from pulsar_twisted.mledger.counters import ManagedLedgerCounters
+        clock = task.Clock()
+        own, counters = StorageWriteStats(clock), ManagedLedgerCounters(clock)
+        for latency_ms, size in [(0.2, 10), (3, 5000), (40, 200_000), (2500, 2_000_000)]:
+            started = clock.seconds()
+            clock.advance(latency_ms / 1000)
+            own.written(None, started, size)
+            counters.add_done(None, started, size)
+        view = LedgerWriteStats(counters)
+        mine, theirs = dict(own.metrics()), dict(view.metrics())
+        self.assertEqual(list(mine), list(theirs))
+        for name, value in mine.items():
+            self.assertAlmostEqual(theirs[name], value, places=3, msg=name)
+        self.assertEqual(view.count, 4)
+
+    def test_ledger_without_counters_keeps_the_topics_own(self):
+        """A managed ledger keeping no counters: the topic records its writes itself."""
+        from pulsar_twisted.broker.topic import TopicCounters
+
+        class Topic:
+            clock = task.Clock()
+        counters = TopicCounters(Topic(), 0.0)
+        counters.use_ledger(object())
+        self.assertEqual(counters.written("r", 0.0, 100), "r")
+        self.assertEqual(counters.storage.count, 1)
+        self.assertIs(counters.storage, counters.storage)
+
+
+class PersistentTopicStorageTests(FeatureCase):
+    def test_topic_reads_the_ledger_counters(self):
+        """A loaded persistent topic holds no histograms; its stats follow the ledger's adds."""
+        client = self.harness.client()
+        self.create_producer(client)
+        self.send(client, 0, payload=b"x" * 10)
+        topic = self.harness.broker.topics[self.topic]
+        self.assertIsNone(topic.counters._storage)
+        self.assertEqual(topic.counters.storage.count, 1)
+        self.assertEqual(dict(topic.counters.storage.metrics())["pulsar_entry_size_sum"],
+                         topic.ledger.counters.add_bytes)
