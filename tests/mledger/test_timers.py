@@ -41,6 +41,26 @@ class SharedTimersTests(unittest.TestCase):
         self.assertEqual(sorted(name for name, _ in self.fired), [0, 1, 3, 4])
         self.assertEqual(self.clock.getDelayedCalls(), [])
 
+    def test_bound_method_kept_apart(self):
+        """A bound method is held as function and object (no bound-method object per timer); it
+        is called on its object, and a cancelled timer lets go of the object."""
+        class Owner:
+            def __init__(self, log):
+                self.log = log
+
+            def check(self):
+                self.log.append(self)
+        owner = Owner(self.fired)
+        timer = self.timers.call_later(1, owner.check)
+        self.assertIs(timer.target, owner)
+        self.clock.advance(1)
+        self.assertEqual(self.fired, [owner])
+        other = self.timers.call_later(1, Owner(self.fired).check)
+        other.cancel()
+        self.assertIsNone(other.target)
+        self.clock.advance(1)
+        self.assertEqual(self.fired, [owner])
+
     def test_cancelled_timer_does_not_fire(self):
         a = self.later(10, "a")
         b = self.later(20, "b")
