@@ -90,7 +90,8 @@ class LedgerEnv:
 class AddTimeouts:
     """
     The add-timeout checks of every writer of one client, on one reactor call. A DelayedCall per
-    writer cost about 400 bytes per loaded topic (issue 14); an entry here is one small tuple.
+    writer cost about 400 bytes per loaded topic (issue 14); an entry here is two deque slots (its
+    time, the same float as ``handle._timeout_at``, then the handle: no tuple per entry).
 
     ``schedule(handle, delay)`` calls ``handle._check_timeouts()`` ``delay`` seconds later, unless
     ``cancel(handle)`` came first; a handle has at most one live check (``handle._timeout_at``, its
@@ -105,7 +106,7 @@ class AddTimeouts:
 
     def __init__(self, clock):
         self.clock = clock
-        self._queue = collections.deque()   # (time, handle), time order
+        self._queue = collections.deque()   # time, handle, time, handle, ... in time order
         self._call = None
         self._call_at = None
         self._live = 0
@@ -121,13 +122,15 @@ class AddTimeouts:
         handle._timeout_at = at
         self._live += 1
         queue = self._queue
-        if queue and queue[-1][0] > at:
+        if queue and queue[-2] > at:
             index = len(queue)
-            while index > 0 and queue[index - 1][0] > at:
-                index -= 1
-            queue.insert(index, (at, handle))
+            while index > 0 and queue[index - 2] > at:
+                index -= 2
+            queue.insert(index, handle)
+            queue.insert(index, at)
         else:
-            queue.append((at, handle))
+            queue.append(at)
+            queue.append(handle)
         if self._call is None or self._call_at > at:
             self._arm()
 
@@ -146,7 +149,7 @@ class AddTimeouts:
             call.cancel()
         queue = self._queue
         if queue:
-            self._call_at = queue[0][0]
+            self._call_at = queue[0]
             self._call = self.clock.callLater(max(0.0, self._call_at - self.clock.seconds()), self._fire)
 
     def _fire(self) -> None:
@@ -156,9 +159,10 @@ class AddTimeouts:
         # may land a hair before it) and up to now.
         due = max(self.clock.seconds(), self._call_at)
         queue = self._queue
-        while queue and queue[0][0] <= due:
-            at, handle = queue.popleft()
-            if handle._timeout_at != at:
+        while queue and queue[0] <= due:
+            at = queue.popleft()
+            handle = queue.popleft()
+            if handle._timeout_at is not at:
                 continue        # cancelled (and maybe scheduled again later)
             handle._timeout_at = None
             self._live -= 1

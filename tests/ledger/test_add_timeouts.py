@@ -41,6 +41,7 @@ class AddTimeoutsTests(unittest.TestCase):
             self.queue.schedule(h, 30)
         self.assertEqual(len(self.clock.getDelayedCalls()), 1)
         self.assertEqual(len(self.queue), 100)
+        self.assertEqual({type(x) for x in self.queue._queue}, {float, _Handle})   # no tuple per entry
         self.clock.advance(30 - 99 * 0.25)
         self.assertEqual(self.log, [(0, 30.0)])
         self.clock.advance(0.25)
