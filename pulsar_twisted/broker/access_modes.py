@@ -42,8 +42,9 @@ class ProducerAccess:
                 self.epoch = -1
         #: Name of the producer holding exclusive access, or None.
         self.exclusive = None
-        #: Queued WaitForExclusive requests: (Deferred, grant, connection) in arrival order.
-        self.waiting = []
+        #: Queued WaitForExclusive requests: (Deferred, grant, connection) in arrival order; an empty
+        #: tuple while none (no list per loaded topic, issue 14).
+        self.waiting = ()
 
     def acquire(self, cnx, request, name: str, create):
         """
@@ -73,7 +74,7 @@ class ProducerAccess:
             self._check_epoch(requested_epoch)
             # Claimed first, so the producers removed below hand nothing over to waiters.
             self.exclusive = name
-            waiting, self.waiting = self.waiting, []
+            waiting, self.waiting = self.waiting, ()
             for waiter, _, _ in waiting:
                 waiter.errback(errors.ProducerFenced("Fenced by an ExclusiveWithFencing producer"))
             for other in list(producers.values()):
@@ -84,6 +85,8 @@ class ProducerAccess:
         if mode == api.WaitForExclusive:
             if self.exclusive is not None or producers or self.waiting:
                 d = defer.Deferred()
+                if not self.waiting:
+                    self.waiting = []
                 self.waiting.append((d, lambda: self._grant(name, None, create), cnx))
                 waits = getattr(cnx, "waiting_for_exclusive", None)
                 if waits is not None:
@@ -147,7 +150,7 @@ class ProducerAccess:
 
     def close(self) -> None:
         """Topic unloading: the queued requests fail (the clients retry on the new owner)."""
-        waiting, self.waiting = self.waiting, []
+        waiting, self.waiting = self.waiting, ()
         for waiter, _, _ in waiting:
             waiter.errback(errors.ServiceNotReady(f"Topic {self.topic.name} is being unloaded"))
 

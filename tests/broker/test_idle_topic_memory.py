@@ -32,6 +32,7 @@ class IdleTopicTests(FeatureCase):
         ledger = topic.ledger
         self.assertIsInstance(topic.subscriptions, MappingProxyType)
         self.assertEqual(topic._throttled, ())
+        self.assertEqual(topic.access.waiting, ())
         self.assertIsInstance(ledger.cursors, MappingProxyType)
         self.assertEqual(ledger._pending, ())
         self.assertEqual(ledger._queued, ())
