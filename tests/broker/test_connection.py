@@ -143,6 +143,22 @@ class ConnectionTests(unittest.TestCase):
         self.assertEqual((r.partitionMetadataResponse.request_id, r.partitionMetadataResponse.partitions), (6, 0))
 
     @defer.inlineCallbacks
+    def test_partition_like_names_and_auto_created_partitions(self):
+        """With partitioned auto-creation, "t-partition-12345678" is partition 12345678 of "t"
+        (a plain topic: 0, as Pulsar answers a partition's name) but "t-partition-01234567" is
+        an ordinary name (Pulsar's rule: no leading zero) and gets defaultNumPartitions."""
+        harness = BrokerHarness(allowAutoTopicCreationType="partitioned", defaultNumPartitions=4)
+        yield harness.start()
+        c = harness.client()
+        for request_id, (topic, partitions) in enumerate(
+                (("t-partition-12345678", 0), ("t-partition-01234567", 4), ("t", 4)), 20):
+            c.send(T(type=T.PARTITIONED_METADATA, partitionMetadata=api.CommandPartitionedTopicMetadata(
+                topic=topic, request_id=request_id)))
+            [r] = c.commands(T.PARTITIONED_METADATA_RESPONSE)
+            self.assertEqual((r.partitionMetadataResponse.request_id, r.partitionMetadataResponse.partitions),
+                             (request_id, partitions), topic)
+
+    @defer.inlineCallbacks
     def test_partitioned_metadata_of_partitioned_topic(self):
         from pulsar_twisted.common.naming import parse_topic
         yield self.harness.broker.create_partitioned_topic(parse_topic("pt"), 4)
