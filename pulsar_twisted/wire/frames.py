@@ -79,7 +79,8 @@ def _varint(value: int) -> bytes:
 
 
 def encode_send_receipt(producer_id: int, sequence_id: int, highest_sequence_id: int,
-                        ledger_id: int, entry_id: int) -> bytes:
+                        ledger_id: int, entry_id: int, _small=_SMALL_VARINTS, _varint=_varint,
+                        _pack=_HEADER.pack) -> bytes:
     """
     The SEND_RECEIPT frame, byte for byte what protobuf serialises for ``BaseCommand(type=SEND_RECEIPT,
     send_receipt=CommandSendReceipt(producer_id, sequence_id, highest_sequence_id,
@@ -92,14 +93,22 @@ def encode_send_receipt(producer_id: int, sequence_id: int, highest_sequence_id:
             and 0 <= highest_sequence_id <= _U64_MAX):
         raise ValueError(f"receipt ids out of uint64 range: {producer_id}, {sequence_id}, "
                          f"{highest_sequence_id}")
+    # Ids under 2**14 (1-2 byte varints) come from a table; a receipt's highest id is usually
+    # its sequence id, encoded once.
+    pid = _small[producer_id] if producer_id < 0x4000 else _varint(producer_id)
+    seq = _small[sequence_id] if sequence_id < 0x4000 else _varint(sequence_id)
+    high = seq if highest_sequence_id == sequence_id else (
+        _small[highest_sequence_id] if highest_sequence_id < 0x4000 else _varint(highest_sequence_id))
     # MessageIdData: ledgerId = 1, entryId = 2 (varints)
-    mid = b"\x08" + _varint(ledger_id & _U64_MAX) + b"\x10" + _varint(entry_id & _U64_MAX)
+    ledger_id &= _U64_MAX
+    entry_id &= _U64_MAX
+    mid = b"".join((b"\x08", _small[ledger_id] if ledger_id < 0x4000 else _varint(ledger_id),
+                    b"\x10", _small[entry_id] if entry_id < 0x4000 else _varint(entry_id)))
     # CommandSendReceipt: producer_id = 1, sequence_id = 2, message_id = 3, highest_sequence_id = 4.
     # Each part is at most 57 bytes, so every length is one varint byte.
-    receipt = (b"\x08" + _varint(producer_id) + b"\x10" + _varint(sequence_id)
-               + b"\x1a" + _SMALL_VARINTS[len(mid)] + mid + b"\x20" + _varint(highest_sequence_id))
-    size = len(receipt) + 4
-    return _HEADER.pack(size + 4, size) + _RECEIPT_PREFIX + _SMALL_VARINTS[len(receipt)] + receipt
+    size = len(pid) + len(seq) + len(mid) + len(high) + 5
+    return b"".join((_pack(size + 8, size + 4), _RECEIPT_PREFIX, _small[size], b"\x08", pid, b"\x10", seq,
+                     b"\x1a", _small[len(mid)], mid, b"\x20", high))
 
 
 def encode_payload_command(command: api.BaseCommand, message: bytes) -> bytes:
