@@ -30,6 +30,8 @@ _MAGIC_CRC = struct.Struct(">HI")
 
 crc32c = _crc32c.crc32c
 _MessageMetadata = api.MessageMetadata
+_BaseCommand = api.BaseCommand
+_header = _HEADER.unpack_from
 _u16 = _U16.unpack_from
 _u32 = _U32.unpack_from
 
@@ -219,15 +221,35 @@ class FrameDecoder:
         offset = 0
         end = len(buf)
         limit = self.max_frame_size
-        while end - offset >= 4:
-            total = _U32.unpack_from(buf, offset)[0]
+        append = frames.append
+        parse = _BaseCommand.FromString
+        # decode_frame_body, inline: this loop runs once per received frame.
+        while end - offset >= 8:
+            total, cmd_size = _header(buf, offset)
             if total > limit:
                 raise TooLongFrame(total, limit)
             if end - offset - 4 < total:
                 break
-            start = offset + 4
-            offset = start + total
-            frames.append(decode_frame_body(buf, start, total))
+            if total < 4:
+                raise FrameError(f"frame of {total} bytes is too short for a command")
+            if cmd_size > total - 4 or cmd_size == 0:
+                raise FrameError(f"command size {cmd_size} does not fit a frame of {total} bytes")
+            cmd_start = offset + 8
+            cmd_end = cmd_start + cmd_size
+            offset += 4 + total
+            try:
+                command = parse(bytes(buf[cmd_start:cmd_end]))
+            except Exception as e:
+                raise FrameError(f"command does not decode: {e}") from e
+            append((command, bytes(buf[cmd_end:offset]) if cmd_end < offset else None))
+        if end - offset >= 4:
+            # A frame whose header is not all here yet may already announce too much (or be too
+            # short to hold the command size: that waits for its bytes, then fails above).
+            total = _U32.unpack_from(buf, offset)[0]
+            if total > limit:
+                raise TooLongFrame(total, limit)
+            if total < 4 and end - offset - 4 >= total:
+                raise FrameError(f"frame of {total} bytes is too short for a command")
         if offset:
             del buf[:offset]
         return frames
