@@ -71,6 +71,9 @@ def _without(items: tuple, item) -> tuple:
     return tuple(listed)
 
 
+_tuple_new = tuple.__new__
+
+
 class ManagedLedgerTerminatedError(ManagedLedgerError):
     """The managed ledger was terminated: it accepts no more entries (Pulsar's topic termination)."""
 
@@ -566,7 +569,8 @@ class ManagedLedgerImpl:
         else:
             pending.remove(op)
         lid = op.handle.ledger_id
-        pos = Position(lid, entry_id)
+        # Position(lid, entry_id) without NamedTuple's Python-level __new__ (once per entry)
+        pos = _tuple_new(Position, (lid, entry_id))
         size = len(op.data)
         info = self._ledgers.get(lid)
         if info is not None:
