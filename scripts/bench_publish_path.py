@@ -96,17 +96,25 @@ async def _run(args, workdir):
     chunks = [b"".join(sends[i:i + args.chunk]) for i in range(0, len(sends), args.chunk)]
     transport.keep = False
     done = defer.Deferred()
-    state = {"next": 0, "answered": 0, "t0": None}
+    state = {"next": 0, "answered": 0, "t0": None, "scheduled": False}
     settle = cnx.publish_answered
+    warm_chunks = args.warmup // args.chunk
 
     def publish_answered(size):     # one per SEND (receipts may share one write)
         state["answered"] += 1
         settle(size)
+        # The next chunk is fed from the reactor once there is room (as the next TCP read
+        # would come), never from inside the broker's own call chain, and without spinning.
+        if not state["scheduled"] and (
+                state["answered"] >= len(sends)
+                or state["next"] * args.chunk - state["answered"] + args.chunk <= args.window):
+            state["scheduled"] = True
+            reactor.callLater(0, pump)
 
     cnx.publish_answered = publish_answered
-    warm_chunks = args.warmup // args.chunk
 
     def pump():
+        state["scheduled"] = False
         answered = state["answered"]
         sent = state["next"] * args.chunk
         if state["next"] == warm_chunks and state["t0"] is None and answered >= sent:
@@ -119,10 +127,8 @@ async def _run(args, workdir):
             cnx.dataReceived(chunks[state["next"]])
             state["next"] += 1
             sent += args.chunk
-        if answered >= len(sends):
+        if state["answered"] >= len(sends) and not done.called:
             done.callback(None)
-        else:
-            reactor.callLater(0, pump)
 
     if args.profile:
         import cProfile
