@@ -72,6 +72,8 @@ _RECEIPT_PREFIX = bytes((0x08, api.BaseCommand.SEND_RECEIPT, (7 << 3) | 2))
 def _varint(value: int) -> bytes:
     if value < 0x4000:
         return _SMALL_VARINTS[value]
+    if value < 0x200000:    # 3 bytes: entry and sequence ids up to 2 million, without a loop
+        return bytes(((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, value >> 14))
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
