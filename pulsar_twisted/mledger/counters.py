@@ -46,7 +46,9 @@ class ManagedLedgerCounters:
         self.entry_size_buckets = [0] * (len(ENTRY_SIZE_BOUNDS) + 1)
 
     def add_done(self, result, started: float, size: int):
-        latency_ms = max(self.clock.seconds() - started, 0.0) * 1000.0
+        latency_ms = (self.clock.seconds() - started) * 1000.0
+        if latency_ms < 0.0:
+            latency_ms = 0.0    # a wall clock stepped back
         self.add_succeed += 1
         self.add_bytes += size
         self.add_latency_buckets[bisect_left(ADD_LATENCY_BOUNDS_MS, latency_ms)] += 1

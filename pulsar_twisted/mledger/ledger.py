@@ -71,6 +71,9 @@ def _without(items: tuple, item) -> tuple:
     return tuple(listed)
 
 
+_tuple_new = tuple.__new__
+
+
 class ManagedLedgerTerminatedError(ManagedLedgerError):
     """The managed ledger was terminated: it accepts no more entries (Pulsar's topic termination)."""
 
@@ -566,7 +569,8 @@ class ManagedLedgerImpl:
         else:
             pending.remove(op)
         lid = op.handle.ledger_id
-        pos = Position(lid, entry_id)
+        # Position(lid, entry_id) without NamedTuple's Python-level __new__ (once per entry)
+        pos = _tuple_new(Position, (lid, entry_id))
         size = len(op.data)
         info = self._ledgers.get(lid)
         if info is not None:
@@ -585,8 +589,11 @@ class ManagedLedgerImpl:
             self._set_throttled(False)
         self.counters.add_done(None, op.started, size)
         # Fire before rolling over: rolling may complete later adds synchronously, which
-        # must not overtake this one.
-        _fire(op.deferred.callback, pos)
+        # must not overtake this one. (_fire, inline: once per entry.)
+        try:
+            op.deferred.callback(pos)
+        except Exception:
+            log.failure("managed ledger: an add's completion callback failed")
         if not pending:
             if self._pending is pending:
                 self._pending = ()   # an idle topic keeps no empty deque
