@@ -291,6 +291,14 @@ class LedgerManager:
         d.addCallback(lambda stat: stat.version)
         return d
 
+    def create_with(self, ledger_id: int, metadata: LedgerMetadata, write):
+        """``create`` and ``write`` (``(path, value, expected_version)``) in one ``put_all``: fires
+        with ``(version, stat of write)``; AlreadyExistsError with ``failed_index`` 0 when the id
+        is taken."""
+        d = self._store.put_all([(ledger_path(ledger_id), metadata.to_bytes(), -1), write])
+        d.addCallback(lambda stats: (stats[0].version, stats[1]))
+        return d
+
     def read(self, ledger_id: int):
         """Fires with ``(LedgerMetadata, version)``; fails with NoSuchLedgerError."""
         def parse(result):
