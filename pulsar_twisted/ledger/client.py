@@ -70,6 +70,7 @@ class BookKeeperClient:
             speculative_read_timeout=(speculative_read_timeout_ms or 0) / 1000.0,
             add_timeout=(add_timeout_ms or 0) / 1000.0)
         self._ready = False
+        self._last_keys = None
         self._listening = False
         self._refreshing = False
         self._refresh_again = False
@@ -129,15 +130,25 @@ class BookKeeperClient:
         metadata store keep ledgers apart from managed ledgers)."""
         return store is self._store
 
+    def _keys(self, password):
+        """``(master key, its digest)`` of ``password``: two hashes, the same for every ledger
+        of a broker (one managed-ledger password), so the last one is kept."""
+        cached = self._last_keys
+        if cached is None or cached[0] != password:
+            key = master_key(password)
+            cached = self._last_keys = (password, key, password_digest(key))
+        return cached[1], cached[2]
+
     async def _create(self, ensemble_size, write_quorum, ack_quorum, password, custom, after,
                       record=None):
-        await self.start()
+        if not self._ready:
+            await self.start()
         env = self.env
         ensemble = env.placement.new_ensemble(ensemble_size, self.writable_bookies)
-        key = master_key(password)
+        key, digest = self._keys(password)
         metadata = LedgerMetadata(
             ensemble_size=ensemble_size, write_quorum=write_quorum, ack_quorum=ack_quorum,
-            ensembles=((0, tuple(ensemble)),), password_digest=password_digest(key),
+            ensembles=((0, tuple(ensemble)),), password_digest=digest,
             ctime_ms=int(env.clock.seconds() * 1000),
             custom_metadata=normalize_custom_metadata(custom))
         stat = None
