@@ -307,7 +307,8 @@ class ManagedLedgerImpl:
             # keeps) cost a tenth of a topic's creation.
             log.info("managed ledger {name} opened: {n} ledgers, last confirmed {lce}",
                      name=self.name, n=len(self._ledger_ids), lce=str(self._last_confirmed))
-        self._trim_in_background()
+            # A new managed ledger holds only the ledger it writes to: nothing to trim.
+            self._trim_in_background()
         return self
 
     async def _recover_last_ledger(self):
