@@ -207,16 +207,20 @@ class BrokerService(service.Service):
         """Deferred partition count of ``topic_name``'s partitioned topic (0: not partitioned)."""
         return self.partitioned.partitions(topic_name)
 
-    @defer.inlineCallbacks
-    def check_partition_bounds(self, name):
+    def check_partition_bounds(self, name) -> defer.Deferred:
         """
         Refuse ``<topic>-partition-<i>`` when ``<topic>`` is partitioned with at most ``i``
         partitions, as Pulsar's ``BrokerService.getTopic``: NotAllowed "Illegal topic partition
         name ..." for persistent topics, TopicNotFound for non-persistent ones (Pulsar finds no
         topic there). A ``-partition-<i>`` name whose parent is not partitioned is a plain topic.
+        A name that is no partition costs no generator (every lookup asks).
         """
         if name.partition_index < 0:
-            return
+            return defer.succeed(None)
+        return self._check_partition_bounds(name)
+
+    @defer.inlineCallbacks
+    def _check_partition_bounds(self, name):
         partitions = yield self.partitions_of(name)
         if 0 < partitions <= name.partition_index:
             self.log.warn("refused {topic}: past the {n} partitions of its partitioned topic",
