@@ -20,7 +20,7 @@ from pulsar_twisted.broker.broker_counters import BrokerCounters, counted_lookup
 from pulsar_twisted.broker.ownership import LookupResult
 from pulsar_twisted.broker.compaction import Compactor
 from pulsar_twisted.broker.known_namespaces import KnownNamespaces
-from pulsar_twisted.broker.load_log import TurnLog
+from pulsar_twisted.broker.load_log import LoadLog
 from pulsar_twisted.broker.publish_buffer import PublishBuffer
 from pulsar_twisted.broker.policies import PolicyService
 from pulsar_twisted.broker.topic import NonPersistentTopic, PersistentTopic
@@ -80,8 +80,8 @@ class BrokerService(service.Service):
         self.ml_factory = ml_factory
         self.store = metadata_store
         self.clock = clock
-        #: "Loaded topic" lines, one event per reactor turn (load_log.py).
-        self.load_log = TurnLog(self.log, clock)
+        #: "Loaded topic" lines, one event per burst of loads (load_log.py).
+        self.load_log = LoadLog(self.log, clock)
         self.broker_url = broker_url
         self.broker_url_tls = broker_url_tls
         #: This broker's advertised listeners by name (advertised.py; {} when none configured).
