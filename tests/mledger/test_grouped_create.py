@@ -174,3 +174,22 @@ class CrashAfterCreateTests(unittest.TestCase):
         # The empty first ledger was dropped on recovery (as Pulsar does), the new one recorded.
         self.assertEqual(ledgers, [again.current_ledger_id()])
         await factory.shutdown()
+
+
+class FakeClientRecordTests(unittest.TestCase):
+    """The fake ledger client given the store makes the record write too (its ledgers stay in
+    memory), so managed-ledger tests on it take the grouped path."""
+
+    def test_fake_client_records(self):
+        from pulsar_twisted.testing.fake_ledger import FakeLedgerClient
+        clock = task.Clock()
+        store = RecordingStore(EmbeddedMetadataStore(None, clock))
+        bk = FakeLedgerClient(clock, store=store)
+        self.assertTrue(bk.shares_store(store))
+        self.assertFalse(FakeLedgerClient(clock).shares_store(store))
+        factory = ManagedLedgerFactory(bk, store, clock, ManagedLedgerConfig(min_rollover_time_ms=0))
+        ml = self.successResultOf(factory.open(NAME))
+        self.assertEqual(store.writes, [[ML_PATH]])
+        value, _ = self.successResultOf(store.get(ML_PATH))
+        self.assertEqual([row[0] for row in formats.decode_ledger_info(value)[0]], [ml.current_ledger_id()])
+        self.assertEqual(bk.ledger_ids(), [ml.current_ledger_id()])
