@@ -366,6 +366,25 @@ class DurableStoreTests(TestCase):
         store = await self.open()
         self.assertEqual(len(await store.get_children("/g")), 200)
 
+    async def test_next_batch_goes_before_the_callbacks(self):
+        """What came while a batch was written goes to the worker before that batch's callbacks
+        run (they are the callers' whole continuation; the disk need not wait for them), and
+        the Deferreds still fire in write order."""
+        from twisted.internet.task import deferLater
+        store = await self.open()
+        core = store._core
+        first = store.put("/nb/a", b"a")
+        await deferLater(reactor, 0, lambda: None)     # the first batch is with the worker
+        self.assertTrue(core.in_flight)
+        second = store.put("/nb/b", b"b")
+        seen, order = [], []
+        first.addCallback(lambda _: (seen.append((core.in_flight, list(core.pending))),
+                                     order.append("a")))
+        second.addCallback(lambda _: order.append("b"))
+        await gatherResults([first, second])
+        self.assertEqual(seen, [(True, [])])
+        self.assertEqual(order, ["a", "b"])
+
     async def test_writes_visible_before_durable(self):
         """A read right after a put sees it though the put's Deferred has not fired yet."""
         store = await self.open()

@@ -343,6 +343,12 @@ class _Core:
     def _written(self, _, batch: list[_Commit]) -> None:
         self.in_flight = False
         self.log_size += sum(len(entry.record) for entry in batch)
+        if self.pending:
+            # The next batch (what came while this one was written) goes to the worker before
+            # this one's callbacks run: they are the rest of each caller's work (a topic's load,
+            # its producer), and the disk would otherwise wait for all of it. Order holds: the
+            # next batch completes in a later reactor call than these callbacks.
+            self._flush()
         for entry in batch:
             self.notify(entry.notifications)
             if not entry.wants_snapshot:
