@@ -372,6 +372,12 @@ _STORAGE_KEYS = [
         "waiting journalMaxGroupWaitMSec for a group to fill; adds arriving during one fsync form\n"
         "the next group, so grouping adapts to the load (BookKeeper's default is false).",
         "Bookie storage"),
+    # Ours, not BookKeeper's (bookie/journal.py, module docstring).
+    Key("journalInlineSyncMaxMillis", float, 1.0,
+        "With journalFlushWhenQueueEmpty: the reactor thread writes and fsyncs the journal itself,\n"
+        "once per event-loop turn, while fsyncs average at most this many ms (no thread hand-off per\n"
+        "add); slower fsyncs move the writes back to the journal thread. 0 turns it off.",
+        "Bookie storage"),
     Key("journalBufferedWritesThreshold", int, 512 * 1024,
         "Commit a journal group at once when this many bytes are waiting.", "Bookie storage"),
     Key("journalBufferedEntriesThreshold", int, 0,

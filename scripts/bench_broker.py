@@ -5,7 +5,8 @@ Broker benchmark in the manner of ``pulsar-perf``, driving the OFFICIAL Pulsar c
 It starts its own ``pulsar-standalone`` (broker + in-process bookie + embedded metadata store, fsync ON:
 ``journalSyncData=true``) in a subprocess on free ports with its data in a temporary directory, then measures:
 
-1. unbatched publish msg/s (100-byte messages, async sends, bounded pending queue);
+1. unbatched publish msg/s (100-byte messages, async sends, bounded pending queue), from one producer
+   and from several producer processes (the first of ``--procs``), each both ways as in 2.;
 2. batched publish msg/s (batching_max_messages=1000, 5 ms delay), with 1 and with several producer
    processes in parallel, and the CPU of each client process. Each publish is run twice: with a Python
    send callback on every message (what applications do; the client's I/O thread then takes the GIL once
@@ -889,15 +890,40 @@ def run_perf(args, bench):
     t = int(time.time())
     cb_label = {1: "callback/msg", every: f"callback 1/{every}"}
 
-    # 1. Unbatched publish, with a callback per message and with sampled callbacks.
-    topic_u = f"{NAMESPACE}bench-unbatched-{t}"
-    produce(url, topic_u, 2000, size, False, 1000)  # warm-up: topic and ledger creation
-    for cbe in (1, every):
-        s = bench.phase(f"unbatched publish, {cb_label[cbe]}",
-                        lambda cbe=cbe: produce(url, topic_u, n_unbatched, size, False, 5000, callback_every=cbe))
-        _check_sent(s, bench, "unbatched")
-        bench.row(f"publish unbatched, 1 producer, {cb_label[cbe]}", s, ">= 15,000 msg/s")
+    phases = set(args.phases.split(","))
 
+    # 1. Unbatched publish, with a callback per message and with sampled callbacks; then from
+    #    procs[0] producer processes in parallel (one producer each, one topic), both ways.
+    topic_u = f"{NAMESPACE}bench-unbatched-{t}"
+    if "unbatched" in phases:
+        produce(url, topic_u, 2000, size, False, 1000)  # warm-up: topic and ledger creation
+    for p, cbe in ([(1, 1), (1, every), *((p, c) for p in procs[:1] for c in (1, every))]
+                   if "unbatched" in phases else []):
+        name = f"unbatched publish, {p} proc{'s' if p > 1 else ''}, {cb_label[cbe]}"
+        if p == 1:
+            s = bench.phase(name, lambda cbe=cbe: produce(url, topic_u, n_unbatched, size, False, 5000,
+                                                          callback_every=cbe))
+            where = "1 producer"
+        else:
+            s = bench.phase(name, lambda p=p, cbe=cbe: produce_parallel(
+                url, topic_u, n_unbatched * p, size, p, False, 5000, callback_every=cbe))
+            bench.notes.append(f"{name}: client CPU-s per process "
+                               + ", ".join(f"{c:.2f}" for c in s["client_cpu_each"])
+                               + f" over {s['t1'] - s['t0']:.2f} s")
+            where = f"{p} processes"
+        _check_sent(s, bench, name)
+        bench.row(f"publish unbatched, {where}, {cb_label[cbe]}", s,
+                  ">= 15,000 msg/s" if p == 1 else ">= 60,000 msg/s")
+    if "batched" in phases:
+        run_batched(bench, url, t, n_batched, procs, size, every, cb_label)
+
+    # 4. Latency at a fixed rate.
+    if "latency" in phases:
+        topic_l = f"{NAMESPACE}bench-latency-{t}"
+        bench.latency = bench.phase("latency", lambda: latency_run(url, topic_l, args.rate, lat_secs, size))
+
+
+def run_batched(bench, url, t, n_batched, procs, size, every, cb_label):
     # 2. Batched publish into one topic whose two subscriptions exist already (so 3. drains exactly
     #    this data): one producer in this process, then several producer processes in parallel.
     topic_b = f"{NAMESPACE}bench-batched-{t}"
@@ -930,11 +956,6 @@ def run_perf(args, bench):
             bench.notes.append(f"WARNING: consume {mode}: received {s['count']:,} of {produced:,}")
         label = "cumulative ack/1000" if mode == "cumulative" else "individual acks (grouped)"
         bench.row(f"consume batched backlog, {label}", s, ">= 150,000 msg/s")
-
-    # 4. Latency at a fixed rate.
-    topic_l = f"{NAMESPACE}bench-latency-{t}"
-    s = bench.phase("latency", lambda: latency_run(url, topic_l, args.rate, lat_secs, size))
-    bench.latency = s
 
 
 def _check_sent(stats, bench, name):
@@ -979,6 +1000,9 @@ def main():
     ap.add_argument("--unbatched", type=int, help="messages for the unbatched publish (100,000)")
     ap.add_argument("--batched", type=int, help="messages per batched publish run (1,000,000)")
     ap.add_argument("--procs", help="comma-separated producer process counts for parallel runs (2,4)")
+    ap.add_argument("--phases", default="unbatched,batched,latency",
+                    help="of the default run, the phases to run (comma-separated: unbatched, batched "
+                         "(with the consume phases), latency); all by default")
     ap.add_argument("--callback-every", type=int, default=1000,
                     help="for the sampled-callback runs: a send callback with every N-th message (1,000)")
     ap.add_argument("--rate", type=int, default=5000, help="paced rate for the latency test (5,000)")

@@ -15,6 +15,16 @@ comes; under load the records that arrive while one group is being written and f
 group, so grouping adapts to the rate by itself (the group is as large as one fsync's worth of arrivals)
 and the thresholds still cut groups that grow too large.
 
+With ``inline_sync_max_ms`` (on by default, only with ``flush_when_queue_empty``) the reactor thread
+writes and fsyncs itself, once per reactor turn, for everything appended during that turn, and fires the
+records' waiters straight after: the way Redis's ``appendfsync always`` flushes before its event loop
+sleeps. A durable add then costs no thread hand-off at all (no condition-variable wake of the writer, no
+GIL hand-over, no waker-pipe wake of the reactor), which at low and moderate rates is most of both its
+latency and its CPU; under load a turn's group is everything read from the sockets in that turn. The
+price is that the reactor waits for the fsync, so the journal measures it: when fsyncs average more than
+``inline_sync_max_ms`` (a slow or busy disk) it goes back to the writer thread, and returns once the
+thread's fsyncs are fast again.
+
 Record formats are in ``formats.py``; ``replay_journal`` reads them back at start.
 """
 
@@ -187,13 +197,23 @@ class _Waiter:
 class Journal:
     """The append side of the journal: a queue, one writer thread, group commit.
 
+    ``THREAD_DWELL_S``: once fsyncs were too slow for the reactor, the writer thread keeps the
+    writes at least this long before the reactor takes them back. ``TURN_MAX_RECORDS`` /
+    ``TURN_MAX_BYTES``: the largest turn the reactor writes itself.
+
     Call ``open`` with a ``ReplayResult`` to start the thread; ``append`` and ``mark`` from the reactor
     thread only; ``stop`` drains the queue and ends the thread; ``trim`` (any thread) deletes old files.
     """
 
+    THREAD_DWELL_S = 10.0
+    #: A reactor turn with more records or bytes than this goes to the writer thread.
+    TURN_MAX_RECORDS = 16
+    TURN_MAX_BYTES = 256 * 1024
+
     def __init__(self, journal_dir: str, reactor, *, sync_data: bool = True, max_group_wait_ms: float = 2.0,
                  buffered_bytes_threshold: int = 512 * 1024, buffered_entries_threshold: int = 0,
-                 max_size_mb: int = 2048, flush_when_queue_empty: bool = True):
+                 max_size_mb: int = 2048, flush_when_queue_empty: bool = True,
+                 inline_sync_max_ms: float = 1.0):
         self._dir = journal_dir
         self._flush_when_empty = flush_when_queue_empty
         self._reactor = reactor
@@ -226,6 +246,17 @@ class Journal:
         #: BookKeeper's bookie_journal_JOURNAL_ADD_ENTRY and bookie_journal_JOURNAL_SYNC).
         self.add_latency = LatencySummary()
         self.sync_latency = LatencySummary()
+        # Reactor-turn writes (module docstring). ``_inline``: appends go to ``_turn`` and are written
+        # by ``_write_turn`` at the end of the reactor turn; otherwise they go to the writer thread.
+        self._inline_max = inline_sync_max_ms / 1000.0 if flush_when_queue_empty else 0.0
+        self._inline = self._inline_max > 0
+        self._turn = []             # records appended during this reactor turn (inline mode)
+        self._turn_call = None      # the DelayedCall that writes them
+        self._sync_avg = 0.0        # moving average of recent fdatasync durations, s
+        #: Times the journal moved its writes between the reactor thread and the writer thread.
+        self.mode_switches = 0
+        self._switched_at = 0.0     # monotonic time of the last move to the writer thread
+        self._switch_logged = -60.0
 
     # ----------------------------------------------------------------------------- reactor-thread API
 
@@ -249,21 +280,37 @@ class Journal:
         in-process add path, which would otherwise make a Deferred per entry only to add one callback.
         An exception from a waiter is logged; the rest of its group still fires."""
         if waiter is not None:
-            self._enqueue(chunks, nbytes, _Waiter(waiter))
+            self._add(chunks, nbytes, _Waiter(waiter))
             return None
         d = Deferred()
-        self._enqueue(chunks, nbytes, d)
+        self._add(chunks, nbytes, d)
         return d
+
+    def _add(self, chunks, nbytes: int, d) -> None:
+        if not self._inline:
+            self._enqueue(chunks, nbytes, d)
+            return
+        if self._stopping:
+            d.errback(Failure(JournalStoppedError("journal stopped")))
+            return
+        self._turn.append((chunks, nbytes, d, time.monotonic()))
+        if self._turn_call is None:
+            # callLater(0) runs once the reactor has handled every I/O event of this poll: the turn's
+            # group is all that was read in it.
+            self._turn_call = self._reactor.callLater(0, self._write_turn)
 
     def mark(self) -> Deferred:
         """Deferred firing with ``(file_id, offset)``: the journal position just after every record queued
         before this call and before every record queued after it (a checkpoint's replay start)."""
         d = Deferred()
-        self._enqueue(None, 0, d)
+        self._add(None, 0, d)
         return d
 
     def stop(self) -> Deferred:
         """Write everything queued, close the file and end the thread; the Deferred fires after that."""
+        if self._turn_call is not None and self._turn_call.active():
+            self._turn_call.cancel()
+        self._write_turn()
         if self._thread is None or self._finished:
             return succeed(None)
         d = Deferred()
@@ -276,6 +323,9 @@ class Journal:
     def halt(self) -> None:
         """End the thread at once, dropping what is queued (their Deferreds never fire): a crash, for
         tests. Blocks until the thread has finished its current write."""
+        if self._turn_call is not None and self._turn_call.active():
+            self._turn_call.cancel()
+        self._turn_call, self._turn = None, []
         with self._cond:
             self._halted = self._stopping = True
             self._queue = []
@@ -296,8 +346,94 @@ class Journal:
         return removed
 
     def queue_length(self) -> int:
-        """Records and marks waiting for the writer thread (a gauge: read without the lock)."""
-        return len(self._queue)
+        """Records and marks waiting to be written (a gauge: read without the lock)."""
+        return len(self._queue) + len(self._turn)
+
+    @property
+    def inline(self) -> bool:
+        """Whether the reactor thread writes the journal now (else the writer thread does)."""
+        return self._inline
+
+    def _write_turn(self) -> None:
+        """Reactor thread, end of a turn: write and fsync this turn's records and fire their waiters,
+        if the turn is small and the writer thread holds nothing; else queue them for the thread."""
+        self._turn_call = None
+        group, self._turn = self._turn, []
+        if not group:
+            return
+        if (len(group) > self.TURN_MAX_RECORDS or sum(n for _, n, _, _ in group) > self.TURN_MAX_BYTES
+                or not self._thread_idle()):
+            # Under load the writer thread's pipeline (the reactor reads the next records while a
+            # group is fsynced) carries more than the reactor waiting for each fsync would, and the
+            # hand-off then costs little per record; a group queued behind the thread's keeps order.
+            self._enqueue_all(group)
+            return
+        written = self._write_records(group)
+        handback.begin()
+        try:
+            self._fire_group(*written)
+        finally:
+            handback.end()
+        if self._sync_avg > self._inline_max:
+            # A slow disk: the reactor must not wait for it. The writer thread is idle (every
+            # record so far went through the turn), so it can take over at once.
+            self._inline = False
+            self._switched_at = time.monotonic()
+            self._mode_switched("fdatasync averages {ms:.2f} ms, over journalInlineSyncMaxMillis: "
+                                "the writer thread takes the writes")
+
+    def _thread_idle(self) -> bool:
+        """The writer thread waits for a first record and nothing of it awaits hand-back."""
+        with self._cond:
+            if not self._idle or self._queue:
+                return False
+        with self._done_lock:
+            return not self._done
+
+    def _enqueue_all(self, group: list) -> None:
+        """Hand a turn's records, in order, to the writer thread."""
+        with self._cond:
+            if self._stopping:
+                stopped = Failure(JournalStoppedError("journal stopped"))
+                for _, _, d, _ in group:
+                    d.errback(stopped)
+                return
+            if not self._queue:
+                self._head_time = group[0][3]
+            self._queue.extend(group)
+            self._queued_bytes += sum(n for _, n, _, _ in group)
+            if self._idle:
+                self._idle = False
+                self._cond.notify()
+            elif self._gathering and self._threshold_reached():
+                self._gathering = False
+                self._cond.notify()
+
+    def _maybe_back_inline(self) -> None:
+        """Reactor thread, after a thread group: back to turn writes once fsyncs are fast again and
+        the thread holds nothing (it waits for a first record and nothing awaits hand-back)."""
+        if (self._inline_max <= 0 or self._sync_avg > self._inline_max / 2 or self._stopping
+                or time.monotonic() - self._switched_at < self.THREAD_DWELL_S):
+            return
+        with self._cond:
+            if not (self._idle and not self._queue):
+                return
+            with self._done_lock:
+                if self._done:
+                    return
+            self._inline = True
+        self._mode_switched("fdatasync averages {ms:.2f} ms again: the reactor writes the journal")
+
+    def _mode_switched(self, text: str) -> None:
+        """Count a switch; log it, at most once a minute at info level (a disk whose fsync time
+        hovers at the limit would otherwise fill the log)."""
+        self.mode_switches += 1
+        now = time.monotonic()
+        quiet = now - self._switch_logged < 60.0
+        if not quiet:
+            self._switch_logged = now
+        (log.debug if quiet else log.info)("journal: " + text + " ({n} switches so far)",
+                                           ms=self._sync_avg * 1000.0, n=self.mode_switches)
 
     def _enqueue(self, chunks, nbytes: int, d: Deferred) -> None:
         with self._cond:
@@ -330,6 +466,8 @@ class Journal:
                 self._fire_group(*group)
         finally:
             handback.end()
+        if not self._inline and self._inline_max > 0:
+            self._maybe_back_inline()
 
     def _fire_group(self, results: list, error, records: int, nbytes: int, fsync_s) -> None:
         """Reactor thread: account for one group and fire all its Deferreds. ``fsync_s``: how long
@@ -340,6 +478,7 @@ class Journal:
         if fsync_s is not None:
             self.fsyncs += 1
             self.sync_latency.observe(fsync_s * 1000.0)
+            self._sync_avg += (fsync_s - self._sync_avg) * 0.05
         now = time.monotonic()
         for d, value, queued in results:
             if queued is not None and error is None:
@@ -397,6 +536,19 @@ class Journal:
         return group
 
     def _write_group(self, group: list) -> None:
+        written = self._write_records(group)
+        # Coalesced hand-back: one reactor wake-up for all the groups written while the reactor had not
+        # yet run the previous hand-back (a busy reactor then fires several groups in one turn instead
+        # of paying a waker-pipe wake-up for each).
+        with self._done_lock:
+            self._done.append(written)
+            wake = len(self._done) == 1
+        if wake:
+            self._reactor.callFromThread(self._fire_done)
+
+    def _write_records(self, group: list) -> tuple:
+        """Write (and fdatasync) one group, on whichever thread writes now; return what
+        ``_fire_group`` needs: ``(results, error, records, nbytes, fsync_s)``."""
         results, parts = [], []
         records = nbytes = 0
         fsync_s = None
@@ -424,14 +576,7 @@ class Journal:
                     fsync_s = time.monotonic() - started
         except Exception:
             error = Failure()
-        # Coalesced hand-back: one reactor wake-up for all the groups written while the reactor had not
-        # yet run the previous hand-back (a busy reactor then fires several groups in one turn instead
-        # of paying a waker-pipe wake-up for each).
-        with self._done_lock:
-            self._done.append((results, error, records, nbytes, fsync_s))
-            wake = len(self._done) == 1
-        if wake:
-            self._reactor.callFromThread(self._fire_done)
+        return results, error, records, nbytes, fsync_s
 
     def _pwrite_all(self, data: bytes, offset: int) -> None:
         # pwrite at our own offset rather than O_APPEND: after a failed (partial) write the next group

@@ -38,7 +38,7 @@ from pulsar_twisted.bookie.metrics import BookieCollector
 from pulsar_twisted.bookie.metadata_gc import MetadataGarbageCollector
 from pulsar_twisted.bookie.protocol import (
     VERSION, BookieRequestProcessor, BookieServerFactory, disk_space)
-from pulsar_twisted.metadata.interfaces import NotFoundError
+from pulsar_twisted.metadata.interfaces import MetadataUnavailableError, NotFoundError
 from pulsar_twisted.net.framing import DEFAULT_MAX_FRAME_SIZE
 from pulsar_twisted.resources.bookies import register_bookie, registration_path
 
@@ -231,8 +231,7 @@ class BookieServer(Service):
         d = self.check_disks()
         if d is None:
             d = self.sync_registration()   # also catches a registration lost without a notification
-        d.addErrback(lambda f: log.failure("bookie {bookie}: registration failed", f,
-                                           bookie=self.bookie_id))
+        d.addErrback(self._registration_failed, "registration")
 
     def info(self) -> dict:
         """The ``BookieInfo`` fields."""
@@ -274,14 +273,21 @@ class BookieServer(Service):
         except NotFoundError:
             pass
 
+    def _registration_failed(self, failure, what: str) -> None:
+        """ZooKeeper unreachable or the session lost: expected while partitioned or paused, and
+        retried (the next periodic check, the new session), so a warning, not a traceback."""
+        if failure.check(MetadataUnavailableError):
+            log.warn("bookie {bookie}: {what} deferred, metadata unavailable: {err}",
+                     bookie=self.bookie_id, what=what, err=failure.getErrorMessage())
+        else:
+            log.failure("bookie {bookie}: {what} failed", failure, bookie=self.bookie_id, what=what)
+
     def _on_notification(self, notification) -> None:
         if (notification.kind == "deleted" and notification.path == self.registered_path
                 and self._serving):
             log.warn("bookie {bookie}: registration {path} vanished (session lost?): registering "
                      "again", bookie=self.bookie_id, path=notification.path)
-            self.sync_registration().addErrback(
-                lambda f: log.failure("bookie {bookie}: re-registration failed", f,
-                                      bookie=self.bookie_id))
+            self.sync_registration().addErrback(self._registration_failed, "re-registration")
 
     def _on_session(self, state: str) -> None:
         # A new ZooKeeper session (metadata/zookeeper.py): the registration went with the old one.
@@ -289,9 +295,7 @@ class BookieServer(Service):
         # at all (the node may have vanished while the cache was not watching).
         if state == "expired-new-session" and self._serving:
             log.warn("bookie {bookie}: new ZooKeeper session: registering again", bookie=self.bookie_id)
-            self.sync_registration().addErrback(
-                lambda f: log.failure("bookie {bookie}: re-registration failed", f,
-                                      bookie=self.bookie_id))
+            self.sync_registration().addErrback(self._registration_failed, "re-registration")
 
     # -- http --------------------------------------------------------------------------------------
 

@@ -26,8 +26,10 @@ def is_last_chunk(metadata) -> bool:
 
 
 class _Answer:
-    """The waiter of one publish (``topic.publish_notify``): ``Producer._answer`` with its ids; an
-    exception there is logged, as a Deferred would have kept it."""
+    """The waiter of one publish (``topic.publish_notify``): the receipt or the error, then the
+    settling (``Producer._settle``), with its ids; an exception there is logged, as a Deferred
+    would have kept it. The stored case (``callback``) is written out here, not as calls through
+    the producer: it runs once per message."""
 
     __slots__ = ("producer", "sequence_id", "highest", "counted", "size")
 
@@ -39,17 +41,30 @@ class _Answer:
         self.size = size
 
     def callback(self, position):
-        self._answer(position)
+        producer = self.producer
+        try:
+            try:
+                # Producer._stored, inline
+                highest = self.highest
+                if highest > producer.last_sequence_id:
+                    producer.last_sequence_id = highest
+                dedup = producer.topic.dedup
+                if dedup is not None and self.counted:
+                    dedup.persisted(producer.name, highest, position)
+                if not producer.closed:
+                    producer.cnx.sender.send_receipt(producer.producer_id, self.sequence_id, highest,
+                                                     position[0], position[1])
+            finally:
+                producer._settle(self.size)
+        except Exception:
+            Producer.log.failure("answering a publish on {topic} failed", topic=producer.topic.name)
 
     def errback(self, failure):
-        self._answer(failure)
-
-    def _answer(self, result):
+        producer = self.producer
         try:
-            self.producer._answer(result, self.sequence_id, self.highest, self.counted, self.size)
+            producer._answer(failure, self.sequence_id, self.highest, self.counted, self.size)
         except Exception:
-            Producer.log.failure("answering a publish on {topic} failed",
-                                 topic=self.producer.topic.name)
+            Producer.log.failure("answering a publish on {topic} failed", topic=producer.topic.name)
 
 
 class Producer:
@@ -101,45 +116,50 @@ class Producer:
         self._close_call = None
 
     def publish(self, send, message: bytes) -> None:
-        """Store ``message`` and answer the client (SEND_RECEIPT or SEND_ERROR); then, or at once
-        when it is not stored, ``cnx.publish_answered(len(message))``."""
-        if not self._publish(send, message):
-            self.cnx.publish_answered(len(message))
+        """Store ``message`` (sent with the CommandSend ``send``) and answer the client
+        (SEND_RECEIPT or SEND_ERROR); then, or at once when it is not stored,
+        ``cnx.publish_answered(len(message))``."""
+        self.publish_message(send.sequence_id, send.highest_sequence_id, send.num_messages,
+                             send.is_chunk, message)
 
-    def _publish(self, send, message: bytes) -> bool:
-        """True when the message went to the topic (answered later), False when settled here."""
+    def publish_message(self, sequence_id: int, highest_sequence_id: int, num_messages: int,
+                        is_chunk: bool, message: bytes) -> None:
+        """``publish`` with the CommandSend's fields (the connection reads each once)."""
+        size = len(message)
         if self.closing or self.closed:
             # The broker is closing this producer (CLOSE_PRODUCER sent or about to be): the
             # client resends every unacknowledged message once it has reconnected. Storing this
             # one could put it after a message that failed; a SEND_ERROR would make the official
             # client drop its whole connection. So: neither stored nor answered.
-            return False
-        self.msg_in += send.num_messages
-        self.bytes_in += len(message)
-        self.topic.counters.published(send.num_messages, len(message), send.is_chunk)
-        sequence_id = send.sequence_id
-        highest = send.highest_sequence_id if send.highest_sequence_id else sequence_id
-        if self.refuse_chunks and send.is_chunk:
+            self.cnx.publish_answered(size)
+            return
+        self.msg_in += num_messages
+        self.bytes_in += size
+        topic = self.topic
+        topic.counters.published(num_messages, size, is_chunk)
+        highest = highest_sequence_id if highest_sequence_id else sequence_id
+        if is_chunk and self.refuse_chunks:
             self.log.info("{topic}: chunked message from {producer} refused (non-persistent topic)",
-                          topic=self.topic.name, producer=self.name)
+                          topic=topic.name, producer=self.name)
             self.cnx.sender.send_send_error(self.producer_id, sequence_id, api.NotAllowedError,
                                             "Chunked messages are not supported on non-persistent topics")
-            return False
-        dedup = self.topic.dedup
+            self.cnx.publish_answered(size)
+            return
+        dedup = topic.dedup
         counted = True
         if dedup is not None:
-            if send.is_chunk:
+            if is_chunk:
                 counted = is_last_chunk(lenient_metadata(message))
             if self._is_duplicate(dedup, sequence_id, highest, counted):
-                return False
+                self.cnx.publish_answered(size)
+                return
         self.pending += 1
-        answer = _Answer(self, sequence_id, highest, counted, len(message))
-        notify = getattr(self.topic, "publish_notify", None)
+        answer = _Answer(self, sequence_id, highest, counted, size)
+        notify = getattr(topic, "publish_notify", None)
         if notify is not None:
-            notify(message, send.num_messages, answer)
+            notify(message, num_messages, answer)
         else:
-            self.topic.publish(message, send.num_messages).addCallbacks(answer.callback, answer.errback)
-        return True
+            topic.publish(message, num_messages).addCallbacks(answer.callback, answer.errback)
 
     def _answer(self, result, sequence_id, highest, counted, size):
         """Answer the client (receipt or error), settle, and tell the connection."""
@@ -149,10 +169,15 @@ class Producer:
             else:
                 self._stored(result, sequence_id, highest, counted)
         finally:
-            self.pending -= 1
-            if self.closing and not self.pending:
-                self._finish_close()
-            self.cnx.publish_answered(size)
+            self._settle(size)
+
+    def _settle(self, size):
+        """One publish answered (or failed): a close waiting for it may finish; the connection
+        counts it."""
+        self.pending -= 1
+        if self.closing and not self.pending:
+            self._finish_close()
+        self.cnx.publish_answered(size)
 
     def _is_duplicate(self, dedup, sequence_id, highest, counted=True) -> bool:
         """Deduplication's verdict; a duplicate is answered here (``dedup`` module docstring).

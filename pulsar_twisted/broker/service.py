@@ -20,6 +20,7 @@ from pulsar_twisted.broker.broker_counters import BrokerCounters, counted_lookup
 from pulsar_twisted.broker.ownership import LookupResult
 from pulsar_twisted.broker.compaction import Compactor
 from pulsar_twisted.broker.known_namespaces import KnownNamespaces
+from pulsar_twisted.broker.load_log import LoadLog
 from pulsar_twisted.broker.publish_buffer import PublishBuffer
 from pulsar_twisted.broker.policies import PolicyService
 from pulsar_twisted.broker.topic import NonPersistentTopic, PersistentTopic
@@ -79,6 +80,8 @@ class BrokerService(service.Service):
         self.ml_factory = ml_factory
         self.store = metadata_store
         self.clock = clock
+        #: "Loaded topic" lines, one event per burst of loads (load_log.py).
+        self.load_log = LoadLog(self.log, clock)
         self.broker_url = broker_url
         self.broker_url_tls = broker_url_tls
         #: This broker's advertised listeners by name (advertised.py; {} when none configured).
@@ -146,6 +149,7 @@ class BrokerService(service.Service):
     @defer.inlineCallbacks
     def stopService(self):
         super().stopService()
+        self.load_log.flush()
         loop = getattr(self, "_retention_loop", None)
         if loop is not None and loop.running:
             loop.stop()
@@ -203,16 +207,20 @@ class BrokerService(service.Service):
         """Deferred partition count of ``topic_name``'s partitioned topic (0: not partitioned)."""
         return self.partitioned.partitions(topic_name)
 
-    @defer.inlineCallbacks
-    def check_partition_bounds(self, name):
+    def check_partition_bounds(self, name) -> defer.Deferred:
         """
         Refuse ``<topic>-partition-<i>`` when ``<topic>`` is partitioned with at most ``i``
         partitions, as Pulsar's ``BrokerService.getTopic``: NotAllowed "Illegal topic partition
         name ..." for persistent topics, TopicNotFound for non-persistent ones (Pulsar finds no
         topic there). A ``-partition-<i>`` name whose parent is not partitioned is a plain topic.
+        A name that is no partition costs no generator (every lookup asks).
         """
         if name.partition_index < 0:
-            return
+            return defer.succeed(None)
+        return self._check_partition_bounds(name)
+
+    @defer.inlineCallbacks
+    def _check_partition_bounds(self, name):
         partitions = yield self.partitions_of(name)
         if 0 < partitions <= name.partition_index:
             self.log.warn("refused {topic}: past the {n} partitions of its partitioned topic",
@@ -410,7 +418,7 @@ class BrokerService(service.Service):
                 lambda f: self.log.failure("closing {topic} after a failed load", f, topic=str(name)))
             raise
         self.topics[topic.name] = topic  # the topic's own name string as the key: one copy per topic
-        self.log.info("Loaded topic {topic}", topic=str(name))
+        self.load_log.add(topic.name)
         return topic
 
     def _is_busy(self, topic) -> bool:

@@ -638,7 +638,13 @@ class _TopicAdd:
         self.size = size
 
     def callback(self, position):
-        self._then(position)
+        # _then, written out for the stored case (once per message)
+        try:
+            result = self.topic._add_done(position, self.started, self.size)
+        except Exception:
+            self.waiter.errback(Failure())
+            return
+        self.waiter.callback(result)
 
     def errback(self, failure):
         self._then(failure)

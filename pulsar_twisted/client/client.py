@@ -14,7 +14,7 @@ import re
 from twisted.internet import defer
 from twisted.logger import Logger
 
-from pulsar_twisted.common.naming import InvalidTopicNameError, parse_topic
+from pulsar_twisted.common.naming import InvalidTopicNameError, parse_topic, partition_index_of
 from pulsar_twisted.client import errors, multitopic
 from pulsar_twisted.client.consumer import Consumer, Sub
 from pulsar_twisted.client.dlq import DeadLetterHandler, from_policy
@@ -27,7 +27,6 @@ from pulsar_twisted.client.producer import Producer
 from pulsar_twisted.client.reader import Reader
 from pulsar_twisted.client.routing import JAVA_STRING_HASH, ROUND_ROBIN, MessageRouter
 
-_PARTITION_SUFFIX = re.compile(r"-partition-(\d+)$")
 _PRODUCER_ROUTING = ("message_routing_mode", "hashing_scheme", "message_router")
 
 
@@ -227,8 +226,7 @@ class Client:
             pattern = re.compile(full, pattern.flags)
 
         def subscribe_topic(name):
-            match = _PARTITION_SUFFIX.search(name)
-            partition = int(match.group(1)) if match else -1
+            partition = partition_index_of(name)
             return self._start_consumer(name, partition, subscription, consumer_type, position,
                                         None, dict(conf))
 

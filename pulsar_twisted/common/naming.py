@@ -27,6 +27,8 @@ NON_PERSISTENT = "non-persistent"
 DEFAULT_TENANT = "public"
 DEFAULT_NAMESPACE = "default"
 PARTITION_SUFFIX = "-partition-"
+#: Largest partition index (a Java int in Pulsar's ``TopicName``).
+MAX_PARTITION_INDEX = 2**31 - 1
 
 _NAME_PART = re.compile(r"[-=:.\w]+", re.ASCII)
 #: Characters a local name may not hold: C0 controls (NUL among them) and DEL.
@@ -35,6 +37,23 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 MAX_ENTITY_NAME_LENGTH = 255
 #: Longest topic name, in UTF-8 bytes, domain included (a partition's suffix counts too).
 MAX_TOPIC_NAME_BYTES = 4096
+
+
+def partition_index_of(name: str) -> int:
+    """
+    N for a name ending in ``-partition-N`` after something, else -1. As Pulsar's
+    ``TopicName.getPartitionIndex`` (``Integer.parseInt`` and a length check): N is decimal
+    digits without sign or leading zero, at most MAX_PARTITION_INDEX, so ``x-partition-01`` and
+    ``x-partition-99999999999`` are plain topics' names, and so is ``x-partition-\u00b2`` (a
+    digit that is not a decimal one), rather than an error.
+    """
+    head, sep, tail = name.rpartition(PARTITION_SUFFIX)
+    if not (sep and head and 0 < len(tail) <= 10 and tail.isdecimal()):
+        return -1
+    index = int(tail)
+    if index > MAX_PARTITION_INDEX or len(str(index)) != len(tail):
+        return -1
+    return index
 
 
 class InvalidTopicNameError(ValueError):
@@ -129,11 +148,8 @@ class TopicName:
 
     @property
     def partition_index(self) -> int:
-        """The partition number for ``...-partition-N`` names, else -1."""
-        head, sep, tail = self.local_name.rpartition(PARTITION_SUFFIX)
-        if sep and head and tail.isdigit():
-            return int(tail)
-        return -1
+        """The partition number for ``...-partition-N`` names, else -1 (see ``partition_index_of``)."""
+        return partition_index_of(self.local_name)
 
     @property
     def partitioned_topic_name(self) -> "TopicName":

@@ -27,13 +27,14 @@ import warnings
 
 import re2
 
+from pulsar_twisted.common.naming import PARTITION_SUFFIX, partition_index_of
+
 #: Longest pattern we compile at all, whatever the configuration (RE2's program grows with it).
 MAX_PATTERN_LENGTH = 4096
 #: RE2's memory budget for one compiled pattern; a pattern needing more is refused.
 MAX_PROGRAM_MEMORY = 8 << 20
 
 _SCHEME = re.compile(r"^(persistent|non-persistent)://")
-_PARTITION = re.compile(r"-partition-\d+$")
 #: Python ``re`` flags that have an inline RE2 equivalent.
 _INLINE = ((re.IGNORECASE, "i"), (re.MULTILINE, "m"), (re.DOTALL, "s"))
 
@@ -99,7 +100,9 @@ def without_scheme(name: str) -> str:
 
 def base_name(topic: str) -> str:
     """The partitioned topic a partition belongs to (the name itself otherwise)."""
-    return _PARTITION.sub("", topic)
+    if partition_index_of(topic) < 0:
+        return topic
+    return topic.rpartition(PARTITION_SUFFIX)[0]
 
 
 @functools.lru_cache(maxsize=256)

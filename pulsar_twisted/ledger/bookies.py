@@ -74,7 +74,9 @@ class LocalBookieClient:
         that takes a waiter itself (``accepts_add_waiter``: ``BookieStorage``) gets it; for other
         objects the Deferred they return is forwarded to it."""
         try:
-            bookie = self._bookie(bookie_id)
+            bookie = self.bookies.get(bookie_id)
+            if bookie is None:
+                bookie = self._bookie(bookie_id)     # raises BookieUnavailableError
             if len(packed) < HEADER_SIZE:
                 raise ValueError(f"entry body of {len(packed)} bytes is shorter than the entry header")
             if getattr(bookie, "accepts_add_waiter", False):

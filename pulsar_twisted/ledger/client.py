@@ -70,6 +70,7 @@ class BookKeeperClient:
             speculative_read_timeout=(speculative_read_timeout_ms or 0) / 1000.0,
             add_timeout=(add_timeout_ms or 0) / 1000.0)
         self._ready = False
+        self._last_keys = None
         self._listening = False
         self._refreshing = False
         self._refresh_again = False
@@ -115,37 +116,63 @@ class BookKeeperClient:
     # -- ILedgerClient ---------------------------------------------------------------------------
 
     def create_ledger(self, ensemble_size, write_quorum, ack_quorum, password=b"",
-                      custom_metadata=None, after=-1):
+                      custom_metadata=None, after=-1, record=None):
         """See ILedgerClient. ValueError on bad quorums; NotEnoughBookiesError."""
         try:
             check_quorums(ensemble_size, write_quorum, ack_quorum)
         except ValueError:
             return defer.fail()
         return defer.Deferred.fromCoroutine(self._create(
-            ensemble_size, write_quorum, ack_quorum, password, custom_metadata, after))
+            ensemble_size, write_quorum, ack_quorum, password, custom_metadata, after, record))
 
-    async def _create(self, ensemble_size, write_quorum, ack_quorum, password, custom, after):
-        await self.start()
+    def shares_store(self, store) -> bool:
+        """See ILedgerClient: the store given to this client (brokers with a separate bookie
+        metadata store keep ledgers apart from managed ledgers)."""
+        return store is self._store
+
+    def _keys(self, password):
+        """``(master key, its digest)`` of ``password``: two hashes, the same for every ledger
+        of a broker (one managed-ledger password), so the last one is kept."""
+        cached = self._last_keys
+        if cached is None or cached[0] != password:
+            key = master_key(password)
+            cached = self._last_keys = (password, key, password_digest(key))
+        return cached[1], cached[2]
+
+    async def _create(self, ensemble_size, write_quorum, ack_quorum, password, custom, after,
+                      record=None):
+        if not self._ready:
+            await self.start()
         env = self.env
         ensemble = env.placement.new_ensemble(ensemble_size, self.writable_bookies)
-        key = master_key(password)
+        key, digest = self._keys(password)
         metadata = LedgerMetadata(
             ensemble_size=ensemble_size, write_quorum=write_quorum, ack_quorum=ack_quorum,
-            ensembles=((0, tuple(ensemble)),), password_digest=password_digest(key),
+            ensembles=((0, tuple(ensemble)),), password_digest=digest,
             ctime_ms=int(env.clock.seconds() * 1000),
             custom_metadata=normalize_custom_metadata(custom))
+        stat = None
         while True:
             ledger_id = await self._manager.new_ledger_id(after)
             try:
-                version = await self._manager.create(ledger_id, metadata)
+                if record is None:
+                    version = await self._manager.create(ledger_id, metadata)
+                else:
+                    # One commit for the ledger and its owner's record of it (a new topic's
+                    # first ledger and its managed ledger's node: issue 14).
+                    version, stat = await self._manager.create_with(
+                        ledger_id, metadata, record(ledger_id))
                 break
-            except AlreadyExistsError:
+            except AlreadyExistsError as e:
+                if record is not None and getattr(e, "failed_index", 0) != 0:
+                    raise   # the caller's write was refused: nothing was created
                 # Only possible if ids were handed out by another scheme before; take the next.
                 log.warn("ledger id {ledger} already in use, trying another", ledger=ledger_id)
         # Not logged, not even at debug level (which the daemons' log keeps): one line per new topic
         # was a tenth of its creation's CPU. Ledger ids and ensembles are in the managed ledger's
         # internal stats and in the ledger's metadata.
-        return LedgerHandle(env, ledger_id, metadata, version, key)
+        handle = LedgerHandle(env, ledger_id, metadata, version, key)
+        return handle if record is None else (handle, stat)
 
     def open_ledger(self, ledger_id, password=b"", recovery=True):
         """See ILedgerClient. UnauthorizedAccessError on a wrong password; NoSuchLedgerError."""

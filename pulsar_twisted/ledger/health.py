@@ -66,7 +66,12 @@ class BookieHealth:
 
     def quarantined(self) -> frozenset:
         """The bookies quarantined now."""
+        if not self._until:
+            return _NONE      # the usual case, asked on every ledger creation
         return frozenset(b for b in list(self._until) if self.is_quarantined(b))
+
+
+_NONE = frozenset()
 
 
 @implementer(IEnsemblePlacementPolicy)
@@ -79,8 +84,11 @@ class QuarantineAwarePlacement:
         self.health = health
 
     def _split(self, writable: Iterable[str]):
+        quarantined = self.health.quarantined()
+        if not quarantined:
+            return writable, quarantined
         writable = set(writable)
-        quarantined = self.health.quarantined() & writable
+        quarantined = quarantined & writable
         return writable - quarantined, quarantined
 
     def new_ensemble(self, size, writable, exclude=()):

@@ -44,9 +44,21 @@ class ILedgerClient(Interface):
     """Creates, opens and deletes ledgers (BookKeeper's ``BookKeeper`` object)."""
 
     def create_ledger(ensemble_size: int, write_quorum: int, ack_quorum: int,
-                      password: bytes = b"", custom_metadata: dict = None, after: int = -1):
+                      password: bytes = b"", custom_metadata: dict = None, after: int = -1,
+                      record=None):
         """Deferred firing with a writable ILedgerHandle with a new unique id greater than
-        ``after`` (a managed ledger passes its last ledger's id: its ledgers are in id order)."""
+        ``after`` (a managed ledger passes its last ledger's id: its ledgers are in id order).
+
+        ``record``, only for a client that ``shares_store`` with the caller: a callable
+        ``record(ledger_id) -> (path, value, expected_version)``, a write made atomically with
+        the ledger's metadata (``IMetadataStore.put_all``: one durable commit for both, and a
+        crash keeps both or neither). It may be called again with another id if the first one
+        was taken. The Deferred then fires with ``(handle, stat)``, ``stat`` that write's new
+        Stat; when that write is refused (AlreadyExistsError, BadVersionError, NotFoundError)
+        no ledger was created and the Deferred fails with its error."""
+
+    def shares_store(store) -> bool:
+        """True when this client keeps ledger metadata in ``store`` (so ``record`` may be used)."""
 
     def open_ledger(ledger_id: int, password: bytes = b"", recovery: bool = True):
         """Deferred firing with a read-only ILedgerHandle. With ``recovery`` the ledger is fenced

@@ -82,6 +82,19 @@ class IMetadataStore(Interface):
         made them. Fires with the new ``Stat`` once durable.
         """
 
+    def put_all(writes):
+        """
+        Make several writes atomically: ``writes`` is a list of ``(path, value, expected_version)``
+        with ``expected_version`` -1 (create a persistent node; missing parents are created) or
+        n >= 0 (update the node at version n). Either every write is applied or none is, also
+        across a crash, and they cost one durable commit (a ZooKeeper multi; one log record of
+        the embedded store). Paths must be distinct and none below another (ValueError). Fires
+        with the list of new ``Stat``s, in order, once durable; fails with the error the first
+        refused write would have had on its own (AlreadyExistsError, BadVersionError,
+        NotFoundError, ...), carrying that write's position in ``writes`` as ``failed_index``.
+        A new topic's first ledger and its managed ledger's node are written this way.
+        """
+
     def delete(path: str, expected_version: Optional[int] = None):
         """Remove one node (NotFoundError, BadVersionError, NotEmptyError)."""
 

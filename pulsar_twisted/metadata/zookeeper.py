@@ -37,7 +37,7 @@ from typing import Callable, Optional
 from kazoo import exceptions as kz
 from kazoo.client import KazooClient, KazooState
 from kazoo.recipe.cache import TreeCache, TreeEvent
-from twisted.internet.defer import Deferred, fail, succeed
+from twisted.internet.defer import Deferred, fail, gatherResults, succeed
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
 from twisted.python.failure import Failure
@@ -283,6 +283,61 @@ class ZooKeeperMetadataStore:
             return update(-1).addErrback(retry_create)
 
         return update(-1).addErrback(retry_create)
+
+    def put_all(self, writes) -> Deferred:
+        """
+        See ``IMetadataStore.put_all``: one ZooKeeper multi (create / setData with a version). A
+        multi cannot create parents, so when a create finds none they are made (``ensure_path``,
+        outside the multi: empty persistent nodes, as ``put`` makes them) and the multi is sent
+        once more. A create's Stat has version 0 and the reactor's time (a multi's create answers
+        only the path).
+        """
+        def go():
+            prepared = []
+            for path, value, version in writes:
+                if not isinstance(value, (bytes, bytearray, memoryview)):
+                    raise TypeError(f"metadata values are bytes, not {type(value).__name__}")
+                if not isinstance(version, int) or version < -1:
+                    raise ValueError(f"put_all takes expected versions -1 or n >= 0, not {version!r}")
+                for other, _, _ in prepared:
+                    full = self._full(path)
+                    if other == full or other.startswith(full + "/") or full.startswith(other + "/"):
+                        raise ValueError(f"put_all paths must be distinct and unrelated: {path}")
+                prepared.append((self._full(path), bytes(value), version))
+            return self._multi(prepared, make_parents=True)
+        return self._guard(go)
+
+    def _multi(self, prepared, make_parents: bool) -> Deferred:
+        transaction = self._client.transaction()
+        for full, value, version in prepared:
+            if version == -1:
+                transaction.create(full, value)
+            else:
+                transaction.set_data(full, value, version)
+        d = self._call(transaction.commit_async)
+
+        def committed(results):
+            for index, result in enumerate(results):
+                if isinstance(result, Exception) and not isinstance(
+                        result, (kz.RolledBackError, kz.RuntimeInconsistency)):
+                    if (make_parents and isinstance(result, kz.NoNodeError)
+                            and prepared[index][2] == -1):
+                        return self._make_parents(prepared).addCallback(
+                            lambda _: self._multi(prepared, make_parents=False))
+                    error = _translate(result)
+                    error.failed_index = index
+                    raise error
+            now = int(self._reactor.seconds() * 1000)
+            return [Stat(self._relative(full), 0, now, now) if version == -1
+                    else self._stat(self._relative(full), result)
+                    for (full, _, version), result in zip(prepared, results)]
+        return d.addCallback(committed)
+
+    def _make_parents(self, prepared) -> Deferred:
+        parents = sorted({full.rsplit("/", 1)[0] for full, _, version in prepared if version == -1})
+        return gatherResults([self._call(self._client.ensure_path_async, parent)
+                              for parent in parents if parent], consumeErrors=True).addErrback(
+            lambda f: f.value.subFailure)
 
     def delete(self, path: str, expected_version: Optional[int] = None) -> Deferred:
         """Remove one node (NotFoundError, BadVersionError, NotEmptyError)."""

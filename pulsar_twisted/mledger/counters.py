@@ -55,7 +55,9 @@ class ManagedLedgerCounters:
         return self._buckets[_SIZE_FIRST:]
 
     def add_done(self, result, started: float, size: int):
-        latency_ms = max(self.clock.seconds() - started, 0.0) * 1000.0
+        latency_ms = (self.clock.seconds() - started) * 1000.0
+        if latency_ms < 0.0:
+            latency_ms = 0.0    # a wall clock stepped back
         self.add_succeed += 1
         self.add_bytes += size
         buckets = self._buckets

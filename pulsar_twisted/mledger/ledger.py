@@ -86,6 +86,9 @@ def _each_listener(listeners) -> tuple:
     return listeners if isinstance(listeners, tuple) else (listeners,)
 
 
+_tuple_new = tuple.__new__
+
+
 class ManagedLedgerTerminatedError(ManagedLedgerError):
     """The managed ledger was terminated: it accepts no more entries (Pulsar's topic termination)."""
 
@@ -317,7 +320,7 @@ class ManagedLedgerImpl:
             await self._write_metadata()
             self._state = State.TERMINATED
         else:
-            await self._create_ledger()
+            await self._create_ledger(grouped=True)
             if self._state is State.FENCED:
                 raise ManagedLedgerFencedError(f"managed ledger {self.name} is owned by someone else")
             if self._state is not State.LEDGER_OPENED:
@@ -330,7 +333,8 @@ class ManagedLedgerImpl:
             # keeps) cost a tenth of a topic's creation.
             log.info("managed ledger {name} opened: {n} ledgers, last confirmed {lce}",
                      name=self.name, n=len(self._ledger_ids), lce=str(self._last_confirmed))
-        self._trim_in_background()
+            # A new managed ledger holds only the ledger it writes to: nothing to trim.
+            self._trim_in_background()
         return self
 
     async def _recover_last_ledger(self):
@@ -374,20 +378,54 @@ class ManagedLedgerImpl:
 
     # -- ledger creation, rollover, closing --------------------------------------------------
 
-    def _create_ledger(self):
-        """Create the next ledger and record it; Deferred firing (None) when done either way."""
+    def _create_ledger(self, grouped=False):
+        """Create the next ledger and record it; Deferred firing (None) when done either way.
+        ``grouped`` (the first ledger of an open): when no metadata write of ours is in flight and
+        the ledger client keeps its metadata in our store, the ledger's metadata and our node
+        naming it are one atomic write (``record``): one durable commit instead of two in a row."""
         self._state = State.CREATING_LEDGER
         # Positions order by ledger id: the new ledger's id must be above every ledger this managed
         # ledger has had (ids come from blocks that other brokers hold too, so "newer" is not
         # "greater" unless asked for).
         after = max(self._ledger_ids[-1] if self._ledger_ids else -1, self._last_confirmed.ledger_id)
+        record = None
+        if (grouped and not self._meta_writing and not self._meta_waiters
+                and self.ledger_client.shares_store(self.store)):
+            record = self._record_of
         d = self.ledger_client.create_ledger(
             self.config.ensemble_size, self.config.write_quorum, self.config.ack_quorum,
             self.config.password,
             custom_metadata={"application": _APPLICATION, "component": _COMPONENT,
-                             "pulsar/managed-ledger": self.name.encode("utf-8")}, after=after)
-        d.addCallbacks(self._ledger_created, self._create_failed)
+                             "pulsar/managed-ledger": self.name.encode("utf-8")}, after=after,
+            record=record)
+        if record is None:
+            d.addCallbacks(self._ledger_created, self._create_failed)
+        else:
+            d.addCallbacks(self._ledger_created_and_recorded, self._create_and_record_failed)
         return d
+
+    def _record_of(self, ledger_id):
+        """The write of our node with ``ledger_id`` appended (``create_ledger``'s ``record``)."""
+        infos = [self._ledgers[lid] for lid in self._ledger_ids]
+        infos.append(LedgerInfo(ledger_id))
+        value = formats.encode_ledger_info(infos, self.properties, self._terminated_at)
+        return self.path, value, self._meta_version
+
+    def _ledger_created_and_recorded(self, result):
+        handle, stat = result
+        # Our node names the ledger now, whatever happened meanwhile.
+        self._add_ledger_info(LedgerInfo(handle.ledger_id))
+        self._meta_version = stat.version
+        return self._ledger_recorded(None, handle)
+
+    def _create_and_record_failed(self, failure):
+        if failure.check(BadVersionError, NotFoundError, AlreadyExistsError):
+            # Our node was changed (or made) by someone else: fenced, and no ledger was created.
+            log.warn("managed ledger {name}: metadata changed by someone else, fencing",
+                     name=self.name)
+            self._set_fenced()
+            return None
+        return self._create_failed(failure)
 
     def _ledger_created(self, handle):
         if self._state is not State.CREATING_LEDGER:
@@ -602,7 +640,8 @@ class ManagedLedgerImpl:
         else:
             pending.remove(op)
         lid = op.handle.ledger_id
-        pos = Position(lid, entry_id)
+        # Position(lid, entry_id) without NamedTuple's Python-level __new__ (once per entry)
+        pos = _tuple_new(Position, (lid, entry_id))
         size = len(op.data)
         info = self._ledgers.get(lid)
         if info is not None:
@@ -621,8 +660,11 @@ class ManagedLedgerImpl:
             self._set_throttled(False)
         self.counters.add_done(None, op.started, size)
         # Fire before rolling over: rolling may complete later adds synchronously, which
-        # must not overtake this one.
-        _fire(op.deferred.callback, pos)
+        # must not overtake this one. (_fire, inline: once per entry.)
+        try:
+            op.deferred.callback(pos)
+        except Exception:
+            log.failure("managed ledger: an add's completion callback failed")
         if not pending:
             if self._pending is pending:
                 self._pending = ()   # an idle topic keeps no empty deque

@@ -4,7 +4,8 @@ at ``/admin/partitioned-topics/<tenant>/<ns>/<domain>/<topic>``. Every method re
 """
 
 from pulsar_twisted.metadata import layout
-from pulsar_twisted.resources.base import JsonNodes, deferred
+from pulsar_twisted.resources.base import CorruptMetadataError, JsonNodes
+from pulsar_twisted.resources.policies import from_json
 
 
 class PartitionedTopicResources:
@@ -13,12 +14,22 @@ class PartitionedTopicResources:
     def __init__(self, store):
         self._nodes = JsonNodes(store)
 
-    @deferred
-    async def partitions(self, name) -> int:
+    def partitions(self, name):
         """The partition count of ``name``'s partitioned topic (0: not a partitioned topic). A
-        partition's name answers for its partitioned topic."""
-        node = await self._nodes.read(layout.partitioned_topic_path(name.partitioned_topic_name))
-        return 0 if node is None else int(node[0].get("partitions", 0))
+        partition's name answers for its partitioned topic. A plain callback, not a coroutine:
+        every lookup, partitioned-metadata request and topic load asks (issue 14, item 4)."""
+        d = self._nodes.store.get(layout.partitioned_topic_path(name.partitioned_topic_name))
+        return d.addCallback(self._count)
+
+    @staticmethod
+    def _count(node) -> int:
+        if node is None:
+            return 0
+        try:
+            document = from_json(node[0])
+        except ValueError:
+            raise CorruptMetadataError(f"corrupt partitioned-topic metadata: {node[1].path}")
+        return int(document.get("partitions", 0))
 
     def create(self, name, partitions: int):
         """``AlreadyExistsError`` when the partitioned topic exists."""

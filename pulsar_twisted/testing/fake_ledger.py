@@ -150,8 +150,12 @@ class FakeLedgerClient:
     """In-memory ledgers shared by every handle of this client (so 'another broker' over the
     same instance sees the same data, as it would over the same bookies)."""
 
-    def __init__(self, clock=None):
+    def __init__(self, clock=None, store=None):
         self.clock = clock
+        #: The metadata store ``create_ledger``'s ``record`` writes go to (None: ``shares_store``
+        #: is False and callers record their ledgers themselves). The fake's own ledgers are
+        #: kept in memory either way.
+        self.store = store
         self._ledgers = {}
         self._next_id = 1
         self.add_delay = 0
@@ -226,7 +230,8 @@ class FakeLedgerClient:
     # -- ILedgerClient -------------------------------------------------------------------
 
     def create_ledger(self, ensemble_size: int, write_quorum: int, ack_quorum: int,
-                      password: bytes = b"", custom_metadata: dict = None, after: int = -1):
+                      password: bytes = b"", custom_metadata: dict = None, after: int = -1,
+                      record=None):
         fault = self._take("_create_faults")
         if fault is not None:
             return defer.fail(fault)
@@ -236,10 +241,21 @@ class FakeLedgerClient:
             return defer.fail()
         lid = max(self._next_id, after + 1)
         self._next_id = lid + 1
-        stored = _StoredLedger(lid, password, ensemble_size, write_quorum, ack_quorum, custom_metadata)
-        self._ledgers[lid] = stored
-        self.created.append(lid)
-        return defer.succeed(FakeLedgerHandle(self, stored, writable=True))
+
+        def create(stat=None):
+            stored = _StoredLedger(lid, password, ensemble_size, write_quorum, ack_quorum,
+                                   custom_metadata)
+            self._ledgers[lid] = stored
+            self.created.append(lid)
+            handle = FakeLedgerHandle(self, stored, writable=True)
+            return handle if record is None else (handle, stat)
+        if record is None:
+            return defer.succeed(create())
+        # The record's write alone stands for the pair: a refused write creates no ledger.
+        return self.store.put_all([record(lid)]).addCallback(lambda stats: create(stats[0]))
+
+    def shares_store(self, store) -> bool:
+        return self.store is not None and store is self.store
 
     def open_ledger(self, ledger_id: int, password: bytes = b"", recovery: bool = True):
         fault = self._take("_open_faults")

@@ -266,6 +266,52 @@ class MetadataStoreTestsMixin:
 
     # -- sequential --------------------------------------------------------------------------------
 
+    async def test_put_all_creates_and_updates_together(self):
+        """put_all creates (parents too) and updates by version in one go, with a Stat per write."""
+        store = await self._store()
+        await store.put("/pa/ml", b"old")
+        stats = await store.put_all([("/pa/deep/ledger", b"L", -1), ("/pa/ml", b"new", 0)])
+        self.assertEqual([(s.path, s.version) for s in stats], [("/pa/deep/ledger", 0), ("/pa/ml", 1)])
+        self.assertEqual((await store.get("/pa/deep/ledger"))[0], b"L")
+        self.assertEqual((await store.get("/pa/ml"))[0], b"new")
+        self.assertEqual(await store.get_children("/pa"), ["deep", "ml"])
+
+    async def test_put_all_is_all_or_nothing(self):
+        """A refused write of a put_all leaves every other write of it undone, and says which."""
+        store = await self._store()
+        await store.put("/pn/exists", b"x")
+        await store.put("/pn/ml", b"v0")
+        e = await self.assert_fails(
+            store.put_all([("/pn/new", b"n", -1), ("/pn/exists", b"y", -1)]), AlreadyExistsError)
+        self.assertEqual(e.failed_index, 1)
+        e = await self.assert_fails(
+            store.put_all([("/pn/new", b"n", -1), ("/pn/ml", b"v9", 5)]), BadVersionError)
+        self.assertEqual(e.failed_index, 1)
+        e = await self.assert_fails(
+            store.put_all([("/pn/absent", b"n", 0), ("/pn/new", b"n", -1)]), NotFoundError)
+        self.assertEqual(e.failed_index, 0)
+        self.assertIsNone(await store.get("/pn/new"))
+        self.assertEqual((await store.get("/pn/ml"))[0], b"v0")
+        self.assertEqual((await store.get("/pn/exists"))[0], b"x")
+
+    async def test_put_all_refuses_related_paths(self):
+        """put_all paths must be distinct and none below another."""
+        store = await self._store()
+        await self.assert_fails(store.put_all([("/pr/a", b"", -1), ("/pr/a/b", b"", -1)]), ValueError)
+        await self.assert_fails(store.put_all([("/pr/a", b"", -1), ("/pr/a", b"", -1)]), ValueError)
+        self.assertIsNone(await store.get("/pr/a"))
+
+    async def test_put_all_notifies_every_write(self):
+        """Listeners hear each write of a put_all."""
+        store = await self._store()
+        recorder = NotificationRecorder()
+        store.register_listener(recorder)
+        await store.put("/pl/ml", b"")
+        await recorder.wait_for("created", "/pl/ml")
+        await store.put_all([("/pl/ledger", b"L", -1), ("/pl/ml", b"v", 0)])
+        await recorder.wait_for("created", "/pl/ledger")
+        await recorder.wait_for("modified", "/pl/ml")
+
     async def test_sequential_names_increase(self):
         """Sequential puts append a 10-digit counter that grows; the final path is in the Stat."""
         store = await self._store()

@@ -30,6 +30,8 @@ _MAGIC_CRC = struct.Struct(">HI")
 
 crc32c = _crc32c.crc32c
 _MessageMetadata = api.MessageMetadata
+_BaseCommand = api.BaseCommand
+_header = _HEADER.unpack_from
 _u16 = _U16.unpack_from
 _u32 = _U32.unpack_from
 
@@ -70,6 +72,8 @@ _RECEIPT_PREFIX = bytes((0x08, api.BaseCommand.SEND_RECEIPT, (7 << 3) | 2))
 def _varint(value: int) -> bytes:
     if value < 0x4000:
         return _SMALL_VARINTS[value]
+    if value < 0x200000:    # 3 bytes: entry and sequence ids up to 2 million, without a loop
+        return bytes(((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, value >> 14))
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)
@@ -79,7 +83,8 @@ def _varint(value: int) -> bytes:
 
 
 def encode_send_receipt(producer_id: int, sequence_id: int, highest_sequence_id: int,
-                        ledger_id: int, entry_id: int) -> bytes:
+                        ledger_id: int, entry_id: int, _small=_SMALL_VARINTS, _varint=_varint,
+                        _pack=_HEADER.pack) -> bytes:
     """
     The SEND_RECEIPT frame, byte for byte what protobuf serialises for ``BaseCommand(type=SEND_RECEIPT,
     send_receipt=CommandSendReceipt(producer_id, sequence_id, highest_sequence_id,
@@ -92,14 +97,22 @@ def encode_send_receipt(producer_id: int, sequence_id: int, highest_sequence_id:
             and 0 <= highest_sequence_id <= _U64_MAX):
         raise ValueError(f"receipt ids out of uint64 range: {producer_id}, {sequence_id}, "
                          f"{highest_sequence_id}")
+    # Ids under 2**14 (1-2 byte varints) come from a table; a receipt's highest id is usually
+    # its sequence id, encoded once.
+    pid = _small[producer_id] if producer_id < 0x4000 else _varint(producer_id)
+    seq = _small[sequence_id] if sequence_id < 0x4000 else _varint(sequence_id)
+    high = seq if highest_sequence_id == sequence_id else (
+        _small[highest_sequence_id] if highest_sequence_id < 0x4000 else _varint(highest_sequence_id))
     # MessageIdData: ledgerId = 1, entryId = 2 (varints)
-    mid = b"\x08" + _varint(ledger_id & _U64_MAX) + b"\x10" + _varint(entry_id & _U64_MAX)
+    ledger_id &= _U64_MAX
+    entry_id &= _U64_MAX
+    mid = b"".join((b"\x08", _small[ledger_id] if ledger_id < 0x4000 else _varint(ledger_id),
+                    b"\x10", _small[entry_id] if entry_id < 0x4000 else _varint(entry_id)))
     # CommandSendReceipt: producer_id = 1, sequence_id = 2, message_id = 3, highest_sequence_id = 4.
     # Each part is at most 57 bytes, so every length is one varint byte.
-    receipt = (b"\x08" + _varint(producer_id) + b"\x10" + _varint(sequence_id)
-               + b"\x1a" + _SMALL_VARINTS[len(mid)] + mid + b"\x20" + _varint(highest_sequence_id))
-    size = len(receipt) + 4
-    return _HEADER.pack(size + 4, size) + _RECEIPT_PREFIX + _SMALL_VARINTS[len(receipt)] + receipt
+    size = len(pid) + len(seq) + len(mid) + len(high) + 5
+    return b"".join((_pack(size + 8, size + 4), _RECEIPT_PREFIX, _small[size], b"\x08", pid, b"\x10", seq,
+                     b"\x1a", _small[len(mid)], mid, b"\x20", high))
 
 
 def encode_payload_command(command: api.BaseCommand, message: bytes) -> bytes:
@@ -210,15 +223,35 @@ class FrameDecoder:
         offset = 0
         end = len(buf)
         limit = self.max_frame_size
-        while end - offset >= 4:
-            total = _U32.unpack_from(buf, offset)[0]
+        append = frames.append
+        parse = _BaseCommand.FromString
+        # decode_frame_body, inline: this loop runs once per received frame.
+        while end - offset >= 8:
+            total, cmd_size = _header(buf, offset)
             if total > limit:
                 raise TooLongFrame(total, limit)
             if end - offset - 4 < total:
                 break
-            start = offset + 4
-            offset = start + total
-            frames.append(decode_frame_body(buf, start, total))
+            if total < 4:
+                raise FrameError(f"frame of {total} bytes is too short for a command")
+            if cmd_size > total - 4 or cmd_size == 0:
+                raise FrameError(f"command size {cmd_size} does not fit a frame of {total} bytes")
+            cmd_start = offset + 8
+            cmd_end = cmd_start + cmd_size
+            offset += 4 + total
+            try:
+                command = parse(bytes(buf[cmd_start:cmd_end]))
+            except Exception as e:
+                raise FrameError(f"command does not decode: {e}") from e
+            append((command, bytes(buf[cmd_end:offset]) if cmd_end < offset else None))
+        if end - offset >= 4:
+            # A frame whose header is not all here yet may already announce too much (or be too
+            # short to hold the command size: that waits for its bytes, then fails above).
+            total = _U32.unpack_from(buf, offset)[0]
+            if total > limit:
+                raise TooLongFrame(total, limit)
+            if total < 4 and end - offset - 4 >= total:
+                raise FrameError(f"frame of {total} bytes is too short for a command")
         if offset:
             del buf[:offset]
         return frames

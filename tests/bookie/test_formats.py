@@ -28,6 +28,15 @@ class JournalRecordTests(unittest.TestCase):
         self.assertEqual((offset, rtype, lid, eid), (16, formats.REC_ADD, ledger_id, entry_id))
         self.assertEqual(formats.decode_add_payload(payload), (lac, data))
 
+    @settings(max_examples=100, deadline=None)
+    @given(ids, ids, st.binary(max_size=300), st.integers(min_value=-1, max_value=2**63 - 1))
+    def test_add_header_same_bytes_as_the_generic_encoder(self, ledger_id, entry_id, data, lac):
+        """The ADD header, packed directly, is byte for byte the generic record header with the
+        lac prefix."""
+        self.assertEqual(formats.encode_add_record_header(ledger_id, entry_id, lac, data),
+                         formats.encode_journal_record_header(formats.REC_ADD, ledger_id, entry_id, data,
+                                                              formats.LAC.pack(lac)))
+
     def test_fixed_bytes(self):
         """The layout is the documented one (a fixed vector guards against accidental changes)."""
         record = formats.encode_journal_record(formats.REC_FENCE, 7, 0, b"key")

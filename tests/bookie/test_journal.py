@@ -1,9 +1,10 @@
 """Tests for pulsar_twisted.bookie.journal: replay of damaged files and the group-commit writer thread."""
 
 import os
+import threading
 
 from twisted.internet import defer, reactor
-from twisted.internet.task import deferLater
+from twisted.internet.task import Clock, deferLater
 from twisted.trial import unittest
 
 from pulsar_twisted.bookie import formats
@@ -241,7 +242,7 @@ class JournalWriterTests(unittest.TestCase):
             def callFromThread(self, f, *args):
                 self.calls.append((f, args))
         fake = Reactor()
-        journal = Journal(self.dir, fake)
+        journal = Journal(self.dir, fake, inline_sync_max_ms=0)
         journal._create(1)
         self.addCleanup(os.close, journal._fd)
         fired = []
@@ -283,6 +284,160 @@ class JournalWriterTests(unittest.TestCase):
         journal.append((r,), len(r), Waiter())
         self.assertEqual(len(got), 1)
         self.assertTrue(got[0].check(journal_module.JournalStoppedError))
+
+
+class _TurnReactor(Clock):
+    """A Clock that also keeps callFromThread calls (run them with ``run_thread_calls``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.thread_calls = []
+
+    def callFromThread(self, f, *args):
+        self.thread_calls.append((f, args))
+
+    def run_thread_calls(self):
+        calls, self.thread_calls = self.thread_calls, []
+        for f, args in calls:
+            f(*args)
+
+
+class TurnWriteTests(unittest.TestCase):
+    """The reactor thread writes small turns itself (journalInlineSyncMaxMillis)."""
+
+    def setUp(self):
+        self.dir = self.mktemp()
+        os.makedirs(self.dir)
+        self.syncs = []     # the thread of each fdatasync
+        real = os.fdatasync
+
+        def fdatasync(fd):
+            self.syncs.append(threading.current_thread().name)
+            real(fd)
+        self.patch(journal_module.os, "fdatasync", fdatasync)
+
+    def journal(self, **kw) -> Journal:
+        """A journal on a fake reactor, its file created, no writer thread: ``_idle`` says whether
+        the (absent) thread is waiting for work."""
+        clock = _TurnReactor()
+        j = Journal(self.dir, clock, **kw)
+        j._create(1)
+        self.syncs.clear()      # the header's
+        j._idle = True
+        self.addCleanup(lambda: os.close(j._fd) if j._fd >= 0 else None)
+        return j
+
+    def append(self, j, count: int, fired: list, start: int = 0) -> None:
+        r = key_record(1)
+        for i in range(start, start + count):
+            j.append((r,), len(r)).addCallback(lambda _, i=i: fired.append(i))
+
+    def test_a_turn_is_one_group_written_by_the_reactor(self):
+        """Records appended in one turn wait for the turn's end, then share one write and one
+        fdatasync on the reactor thread, and fire in order with no hand-off."""
+        j = self.journal()
+        fired = []
+        self.append(j, 3, fired)
+        self.assertEqual((fired, self.syncs, j.queue_length()), ([], [], 3))
+        j._reactor.advance(0)
+        self.assertEqual(fired, [0, 1, 2])
+        self.assertEqual(self.syncs, [threading.current_thread().name])
+        self.assertEqual((j.groups, j.fsyncs, j.records), (1, 1, 3))
+        self.assertEqual((j._queue, j._reactor.thread_calls), ([], []))
+        self.assertTrue(j.inline)
+        os.close(j._fd)
+        j._fd = -1
+        self.assertEqual(len(replay_journal(self.dir).records), 3)
+
+    def test_a_large_turn_goes_to_the_writer_thread(self):
+        """A turn over TURN_MAX_RECORDS is queued for the writer thread, in order, and the reactor
+        does not fsync."""
+        j = self.journal()
+        fired = []
+        self.append(j, Journal.TURN_MAX_RECORDS + 1, fired)
+        j._reactor.advance(0)
+        self.assertEqual((fired, self.syncs), ([], []))
+        self.assertEqual(len(j._queue), Journal.TURN_MAX_RECORDS + 1)
+        self.assertFalse(j._idle)   # the thread was woken
+        j._write_group(j._take_all())
+        j._reactor.run_thread_calls()
+        self.assertEqual(fired, list(range(Journal.TURN_MAX_RECORDS + 1)))
+
+    def test_a_small_turn_queues_behind_a_busy_thread(self):
+        """While the thread holds a group, a small turn goes behind it (never written first)."""
+        j = self.journal()
+        fired = []
+        self.append(j, Journal.TURN_MAX_RECORDS + 1, fired)
+        j._reactor.advance(0)
+        thread_group = j._take_all()        # the thread took its group and is writing it
+        self.append(j, 2, fired, start=100)
+        j._reactor.advance(0)
+        self.assertEqual([len(thread_group), len(j._queue), self.syncs], [Journal.TURN_MAX_RECORDS + 1, 2, []])
+        j._write_group(thread_group)
+        j._write_group(j._take_all())
+        j._reactor.run_thread_calls()
+        self.assertEqual(fired, list(range(Journal.TURN_MAX_RECORDS + 1)) + [100, 101])
+
+    def test_slow_fsyncs_move_the_writes_to_the_thread_and_back(self):
+        """fdatasyncs averaging over the limit hand the writes to the thread (logged once); after
+        THREAD_DWELL_S of fast thread fsyncs the reactor takes them back."""
+        self.patch(journal_module.os, "fdatasync", lambda fd: None)    # fsync times set by hand
+        j = self.journal(inline_sync_max_ms=1.0)
+        j.THREAD_DWELL_S = 0.0
+        fired = []
+        j._sync_avg = 0.005             # recent fsyncs took 5 ms
+        self.append(j, 1, fired)
+        j._reactor.advance(0)
+        self.assertEqual(fired, [0])    # written inline, then the switch
+        self.assertFalse(j.inline)
+        self.assertEqual(j.mode_switches, 1)
+        self.append(j, 1, fired, start=1)
+        self.assertEqual(len(j._queue), 1)      # straight to the thread, no turn
+        j._sync_avg = 0.0001
+        j._write_group(j._take_all())
+        j._idle = True                  # the thread waits again
+        j._reactor.run_thread_calls()
+        self.assertEqual(fired, [0, 1])
+        self.assertTrue(j.inline)
+        self.assertEqual(j.mode_switches, 2)
+
+    def test_no_turn_writes_without_flush_when_queue_empty(self):
+        """With group waits (journalFlushWhenQueueEmpty off), or the limit at 0, records go to the
+        writer thread at once."""
+        for kw in ({"flush_when_queue_empty": False}, {"inline_sync_max_ms": 0}):
+            j = self.journal(**kw)
+            self.append(j, 1, [])
+            self.assertFalse(j.inline)
+            self.assertEqual(len(j._queue), 1)
+            os.close(j._fd)
+            j._fd = -1
+
+    def test_mark_in_a_turn(self):
+        """A mark appended in a turn fires with the position after the turn's earlier records."""
+        j = self.journal()
+        r = key_record(1)
+        j.append((r,), len(r))
+        marks = []
+        j.mark().addCallback(marks.append)
+        j._reactor.advance(0)
+        self.assertEqual(marks, [(1, formats.JOURNAL_HEADER.size + len(r))])
+
+    @defer.inlineCallbacks
+    def test_stop_writes_the_pending_turn(self):
+        """``stop`` writes what the current turn appended before the thread ends; a halt drops it."""
+        j = Journal(self.dir, reactor)
+        j.open(replay_journal(self.dir))
+        r = key_record(7)
+        first = j.append((r,), len(r))
+        yield j.stop()
+        self.assertEqual(self.successResultOf(first), None)
+        self.assertEqual([rec[1] for rec in replay_journal(self.dir).records], [7])
+        j = Journal(self.dir, reactor)
+        j.open(replay_journal(self.dir))
+        lost = j.append((key_record(8),), len(r))
+        j.halt()
+        self.assertNoResult(lost)
+        self.assertEqual([rec[1] for rec in replay_journal(self.dir).records], [7])
 
 
 class DurableDirTests(unittest.TestCase):

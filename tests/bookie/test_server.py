@@ -19,6 +19,7 @@ from pulsar_twisted.resources.ledgers import LedgerManager, LedgerMetadata
 from pulsar_twisted.wire.bookie import pack_entry
 from pulsar_twisted.ledger.tcp import TcpBookieClient
 from pulsar_twisted.metadata.embedded.store import EmbeddedMetadataStore
+from pulsar_twisted.metadata.interfaces import MetadataUnavailableError
 from pulsar_twisted.testing.fake_bookie import FakeBookie
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -132,6 +133,26 @@ class RegistrationTests(unittest.TestCase):
         self.successResultOf(self.server.start())
         self.server.registered_path = None   # as if a notification had been missed
         self.successResultOf(self.store.delete(WRITABLE))
+        self.reactor.advance(10)
+        self.assertIsNotNone(self.exists(WRITABLE))
+
+    def test_metadata_unavailable_is_a_warning_and_retried(self):
+        """A periodic check meeting a lost ZooKeeper connection logs a warning (no traceback, no
+        critical line) and the next check registers."""
+        self.successResultOf(self.server.start())
+        self.successResultOf(self.store.delete(WRITABLE))
+        self.server.registered_path = None
+        events = []
+        from twisted.logger import globalLogPublisher
+        globalLogPublisher.addObserver(events.append)
+        self.addCleanup(globalLogPublisher.removeObserver, events.append)
+        original = self.server.sync_registration
+        self.server.sync_registration = lambda: defer.fail(MetadataUnavailableError("zookeeper: ConnectionLoss"))
+        self.reactor.advance(10)
+        failures = [e for e in events if "log_failure" in e]
+        warnings = [e for e in events if "metadata unavailable" in e.get("log_format", "")]
+        self.assertEqual((len(failures), len(warnings)), (0, 1))
+        self.server.sync_registration = original
         self.reactor.advance(10)
         self.assertIsNotNone(self.exists(WRITABLE))
 

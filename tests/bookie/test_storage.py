@@ -453,7 +453,7 @@ class CorruptionAndGCTests(StorageTestBase):
         yield self.fill(storage, 1, 3)
         yield storage.stop()
         # A long group wait holds the DELETE record in the journal queue while gc runs.
-        storage = yield self.open(journal_max_group_wait_ms=300)
+        storage = yield self.open(journal_max_group_wait_ms=300, journal_flush_when_queue_empty=False)
         deleted = storage.delete_ledger(1)
         figures = yield storage.gc()
         self.assertNoResult(deleted)

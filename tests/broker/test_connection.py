@@ -143,6 +143,22 @@ class ConnectionTests(unittest.TestCase):
         self.assertEqual((r.partitionMetadataResponse.request_id, r.partitionMetadataResponse.partitions), (6, 0))
 
     @defer.inlineCallbacks
+    def test_partition_like_names_and_auto_created_partitions(self):
+        """With partitioned auto-creation, "t-partition-12345678" is partition 12345678 of "t"
+        (a plain topic: 0, as Pulsar answers a partition's name) but "t-partition-01234567" is
+        an ordinary name (Pulsar's rule: no leading zero) and gets defaultNumPartitions."""
+        harness = BrokerHarness(allowAutoTopicCreationType="partitioned", defaultNumPartitions=4)
+        yield harness.start()
+        c = harness.client()
+        for request_id, (topic, partitions) in enumerate(
+                (("t-partition-12345678", 0), ("t-partition-01234567", 4), ("t", 4)), 20):
+            c.send(T(type=T.PARTITIONED_METADATA, partitionMetadata=api.CommandPartitionedTopicMetadata(
+                topic=topic, request_id=request_id)))
+            [r] = c.commands(T.PARTITIONED_METADATA_RESPONSE)
+            self.assertEqual((r.partitionMetadataResponse.request_id, r.partitionMetadataResponse.partitions),
+                             (request_id, partitions), topic)
+
+    @defer.inlineCallbacks
     def test_partitioned_metadata_of_partitioned_topic(self):
         from pulsar_twisted.common.naming import parse_topic
         yield self.harness.broker.create_partitioned_topic(parse_topic("pt"), 4)
@@ -151,3 +167,75 @@ class ConnectionTests(unittest.TestCase):
                  partitionMetadata=api.CommandPartitionedTopicMetadata(topic="pt", request_id=7)))
         [r] = c.commands(T.PARTITIONED_METADATA_RESPONSE)
         self.assertEqual(r.partitionMetadataResponse.partitions, 4)
+
+
+class SendFastPathTests(unittest.TestCase):
+    """SEND skips the dispatch table (cnx.dataReceived): the rules of _dispatch still hold."""
+
+    @defer.inlineCallbacks
+    def setUp(self):
+        from tests.broker.messaging import harness_with_producer
+        self.harness, self.client, answers = yield harness_with_producer("persistent://public/default/fast")
+        self.assertEqual([a.type for a in answers], [T.PRODUCER_SUCCESS])
+
+    def send_frames(self, n, first=0):
+        from tests.broker.messaging import message
+        return b"".join(frames.encode_payload_command(
+            T(type=T.SEND, send=api.CommandSend(producer_id=1, sequence_id=first + i)), message(first + i))
+            for i in range(n))
+
+    def test_many_sends_in_one_chunk_answered_in_order(self):
+        """Frames of one read are all dispatched, receipts in sequence order."""
+        self.client.send_raw(self.send_frames(20))
+        receipts = [c.send_receipt for c in self.client.commands(T.SEND_RECEIPT)]
+        self.assertEqual([r.sequence_id for r in receipts], list(range(20)))
+        self.assertEqual([r.message_id.entryId for r in receipts], list(range(20)))
+
+    def test_send_before_connect_closes(self):
+        """A SEND on a connection that has not CONNECTed closes it, as any other command."""
+        from pulsar_twisted.testing.broker import FakeClient
+        c = FakeClient(self.harness, 3)
+        c.send_raw(self.send_frames(1))
+        self.assertTrue(c.transport.disconnecting)
+        self.assertEqual(c.commands(), [])
+
+    def test_error_in_send_answered_and_connection_kept(self):
+        """An exception while handling a SEND is logged and answered with ERROR; the next SEND of
+        the same read is still handled."""
+        cnx = self.client.protocol
+        producer = cnx.producers[1]
+        real, calls = producer.publish_message, []
+
+        def once_broken(*args):
+            calls.append(args[0])
+            if len(calls) == 1:
+                raise RuntimeError("boom")
+            real(*args)
+
+        producer.publish_message = once_broken
+        self.client.send_raw(self.send_frames(2))
+        replies = self.client.commands()
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+        self.assertEqual([c.type for c in replies], [T.ERROR, T.SEND_RECEIPT])
+        self.assertEqual(replies[0].error.error, api.UnknownError)
+        self.assertEqual(replies[1].send_receipt.sequence_id, 1)
+        self.assertFalse(self.client.transport.disconnecting)
+
+    def test_checksum_of_a_message_without_the_magic_not_checked(self):
+        """A message part without the CRC32C magic (very old clients) is stored unchecked, as
+        verify_message does."""
+        meta = api.MessageMetadata(producer_name="p", sequence_id=0, publish_time=1).SerializeToString()
+        old = struct.pack(">I", len(meta)) + meta + b"payload"
+        self.client.send(T(type=T.SEND, send=api.CommandSend(producer_id=1, sequence_id=0)), old)
+        [receipt] = self.client.commands(T.SEND_RECEIPT)
+        self.assertEqual(receipt.send_receipt.sequence_id, 0)
+
+    def test_fields_given_to_the_producer(self):
+        """The producer gets the SEND's ids, count and chunk flag (highest id 0 when unset)."""
+        from tests.broker.messaging import message
+        got = []
+        self.client.protocol.producers[1].publish_message = lambda *a: got.append(a[:4])
+        self.client.send(T(type=T.SEND, send=api.CommandSend(
+            producer_id=1, sequence_id=5, highest_sequence_id=9, num_messages=4, is_chunk=True)), message(5))
+        self.client.send(T(type=T.SEND, send=api.CommandSend(producer_id=1, sequence_id=6)), message(6))
+        self.assertEqual(got, [(5, 9, 4, True), (6, 0, 1, False)])

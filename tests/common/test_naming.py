@@ -29,6 +29,20 @@ class TopicNameTests(unittest.SynchronousTestCase):
         self.assertEqual(str(parse_topic("x").partition(2)), "persistent://public/default/x-partition-2")
         self.assertEqual(parse_topic("x-partition-").partition_index, -1)
 
+    def test_partition_index_as_pulsar(self):
+        """Pulsar's TopicName.getPartitionIndex: "-partition-N" names partition N only when N
+        is a Java int written as Integer.parseInt reads it back (no sign, no leading zero);
+        any other suffix is part of a plain topic's name, never an error."""
+        for suffix, index in (("0", 0), ("7", 7), ("12345678", 12345678), ("2147483647", 2**31 - 1)):
+            name = parse_topic(f"x-partition-{suffix}")
+            self.assertEqual((name.partition_index, str(name.partitioned_topic_name)),
+                             (index, "persistent://public/default/x"), suffix)
+        for suffix in ("01", "00", "04955983", "-1", "+1", " 1", "2147483648",
+                       "99999999999", "1e3", "\u00b2", "1" * 4000):
+            name = parse_topic(f"x-partition-{suffix}")
+            self.assertEqual(name.partition_index, -1, suffix)
+            self.assertIs(name.partitioned_topic_name, name)
+
     def test_invalid(self):
         for bad in ["", "a/b", "ftp://a/b/c", "persistent://a/b/", "a/b/c/d/e", " x", "persistent://a//c"]:
             self.assertRaises(InvalidTopicNameError, parse_topic, bad)

@@ -26,6 +26,14 @@ class PatternTests(unittest.SynchronousTestCase):
         self.assertEqual(filter_topics(topics, compiled),
                          [NS + "x-1", NS + "x-2-partition-0", "non-persistent://acme/ns/x-3"])
 
+    def test_partition_suffix_by_pulsar_naming_rule(self):
+        """A partition matches by its base name, but "-partition-01" (leading zero) is no
+        partition suffix: that name is matched whole, as TopicName.getPartitionIndex says."""
+        compiled = compile_topics_pattern(NS + "x")
+        self.assertEqual(filter_topics([NS + "x-partition-3", NS + "x-partition-03"], compiled),
+                         [NS + "x-partition-3"])
+        self.assertEqual(patterns.base_name(NS + "x-partition-03"), NS + "x-partition-03")
+
     def test_java_syntax_kept(self):
         """What Pulsar users write in Java syntax works: inline flags, \\Q..\\E, classes, flags carried."""
         self.assertTrue(compile_pattern(r"(?i)topic-\d+").fullmatch("TOPIC-12"))

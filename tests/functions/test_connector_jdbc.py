@@ -189,3 +189,18 @@ class SchemaValuesTests(SynchronousTestCase):
         self.assertEqual(values.json_value(self.Message(0), b""), b"")                     # tombstone
         with self.assertRaises(ValueError):
             values.json_value(self.Message(0), b"\xff")
+
+    def test_schema_of_a_partition_is_its_parents(self):
+        """A partition's schema is its partitioned topic's; a name that only looks like one
+        (``-partition-01``: not a partition by Pulsar's rule) keeps its own."""
+        from pulsar_twisted.functions.connectors.schemas import SchemaValues
+        fetched = []
+
+        def fetch(tenant, namespace, topic, version):
+            fetched.append(topic)
+            return {"type": "JSON"}
+        values = SchemaValues("http://unused", fetch=fetch)
+        for topic in ("persistent://public/default/people-partition-2",
+                      "persistent://public/default/people-partition-01"):
+            values.json_value(self.Message(3, topic), b"{}")
+        self.assertEqual(fetched, ["people", "people-partition-01"])

@@ -211,6 +211,27 @@ class DurableStoreTests(TestCase):
         store = await self.open()
         self.assertEqual(await store.get_children("/k"), ["1", "2", "4"])
 
+    async def test_put_all_survives_or_vanishes_whole(self):
+        """A put_all is one log record: after a crash both writes are there, or (torn anywhere
+        in it, even past the first write's bytes) neither is."""
+        store = await self.open()
+        await store.put("/g/ml", b"v0")
+        size_before = os.path.getsize(self.log_path())
+        await store.put_all([("/g/ledger", b"L" * 200, -1), ("/g/ml", b"v1" * 100, 0)])
+        size_after = os.path.getsize(self.log_path())
+        self.crash(store)
+        store = await self.open()
+        self.assertEqual((await store.get("/g/ledger"))[0], b"L" * 200)
+        self.assertEqual((await store.get("/g/ml"))[1].version, 1)
+        self.crash(store)
+        with open(self.log_path(), "r+b") as f:
+            f.truncate(size_after - 10)    # the ledger's op whole, the node's update torn
+        store = await self.open()
+        self.assertIsNone(await store.get("/g/ledger"))
+        self.assertEqual(await store.get("/g/ml"), (b"v0", (await store.get("/g/ml"))[1]))
+        self.assertEqual((await store.get("/g/ml"))[1].version, 0)
+        self.assertEqual(os.path.getsize(self.log_path()), size_before)
+
     async def test_junk_tail_cut(self):
         """Junk after the last record (bad length or CRC) is cut, and new writes survive."""
         store = await self.open()
@@ -344,6 +365,25 @@ class DurableStoreTests(TestCase):
         self.crash(store)
         store = await self.open()
         self.assertEqual(len(await store.get_children("/g")), 200)
+
+    async def test_next_batch_goes_before_the_callbacks(self):
+        """What came while a batch was written goes to the worker before that batch's callbacks
+        run (they are the callers' whole continuation; the disk need not wait for them), and
+        the Deferreds still fire in write order."""
+        from twisted.internet.task import deferLater
+        store = await self.open()
+        core = store._core
+        first = store.put("/nb/a", b"a")
+        await deferLater(reactor, 0, lambda: None)     # the first batch is with the worker
+        self.assertTrue(core.in_flight)
+        second = store.put("/nb/b", b"b")
+        seen, order = [], []
+        first.addCallback(lambda _: (seen.append((core.in_flight, list(core.pending))),
+                                     order.append("a")))
+        second.addCallback(lambda _: order.append("b"))
+        await gatherResults([first, second])
+        self.assertEqual(seen, [(True, [])])
+        self.assertEqual(order, ["a", "b"])
 
     async def test_writes_visible_before_durable(self):
         """A read right after a put sees it though the put's Deferred has not fired yet."""

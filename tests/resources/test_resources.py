@@ -112,6 +112,14 @@ class NamespaceResourcesTests(StoreCase):
         self.assertEqual(self.successResultOf(partitioned.partitions(name)), 5)
         self.assertEqual(self.successResultOf(partitioned.list("t", "ns", "persistent")), ["p"])
 
+    def test_partitioned_corrupt_node(self):
+        """A partitioned-topic node that is not JSON fails the read (CorruptMetadataError)."""
+        from pulsar_twisted.resources.base import CorruptMetadataError
+        partitioned = PartitionedTopicResources(self.store)
+        name = parse_topic("persistent://t/ns/bad")
+        self.successResultOf(self.store.put(partitioned_topic_path(name), b"{not json"))
+        self.failureResultOf(partitioned.partitions(name), CorruptMetadataError)
+
 
 class PoliciesModelTests(unittest.TestCase):
     def test_new_namespace_defaults_and_checks(self):

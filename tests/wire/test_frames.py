@@ -196,6 +196,14 @@ class SendReceiptEncodingTests(unittest.SynchronousTestCase):
         self.assertEqual(frames.encode_send_receipt(producer_id, sequence_id, highest, ledger_id, entry_id),
                          _protobuf_receipt(producer_id, sequence_id, highest, ledger_id, entry_id))
 
+    def test_same_bytes_at_the_varint_boundaries(self):
+        """Ids at each varint length boundary (table, 3-byte branch, loop), equal ids or not."""
+        edges = [0, 127, 128, 0x3FFF, 0x4000, 0x1FFFFF, 0x200000, 2 ** 28, 2 ** 64 - 1]
+        for a in edges:
+            for b in edges:
+                for args in [(a, b, b, a, b), (b, a, b, b, a), (a, a, a, -1, -1)]:
+                    self.assertEqual(frames.encode_send_receipt(*args), _protobuf_receipt(*args), args)
+
     def test_decodes_as_a_receipt(self):
         [(command, message)] = frames.FrameDecoder(1 << 20).feed(
             frames.encode_send_receipt(7, 2 ** 40, 2 ** 40 + 3, -1, -1))

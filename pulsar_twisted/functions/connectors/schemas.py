@@ -8,11 +8,10 @@ version is fetched once from the worker's web service (Pulsar's
 
 import io
 import json
-import re
 import urllib.parse
 import urllib.request
 
-_PARTITION = re.compile(r"-partition-\d+$")
+from pulsar_twisted.common.patterns import base_name
 
 
 class SchemaValues:
@@ -36,7 +35,7 @@ class SchemaValues:
         if key not in self.cache:
             domain, _, rest = topic_name.partition("://")
             tenant, namespace, local = rest.split("/", 2)
-            info = self.fetch(tenant, namespace, _PARTITION.sub("", local), version)
+            info = self.fetch(tenant, namespace, base_name(local), version)
             parsed = None
             if str(info.get("type", "")).upper() == "AVRO":
                 import fastavro

@@ -343,6 +343,12 @@ class _Core:
     def _written(self, _, batch: list[_Commit]) -> None:
         self.in_flight = False
         self.log_size += sum(len(entry.record) for entry in batch)
+        if self.pending:
+            # The next batch (what came while this one was written) goes to the worker before
+            # this one's callbacks run: they are the rest of each caller's work (a topic's load,
+            # its producer), and the disk would otherwise wait for all of it. Order holds: the
+            # next batch completes in a later reactor call than these callbacks.
+            self._flush()
         for entry in batch:
             self.notify(entry.notifications)
             if not entry.wants_snapshot:
@@ -638,11 +644,69 @@ class EmbeddedMetadataStore:
             if len(value) > log_format.MAX_VALUE_BYTES:
                 raise ValueError(f"metadata value of {len(value)} bytes is over the "
                                  f"{log_format.MAX_VALUE_BYTES} a log record can hold")
-            return self._put(path, bytes(value), expected_version, ephemeral, sequential)
+            return self._core.commit(*self._change(path, bytes(value), expected_version, ephemeral, sequential))
         except (MetadataStoreError, ValueError, TypeError) as e:
             return fail(e)
 
-    def _put(self, path, value, expected_version, ephemeral, sequential) -> Deferred:
+    def put_all(self, writes) -> Deferred:
+        """
+        See ``IMetadataStore.put_all``: the writes are checked against the tree first, then applied
+        together and logged as one record, so a crash keeps all of them or none (a record is replayed
+        whole or cut as torn). One fsync, and the Deferred fires once that record is durable.
+        """
+        writes = [(path, bytes(value) if isinstance(value, (bytearray, memoryview)) else value, version)
+                  for path, value, version in writes]
+        for index, (path, value, version) in enumerate(writes):
+            try:
+                self._check_group_write(path, value, version, [w[0] for w in writes[:index]])
+            except (MetadataStoreError, ValueError, TypeError) as e:
+                e.failed_index = index
+                return fail(e)
+        ops, stats, notifications = [], [], []
+        for path, value, version in writes:
+            # Checked above, on a tree the earlier writes of the group cannot have changed for it.
+            write_ops, stat, write_notifications = self._change(path, value, version, False, False)
+            ops += write_ops
+            stats.append(stat)
+            notifications += write_notifications
+        return self._core.commit(ops, stats, notifications)
+
+    def _check_group_write(self, path, value, version, earlier) -> None:
+        """Why one write of a ``put_all`` would fail on the tree as it is (raised), else nothing."""
+        error = self._core.check_usable(self)
+        if error is not None:
+            raise error
+        check_path(path)
+        if not isinstance(value, bytes):
+            raise TypeError(f"metadata values are bytes, not {type(value).__name__}")
+        if len(value) > log_format.MAX_VALUE_BYTES:
+            raise ValueError(f"metadata value of {len(value)} bytes is over the "
+                             f"{log_format.MAX_VALUE_BYTES} a log record can hold")
+        if not isinstance(version, int) or version < -1:
+            raise ValueError(f"put_all takes expected versions -1 or n >= 0, not {version!r}")
+        for other in earlier:
+            if other == path or other.startswith(path + "/") or path.startswith(other + "/"):
+                raise ValueError(f"put_all paths must be distinct and unrelated: {other}, {path}")
+        nodes = self._core.tree.nodes
+        node = nodes.get(path)
+        if version == -1:
+            if node is not None:
+                raise AlreadyExistsError(path)
+            if path == "/":
+                raise ValueError("cannot create the root")
+            ancestor = parent_of(path)
+            while ancestor not in nodes:
+                ancestor = parent_of(ancestor)
+            if nodes[ancestor].owner is not None:
+                raise NoChildrenForEphemeralsError(f"{ancestor} is ephemeral")
+        elif node is None:
+            raise NotFoundError(path)
+        elif node.version != version:
+            raise BadVersionError(f"{path}: expected version {version}, found {node.version}")
+
+    def _change(self, path, value, expected_version, ephemeral, sequential):
+        """Apply one put to the tree: ``(log ops, Stat, notifications)`` for ``commit``; raises first
+        (changing nothing) when the put is refused."""
         core = self._core
         error = core.check_usable(self)
         if error is not None:
@@ -671,7 +735,7 @@ class EmbeddedMetadataStore:
             node.version += 1
             node.mtime = now
             ops = [] if node.owner is not None else [node.set_op(path)]
-            return core.commit(ops, self._stat(path, node), [Notification("modified", path)])
+            return ops, self._stat(path, node), [Notification("modified", path)]
         if path == "/":
             raise ValueError("cannot create the root")
         if expected_version is not None and expected_version >= 0:
@@ -680,7 +744,7 @@ class EmbeddedMetadataStore:
             raise ValueError(f"bad expected_version {expected_version}")
         return self._create(path, value, ephemeral, sequential, now)
 
-    def _create(self, path: str, value: bytes, ephemeral: bool, sequential: bool, now: int) -> Deferred:
+    def _create(self, path: str, value: bytes, ephemeral: bool, sequential: bool, now: int):
         core = self._core
         nodes = core.tree.nodes
         # Check every missing ancestor first so that a refused create changes nothing.
@@ -716,7 +780,7 @@ class EmbeddedMetadataStore:
         else:
             ops.append(node.set_op(path))
         notifications += [Notification("created", path), Notification("children", parent_of(path))]
-        return core.commit(ops, self._stat(path, node), notifications)
+        return ops, self._stat(path, node), notifications
 
     def delete(self, path: str, expected_version: Optional[int] = None) -> Deferred:
         """Remove one node (NotFoundError, BadVersionError, NotEmptyError). The root cannot go."""
