@@ -391,7 +391,7 @@ class Journal:
             return not self._done
 
     def _enqueue_all(self, group: list) -> None:
-        """Hand a turn's records, in order, to the writer thread."""
+        """Hand records ``(chunks, nbytes, waiter, time queued)``, in order, to the writer thread."""
         with self._cond:
             if self._stopping:
                 stopped = Failure(JournalStoppedError("journal stopped"))
@@ -402,6 +402,7 @@ class Journal:
                 self._head_time = group[0][3]
             self._queue.extend(group)
             self._queued_bytes += sum(n for _, n, _, _ in group)
+            # Wake the writer only when it matters, so a burst of adds does not cost a thread switch each.
             if self._idle:
                 self._idle = False
                 self._cond.notify()
@@ -436,21 +437,7 @@ class Journal:
                                            ms=self._sync_avg * 1000.0, n=self.mode_switches)
 
     def _enqueue(self, chunks, nbytes: int, d: Deferred) -> None:
-        with self._cond:
-            if self._stopping:
-                d.errback(Failure(JournalStoppedError("journal stopped")))
-                return
-            if not self._queue:
-                self._head_time = time.monotonic()
-            self._queue.append((chunks, nbytes, d, time.monotonic()))
-            self._queued_bytes += nbytes
-            # Wake the writer only when it matters, so a burst of adds does not cost a thread switch each.
-            if self._idle:
-                self._idle = False
-                self._cond.notify()
-            elif self._gathering and self._threshold_reached():
-                self._gathering = False
-                self._cond.notify()
+        self._enqueue_all([(chunks, nbytes, d, time.monotonic())])
 
     def _threshold_reached(self) -> bool:
         return (self._queued_bytes >= self._bytes_threshold
