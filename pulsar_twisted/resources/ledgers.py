@@ -57,7 +57,9 @@ def ledger_path(ledger_id: int) -> str:
     return "%s/L%010d" % (LEDGERS_ROOT, ledger_id)
 
 
-@dataclass(frozen=True)
+# slots: a ledger's metadata is held by its handle for as long as its topic is loaded; without them
+# its instance dictionary was 296 of the 350 bytes (issue 14: memory per loaded topic).
+@dataclass(frozen=True, slots=True)
 class LedgerMetadata:
     """
     Immutable description of a ledger. ``ensembles`` is a tuple of ``(first_entry_id, bookies)``
