@@ -57,8 +57,8 @@ def ledger_path(ledger_id: int) -> str:
     return "%s/L%010d" % (LEDGERS_ROOT, ledger_id)
 
 
-# slots: a ledger's metadata is held by its handle for as long as its topic is loaded; without them
-# its instance dictionary was 296 of the 350 bytes (issue 14: memory per loaded topic).
+# slots: a ledger's metadata is held by its handle for as long as its topic is loaded; without an
+# instance dictionary it takes 128 bytes instead of 176 (tracemalloc; issue 14: memory per topic).
 @dataclass(frozen=True, slots=True)
 class LedgerMetadata:
     """

@@ -141,13 +141,11 @@ def _credential_fields(a) -> dict:
 def run_instances(spec_path: str, parallelism: int, first_id: int) -> None:
     """``parallelism`` instance processes of ``spec_path`` (ids from ``first_id``), waited for;
     Ctrl-C stops them (SIGTERM). CommandError naming the exit codes when one failed."""
-    # Ctrl-C and SIGTERM both stop the instances, even when this process was started with SIGINT
-    # ignored (a shell without job control does that to background commands), so that the command
-    # never exits, or hangs, leaving its instances running.
-    def interrupted(signum, frame):
-        raise KeyboardInterrupt
-    signal.signal(signal.SIGINT, interrupted)
-    signal.signal(signal.SIGTERM, interrupted)
+    # Ctrl-C and SIGTERM both raise KeyboardInterrupt here, and so stop the instances, even when
+    # this process started with SIGINT ignored (a shell without job control starts background
+    # commands so): otherwise the command ignored Ctrl-C and a kill left its instances running.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     children = [subprocess.Popen([sys.executable, "-m", "pulsar_twisted.functions.instance_main",
                                   spec_path, str(first_id + i)]) for i in range(parallelism)]
     try:
