@@ -202,7 +202,9 @@ class TwoBrokerTests(ClusterCase):
             publisher.send(b"b-%05d" % i)
         producer.flush()
         self.assertEqual(len(publisher.acked), 200, publisher.failed)
-        self.assertIn("Loaded topic " + topic_b, broker_b.log_text())
+        # The load log gathers a burst's lines for up to load_log.WINDOW_SECONDS: wait for it.
+        wait_for(lambda: "Loaded topic " + topic_b in broker_b.log_text(), 10,
+                 "B's Loaded topic line", on_timeout=cluster.logs)
         self.assertNotIn("Loaded topic " + topic_b, broker_a.log_text())
 
         # kill -9 B in mid-stream: its bundle node expires with its session, A takes over.
@@ -222,7 +224,8 @@ class TwoBrokerTests(ClusterCase):
               f"{len(received & publisher.acked)} of the acknowledged; A served the topic "
               f"{takeover:.1f}s after B's kill -9 (session timeout 4s)")
         self.assert_all_received(publisher.acked, received)
-        self.assertIn("Loaded topic " + topic_b, broker_a.log_text())
+        wait_for(lambda: "Loaded topic " + topic_b in broker_a.log_text(), 10,
+                 "A's Loaded topic line", on_timeout=cluster.logs)
         self.assertEqual(cluster.registered_brokers(), [broker_a.broker_id])
 
 
