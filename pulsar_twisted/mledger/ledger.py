@@ -180,7 +180,7 @@ class ManagedLedgerImpl:
         "_last_confirmed", "_current", "_current_created", "_current_sent", "_rollover_call",
         "_min_rollover_call", "_pending", "_queued", "_drain_waiters", "_read_handles",
         "_opening_handles", "_cache", "_meta_version", "_meta_writing", "_meta_waiters",
-        "_trimming", "_trim_waiters", "_listeners", "_notify_call", "_throttle_listeners",
+        "_trimming", "_trim_waiters", "_listeners", "_notify_call", "_notify_more", "_throttle_listeners",
         "_throttled", "_fenced_listeners", "_close_waiters", "_closed_on_failure",
         "__dict__", "__weakref__",
     )
@@ -235,6 +235,7 @@ class ManagedLedgerImpl:
         self._trim_waiters = ()
         self._listeners = ()
         self._notify_call = None
+        self._notify_more = False
         self._throttle_listeners = ()
         self._throttled = False
         self._fenced_listeners = ()
@@ -654,8 +655,6 @@ class ManagedLedgerImpl:
             # As Pulsar: an entry nobody may read soon is not cached (a topic with producers only
             # would otherwise hold its last entries for good).
             self._cache.insert(pos, op.data)
-        if self._notify_call is None and self._listeners:
-            self._notify_call = self.reactor.callLater(0, self._notify_listeners)
         if self._throttled and len(pending) + len(self._queued) <= self.config.max_pending_adds // 2:
             self._set_throttled(False)
         self.counters.add_done(None, op.started, size)
@@ -665,6 +664,8 @@ class ManagedLedgerImpl:
             op.deferred.callback(pos)
         except Exception:
             log.failure("managed ledger: an add's completion callback failed")
+        if self._listeners:
+            self._entries_added()
         if not pending:
             if self._pending is pending:
                 self._pending = ()   # an idle topic keeps no empty deque
@@ -796,14 +797,32 @@ class ManagedLedgerImpl:
         return len(self._pending) + len(self._queued)
 
     def add_new_entries_listener(self, callback):
-        """``callback()`` runs once per reactor turn in which adds completed."""
+        """``callback()`` runs right after the first add of a reactor turn completes (after its
+        own Deferred has fired), and once more at the end of that turn if later adds completed in
+        it: a waiting reader hears of a lone entry at once, and of a burst at most twice."""
         self._listeners = _with_listener(self._listeners, callback)
 
     def remove_new_entries_listener(self, callback):
         self._listeners = _without(self._listeners, callback)
 
-    def _notify_listeners(self):
+    def _entries_added(self):
+        # Leading edge at once, the rest of the turn coalesced: notifying one reactor turn later
+        # (as before) put a whole turn, often with a journal fsync in it, between an entry's
+        # receipt and its dispatch to a waiting consumer (issue 14, end-to-end latency).
+        if self._notify_call is None:
+            self._notify_call = self.reactor.callLater(0, self._notify_turn_end)
+            self._notify_more = False
+            self._notify_listeners()
+        else:
+            self._notify_more = True
+
+    def _notify_turn_end(self):
         self._notify_call = None
+        if self._notify_more:
+            self._notify_more = False
+            self._notify_listeners()
+
+    def _notify_listeners(self):
         for cb in _each_listener(self._listeners):
             try:
                 cb()

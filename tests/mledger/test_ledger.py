@@ -87,14 +87,22 @@ class AddReadTests(ManagedLedgerHarness, unittest.TestCase):
         self.assertEqual(sorted(self.successResultOf(self.factory.list_names())), ["a/b", "a/b/c"])
 
     def test_new_entries_listener_coalesced(self):
-        """One call per reactor turn, not per entry."""
+        """The first add of a turn is announced at once (the entry is readable then); the
+        turn's later adds in one more call at the turn's end, not one per entry."""
         ml = self.open()
         calls = []
-        ml.add_new_entries_listener(lambda: calls.append(1))
+        ml.add_new_entries_listener(lambda: calls.append(ml.number_of_entries()))
         self.add(ml, 5)
-        self.assertEqual(calls, [])
-        self.clock.advance(0)
         self.assertEqual(calls, [1])
+        self.clock.advance(0)
+        self.assertEqual(calls, [1, 5])
+        # A turn with one add: one call, nothing more at its end.
+        self.add(ml, 1)
+        self.clock.advance(0)
+        self.assertEqual(calls, [1, 5, 6])
+        # A turn without adds: no call.
+        self.clock.advance(0)
+        self.assertEqual(len(calls), 3)
 
     def test_listeners_added_and_removed_one_or_many(self):
         """A lone listener is kept without a tuple (issue 14); several, removal and the fenced

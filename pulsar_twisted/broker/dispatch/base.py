@@ -5,7 +5,8 @@ A dispatcher reads entries for its consumers only while they have permits (so me
 bounded by permits, not by backlog), at most ``dispatcherMaxReadBatchSize`` per read, one read in
 flight at a time. When the cursor has nothing more it waits for the topic to signal new entries.
 Reads are started from ``clock.callLater(0, ...)`` so that a read completing synchronously (entry
-cache hit) never recurses.
+cache hit) never recurses; only the managed ledger's new-entries notification, which never runs
+inside a read, starts one at once.
 """
 
 from twisted.logger import Logger
@@ -98,7 +99,10 @@ class PersistentDispatcher:
         return self.cursor.has_more_entries()
 
     def new_entries(self) -> None:
-        self.schedule_read()
+        # The managed ledger's new-entries notification runs outside any read of ours, so a read
+        # started here cannot recurse: read now, not a reactor turn later (end-to-end latency).
+        if self._scheduled is None and not self.closed:
+            self._read()
 
     # ---------------------------------------------------------------- unreadable entries
     def metadata_or_skip(self, entry):
