@@ -30,6 +30,7 @@ Usage (from the repository root)::
                                               # p50/p99/p99.9, broker CPU-ms/10k, RSS; 3 runs each + medians
     python scripts/bench_broker.py --housekeeping  # the latency mode at 5k msg/s while a backlog is
                                               # drained and trimmed and ledgers/entry logs roll over
+                                              # (--drain-rate N paces the drain)
     python scripts/bench_broker.py --gc-stats # also log the broker's garbage collections, per phase
 
 The table's "other CPU" column is the machine's busy time that is neither the broker nor the benchmark's
@@ -453,12 +454,13 @@ def create_subscription(url, topic, name):
 
 
 def consume(url, topic, subscription, expected, ack_mode, receiver_queue=20000, verify_size=None,
-            idle_timeout_ms=10000):
+            idle_timeout_ms=10000, rate=0):
     """Drain ``expected`` messages with one consumer; returns a stats dict.
 
     ``ack_mode`` is ``"cumulative"`` (acknowledge_cumulative every 1,000 messages and on the last) or
     ``"individual"`` (acknowledge each message; the client groups acks for up to 100 ms / 1,000 ids
     before sending). With ``verify_size`` each payload is checked against ``_payload(n, size)`` in order.
+    ``rate`` > 0 paces the receiving at that many messages per second (sleeping, checked every 100).
     """
     client = _client(url)
     consumer = client.subscribe(topic, subscription, receiver_queue_size=receiver_queue,
@@ -487,6 +489,10 @@ def consume(url, topic, subscription, expected, ack_mode, receiver_queue=20000, 
         received += 1
         if not cumulative or received % 1000 == 0:
             ack(msg)
+        if rate and received % 100 == 0:
+            ahead = t0 + received / rate - time.monotonic()
+            if ahead > 0:
+                time.sleep(ahead)
     if cumulative and msg is not None:
         consumer.acknowledge_cumulative(msg)
     t1 = time.monotonic()
@@ -674,10 +680,10 @@ def latency_point(bench, topic, rate, seconds, size, e2e, on_start=None):
     return s
 
 
-def _drain_worker(url, topic, subscription, expected, out, start):
+def _drain_worker(url, topic, subscription, expected, out, start, rate):
     try:
         start.wait(300)
-        out.put(consume(url, topic, subscription, expected, "individual", receiver_queue=5000))
+        out.put(consume(url, topic, subscription, expected, "individual", receiver_queue=5000, rate=rate))
     except BaseException as e:
         out.put({"error": repr(e)})
 
@@ -702,7 +708,7 @@ def run_latency(args, bench):
                 drain = None
                 if args.housekeeping:
                     drain = _start_backlog_drain(bench, f"{NAMESPACE}bench-hk-{rate}-{e2e}-{k}-{t}",
-                                                 backlog, size)
+                                                 backlog, size, args.drain_rate)
                 s = latency_point(bench, topic, rate, secs, size, e2e,
                                   on_start=drain[2].set if drain is not None else None)
                 if drain is not None:
@@ -710,7 +716,7 @@ def run_latency(args, bench):
                 rows.append((rate, e2e, s))
 
 
-def _start_backlog_drain(bench, topic, count, size):
+def _start_backlog_drain(bench, topic, count, size, drain_rate=0):
     """Publish ``count`` messages in small batches (10 messages an entry: many entries, so many
     ledgers) to a topic with one subscription, then start a process that drains it (individual
     acks) once the returned event is set."""
@@ -728,7 +734,7 @@ def _start_backlog_drain(bench, topic, count, size):
     client.close()
     ctx = multiprocessing.get_context("spawn")
     out, start = ctx.Queue(), ctx.Event()
-    worker = ctx.Process(target=_drain_worker, args=(url, topic, "drain", count, out, start))
+    worker = ctx.Process(target=_drain_worker, args=(url, topic, "drain", count, out, start, drain_rate))
     worker.start()
     return worker, out, start
 
@@ -1015,6 +1021,10 @@ def main():
                     help="latency mode at the first rate while a backlog is drained and trimmed, entry "
                          "logs GCed and ledgers rolled over (small ledgers and entry logs)")
     ap.add_argument("--backlog", type=int, help="messages of the housekeeping backlog (500,000)")
+    ap.add_argument("--drain-rate", type=int, default=0,
+                    help="with --housekeeping: pace the backlog's drain at this many msg/s (0, the "
+                         "default: as fast as it goes, which also measures a full-rate dispatch "
+                         "sharing the reactor; 20000 keeps ledgers trimming through the run without it)")
     ap.add_argument("--memory-msg-size", type=int, default=10 * 1024, help="message size for --memory")
     ap.add_argument("--memory-verify", type=int, help="messages to drain and verify after --memory (all)")
     ap.add_argument("--gc-stats", action="store_true",
