@@ -384,6 +384,10 @@ _STORAGE_KEYS = [
         "Commit a journal group at once when this many entries are waiting (0: no limit).",
         "Bookie storage"),
     Key("journalMaxSizeMB", int, 2048, "Journal file size before it rolls over.", "Bookie storage"),
+    Key("journalPreAllocSizeMB", int, 16,
+        "Zero-filled space kept ahead of the journal's end, filled by a background thread: an fsync\n"
+        "over it flushes only the data, not a new file size too (0: append without it).",
+        "Bookie storage"),
     Key("flushInterval", int, 1000, "Milliseconds between checkpoints of the write cache to entry logs.",
         "Bookie storage"),
     Key("dbStorage_writeCacheMaxSizeMb", int, 16,

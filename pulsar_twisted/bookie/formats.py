@@ -306,7 +306,8 @@ class RecordScanner:
     """Iterate the records of a journal or entry log file, stopping at the first bad one.
 
     After iteration, ``valid_end`` is the offset just past the last intact record (where a torn tail should
-    be cut) and ``problem`` says why scanning stopped: None at a clean end of file, else a short text
+    be cut) and ``problem`` says why scanning stopped: None at a clean end of file (or at an all-zero
+    record header: preallocated space, which no record starts with), else a short text
     ("truncated record", "CRC mismatch", ...). Reads through a buffered binary file, never the whole file
     into memory, so multi-gigabyte journals replay in bounded memory.
     """
@@ -338,6 +339,9 @@ class RecordScanner:
                 return
             if len(head) < rec.size:
                 self.problem = "truncated record header"
+                return
+            if not any(head):
+                # Zeros: space preallocated past the last record (bookie/prealloc.py), the end.
                 return
             fields = rec.unpack(head)
             n = fields[0]

@@ -38,6 +38,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 from pulsar_twisted.bookie import formats
+from pulsar_twisted.bookie.prealloc import Preallocator
 from pulsar_twisted.common.latency import LatencySummary
 from pulsar_twisted.net import handback
 
@@ -144,10 +145,13 @@ def replay_journal(journal_dir: str) -> ReplayResult:
                     pending.append((file_id, offset, rtype, ledger_id, entry_id, payload))
             if scanner.problem is not None:
                 _problem(result, path, f"{scanner.problem} at offset {scanner.valid_end}; rest of file ignored")
-                if last:
-                    f.truncate(scanner.valid_end)
-                    f.flush()
-                    os.fdatasync(f.fileno())
+            if last and (scanner.problem is not None or os.fstat(f.fileno()).st_size > scanner.valid_end):
+                # A torn tail, or the zeros preallocated past the last record: appends go right
+                # after the last intact record, with nothing left behind it that a later replay
+                # could take for records (the preallocation starts afresh).
+                f.truncate(scanner.valid_end)
+                f.flush()
+                os.fdatasync(f.fileno())
             if last:
                 result.append_file, result.append_offset = file_id, scanner.valid_end
     mark = result.checkpoint or (-1, -1)
@@ -213,7 +217,7 @@ class Journal:
     def __init__(self, journal_dir: str, reactor, *, sync_data: bool = True, max_group_wait_ms: float = 2.0,
                  buffered_bytes_threshold: int = 512 * 1024, buffered_entries_threshold: int = 0,
                  max_size_mb: int = 2048, flush_when_queue_empty: bool = True,
-                 inline_sync_max_ms: float = 1.0):
+                 inline_sync_max_ms: float = 1.0, prealloc_bytes: int = 0):
         self._dir = journal_dir
         self._flush_when_empty = flush_when_queue_empty
         self._reactor = reactor
@@ -238,6 +242,8 @@ class Journal:
         self._fd = -1
         self.file_id = 0
         self._offset = 0
+        #: Zero-filled space ahead of ``_offset`` (prealloc.py; BookKeeper's journalPreAllocSizeMB).
+        self.prealloc = Preallocator(prealloc_bytes, limit=self._max_size)
         self.groups = 0
         self.fsyncs = 0
         self.records = 0
@@ -266,6 +272,7 @@ class Journal:
             self.file_id = replay.append_file
             self._fd = os.open(journal_path(self._dir, self.file_id), os.O_WRONLY)
             self._offset = replay.append_offset
+            self.prealloc.reset(self._fd, self._offset)
         else:
             self._create(replay.next_file_id)
         self._thread = threading.Thread(target=self._run, name="bookie-journal", daemon=True)
@@ -484,6 +491,7 @@ class Journal:
                 break
             self._write_group(group)
         if self._fd >= 0:
+            self.prealloc.reset(-1, 0)
             os.close(self._fd)
             self._fd = -1
         if not self._halted:
@@ -555,6 +563,7 @@ class Journal:
             if parts:
                 data = b"".join(parts)
                 nbytes = len(data)
+                self.prealloc.claim(self._offset + nbytes)
                 self._pwrite_all(data, self._offset)
                 self._offset += nbytes
                 if self._sync:
@@ -587,3 +596,4 @@ class Journal:
         os.fdatasync(fd)
         fsync_dir(self._dir)
         self._fd, self.file_id, self._offset = fd, file_id, len(header)
+        self.prealloc.reset(fd, len(header))

@@ -82,6 +82,7 @@ class BookieStorage(Service):
                  journal_max_size_mb: int = 2048,
                  journal_flush_when_queue_empty: bool = True,
                  journal_inline_sync_max_ms: float = 1.0,
+                 journal_prealloc_mb: int = 0,
                  entry_log_size_limit: int = 1024 * 1024 * 1024,
                  flush_interval_ms: int = 1000,
                  write_cache_max_bytes: int = 64 * 1024 * 1024,
@@ -98,7 +99,8 @@ class BookieStorage(Service):
                                 buffered_entries_threshold=journal_buffered_entries_threshold,
                                 max_size_mb=journal_max_size_mb,
                                 flush_when_queue_empty=journal_flush_when_queue_empty,
-                                inline_sync_max_ms=journal_inline_sync_max_ms)
+                                inline_sync_max_ms=journal_inline_sync_max_ms,
+                                prealloc_bytes=journal_prealloc_mb * 1024 * 1024)
         self._entry_logs = EntryLogger(self._ledger_dirs, entry_log_size_limit)
         self._index = LedgerIndex(os.path.join(self._ledger_dirs[0], "index"))
         self._flush_interval = flush_interval_ms / 1000.0
@@ -150,6 +152,7 @@ class BookieStorage(Service):
             journal_max_size_mb=config.journalMaxSizeMB,
             journal_flush_when_queue_empty=config.journalFlushWhenQueueEmpty,
             journal_inline_sync_max_ms=config.journalInlineSyncMaxMillis,
+            journal_prealloc_mb=config.journalPreAllocSizeMB,
             entry_log_size_limit=config.logSizeLimit,
             flush_interval_ms=config.flushInterval,
             write_cache_max_bytes=config.dbStorage_writeCacheMaxSizeMb * 1024 * 1024,

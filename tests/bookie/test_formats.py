@@ -80,9 +80,17 @@ class JournalRecordTests(unittest.TestCase):
             self.assertIsNotNone(scanner.problem)
 
     def test_zero_filled_tail_stops(self):
-        """A preallocated / zero-filled tail is not a record (type 0 is not a record type)."""
-        scanner = formats.RecordScanner.journal(journal_file(bytes(100)))
-        self.assertEqual(list(scanner), [])
+        """A preallocated / zero-filled tail is not a record (type 0 is not a record type): the
+        clean end of the file, not a problem; a header with any byte set is still junk."""
+        record = formats.encode_journal_record(formats.REC_ADD, 3, 4, b"payload")
+        scanner = formats.RecordScanner.journal(journal_file(record + bytes(100)))
+        self.assertEqual([r[1:] for r in scanner], [(formats.REC_ADD, 3, 4, b"payload")])
+        self.assertIsNone(scanner.problem)
+        self.assertEqual(scanner.valid_end, formats.JOURNAL_HEADER.size + len(record))
+        junk = bytearray(100)
+        junk[5] = 1
+        scanner = formats.RecordScanner.journal(journal_file(record + bytes(junk)))
+        self.assertEqual(len(list(scanner)), 1)
         self.assertIsNotNone(scanner.problem)
 
     def test_headers(self):
