@@ -172,26 +172,13 @@ class JournalStoppedError(Exception):
     """The journal is stopped (or halted) and takes no more records."""
 
 
-class _Waiter:
-    """Adapts an ``append(..., waiter=)`` waiter to the Deferred calls the writer makes: a waiter's
-    exception is logged (as a Deferred would) instead of stopping the rest of its group."""
-
-    __slots__ = ("waiter",)
-
-    def __init__(self, waiter):
-        self.waiter = waiter
-
-    def callback(self, value):
-        try:
-            self.waiter.callback(value)
-        except Exception:
-            log.failure("journal: a record's completion callback failed")
-
-    def errback(self, failure):
-        try:
-            self.waiter.errback(failure)
-        except Exception:
-            log.failure("journal: a record's failure callback failed")
+def _errback(d, failure) -> None:
+    """Fail one record's Deferred or waiter; a waiter's exception is logged (as a Deferred would
+    keep it), so the records after it still hear."""
+    try:
+        d.errback(failure)
+    except Exception:
+        log.failure("journal: a record's failure callback failed")
 
 
 class Journal:
@@ -251,6 +238,7 @@ class Journal:
         self._inline_max = inline_sync_max_ms / 1000.0 if flush_when_queue_empty else 0.0
         self._inline = self._inline_max > 0
         self._turn = []             # records appended during this reactor turn (inline mode)
+        self._turn_bytes = 0        # their bytes
         self._turn_call = None      # the DelayedCall that writes them
         self._sync_avg = 0.0        # moving average of recent fdatasync durations, s
         #: Times the journal moved its writes between the reactor thread and the writer thread.
@@ -280,7 +268,9 @@ class Journal:
         in-process add path, which would otherwise make a Deferred per entry only to add one callback.
         An exception from a waiter is logged; the rest of its group still fires."""
         if waiter is not None:
-            self._add(chunks, nbytes, _Waiter(waiter))
+            # The waiter itself goes in the queue (no adapter per record): every place that fires
+            # records catches what a callback raises, as a Deferred would.
+            self._add(chunks, nbytes, waiter)
             return None
         d = Deferred()
         self._add(chunks, nbytes, d)
@@ -291,9 +281,10 @@ class Journal:
             self._enqueue(chunks, nbytes, d)
             return
         if self._stopping:
-            d.errback(Failure(JournalStoppedError("journal stopped")))
+            _errback(d, Failure(JournalStoppedError("journal stopped")))
             return
         self._turn.append((chunks, nbytes, d, time.monotonic()))
+        self._turn_bytes += nbytes
         if self._turn_call is None:
             # callLater(0) runs once the reactor has handled every I/O event of this poll: the turn's
             # group is all that was read in it.
@@ -325,7 +316,7 @@ class Journal:
         tests. Blocks until the thread has finished its current write."""
         if self._turn_call is not None and self._turn_call.active():
             self._turn_call.cancel()
-        self._turn_call, self._turn = None, []
+        self._turn_call, self._turn, self._turn_bytes = None, [], 0
         with self._cond:
             self._halted = self._stopping = True
             self._queue = []
@@ -359,9 +350,10 @@ class Journal:
         if the turn is small and the writer thread holds nothing; else queue them for the thread."""
         self._turn_call = None
         group, self._turn = self._turn, []
+        turn_bytes, self._turn_bytes = self._turn_bytes, 0
         if not group:
             return
-        if (len(group) > self.TURN_MAX_RECORDS or sum(n for _, n, _, _ in group) > self.TURN_MAX_BYTES
+        if (len(group) > self.TURN_MAX_RECORDS or turn_bytes > self.TURN_MAX_BYTES
                 or not self._thread_idle()):
             # Under load the writer thread's pipeline (the reactor reads the next records while a
             # group is fsynced) carries more than the reactor waiting for each fsync would, and the
@@ -396,7 +388,7 @@ class Journal:
             if self._stopping:
                 stopped = Failure(JournalStoppedError("journal stopped"))
                 for _, _, d, _ in group:
-                    d.errback(stopped)
+                    _errback(d, stopped)
                 return
             if not self._queue:
                 self._head_time = group[0][3]
@@ -467,13 +459,20 @@ class Journal:
             self.sync_latency.observe(fsync_s * 1000.0)
             self._sync_avg += (fsync_s - self._sync_avg) * 0.05
         now = time.monotonic()
+        if error is not None:
+            for d, _, _ in results:
+                _errback(d, error)
+            return
+        latency = self.add_latency
         for d, value, queued in results:
-            if queued is not None and error is None:
-                self.add_latency.observe((now - queued) * 1000.0)
-            if error is not None:
-                d.errback(error)
-            else:
+            if queued is not None:
+                latency.observe((now - queued) * 1000.0)
+            # A Deferred or an append(..., waiter=) waiter: its exception is logged, as a Deferred
+            # would keep it, and the rest of the group still fires.
+            try:
                 d.callback(value)
+            except Exception:
+                log.failure("journal: a record's completion callback failed")
 
     # -------------------------------------------------------------------------------- writer thread
 
