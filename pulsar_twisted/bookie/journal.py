@@ -267,14 +267,18 @@ class Journal:
         ``errback(failure)`` is called at the same moments, with a Failure, on the reactor thread: the
         in-process add path, which would otherwise make a Deferred per entry only to add one callback.
         An exception from a waiter is logged; the rest of its group still fires."""
-        if waiter is not None:
-            # The waiter itself goes in the queue (no adapter per record): every place that fires
-            # records catches what a callback raises, as a Deferred would.
-            self._add(chunks, nbytes, waiter)
-            return None
-        d = Deferred()
-        self._add(chunks, nbytes, d)
-        return d
+        # The waiter itself goes in the queue (no adapter per record): every place that fires
+        # records catches what a callback raises, as a Deferred would.
+        d = Deferred() if waiter is None else waiter
+        if self._inline and not self._stopping:
+            # _add's turn write, inline: once per stored entry.
+            self._turn.append((chunks, nbytes, d, time.monotonic()))
+            self._turn_bytes += nbytes
+            if self._turn_call is None:
+                self._turn_call = self._reactor.callLater(0, self._write_turn)
+        else:
+            self._add(chunks, nbytes, d)
+        return d if waiter is None else None
 
     def _add(self, chunks, nbytes: int, d) -> None:
         if not self._inline:
