@@ -433,7 +433,12 @@ class PersistentTopic(TopicBase):
     # publisher's, called as ``_TopicAdd`` calls it.
     def add_complete(self, position, waiter) -> None:
         try:
-            self._add_finished(position)
+            # _add_finished's success path, inline (once per message)
+            self.pending_adds -= 1
+            if self._throttled and self.pending_adds <= self.max_pending_adds // 2:
+                self._unthrottle_producers()
+            if self.fenced and not self.pending_adds:
+                self._schedule_unfence()
         except Exception:
             waiter.errback(Failure())
             return
@@ -457,9 +462,7 @@ class PersistentTopic(TopicBase):
         """``_add_done`` but the storage counters (the managed ledger's counters record them)."""
         self.pending_adds -= 1
         if self._throttled and self.pending_adds <= self.max_pending_adds // 2:
-            throttled, self._throttled = self._throttled, ()
-            for cnx in throttled:
-                cnx.unthrottle()
+            self._unthrottle_producers()
         if isinstance(result, Failure):
             if result.check(ManagedLedgerFencedError):
                 self._ledger_fenced(self.ledger)
@@ -524,6 +527,12 @@ class PersistentTopic(TopicBase):
             cnx.throttle()
             throttled.append(cnx)
         self._throttled = throttled
+
+    def _unthrottle_producers(self) -> None:
+        """Half the writes in flight are done: read again from the connections throttled here."""
+        throttled, self._throttled = self._throttled, ()
+        for cnx in throttled:
+            cnx.unthrottle()
 
     # ---------------------------------------------------------------- subscribing
     @defer.inlineCallbacks

@@ -503,20 +503,17 @@ class LedgerHandle(_BaseHandle):
         if self.state is not WriterState.OPEN:
             return defer.fail(self._refusal())
         d = defer.Deferred()
-        self._add(data, d)
+        self.add_entry_notify(data, d)
         return d
 
     def add_entry_notify(self, data, waiter) -> None:
         """``add_entry`` without a Deferred: ``waiter.callback(entry_id)`` or ``waiter.errback(failure)``
         is called when the Deferred would fire (a refusal at once), in the same order (the managed
-        ledger's hot path: its AddOp is the waiter)."""
+        ledger's hot path: its AddOp is the waiter). ``waiter``: a Deferred, or any object with its
+        ``callback`` / ``errback``."""
         if self.state is not WriterState.OPEN:
             waiter.errback(Failure(self._refusal()))
             return
-        self._add(data, waiter)
-
-    def _add(self, data, waiter):
-        """``waiter``: a Deferred, or any object with its ``callback`` / ``errback``."""
         entry_id = self._next_entry_id
         self._next_entry_id = entry_id + 1
         self._pending_length += len(data)

@@ -603,7 +603,7 @@ class ManagedLedgerImpl:
         """Append ``data``; Deferred firing with its Position once durable. Completions are in
         order; a fenced/closed/terminated ledger fails the add at once."""
         d = defer.Deferred()
-        self._add(data, d)
+        self.add_entry_notify(data, d)
         return d
 
     def add_entry_notify(self, data: bytes, waiter, ctx=None) -> None:
@@ -613,12 +613,8 @@ class ManagedLedgerImpl:
 
         With a ``ctx`` (not None), Pulsar's ``asyncAddEntry(data, callback, ctx)``:
         ``waiter.add_complete(position, ctx)`` or ``waiter.add_failed(failure, ctx)`` instead, so one
-        waiter (the topic) serves every add and the caller needs no object of its own per add."""
-        self._add(data, waiter, ctx)
-
-    def _add(self, data: bytes, waiter, ctx=None):
-        """``waiter``: a Deferred or any object with its ``callback`` / ``errback`` (with ``ctx``:
-        ``add_complete`` / ``add_failed``)."""
+        waiter (the topic) serves every add and the caller needs no object of its own per add.
+        ``waiter`` may also be a Deferred (``add_entry``)."""
         st = self._state
         if st is State.LEDGER_OPENED:
             op = AddOp(self, data, self.reactor.seconds(), waiter, ctx)
