@@ -362,7 +362,7 @@ class Journal:
             # Under load the writer thread's pipeline (the reactor reads the next records while a
             # group is fsynced) carries more than the reactor waiting for each fsync would, and the
             # hand-off then costs little per record; a group queued behind the thread's keeps order.
-            self._enqueue_all(group)
+            self._enqueue_all(group, turn_bytes)
             return
         written = self._write_records(group)
         handback.begin()
@@ -386,8 +386,9 @@ class Journal:
         with self._done_lock:
             return not self._done
 
-    def _enqueue_all(self, group: list) -> None:
-        """Hand records ``(chunks, nbytes, waiter, time queued)``, in order, to the writer thread."""
+    def _enqueue_all(self, group: list, nbytes: int) -> None:
+        """Hand records ``(chunks, nbytes, waiter, time queued)``, in order, to the writer thread;
+        ``nbytes``: their bytes."""
         with self._cond:
             if self._stopping:
                 stopped = Failure(JournalStoppedError("journal stopped"))
@@ -397,7 +398,7 @@ class Journal:
             if not self._queue:
                 self._head_time = group[0][3]
             self._queue.extend(group)
-            self._queued_bytes += sum(n for _, n, _, _ in group)
+            self._queued_bytes += nbytes
             # Wake the writer only when it matters, so a burst of adds does not cost a thread switch each.
             if self._idle:
                 self._idle = False
@@ -433,7 +434,7 @@ class Journal:
                                            ms=self._sync_avg * 1000.0, n=self.mode_switches)
 
     def _enqueue(self, chunks, nbytes: int, d: Deferred) -> None:
-        self._enqueue_all([(chunks, nbytes, d, time.monotonic())])
+        self._enqueue_all([(chunks, nbytes, d, time.monotonic())], nbytes)
 
     def _threshold_reached(self) -> bool:
         return (self._queued_bytes >= self._bytes_threshold
