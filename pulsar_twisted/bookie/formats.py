@@ -99,19 +99,21 @@ def encode_journal_record_header(rtype: int, ledger_id: int, entry_id: int, payl
     return head[:_JOURNAL_CRC_SPAN] + crc.to_bytes(4, "big") + payload_prefix
 
 
-_ADD_SPAN = struct.Struct(">IBQQ")          # JOURNAL_RECORD up to the CRC
-_ADD_TAIL = struct.Struct(">Iq")            # the CRC, then the ADD payload's lac prefix
-assert _ADD_SPAN.size == _JOURNAL_CRC_SPAN and _ADD_TAIL.size == 4 + LAC.size
+_ADD_COVERED = struct.Struct(">IBQQq")      # what the CRC covers before the entry: header span, lac
+_ADD_HEADER = struct.Struct(">IBQQIq")      # JOURNAL_RECORD, then the ADD payload's lac prefix
+assert _ADD_COVERED.size == _JOURNAL_CRC_SPAN + LAC.size and _ADD_HEADER.size == _ADD_COVERED.size + 4
 
 
-def encode_add_record_header(ledger_id: int, entry_id: int, lac: int, data: bytes) -> bytes:
+def encode_add_record_header(ledger_id: int, entry_id: int, lac: int, data: bytes,
+                             _covered=_ADD_COVERED.pack, _header=_ADD_HEADER.pack, _crc=crc32c.crc32c,
+                             _n=LAC.size, _t=REC_ADD) -> bytes:
     """Header + lac prefix of an ADD record; the record is this followed by ``data``.
     The bytes of ``encode_journal_record_header(REC_ADD, ledger_id, entry_id, data,
-    LAC.pack(lac))``, packed directly: it runs once per stored entry."""
-    span = _ADD_SPAN.pack(LAC.size + len(data), REC_ADD, ledger_id, entry_id)
-    prefix = LAC.pack(lac)
-    crc = crc32c.crc32c(data, crc32c.crc32c(prefix, crc32c.crc32c(span)))
-    return span + _ADD_TAIL.pack(crc, lac)
+    LAC.pack(lac))``, packed directly: it runs once per stored entry. The CRC runs over the
+    covered header fields and the lac packed together, then ``data`` (two calls, not three)."""
+    n = _n + len(data)
+    crc = _crc(data, _crc(_covered(n, _t, ledger_id, entry_id, lac)))
+    return _header(n, _t, ledger_id, entry_id, crc, lac)
 
 
 def decode_add_payload(payload: bytes) -> tuple[int, bytes]:

@@ -176,26 +176,13 @@ class JournalStoppedError(Exception):
     """The journal is stopped (or halted) and takes no more records."""
 
 
-class _Waiter:
-    """Adapts an ``append(..., waiter=)`` waiter to the Deferred calls the writer makes: a waiter's
-    exception is logged (as a Deferred would) instead of stopping the rest of its group."""
-
-    __slots__ = ("waiter",)
-
-    def __init__(self, waiter):
-        self.waiter = waiter
-
-    def callback(self, value):
-        try:
-            self.waiter.callback(value)
-        except Exception:
-            log.failure("journal: a record's completion callback failed")
-
-    def errback(self, failure):
-        try:
-            self.waiter.errback(failure)
-        except Exception:
-            log.failure("journal: a record's failure callback failed")
+def _errback(d, failure) -> None:
+    """Fail one record's Deferred or waiter; a waiter's exception is logged (as a Deferred would
+    keep it), so the records after it still hear."""
+    try:
+        d.errback(failure)
+    except Exception:
+        log.failure("journal: a record's failure callback failed")
 
 
 class Journal:
@@ -257,6 +244,7 @@ class Journal:
         self._inline_max = inline_sync_max_ms / 1000.0 if flush_when_queue_empty else 0.0
         self._inline = self._inline_max > 0
         self._turn = []             # records appended during this reactor turn (inline mode)
+        self._turn_bytes = 0        # their bytes
         self._turn_call = None      # the DelayedCall that writes them
         self._sync_avg = 0.0        # moving average of recent fdatasync durations, s
         #: Times the journal moved its writes between the reactor thread and the writer thread.
@@ -286,21 +274,28 @@ class Journal:
         ``errback(failure)`` is called at the same moments, with a Failure, on the reactor thread: the
         in-process add path, which would otherwise make a Deferred per entry only to add one callback.
         An exception from a waiter is logged; the rest of its group still fires."""
-        if waiter is not None:
-            self._add(chunks, nbytes, _Waiter(waiter))
-            return None
-        d = Deferred()
-        self._add(chunks, nbytes, d)
-        return d
+        # The waiter itself goes in the queue (no adapter per record): every place that fires
+        # records catches what a callback raises, as a Deferred would.
+        d = Deferred() if waiter is None else waiter
+        if self._inline and not self._stopping:
+            # _add's turn write, inline: once per stored entry.
+            self._turn.append((chunks, nbytes, d, time.monotonic()))
+            self._turn_bytes += nbytes
+            if self._turn_call is None:
+                self._turn_call = self._reactor.callLater(0, self._write_turn)
+        else:
+            self._add(chunks, nbytes, d)
+        return d if waiter is None else None
 
     def _add(self, chunks, nbytes: int, d) -> None:
         if not self._inline:
             self._enqueue(chunks, nbytes, d)
             return
         if self._stopping:
-            d.errback(Failure(JournalStoppedError("journal stopped")))
+            _errback(d, Failure(JournalStoppedError("journal stopped")))
             return
         self._turn.append((chunks, nbytes, d, time.monotonic()))
+        self._turn_bytes += nbytes
         if self._turn_call is None:
             # callLater(0) runs once the reactor has handled every I/O event of this poll: the turn's
             # group is all that was read in it.
@@ -332,7 +327,7 @@ class Journal:
         tests. Blocks until the thread has finished its current write."""
         if self._turn_call is not None and self._turn_call.active():
             self._turn_call.cancel()
-        self._turn_call, self._turn = None, []
+        self._turn_call, self._turn, self._turn_bytes = None, [], 0
         with self._cond:
             self._halted = self._stopping = True
             self._queue = []
@@ -366,14 +361,15 @@ class Journal:
         if the turn is small and the writer thread holds nothing; else queue them for the thread."""
         self._turn_call = None
         group, self._turn = self._turn, []
+        turn_bytes, self._turn_bytes = self._turn_bytes, 0
         if not group:
             return
-        if (len(group) > self.TURN_MAX_RECORDS or sum(n for _, n, _, _ in group) > self.TURN_MAX_BYTES
+        if (len(group) > self.TURN_MAX_RECORDS or turn_bytes > self.TURN_MAX_BYTES
                 or not self._thread_idle()):
             # Under load the writer thread's pipeline (the reactor reads the next records while a
             # group is fsynced) carries more than the reactor waiting for each fsync would, and the
             # hand-off then costs little per record; a group queued behind the thread's keeps order.
-            self._enqueue_all(group)
+            self._enqueue_all(group, turn_bytes)
             return
         written = self._write_records(group)
         handback.begin()
@@ -397,18 +393,19 @@ class Journal:
         with self._done_lock:
             return not self._done
 
-    def _enqueue_all(self, group: list) -> None:
-        """Hand records ``(chunks, nbytes, waiter, time queued)``, in order, to the writer thread."""
+    def _enqueue_all(self, group: list, nbytes: int) -> None:
+        """Hand records ``(chunks, nbytes, waiter, time queued)``, in order, to the writer thread;
+        ``nbytes``: their bytes."""
         with self._cond:
             if self._stopping:
                 stopped = Failure(JournalStoppedError("journal stopped"))
                 for _, _, d, _ in group:
-                    d.errback(stopped)
+                    _errback(d, stopped)
                 return
             if not self._queue:
                 self._head_time = group[0][3]
             self._queue.extend(group)
-            self._queued_bytes += sum(n for _, n, _, _ in group)
+            self._queued_bytes += nbytes
             # Wake the writer only when it matters, so a burst of adds does not cost a thread switch each.
             if self._idle:
                 self._idle = False
@@ -444,7 +441,7 @@ class Journal:
                                            ms=self._sync_avg * 1000.0, n=self.mode_switches)
 
     def _enqueue(self, chunks, nbytes: int, d: Deferred) -> None:
-        self._enqueue_all([(chunks, nbytes, d, time.monotonic())])
+        self._enqueue_all([(chunks, nbytes, d, time.monotonic())], nbytes)
 
     def _threshold_reached(self) -> bool:
         return (self._queued_bytes >= self._bytes_threshold
@@ -474,13 +471,20 @@ class Journal:
             self.sync_latency.observe(fsync_s * 1000.0)
             self._sync_avg += (fsync_s - self._sync_avg) * 0.05
         now = time.monotonic()
+        if error is not None:
+            for d, _, _ in results:
+                _errback(d, error)
+            return
+        latency = self.add_latency
         for d, value, queued in results:
-            if queued is not None and error is None:
-                self.add_latency.observe((now - queued) * 1000.0)
-            if error is not None:
-                d.errback(error)
-            else:
+            if queued is not None:
+                latency.observe((now - queued) * 1000.0)
+            # A Deferred or an append(..., waiter=) waiter: its exception is logged, as a Deferred
+            # would keep it, and the rest of the group still fires.
+            try:
                 d.callback(value)
+            except Exception:
+                log.failure("journal: a record's completion callback failed")
 
     # -------------------------------------------------------------------------------- writer thread
 

@@ -273,33 +273,33 @@ class BookieStorage(Service):
         deleted ledger stays fenced for good).
 
         ``waiter``: no Deferred (None is returned); ``waiter.callback(None)`` once durable or
-        ``waiter.errback(failure)`` (at once for a refused add), as ``Journal.append`` describes."""
-        if waiter is None:
-            return self._add_entry(ledger_id, entry_id, data, master_key, lac, recovery_add, None)
-        refused = self._add_entry(ledger_id, entry_id, data, master_key, lac, recovery_add, waiter)
-        if refused is not None:  # refused before the journal: a failed Deferred, fired now
-            refused.addErrback(waiter.errback)
-        return None
-
-    def _add_entry(self, ledger_id, entry_id, data, master_key, lac, recovery_add, waiter):
+        ``waiter.errback(failure)`` (at once for a refused add), as ``Journal.append`` describes.
+        One body for both (the in-process add path: no call of its own per entry)."""
+        d = defer.Deferred() if waiter is None else waiter
+        refusal = None
         if self._read_only:
-            return defer.fail(BookieReadOnlyError(f"bookie is read-only; add {ledger_id}:{entry_id} refused"))
-        if not self._running:
-            return defer.fail(BookieUnavailableError("bookie storage is not running"))
-        if entry_id < 0:
-            return defer.fail(ValueError(f"entry id {entry_id} < 0"))
-        ledger = self._ledgers.get(ledger_id)
-        if ledger is None:
-            if ledger_id in self._deleted:
-                return defer.fail(LedgerFencedError(f"ledger {ledger_id} was deleted on this bookie"))
-            try:
-                ledger = self._create_ledger(ledger_id, master_key)
-            except ValueError as e:
-                return defer.fail(e)
-        elif ledger.master_key != master_key:
-            return defer.fail(UnauthorizedAccessError(f"master key mismatch for ledger {ledger_id}"))
-        if ledger.fenced and not recovery_add:
-            return defer.fail(LedgerFencedError(f"ledger {ledger_id} is fenced"))
+            refusal = BookieReadOnlyError(f"bookie is read-only; add {ledger_id}:{entry_id} refused")
+        elif not self._running:
+            refusal = BookieUnavailableError("bookie storage is not running")
+        elif entry_id < 0:
+            refusal = ValueError(f"entry id {entry_id} < 0")
+        else:
+            ledger = self._ledgers.get(ledger_id)
+            if ledger is None:
+                if ledger_id in self._deleted:
+                    refusal = LedgerFencedError(f"ledger {ledger_id} was deleted on this bookie")
+                else:
+                    try:
+                        ledger = self._create_ledger(ledger_id, master_key)
+                    except ValueError as e:
+                        refusal = e
+            elif ledger.master_key != master_key:
+                refusal = UnauthorizedAccessError(f"master key mismatch for ledger {ledger_id}")
+            if refusal is None and ledger.fenced and not recovery_add:
+                refusal = LedgerFencedError(f"ledger {ledger_id} is fenced")
+        if refusal is not None:
+            self._refuse(d, refusal)
+            return d if waiter is None else None
         if type(data) is not bytes:
             data = bytes(data)
         entries = self._cache.get(ledger_id)
@@ -307,7 +307,8 @@ class BookieStorage(Service):
             entries = self._cache[ledger_id] = {}
         old = entries.get(entry_id)
         entries[entry_id] = data
-        self._cache_bytes += len(data) - (len(old) if old is not None else 0)
+        size = len(data)
+        self._cache_bytes += size - (len(old) if old is not None else 0)
         if entry_id > ledger.last_entry:
             ledger.last_entry = entry_id
         if lac > ledger.lac:
@@ -316,10 +317,19 @@ class BookieStorage(Service):
         header = formats.encode_add_record_header(ledger_id, entry_id, lac, data)
         counters = self._counters
         counters["adds"] += 1
-        counters["add_bytes"] += len(data)
+        counters["add_bytes"] += size
         if self._cache_bytes > self._cache_max and not self._flush_lock.locked:
             self._start_checkpoint()
-        return self._journal.append((header, data), len(header) + len(data), waiter)
+        self._journal.append((header, data), len(header) + size, d)
+        return d if waiter is None else None
+
+    @staticmethod
+    def _refuse(d, error) -> None:
+        """Fail an add at once; a waiter's exception is logged (as a Deferred would keep it)."""
+        try:
+            d.errback(Failure(error))
+        except Exception:
+            log.failure("bookie storage: an add's failure callback failed")
 
     def _create_ledger(self, ledger_id: int, master_key: bytes) -> _Ledger:
         if len(master_key) > formats.INDEX_MAX_KEY:

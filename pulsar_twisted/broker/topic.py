@@ -416,20 +416,53 @@ class PersistentTopic(TopicBase):
         self.pending_adds += 1
         if self.pending_adds == self.max_pending_adds:
             self._throttle_producers()
-        add = _TopicAdd(self, waiter, self.clock.seconds(), len(message))
         notify = getattr(self.ledger, "add_entry_notify", None)
+        if notify is not None and self.counters._storage is None:
+            # The managed ledger's counters record the write (nothing per add to keep here): the
+            # topic is the add's callback and the publisher's waiter its ctx (Pulsar's
+            # PersistentTopic.addComplete(position, publishContext)); no object per add.
+            notify(message, self, waiter)
+            return
+        add = _TopicAdd(self, waiter, self.clock.seconds(), len(message))
         if notify is not None:
             notify(message, add)
         else:
             self.ledger.add_entry(message).addCallbacks(add.callback, add.errback)
 
+    # The managed ledger's AddEntryCallback (``add_entry_notify`` with a ctx): ``waiter`` is the
+    # publisher's, called as ``_TopicAdd`` calls it.
+    def add_complete(self, position, waiter) -> None:
+        try:
+            # _add_finished's success path, inline (once per message)
+            self.pending_adds -= 1
+            if self._throttled and self.pending_adds <= self.max_pending_adds // 2:
+                self._unthrottle_producers()
+            if self.fenced and not self.pending_adds:
+                self._schedule_unfence()
+        except Exception:
+            waiter.errback(Failure())
+            return
+        waiter.callback(position)
+
+    def add_failed(self, failure, waiter) -> None:
+        try:
+            result = self._add_finished(failure)
+        except Exception:
+            result = Failure()
+        waiter.errback(result)
+
     def _add_done(self, result, started, size):
         """One callback per publish: throttling, fencing, and (on success) the storage counters."""
+        result = self._add_finished(result)
+        if isinstance(result, Failure):
+            return result
+        return self.counters.written(result, started, size)
+
+    def _add_finished(self, result):
+        """``_add_done`` but the storage counters (the managed ledger's counters record them)."""
         self.pending_adds -= 1
         if self._throttled and self.pending_adds <= self.max_pending_adds // 2:
-            throttled, self._throttled = self._throttled, ()
-            for cnx in throttled:
-                cnx.unthrottle()
+            self._unthrottle_producers()
         if isinstance(result, Failure):
             if result.check(ManagedLedgerFencedError):
                 self._ledger_fenced(self.ledger)
@@ -440,7 +473,7 @@ class PersistentTopic(TopicBase):
             return result
         if self.fenced and not self.pending_adds:
             self._schedule_unfence()
-        return self.counters.written(result, started, size)
+        return result
 
     # ---------------------------------------------------------------- write failures
     def fence(self, reason: str) -> None:
@@ -494,6 +527,12 @@ class PersistentTopic(TopicBase):
             cnx.throttle()
             throttled.append(cnx)
         self._throttled = throttled
+
+    def _unthrottle_producers(self) -> None:
+        """Half the writes in flight are done: read again from the connections throttled here."""
+        throttled, self._throttled = self._throttled, ()
+        for cnx in throttled:
+            cnx.unthrottle()
 
     # ---------------------------------------------------------------- subscribing
     @defer.inlineCallbacks

@@ -401,10 +401,15 @@ class WriterState(enum.Enum):
 
 
 class _PendingAdd:
-    __slots__ = ("entry_id", "packed", "length", "deferred", "write_set", "acked", "ack_count",
-                 "sent_at")
+    """One add in flight. With an ``IBookieClient`` that takes waiters (``add_entry_notify``: the
+    in-process client) it is also the waiter of its first copy (``index``, ``bookie``): the usual
+    ensemble of one costs no object per copy; the other copies, and every re-send after an
+    ensemble change, answer to a ``_BookieAck``."""
 
-    def __init__(self, entry_id, packed, length, deferred, write_set, sent_at):
+    __slots__ = ("entry_id", "packed", "length", "deferred", "write_set", "acked", "ack_count",
+                 "sent_at", "handle", "index", "bookie")
+
+    def __init__(self, entry_id, packed, length, deferred, write_set, sent_at, handle=None):
         self.entry_id = entry_id
         self.packed = packed
         self.length = length
@@ -413,6 +418,16 @@ class _PendingAdd:
         self.acked = 0          # bitmask over ensemble indices
         self.ack_count = 0
         self.sent_at = sent_at
+        self.handle = handle
+        self.index = -1
+        self.bookie = None
+
+    # As the waiter of the first copy's ``add_entry_notify`` (see _BookieAck).
+    def callback(self, result):
+        self.handle._add_ok(result, self, self.index, self.bookie)
+
+    def errback(self, failure):
+        self.handle._add_failed(failure, self, self.index, self.bookie)
 
 
 class _BookieAck:
@@ -488,20 +503,17 @@ class LedgerHandle(_BaseHandle):
         if self.state is not WriterState.OPEN:
             return defer.fail(self._refusal())
         d = defer.Deferred()
-        self._add(data, d)
+        self.add_entry_notify(data, d)
         return d
 
     def add_entry_notify(self, data, waiter) -> None:
         """``add_entry`` without a Deferred: ``waiter.callback(entry_id)`` or ``waiter.errback(failure)``
         is called when the Deferred would fire (a refusal at once), in the same order (the managed
-        ledger's hot path: its AddOp is the waiter)."""
+        ledger's hot path: its AddOp is the waiter). ``waiter``: a Deferred, or any object with its
+        ``callback`` / ``errback``."""
         if self.state is not WriterState.OPEN:
             waiter.errback(Failure(self._refusal()))
             return
-        self._add(data, waiter)
-
-    def _add(self, data, waiter):
-        """``waiter``: a Deferred, or any object with its ``callback`` / ``errback``."""
         entry_id = self._next_entry_id
         self._next_entry_id = entry_id + 1
         self._pending_length += len(data)
@@ -509,15 +521,17 @@ class LedgerHandle(_BaseHandle):
         op = _PendingAdd(entry_id,
                          pack_entry(self.ledger_id, entry_id, self._lac, self._pending_length, data),
                          self._pending_length, waiter, self._schedule.write_set(entry_id),
-                         env.clock.seconds())
+                         env.clock.seconds(), self)
         pending = self._pending
         if not pending:
             pending = self._pending = collections.deque()
         pending.append(op)
         failed = self._failed
+        first = True
         for index in op.write_set:
             if index not in failed:
-                self._send(op, index)
+                self._send(op, index, first)
+                first = False
         if self._timeout_at is None and env.add_timeout:
             self._arm_timeout()
 
@@ -543,14 +557,23 @@ class LedgerHandle(_BaseHandle):
             return self._error
         return LedgerClosedError(f"ledger {self.ledger_id} is closed")
 
-    def _send(self, op, index):
+    def _send(self, op, index, first=False):
+        """Send ``op`` to the bookie at ensemble ``index``; ``first``: its first copy's first send
+        (``op`` itself can then be the waiter; a re-send never is, so that a replaced bookie's
+        late answer stays recognisable as stale)."""
         bookie = self._ensemble[index]
         client = self._env.bookie_client
         notify = getattr(client, "add_entry_notify", None)
         if notify is not None:
-            # In-process bookies: their answer comes to a small _BookieAck, no Deferred per copy.
-            notify(_BookieAck(self, op, index, bookie), bookie, self.ledger_id, op.entry_id,
-                   self._master_key, op.packed)
+            # In-process bookies: their answer comes to the op or a small _BookieAck, no Deferred
+            # per copy.
+            if first:
+                op.index = index
+                op.bookie = bookie
+                waiter = op
+            else:
+                waiter = _BookieAck(self, op, index, bookie)
+            notify(waiter, bookie, self.ledger_id, op.entry_id, self._master_key, op.packed)
             return
         d = client.add_entry(bookie, self.ledger_id, op.entry_id, self._master_key, op.packed)
         d.addCallbacks(self._add_ok, self._add_failed, callbackArgs=(op, index, bookie),

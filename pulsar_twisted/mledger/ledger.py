@@ -116,11 +116,15 @@ class LedgerInfo:
         self.timestamp = timestamp
 
 
-def _fire(method, value):
-    """Fire an add's Deferred or waiter; a waiter's exception is logged, as a Deferred would keep it,
-    so the managed ledger's own bookkeeping after it still runs."""
+def _fail(waiter, ctx, failure):
+    """Fail an add's Deferred or waiter (``add_entry_notify``'s convention for ``ctx``); a waiter's
+    exception is logged, as a Deferred would keep it, so the managed ledger's own bookkeeping after
+    it still runs."""
     try:
-        method(value)
+        if ctx is None:
+            waiter.errback(failure)
+        else:
+            waiter.add_failed(failure, ctx)
     except Exception:
         log.failure("managed ledger: an add's completion callback failed")
 
@@ -128,15 +132,17 @@ def _fire(method, value):
 class AddOp:
     """One ``add_entry`` in flight: its bytes, the caller's Deferred and the ledger it went to."""
 
-    __slots__ = ("ml", "data", "deferred", "handle", "close_when_done", "done", "started")
+    __slots__ = ("ml", "data", "deferred", "ctx", "handle", "close_when_done", "done", "started")
 
-    def __init__(self, ml, data, started, deferred):
+    def __init__(self, ml, data, started, deferred, ctx=None):
         self.ml = ml
         self.data = data
         #: reactor time of ``add_entry``, for the add latency counters
         self.started = started
         #: a Deferred (``add_entry``) or the waiter of ``add_entry_notify``
         self.deferred = deferred
+        #: ``add_entry_notify``'s ctx (None: the waiter is called as a Deferred)
+        self.ctx = ctx
         self.handle = None
         self.close_when_done = False
         self.done = False
@@ -598,28 +604,29 @@ class ManagedLedgerImpl:
         """Append ``data``; Deferred firing with its Position once durable. Completions are in
         order; a fenced/closed/terminated ledger fails the add at once."""
         d = defer.Deferred()
-        self._add(data, d)
+        self.add_entry_notify(data, d)
         return d
 
-    def add_entry_notify(self, data: bytes, waiter) -> None:
+    def add_entry_notify(self, data: bytes, waiter, ctx=None) -> None:
         """``add_entry`` without a Deferred (the broker's publish path): ``waiter.callback(position)``
         or ``waiter.errback(failure)`` when the Deferred would fire, in the same order; an exception
-        from the waiter is logged, as a Deferred would keep it, and the other adds go on."""
-        self._add(data, waiter)
+        from the waiter is logged, as a Deferred would keep it, and the other adds go on.
 
-    def _add(self, data: bytes, waiter):
-        """``waiter``: a Deferred or any object with its ``callback`` / ``errback``."""
+        With a ``ctx`` (not None), Pulsar's ``asyncAddEntry(data, callback, ctx)``:
+        ``waiter.add_complete(position, ctx)`` or ``waiter.add_failed(failure, ctx)`` instead, so one
+        waiter (the topic) serves every add and the caller needs no object of its own per add.
+        ``waiter`` may also be a Deferred (``add_entry``)."""
         st = self._state
         if st is State.LEDGER_OPENED:
-            op = AddOp(self, data, self.reactor.seconds(), waiter)
+            op = AddOp(self, data, self.reactor.seconds(), waiter, ctx)
             self._send(op)
         else:
             error = self._check_writable()
             if error is not None:
                 self.counters.add_errors += 1
-                _fire(waiter.errback, Failure(error))
+                _fail(waiter, ctx, Failure(error))
                 return
-            op = AddOp(self, data, self.reactor.seconds(), waiter)
+            op = AddOp(self, data, self.reactor.seconds(), waiter, ctx)
             if not self._queued:
                 self._queued = []
             self._queued.append(op)
@@ -659,9 +666,13 @@ class ManagedLedgerImpl:
             self._set_throttled(False)
         self.counters.add_done(None, op.started, size)
         # Fire before rolling over: rolling may complete later adds synchronously, which
-        # must not overtake this one. (_fire, inline: once per entry.)
+        # must not overtake this one. (_fail's handling, inline for success: once per entry.)
         try:
-            op.deferred.callback(pos)
+            ctx = op.ctx
+            if ctx is None:
+                op.deferred.callback(pos)
+            else:
+                op.deferred.add_complete(pos, ctx)
         except Exception:
             log.failure("managed ledger: an add's completion callback failed")
         if self._listeners:
@@ -712,7 +723,7 @@ class ManagedLedgerImpl:
         counters = self.counters
         for o in ops:
             counters.add_errors += 1
-            _fire(o.deferred.errback, Failure(error))
+            _fail(o.deferred, o.ctx, Failure(error))
 
     def _set_fenced(self):
         """Another owner took over: no add, cursor write or metadata write from here on; pending

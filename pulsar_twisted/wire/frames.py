@@ -69,11 +69,15 @@ _SMALL_VARINTS = tuple(bytes((v,)) if v < 0x80 else bytes(((v & 0x7F) | 0x80, v 
 _RECEIPT_PREFIX = bytes((0x08, api.BaseCommand.SEND_RECEIPT, (7 << 3) | 2))
 
 
-def _varint(value: int) -> bytes:
+#: the low 14 bits of a larger value as its first two varint bytes (continuation bits set)
+_LOW14_VARINTS = tuple(bytes(((v & 0x7F) | 0x80, (v >> 7) | 0x80)) for v in range(1 << 14))
+
+
+def _varint(value: int, _small=_SMALL_VARINTS, _low=_LOW14_VARINTS) -> bytes:
     if value < 0x4000:
-        return _SMALL_VARINTS[value]
-    if value < 0x200000:    # 3 bytes: entry and sequence ids up to 2 million, without a loop
-        return bytes(((value & 0x7F) | 0x80, ((value >> 7) & 0x7F) | 0x80, value >> 14))
+        return _small[value]
+    if value < 0x10000000:  # 3-4 bytes (ids up to 268 million): two table lookups, no loop
+        return _low[value & 0x3FFF] + _small[value >> 14]
     out = bytearray()
     while value >= 0x80:
         out.append((value & 0x7F) | 0x80)

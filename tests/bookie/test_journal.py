@@ -267,6 +267,43 @@ class JournalWriterTests(unittest.TestCase):
         self.assertEqual((journal.groups, journal.fsyncs, journal.records), (1, 1, 3))
         self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
 
+    def test_failed_write_fails_every_waiter_even_after_a_raising_one(self):
+        """A group whose write fails errbacks all its waiters in order; one whose ``errback``
+        raises is logged and the later ones still hear (no adapter object per record does this:
+        the journal's own loop does)."""
+        class Reactor:
+            def __init__(self):
+                self.calls = []
+
+            def callFromThread(self, f, *args):
+                self.calls.append((f, args))
+        fake = Reactor()
+        journal = Journal(self.dir, fake, inline_sync_max_ms=0)
+        journal._create(1)
+        os.close(journal._fd)
+        journal._fd = -1        # every write to it now fails (EBADF)
+        fired = []
+
+        class Waiter:
+            def __init__(self, i):
+                self.i = i
+
+            def callback(self, value):
+                fired.append((self.i, value))
+
+            def errback(self, failure):
+                fired.append((self.i, failure.type))
+                if self.i == 0:
+                    raise RuntimeError("a buggy waiter")
+        r = key_record(1)
+        for i in range(3):
+            journal.append((r,), len(r), Waiter(i))
+        journal._write_group(journal._take_all())
+        f, args = fake.calls.pop()
+        f(*args)
+        self.assertEqual(fired, [(0, OSError), (1, OSError), (2, OSError)])
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+
     @defer.inlineCallbacks
     def test_waiter_after_stop_gets_a_failure(self):
         """A stopped journal fails a waiter with a Failure (JournalStoppedError), as it fails a Deferred."""

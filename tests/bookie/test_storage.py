@@ -561,3 +561,35 @@ class RefusalTests(StorageTestBase):
         yield self.assertFailure(storage.add_entry(4, 3, b"x", KEY), LedgerFencedError)
         yield storage.add_entry(4, 3, b"x", KEY, recovery_add=True)
         yield self.assert_entries(storage, 4, range(3))
+
+
+class AddWaiterTests(StorageTestBase):
+    """``add_entry(..., waiter=)``: the same outcomes as the Deferred, without one."""
+
+    @defer.inlineCallbacks
+    def test_waiter_hears_durable_and_refused_adds(self):
+        """A waiter gets ``callback(None)`` once the entry is durable and ``errback`` at once for a
+        refused add (None is returned either way); a waiter that raises on a refusal is logged."""
+        storage = yield self.open()
+        got = []
+
+        class Waiter:
+            def __init__(self, name, raises=False):
+                self.name, self.raises = name, raises
+
+            def callback(self, value):
+                got.append((self.name, value))
+
+            def errback(self, failure):
+                got.append((self.name, failure.type))
+                if self.raises:
+                    raise RuntimeError("a buggy waiter")
+        self.assertIsNone(storage.add_entry(7, 0, b"x", KEY, -1, waiter=Waiter("ok")))
+        yield storage.add_entry(7, 1, b"y", KEY, 0)     # durable after entry 0 (same journal order)
+        self.assertEqual(got, [("ok", None)])
+        yield storage.fence_ledger(7, KEY)
+        self.assertIsNone(storage.add_entry(7, 2, b"z", KEY, 1, waiter=Waiter("fenced", raises=True)))
+        self.assertIsNone(storage.add_entry(7, 2, b"z", b"other", 1, waiter=Waiter("key")))
+        self.assertEqual(got[1:], [("fenced", LedgerFencedError), ("key", UnauthorizedAccessError)])
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+        yield self.assertFailure(storage.add_entry(7, 2, b"z", KEY, 1), LedgerFencedError)

@@ -204,6 +204,24 @@ class EnsembleChangeTests(LedgerHarness, unittest.TestCase):
         self.assertEqual(self.bookies[new[1][1]].entry_ids(handle.ledger_id), [0, 1, 3])
         self.assertEqual(self.read_payloads(handle, 0, 3), [b"x0", b"x1", b"x2", b"x3"])
 
+    def test_late_answer_of_a_replaced_bookie_is_stale(self):
+        """An add's first copy answers to the add itself (the in-process client takes waiters):
+        when that bookie is replaced and the add re-sent, the old bookie's late answer does not
+        complete the add; the replacement's does."""
+        handle = self.create(2, 1, 1)
+        old = list(handle.metadata.last_ensemble[1])
+        for bookie_id, bookie in self.bookies.items():
+            bookie.hold("add")
+        d = handle.add_entry(b"x")
+        self.clock.advance(30)          # the add timeout: index 0 is replaced, the add re-sent
+        new = handle.metadata.last_ensemble[1]
+        self.assertNotEqual(new[0], old[0])
+        self.bookies[old[0]].release_held()
+        self.assertNoResult(d)
+        self.assertEqual(handle.last_add_confirmed, -1)
+        self.bookies[new[0]].release_held()
+        self.assertEqual(self.successResultOf(d), 0)
+
     def test_completions_wait_for_metadata(self):
         """No add completes while the ensemble change is not yet in the metadata."""
         handle = self.create(3, 3, 2)

@@ -67,6 +67,42 @@ class AddReadTests(ManagedLedgerHarness, unittest.TestCase):
         self.assertTrue(failure.check(ManagedLedgerClosedError))
         self.assertEqual(ml.counters.add_errors, 1)
 
+    def test_add_entry_notify_with_ctx(self):
+        """With a ctx (Pulsar's asyncAddEntry(data, callback, ctx)) one waiter serves every add:
+        ``add_complete(position, ctx)`` in add order; when an add fails, it and every later add of
+        that ledger get ``add_failed(failure, ctx)``, in order; a raising waiter is logged and the
+        rest still hear; a closed ledger refuses at once the same way."""
+        ml = self.open()
+        events = []
+
+        class Callback:
+            def add_complete(self, position, ctx):
+                events.append((ctx, position))
+                if ctx == 0:
+                    raise RuntimeError("buggy waiter")
+
+            def add_failed(self, failure, ctx):
+                events.append((ctx, failure.type))
+                if ctx == 3:
+                    raise RuntimeError("buggy waiter")
+        callback = Callback()
+        self.bk.pause_adds()
+        for i in range(2):
+            self.assertIsNone(ml.add_entry_notify(data(i), callback, i))
+        self.bk.resume_adds()
+        lid = events[0][1].ledger_id
+        self.assertEqual(events, [(0, Position(lid, 0)), (1, Position(lid, 1))])
+        self.bk.pause_adds()
+        self.bk.fail_next_adds(1, NotEnoughBookiesError)
+        for i in range(3, 6):
+            ml.add_entry_notify(data(i), callback, i)
+        self.bk.resume_adds()
+        self.assertEqual(events[2:], [(i, ManagedLedgerError) for i in range(3, 6)])
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 2)
+        self.successResultOf(ml.close())
+        ml.add_entry_notify(data(9), callback, "closed")
+        self.assertEqual(events[5:], [("closed", ManagedLedgerClosedError)])
+
     def test_completions_in_order(self):
         """With slow bookies, Deferreds fire in add order, all after the delay."""
         self.bk.add_delay = 1.0

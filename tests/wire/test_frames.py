@@ -197,8 +197,8 @@ class SendReceiptEncodingTests(unittest.SynchronousTestCase):
                          _protobuf_receipt(producer_id, sequence_id, highest, ledger_id, entry_id))
 
     def test_same_bytes_at_the_varint_boundaries(self):
-        """Ids at each varint length boundary (table, 3-byte branch, loop), equal ids or not."""
-        edges = [0, 127, 128, 0x3FFF, 0x4000, 0x1FFFFF, 0x200000, 2 ** 28, 2 ** 64 - 1]
+        """Ids at each varint length boundary (table, two-table branch, loop), equal ids or not."""
+        edges = [0, 127, 128, 0x3FFF, 0x4000, 0x1FFFFF, 0x200000, 2 ** 28 - 1, 2 ** 28, 2 ** 64 - 1]
         for a in edges:
             for b in edges:
                 for args in [(a, b, b, a, b), (b, a, b, b, a), (a, a, a, -1, -1)]:
