@@ -23,7 +23,8 @@ from pulsar_twisted.broker.known_namespaces import KnownNamespaces
 from pulsar_twisted.broker.load_log import LoadLog
 from pulsar_twisted.broker.publish_buffer import PublishBuffer
 from pulsar_twisted.broker.policies import PolicyService
-from pulsar_twisted.broker.topic import NonPersistentTopic, PersistentTopic
+from pulsar_twisted.broker.topic import NonPersistentTopic
+from pulsar_twisted.broker.topic_loader import TopicLoader
 from pulsar_twisted.security.broker import BrokerSecurity
 from pulsar_twisted.common import errors, patterns
 from pulsar_twisted.metadata.interfaces import AlreadyExistsError
@@ -113,6 +114,8 @@ class BrokerService(service.Service):
         self.schema_registry = schema.SchemaRegistry(metadata_store, clock, config)
         #: Topic compaction and the compacted-ledger state of its readers (compaction.py).
         self.compactor = Compactor(self)
+        #: Loads one topic for get_topic (topic_loader.py).
+        self.loader = TopicLoader(self)
 
     # ---------------------------------------------------------------- lifecycle
     @defer.inlineCallbacks
@@ -399,7 +402,7 @@ class BrokerService(service.Service):
             waiters.append(d)
             return d
         self._loading[key] = [d]
-        self._load(name, create).addBoth(self._loaded, key)
+        self.loader.load(name, create).addBoth(self._loaded, key)
         return d
 
     def _loaded(self, result, key):
@@ -409,81 +412,6 @@ class BrokerService(service.Service):
                 waiter.errback(result)
             else:
                 waiter.callback(result)
-
-    def _load(self, name, create: bool) -> defer.Deferred:
-        """Load (or create) the topic ``name``: a chain of callbacks, not a generator (one per
-        topic creation, issue 14 item 4); the steps and their order are Pulsar's."""
-        try:
-            d = self._check_namespace(name.namespace_name)
-            if self.ownership is not None:
-                # Nothing of the topic (managed ledger, cursors, dedup state) is opened on a broker
-                # that does not own its bundle; the token tells whether it was lost meanwhile.
-                d.addCallback(self._check_owned, name)
-            return d.addCallback(self._load_owned, name, create)
-        except Exception:
-            return defer.fail()
-
-    def _check_owned(self, _, name):
-        return self.ownership.check_owned(name)
-
-    def _load_owned(self, ownership, name, create: bool):
-        if name.partition_index < 0:
-            d = self.partitions_of(name).addCallback(self._refuse_partitioned, name)
-        else:
-            d = self.check_partition_bounds(name)
-        if not create or not self.config.allowAutoTopicCreation:
-            d.addCallback(self._refuse_missing, name)
-        if name.persistent:
-            d.addCallback(self._open_ledger, name)
-        else:
-            d.addCallback(lambda _: NonPersistentTopic(self, name, self.clock, self.config))
-        return d.addCallback(self._load_topic, name, ownership)
-
-    @staticmethod
-    def _refuse_partitioned(partitions, name):
-        if partitions > 0:
-            raise errors.NotAllowedError(
-                f"{name} is a partitioned topic: use its partitions ({name}-partition-N)")
-
-    def _refuse_missing(self, _, name):
-        def exists(found):
-            if not found:
-                raise errors.TopicNotFound(f"Topic {name} does not exist")
-        return self._topic_exists(name).addCallback(exists)
-
-    def _open_ledger(self, _, name):
-        d = self.policies.ledger_config(name, self.ml_factory.default_config)
-        d.addCallback(lambda config: self.ml_factory.open(name.managed_ledger_name, config))
-        return d.addCallback(lambda ledger: PersistentTopic(self, name, ledger, self.clock, self.config))
-
-    def _load_topic(self, topic, name, ownership):
-        try:
-            # Namespace policies before any client sees the topic.
-            d = self.policies.topic_loaded(topic)
-        except Exception:
-            d = defer.fail()
-        if name.persistent:
-            # Deduplication state recovered, or the load fails (retriable): never served
-            # with deduplication silently off.
-            d.addCallback(lambda _: topic.wait_ready())
-        d.addCallback(self._still_owned, name, ownership)
-        return d.addCallbacks(self._topic_ready, self._load_failed, callbackArgs=(topic,),
-                              errbackArgs=(topic, name))
-
-    def _still_owned(self, _, name, ownership):
-        if self.ownership is not None and not self.ownership.still_owns(ownership):
-            raise errors.ServiceNotReady(f"{name}: this broker lost its bundle while loading it")
-
-    def _topic_ready(self, _, topic):
-        self.topics[topic.name] = topic  # the topic's own name string as the key: one copy per topic
-        self.load_log.add(topic.name)
-        return topic
-
-    def _load_failed(self, failure, topic, name):
-        self.log.warn("Loading topic {topic} failed; closing what was opened", topic=str(name))
-        d = defer.maybeDeferred(topic.close).addErrback(
-            lambda f: self.log.failure("closing {topic} after a failed load", f, topic=str(name)))
-        return d.addCallback(lambda _: failure)
 
     def _is_busy(self, topic) -> bool:
         return bool(topic.producers) or any(s.consumers for s in list(topic.subscriptions.values()))
