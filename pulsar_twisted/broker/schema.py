@@ -283,10 +283,14 @@ class SchemaRegistry:
     def _path(self, sid: str) -> str:
         return f"{SCHEMAS_ROOT}/{sid}"
 
-    @defer.inlineCallbacks
-    def _read(self, sid: str):
+    # _read, versions and get are plain callbacks, not generators: every producer asks (issue 14,
+    # item 4), and a topic without a schema answers from one metadata read.
+    def _read(self, sid: str) -> defer.Deferred:
         """``(versions, node_version)``; ``([], None)`` when the topic never had a schema."""
-        node = yield self.store.get(self._path(sid))
+        return self.store.get(self._path(sid)).addCallback(self._decode, sid)
+
+    @staticmethod
+    def _decode(node, sid):
         if node is None or not node[0]:
             return [], (node[1].version if node is not None else None)
         try:
@@ -296,24 +300,17 @@ class SchemaRegistry:
             raise errors.MetadataError(f"Schema storage of {sid} is corrupt")
         return versions, node[1].version
 
-    @defer.inlineCallbacks
-    def versions(self, topic: str):
+    def versions(self, topic: str) -> defer.Deferred:
         """Every version of ``topic``'s schema, oldest first (deleted markers included)."""
-        versions, _ = yield self._read(schema_id(topic))
-        return versions
+        try:
+            sid = schema_id(topic)
+        except Exception:
+            return defer.fail()
+        return self._read(sid).addCallback(_first)
 
-    @defer.inlineCallbacks
-    def get(self, topic: str, version=None):
+    def get(self, topic: str, version=None) -> defer.Deferred:
         """The latest live version (or ``version``); None when there is none."""
-        versions = yield self.versions(topic)
-        if version is None:
-            if versions and not versions[-1].deleted:
-                return versions[-1]
-            return None
-        for v in versions:
-            if v.version == version and not v.deleted:
-                return v
-        return None
+        return self.versions(topic).addCallback(_pick, version)
 
     @defer.inlineCallbacks
     def policies(self, topic: str) -> dict:
@@ -431,29 +428,52 @@ class SchemaRegistry:
         return bool(value) or self.config.schemaValidationEnforced
 
 
+def _first(pair):
+    return pair[0]
+
+
+def _pick(versions, version):
+    if version is None:
+        if versions and not versions[-1].deleted:
+            return versions[-1]
+        return None
+    for v in versions:
+        if v.version == version and not v.deleted:
+            return v
+    return None
+
+
 # ------------------------------------------------------------------------------ broker hooks
-@defer.inlineCallbacks
-def producer_schema_version(service, request):
+def producer_schema_version(service, request) -> defer.Deferred:
     """
     Before the producer of a ProducerRequest is created: the schema version it publishes with
     (LongSchemaVersion bytes, ``b""`` for none), or IncompatibleSchema. Costs nothing for a
-    producer without a schema on a topic without one beyond one metadata read.
+    producer without a schema on a topic without one beyond one metadata read (and no generator:
+    the Deferred has fired when the read has).
     """
     registry = service.schema_registry
     try:
         parse_topic(request.topic)
     except InvalidTopicNameError as e:
-        raise errors.InvalidTopicName(str(e))
+        return defer.fail(errors.InvalidTopicName(str(e)))
     spec = request.schema
     if spec is not None and spec.type != BYTES:
-        version = yield registry.add(request.topic, spec.type, spec.data, spec.properties, spec.name)
-        return encode_version(version)
-    latest = yield registry.get(request.topic)
-    if latest is not None and latest.type != BYTES:
-        policies = yield registry.policies(request.topic)
-        if registry.validation_enforced(policies):
-            raise errors.IncompatibleSchema(
-                "Producers cannot connect or send message without a schema to topics with a schema")
+        d = registry.add(request.topic, spec.type, spec.data, spec.properties, spec.name)
+        return d.addCallback(encode_version)
+    return registry.get(request.topic).addCallback(_without_schema, registry, request.topic)
+
+
+def _without_schema(latest, registry, topic):
+    """A producer without a schema: refused on a topic with one when validation is enforced."""
+    if latest is None or latest.type == BYTES:
+        return b""
+    return registry.policies(topic).addCallback(_refuse_if_enforced, registry)
+
+
+def _refuse_if_enforced(policies, registry):
+    if registry.validation_enforced(policies):
+        raise errors.IncompatibleSchema(
+            "Producers cannot connect or send message without a schema to topics with a schema")
     return b""
 
 

@@ -226,18 +226,23 @@ class BrokerSecurity:
         session.answer(response)
 
     # ---------------------------------------------------------------- authorization
-    async def authorize_command(self, cnx, command_type: int, topic: str = None,
-                                namespace: str = None) -> None:
+    def authorize_command(self, cnx, command_type: int, topic: str = None,
+                          namespace: str = None) -> defer.Deferred:
         """
-        AuthorizationError unless the role of ``cnx`` passes the rule ``policy_table.BINARY_RULES``
-        gives ``command_type``, for ``topic`` (a full name) or ``namespace`` (``tenant/ns``).
-        InvalidTopicName for a name that does not parse. A command with no rule is refused.
+        Deferred failing with AuthorizationError unless the role of ``cnx`` passes the rule
+        ``policy_table.BINARY_RULES`` gives ``command_type``, for ``topic`` (a full name) or
+        ``namespace`` (``tenant/ns``); InvalidTopicName for a name that does not parse. A command
+        with no rule is refused. With authorization off it has already fired (no coroutine: every
+        lookup, partitioned-metadata request and producer asks, issue 14 item 4).
         """
         rule = BINARY_RULES.get(command_type)
         if rule is None:
-            raise errors.AuthorizationError(f"Command {command_type} has no authorization rule")
+            return defer.fail(errors.AuthorizationError(f"Command {command_type} has no authorization rule"))
         if not self.authz.enabled:
-            return
+            return defer.succeed(None)
+        return defer.ensureDeferred(self._enforce(cnx, command_type, rule, topic, namespace))
+
+    async def _enforce(self, cnx, command_type: int, rule, topic, namespace) -> None:
         try:
             if topic is not None:
                 name = parse_topic(topic)
@@ -257,16 +262,17 @@ class BrokerSecurity:
                 raise
 
     def authorized(self, cnx, command_type: int, **where) -> defer.Deferred:
-        """``authorize_command`` as a Deferred; nothing to check without a connection (a call
-        from the admin API, which the HTTP rules authorized)."""
+        """``authorize_command``; nothing to check without a connection (a call from the admin
+        API, which the HTTP rules authorized)."""
         if cnx is None:
             return defer.succeed(None)
-        return defer.ensureDeferred(self.authorize_command(cnx, command_type, **where))
+        return self.authorize_command(cnx, command_type, **where)
 
-    async def check_topic(self, cnx, topic: str, action: str) -> None:
-        """AuthorizationError unless the role of ``cnx`` may ``action`` (lookup, produce,
-        consume) on ``topic``: the rule of LOOKUP, PRODUCER or SUBSCRIBE."""
-        await self.authorize_command(cnx, _COMMAND_OF_ACTION[action], topic=topic)
+    def check_topic(self, cnx, topic: str, action: str) -> defer.Deferred:
+        """Deferred failing with AuthorizationError unless the role of ``cnx`` may ``action``
+        (lookup, produce, consume) on ``topic``: the rule of LOOKUP, PRODUCER or SUBSCRIBE.
+        Already fired with authorization off."""
+        return self.authorize_command(cnx, _COMMAND_OF_ACTION[action], topic=topic)
 
     # ---------------------------------------------------------------- lookups
     def lookup_started(self) -> None:

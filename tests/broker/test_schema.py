@@ -6,6 +6,9 @@ from twisted.internet import defer
 from twisted.trial import unittest
 
 from pulsar_twisted.broker import schema
+from pulsar_twisted.broker.cnx import producer_request
+from pulsar_twisted.common import errors
+from pulsar_twisted.metadata.layout import SCHEMAS_ROOT
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from tests.broker.messaging import FeatureCase, Sub, T
 
@@ -182,6 +185,23 @@ class RegistryTests(FeatureCase):
         self.harness.config.schemaValidationEnforced = True
         [error] = self.producer(client, 3)
         self.assertEqual(error.error.error, api.IncompatibleSchema)
+
+    def test_producer_schema_version_fires_with_the_read(self):
+        """No schema on either side: the answer (b"") is there as soon as the store's read has
+        fired, without a generator per step; a name that does not parse and a corrupt schema node
+        still fail as before (InvalidTopicName, MetadataError)."""
+        broker = self.harness.broker
+
+        def request(topic):
+            return producer_request(api.CommandProducer(topic=topic, producer_id=1, request_id=1))
+        self.assertEqual(self.successResultOf(schema.producer_schema_version(broker, request(self.topic))), b"")
+        self.failureResultOf(schema.producer_schema_version(broker, request("persistent://a/b/c/d/e")),
+                             errors.InvalidTopicName)
+        self.successResultOf(self.harness.store.put(
+            f"{SCHEMAS_ROOT}/public/default/corrupt", b"{not json", expected_version=-1))
+        self.failureResultOf(schema.producer_schema_version(
+            broker, request("persistent://public/default/corrupt")), errors.MetadataError)
+        self.assertIsNone(self.successResultOf(broker.schema_registry.get("persistent://public/default/none")))
 
     def test_auto_update_disabled(self):
         self.harness.config.isAllowAutoUpdateSchemaEnabled = False

@@ -10,6 +10,7 @@ from twisted.logger import LogLevel, capturedLogs
 from twisted.trial import unittest
 
 from pulsar_twisted.broker.cnx import BrokerProtocolFactory
+from pulsar_twisted.common import errors
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.security import jwt
 from pulsar_twisted.testing.broker import BrokerHarness, FakeClient
@@ -225,6 +226,45 @@ class AuthorizationTests(SecurityHarnessCase):
         client = self.as_role("ops")
         client.send(producer("persistent://public/default/t4"))
         self.assertEqual(len(client.commands(T.PRODUCER_SUCCESS)), 1)
+
+
+    def test_check_topic_refuses_without_permission(self):
+        """With authorization on, check_topic still asks the policies: refused without a grant
+        (AuthorizationError), InvalidTopicName for a name that does not parse, allowed after a grant."""
+        security = self.harness.broker.security
+        client = self.as_role("erin")
+        topic = "persistent://public/default/t5"
+        failure = self.failureResultOf(security.check_topic(client.protocol, topic, "produce"))
+        failure.trap(errors.AuthorizationError)
+        failure = self.failureResultOf(security.check_topic(client.protocol, "persistent://a/b/c/d/e", "lookup"))
+        failure.trap(errors.InvalidTopicName)
+        self.grant("erin", ["produce"])
+        self.assertIsNone(self.successResultOf(security.check_topic(client.protocol, topic, "produce")))
+
+
+class AuthorizationOffTests(SecurityHarnessCase):
+    """Authorization off (the default): the checks have already fired when they return."""
+
+    config = {}
+
+    def test_check_topic_has_fired(self):
+        """check_topic and authorized answer at once (no coroutine per request) and never parse
+        the name, as before: any role may do anything."""
+        security = self.harness.broker.security
+        cnx = self.new_client().protocol
+        for action in ("lookup", "produce", "consume"):
+            self.assertIsNone(self.successResultOf(security.check_topic(cnx, "persistent://public/default/x", action)))
+        self.assertIsNone(self.successResultOf(security.check_topic(cnx, "not//a topic", "produce")))
+        self.assertIsNone(self.successResultOf(
+            security.authorized(cnx, T.GET_TOPICS_OF_NAMESPACE, namespace="public/default")))
+        self.assertIsNone(self.successResultOf(security.authorized(None, T.PRODUCER, topic="x")))
+
+    def test_command_without_rule_refused(self):
+        """A command with no authorization rule is refused even with authorization off."""
+        security = self.harness.broker.security
+        cnx = self.new_client().protocol
+        self.failureResultOf(security.authorize_command(cnx, 9999, topic="persistent://public/default/x"),
+                             errors.AuthorizationError)
 
 
 class LimitTests(unittest.TestCase):
