@@ -433,7 +433,7 @@ class ServerConnection(protocol.Protocol):
         if self.pending_sends >= self.max_pending_sends and not self._send_throttled:
             self._send_throttled = True
             self.throttle()
-        # BrokerService.publish_started, inline (the broker-wide buffer; once per message)
+        # The broker-wide publish buffer (it may pause every connection's reads).
         self.service.publish_buffer.started(len(message))
         # The fields read once here: each read of a protobuf field builds a value.
         producer.publish_message(send.sequence_id, send.highest_sequence_id, send.num_messages,
@@ -442,7 +442,7 @@ class ServerConnection(protocol.Protocol):
     def publish_answered(self, size):
         """A SEND of ``size`` message bytes is settled (answered, or dropped by a closing producer):
         the producer calls this once per ``publish``."""
-        self.service.publish_buffer.finished(size)      # BrokerService.publish_finished, inline
+        self.service.publish_buffer.finished(size)
         self.pending_sends -= 1
         if self._send_throttled and self.pending_sends <= self.max_pending_sends // 2:
             self._send_throttled = False

@@ -178,13 +178,6 @@ class BrokerService(service.Service):
         self.connections.discard(cnx)
         self.publish_buffer.forget(cnx)
 
-    def publish_started(self, size: int) -> None:
-        """A message received, not yet stored (the broker-wide buffer may pause every reader)."""
-        self.publish_buffer.started(size)
-
-    def publish_finished(self, size: int) -> None:
-        self.publish_buffer.finished(size)
-
     def authenticate(self, cnx, connect):
         """The role of a connecting client (None with authentication off); AuthenticationError."""
         return self.security.authenticate(cnx, connect)
