@@ -79,7 +79,7 @@ from zope.interface import implementer
 
 from pulsar_twisted.metadata.embedded import log_format
 from pulsar_twisted.metadata.embedded.log_format import HEADER_SIZE, LOCK_NAME, encode_delete, encode_record
-from pulsar_twisted.metadata.embedded.tree import Node, Tree, check_path, name_of, parent_of
+from pulsar_twisted.metadata.embedded.tree import Node, Tree, check_path, parent_of
 from pulsar_twisted.metadata.interfaces import (
     AlreadyExistsError,
     BadVersionError,
@@ -627,7 +627,7 @@ class EmbeddedMetadataStore:
 
     def get_children(self, path: str) -> Deferred:
         """Sorted child names; [] when the node is absent."""
-        return self._read(path, lambda node: [] if node is None else sorted(node.children))
+        return self._read(path, lambda node: [] if node is None else node.child_names(path))
 
     # -- writes ------------------------------------------------------------------------------------
 
@@ -760,7 +760,7 @@ class EmbeddedMetadataStore:
         for parent_path in reversed(missing):
             tree.preserve(parent_path)
             nodes[parent_path] = Node(b"", now)
-            nodes[parent_of(parent_path)].add_child(name_of(parent_path))
+            nodes[parent_of(parent_path)].add_child(parent_path)
             notifications += [Notification("created", parent_path),
                               Notification("children", parent_of(parent_path))]
         parent = nodes[parent_of(path)]
@@ -774,7 +774,7 @@ class EmbeddedMetadataStore:
             ops.append(parent.set_op(parent_of(path)))
         tree.preserve(path)
         node = nodes[path] = Node(value, now, self.session_id if ephemeral else None)
-        parent.add_child(name_of(path))
+        parent.add_child(path)
         if ephemeral:
             core.ephemerals[self.session_id].add(path)
         else:

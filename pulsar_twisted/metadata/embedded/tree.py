@@ -19,7 +19,12 @@ NO_CHILDREN = frozenset()
 
 class Node:
     """One node: value, version, times in ms, ephemeral owner, next sequential-child number, children
-    (``children`` is read-only to callers: ``add_child`` / ``remove_child`` change it)."""
+    (``children`` is read-only to callers: ``add_child`` / ``remove_child`` change it).
+
+    ``children`` holds the children's full paths, the very str objects that key ``Tree.nodes``, not
+    their last segments: a name would be a second string per node (~80 bytes for a ledger's or a
+    managed ledger's node, issue 14: memory per topic). Sorted, full paths come in the order of
+    their names (one parent, one prefix); ``child_names`` gives the names."""
 
     __slots__ = ("value", "version", "ctime", "mtime", "owner", "seq", "children")
 
@@ -32,18 +37,24 @@ class Node:
         self.seq = 0                # next sequential-child counter
         self.children: set[str] | frozenset = NO_CHILDREN
 
-    def add_child(self, name: str) -> None:
+    def add_child(self, path: str) -> None:
+        """Add the child at ``path`` (pass the key of its ``Tree.nodes`` entry, to share it)."""
         if self.children is NO_CHILDREN:
-            self.children = {name}
+            self.children = {path}
         else:
-            self.children.add(name)
+            self.children.add(path)
 
-    def remove_child(self, name: str) -> None:
+    def remove_child(self, path: str) -> None:
         children = self.children
-        if name in children:
-            children.discard(name)
+        if path in children:
+            children.discard(path)
             if not children:
                 self.children = NO_CHILDREN
+
+    def child_names(self, path: str) -> list[str]:
+        """The children's names, sorted; ``path`` is this node's own path."""
+        cut = 1 if path == "/" else len(path) + 1
+        return sorted(child[cut:] for child in self.children)
 
     def set_op(self, path: str) -> bytes:
         return encode_set(path, self.value, self.version, self.ctime, self.mtime, self.seq)
@@ -52,14 +63,6 @@ class Node:
 def parent_of(path: str) -> str:
     """The parent of an absolute path ("/" for a top-level node)."""
     return path.rsplit("/", 1)[0] or "/"
-
-
-def name_of(path: str) -> str:
-    return path.rsplit("/", 1)[1]
-
-
-def child_path(parent: str, name: str) -> str:
-    return parent + name if parent == "/" else parent + "/" + name
 
 
 def check_path(path: str) -> None:
@@ -104,7 +107,7 @@ class Tree:
                     if parent is None:
                         raise CorruptStoreError(f"record creates {path} before its parent")
                     node = self.nodes[path] = Node(value, ctime)
-                    parent.add_child(name_of(path))
+                    parent.add_child(path)
                 node.value, node.version, node.ctime, node.mtime, node.seq = value, version, ctime, mtime, seq
             else:
                 self.remove_subtree(op[1])
@@ -115,11 +118,11 @@ class Tree:
         if node is None or path == "/":
             return []
         removed = []
-        for name in sorted(node.children):
-            removed.extend(self.remove_subtree(child_path(path, name)))
+        for child in sorted(node.children):
+            removed.extend(self.remove_subtree(child))
         self.preserve(path)
         del self.nodes[path]
-        self.nodes[parent_of(path)].remove_child(name_of(path))
+        self.nodes[parent_of(path)].remove_child(path)
         removed.append((path, node))
         return removed
 
@@ -133,7 +136,7 @@ class Tree:
             if node.owner is not None:
                 continue
             ops.append(node.set_op(path))
-            stack.extend(child_path(path, name) for name in sorted(node.children, reverse=True))
+            stack.extend(sorted(node.children, reverse=True))
         return ops
 
     # -- a consistent cut, walked in slices -------------------------------------------------------

@@ -1,0 +1,75 @@
+"""
+What the embedded store holds per node (issue 14: memory per loaded topic): a parent's children
+are the very path strings that key the tree, not second copies of their last segments, and the
+listings, removals and snapshots built on them are unchanged.
+"""
+
+from twisted.internet import reactor, task
+from twisted.trial.unittest import TestCase
+
+from pulsar_twisted.metadata.embedded.log_format import decode_records, encode_record
+from pulsar_twisted.metadata.embedded.store import EmbeddedMetadataStore
+from pulsar_twisted.metadata.embedded.tree import Tree
+
+
+def shares_keys(tree: Tree) -> bool:
+    """Every child entry is the same object as its node's key in ``tree.nodes``."""
+    keys = {path: path for path in tree.nodes}
+    return all(child is keys[child] for node in tree.nodes.values() for child in node.children)
+
+
+class ChildrenSharePathsTests(TestCase):
+
+    async def filled(self, store):
+        await store.put("/a/b/c", b"1")         # parents made on the way
+        await store.put("/a/b/d", b"2")
+        await store.put("/a/x", b"3")
+        await store.put("/a/b/seq-", b"", sequential=True)
+        await store.put("/top", b"4")
+        await store.put("/a/b/e", b"", ephemeral=True)
+
+    async def test_children_are_the_keys(self):
+        store = EmbeddedMetadataStore(None, task.Clock())
+        await self.filled(store)
+        tree = store._core.tree
+        self.assertTrue(shares_keys(tree))
+        self.assertEqual(tree.nodes["/a/b"].children, {"/a/b/c", "/a/b/d", "/a/b/seq-0000000000", "/a/b/e"})
+
+    async def test_listings_unchanged(self):
+        store = EmbeddedMetadataStore(None, task.Clock())
+        await self.filled(store)
+        self.assertEqual(await store.get_children("/"), ["a", "top"])
+        self.assertEqual(await store.get_children("/a"), ["b", "x"])
+        self.assertEqual(await store.get_children("/a/b"), ["c", "d", "e", "seq-0000000000"])
+        self.assertEqual(await store.get_children("/a/b/c"), [])
+        self.assertEqual(await store.get_children("/missing"), [])
+
+    async def test_removals_unchanged(self):
+        store = EmbeddedMetadataStore(None, task.Clock())
+        await self.filled(store)
+        await store.delete("/a/x")
+        self.assertEqual(await store.get_children("/a"), ["b"])
+        await store.delete_recursive("/a/b")
+        self.assertEqual(await store.get_children("/a"), [])
+        self.assertIsNone(await store.exists("/a/b/c"))
+        self.assertEqual(store._core.tree.nodes["/a"].children, frozenset())
+        self.assertEqual(sorted(store._core.tree.nodes), ["/", "/a", "/top"])
+
+    async def test_replayed_and_snapshotted_tree_shares_keys(self):
+        data_dir = self.mktemp()
+        store = EmbeddedMetadataStore(data_dir, reactor)
+        await store.start()
+        await self.filled(store)
+        await store.close()                 # snapshot on a clean close
+        again = EmbeddedMetadataStore(data_dir, reactor)
+        self.addCleanup(again.close)
+        await again.start()
+        await again.put("/a/b/f", b"5")     # after the snapshot: in the log
+        tree = again._core.tree
+        self.assertTrue(shares_keys(tree))
+        self.assertEqual(await again.get_children("/a/b"), ["c", "d", "f", "seq-0000000000"])
+        # Snapshot order: every parent before its children, siblings by name.
+        [(_, ops, _)] = list(decode_records(encode_record(1, tree.snapshot_ops()), 0))
+        replayed = Tree()
+        replayed.apply(ops)
+        self.assertEqual(sorted(replayed.nodes), sorted(p for p in tree.nodes if p != "/a/b/e"))
