@@ -57,6 +57,27 @@ def ledger_path(ledger_id: int) -> str:
     return "%s/L%010d" % (LEDGERS_ROOT, ledger_id)
 
 
+#: Ensembles in use (``LedgerMetadata.ensembles``), each kept once: most ledgers of a broker have one
+#: segment on the same few bookies, and an equal tuple of tuples per ledger held by its handle was
+#: 152 bytes per loaded topic (issue 14). Bounded: emptied when full, the tuples stay valid.
+_SHARED_ENSEMBLES: dict = {}
+SHARED_ENSEMBLES_MAX = 4096
+
+
+def shared_ensembles(ensembles):
+    """An equal ``ensembles`` already in use, else ``ensembles`` itself (now shared). Unhashable
+    input (lists) is returned as is."""
+    try:
+        shared = _SHARED_ENSEMBLES.get(ensembles)
+    except TypeError:
+        return ensembles
+    if shared is None:
+        if len(_SHARED_ENSEMBLES) >= SHARED_ENSEMBLES_MAX:
+            _SHARED_ENSEMBLES.clear()
+        shared = _SHARED_ENSEMBLES[ensembles] = ensembles
+    return shared
+
+
 # slots: a ledger's metadata is held by its handle for as long as its topic is loaded; without an
 # instance dictionary it takes 128 bytes instead of 176 (tracemalloc; issue 14: memory per topic).
 @dataclass(frozen=True, slots=True)
@@ -79,6 +100,10 @@ class LedgerMetadata:
     custom_metadata: Dict[str, bytes] = field(default_factory=dict)
     digest_type: str = "CRC32C"
     format_version: int = FORMAT_VERSION
+
+    def __post_init__(self):
+        # Equal ensembles are one object (``shared_ensembles``), however the metadata was made.
+        object.__setattr__(self, "ensembles", shared_ensembles(self.ensembles))
 
     @property
     def closed(self) -> bool:

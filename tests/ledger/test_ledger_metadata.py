@@ -6,6 +6,7 @@ from twisted.internet import defer, task
 from twisted.trial import unittest
 
 from pulsar_twisted.common.bk_errors import NoSuchLedgerError
+from pulsar_twisted.resources import ledgers
 from pulsar_twisted.resources.ledgers import (
     LedgerManager, LedgerMetadata, LedgerState, MetadataFormatError, ledger_path, master_key,
     password_digest)
@@ -48,6 +49,31 @@ class LedgerMetadataTests(unittest.TestCase):
         """A second change starting at the same entry replaces the empty segment."""
         md = sample().with_ensemble(10, ["a", "d", "c"]).with_ensemble(10, ["a", "e", "c"])
         self.assertEqual(md.ensembles, ((0, ("a", "b", "c")), (10, ("a", "e", "c"))))
+
+    def test_equal_ensembles_are_shared(self):
+        """Ledgers on the same bookies hold one ensembles tuple, however their metadata was made
+        (issue 14: memory per topic), and the metadata is unchanged by it."""
+        first = sample(ensembles=((0, tuple(["a", "b", "c"])),))
+        second = sample(ensembles=((0, tuple(["a", "b", "c"])),), ctime_ms=7)
+        parsed = LedgerMetadata.from_bytes(second.to_bytes())
+        closed = parsed.with_closed(3, 30)
+        self.assertIs(second.ensembles, first.ensembles)
+        self.assertIs(parsed.ensembles, first.ensembles)
+        self.assertIs(closed.ensembles, first.ensembles)
+        self.assertEqual(parsed, second)
+        other = first.with_ensemble(2, ["a", "d", "c"])
+        self.assertEqual(other.ensembles, ((0, ("a", "b", "c")), (2, ("a", "d", "c"))))
+        self.assertIsNot(other.ensembles, first.ensembles)
+
+    def test_ensembles_cache_is_bounded(self):
+        self.patch(ledgers, "_SHARED_ENSEMBLES", {})
+        self.patch(ledgers, "SHARED_ENSEMBLES_MAX", 4)
+        made = [sample(ensembles=((0, ("b%d" % i,)),)) for i in range(10)]
+        self.assertLessEqual(len(ledgers._SHARED_ENSEMBLES), 4)
+        self.assertEqual([md.ensembles for md in made], [((0, ("b%d" % i,)),) for i in range(10)])
+        # Unhashable input is kept as given.
+        listed = [(0, ["a"])]
+        self.assertIs(ledgers.shared_ensembles(listed), listed)
 
     def test_master_key_is_bookkeepers(self):
         """SHA-1("ledger" + password), as BookKeeper's MacDigestManager."""
