@@ -34,7 +34,7 @@ from pulsar_twisted.common.bk_errors import LedgerFencedError, NoSuchLedgerError
 from pulsar_twisted.common.position import EARLIEST, LATEST, Entry, Position
 from pulsar_twisted.metadata.interfaces import AlreadyExistsError, BadVersionError, NotFoundError
 from pulsar_twisted.mledger import formats
-from pulsar_twisted.mledger.cache import EntryCache
+from pulsar_twisted.mledger.cache import NO_ENTRY_CACHE, EntryCache
 from pulsar_twisted.mledger.config import ManagedLedgerConfig
 from pulsar_twisted.mledger.counters import ManagedLedgerCounters
 from pulsar_twisted.mledger.stats import iso_ms, position_text
@@ -227,7 +227,8 @@ class ManagedLedgerImpl:
         #: ledger id -> open read handle; the shared EMPTY until the first (``_keep_read_handle``).
         self._read_handles = EMPTY
         self._opening_handles = EMPTY
-        self._cache = EntryCache(config.cache_size_bytes, getattr(factory, "cache_budget", None))
+        #: The shared empty NO_ENTRY_CACHE until the first entry is cached (``_cache_entry``).
+        self._cache = NO_ENTRY_CACHE
         self._meta_version = None
         self._meta_writing = False
         self._meta_waiters = ()
@@ -653,7 +654,11 @@ class ManagedLedgerImpl:
         if self.cursors or self._non_durable:
             # As Pulsar: an entry nobody may read soon is not cached (a topic with producers only
             # would otherwise hold its last entries for good).
-            self._cache.insert(pos, op.data)
+            cache = self._cache
+            if cache is NO_ENTRY_CACHE:
+                cache = self._cache = EntryCache(self.config.cache_size_bytes,
+                                                 getattr(self.factory, "cache_budget", None))
+            cache.insert(pos, op.data)
         if self._notify_call is None and self._listeners:
             self._notify_call = self.reactor.callLater(0, self._notify_listeners)
         if self._throttled and len(pending) + len(self._queued) <= self.config.max_pending_adds // 2:

@@ -9,6 +9,7 @@ from types import MappingProxyType
 from twisted.internet import defer
 
 from pulsar_twisted.broker.rates import RateMeter
+from pulsar_twisted.mledger.cache import NO_ENTRY_CACHE
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 
 from tests.broker.messaging import FeatureCase, message, payloads
@@ -37,6 +38,7 @@ class IdleTopicTests(FeatureCase):
         self.assertEqual(ledger._pending, ())
         self.assertEqual(ledger._queued, ())
         self.assertEqual(len(ledger._cache), 0)
+        self.assertIs(ledger._cache, NO_ENTRY_CACHE)
         self.assertIsInstance(ledger._cache._ledgers, MappingProxyType)
         self.assertEqual(ledger.path, "/managed-ledgers/public%2Fdefault%2Fpersistent%2Ffeatures")
         [producer] = topic.producers.values()
