@@ -34,6 +34,7 @@ class IdleTopicTests(FeatureCase):
         self.assertIsInstance(topic.subscriptions, MappingProxyType)
         self.assertEqual(topic._throttled, ())
         self.assertEqual(topic.access.waiting, ())
+        self.assertFalse(hasattr(topic.access, "__dict__"))
         self.assertIsInstance(ledger.cursors, MappingProxyType)
         self.assertEqual(ledger._pending, ())
         self.assertEqual(ledger._queued, ())
