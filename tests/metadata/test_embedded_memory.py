@@ -73,3 +73,23 @@ class ChildrenSharePathsTests(TestCase):
         replayed = Tree()
         replayed.apply(ops)
         self.assertEqual(sorted(replayed.nodes), sorted(p for p in tree.nodes if p != "/a/b/e"))
+
+
+class SharedTimesTests(TestCase):
+
+    async def test_writes_of_one_millisecond_share_their_time(self):
+        """Nodes written in the same millisecond hold one int for their times; the times are
+        those of the reactor's clock as before."""
+        clock = task.Clock()
+        clock.advance(1_764_972_000.1234)
+        store = EmbeddedMetadataStore(None, clock)
+        first = await store.put("/a/one", b"")
+        second = await store.put("/a/two", b"")
+        nodes = store._core.tree.nodes
+        self.assertEqual(first.created_ms, 1_764_972_000_123)
+        self.assertIs(nodes["/a/one"].ctime, nodes["/a/two"].ctime)
+        self.assertIs(nodes["/a/one"].mtime, nodes["/a/two"].mtime)
+        clock.advance(0.002)
+        third = await store.put("/a/one", b"x")
+        self.assertEqual((third.created_ms, third.modified_ms), (1_764_972_000_123, 1_764_972_000_125))
+        self.assertEqual((second.created_ms, second.modified_ms), (1_764_972_000_123, 1_764_972_000_123))

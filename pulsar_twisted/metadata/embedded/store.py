@@ -178,6 +178,7 @@ class _Core:
         self.closed = False
         self.failure: Optional[Failure] = None
         self.txid = 0
+        self.last_now_ms = 0
         self.next_session = 1
         self.sessions: dict[int, EmbeddedMetadataStore] = {}
         self.ephemerals: dict[int, set[str]] = {}
@@ -275,7 +276,13 @@ class _Core:
     # -- writes ------------------------------------------------------------------------------------
 
     def now_ms(self) -> int:
-        return int(self.reactor.seconds() * 1000)
+        # The same int object for every write of one millisecond: a node keeps its times for
+        # good, and a burst of creations would otherwise hold a 32-byte int per node (issue 14).
+        now = int(self.reactor.seconds() * 1000)
+        if now == self.last_now_ms:
+            return self.last_now_ms
+        self.last_now_ms = now
+        return now
 
     def commit(self, ops: list[bytes], result, notifications: list[Notification],
                wants_snapshot: bool = False) -> Deferred:
