@@ -18,8 +18,9 @@ NO_CHILDREN = frozenset()
 
 
 class Node:
-    """One node: value, version, times in ms, ephemeral owner, next sequential-child number, children
-    (``children`` is read-only to callers: ``add_child`` / ``remove_child`` change it).
+    """One node: value (bytes, or a record whose ``bytes()`` they are: ``data()``), version, times
+    in ms, ephemeral owner, next sequential-child number, children (``children`` is read-only to
+    callers: ``add_child`` / ``remove_child`` change it).
 
     ``children`` holds the children's full paths, the very str objects that key ``Tree.nodes``, not
     their last segments: a name would be a second string per node (~80 bytes for a ledger's or a
@@ -56,8 +57,15 @@ class Node:
         cut = 1 if path == "/" else len(path) + 1
         return sorted(child[cut:] for child in self.children)
 
-    def set_op(self, path: str) -> bytes:
-        return encode_set(path, self.value, self.version, self.ctime, self.mtime, self.seq)
+    def data(self) -> bytes:
+        """The value's bytes (``value`` may be a record given to ``put``: see ``store._kept``)."""
+        value = self.value
+        return value if isinstance(value, bytes) else bytes(value)
+
+    def set_op(self, path: str, raw: Optional[bytes] = None) -> bytes:
+        """The node's set operation; ``raw``: its value's bytes when the caller has them."""
+        return encode_set(path, self.data() if raw is None else raw, self.version, self.ctime, self.mtime,
+                          self.seq)
 
 
 def parent_of(path: str) -> str:
