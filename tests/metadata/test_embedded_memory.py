@@ -93,3 +93,63 @@ class SharedTimesTests(TestCase):
         third = await store.put("/a/one", b"x")
         self.assertEqual((third.created_ms, third.modified_ms), (1_764_972_000_123, 1_764_972_000_125))
         self.assertEqual((second.created_ms, second.modified_ms), (1_764_972_000_123, 1_764_972_000_123))
+
+
+class _Record:
+    """An immutable value with ``__bytes__`` (as LedgerMetadata)."""
+
+    def __init__(self, data: bytes):
+        self.data = data
+        self.encoded = 0
+
+    def __bytes__(self) -> bytes:
+        self.encoded += 1
+        return self.data
+
+
+class RecordValuesTests(TestCase):
+    """A record given to ``put`` is kept as given (not a copy of its bytes) and is durable as
+    its bytes: in the log, in snapshots and after a restart."""
+
+    async def test_kept_as_given_and_encoded_once_per_write(self):
+        store = EmbeddedMetadataStore(None, task.Clock())
+        record = _Record(b"ledger json")
+        await store.put("/ledgers/L1", record)
+        self.assertIs(store._core.tree.nodes["/ledgers/L1"].value, record)
+        self.assertEqual(record.encoded, 1)
+        self.assertEqual((await store.get("/ledgers/L1"))[0], b"ledger json")
+        data = bytearray(b"plain")
+        await store.put("/ledgers/L2", data)
+        data[:] = b"changed"            # a bytearray is copied, as before
+        self.assertEqual((await store.get("/ledgers/L2"))[0], b"plain")
+
+    async def test_durable_through_log_and_snapshot(self):
+        data_dir = self.mktemp()
+        store = EmbeddedMetadataStore(data_dir, reactor)
+        await store.start()
+        await store.put("/ledgers/L1", _Record(b"one"))
+        await store.put_all([("/ledgers/L2", _Record(b"two"), -1), ("/ledgers/L1", _Record(b"one+"), 0)])
+        store._abandon()                # a crash: the log alone
+        again = EmbeddedMetadataStore(data_dir, reactor)
+        await again.start()
+        self.assertEqual((await again.get("/ledgers/L1"))[0], b"one+")
+        self.assertEqual((await again.get("/ledgers/L2"))[0], b"two")
+        await again.put("/ledgers/L3", _Record(b"three"))
+        await again.close()             # a snapshot of the records' bytes
+        third = EmbeddedMetadataStore(data_dir, reactor)
+        self.addCleanup(third.close)
+        await third.start()
+        for path, value in (("/ledgers/L1", b"one+"), ("/ledgers/L2", b"two"), ("/ledgers/L3", b"three")):
+            self.assertEqual((await third.get(path))[0], value)
+            self.assertIsInstance(third._core.tree.nodes[path].value, bytes)
+
+    async def test_cut_keeps_the_record_of_its_time(self):
+        """A record replaced during a snapshot's walk goes in the snapshot as it was at the cut."""
+        store = EmbeddedMetadataStore(None, task.Clock())
+        await store.put("/ledgers/L1", _Record(b"before"))
+        tree = store._core.tree
+        paths = tree.begin_cut()
+        await store.put("/ledgers/L1", _Record(b"after"))
+        [(_, ops, _)] = list(decode_records(encode_record(1, tree.cut_ops(paths)), 0))
+        tree.end_cut()
+        self.assertEqual([op[2] for op in ops if op[1] == "/ledgers/L1"], [b"before"])
