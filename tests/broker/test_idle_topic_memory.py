@@ -35,6 +35,10 @@ class IdleTopicTests(FeatureCase):
         self.assertEqual(topic._throttled, ())
         self.assertEqual(topic.access.waiting, ())
         self.assertFalse(hasattr(topic.access, "__dict__"))
+        # No instance dictionaries (issue 14): slots only, for the objects a loaded topic keeps.
+        [producer] = topic.producers.values()
+        for kept in (topic, topic.counters, ledger, ledger.counters, producer, topic.topic_name):
+            self.assertFalse(hasattr(kept, "__dict__"), type(kept).__name__)
         self.assertIsInstance(ledger.cursors, MappingProxyType)
         self.assertEqual(ledger._pending, ())
         self.assertEqual(ledger._queued, ())
