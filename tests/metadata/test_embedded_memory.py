@@ -153,3 +153,27 @@ class RecordValuesTests(TestCase):
         [(_, ops, _)] = list(decode_records(encode_record(1, tree.cut_ops(paths)), 0))
         tree.end_cut()
         self.assertEqual([op[2] for op in ops if op[1] == "/ledgers/L1"], [b"before"])
+
+
+class NodeSlotsTests(TestCase):
+
+    async def test_owner_and_counter_share_a_slot_unused_by_most_nodes(self):
+        """A persistent node that is no sequential parent holds None for its owner and counter
+        (six slots, an 80-byte block: issue 14); ephemeral nodes and sequential parents keep
+        theirs."""
+        store = EmbeddedMetadataStore(None, task.Clock())
+        await store.put("/p/leaf", b"")
+        await store.put("/p/seq-", b"", sequential=True)
+        await store.put("/p/seq-", b"", sequential=True)
+        other = store.new_session()
+        await other.put("/p/eph", b"", ephemeral=True)
+        nodes = store._core.tree.nodes
+        self.assertIsNone(nodes["/p/leaf"]._owner_seq)
+        self.assertEqual((nodes["/p/leaf"].owner, nodes["/p/leaf"].seq), (None, 0))
+        self.assertEqual((nodes["/p"].owner, nodes["/p"].seq), (None, 2))
+        self.assertEqual((nodes["/p/eph"].owner, nodes["/p/eph"].seq), (other.session_id, 0))
+        self.assertTrue((await other.exists("/p/eph")).ephemeral)
+        self.assertFalse(hasattr(nodes["/p/leaf"], "__dict__"))
+        self.assertEqual(len(type(nodes["/p/leaf"]).__slots__), 6)
+        await other.close()
+        self.assertIsNone(await store.exists("/p/eph"))

@@ -25,18 +25,38 @@ class Node:
     ``children`` holds the children's full paths, the very str objects that key ``Tree.nodes``, not
     their last segments: a name would be a second string per node (~80 bytes for a ledger's or a
     managed ledger's node, issue 14: memory per topic). Sorted, full paths come in the order of
-    their names (one parent, one prefix); ``child_names`` gives the names."""
+    their names (one parent, one prefix); ``child_names`` gives the names.
 
-    __slots__ = ("value", "version", "ctime", "mtime", "owner", "seq", "children")
+    ``owner`` and ``seq`` share one slot, None for the nodes that have neither (persistent, never
+    a sequential parent: almost all): six slots take an 80-byte block where seven took 96."""
+
+    __slots__ = ("value", "version", "ctime", "mtime", "children", "_owner_seq")
 
     def __init__(self, value: bytes, ctime: int, owner: Optional[int] = None):
         self.value = value
         self.version = 0
         self.ctime = ctime
         self.mtime = ctime
-        self.owner = owner          # session id for an ephemeral node, else None
-        self.seq = 0                # next sequential-child counter
         self.children: set[str] | frozenset = NO_CHILDREN
+        #: ``(owner, seq)``, or None for ``(None, 0)``.
+        self._owner_seq = None if owner is None else (owner, 0)
+
+    @property
+    def owner(self) -> Optional[int]:
+        """The session id of an ephemeral node's session, else None."""
+        pair = self._owner_seq
+        return None if pair is None else pair[0]
+
+    @property
+    def seq(self) -> int:
+        """The next sequential-child counter."""
+        pair = self._owner_seq
+        return 0 if pair is None else pair[1]
+
+    @seq.setter
+    def seq(self, value: int) -> None:
+        owner = self.owner
+        self._owner_seq = None if owner is None and value == 0 else (owner, value)
 
     def add_child(self, path: str) -> None:
         """Add the child at ``path`` (pass the key of its ``Tree.nodes`` entry, to share it)."""
