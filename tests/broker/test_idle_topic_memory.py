@@ -39,6 +39,9 @@ class IdleTopicTests(FeatureCase):
         [producer] = topic.producers.values()
         for kept in (topic, topic.counters, ledger, ledger.counters, producer, topic.topic_name):
             self.assertFalse(hasattr(kept, "__dict__"), type(kept).__name__)
+        # Read from the topic, not kept per producer / per access (a smaller allocation block).
+        self.assertIs(topic.access.ledger, ledger)
+        self.assertFalse(producer.refuse_chunks)
         self.assertIsInstance(ledger.cursors, MappingProxyType)
         self.assertEqual(ledger._pending, ())
         self.assertEqual(ledger._queued, ())
