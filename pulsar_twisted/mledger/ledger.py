@@ -176,7 +176,7 @@ class ManagedLedgerImpl:
     # for its (empty) values and a larger header; tests stub a method with
     # ``testing.patching.patch_method``.
     __slots__ = (
-        "factory", "name", "config", "ledger_client", "store", "reactor", "properties",
+        "factory", "name", "config", "store", "reactor", "properties",
         "cursors", "counters", "_non_durable", "_creating_cursors", "_new_cursors", "_state",
         "_ledgers", "_ledger_ids", "_total_entries", "_total_size", "_terminated_at",
         "_last_confirmed", "_current", "_current_created", "_current_sent", "_rollover_call",
@@ -192,7 +192,8 @@ class ManagedLedgerImpl:
         self.factory = factory
         self.name = name
         self.config = config
-        self.ledger_client = ledger_client
+        if ledger_client is not factory.ledger_client:
+            raise ValueError("a managed ledger uses its factory's ledger client")
         self.store = metadata_store
         self.reactor = reactor
         self.properties = EMPTY     # replaced, never changed in place (set_properties)
@@ -245,6 +246,12 @@ class ManagedLedgerImpl:
         self._closed_on_failure = False
 
     # -- small helpers ---------------------------------------------------------------------
+
+    @property
+    def ledger_client(self):
+        """The factory's ledger client: read from it, not a slot (one slot fewer puts a managed
+        ledger in a 368-byte allocation block instead of 384, issue 14)."""
+        return self.factory.ledger_client
 
     @property
     def path(self) -> str:

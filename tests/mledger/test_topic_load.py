@@ -87,6 +87,12 @@ class NewManagedLedgerTests(ManagedLedgerHarness, unittest.TestCase):
         self.assertIs(ml._cache.budget, self.factory.cache_budget)
         self.assertEqual(len(NO_ENTRY_CACHE), 0)
 
+    def test_ledger_client_is_the_factorys(self):
+        """Not a slot of its own (issue 14: a smaller allocation block per managed ledger)."""
+        ml = self.open(NAME)
+        self.assertIs(ml.ledger_client, self.factory.ledger_client)
+        self.assertNotIn("ledger_client", type(ml).__slots__)
+
     def test_idle_topic_holds_no_weak_set(self):
         """No WeakSet of non-durable cursors until there is one (~700 bytes per topic otherwise)."""
         ml = self.open(NAME)
