@@ -23,10 +23,10 @@ class MetadataStoreError(Exception):
 def value_bytes(value) -> bytes:
     """The bytes of a value given to ``put`` / ``put_all``: bytes, a bytearray or memoryview, or a
     record with ``__bytes__`` (see the module docstring); TypeError for anything else."""
-    if isinstance(value, bytes):
+    if type(value) is bytes:
         return value
-    if isinstance(value, (bytearray, memoryview)):
-        return bytes(value)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)     # a copy (bytearray) or plain bytes (a subclass), as ever
     if not isinstance(value, str) and hasattr(type(value), "__bytes__"):
         raw = bytes(value)
         if isinstance(raw, bytes):

@@ -154,6 +154,15 @@ class RecordValuesTests(TestCase):
         tree.end_cut()
         self.assertEqual([op[2] for op in ops if op[1] == "/ledgers/L1"], [b"before"])
 
+    async def test_bytes_subclass_stored_as_plain_bytes(self):
+        class Tagged(bytes):
+            pass
+        store = EmbeddedMetadataStore(None, task.Clock())
+        await store.put("/ledgers/L1", Tagged(b"x"))
+        value, _ = await store.get("/ledgers/L1")
+        self.assertIs(type(value), bytes)
+        self.assertIs(type(store._core.tree.nodes["/ledgers/L1"].value), bytes)
+
 
 class NodeSlotsTests(TestCase):
 
