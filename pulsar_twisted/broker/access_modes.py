@@ -31,9 +31,14 @@ class ProducerAccess:
 
     log = Logger()
 
+    # Slots: one per loaded topic (issue 14: a 64-byte block instead of 112 with an instance
+    # dictionary; the ledger is the topic's, not a slot of its own, which took an 80-byte block).
+    __slots__ = ("topic", "epoch", "exclusive", "waiting")
+
     def __init__(self, topic, ledger=None):
+        """``ledger``: the topic's managed ledger (persistent topics), whose properties hold the
+        epoch."""
         self.topic = topic
-        self.ledger = ledger
         self.epoch = -1
         if ledger is not None:
             try:
@@ -45,6 +50,11 @@ class ProducerAccess:
         #: Queued WaitForExclusive requests: (Deferred, grant, connection) in arrival order; an empty
         #: tuple while none (no list per loaded topic, issue 14).
         self.waiting = ()
+
+    @property
+    def ledger(self):
+        """The topic's managed ledger, None for a non-persistent topic."""
+        return getattr(self.topic, "ledger", None)
 
     def acquire(self, cnx, request, name: str, create):
         """

@@ -2,8 +2,12 @@
 The metadata store contract shared by the embedded and ZooKeeper backends.
 
 Paths are absolute, ``/``-separated, without a trailing slash (``/ledgers/L0000000001``).
-Values are bytes. Every node carries a version that starts at 0 on creation and grows by one
-on each write, so that callers can do compare-and-set (``expected_version``).
+Values are bytes. A writer may also hand over an immutable record whose ``bytes(record)``
+(``__bytes__``) are the value, the same bytes every time: it is stored as those bytes, reads
+return bytes, and a store may keep the record instead of a copy of its bytes (the embedded
+store does: a ledger's metadata is held by its handle anyway, issue 14). Every node carries a
+version that starts at 0 on creation and grows by one on each write, so that callers can do
+compare-and-set (``expected_version``).
 """
 
 from dataclasses import dataclass
@@ -14,6 +18,20 @@ from zope.interface import Attribute, Interface
 
 class MetadataStoreError(Exception):
     """Base class of the errors a metadata store returns (as Deferred failures)."""
+
+
+def value_bytes(value) -> bytes:
+    """The bytes of a value given to ``put`` / ``put_all``: bytes, a bytearray or memoryview, or a
+    record with ``__bytes__`` (see the module docstring); TypeError for anything else."""
+    if type(value) is bytes:
+        return value
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)     # a copy (bytearray) or plain bytes (a subclass), as ever
+    if not isinstance(value, str) and hasattr(type(value), "__bytes__"):
+        raw = bytes(value)
+        if isinstance(raw, bytes):
+            return raw
+    raise TypeError(f"metadata values are bytes, not {type(value).__name__}")
 
 
 class MetadataUnavailableError(MetadataStoreError):

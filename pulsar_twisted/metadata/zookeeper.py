@@ -59,6 +59,7 @@ from pulsar_twisted.metadata.interfaces import (
     NotFoundError,
     Notification,
     Stat,
+    value_bytes,
 )
 
 __all__ = ["ZooKeeperMetadataStore", "SESSION_SUSPENDED", "SESSION_LOST", "SESSION_RECONNECTED",
@@ -248,9 +249,7 @@ class ZooKeeperMetadataStore:
         return self._guard(self._put, path, value, expected_version, ephemeral, sequential)
 
     def _put(self, path, value, expected_version, ephemeral, sequential) -> Deferred:
-        if not isinstance(value, (bytes, bytearray, memoryview)):
-            raise TypeError(f"metadata values are bytes, not {type(value).__name__}")
-        value = bytes(value)
+        value = value_bytes(value)
         full = self._full(path)
         if sequential and expected_version not in (None, -1):
             raise ValueError("a sequential put creates a node: expected_version must be None or -1")
@@ -294,16 +293,19 @@ class ZooKeeperMetadataStore:
         """
         def go():
             prepared = []
-            for path, value, version in writes:
-                if not isinstance(value, (bytes, bytearray, memoryview)):
-                    raise TypeError(f"metadata values are bytes, not {type(value).__name__}")
+            for index, (path, value, version) in enumerate(writes):
+                try:
+                    value = value_bytes(value)
+                except TypeError as e:
+                    e.failed_index = index
+                    raise
                 if not isinstance(version, int) or version < -1:
                     raise ValueError(f"put_all takes expected versions -1 or n >= 0, not {version!r}")
                 for other, _, _ in prepared:
                     full = self._full(path)
                     if other == full or other.startswith(full + "/") or full.startswith(other + "/"):
                         raise ValueError(f"put_all paths must be distinct and unrelated: {path}")
-                prepared.append((self._full(path), bytes(value), version))
+                prepared.append((self._full(path), value, version))
             return self._multi(prepared, make_parents=True)
         return self._guard(go)
 

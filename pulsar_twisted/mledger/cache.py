@@ -160,3 +160,41 @@ class EntryCache:
         self._ledgers = _NO_ENTRIES
         self._count = 0
         self.size = 0
+
+
+class _NoEntryCache:
+    """
+    The cache of a managed ledger that has cached nothing yet: empty, read-only and shared by all
+    of them (issue 14: an EntryCache is 104 bytes per loaded topic, and only entries with a reader
+    are ever cached, so a producers-only topic never needs one). The managed ledger replaces it
+    with its own ``EntryCache`` before the first insertion; until then reads miss, and evictions,
+    invalidations and clears have nothing to do.
+    """
+
+    __slots__ = ()
+
+    _ledgers = _NO_ENTRIES
+    max_size_bytes = 0
+    budget = None
+    size = 0
+    hits = 0
+    misses = 0
+
+    def __len__(self):
+        return 0
+
+    def get(self, position: Position):
+        return None
+
+    def evict_before(self, position: Position) -> None:
+        pass
+
+    def invalidate_ledger(self, ledger_id: int) -> None:
+        pass
+
+    def clear(self) -> None:
+        pass
+
+
+#: See ``_NoEntryCache``.
+NO_ENTRY_CACHE = _NoEntryCache()

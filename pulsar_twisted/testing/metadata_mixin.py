@@ -68,6 +68,16 @@ class NotificationRecorder:
         return [n.kind for n in self.events if n.path == path]
 
 
+class _Record:
+    """An immutable value with ``__bytes__`` (as LedgerMetadata): see ``interfaces``."""
+
+    def __init__(self, data: bytes):
+        self._data = data
+
+    def __bytes__(self) -> bytes:
+        return self._data
+
+
 class MetadataStoreTestsMixin:
     """The IMetadataStore contract; see the module docstring for what the test case must provide."""
 
@@ -143,6 +153,23 @@ class MetadataStoreTestsMixin:
         await store.put("/empty", b"")
         value, stat = await store.get("/empty")
         self.assertEqual((value, stat.version), (b"", 0))
+
+    async def test_record_values(self):
+        """A record with ``__bytes__`` is stored as its bytes (put and put_all); reads return bytes.
+        Anything else that is not bytes is refused (TypeError), a put_all saying which write."""
+        store = await self._store()
+        await store.put("/rec/one", _Record(b"\x00one"))
+        await store.put_all([("/rec/two", _Record(b"two"), -1), ("/rec/one", _Record(b"1"), 0)])
+        for path, expected in (("/rec/one", b"1"), ("/rec/two", b"two")):
+            value, _ = await store.get(path)
+            self.assertEqual(value, expected)
+            self.assertIs(type(value), bytes)
+        await self.assert_fails(store.put("/rec/bad", "text"), TypeError)
+        await self.assert_fails(store.put("/rec/bad", 5), TypeError)
+        e = await self.assert_fails(store.put_all([("/rec/three", b"", -1), ("/rec/bad", "text", -1)]),
+                                    TypeError)
+        self.assertEqual(e.failed_index, 1)
+        self.assertIsNone(await store.get("/rec/three"))
 
     async def test_children_sorted(self):
         """get_children returns the child names, sorted, not paths."""

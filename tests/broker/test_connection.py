@@ -8,6 +8,7 @@ from twisted.trial import unittest
 from pulsar_twisted.broker.cnx import ConnectionState
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.testing.broker import BrokerHarness
+from pulsar_twisted.testing.patching import patch_method
 from pulsar_twisted.wire import frames
 
 T = api.BaseCommand
@@ -212,7 +213,7 @@ class SendFastPathTests(unittest.TestCase):
                 raise RuntimeError("boom")
             real(*args)
 
-        producer.publish_message = once_broken
+        patch_method(self, producer, "publish_message", once_broken)
         self.client.send_raw(self.send_frames(2))
         replies = self.client.commands()
         self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
@@ -234,7 +235,7 @@ class SendFastPathTests(unittest.TestCase):
         """The producer gets the SEND's ids, count and chunk flag (highest id 0 when unset)."""
         from tests.broker.messaging import message
         got = []
-        self.client.protocol.producers[1].publish_message = lambda *a: got.append(a[:4])
+        patch_method(self, self.client.protocol.producers[1], "publish_message", lambda *a: got.append(a[:4]))
         self.client.send(T(type=T.SEND, send=api.CommandSend(
             producer_id=1, sequence_id=5, highest_sequence_id=9, num_messages=4, is_chunk=True)), message(5))
         self.client.send(T(type=T.SEND, send=api.CommandSend(producer_id=1, sequence_id=6)), message(6))

@@ -9,6 +9,7 @@ from types import MappingProxyType
 from twisted.internet import defer
 
 from pulsar_twisted.broker.rates import RateMeter
+from pulsar_twisted.mledger.cache import NO_ENTRY_CACHE
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 
 from tests.broker.messaging import FeatureCase, message, payloads
@@ -33,10 +34,19 @@ class IdleTopicTests(FeatureCase):
         self.assertIsInstance(topic.subscriptions, MappingProxyType)
         self.assertEqual(topic._throttled, ())
         self.assertEqual(topic.access.waiting, ())
+        self.assertFalse(hasattr(topic.access, "__dict__"))
+        # No instance dictionaries (issue 14): slots only, for the objects a loaded topic keeps.
+        [producer] = topic.producers.values()
+        for kept in (topic, topic.counters, ledger, ledger.counters, producer, topic.topic_name):
+            self.assertFalse(hasattr(kept, "__dict__"), type(kept).__name__)
+        # Read from the topic, not kept per producer / per access (a smaller allocation block).
+        self.assertIs(topic.access.ledger, ledger)
+        self.assertFalse(producer.refuse_chunks)
         self.assertIsInstance(ledger.cursors, MappingProxyType)
         self.assertEqual(ledger._pending, ())
         self.assertEqual(ledger._queued, ())
         self.assertEqual(len(ledger._cache), 0)
+        self.assertIs(ledger._cache, NO_ENTRY_CACHE)
         self.assertIsInstance(ledger._cache._ledgers, MappingProxyType)
         self.assertEqual(ledger.path, "/managed-ledgers/public%2Fdefault%2Fpersistent%2Ffeatures")
         [producer] = topic.producers.values()

@@ -5,6 +5,7 @@ from twisted.internet import defer
 from pulsar_twisted.broker.seek_time import find_position_by_time
 from pulsar_twisted.common.position import Position
 from pulsar_twisted.proto import PulsarApi_pb2 as api
+from pulsar_twisted.testing.patching import patch_method
 
 from tests.broker.messaging import T, FeatureCase, payloads
 
@@ -56,7 +57,7 @@ class SeekByTimeTests(FeatureCase):
             reads.append(start)
             return original(start, count)
 
-        ledger.read_entries = counting
+        patch_method(self, ledger, "read_entries", counting)
         yield find_position_by_time(ledger, 1023)
         self.assertLessEqual(len(reads), 8)
 

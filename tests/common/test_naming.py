@@ -1,10 +1,13 @@
 """Topic names, as Pulsar parses them."""
 
+import pickle
+from dataclasses import replace
+
 from twisted.trial import unittest
 
 from pulsar_twisted.common.naming import (
     MAX_ENTITY_NAME_LENGTH, MAX_SUBSCRIPTION_NAME_BYTES, MAX_TOPIC_NAME_BYTES, InvalidTopicNameError,
-    NamespaceName, _parse_topic, check_entity_name, is_valid_entity_name, parse_topic,
+    NamespaceName, TopicName, _parse_topic, check_entity_name, is_valid_entity_name, parse_topic,
     subscription_name_problem)
 
 
@@ -28,6 +31,25 @@ class TopicNameTests(unittest.SynchronousTestCase):
         self.assertEqual(str(name.partitioned_topic_name), "persistent://t/ns/x")
         self.assertEqual(str(parse_topic("x").partition(2)), "persistent://public/default/x-partition-2")
         self.assertEqual(parse_topic("x-partition-").partition_index, -1)
+
+    def test_full_name_is_one_string(self):
+        """A full name's string is the text it was parsed from, made once otherwise (issue 14: a
+        loaded topic's name, its key and the parse cache's key are one string)."""
+        text = "".join(["persistent://t/ns/", "one-string"])
+        name = parse_topic(text)
+        self.assertIs(str(name), text)
+        short = parse_topic("short-one")
+        self.assertEqual(str(short), "persistent://public/default/short-one")
+        self.assertIs(str(short), str(short))
+        made = TopicName("persistent", "t", "ns", "one-string")
+        self.assertEqual(made, name)
+        self.assertEqual(hash(made), hash(name))
+        self.assertEqual(repr(made), "TopicName(domain='persistent', tenant='t', namespace='ns', "
+                                     "local_name='one-string')")
+        other = replace(name, local_name="two")
+        self.assertEqual(str(other), "persistent://t/ns/two")
+        self.assertEqual(str(pickle.loads(pickle.dumps(name))), text)
+        self.assertFalse(hasattr(name, "__dict__"))
 
     def test_partition_index_as_pulsar(self):
         """Pulsar's TopicName.getPartitionIndex: "-partition-N" names partition N only when N

@@ -67,6 +67,14 @@ class CreateDeleteTests(LedgerHarness, unittest.TestCase):
         self.assertEqual(stored.custom_metadata, {"application": b"pulsar", "raw": b"\x01"})
         self.assertNotIn(b"pw", self.successResultOf(self.store.get(ledger_path(handle.ledger_id)))[0])
 
+    def test_handle_and_its_metadata_held_once(self):
+        """What a loaded topic's ledger costs (issue 14): a handle without an instance dictionary,
+        whose metadata is the very object the metadata store keeps for the ledger's node."""
+        handle = self.successResultOf(self.client.create_ledger(3, 2, 1, b"pw", {"application": "pulsar"}))
+        self.assertFalse(hasattr(handle, "__dict__"))
+        node = self.store._core.tree.nodes[ledger_path(handle.ledger_id)]
+        self.assertIs(node.value, handle.metadata)
+
     def test_delete(self):
         """Delete removes the ledger from every bookie of every segment, then the metadata."""
         handle = self.create(3, 2, 2)

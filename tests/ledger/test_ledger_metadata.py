@@ -2,10 +2,13 @@
 
 import hashlib
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from twisted.internet import defer, task
 from twisted.trial import unittest
 
 from pulsar_twisted.common.bk_errors import NoSuchLedgerError
+from pulsar_twisted.resources import ledgers
 from pulsar_twisted.resources.ledgers import (
     LedgerManager, LedgerMetadata, LedgerState, MetadataFormatError, ledger_path, master_key,
     password_digest)
@@ -48,6 +51,51 @@ class LedgerMetadataTests(unittest.TestCase):
         """A second change starting at the same entry replaces the empty segment."""
         md = sample().with_ensemble(10, ["a", "d", "c"]).with_ensemble(10, ["a", "e", "c"])
         self.assertEqual(md.ensembles, ((0, ("a", "b", "c")), (10, ("a", "e", "c"))))
+
+    @settings(max_examples=200, deadline=None)
+    @given(st.lists(st.tuples(st.integers(0, 2**63 - 1), st.lists(st.text(max_size=12), min_size=1, max_size=5)),
+                    min_size=1, max_size=4),
+           st.dictionaries(st.text(max_size=20), st.binary(max_size=40), max_size=4),
+           st.integers(-1, 2**63 - 1), st.integers(0, 2**63 - 1), st.integers(0, 2**63 - 1),
+           st.sampled_from(list(LedgerState)), st.text(max_size=70), st.text(max_size=10))
+    def test_hand_made_json_is_json_dumps(self, segments, custom, last, length, ctime, state, digest, kind):
+        """``to_bytes`` writes exactly what ``json.dumps`` does (non-ASCII, quotes, any segment)."""
+        md = sample(ensembles=tuple((first, tuple(bookies)) for first, bookies in segments),
+                    custom_metadata=custom, last_entry_id=last, length=length, ctime_ms=ctime,
+                    state=state, password_digest=digest, digest_type=kind)
+        self.assertEqual(md.to_bytes(), md._json_bytes())
+        self.assertEqual(bytes(md), md._json_bytes())
+        self.assertEqual(LedgerMetadata.from_bytes(md.to_bytes()), md)
+
+    def test_numbers_not_ints_go_through_json(self):
+        md = sample(ctime_ms=1.5, ensemble_size=True)
+        self.assertEqual(md.to_bytes(), md._json_bytes())
+        self.assertIn(b'"ctime_ms":1.5', md.to_bytes())
+
+    def test_equal_ensembles_are_shared(self):
+        """Ledgers on the same bookies hold one ensembles tuple, however their metadata was made
+        (issue 14: memory per topic), and the metadata is unchanged by it."""
+        first = sample(ensembles=((0, tuple(["a", "b", "c"])),))
+        second = sample(ensembles=((0, tuple(["a", "b", "c"])),), ctime_ms=7)
+        parsed = LedgerMetadata.from_bytes(second.to_bytes())
+        closed = parsed.with_closed(3, 30)
+        self.assertIs(second.ensembles, first.ensembles)
+        self.assertIs(parsed.ensembles, first.ensembles)
+        self.assertIs(closed.ensembles, first.ensembles)
+        self.assertEqual(parsed, second)
+        other = first.with_ensemble(2, ["a", "d", "c"])
+        self.assertEqual(other.ensembles, ((0, ("a", "b", "c")), (2, ("a", "d", "c"))))
+        self.assertIsNot(other.ensembles, first.ensembles)
+
+    def test_ensembles_cache_is_bounded(self):
+        self.patch(ledgers, "_SHARED_ENSEMBLES", {})
+        self.patch(ledgers, "SHARED_ENSEMBLES_MAX", 4)
+        made = [sample(ensembles=((0, ("b%d" % i,)),)) for i in range(10)]
+        self.assertLessEqual(len(ledgers._SHARED_ENSEMBLES), 4)
+        self.assertEqual([md.ensembles for md in made], [((0, ("b%d" % i,)),) for i in range(10)])
+        # Unhashable input is kept as given.
+        listed = [(0, ["a"])]
+        self.assertIs(ledgers.shared_ensembles(listed), listed)
 
     def test_master_key_is_bookkeepers(self):
         """SHA-1("ledger" + password), as BookKeeper's MacDigestManager."""
@@ -167,6 +215,21 @@ class LedgerManagerTests(unittest.TestCase):
         self.failureResultOf(second, MetadataUnavailableError)
         failing.fail = False
         self.assertEqual(self.successResultOf(manager.new_ledger_id()), 0)
+
+    def test_store_keeps_the_metadata_not_its_json(self):
+        """The embedded store holds the LedgerMetadata written (the handle's own object), not a
+        copy of its JSON (issue 14), and reads still return exactly that JSON."""
+        md = sample(custom_metadata={"pulsar/managed-ledger": b"t/ns/persistent/x"})
+        self.successResultOf(self.manager.create(3, md))
+        node = self.store._core.tree.nodes[ledger_path(3)]
+        self.assertIs(node.value, md)
+        raw, _ = self.successResultOf(self.store.get(ledger_path(3)))
+        self.assertEqual(raw, md.to_bytes())
+        self.assertIsInstance(raw, bytes)
+        closed = md.with_closed(5, 50)
+        self.successResultOf(self.manager.write(3, closed, 0))
+        self.assertIs(node.value, closed)
+        self.assertEqual(self.successResultOf(self.store.get(ledger_path(3)))[0], closed.to_bytes())
 
     def test_create_read_cas_delete(self):
         md = sample()

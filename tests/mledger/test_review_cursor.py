@@ -6,26 +6,33 @@ seek or reset that happened while it was reading.
 from twisted.internet import defer
 from twisted.trial import unittest
 
+from pulsar_twisted.testing.patching import patch_method
+
 from tests.mledger.test_support import ManagedLedgerHarness, data
 
 
 class ReadInFlightTests(ManagedLedgerHarness, unittest.TestCase):
     def slow_reads(self, ml):
         """Make storage reads wait until ``release()``; returns ``release``."""
-        held = []
+        held, slowed = [], [True]
         original = ml._read_from_ledger
 
         def slow(lid, first, last):
+            if not slowed[0]:
+                return original(lid, first, last)
             d = defer.Deferred()
             held.append((d, original(lid, first, last)))
             return d
 
-        ml._read_from_ledger = slow
+        patch_method(self, ml, "_read_from_ledger", slow)
 
-        def release():
+        def release(stop=False):
+            """Let the held reads complete; ``stop``: and read at once from now on."""
             for d, result in held:
                 result.chainDeferred(d)
             del held[:]
+            if stop:
+                slowed[0] = False
         return release
 
     def test_rewind_during_read(self):
@@ -38,7 +45,7 @@ class ReadInFlightTests(ManagedLedgerHarness, unittest.TestCase):
         c.rewind()
         release()
         self.assertEqual(len(self.successResultOf(d)), 3)
-        del ml._read_from_ledger
+        release(stop=True)
         d = c.read_entries(10)
         self.assertEqual([e.data for e in self.successResultOf(d)], [data(i) for i in range(5)])
 

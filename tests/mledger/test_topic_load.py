@@ -8,6 +8,7 @@ from twisted.trial import unittest
 
 from pulsar_twisted.metadata.embedded.store import EmbeddedMetadataStore
 from pulsar_twisted.mledger import formats
+from pulsar_twisted.mledger.cache import NO_ENTRY_CACHE
 from pulsar_twisted.mledger.interfaces import ManagedLedgerFencedError
 from pulsar_twisted.resources.ledgers import LedgerManager
 
@@ -77,9 +78,20 @@ class NewManagedLedgerTests(ManagedLedgerHarness, unittest.TestCase):
         ml = self.open(NAME)
         self.add(ml, 3)
         self.assertEqual(len(ml._cache), 0)
+        # Not even an empty cache of its own (issue 14): the shared empty one.
+        self.assertIs(ml._cache, NO_ENTRY_CACHE)
         self.cursor(ml)
         self.add(ml, 2, start=3)
         self.assertEqual(len(ml._cache), 2)
+        self.assertIsNot(ml._cache, NO_ENTRY_CACHE)
+        self.assertIs(ml._cache.budget, self.factory.cache_budget)
+        self.assertEqual(len(NO_ENTRY_CACHE), 0)
+
+    def test_ledger_client_is_the_factorys(self):
+        """Not a slot of its own (issue 14: a smaller allocation block per managed ledger)."""
+        ml = self.open(NAME)
+        self.assertIs(ml.ledger_client, self.factory.ledger_client)
+        self.assertNotIn("ledger_client", type(ml).__slots__)
 
     def test_idle_topic_holds_no_weak_set(self):
         """No WeakSet of non-durable cursors until there is one (~700 bytes per topic otherwise)."""

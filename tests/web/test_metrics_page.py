@@ -14,6 +14,7 @@ from twisted.web.test.requesthelper import DummyRequest
 
 from pulsar_twisted.broker.admin import base, broker_stats
 from pulsar_twisted.broker.admin.service import AdminService
+from pulsar_twisted.testing.patching import patch_method
 from pulsar_twisted.web.broker_metrics import ScrapeRates
 from pulsar_twisted.web.broker_stats import json_chunks
 from pulsar_twisted.web.metrics import MetricsPage
@@ -252,7 +253,8 @@ class BrokerStatsSlicingTests(PageCase):
         stats = self.stats_admin(5)
         taken = []
         for topic in self.harness.broker.topics.values():
-            topic.counters.sample = lambda now, name=topic.name: taken.append((name, now))
+            patch_method(self, topic.counters, "sample",
+                         lambda now, name=topic.name: taken.append((name, now)))
         first = self.admin.stats.sample_rates()
         self.clock.advance(0)
         self.successResultOf(first)

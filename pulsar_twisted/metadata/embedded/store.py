@@ -79,7 +79,7 @@ from zope.interface import implementer
 
 from pulsar_twisted.metadata.embedded import log_format
 from pulsar_twisted.metadata.embedded.log_format import HEADER_SIZE, LOCK_NAME, encode_delete, encode_record
-from pulsar_twisted.metadata.embedded.tree import Node, Tree, check_path, name_of, parent_of
+from pulsar_twisted.metadata.embedded.tree import Node, Tree, check_path, parent_of
 from pulsar_twisted.metadata.interfaces import (
     AlreadyExistsError,
     BadVersionError,
@@ -89,6 +89,7 @@ from pulsar_twisted.metadata.interfaces import (
     NotFoundError,
     Notification,
     Stat,
+    value_bytes,
 )
 
 __all__ = [
@@ -100,6 +101,14 @@ __all__ = [
 ]
 
 log = Logger()
+
+
+def _kept(value, raw: bytes):
+    """What a node holds for a value given to ``put``: a record as given (immutable, its bytes the
+    same each time: see ``interfaces``), so that an object the writer keeps anyway (a ledger's
+    LedgerMetadata, held by its handle) is not held a second time as ~450 bytes of JSON (issue
+    14); otherwise the bytes."""
+    return raw if isinstance(value, (bytes, bytearray, memoryview)) else value
 
 
 class NoChildrenForEphemeralsError(MetadataStoreError):
@@ -178,6 +187,7 @@ class _Core:
         self.closed = False
         self.failure: Optional[Failure] = None
         self.txid = 0
+        self.last_now_ms = 0
         self.next_session = 1
         self.sessions: dict[int, EmbeddedMetadataStore] = {}
         self.ephemerals: dict[int, set[str]] = {}
@@ -275,7 +285,13 @@ class _Core:
     # -- writes ------------------------------------------------------------------------------------
 
     def now_ms(self) -> int:
-        return int(self.reactor.seconds() * 1000)
+        # The same int object for every write of one millisecond: a node keeps its times for
+        # good, and a burst of creations would otherwise hold a 32-byte int per node (issue 14).
+        now = int(self.reactor.seconds() * 1000)
+        if now == self.last_now_ms:
+            return self.last_now_ms
+        self.last_now_ms = now
+        return now
 
     def commit(self, ops: list[bytes], result, notifications: list[Notification],
                wants_snapshot: bool = False) -> Deferred:
@@ -619,7 +635,7 @@ class EmbeddedMetadataStore:
 
     def get(self, path: str) -> Deferred:
         """``(value, Stat)`` or None; reflects writes whose Deferreds have not fired yet."""
-        return self._read(path, lambda node: None if node is None else (node.value, self._stat(path, node)))
+        return self._read(path, lambda node: None if node is None else (node.data(), self._stat(path, node)))
 
     def exists(self, path: str) -> Deferred:
         """``Stat`` or None."""
@@ -627,7 +643,7 @@ class EmbeddedMetadataStore:
 
     def get_children(self, path: str) -> Deferred:
         """Sorted child names; [] when the node is absent."""
-        return self._read(path, lambda node: [] if node is None else sorted(node.children))
+        return self._read(path, lambda node: [] if node is None else node.child_names(path))
 
     # -- writes ------------------------------------------------------------------------------------
 
@@ -639,12 +655,12 @@ class EmbeddedMetadataStore:
         None or -1 only. Fails with NoChildrenForEphemeralsError under an ephemeral node.
         """
         try:
-            if not isinstance(value, (bytes, bytearray, memoryview)):
-                raise TypeError(f"metadata values are bytes, not {type(value).__name__}")
-            if len(value) > log_format.MAX_VALUE_BYTES:
-                raise ValueError(f"metadata value of {len(value)} bytes is over the "
+            raw = value_bytes(value)
+            if len(raw) > log_format.MAX_VALUE_BYTES:
+                raise ValueError(f"metadata value of {len(raw)} bytes is over the "
                                  f"{log_format.MAX_VALUE_BYTES} a log record can hold")
-            return self._core.commit(*self._change(path, bytes(value), expected_version, ephemeral, sequential))
+            return self._core.commit(*self._change(path, raw, _kept(value, raw), expected_version,
+                                                   ephemeral, sequential))
         except (MetadataStoreError, ValueError, TypeError) as e:
             return fail(e)
 
@@ -654,18 +670,19 @@ class EmbeddedMetadataStore:
         together and logged as one record, so a crash keeps all of them or none (a record is replayed
         whole or cut as torn). One fsync, and the Deferred fires once that record is durable.
         """
-        writes = [(path, bytes(value) if isinstance(value, (bytearray, memoryview)) else value, version)
-                  for path, value, version in writes]
+        checked = []
         for index, (path, value, version) in enumerate(writes):
             try:
-                self._check_group_write(path, value, version, [w[0] for w in writes[:index]])
+                raw = value_bytes(value)
+                self._check_group_write(path, raw, version, [w[0] for w in checked])
             except (MetadataStoreError, ValueError, TypeError) as e:
                 e.failed_index = index
                 return fail(e)
+            checked.append((path, raw, _kept(value, raw), version))
         ops, stats, notifications = [], [], []
-        for path, value, version in writes:
+        for path, raw, kept, version in checked:
             # Checked above, on a tree the earlier writes of the group cannot have changed for it.
-            write_ops, stat, write_notifications = self._change(path, value, version, False, False)
+            write_ops, stat, write_notifications = self._change(path, raw, kept, version, False, False)
             ops += write_ops
             stats.append(stat)
             notifications += write_notifications
@@ -704,9 +721,10 @@ class EmbeddedMetadataStore:
         elif node.version != version:
             raise BadVersionError(f"{path}: expected version {version}, found {node.version}")
 
-    def _change(self, path, value, expected_version, ephemeral, sequential):
+    def _change(self, path, raw, kept, expected_version, ephemeral, sequential):
         """Apply one put to the tree: ``(log ops, Stat, notifications)`` for ``commit``; raises first
-        (changing nothing) when the put is refused."""
+        (changing nothing) when the put is refused. ``raw``: the value's bytes, logged; ``kept``:
+        what the node holds (``_kept``)."""
         core = self._core
         error = core.check_usable(self)
         if error is not None:
@@ -731,10 +749,10 @@ class EmbeddedMetadataStore:
             if expected_version is not None and expected_version != node.version:
                 raise BadVersionError(f"{path}: expected version {expected_version}, found {node.version}")
             core.tree.preserve(path)
-            node.value = value
+            node.value = kept
             node.version += 1
             node.mtime = now
-            ops = [] if node.owner is not None else [node.set_op(path)]
+            ops = [] if node.owner is not None else [node.set_op(path, raw)]
             return ops, self._stat(path, node), [Notification("modified", path)]
         if path == "/":
             raise ValueError("cannot create the root")
@@ -742,9 +760,9 @@ class EmbeddedMetadataStore:
             raise NotFoundError(path)
         if expected_version is not None and expected_version < -1:
             raise ValueError(f"bad expected_version {expected_version}")
-        return self._create(path, value, ephemeral, sequential, now)
+        return self._create(path, raw, kept, ephemeral, sequential, now)
 
-    def _create(self, path: str, value: bytes, ephemeral: bool, sequential: bool, now: int):
+    def _create(self, path: str, raw: bytes, kept, ephemeral: bool, sequential: bool, now: int):
         core = self._core
         nodes = core.tree.nodes
         # Check every missing ancestor first so that a refused create changes nothing.
@@ -760,7 +778,7 @@ class EmbeddedMetadataStore:
         for parent_path in reversed(missing):
             tree.preserve(parent_path)
             nodes[parent_path] = Node(b"", now)
-            nodes[parent_of(parent_path)].add_child(name_of(parent_path))
+            nodes[parent_of(parent_path)].add_child(parent_path)
             notifications += [Notification("created", parent_path),
                               Notification("children", parent_of(parent_path))]
         parent = nodes[parent_of(path)]
@@ -773,12 +791,12 @@ class EmbeddedMetadataStore:
         if sequential and not missing:
             ops.append(parent.set_op(parent_of(path)))
         tree.preserve(path)
-        node = nodes[path] = Node(value, now, self.session_id if ephemeral else None)
-        parent.add_child(name_of(path))
+        node = nodes[path] = Node(kept, now, self.session_id if ephemeral else None)
+        parent.add_child(path)
         if ephemeral:
             core.ephemerals[self.session_id].add(path)
         else:
-            ops.append(node.set_op(path))
+            ops.append(node.set_op(path, raw))
         notifications += [Notification("created", path), Notification("children", parent_of(path))]
         return ops, self._stat(path, node), notifications
 

@@ -18,48 +18,79 @@ NO_CHILDREN = frozenset()
 
 
 class Node:
-    """One node: value, version, times in ms, ephemeral owner, next sequential-child number, children
-    (``children`` is read-only to callers: ``add_child`` / ``remove_child`` change it)."""
+    """One node: value (bytes, or a record whose ``bytes()`` they are: ``data()``), version, times
+    in ms, ephemeral owner, next sequential-child number, children (``children`` is read-only to
+    callers: ``add_child`` / ``remove_child`` change it).
 
-    __slots__ = ("value", "version", "ctime", "mtime", "owner", "seq", "children")
+    ``children`` holds the children's full paths, the very str objects that key ``Tree.nodes``, not
+    their last segments: a name would be a second string per node (~80 bytes for a ledger's or a
+    managed ledger's node, issue 14: memory per topic). Sorted, full paths come in the order of
+    their names (one parent, one prefix); ``child_names`` gives the names.
+
+    ``owner`` and ``seq`` share one slot, None for the nodes that have neither (persistent, never
+    a sequential parent: almost all): six slots take an 80-byte block where seven took 96."""
+
+    __slots__ = ("value", "version", "ctime", "mtime", "children", "_owner_seq")
 
     def __init__(self, value: bytes, ctime: int, owner: Optional[int] = None):
         self.value = value
         self.version = 0
         self.ctime = ctime
         self.mtime = ctime
-        self.owner = owner          # session id for an ephemeral node, else None
-        self.seq = 0                # next sequential-child counter
         self.children: set[str] | frozenset = NO_CHILDREN
+        #: ``(owner, seq)``, or None for ``(None, 0)``.
+        self._owner_seq = None if owner is None else (owner, 0)
 
-    def add_child(self, name: str) -> None:
+    @property
+    def owner(self) -> Optional[int]:
+        """The session id of an ephemeral node's session, else None."""
+        pair = self._owner_seq
+        return None if pair is None else pair[0]
+
+    @property
+    def seq(self) -> int:
+        """The next sequential-child counter."""
+        pair = self._owner_seq
+        return 0 if pair is None else pair[1]
+
+    @seq.setter
+    def seq(self, value: int) -> None:
+        owner = self.owner
+        self._owner_seq = None if owner is None and value == 0 else (owner, value)
+
+    def add_child(self, path: str) -> None:
+        """Add the child at ``path`` (pass the key of its ``Tree.nodes`` entry, to share it)."""
         if self.children is NO_CHILDREN:
-            self.children = {name}
+            self.children = {path}
         else:
-            self.children.add(name)
+            self.children.add(path)
 
-    def remove_child(self, name: str) -> None:
+    def remove_child(self, path: str) -> None:
         children = self.children
-        if name in children:
-            children.discard(name)
+        if path in children:
+            children.discard(path)
             if not children:
                 self.children = NO_CHILDREN
 
-    def set_op(self, path: str) -> bytes:
-        return encode_set(path, self.value, self.version, self.ctime, self.mtime, self.seq)
+    def child_names(self, path: str) -> list[str]:
+        """The children's names, sorted; ``path`` is this node's own path."""
+        cut = 1 if path == "/" else len(path) + 1
+        return sorted(child[cut:] for child in self.children)
+
+    def data(self) -> bytes:
+        """The value's bytes (``value`` may be a record given to ``put``: see ``store._kept``)."""
+        value = self.value
+        return value if isinstance(value, bytes) else bytes(value)
+
+    def set_op(self, path: str, raw: Optional[bytes] = None) -> bytes:
+        """The node's set operation; ``raw``: its value's bytes when the caller has them."""
+        return encode_set(path, self.data() if raw is None else raw, self.version, self.ctime, self.mtime,
+                          self.seq)
 
 
 def parent_of(path: str) -> str:
     """The parent of an absolute path ("/" for a top-level node)."""
     return path.rsplit("/", 1)[0] or "/"
-
-
-def name_of(path: str) -> str:
-    return path.rsplit("/", 1)[1]
-
-
-def child_path(parent: str, name: str) -> str:
-    return parent + name if parent == "/" else parent + "/" + name
 
 
 def check_path(path: str) -> None:
@@ -104,7 +135,7 @@ class Tree:
                     if parent is None:
                         raise CorruptStoreError(f"record creates {path} before its parent")
                     node = self.nodes[path] = Node(value, ctime)
-                    parent.add_child(name_of(path))
+                    parent.add_child(path)
                 node.value, node.version, node.ctime, node.mtime, node.seq = value, version, ctime, mtime, seq
             else:
                 self.remove_subtree(op[1])
@@ -115,11 +146,11 @@ class Tree:
         if node is None or path == "/":
             return []
         removed = []
-        for name in sorted(node.children):
-            removed.extend(self.remove_subtree(child_path(path, name)))
+        for child in sorted(node.children):
+            removed.extend(self.remove_subtree(child))
         self.preserve(path)
         del self.nodes[path]
-        self.nodes[parent_of(path)].remove_child(name_of(path))
+        self.nodes[parent_of(path)].remove_child(path)
         removed.append((path, node))
         return removed
 
@@ -133,7 +164,7 @@ class Tree:
             if node.owner is not None:
                 continue
             ops.append(node.set_op(path))
-            stack.extend(child_path(path, name) for name in sorted(node.children, reverse=True))
+            stack.extend(sorted(node.children, reverse=True))
         return ops
 
     # -- a consistent cut, walked in slices -------------------------------------------------------
