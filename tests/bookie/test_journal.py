@@ -21,6 +21,16 @@ def key_record(ledger_id: int) -> bytes:
     return formats.encode_journal_record(formats.REC_MASTER_KEY, ledger_id, 0, b"key")
 
 
+class ThreadCallsReactor:
+    """A reactor that keeps what the writer thread hands back (``callFromThread``) for the test to run."""
+
+    def __init__(self):
+        self.calls = []
+
+    def callFromThread(self, f, *args):
+        self.calls.append((f, args))
+
+
 class ReplayTests(unittest.TestCase):
     """replay_journal over files made by hand: empty, header-only, junk, truncated, corrupt in the middle."""
 
@@ -175,13 +185,7 @@ class JournalWriterTests(unittest.TestCase):
     def test_hand_back_coalesced(self):
         """Groups written while the reactor has not yet run the previous hand-back share one
         callFromThread (one waker-pipe wake-up), and fire in write order when it runs."""
-        class Reactor:
-            def __init__(self):
-                self.calls = []
-
-            def callFromThread(self, f, *args):
-                self.calls.append((f, args))
-        fake = Reactor()
+        fake = ThreadCallsReactor()
         journal = Journal(self.dir, fake, sync_data=False)
         journal._create(1)
         self.addCleanup(os.close, journal._fd)
@@ -235,13 +239,7 @@ class JournalWriterTests(unittest.TestCase):
     def test_waiters_fire_in_order_and_a_failing_one_spares_the_rest(self):
         """``append(..., waiter=)`` returns None; the waiters of a group get ``callback(None)`` in
         write order when it is durable, and one that raises is logged while the later ones still fire."""
-        class Reactor:
-            def __init__(self):
-                self.calls = []
-
-            def callFromThread(self, f, *args):
-                self.calls.append((f, args))
-        fake = Reactor()
+        fake = ThreadCallsReactor()
         journal = Journal(self.dir, fake, inline_sync_max_ms=0)
         journal._create(1)
         self.addCleanup(os.close, journal._fd)
@@ -271,13 +269,7 @@ class JournalWriterTests(unittest.TestCase):
         """A group whose write fails errbacks all its waiters in order; one whose ``errback``
         raises is logged and the later ones still hear (no adapter object per record does this:
         the journal's own loop does)."""
-        class Reactor:
-            def __init__(self):
-                self.calls = []
-
-            def callFromThread(self, f, *args):
-                self.calls.append((f, args))
-        fake = Reactor()
+        fake = ThreadCallsReactor()
         journal = Journal(self.dir, fake, inline_sync_max_ms=0)
         journal._create(1)
         os.close(journal._fd)

@@ -16,12 +16,17 @@ class WaitingConsumerTests(FeatureCase):
             T(type=T.SEND, send=api.CommandSend(producer_id=1, sequence_id=seq, num_messages=1)),
             message(seq)))
 
-    def test_message_dispatched_in_the_turn_its_add_completes(self):
+    def _consumer_and_producer(self, kind):
+        """A consumer of ``kind`` with permits, waiting, and a producer on the topic."""
         consumer = self.harness.client()
-        self.subscribe(consumer, 1, kind=Sub.Shared)
+        self.subscribe(consumer, 1, kind=kind)
         producer = self.harness.client()
         self.create_producer(producer)
         consumer.received()
+        return consumer, producer
+
+    def test_message_dispatched_in_the_turn_its_add_completes(self):
+        consumer, producer = self._consumer_and_producer(Sub.Shared)
         # The fake ledger completes the add inside the SEND: no reactor turn passes.
         self._send_without_pumping(producer, 0)
         frames_out = frames.FrameDecoder(1 << 20).feed(consumer.transport.value())
@@ -30,11 +35,7 @@ class WaitingConsumerTests(FeatureCase):
         self.assertEqual([c.type for c, _ in receipts], [T.SEND_RECEIPT])
 
     def test_a_burst_is_dispatched_whole_by_the_end_of_the_turn(self):
-        consumer = self.harness.client()
-        self.subscribe(consumer, 1, kind=Sub.Exclusive)
-        producer = self.harness.client()
-        self.create_producer(producer)
-        consumer.received()
+        consumer, producer = self._consumer_and_producer(Sub.Exclusive)
         for seq in range(5):
             self._send_without_pumping(producer, seq)
         self.clock.advance(0)
