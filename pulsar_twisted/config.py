@@ -385,8 +385,8 @@ _STORAGE_KEYS = [
         "Bookie storage"),
     Key("journalMaxSizeMB", int, 2048, "Journal file size before it rolls over.", "Bookie storage"),
     Key("journalPreAllocSizeMB", int, 16,
-        "Zero-filled space kept ahead of the journal's end, filled by a background thread: an fsync\n"
-        "over it flushes only the data, not a new file size too (0: append without it).",
+        "Space allocated (posix_fallocate) and made durable ahead of the journal's end by a\n"
+        "background thread, so that a small group's fsync has less to flush (0: append without it).",
         "Bookie storage"),
     Key("flushInterval", int, 1000, "Milliseconds between checkpoints of the write cache to entry logs.",
         "Bookie storage"),

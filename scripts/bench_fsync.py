@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """
 What one durable journal write costs on this disk: ``pwrite`` of a small record + ``fdatasync``,
-appending to a growing file versus writing over space already zero-filled and made durable (the
-journal's preallocation, ``journalPreAllocSizeMB``; bookie/prealloc.py) or ``posix_fallocate``d.
+appending to a growing file versus writing over space already zero-filled and made durable, or
+``posix_fallocate``d and made durable (the journal's preallocation, ``journalPreAllocSizeMB``;
+bookie/prealloc.py).
 
 Per mode it prints the wall time per write, p50/p99 of each write+fdatasync, and the process's
 kernel and user CPU per write. The modes alternate for ``--rounds`` rounds, since a shared disk's

@@ -146,7 +146,7 @@ def replay_journal(journal_dir: str) -> ReplayResult:
             if scanner.problem is not None:
                 _problem(result, path, f"{scanner.problem} at offset {scanner.valid_end}; rest of file ignored")
             if last and (scanner.problem is not None or os.fstat(f.fileno()).st_size > scanner.valid_end):
-                # A torn tail, or the zeros preallocated past the last record: appends go right
+                # A torn tail, or the space preallocated past the last record: appends go right
                 # after the last intact record, with nothing left behind it that a later replay
                 # could take for records (the preallocation starts afresh).
                 f.truncate(scanner.valid_end)
@@ -229,7 +229,7 @@ class Journal:
         self._fd = -1
         self.file_id = 0
         self._offset = 0
-        #: Zero-filled space ahead of ``_offset`` (prealloc.py; BookKeeper's journalPreAllocSizeMB).
+        #: Allocated space ahead of ``_offset`` (prealloc.py; BookKeeper's journalPreAllocSizeMB).
         self.prealloc = Preallocator(prealloc_bytes, limit=self._max_size)
         self.groups = 0
         self.fsyncs = 0
