@@ -84,6 +84,18 @@ class SlicedSnapshotTests(TestCase):
         self.assertGreaterEqual(len(calls), 10)
         self.assertEqual(os.path.getsize(os.path.join(self.data_dir, LOG_NAME)), HEADER_SIZE)
 
+    async def test_a_slice_also_ends_on_time(self):
+        """However many nodes a slice may take, it ends once SNAPSHOT_SLICE_SECONDS are spent
+        (checked every SNAPSHOT_SLICE_STEP nodes); the snapshot still holds every node."""
+        self.patch(store_module, "SNAPSHOT_SLICE_NODES", 100_000)
+        self.patch(store_module, "SNAPSHOT_SLICE_SECONDS", 0.0)
+        self.patch(store_module, "SNAPSHOT_SLICE_STEP", 7)
+        store = await self.filled()
+        calls = self.count_slices()
+        await store.snapshot()
+        self.assertGreaterEqual(len(calls), 100 // 7)
+        self.assertEqual({f"/t/n{i}" for i in range(100)} - self.snapshot_tree().nodes.keys(), set())
+
     async def test_writes_during_the_walk_stay_out_of_the_snapshot_and_in_the_log(self):
         """The snapshot is the tree at the cut; changes made meanwhile are kept in the log."""
         store = await self.filled()
