@@ -385,7 +385,7 @@ _STORAGE_KEYS = [
         "Bookie storage"),
     Key("journalMaxSizeMB", int, 2048, "Journal file size before it rolls over.", "Bookie storage"),
     Key("journalPreAllocSizeMB", int, 16,
-        "Space allocated (posix_fallocate) and made durable ahead of the journal's end by a\n"
+        "Space allocated (fallocate) and made durable ahead of the journal's end by a\n"
         "background thread, so that a small group's fsync has less to flush (0: append without it).",
         "Bookie storage"),
     Key("flushInterval", int, 1000, "Milliseconds between checkpoints of the write cache to entry logs.",

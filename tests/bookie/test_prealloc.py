@@ -117,6 +117,40 @@ class PreallocatorTests(unittest.TestCase):
         self.threads.run_all()
         self.assertEqual(os.fstat(self.fd).st_size, CHUNK + 10)
 
+    def test_the_writer_never_waits_for_an_allocation(self):
+        """While a fill's fallocate runs (held here), claims past the mark return at once, and the
+        fill then moves the mark no lower than what the writer claimed."""
+        import threading
+        from pulsar_twisted.bookie import prealloc as prealloc_module
+        running, release = threading.Event(), threading.Event()
+        real = prealloc_module.fallocate
+
+        def held(fd, offset, length):
+            running.set()
+            release.wait(10)
+            real(fd, offset, length)
+        self.patch(prealloc_module, "fallocate", held)
+        prealloc = Preallocator(4 * CHUNK, start_thread=lambda target: threading.Thread(target=target).start())
+        prealloc.reset(self.fd, 0)
+        prealloc.claim(100)
+        self.assertTrue(running.wait(10))
+        prealloc.claim(8 * CHUNK)          # past the fill's target: no lock held to wait on
+        self.assertEqual(prealloc.allocated_to, 8 * CHUNK)
+        release.set()
+        for _ in range(1000):
+            if not prealloc._filling:
+                break
+            threading.Event().wait(0.01)
+        self.assertEqual(prealloc.allocated_to, 8 * CHUNK)
+
+    def test_fallocate_is_the_system_call(self):
+        from pulsar_twisted.bookie.prealloc import fallocate
+        fallocate(self.fd, 0, CHUNK)
+        self.assertEqual(os.fstat(self.fd).st_size, CHUNK)
+        readonly = os.open(self.path, os.O_RDONLY)
+        self.addCleanup(os.close, readonly)
+        self.assertRaises(OSError, fallocate, readonly, 0, 2 * CHUNK)
+
     def test_off(self):
         prealloc = Preallocator(0, start_thread=self.threads)
         prealloc.reset(self.fd, 0)
