@@ -277,14 +277,7 @@ class Journal:
         # The waiter itself goes in the queue (no adapter per record): every place that fires
         # records catches what a callback raises, as a Deferred would.
         d = Deferred() if waiter is None else waiter
-        if self._inline and not self._stopping:
-            # _add's turn write, inline: once per stored entry.
-            self._turn.append((chunks, nbytes, d, time.monotonic()))
-            self._turn_bytes += nbytes
-            if self._turn_call is None:
-                self._turn_call = self._reactor.callLater(0, self._write_turn)
-        else:
-            self._add(chunks, nbytes, d)
+        self._add(chunks, nbytes, d)
         return d if waiter is None else None
 
     def _add(self, chunks, nbytes: int, d) -> None:

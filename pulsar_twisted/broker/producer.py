@@ -55,11 +55,7 @@ class _Answer:
                     producer.cnx.sender.send_receipt(producer.producer_id, self.sequence_id, highest,
                                                      position[0], position[1])
             finally:
-                # Producer._settle, inline
-                producer.pending -= 1
-                if producer.closing and not producer.pending:
-                    producer._finish_close()
-                producer.cnx.publish_answered(self.size)
+                producer._settle(self.size)
         except Exception:
             Producer.log.failure("answering a publish on {topic} failed", topic=producer.topic.name)
 

@@ -434,12 +434,7 @@ class PersistentTopic(TopicBase):
     # publisher's, called as ``_TopicAdd`` calls it.
     def add_complete(self, position, waiter) -> None:
         try:
-            # _add_finished's success path, inline (once per message)
-            self.pending_adds -= 1
-            if self._throttled and self.pending_adds <= self.max_pending_adds // 2:
-                self._unthrottle_producers()
-            if self.fenced and not self.pending_adds:
-                self._schedule_unfence()
+            self._add_finished(position)
         except Exception:
             waiter.errback(Failure())
             return

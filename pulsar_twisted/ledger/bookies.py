@@ -13,7 +13,7 @@ from twisted.internet import defer
 from zope.interface import Interface, implementer
 
 from pulsar_twisted.common.bk_errors import BookieUnavailableError
-from pulsar_twisted.wire.bookie import HEADER_SIZE, LAC_OFFSET, packed_lac, unpack_lac
+from pulsar_twisted.wire.bookie import HEADER_SIZE, packed_lac
 
 
 class IBookieClient(Interface):
@@ -79,8 +79,7 @@ class LocalBookieClient:
                 bookie = self._bookie(bookie_id)     # raises BookieUnavailableError
             if len(packed) < HEADER_SIZE:
                 raise ValueError(f"entry body of {len(packed)} bytes is shorter than the entry header")
-            # packed_lac, inline (once per stored copy)
-            lac = unpack_lac(packed, LAC_OFFSET)[0]
+            lac = packed_lac(packed)
             if getattr(bookie, "accepts_add_waiter", False):
                 bookie.add_entry(ledger_id, entry_id, packed, master_key, lac,
                                  recovery_add=recovery_add, waiter=waiter)

@@ -236,7 +236,7 @@ class ManagedLedgerImpl:
         #: ledger id -> open read handle; the shared EMPTY until the first (``_keep_read_handle``).
         self._read_handles = EMPTY
         self._opening_handles = EMPTY
-        #: The shared empty NO_ENTRY_CACHE until the first entry is cached (``_cache_entry``).
+        #: The shared empty NO_ENTRY_CACHE until the first entry is cached (``_add_complete``).
         self._cache = NO_ENTRY_CACHE
         self._meta_version = None
         self._meta_writing = False

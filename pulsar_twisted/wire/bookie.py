@@ -73,9 +73,6 @@ DIGEST_SIZE = _DIGEST.size  # 4
 PREFIX_SIZE = HEADER_SIZE + DIGEST_SIZE  # bytes before the payload
 _LAC = struct.Struct(">q")
 _LAC_OFFSET = 16
-#: ``unpack_lac(packed, LAC_OFFSET)[0]`` is ``packed_lac(packed)`` (for a caller that runs it per entry)
-LAC_OFFSET = _LAC_OFFSET
-unpack_lac = _LAC.unpack_from
 _crc = _crc32c.crc32c
 
 
