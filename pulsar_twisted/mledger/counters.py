@@ -1,7 +1,7 @@
 """
 A managed ledger's operation counters, the source of Pulsar's ``pulsar_ml_*`` metrics (its
 ``ManagedLedgerMBean``): adds and reads that succeeded or failed, their entries and bytes, and the
-add latency and entry size in Pulsar's buckets.
+add latency, entry size and ledger switch latency in Pulsar's buckets.
 
 Pulsar's buckets (``StatsBuckets``) are not cumulative: bucket i counts values in
 ``(bounds[i-1], bounds[i]]``, the overflow one everything above the last bound. Pulsar resets them
@@ -17,6 +17,9 @@ ADD_LATENCY_BOUNDS_MS = (0.5, 1.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 1000.0)
 #: EntrySizeBuckets bounds in bytes (Pulsar's "1 MB" bound is 1_232_896).
 ENTRY_SIZE_BOUNDS = (128.0, 512.0, 1024.0, 2048.0, 4096.0, 16384.0, 102400.0, 1232896.0)
 _SIZE_FIRST = len(ADD_LATENCY_BOUNDS_MS) + 1    # index of the first size bucket in _buckets
+#: Index of the first LedgerSwitchLatencyBuckets bucket (the add latency bounds, as Pulsar's), present
+#: once a ledger switch was counted: a topic that never switched holds none.
+_SWITCH_FIRST = _SIZE_FIRST + len(ENTRY_SIZE_BOUNDS) + 1
 
 
 def bucket_labels(bounds) -> list:
@@ -52,7 +55,20 @@ class ManagedLedgerCounters:
 
     @property
     def entry_size_buckets(self) -> list:
-        return self._buckets[_SIZE_FIRST:]
+        return self._buckets[_SIZE_FIRST:_SWITCH_FIRST]
+
+    @property
+    def ledger_switch_buckets(self) -> list:
+        """Ledger switches by how long adds waited for them, in ms (``ledger_switched``)."""
+        return self._buckets[_SWITCH_FIRST:] or [0] * (len(ADD_LATENCY_BOUNDS_MS) + 1)
+
+    def ledger_switched(self, started: float) -> None:
+        """A ledger switch (rollover) that began at ``started`` is done: the next ledger takes adds."""
+        buckets = self._buckets
+        if len(buckets) == _SWITCH_FIRST:
+            buckets.extend([0] * (len(ADD_LATENCY_BOUNDS_MS) + 1))
+        latency_ms = max((self.clock.seconds() - started) * 1000.0, 0.0)
+        buckets[_SWITCH_FIRST + bisect_left(ADD_LATENCY_BOUNDS_MS, latency_ms)] += 1
 
     def add_done(self, result, started: float, size: int):
         latency_ms = (self.clock.seconds() - started) * 1000.0

@@ -11,7 +11,10 @@ Writes: ``add_entry`` wraps the data in an ``AddOp``. In LEDGER_OPENED it is sen
 current ledger at once; otherwise it waits in ``_queued`` and is sent, in order, when the next
 ledger is ready. Sent ops wait in ``_pending`` and complete in order (the ledger client
 guarantees it). The op that fills the current ledger is flagged ``close_when_done``: when it
-completes the ledger is closed and a new one created (Pulsar's rollover), adds queue meanwhile.
+completes the ledger is closed and the next one recorded (Pulsar's ledger switch), adds queue meanwhile.
+The next ledger is usually made ahead (``_make_next_ledger``, when the current one is nine tenths
+full), and the full ledger's close and the next one's record are written at once: adds wait for
+about one metadata write instead of three in a row (close, create, record).
 
 Ownership: the ledger list is written by compare-and-set on the version last seen. A
 BadVersion means another broker took the ledger over (it also fenced our last ledger when it
@@ -186,10 +189,10 @@ class ManagedLedgerImpl:
         "cursors", "counters", "_non_durable", "_creating_cursors", "_new_cursors", "_state",
         "_ledgers", "_ledger_ids", "_total_entries", "_total_size", "_terminated_at",
         "_last_confirmed", "_current", "_current_created", "_current_sent", "_rollover_call",
-        "_min_rollover_call", "_pending", "_queued", "_drain_waiters", "_read_handles",
+        "_next_ledger", "_pending", "_queued", "_drain_waiters", "_read_handles",
         "_opening_handles", "_cache", "_meta_version", "_meta_writing", "_meta_waiters",
         "_trimming", "_trim_waiters", "_listeners", "_notify_call", "_throttle_listeners",
-        "_throttled", "_fenced_listeners", "_close_waiters", "_closed_on_failure",
+        "_throttled", "_fenced_listeners", "_close_waiters",
         "__weakref__",
     )
 
@@ -224,8 +227,11 @@ class ManagedLedgerImpl:
         self._current = None
         self._current_created = 0.0
         self._current_sent = 0
+        #: The rollover timer: at max_rollover_time, or at min_rollover_time once the ledger is full.
         self._rollover_call = None
-        self._min_rollover_call = None
+        #: The ledger made ahead for the next switch: None, or a Deferred firing with its handle
+        #: (None if it could not be made), not yet recorded in our node (``_make_next_ledger``).
+        self._next_ledger = None
         #: Sent adds, oldest first: a deque while some are in flight, else an empty tuple (an
         #: empty deque holds a 760-byte block).
         self._pending = ()
@@ -249,7 +255,6 @@ class ManagedLedgerImpl:
         self._throttled = False
         self._fenced_listeners = ()
         self._close_waiters = None    # a close is in progress: [Deferred] fired when it is done
-        self._closed_on_failure = False
 
     # -- small helpers ---------------------------------------------------------------------
 
@@ -400,25 +405,29 @@ class ManagedLedgerImpl:
         the ledger client keeps its metadata in our store, the ledger's metadata and our node
         naming it are one atomic write (``record``): one durable commit instead of two in a row."""
         self._state = State.CREATING_LEDGER
-        # Positions order by ledger id: the new ledger's id must be above every ledger this managed
-        # ledger has had (ids come from blocks that other brokers hold too, so "newer" is not
-        # "greater" unless asked for).
-        after = max(self._ledger_ids[-1] if self._ledger_ids else -1, self._last_confirmed.ledger_id)
         record = None
         if (grouped and not self._meta_writing and not self._meta_waiters
                 and self.ledger_client.shares_store(self.store)):
             record = self._record_of
         d = self.ledger_client.create_ledger(
             self.config.ensemble_size, self.config.write_quorum, self.config.ack_quorum,
-            self.config.password,
-            custom_metadata={"application": _APPLICATION, "component": _COMPONENT,
-                             "pulsar/managed-ledger": self.name.encode("utf-8")}, after=after,
+            self.config.password, custom_metadata=self._custom_metadata(), after=self._after(),
             record=record)
         if record is None:
             d.addCallbacks(self._ledger_created, self._create_failed)
         else:
             d.addCallbacks(self._ledger_created_and_recorded, self._create_and_record_failed)
         return d
+
+    def _custom_metadata(self) -> dict:
+        return {"application": _APPLICATION, "component": _COMPONENT,
+                "pulsar/managed-ledger": self.name.encode("utf-8")}
+
+    def _after(self) -> int:
+        """The id a new ledger's must be above: every ledger this managed ledger has had (ids
+        come from blocks that other brokers hold too, so "newer" is not "greater" unless asked for,
+        and positions order by ledger id)."""
+        return max(self._ledger_ids[-1] if self._ledger_ids else -1, self._last_confirmed.ledger_id)
 
     def _record_of(self, ledger_id):
         """The write of our node with ``ledger_id`` appended (``create_ledger``'s ``record``)."""
@@ -504,16 +513,10 @@ class ManagedLedgerImpl:
     def _send(self, op: AddOp):
         handle = self._current
         op.handle = handle
-        self._current_sent += 1
-        if self._current_sent >= self.config.max_entries_per_ledger:
-            elapsed_ms = (self.reactor.seconds() - self._current_created) * 1000
-            if elapsed_ms >= self.config.min_rollover_time_ms:
-                # This is the last entry of the ledger; later adds queue until the next one.
-                op.close_when_done = True
-                self._state = State.CLOSING_LEDGER
-            elif self._min_rollover_call is None:
-                delay = (self.config.min_rollover_time_ms - elapsed_ms) / 1000.0
-                self._min_rollover_call = self._call_later(delay, self._check_rollover)
+        sent = self._current_sent = self._current_sent + 1
+        most = self.config.max_entries_per_ledger
+        if sent >= most - most // 10:
+            self._nearly_full(op, sent, most)
         pending = self._pending
         if not pending:
             pending = self._pending = deque()
@@ -523,6 +526,61 @@ class ManagedLedgerImpl:
             notify(op.data, op)
         else:
             handle.add_entry(op.data).addCallbacks(op.added, op.failed)
+
+    def _nearly_full(self, op: AddOp, sent: int, most: int):
+        """``_send``, from nine tenths of a full ledger (``most`` entries) on: make the next ledger
+        ahead, when the current one will be rolled as soon as it is full; roll it once full."""
+        elapsed_ms = (self.reactor.seconds() - self._current_created) * 1000
+        old_enough = elapsed_ms >= self.config.min_rollover_time_ms
+        if sent < most:
+            if sent == most - most // 10 and old_enough:
+                self._make_next_ledger()
+        elif old_enough:
+            # This is the last entry of the ledger; later adds queue until the next one.
+            op.close_when_done = True
+            self._state = State.CLOSING_LEDGER
+        elif sent == most:
+            # Full but younger than min_rollover_time: roll when it is old enough (one timer: the
+            # max_rollover_time one is later).
+            self._cancel_timers()
+            delay = (self.config.min_rollover_time_ms - elapsed_ms) / 1000.0
+            self._rollover_call = self._call_later(delay, self._check_rollover)
+
+    def _make_next_ledger(self):
+        """Start creating the ledger the next switch will record (once: ``_next_ledger``). It is
+        not in our node until the switch records it, so a crash in between leaves it behind, empty
+        and unnamed (its custom metadata names this managed ledger); a close or a fence deletes it."""
+        if self._next_ledger is not None:
+            return self._next_ledger
+        d = self._next_ledger = self.ledger_client.create_ledger(
+            self.config.ensemble_size, self.config.write_quorum, self.config.ack_quorum,
+            self.config.password, custom_metadata=self._custom_metadata(), after=self._after())
+        d.addCallbacks(self._next_ledger_made, self._next_ledger_failed, errbackArgs=(d,))
+        return d
+
+    def _next_ledger_made(self, handle):
+        if self._state in (State.CLOSED, State.FENCED, State.TERMINATED):
+            # Nobody will record it (the close, fence or termination found it still being made).
+            self._drop_ledger(handle)
+            return None
+        return handle
+
+    def _next_ledger_failed(self, failure, made):
+        log.warn("managed ledger {name}: could not make the next ledger: {err}",
+                 name=self.name, err=failure.getErrorMessage())
+        if self._next_ledger is made:
+            self._next_ledger = None    # made ahead: the switch tries again
+        return None
+
+    def _drop_next_ledger(self):
+        """Closed, fenced or terminated: delete the ledger made ahead, if any (never recorded)."""
+        d, self._next_ledger = self._next_ledger, None
+        if d is not None:
+            d.addCallback(lambda handle: handle is not None and self._drop_ledger(handle))
+
+    def _drop_ledger(self, handle):
+        handle.close()
+        self._delete_ledger_quietly(handle.ledger_id)
 
     def _add_cursor(self, name, cursor):
         if self.cursors is EMPTY:
@@ -544,12 +602,7 @@ class ManagedLedgerImpl:
 
     def _check_rollover(self):
         """Timer: roll a non-empty ledger past max_rollover_time, or a full one past min_rollover_time."""
-        if self._min_rollover_call is not None and self._min_rollover_call.active():
-            self._min_rollover_call.cancel()
-        self._min_rollover_call = None
-        if self._rollover_call is not None and self._rollover_call.active():
-            self._rollover_call.cancel()
-        self._rollover_call = None
+        self._cancel_timers()
         if self._state is not State.LEDGER_OPENED:
             return
         elapsed_ms = (self.reactor.seconds() - self._current_created) * 1000
@@ -561,26 +614,85 @@ class ManagedLedgerImpl:
             if self._pending:
                 self._pending[-1].close_when_done = True
             else:
-                self._close_current_ledger()
+                self._switch_ledger()
         else:
             self._rollover_call = self._call_later(self.config.max_rollover_time_ms / 1000.0, self._check_rollover)
 
     def _cancel_timers(self):
-        for call in (self._rollover_call, self._min_rollover_call):
-            if call is not None and call.active():
-                call.cancel()
-        self._rollover_call = self._min_rollover_call = None
+        call, self._rollover_call = self._rollover_call, None
+        if call is not None and call.active():
+            call.cancel()
 
-    def _close_current_ledger(self):
-        """Close the current ledger (state CLOSING_LEDGER), then start the next when adds wait."""
+    def _switch_ledger(self):
+        """The current ledger is full or old and its adds are all complete (state CLOSING_LEDGER):
+        close it and record the next one (made ahead, or now), then send the queued adds.
+
+        The close and the record are metadata writes with no order between them (the full
+        ledger's entries are all confirmed, so our node's count of them is exact), so they run at
+        once; the next ledger takes adds once both are durable, so that a reader never finds a
+        ledger before the last one still open. In Pulsar the three steps (close, create, record)
+        follow one another, and adds wait for all three."""
+        old = self._current
+        self._cancel_timers()
+        info = self._ledgers.get(old.ledger_id)
+        if info is not None:
+            info.timestamp = self._now_ms()
+        closed = old.close()
+        closed.addErrback(self._close_failed, old)
+        closed.addCallback(lambda _: self._old_ledger_closed(old))
+        self._state = State.CREATING_LEDGER
+        made, self._next_ledger = self._make_next_ledger(), None
+        made.addCallback(self._switch_to, closed, self.reactor.seconds())
+
+    def _switch_to(self, handle, closed, started):
+        """The next ledger is made (``handle``; None: it could not be): record it, and open it for
+        adds once that and the close of the full ledger (``closed``) are done. ``started``: when
+        adds began to wait (for the LedgerSwitchLatencyBuckets)."""
+        if self._state is not State.CREATING_LEDGER:
+            # Closed or fenced meanwhile (the ledger made ahead is dropped by that).
+            if handle is not None:
+                self._drop_ledger(handle)
+            return None
+        if handle is None:
+            # Made neither ahead nor now (logged): as a failed creation, the queued adds fail.
+            return self._create_failed(Failure(ManagedLedgerError("could not make the next ledger")))
+        self._add_ledger_info(LedgerInfo(handle.ledger_id))
+        d = self._write_metadata()
+        d.addCallback(lambda _: closed)
+        d.addCallbacks(self._ledger_recorded, self._record_failed,
+                       callbackArgs=(handle,), errbackArgs=(handle,))
+        d.addCallback(self._switched, handle, started)
+        return None
+
+    def _switched(self, _, handle, started):
+        if self._current is handle:
+            self.counters.ledger_switched(started)
+        # The full ledger may be trimmable now; its write comes after the switch's, not before.
+        self._trim_in_background()
+
+    def _close_failed(self, failure, handle):
+        log.warn("managed ledger {name}: closing ledger {lid} failed: {err}",
+                 name=self.name, lid=handle.ledger_id, err=failure.getErrorMessage())
+
+    def _old_ledger_closed(self, handle):
+        """A switch's full ledger is closed: it is read from now on (never empty: full or old)."""
+        if self._current is handle:
+            self._current = None
+        if handle.ledger_id in self._ledgers:
+            self._keep_read_handle(handle.ledger_id, handle)
+
+    def _close_failed_ledger(self):
+        """After a failed add (state CLOSING_LEDGER): close the current ledger, then start the
+        next when adds wait."""
         handle = self._current
         self._cancel_timers()
+        # Made ahead on the ensemble that failed, maybe: the next one is chosen afresh.
+        self._drop_next_ledger()
         d = handle.close()
-        d.addErrback(lambda f: log.warn("managed ledger {name}: closing ledger {lid} failed: {err}",
-                                        name=self.name, lid=handle.ledger_id, err=f.getErrorMessage()))
-        d.addCallback(lambda _: self._ledger_closed(handle))
+        d.addErrback(self._close_failed, handle)
+        d.addCallback(lambda _: self._failed_ledger_closed(handle))
 
-    def _ledger_closed(self, handle):
+    def _failed_ledger_closed(self, handle):
         lid = handle.ledger_id
         if self._current is handle:
             self._current = None
@@ -596,15 +708,10 @@ class ManagedLedgerImpl:
         if self._state is not State.CLOSING_LEDGER:
             return
         self._state = State.LEDGER_CLOSED
-        failed, self._closed_on_failure = self._closed_on_failure, False
-        if failed and not self._queued:
-            # After a write failure the next ledger waits for the next add: while bookies are
-            # down, eager creation would leave one empty ledger per failure (issue 11: hundreds).
-            self._trim_in_background()
-            return
-        # The next ledger is started at once (Pulsar does after a time rollover) so that the
-        # next add does not wait and the full ledger becomes trimmable.
-        self._create_ledger()
+        if self._queued:
+            self._create_ledger()
+        # Else the next ledger waits for the next add: while bookies are down, eager creation
+        # would leave one empty ledger per failure (issue 11: hundreds).
         self._trim_in_background()
 
     # -- adds --------------------------------------------------------------------------------
@@ -695,7 +802,7 @@ class ManagedLedgerImpl:
                 self._pending = ()   # an idle topic keeps no empty deque
             self._fire_drained()
         if op.close_when_done and self._state is State.CLOSING_LEDGER and self._current is op.handle:
-            self._close_current_ledger()
+            self._switch_ledger()
 
     def _add_failed(self, op: AddOp, failure):
         if op.done:
@@ -721,13 +828,12 @@ class ManagedLedgerImpl:
         rolling = self._current is handle and self._state in (State.LEDGER_OPENED, State.CLOSING_LEDGER)
         if rolling:
             self._state = State.CLOSING_LEDGER
-            self._closed_on_failure = True
         error = ManagedLedgerError(f"add to ledger {handle.ledger_id} failed: {failure.getErrorMessage()}")
         self._fail_ops(doomed, error)
         if not self._pending:
             self._fire_drained()
         if rolling and self._current is handle:
-            self._close_current_ledger()
+            self._close_failed_ledger()
 
     def _fail_ops(self, ops, error):
         """Fail ``ops`` (already taken off the queues) in order."""
@@ -751,6 +857,7 @@ class ManagedLedgerImpl:
             return
         self._state = State.FENCED
         self._cancel_timers()
+        self._drop_next_ledger()
         self._stop_writing()
         self.factory._forget(self)
         listeners, self._fenced_listeners = _each_listener(self._fenced_listeners), ()
@@ -1382,6 +1489,7 @@ class ManagedLedgerImpl:
         fenced = self._state is State.FENCED
         self._state = State.CLOSED
         self._cancel_timers()
+        self._drop_next_ledger()
         queued, self._queued = list(self._queued), ()
         self._fail_ops(queued, ManagedLedgerClosedError(f"managed ledger {self.name} closed"))
         await self._wait_drained()
@@ -1418,6 +1526,7 @@ class ManagedLedgerImpl:
             raise error
         self._state = State.TERMINATED
         self._cancel_timers()
+        self._drop_next_ledger()
         queued, self._queued = list(self._queued), ()
         self._fail_ops(queued, ManagedLedgerTerminatedError(f"managed ledger {self.name} terminated"))
         await self._wait_drained()

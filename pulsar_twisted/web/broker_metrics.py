@@ -148,9 +148,13 @@ class BrokerFamilies:
                                               "Adds by latency in ms (not cumulative)")
         self.ml_sizes = _bucket_family_pair(fam, "pulsar_ml_EntrySizeBuckets",
                                             "Entries added by size in bytes (not cumulative)")
+        self.ml_switches = _bucket_family_pair(fam, "pulsar_ml_LedgerSwitchLatencyBuckets",
+                                               "Ledger switches by the time adds waited for them, "
+                                               "in ms (not cumulative)")
         self.per_ns = defaultdict(lambda: defaultdict(float))
         self.latency = defaultdict(lambda: [0] * (len(ADD_LATENCY_BOUNDS_MS) + 1))
         self.sizes = defaultdict(lambda: [0] * (len(ENTRY_SIZE_BOUNDS) + 1))
+        self.switches = defaultdict(lambda: [0] * (len(ADD_LATENCY_BOUNDS_MS) + 1))
         self.count = 0
         self.tail = [fam(name, doc) for name, doc, _ in self._connection_values()]
         self.tail += [fam(name, doc) for name, doc, _ in self._lookup_values()]
@@ -248,6 +252,8 @@ class BrokerFamilies:
         self.latency[namespace] = [a + b for a, b in zip(self.latency[namespace],
                                                          counters.add_latency_buckets)]
         self.sizes[namespace] = [a + b for a, b in zip(self.sizes[namespace], counters.entry_size_buckets)]
+        self.switches[namespace] = [a + b for a, b in zip(self.switches[namespace],
+                                                          counters.ledger_switch_buckets)]
 
     def _ml_values(self, topic, ml, counters, subscriptions) -> dict:
         rate = self.rates.rate
@@ -290,6 +296,7 @@ class BrokerFamilies:
                 family.add_plain(labels(cluster=self.cluster, namespace=namespace), values[name])
         _add_buckets(self.ml_latency, ADD_LATENCY_BOUNDS_MS, self.latency, self.cluster)
         _add_buckets(self.ml_sizes, ENTRY_SIZE_BOUNDS, self.sizes, self.cluster)
+        _add_buckets(self.ml_switches, ADD_LATENCY_BOUNDS_MS, self.switches, self.cluster)
 
     def _tail_labels(self, name: str) -> str:
         if name.startswith("pulsar_broker_lookup"):

@@ -1,5 +1,6 @@
 """Tests of ManagedLedgerImpl and the factory on the fake ledger client."""
 
+from twisted.internet import defer
 from twisted.trial import unittest
 from zope.interface.verify import verifyObject
 
@@ -10,8 +11,10 @@ from pulsar_twisted.mledger.interfaces import (
     IManagedLedger, IManagedLedgerFactory, ManagedLedgerClosedError, ManagedLedgerError,
     ManagedLedgerFencedError,
 )
+from pulsar_twisted.mledger import formats
 from pulsar_twisted.mledger.ledger import TRIM_SLICE, ManagedLedgerTerminatedError, State
 from pulsar_twisted.testing.fake_ledger import FakeLedgerClient
+from pulsar_twisted.testing.patching import patch_method
 
 from tests.mledger.test_support import ManagedLedgerHarness, data
 
@@ -240,6 +243,141 @@ class RolloverTests(ManagedLedgerHarness, unittest.TestCase):
         self.assertEqual(len(ml.ledgers_info()), 2)
         p = self.add(ml, 1, start=2)[0]
         self.assertEqual(p, Position(ml.current_ledger_id(), 0))
+
+
+class LedgerSwitchTests(ManagedLedgerHarness, unittest.TestCase):
+    """The next ledger is made ahead at nine tenths of a full one; the full ledger's close and the
+    next one's record are written at once, and adds wait for both."""
+
+    def test_next_ledger_made_ahead_and_used(self):
+        ml = self.open(max_entries_per_ledger=10)
+        self.cursor(ml)
+        first = ml.current_ledger_id()
+        self.add(ml, 8)
+        made = len(self.bk.created)       # the first ledger (and the cursor's)
+        self.add(ml, 1, start=8)          # the ninth: the next ledger is made, not yet recorded
+        self.assertEqual(len(self.bk.created), made + 1)
+        ahead = self.bk.created[-1]
+        self.assertEqual([i["ledgerId"] for i in ml.ledgers_info()], [first])
+        self.assertEqual(self.bk.custom_metadata(ahead)["pulsar/managed-ledger"], ml.name.encode())
+        self.add(ml, 1, start=9)          # the tenth fills it: the switch records the one made
+        self.assertEqual(ml.current_ledger_id(), ahead)
+        self.assertEqual([i["ledgerId"] for i in ml.ledgers_info()], [first, ahead])
+        self.assertEqual(len(self.bk.created), made + 1)
+        later = self.add(ml, 1, start=10)[0]
+        self.assertEqual(later, Position(ahead, 0))
+        recorded = self.successResultOf(self.store.get(ml.path))[0]
+        self.assertEqual(formats.decode_ledger_info(recorded)[0][0][:2], (first, 10))
+        entries = self.successResultOf(ml.read_entries(Position(first, 0), 20))
+        self.assertEqual([e.data for e in entries], [data(i) for i in range(11)])
+
+    def test_adds_wait_for_the_close_and_the_record(self):
+        """Queued adds go to the next ledger only once the full one's close and our node's record
+        of the next are both done (both were issued at once)."""
+        ml = self.open(max_entries_per_ledger=2)
+        self.cursor(ml)
+        full = self.bk._ledgers[ml.current_ledger_id()]
+        closing, recording, calls = defer.Deferred(), defer.Deferred(), []
+        handle = ml._current
+        real_close, real_put = handle.close, self.store.put
+
+        def close():
+            calls.append("close")
+            return closing.addCallback(lambda _: real_close())
+
+        def put(*a, **kw):
+            calls.append("record")
+            return recording.addCallback(lambda _: real_put(*a, **kw))
+        patch_method(self, handle, "close", close)
+        self.patch(self.store, "put", put)
+        self.add(ml, 2)
+        queued = ml.add_entry(data(2))
+        self.assertEqual(ml.state, State.CREATING_LEDGER)
+        self.assertEqual(sorted(calls), ["close", "record"])    # both at once, neither done
+        recording.callback(None)          # recorded, not yet closed
+        self.assertNoResult(queued)
+        self.assertFalse(full.closed)
+        closing.callback(None)
+        position = self.successResultOf(queued)
+        self.assertEqual(position.entry_id, 0)
+        self.assertTrue(full.closed)
+        self.assertEqual(ml.state, State.LEDGER_OPENED)
+
+    def test_ahead_creation_failure_is_retried_at_the_switch(self):
+        ml = self.open(max_entries_per_ledger=10)
+        self.cursor(ml)
+        self.add(ml, 8)
+        self.bk.fail_next_creates(1)
+        self.add(ml, 1, start=8)          # making the next ledger ahead fails (logged)
+        positions = self.add(ml, 3, start=9)
+        self.assertEqual([p.entry_id for p in positions], [9, 0, 1])
+        self.assertEqual(len(ml.ledgers_info()), 2)
+        self.flushLoggedErrors()
+
+    def test_switch_creation_failure_fails_queued_adds(self):
+        """Neither ahead nor at the switch: the queued adds fail, the next add tries again."""
+        ml = self.open(max_entries_per_ledger=10)
+        self.cursor(ml)
+        self.add(ml, 8)
+        self.bk.fail_next_creates(2)
+        self.add(ml, 1, start=8)
+        self.bk.pause_adds()
+        last, queued = ml.add_entry(data(9)), ml.add_entry(data(10))
+        self.bk.resume_adds()
+        self.successResultOf(last)
+        self.failureResultOf(queued, ManagedLedgerError)
+        self.assertEqual(ml.state, State.LEDGER_CLOSED)
+        self.assertEqual(self.add(ml, 1, start=11)[0].entry_id, 0)
+
+    def test_close_fence_and_failure_drop_the_ledger_made_ahead(self):
+        """The ledger made ahead is named by no node: a close, a fence or a failed add (its
+        ensemble may be the one that failed) deletes it."""
+        for ending in ("close", "fence", "failed add"):
+            ml = self.open(name=f"public/default/persistent/{ending.replace(' ', '-')}",
+                           max_entries_per_ledger=10)
+            self.cursor(ml)
+            self.add(ml, 9)
+            ahead = self.bk.created[-1]
+            self.assertNotIn(ahead, [i["ledgerId"] for i in ml.ledgers_info()])
+            if ending == "close":
+                self.successResultOf(ml.close())
+            elif ending == "fence":
+                ml._set_fenced()
+            else:
+                self.bk.fail_next_adds(1, NotEnoughBookiesError)
+                self.failureResultOf(ml.add_entry(b"x"), ManagedLedgerError)
+            self.assertIn(ahead, self.bk.deleted, ending)
+            self.assertIsNone(ml._next_ledger, ending)
+        later = self.add(ml, 1)[0]
+        self.assertGreater(later.ledger_id, ahead)
+
+    def test_ahead_ledger_made_while_closing_is_dropped(self):
+        """A close that finds the next ledger still being made: it is deleted once made."""
+        ml = self.open(max_entries_per_ledger=10)
+        self.cursor(ml)
+        self.add(ml, 8)
+        making = defer.Deferred()
+        real_create = self.bk.create_ledger
+        self.patch(self.bk, "create_ledger", lambda *a, **kw: making.addCallback(
+            lambda _: real_create(*a, **kw)))
+        self.add(ml, 1, start=8)
+        self.successResultOf(ml.close())
+        making.callback(None)
+        ahead = self.bk.created[-1]
+        self.assertIn(ahead, self.bk.deleted)
+
+    def test_crash_with_a_ledger_made_ahead_loses_nothing(self):
+        """A new owner after a crash finds every entry; the ledger made ahead is in no list."""
+        ml = self.open(max_entries_per_ledger=10)
+        self.cursor(ml)
+        self.add(ml, 9)
+        ahead = self.bk.created[-1]
+        other = self.open(factory=self.new_factory(max_entries_per_ledger=10))
+        self.assertEqual(other.number_of_entries(), 9)
+        self.assertNotIn(ahead, [i["ledgerId"] for i in other.ledgers_info()])
+        self.failureResultOf(ml.add_entry(b"late"), ManagedLedgerFencedError)
+        entries = self.successResultOf(other.read_entries(Position(-1, -1), 20))
+        self.assertEqual([e.data for e in entries], [data(i) for i in range(9)])
 
 
 class TrimTests(ManagedLedgerHarness, unittest.TestCase):

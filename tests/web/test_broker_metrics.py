@@ -51,6 +51,20 @@ class MetricsCase(FeatureCase):
         return client
 
 
+class LedgerSwitchMetricsTests(MetricsCase):
+    config = {"managedLedgerMaxEntriesPerLedger": 2, "managedLedgerMinLedgerRolloverTimeMinutes": 0}
+
+    def test_ledger_switches_counted(self):
+        """5 adds on ledgers of 2 entries: 2 switches, in Pulsar's LedgerSwitchLatencyBuckets."""
+        ml = {"cluster": "standalone", "namespace": NS}
+        self.producer_client(5)
+        samples = self.scrape()
+        counted = sum(value for (name, _), value in samples.items()
+                      if name == "pulsar_ml_LedgerSwitchLatencyBuckets")
+        self.assertEqual(counted, 2)
+        self.assertEqual(self.value(samples, "pulsar_ml_LedgerSwitchLatencyBuckets_OVERFLOW", ml), 0)
+
+
 class SubscriptionMetricsTests(MetricsCase):
     config = {"maxUnackedMessagesPerSubscription": 3}
 
