@@ -58,6 +58,9 @@ def parse(argv):
                         "and broker1 in network namespaces, needs root and ip netns; the optional\n"
                         "powerloss-bookie puts every bookie's disk on lazyfs, needs FUSE; the optional\n"
                         "unload-bundle and split-bundle move bundles through the admin API)")
+    p.add_argument("--max-entries-per-ledger", type=int, default=100,
+                   help="managedLedgerMaxEntriesPerLedger of the brokers (default 100: every partition "
+                        "switches ledgers about once a second, under the faults)")
     p.add_argument("--zk", default=None, help="ZooKeeper HOST:PORT (default $PULSAR_TEST_ZK)")
     p.add_argument("--json", default=None, help="write the verdict here as JSON")
     p.add_argument("--history", default=None, help="write the whole history here as JSON")
@@ -117,7 +120,7 @@ def main(argv=None) -> int:
     config = ChaosConfig(seed=args.seed, duration=args.duration, quorum=args.quorum,
                          brokers=args.brokers, bookies=args.bookies, producers=args.producers,
                          rate=args.rate, kinds=kinds, zk_hosts=args.zk, keep_logs=args.keep_logs,
-                         log=log)
+                         max_entries_per_ledger=args.max_entries_per_ledger, log=log)
     log(f"chaos run: {' '.join(sys.argv)}")
     try:
         history, verdict = run(config)

@@ -37,6 +37,10 @@ class ChaosConfig:
     #: partition kind is asked for and the machine allows it.
     isolate: tuple = ("bookie2", "broker1")
     session_timeout_ms: int = 4000
+    #: Small ledgers (managedLedgerMaxEntriesPerLedger, no minimum rollover time): every partition
+    #: switches ledgers about once a second, so faults also land on the switches (the ledger made
+    #: ahead, the close and the record written at once).
+    max_entries_per_ledger: int = 100
     warmup: float = 3.0               # publishing before the first fault
     after_heal: float = 8.0           # publishing after the heal
     send_timeout_ms: int = 30000      # the official client's send timeout
@@ -88,6 +92,8 @@ def make_cluster(config: ChaosConfig) -> Cluster:
         "zooKeeperSessionTimeoutMillis": config.session_timeout_ms,
         "bookkeeperClientTimeoutInSeconds": 5,
         "defaultRetentionTimeInMinutes": -1, "defaultRetentionSizeInMB": -1,
+        "managedLedgerMaxEntriesPerLedger": config.max_entries_per_ledger,
+        "managedLedgerMinLedgerRolloverTimeMinutes": 0,
     }
     bookie_config = {"zkTimeout": config.session_timeout_ms}
     return Cluster(zk, bookies=config.bookies, brokers=config.brokers,
