@@ -1185,8 +1185,14 @@ class ManagedLedgerImpl:
             for w in self._opening_handles.pop(lid, []):
                 w.errback(f)
 
-        # Old ledgers are closed already (rolled over, or recovered at open): no recovery needed.
-        self.ledger_client.open_ledger(lid, self.config.password, recovery=False).addCallbacks(opened, failed)
+        # With recovery, as Pulsar's getLedgerHandle (withRecovery(!readOnly)): a ledger before the
+        # current one is usually closed (then the open reads its metadata alone), but not always:
+        # a switch records the next ledger while the full one's close is still being written, a
+        # crash or a take-over in between leaves it open, and so does a close that could not be
+        # recorded (the client completes it locally when its metadata session expired). A new
+        # owner recovers only the last ledger of the list; read without recovery, an open ledger
+        # ends at the LAC its bookies know, one entry short of what was acknowledged.
+        self.ledger_client.open_ledger(lid, self.config.password, recovery=True).addCallbacks(opened, failed)
         return d
 
     async def _read_positions(self, positions):
