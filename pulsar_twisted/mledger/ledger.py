@@ -455,8 +455,7 @@ class ManagedLedgerImpl:
     def _ledger_created(self, handle):
         if self._state is not State.CREATING_LEDGER:
             # Closed or fenced meanwhile: nobody will write it.
-            handle.close()
-            self._delete_ledger_quietly(handle.ledger_id)
+            self._drop_ledger(handle)
             return None
         info = LedgerInfo(handle.ledger_id)
         self._add_ledger_info(info)
@@ -469,7 +468,7 @@ class ManagedLedgerImpl:
 
     def _ledger_recorded(self, _, handle):
         if self._state is not State.CREATING_LEDGER:
-            handle.close()  # recorded but unused: an empty ledger the next open drops
+            self._close_quietly(handle)  # recorded but unused: an empty ledger the next open drops
             return None
         self._current = handle
         self._current_created = self.reactor.seconds()
@@ -482,15 +481,16 @@ class ManagedLedgerImpl:
         return None
 
     def _record_failed(self, failure, handle):
-        handle.close()
         if self._state is State.FENCED:
             if self._meta_version == -1:
                 # Lost the creation of a new managed ledger: no list will ever name this ledger.
-                self._delete_ledger_quietly(handle.ledger_id)
+                self._drop_ledger(handle)
+            else:
+                self._close_quietly(handle)
             return None
         if handle.ledger_id in self._ledgers:
             self._remove_ledger_info(handle.ledger_id)
-        self._delete_ledger_quietly(handle.ledger_id)
+        self._drop_ledger(handle)
         return self._create_failed(failure)
 
     def _create_failed(self, failure):
@@ -579,8 +579,15 @@ class ManagedLedgerImpl:
             d.addCallback(lambda handle: handle is not None and self._drop_ledger(handle))
 
     def _drop_ledger(self, handle):
-        handle.close()
-        self._delete_ledger_quietly(handle.ledger_id)
+        """Close and delete a ledger that no node names. The delete waits for the close: a close
+        still writing the ledger's metadata when the delete removes it fails (NotFound)."""
+        lid = handle.ledger_id
+        self._close_quietly(handle).addCallback(lambda _: self._delete_ledger_quietly(lid))
+
+    def _close_quietly(self, handle):
+        """``handle.close()`` with its failure logged, not left in a Deferred nobody waits for
+        (an unhandled error at garbage collection); fires None either way."""
+        return handle.close().addErrback(self._close_failed, handle)
 
     def _add_cursor(self, name, cursor):
         if self.cursors is EMPTY:

@@ -1,9 +1,12 @@
 """The ledger switch's failure paths (ManagedLedgerImpl._switch_ledger / _switch_to): take-overs and
 crashes in the middle of a switch, failed closes, refused records, the ledger made ahead."""
 
+import gc
+
 from twisted.internet import defer
 from twisted.trial import unittest
 
+from pulsar_twisted.common.bk_errors import LedgerFencedError
 from pulsar_twisted.common.position import Position
 from pulsar_twisted.testing.patching import patch_method
 
@@ -11,6 +14,16 @@ from tests.mledger.test_support import ManagedLedgerHarness, data
 
 
 class SwitchFailureTests(ManagedLedgerHarness, unittest.TestCase):
+
+    def capture_handles(self):
+        """Writer handles the ledger client makes from now on, in order."""
+        handles = []
+        real_create = self.bk.create_ledger
+
+        def create(*a, **kw):
+            return real_create(*a, **kw).addCallback(lambda h: handles.append(h) or h)
+        self.patch(self.bk, "create_ledger", create)
+        return handles
 
     def test_takeover_between_record_and_close_reads_every_entry(self):
         """The switch wrote our node naming the next ledger, the full one's close never completed
@@ -42,3 +55,18 @@ class SwitchFailureTests(ManagedLedgerHarness, unittest.TestCase):
         other = self.open(factory=self.new_factory(max_entries_per_ledger=10))
         entries = self.successResultOf(other.read_entries(Position(-1, -1), 20))
         self.assertEqual([e.data for e in entries], [data(i) for i in range(12)])
+
+    def test_dropped_ledger_close_failure_is_handled(self):
+        """Dropping the ledger made ahead: a failed close of it is logged, not left as an
+        unhandled error in a Deferred, and the ledger is still deleted."""
+        ml = self.open(max_entries_per_ledger=10)
+        self.cursor(ml)
+        handles = self.capture_handles()
+        self.add(ml, 9)
+        ahead = handles[-1]
+        patch_method(self, ahead, "close",
+                     lambda: defer.fail(LedgerFencedError("injected: close failed")))
+        self.successResultOf(ml.close())
+        gc.collect()
+        self.assertEqual(self.flushLoggedErrors(LedgerFencedError), [])
+        self.assertIn(ahead.ledger_id, self.bk.deleted)
