@@ -482,10 +482,13 @@ class ManagedLedgerImpl:
 
     def _record_failed(self, failure, handle):
         if self._state is State.FENCED:
-            if self._meta_version == -1:
-                # Lost the creation of a new managed ledger: no list will ever name this ledger.
+            if self._meta_version == -1 or failure.check(ManagedLedgerFencedError):
+                # Lost the creation of a new managed ledger, or our write naming the ledger was
+                # refused (BadVersion: another owner wrote our node) or never sent: no list will
+                # ever name this ledger (a switch's record: the ledger made ahead).
                 self._drop_ledger(handle)
             else:
+                # Fenced while a write of unknown outcome was naming it: the next open drops it.
                 self._close_quietly(handle)
             return None
         if handle.ledger_id in self._ledgers:

@@ -8,6 +8,7 @@ from twisted.trial import unittest
 
 from pulsar_twisted.common.bk_errors import LedgerFencedError
 from pulsar_twisted.common.position import Position
+from pulsar_twisted.mledger.interfaces import ManagedLedgerFencedError
 from pulsar_twisted.testing.patching import patch_method
 
 from tests.mledger.test_support import ManagedLedgerHarness, data
@@ -70,3 +71,17 @@ class SwitchFailureTests(ManagedLedgerHarness, unittest.TestCase):
         gc.collect()
         self.assertEqual(self.flushLoggedErrors(LedgerFencedError), [])
         self.assertIn(ahead.ledger_id, self.bk.deleted)
+
+    def test_switch_record_refused_deletes_the_next_ledger(self):
+        """Another owner wrote our node: the switch's record is refused (BadVersion), so no node
+        names the next ledger: it is deleted, not left behind."""
+        ml = self.open(max_entries_per_ledger=10)
+        self.cursor(ml)
+        self.add(ml, 9)
+        ahead = self.bk.created[-1]
+        raw = self.successResultOf(self.store.get(ml.path))[0]
+        self.successResultOf(self.store.put(ml.path, raw))      # someone else's write
+        self.add(ml, 1, start=9)                                 # fills it: the switch
+        self.failureResultOf(ml.add_entry(b"late"), ManagedLedgerFencedError)
+        self.assertTrue(ml.is_fenced)
+        self.assertIn(ahead, self.bk.deleted)
