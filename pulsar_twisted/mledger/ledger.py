@@ -1379,7 +1379,14 @@ class ManagedLedgerImpl:
         size_to_delete = 0
         out = []
         current = self._current.ledger_id if self._current is not None else None
-        for lid in ids[:-1]:       # never the last (current or about to be followed) ledger
+        last = len(ids) - 1        # never the last (current or about to be followed) ledger
+        if self._state is State.CREATING_LEDGER:
+            # The last id may be the next ledger, its record still in flight (a switch, once the
+            # full ledger is closed): should that record fail, the one before it is our node's
+            # last ledger again, and a trim must not have removed it (an empty list: a new owner
+            # would not know where the log ends).
+            last -= 1
+        for lid in ids[:last]:
             if lid == current:
                 break
             info = self._ledgers[lid]

@@ -8,6 +8,8 @@ from twisted.trial import unittest
 
 from pulsar_twisted.common.bk_errors import LedgerFencedError
 from pulsar_twisted.common.position import Position
+from pulsar_twisted.metadata.interfaces import MetadataUnavailableError
+from pulsar_twisted.mledger import formats
 from pulsar_twisted.mledger.interfaces import ManagedLedgerFencedError
 from pulsar_twisted.testing.patching import patch_method
 
@@ -85,3 +87,28 @@ class SwitchFailureTests(ManagedLedgerHarness, unittest.TestCase):
         self.failureResultOf(ml.add_entry(b"late"), ManagedLedgerFencedError)
         self.assertTrue(ml.is_fenced)
         self.assertIn(ahead, self.bk.deleted)
+
+    def test_trim_during_a_failed_switch_keeps_the_last_recorded_ledger(self):
+        """A trim while the switch's record is in flight (the full ledger closed, consumed): when
+        the record then fails, our node must still name the full ledger, the last one it has had,
+        or a new owner finds an empty list and no longer knows where the log ends."""
+        ml = self.open(max_entries_per_ledger=10)
+        cursor = self.cursor(ml)
+        full = ml.current_ledger_id()
+        held = []
+        real_put = self.store.put
+
+        def put(path, value, expected_version=None, **kw):
+            if path == ml.path and not held:
+                held.append(defer.Deferred())      # the switch's record: in flight
+                return held[0]
+            return real_put(path, value, expected_version=expected_version, **kw)
+        self.patch(self.store, "put", put)
+        self.add(ml, 10)
+        self.assertEqual(len(held), 1)
+        self.successResultOf(cursor.mark_delete(Position(full, 9)))   # everything consumed
+        held[0].errback(MetadataUnavailableError("injected: record failed"))
+        raw = self.successResultOf(self.store.get(ml.path))[0]
+        self.assertIn(full, [row[0] for row in formats.decode_ledger_info(raw)[0]])
+        other = self.open(factory=self.new_factory(max_entries_per_ledger=10))
+        self.assertEqual(other.last_confirmed_entry(), Position(full, 9))
