@@ -6,7 +6,7 @@ import gc
 from twisted.internet import defer
 from twisted.trial import unittest
 
-from pulsar_twisted.common.bk_errors import LedgerFencedError
+from pulsar_twisted.common.bk_errors import LedgerFencedError, NotEnoughBookiesError
 from pulsar_twisted.common.position import Position
 from pulsar_twisted.metadata.interfaces import MetadataUnavailableError
 from pulsar_twisted.mledger import formats
@@ -112,3 +112,27 @@ class SwitchFailureTests(ManagedLedgerHarness, unittest.TestCase):
         self.assertIn(full, [row[0] for row in formats.decode_ledger_info(raw)[0]])
         other = self.open(factory=self.new_factory(max_entries_per_ledger=10))
         self.assertEqual(other.last_confirmed_entry(), Position(full, 9))
+
+    def test_trim_after_a_failed_add_waits_for_the_next_ledger(self):
+        """After a failed add with adds waiting, the ledger before the failed one is trimmed once
+        the next ledger is recorded (not while it is being created)."""
+        ml = self.open(max_entries_per_ledger=10)
+        cursor = self.cursor(ml)
+        first = ml.current_ledger_id()
+        self.add(ml, 11)                            # the first ledger is full, one in the second
+        second = ml.current_ledger_id()
+        closing, making = defer.Deferred(), defer.Deferred()
+        real_close, real_create = ml._current.close, self.bk.create_ledger
+        patch_method(self, ml._current, "close", lambda: closing.addCallback(lambda _: real_close()))
+        self.patch(self.bk, "create_ledger",
+                   lambda *a, **kw: making.addCallback(lambda _: real_create(*a, **kw)))
+        self.bk.fail_next_adds(1, NotEnoughBookiesError)
+        self.failureResultOf(ml.add_entry(b"lost"))
+        waiting = ml.add_entry(data(11))            # queued while the failed ledger closes
+        closing.callback(None)                      # closed: the next ledger is being made
+        self.successResultOf(cursor.mark_delete(Position(second, 0)))    # all consumed
+        self.assertIn(first, [i["ledgerId"] for i in ml.ledgers_info()])
+        making.callback(None)
+        self.successResultOf(waiting)
+        self.assertNotIn(first, [i["ledgerId"] for i in ml.ledgers_info()])
+        self.flushLoggedErrors()
