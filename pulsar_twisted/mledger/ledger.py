@@ -721,7 +721,7 @@ class ManagedLedgerImpl:
         if self._queued:
             # Trimmed once the next ledger is recorded: while it is created, the ledger before the
             # failed one is kept (_ledgers_to_trim).
-            self._create_ledger().addBoth(lambda _: self._trim_in_background())
+            self._create_ledger().addCallback(lambda _: self._trim_in_background())
             return
         # Else the next ledger waits for the next add: while bookies are down, eager creation
         # would leave one empty ledger per failure (issue 11: hundreds).
