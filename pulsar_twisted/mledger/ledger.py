@@ -639,9 +639,11 @@ class ManagedLedgerImpl:
 
         The close and the record are metadata writes with no order between them (the full
         ledger's entries are all confirmed, so our node's count of them is exact), so they run at
-        once; the next ledger takes adds once both are durable, so that a reader never finds a
-        ledger before the last one still open. In Pulsar the three steps (close, create, record)
-        follow one another, and adds wait for all three."""
+        once; the next ledger takes adds once both are durable. A crash or a take-over between the
+        record and the close leaves the full ledger open and no longer last in our node, where no
+        new owner's recovery looks: reads open such ledgers with recovery (``_get_read_handle``).
+        In Pulsar the three steps (close, create, record) follow one another, and adds wait for
+        all three."""
         old = self._current
         self._cancel_timers()
         info = self._ledgers.get(old.ledger_id)
