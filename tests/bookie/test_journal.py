@@ -191,7 +191,7 @@ class JournalWriterTests(unittest.TestCase):
         self.addCleanup(os.close, journal._fd)
         r = key_record(1)
         fired = []
-        groups = [[((r,), len(r), defer.Deferred().addCallback(lambda _, i=i: fired.append(i)), 0.0)]
+        groups = [[((r,), len(r), defer.Deferred().addCallback(lambda _, i=i: fired.append(i)), 0.0, 1)]
                   for i in range(3)]
         for group in groups:
             journal._write_group(group)
@@ -200,7 +200,7 @@ class JournalWriterTests(unittest.TestCase):
         f(*args)
         self.assertEqual(fired, [0, 1, 2])
         self.assertEqual((journal.groups, journal.records), (3, 3))
-        journal._write_group([((r,), len(r), defer.Deferred(), 0.0)])
+        journal._write_group([((r,), len(r), defer.Deferred(), 0.0, 1)])
         self.assertEqual(len(fake.calls), 1)
 
     @defer.inlineCallbacks
