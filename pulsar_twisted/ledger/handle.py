@@ -402,15 +402,12 @@ class WriterState(enum.Enum):
 
 
 class _PendingAdd:
-    """One add in flight. With an ``IBookieClient`` that takes waiters (``add_entry_notify``: the
-    in-process client) it is also the waiter of its first copy (``index``, ``bookie``): the usual
-    ensemble of one costs no object per copy; the other copies, and every re-send after an
-    ensemble change, answer to a ``_BookieAck``."""
+    """One add in flight."""
 
     __slots__ = ("entry_id", "packed", "length", "deferred", "write_set", "acked", "ack_count",
-                 "sent_at", "handle", "index", "bookie")
+                 "sent_at")
 
-    def __init__(self, entry_id, packed, length, deferred, write_set, sent_at, handle=None):
+    def __init__(self, entry_id, packed, length, deferred, write_set, sent_at):
         self.entry_id = entry_id
         self.packed = packed
         self.length = length
@@ -419,36 +416,26 @@ class _PendingAdd:
         self.acked = 0          # bitmask over ensemble indices
         self.ack_count = 0
         self.sent_at = sent_at
-        self.handle = handle
-        self.index = -1
-        self.bookie = None
-
-    # As the waiter of the first copy's ``add_entry_notify`` (see _BookieAck).
-    def callback(self, result):
-        self.handle._add_ok(result, self, self.index, self.bookie)
-
-    def errback(self, failure):
-        self.handle._add_failed(failure, self, self.index, self.bookie)
 
 
 class _BookieAck:
-    """One bookie's answer to one add, for ``IBookieClient`` implementations with
-    ``add_entry_notify`` (the in-process client): the ``callback`` / ``errback`` a Deferred would
-    have run, without a Deferred."""
+    """One bookie's answer to adds sent to it together, for ``IBookieClient`` implementations with
+    ``add_entries_notify`` (the in-process client): the ``callback`` / ``errback`` a Deferred per
+    add would have run, once for them all (storage stores or refuses such a batch whole)."""
 
-    __slots__ = ("handle", "op", "index", "bookie")
+    __slots__ = ("handle", "ops", "index", "bookie")
 
-    def __init__(self, handle, op, index, bookie):
+    def __init__(self, handle, ops, index, bookie):
         self.handle = handle
-        self.op = op
+        self.ops = ops
         self.index = index
         self.bookie = bookie
 
     def callback(self, result):
-        self.handle._add_ok(result, self.op, self.index, self.bookie)
+        self.handle._adds_ok(self.ops, self.index, self.bookie)
 
     def errback(self, failure):
-        self.handle._add_failed(failure, self.op, self.index, self.bookie)
+        self.handle._add_failed(failure, self.ops[0], self.index, self.bookie)
 
 
 @implementer(ILedgerHandle)
@@ -509,30 +496,41 @@ class LedgerHandle(_BaseHandle):
 
     def add_entry_notify(self, data, waiter) -> None:
         """``add_entry`` without a Deferred: ``waiter.callback(entry_id)`` or ``waiter.errback(failure)``
-        is called when the Deferred would fire (a refusal at once), in the same order (the managed
-        ledger's hot path: its AddOp is the waiter). ``waiter``: a Deferred, or any object with its
-        ``callback`` / ``errback``."""
+        is called when the Deferred would fire (a refusal at once), in the same order. ``waiter``: a
+        Deferred, or any object with its ``callback`` / ``errback``."""
+        self.add_entries_notify((data,), (waiter,))
+
+    @property
+    def writable(self) -> bool:
+        """Whether adds are taken now (else ``add_entries_notify`` refuses them)."""
+        return self.state is WriterState.OPEN
+
+    def add_entries_notify(self, datas, waiters) -> None:
+        """``add_entry_notify`` of each of ``datas`` with the waiter at the same place of
+        ``waiters``, in order (the managed ledger's hot path: the adds of one read, its AddOps the
+        waiters). Each bookie gets the entries of its write sets in one request when the bookie
+        client takes them so (``add_entries_notify``: the in-process client)."""
         if self.state is not WriterState.OPEN:
-            waiter.errback(Failure(self._refusal()))
+            for waiter in waiters:
+                waiter.errback(Failure(self._refusal()))
             return
-        entry_id = self._next_entry_id
-        self._next_entry_id = entry_id + 1
-        self._pending_length += len(data)
         env = self._env
-        op = _PendingAdd(entry_id,
-                         pack_entry(self.ledger_id, entry_id, self._lac, self._pending_length, data),
-                         self._pending_length, waiter, self._schedule.write_set(entry_id),
-                         env.clock.seconds(), self)
+        now = env.clock.seconds()
+        write_set = self._schedule.write_set
+        ledger_id, lac = self.ledger_id, self._lac
+        entry_id, length = self._next_entry_id, self._pending_length
+        ops = []
+        for data, waiter in zip(datas, waiters):
+            length += len(data)
+            ops.append(_PendingAdd(entry_id, pack_entry(ledger_id, entry_id, lac, length, data),
+                                   length, waiter, write_set(entry_id), now))
+            entry_id += 1
+        self._next_entry_id, self._pending_length = entry_id, length
         pending = self._pending
         if not pending:
             pending = self._pending = collections.deque()
-        pending.append(op)
-        failed = self._failed
-        first = True
-        for index in op.write_set:
-            if index not in failed:
-                self._send(op, index, first)
-                first = False
+        pending.extend(ops)
+        self._send_all(ops)
         if self._timeout_at is None and env.add_timeout:
             self._arm_timeout()
 
@@ -558,38 +556,70 @@ class LedgerHandle(_BaseHandle):
             return self._error
         return LedgerClosedError(f"ledger {self.ledger_id} is closed")
 
-    def _send(self, op, index, first=False):
-        """Send ``op`` to the bookie at ensemble ``index``; ``first``: its first copy's first send
-        (``op`` itself can then be the waiter; a re-send never is, so that a replaced bookie's
-        late answer stays recognisable as stale)."""
-        bookie = self._ensemble[index]
-        client = self._env.bookie_client
-        notify = getattr(client, "add_entry_notify", None)
-        if notify is not None:
-            # In-process bookies: their answer comes to the op or a small _BookieAck, no Deferred
-            # per copy.
-            if first:
-                op.index = index
-                op.bookie = bookie
-                waiter = op
-            else:
-                waiter = _BookieAck(self, op, index, bookie)
-            notify(waiter, bookie, self.ledger_id, op.entry_id, self._master_key, op.packed)
+    def _send_all(self, ops):
+        """Send new ``ops`` to the bookies of their write sets that are not failed: one request
+        per bookie for them all with a client taking batches, else one per copy."""
+        # (``self._failed`` is read at each send: a send refused at once marks its bookie failed.)
+        if getattr(self._env.bookie_client, "add_entries_notify", None) is None:
+            for op in ops:
+                for index in op.write_set:
+                    if index not in self._failed:
+                        self._send(op, index)
             return
-        d = client.add_entry(bookie, self.ledger_id, op.entry_id, self._master_key, op.packed)
+        schedule = self._schedule
+        if schedule.ensemble_size == schedule.write_quorum:     # one write set: every bookie, all
+            for index in ops[0].write_set:
+                if index not in self._failed:
+                    self._send_batch(ops, index)
+            return
+        by_index = {}       # striped write sets: each bookie gets its own share, in entry order
+        for op in ops:
+            for index in op.write_set:
+                by_index.setdefault(index, []).append(op)
+        for index, share in by_index.items():
+            if index not in self._failed:
+                self._send_batch(share, index)
+
+    def _send(self, op, index):
+        """Send ``op`` to the bookie at ensemble ``index`` (a first send, or a re-send after an
+        ensemble change)."""
+        if getattr(self._env.bookie_client, "add_entries_notify", None) is not None:
+            self._send_batch((op,), index)
+            return
+        bookie = self._ensemble[index]
+        d = self._env.bookie_client.add_entry(bookie, self.ledger_id, op.entry_id, self._master_key,
+                                              op.packed)
         d.addCallbacks(self._add_ok, self._add_failed, callbackArgs=(op, index, bookie),
                        errbackArgs=(op, index, bookie))
 
+    def _send_batch(self, ops, index):
+        """Send ``ops`` to the bookie at ensemble ``index`` in one request (in-process bookies:
+        their answer comes to a small _BookieAck, no Deferred per copy)."""
+        bookie = self._ensemble[index]
+        self._env.bookie_client.add_entries_notify(
+            _BookieAck(self, ops, index, bookie), bookie, self.ledger_id, self._master_key,
+            [(op.entry_id, op.packed) for op in ops])
+
     def _add_ok(self, _, op, index, bookie):
+        self._adds_ok((op,), index, bookie)
+
+    def _adds_ok(self, ops, index, bookie):
+        """The bookie at ensemble ``index`` stored ``ops``: count its acks, then complete what has
+        its quorum."""
         # Answers from a bookie replaced meanwhile, or for an add already settled, are stale.
-        if op.deferred is None or self._ensemble[index] != bookie:
+        if self._ensemble[index] != bookie:
             return
         bit = 1 << index
-        if op.acked & bit:
-            return
-        op.acked |= bit
-        op.ack_count += 1
-        if op.ack_count == self._ack_quorum:
+        quorum = self._ack_quorum
+        ready = False
+        for op in ops:
+            if op.deferred is None or op.acked & bit:
+                continue
+            op.acked |= bit
+            op.ack_count += 1
+            if op.ack_count == quorum:
+                ready = True
+        if ready:
             self._complete_ready()
 
     def _add_failed(self, failure, op, index, bookie):
