@@ -500,11 +500,6 @@ class LedgerHandle(_BaseHandle):
         Deferred, or any object with its ``callback`` / ``errback``."""
         self.add_entries_notify((data,), (waiter,))
 
-    @property
-    def writable(self) -> bool:
-        """Whether adds are taken now (else ``add_entries_notify`` refuses them)."""
-        return self.state is WriterState.OPEN
-
     def add_entries_notify(self, datas, waiters) -> None:
         """``add_entry_notify`` of each of ``datas`` with the waiter at the same place of
         ``waiters``, in order (the managed ledger's hot path: the adds of one read, its AddOps the

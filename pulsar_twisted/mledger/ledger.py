@@ -189,7 +189,7 @@ class ManagedLedgerImpl:
         "_min_rollover_call", "_pending", "_queued", "_drain_waiters", "_read_handles",
         "_opening_handles", "_cache", "_meta_version", "_meta_writing", "_meta_waiters",
         "_trimming", "_trim_waiters", "_listeners", "_notify_call", "_throttle_listeners",
-        "_throttled", "_fenced_listeners", "_close_waiters", "_closed_on_failure",
+        "_throttled", "_fenced_listeners", "_close_waiters", "_closed_on_failure", "_handing",
         "__weakref__",
     )
 
@@ -250,6 +250,8 @@ class ManagedLedgerImpl:
         self._fenced_listeners = ()
         self._close_waiters = None    # a close is in progress: [Deferred] fired when it is done
         self._closed_on_failure = False
+        #: The AddOps being handed to their handle (``_hand_over``), else None.
+        self._handing = None
 
     # -- small helpers ---------------------------------------------------------------------
 
@@ -502,6 +504,12 @@ class ManagedLedgerImpl:
             self._queued = ()
 
     def _send(self, op: AddOp):
+        self._register(op)
+        self._hand_over([op])
+
+    def _register(self, op: AddOp):
+        """``op`` goes to the current ledger: count it (rolling over after the last entry of a
+        full ledger) and queue it as pending; ``_hand_over`` then sends it."""
         handle = self._current
         op.handle = handle
         self._current_sent += 1
@@ -518,11 +526,45 @@ class ManagedLedgerImpl:
         if not pending:
             pending = self._pending = deque()
         pending.append(op)
-        notify = getattr(handle, "add_entry_notify", None)
-        if notify is not None:
-            notify(op.data, op)
-        else:
-            handle.add_entry(op.data).addCallbacks(op.added, op.failed)
+
+    def _hand_over(self, ops):
+        """Send registered ``ops`` (one ledger's, in order) to their handle: in one call to a
+        handle that takes several (``add_entries_notify``), each AddOp its waiter. Returns None,
+        or, when one of them failed at once, how many after it were given back (``_give_back``)."""
+        handle = ops[0].handle
+        add = getattr(handle, "add_entries_notify", None)
+        # (A hand-over may start another: completing an add at once can roll over and send the
+        # queued adds to the next ledger.)
+        outer, self._handing = self._handing, ops
+        try:
+            if add is not None:
+                add([op.data for op in ops], ops)
+            else:
+                for op in ops:
+                    handle.add_entry(op.data).addCallbacks(op.added, op.failed)
+                    if self._handing is not ops:
+                        break
+        finally:
+            kept, self._handing = self._handing, outer
+        return None if kept is ops else len(ops) - len(kept)
+
+    def _give_back(self, op) -> None:
+        """``op`` failed while its hand-over was under way (its ledger refused it, or failed
+        while the hand-over was being sent): the adds handed over after it are taken back, as if
+        not made yet. One at a time they would have come after this failure and found this
+        managed ledger (and its caller) in the state it leaves; ``add_entries_notify`` returns
+        them untaken to its caller, who decides their fate again. The handle's answers for them
+        are ignored (``done``)."""
+        handing = self._handing
+        index = handing.index(op) + 1
+        later = handing[index:]
+        self._handing = handing[:index]
+        if not later:
+            return
+        for o in later:
+            o.done = True
+        given_back = set(map(id, later))
+        self._pending = deque(o for o in self._pending if id(o) not in given_back)
 
     def _add_cursor(self, name, cursor):
         if self.cursors is EMPTY:
@@ -625,27 +667,62 @@ class ManagedLedgerImpl:
         ``waiter.add_complete(position, ctx)`` or ``waiter.add_failed(failure, ctx)`` instead, so one
         waiter (the topic) serves every add and the caller needs no object of its own per add.
         ``waiter`` may also be a Deferred (``add_entry``)."""
-        st = self._state
-        if st is State.LEDGER_OPENED:
-            op = AddOp(self, data, self.reactor.seconds(), waiter, ctx)
-            self._send(op)
-        else:
+        self.add_entries_notify((data,), waiter, (ctx,))
+
+    def add_entries_notify(self, datas, waiter, ctxs) -> int:
+        """``add_entry_notify(data, waiter, ctx)`` for each of ``datas`` with the ctx at the same
+        place of ``ctxs``, in order (a topic's publishes of one read); what goes to the current
+        ledger goes to its handle in one call (``_hand_over``). Returns how many of ``datas``
+        (the first ones) it took: all, unless one failed at once (refused here, or by its ledger
+        while being handed over): it stops there, and the ones after it are not made
+        (``_give_back``), so that the caller, whose state the failure may have changed (a topic
+        fences itself on a failed write), decides their fate as it would have one at a time."""
+        now = self.reactor.seconds()
+        run = []            # registered AddOps of the current ledger, not yet handed over
+        run_handle = None   # the ledger they go to, and whether it takes several in one call
+        together = False
+        taken = 0
+        for data, ctx in zip(datas, ctxs):
+            taken += 1
+            st = self._state
+            if st is State.LEDGER_OPENED:
+                op = AddOp(self, data, now, waiter, ctx)
+                self._register(op)
+                if op.handle is not run_handle:
+                    run_handle = op.handle
+                    together = hasattr(run_handle, "add_entries_notify")
+                run.append(op)
+                if not together or self._state is not State.LEDGER_OPENED:
+                    # Handed over now: after this last entry of its ledger the next add waits
+                    # for the next ledger.
+                    given_back = self._hand_over(run)
+                    run, run_handle = [], None
+                    if given_back is not None:
+                        return self._added(taken - given_back)
+                continue
             error = self._check_writable()
             if error is not None:
                 self.counters.add_errors += 1
                 _fail(waiter, ctx, Failure(error))
-                return
-            op = AddOp(self, data, self.reactor.seconds(), waiter, ctx)
+                return self._added(taken)
+            op = AddOp(self, data, now, waiter, ctx)
             if not self._queued:
                 self._queued = []
             self._queued.append(op)
             if st is State.LEDGER_CLOSED:
                 self._create_ledger()
+        if run:
+            taken -= self._hand_over(run) or 0
+        return self._added(taken)
+
+    def _added(self, taken: int) -> int:
+        """After adds: throttle the writers if too many are pending now; returns ``taken``."""
         if (not self._throttled and self._throttle_listeners
                 and len(self._pending) + len(self._queued) >= self.config.max_pending_adds):
             self._set_throttled(True)
         # The counters are updated by _add_complete / _fail_ops just before the Deferred fires
         # (no callback of their own on every add).
+        return taken
 
     def _add_complete(self, op: AddOp, entry_id: int):
         if op.done:
@@ -700,6 +777,8 @@ class ManagedLedgerImpl:
     def _add_failed(self, op: AddOp, failure):
         if op.done:
             return
+        if self._handing is not None and op in self._handing:
+            self._give_back(op)
         if failure.check(LedgerFencedError, NoSuchLedgerError):
             # Recovered (fenced) or deleted by a new owner: this instance must stop writing.
             log.warn("managed ledger {name}: ledger {lid} fenced by another owner ({err})",

@@ -96,6 +96,12 @@ class FakeLedgerHandle:
             self._complete_one()
         return d
 
+    def add_entries_notify(self, datas, waiters):
+        """The real handle's batch of adds: ``add_entry`` of each, its outcome given to the waiter
+        at the same place of ``waiters`` (an object with ``callback`` / ``errback``)."""
+        for data, waiter in zip(datas, waiters):
+            self.add_entry(data).addCallbacks(waiter.callback, waiter.errback)
+
     def _complete_one(self):
         """Complete the oldest pending add (completions are in order by construction)."""
         if not self._pending:
