@@ -220,20 +220,35 @@ class ServerConnection(protocol.Protocol):
             self.transport.loseConnection()
             return
         # SEND, the one command per message, skips the dispatch table (the same checks and the
-        # same error handling as _dispatch, without its call and lookups).
+        # same error handling as _dispatch, without its call and lookups). Consecutive SENDs of
+        # one producer go to it together (``Producer.publish_messages``: one call per layer of the
+        # publish path for them, not one per message); any other command first hands over the
+        # SENDs before it, so commands keep their order. (Accepting a SEND never closes the
+        # connection: only a hand-over or another command can.)
+        producer, sends = None, []
         for command, message in frames:
             state = self.state
             if state is _CLOSED:
                 return
             if command.type == _SEND and state is _CONNECTED:
                 try:
-                    self.handle_send(command, message)
+                    accepted = self._accept_send(command.send, message)
                 except Exception:
                     self.log.failure("{peer}: error handling {type}", peer=self.peer, type="SEND")
                     self.sender.send_error(self._request_id_of(command), api.UnknownError,
                                            "Internal error handling the command")
+                    continue
+                if accepted is None:
+                    continue
+                if accepted[0] is not producer:
+                    self._publish(producer, sends)
+                    producer, sends = accepted[0], []
+                sends.append(accepted[1])
             else:
+                self._publish(producer, sends)
+                producer, sends = None, []
                 self._dispatch(command, message)
+        self._publish(producer, sends)
 
     def _dispatch(self, command, message):
         handler = self._handlers.get(command.type)
@@ -405,21 +420,38 @@ class ServerConnection(protocol.Protocol):
         d.addCallbacks(created, failed)
 
     def handle_send(self, command, message):
-        send = command.send
+        accepted = self._accept_send(command.send, message)
+        if accepted is not None:
+            self._publish(*accepted)
+
+    def _publish(self, producer, sends) -> None:
+        """Hand ``sends`` (``_accept_send``'s, in order) to ``producer``."""
+        if not sends:
+            return
+        try:
+            producer.publish_messages(sends)
+        except Exception:
+            self.log.failure("{peer}: error handling {type}", peer=self.peer, type="SEND")
+            self.sender.send_error(0, api.UnknownError, "Internal error handling the command")
+
+    def _accept_send(self, send, message):
+        """Check a SEND (the CommandSend ``send``) and count it in flight: ``(producer, (sequence
+        id, highest sequence id, message count, is chunk, message))`` for
+        ``Producer.publish_messages``, or None when it was answered (or dropped) here."""
         producer_id = send.producer_id
         producer = self.producers.get(producer_id)
         if producer is None:
             if producer_id in self.closed_producer_ids:
                 # Sent before the client saw our CLOSE_PRODUCER: it resends them once it has
                 # recreated the producer (a SEND_ERROR would make it drop the connection).
-                return
+                return None
             self.sender.send_send_error(producer_id, send.sequence_id, api.NotAllowedError,
                                         "Producer not found")
-            return
+            return None
         if message is None:
             self.sender.send_send_error(producer_id, send.sequence_id, api.NotAllowedError,
                                         "SEND without a message")
-            return
+            return None
         # verify_message inline (the per-message checksum check): a CRC32C magic, then the CRC
         # of everything after the checksum field.
         if (len(message) >= 6 and message[0] == 0x0E and message[1] == 0x01
@@ -428,7 +460,7 @@ class ServerConnection(protocol.Protocol):
                           peer=self.peer, topic=producer.topic.name, seq=send.sequence_id)
             self.sender.send_send_error(producer_id, send.sequence_id, api.ChecksumError,
                                         "Checksum failed on the broker")
-            return
+            return None
         self.pending_sends += 1
         if self.pending_sends >= self.max_pending_sends and not self._send_throttled:
             self._send_throttled = True
@@ -436,8 +468,8 @@ class ServerConnection(protocol.Protocol):
         # The broker-wide publish buffer (it may pause every connection's reads).
         self.service.publish_buffer.started(len(message))
         # The fields read once here: each read of a protobuf field builds a value.
-        producer.publish_message(send.sequence_id, send.highest_sequence_id, send.num_messages,
-                                 send.is_chunk, message)
+        return producer, (send.sequence_id, send.highest_sequence_id, send.num_messages,
+                          send.is_chunk, message)
 
     def publish_answered(self, size):
         """A SEND of ``size`` message bytes is settled (answered, or dropped by a closing producer):

@@ -406,29 +406,58 @@ class PersistentTopic(TopicBase):
     def publish_notify(self, message: bytes, count: int, waiter) -> None:
         """``publish`` without a Deferred per message: ``waiter.callback(position)`` or
         ``waiter.errback(failure)`` (a refusal at once), after the topic's own bookkeeping."""
-        if self.closed:
-            waiter.errback(Failure(errors.ServiceNotReady(f"Topic {self.name} is being unloaded")))
-            return
-        if self.fenced:
-            waiter.errback(Failure(TopicFencedError(f"Topic {self.name} is fenced after a write failure")))
-            return
-        if self.publish_limiter is not None:
-            self.publish_limiter.published(count, len(message))
-        self.pending_adds += 1
-        if self.pending_adds == self.max_pending_adds:
+        self.publish_all((message,), (count,), (waiter,))
+
+    def publish_all(self, messages, counts, waiters) -> None:
+        """``publish_notify`` of each of ``messages`` with the count and waiter at the same place
+        of ``counts`` and ``waiters``, in order (a producer's publishes of one read): the managed
+        ledger gets them in one call. When it takes only the first ones (one failed at once:
+        ``add_entries_notify``), the others are published again, after this topic's own answer
+        to that failure (a fenced topic refuses them), as they would have been one at a time."""
+        while messages:
+            if self.closed:
+                refusal = errors.ServiceNotReady(f"Topic {self.name} is being unloaded")
+            elif self.fenced:
+                refusal = TopicFencedError(f"Topic {self.name} is fenced after a write failure")
+            else:
+                refusal = None
+            if refusal is not None:
+                for waiter in waiters:
+                    waiter.errback(Failure(refusal))
+                return
+            taken = self._add_all(messages, counts, waiters)
+            messages, counts, waiters = messages[taken:], counts[taken:], waiters[taken:]
+
+    def _add_all(self, messages, counts, waiters) -> int:
+        """Store ``messages``; how many the managed ledger took (the first ones)."""
+        before = self.pending_adds
+        self.pending_adds = before + len(messages)
+        if before < self.max_pending_adds <= self.pending_adds:
             self._throttle_producers()
-        notify = getattr(self.ledger, "add_entry_notify", None)
-        if notify is not None and self.counters._storage is None:
-            # The managed ledger's counters record the write (nothing per add to keep here): the
-            # topic is the add's callback and the publisher's waiter its ctx (Pulsar's
+        add_all = getattr(self.ledger, "add_entries_notify", None)
+        if add_all is not None and self.counters._storage is None:
+            # The managed ledger's counters record the writes (nothing per add to keep here): the
+            # topic is the adds' callback and each publisher's waiter its ctx (Pulsar's
             # PersistentTopic.addComplete(position, publishContext)); no object per add.
-            notify(message, self, waiter)
-            return
-        add = _TopicAdd(self, waiter, self.clock.seconds(), len(message))
-        if notify is not None:
-            notify(message, add)
+            taken = add_all(messages, self, waiters)
         else:
-            self.ledger.add_entry(message).addCallbacks(add.callback, add.errback)
+            taken = 0
+            notify = getattr(self.ledger, "add_entry_notify", None)
+            for message, waiter in zip(messages, waiters):
+                taken += 1
+                add = _TopicAdd(self, waiter, self.clock.seconds(), len(message))
+                if notify is not None:
+                    notify(message, add)
+                else:
+                    self.ledger.add_entry(message).addCallbacks(add.callback, add.errback)
+                if self.closed or self.fenced:
+                    break   # it failed at once: the next ones are refused (publish_all)
+        if taken < len(messages):
+            self._adds_over(len(messages) - taken)
+        if self.publish_limiter is not None:
+            for message, count in zip(messages[:taken], counts[:taken]):
+                self.publish_limiter.published(count, len(message))
+        return taken
 
     # The managed ledger's AddEntryCallback (``add_entry_notify`` with a ctx): ``waiter`` is the
     # publisher's, called as ``_TopicAdd`` calls it.
@@ -456,10 +485,10 @@ class PersistentTopic(TopicBase):
 
     def _add_finished(self, result):
         """``_add_done`` but the storage counters (the managed ledger's counters record them)."""
-        self.pending_adds -= 1
-        if self._throttled and self.pending_adds <= self.max_pending_adds // 2:
-            self._unthrottle_producers()
         if isinstance(result, Failure):
+            self.pending_adds -= 1
+            if self._throttled and self.pending_adds <= self.max_pending_adds // 2:
+                self._unthrottle_producers()
             if result.check(ManagedLedgerFencedError):
                 self._ledger_fenced(self.ledger)
             elif not result.check(ManagedLedgerTerminatedError):
@@ -467,9 +496,17 @@ class PersistentTopic(TopicBase):
             if self.fenced and not self.pending_adds:
                 self._schedule_unfence()
             return result
+        self._adds_over(1)
+        return result
+
+    def _adds_over(self, count: int) -> None:
+        """``count`` adds are no longer pending (done, or not made after all): resume the
+        producers below half the limit; a fenced topic unfences once none is left."""
+        self.pending_adds -= count
+        if self._throttled and self.pending_adds <= self.max_pending_adds // 2:
+            self._unthrottle_producers()
         if self.fenced and not self.pending_adds:
             self._schedule_unfence()
-        return result
 
     # ---------------------------------------------------------------- write failures
     def fence(self, reason: str) -> None:
