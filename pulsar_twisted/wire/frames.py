@@ -229,25 +229,31 @@ class FrameDecoder:
         limit = self.max_frame_size
         append = frames.append
         parse = _BaseCommand.FromString
-        # decode_frame_body, inline: this loop runs once per received frame.
-        while end - offset >= 8:
-            total, cmd_size = _header(buf, offset)
-            if total > limit:
-                raise TooLongFrame(total, limit)
-            if end - offset - 4 < total:
-                break
-            if total < 4:
-                raise FrameError(f"frame of {total} bytes is too short for a command")
-            if cmd_size > total - 4 or cmd_size == 0:
-                raise FrameError(f"command size {cmd_size} does not fit a frame of {total} bytes")
-            cmd_start = offset + 8
-            cmd_end = cmd_start + cmd_size
-            offset += 4 + total
-            try:
-                command = parse(bytes(buf[cmd_start:cmd_end]))
-            except Exception as e:
-                raise FrameError(f"command does not decode: {e}") from e
-            append((command, bytes(buf[cmd_end:offset]) if cmd_end < offset else None))
+        # decode_frame_body, inline: this loop runs once per received frame. Slices of a view
+        # copy once (a bytearray's slice, then bytes of it, would copy twice); the view is
+        # released before the buffer is trimmed.
+        view = memoryview(buf)
+        try:
+            while end - offset >= 8:
+                total, cmd_size = _header(buf, offset)
+                if total > limit:
+                    raise TooLongFrame(total, limit)
+                if end - offset - 4 < total:
+                    break
+                if total < 4:
+                    raise FrameError(f"frame of {total} bytes is too short for a command")
+                if cmd_size > total - 4 or cmd_size == 0:
+                    raise FrameError(f"command size {cmd_size} does not fit a frame of {total} bytes")
+                cmd_start = offset + 8
+                cmd_end = cmd_start + cmd_size
+                offset += 4 + total
+                try:
+                    command = parse(view[cmd_start:cmd_end])
+                except Exception as e:
+                    raise FrameError(f"command does not decode: {e}") from e
+                append((command, view[cmd_end:offset].tobytes() if cmd_end < offset else None))
+        finally:
+            view.release()
         if end - offset >= 4:
             # A frame whose header is not all here yet may already announce too much (or be too
             # short to hold the command size: that waits for its bytes, then fails above).
