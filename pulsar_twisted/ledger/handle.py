@@ -56,6 +56,15 @@ _FIRST_SEGMENT_ONLY = (0,)
 _KEYS = {}      # master key -> the same bytes, shared by the handles (at most 64 kept)
 
 
+def _fail(waiter, ctx, failure) -> None:
+    """Fail an add's waiter (``add_entries_notify``'s convention): ``errback(failure)``, or with
+    a ctx ``add_failed(failure, ctx)``."""
+    if ctx is None:
+        waiter.errback(failure)
+    else:
+        waiter.add_failed(failure, ctx)
+
+
 @functools.lru_cache(maxsize=64)
 def _schedule_of(ensemble_size, write_quorum, ack_quorum):
     """The DistributionSchedule of (E, Qw, Qa): immutable, so one per shape, shared by handles."""
@@ -402,16 +411,18 @@ class WriterState(enum.Enum):
 
 
 class _PendingAdd:
-    """One add in flight."""
+    """One add in flight: ``deferred`` is its waiter (None once settled), with its ``ctx``
+    (``add_entries_notify``)."""
 
-    __slots__ = ("entry_id", "packed", "length", "deferred", "write_set", "acked", "ack_count",
-                 "sent_at")
+    __slots__ = ("entry_id", "packed", "length", "deferred", "ctx", "write_set", "acked",
+                 "ack_count", "sent_at")
 
-    def __init__(self, entry_id, packed, length, deferred, write_set, sent_at):
+    def __init__(self, entry_id, packed, length, deferred, ctx, write_set, sent_at):
         self.entry_id = entry_id
         self.packed = packed
         self.length = length
         self.deferred = deferred
+        self.ctx = ctx
         self.write_set = write_set
         self.acked = 0          # bitmask over ensemble indices
         self.ack_count = 0
@@ -498,16 +509,19 @@ class LedgerHandle(_BaseHandle):
         """``add_entry`` without a Deferred: ``waiter.callback(entry_id)`` or ``waiter.errback(failure)``
         is called when the Deferred would fire (a refusal at once), in the same order. ``waiter``: a
         Deferred, or any object with its ``callback`` / ``errback``."""
-        self.add_entries_notify((data,), (waiter,))
+        self.add_entries_notify((data,), waiter, (None,))
 
-    def add_entries_notify(self, datas, waiters) -> None:
-        """``add_entry_notify`` of each of ``datas`` with the waiter at the same place of
-        ``waiters``, in order (the managed ledger's hot path: the adds of one read, its AddOps the
-        waiters). Each bookie gets the entries of its write sets in one request when the bookie
-        client takes them so (``add_entries_notify``: the in-process client)."""
+    def add_entries_notify(self, datas, waiter, ctxs) -> None:
+        """Add each of ``datas`` with the ctx at the same place of ``ctxs``, in order (the managed
+        ledger's hot path: the adds of one read). With a ctx (not None), ``waiter.adds_complete(
+        entry_ids, ctxs)`` once for the adds completing together (in entry order), or
+        ``waiter.add_failed(failure, ctx)`` for each failure (a refusal at once); with None,
+        ``waiter.callback(entry_id)`` / ``waiter.errback(failure)`` (``add_entry_notify``). Each
+        bookie gets the entries of its write sets in one request when the bookie client takes
+        them so (``add_entries_notify``: the in-process client)."""
         if self.state is not WriterState.OPEN:
-            for waiter in waiters:
-                waiter.errback(Failure(self._refusal()))
+            for ctx in ctxs:
+                _fail(waiter, ctx, Failure(self._refusal()))
             return
         env = self._env
         now = env.clock.seconds()
@@ -515,10 +529,10 @@ class LedgerHandle(_BaseHandle):
         ledger_id, lac = self.ledger_id, self._lac
         entry_id, length = self._next_entry_id, self._pending_length
         ops = []
-        for data, waiter in zip(datas, waiters):
+        for data, ctx in zip(datas, ctxs):
             length += len(data)
             ops.append(_PendingAdd(entry_id, pack_entry(ledger_id, entry_id, lac, length, data),
-                                   length, waiter, write_set(entry_id), now))
+                                   length, waiter, ctx, write_set(entry_id), now))
             entry_id += 1
         self._next_entry_id, self._pending_length = entry_id, length
         pending = self._pending
@@ -651,18 +665,42 @@ class LedgerHandle(_BaseHandle):
             quorum = self._ack_quorum
             while (self._pending and self._pending[0].ack_count >= quorum
                    and not self._changing and self.state is not WriterState.ERRORED):
-                op = self._pending.popleft()
-                self._lac = op.entry_id
-                self._length = op.length
+                # The ready adds at the head are taken before their waiters hear (which may
+                # close this handle: it then finds them done).
+                pending, done = self._pending, []
+                while pending and pending[0].ack_count >= quorum:
+                    done.append(pending.popleft())
+                self._lac = done[-1].entry_id
+                self._length = done[-1].length
                 # op.packed stays: with local bookies an add can complete while the rest of
                 # its write set is still being sent.
-                d, op.deferred = op.deferred, None
-                d.callback(op.entry_id)
+                self._fire(done)
         finally:
             self._completing = False
         if not self._pending:
             self._pending = _NO_PENDING
             self._maybe_finish_close()
+
+    @staticmethod
+    def _fire(done):
+        """Tell the waiters of the completed ``done``, in order: the consecutive ones of one
+        waiter with ctxs in one ``adds_complete`` call."""
+        waiter, ids, ctxs = None, [], []
+        for op in done:
+            d, op.deferred = op.deferred, None
+            if op.ctx is None or d is not waiter:
+                if ids:
+                    waiter.adds_complete(ids, ctxs)
+                    ids, ctxs = [], []
+                if op.ctx is None:
+                    d.callback(op.entry_id)
+                    waiter = None
+                    continue
+                waiter = d
+            ids.append(op.entry_id)
+            ctxs.append(op.ctx)
+        if ids:
+            waiter.adds_complete(ids, ctxs)
 
     def _fail_handle(self, error):
         """Move to ERRORED and fail every pending add, in order, with ``error``."""
@@ -675,7 +713,7 @@ class LedgerHandle(_BaseHandle):
         self._cancel_timeout()
         for op in pending:
             d, op.deferred = op.deferred, None
-            d.errback(Failure(error))
+            _fail(d, op.ctx, Failure(error))
         self._maybe_finish_close()
 
     # -- ensemble change -------------------------------------------------------------------------

@@ -153,20 +153,30 @@ class AddOp:
     def failed(self, failure):
         self.ml._add_failed(self, failure)
 
-    # As the waiter of LedgerHandle.add_entry_notify (no Deferred per add): the handle's calls, with
-    # what a Deferred would do with an exception from them (log it) instead of letting it reach
-    # the handle's completion loop.
-    def callback(self, entry_id):
-        try:
-            self.ml._add_complete(self, entry_id)
-        except Exception:
-            log.failure("managed ledger {name}: completing an add failed", name=self.ml.name)
 
-    def errback(self, failure):
+class _HandleWaiter:
+    """The managed ledgers' waiter on their handles (``LedgerHandle.add_entries_notify``), each
+    add's AddOp its ctx: the handle's calls, with what a Deferred would do with an exception from
+    them (log it) instead of letting it reach the handle's completion loop. Stateless: one serves
+    every managed ledger (a handle's ops all belong to one)."""
+
+    @staticmethod
+    def adds_complete(entry_ids, ops):
+        ml = ops[0].ml
         try:
-            self.ml._add_failed(self, failure)
+            ml._adds_complete(ops, entry_ids)
         except Exception:
-            log.failure("managed ledger {name}: failing an add failed", name=self.ml.name)
+            log.failure("managed ledger {name}: completing adds failed", name=ml.name)
+
+    @staticmethod
+    def add_failed(failure, op):
+        try:
+            op.ml._add_failed(op, failure)
+        except Exception:
+            log.failure("managed ledger {name}: failing an add failed", name=op.ml.name)
+
+
+_HANDLE_WAITER = _HandleWaiter()
 
 
 @implementer(IManagedLedger)
@@ -538,7 +548,7 @@ class ManagedLedgerImpl:
         outer, self._handing = self._handing, ops
         try:
             if add is not None:
-                add([op.data for op in ops], ops)
+                add([op.data for op in ops], _HANDLE_WAITER, ops)
             else:
                 for op in ops:
                     handle.add_entry(op.data).addCallbacks(op.added, op.failed)
@@ -725,53 +735,71 @@ class ManagedLedgerImpl:
         return taken
 
     def _add_complete(self, op: AddOp, entry_id: int):
-        if op.done:
-            return
-        op.done = True
+        self._adds_complete((op,), (entry_id,))
+
+    def _adds_complete(self, ops, entry_ids):
+        """``ops`` (of one ledger, in entry order) are stored as ``entry_ids``: the bookkeeping of
+        them all, then their waiters, in order, then the listeners and a rollover once."""
         pending = self._pending
-        if pending and pending[0] is op:
-            pending.popleft()
-        else:
-            pending.remove(op)
-        lid = op.handle.ledger_id
-        # Position(lid, entry_id) without NamedTuple's Python-level __new__ (once per entry)
-        pos = _tuple_new(Position, (lid, entry_id))
-        size = len(op.data)
-        info = self._ledgers.get(lid)
-        if info is not None:
-            info.entries = entry_id + 1
-            info.size += size
-        self._total_entries += 1
-        self._total_size += size
-        self._last_confirmed = pos
-        if self.cursors or self._non_durable:
-            # As Pulsar: an entry nobody may read soon is not cached (a topic with producers only
-            # would otherwise hold its last entries for good).
-            cache = self._cache
-            if cache is NO_ENTRY_CACHE:
-                cache = self._cache = EntryCache(self.config.cache_size_bytes,
-                                                 getattr(self.factory, "cache_budget", None))
-            cache.insert(pos, op.data)
+        done = []
+        size_sum = 0
+        info = None
+        caching = self.cursors or self._non_durable
+        counters = self.counters
+        for op, entry_id in zip(ops, entry_ids):
+            if op.done:
+                continue
+            op.done = True
+            if pending and pending[0] is op:
+                pending.popleft()
+            else:
+                pending.remove(op)
+            lid = op.handle.ledger_id
+            if info is None or info.ledger_id != lid:
+                info = self._ledgers.get(lid)
+            # Position(lid, entry_id) without NamedTuple's Python-level __new__ (once per entry)
+            pos = _tuple_new(Position, (lid, entry_id))
+            size = len(op.data)
+            size_sum += size
+            if info is not None:
+                info.entries = entry_id + 1
+                info.size += size
+            if caching:
+                # As Pulsar: an entry nobody may read soon is not cached (a topic with producers
+                # only would otherwise hold its last entries for good).
+                cache = self._cache
+                if cache is NO_ENTRY_CACHE:
+                    cache = self._cache = EntryCache(self.config.cache_size_bytes,
+                                                     getattr(self.factory, "cache_budget", None))
+                cache.insert(pos, op.data)
+            counters.add_done(None, op.started, size)
+            done.append((op, pos))
+        if not done:
+            return
+        self._total_entries += len(done)
+        self._total_size += size_sum
+        self._last_confirmed = done[-1][1]
         if self._throttled and len(pending) + len(self._queued) <= self.config.max_pending_adds // 2:
             self._set_throttled(False)
-        self.counters.add_done(None, op.started, size)
         # Fire before rolling over: rolling may complete later adds synchronously, which
-        # must not overtake this one. (_fail's handling, inline for success: once per entry.)
-        try:
-            ctx = op.ctx
-            if ctx is None:
-                op.deferred.callback(pos)
-            else:
-                op.deferred.add_complete(pos, ctx)
-        except Exception:
-            log.failure("managed ledger: an add's completion callback failed")
+        # must not overtake these. (_fail's handling, inline for success: once per entry.)
+        for op, pos in done:
+            try:
+                ctx = op.ctx
+                if ctx is None:
+                    op.deferred.callback(pos)
+                else:
+                    op.deferred.add_complete(pos, ctx)
+            except Exception:
+                log.failure("managed ledger: an add's completion callback failed")
         if self._listeners:
             self._entries_added()
         if not pending:
             if self._pending is pending:
                 self._pending = ()   # an idle topic keeps no empty deque
             self._fire_drained()
-        if op.close_when_done and self._state is State.CLOSING_LEDGER and self._current is op.handle:
+        last = done[-1][0]
+        if last.close_when_done and self._state is State.CLOSING_LEDGER and self._current is last.handle:
             self._close_current_ledger()
 
     def _add_failed(self, op: AddOp, failure):

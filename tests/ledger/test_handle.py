@@ -143,18 +143,18 @@ class AddReadTests(LedgerHarness, unittest.TestCase):
         self.assertEqual(name, "late")
         self.assertTrue(failure.check(LedgerClosedError))
 
-    def notify_waiters(self, events):
-        """Waiters recording ``(name, entry_id or Failure)`` into ``events``."""
+    def batch_waiter(self, events, calls=None):
+        """A waiter of ``add_entries_notify`` recording ``(ctx, entry_id or Failure)`` into
+        ``events`` (and the ctxs of each ``adds_complete`` call into ``calls``)."""
         class Waiter:
-            def __init__(self, name):
-                self.name = name
+            def adds_complete(self, entry_ids, ctxs):
+                if calls is not None:
+                    calls.append(list(ctxs))
+                events.extend(zip(ctxs, entry_ids))
 
-            def callback(self, entry_id):
-                events.append((self.name, entry_id))
-
-            def errback(self, failure):
-                events.append((self.name, failure))
-        return Waiter
+            def add_failed(self, failure, ctx):
+                events.append((ctx, failure))
+        return Waiter()
 
     def record_batches(self):
         """``(bookie id, entry ids)`` of every request the bookie client gets."""
@@ -168,14 +168,15 @@ class AddReadTests(LedgerHarness, unittest.TestCase):
 
     def test_add_entries_one_request_per_bookie(self):
         """``add_entries_notify`` sends each bookie of the ensemble all the entries in one request
-        and calls the waiters in entry order once the quorum acks."""
+        and tells the waiter of the adds completing together in one call, in entry order."""
         handle = self.create(3, 3, 2)
         batches = self.record_batches()
-        events = []
-        Waiter = self.notify_waiters(events)
-        self.assertIsNone(handle.add_entries_notify([b"x0", b"x1", b"x2"], [Waiter(i) for i in range(3)]))
+        events, calls = [], []
+        waiter = self.batch_waiter(events, calls)
+        self.assertIsNone(handle.add_entries_notify([b"x0", b"x1", b"x2"], waiter, ["a", "b", "c"]))
         self.assertEqual(sorted(batches), sorted((b, [0, 1, 2]) for b in handle.metadata.last_ensemble[1]))
-        self.assertEqual(events, [(0, 0), (1, 1), (2, 2)])
+        self.assertEqual(events, [("a", 0), ("b", 1), ("c", 2)])
+        self.assertEqual(calls, [["a", "b", "c"]])
         self.assertEqual(self.read_payloads(handle, 0, 2), [b"x0", b"x1", b"x2"])
 
     def test_add_entries_striped(self):
@@ -183,8 +184,7 @@ class AddReadTests(LedgerHarness, unittest.TestCase):
         handle = self.create(3, 2, 2)
         batches = self.record_batches()
         events = []
-        Waiter = self.notify_waiters(events)
-        handle.add_entries_notify([b"x%d" % i for i in range(4)], [Waiter(i) for i in range(4)])
+        handle.add_entries_notify([b"x%d" % i for i in range(4)], self.batch_waiter(events), range(4))
         ensemble = handle.metadata.last_ensemble[1]
         expected = {ensemble[i]: [e for e in range(4) if i in (e % 3, (e + 1) % 3)] for i in range(3)}
         self.assertEqual(dict(batches), expected)
@@ -198,8 +198,7 @@ class AddReadTests(LedgerHarness, unittest.TestCase):
         old = list(handle.metadata.last_ensemble[1])
         self.bookies[old[0]].available = False
         events = []
-        Waiter = self.notify_waiters(events)
-        handle.add_entries_notify([b"x%d" % i for i in range(3)], [Waiter(i) for i in range(3)])
+        handle.add_entries_notify([b"x%d" % i for i in range(3)], self.batch_waiter(events), range(3))
         self.assertEqual(events, [(0, 0), (1, 1), (2, 2)])
         new = handle.metadata.last_ensemble[1]
         self.assertNotIn(new[0], old)
@@ -210,8 +209,7 @@ class AddReadTests(LedgerHarness, unittest.TestCase):
         handle = self.create(3, 3, 2)
         self.successResultOf(handle.close())
         events = []
-        Waiter = self.notify_waiters(events)
-        handle.add_entries_notify([b"a", b"b"], [Waiter("a"), Waiter("b")])
+        handle.add_entries_notify([b"a", b"b"], self.batch_waiter(events), ["a", "b"])
         self.assertEqual([name for name, _ in events], ["a", "b"])
         self.assertTrue(all(f.check(LedgerClosedError) for _, f in events))
 

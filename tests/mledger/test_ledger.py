@@ -123,7 +123,7 @@ class AddReadTests(ManagedLedgerHarness, unittest.TestCase):
         handle = ml._current
         calls, real = [], handle.add_entries_notify
         patch_method(self, handle, "add_entries_notify",
-                     lambda datas, waiters: calls.append(len(datas)) or real(datas, waiters))
+                     lambda datas, waiter, ctxs: calls.append(len(datas)) or real(datas, waiter, ctxs))
         callback, events = self.recorder()
         self.assertEqual(ml.add_entries_notify([data(i) for i in range(4)], callback, range(4)), 4)
         self.assertEqual(calls, [4])
