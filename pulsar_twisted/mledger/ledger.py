@@ -742,10 +742,10 @@ class ManagedLedgerImpl:
         them all, then their waiters, in order, then the listeners and a rollover once."""
         pending = self._pending
         done = []
+        timings = []     # (started, size) of each, for the counters
         size_sum = 0
         info = None
         caching = self.cursors or self._non_durable
-        counters = self.counters
         for op, entry_id in zip(ops, entry_ids):
             if op.done:
                 continue
@@ -772,10 +772,11 @@ class ManagedLedgerImpl:
                     cache = self._cache = EntryCache(self.config.cache_size_bytes,
                                                      getattr(self.factory, "cache_budget", None))
                 cache.insert(pos, op.data)
-            counters.add_done(None, op.started, size)
+            timings.append((op.started, size))
             done.append((op, pos))
         if not done:
             return
+        self.counters.adds_done(timings)
         self._total_entries += len(done)
         self._total_size += size_sum
         self._last_confirmed = done[-1][1]
