@@ -3,7 +3,6 @@
 from types import MappingProxyType
 
 from twisted.logger import Logger
-from twisted.python.failure import Failure
 
 from pulsar_twisted.broker import dedup as dedup_states
 from pulsar_twisted.broker.entryinfo import lenient_metadata
@@ -26,45 +25,15 @@ def is_last_chunk(metadata) -> bool:
 
 
 class _Answer:
-    """The waiter of one publish (``topic.publish_notify``): the receipt or the error, then the
-    settling (``Producer._settle``), with its ids; an exception there is logged, as a Deferred
-    would have kept it. The stored case (``callback``) is written out here, not as calls through
-    the producer: it runs once per message."""
+    """What answering one publish needs (its ctx in ``topic.publish_all``)."""
 
-    __slots__ = ("producer", "sequence_id", "highest", "counted", "size")
+    __slots__ = ("sequence_id", "highest", "counted", "size")
 
-    def __init__(self, producer, sequence_id, highest, counted, size):
-        self.producer = producer
+    def __init__(self, sequence_id, highest, counted, size):
         self.sequence_id = sequence_id
         self.highest = highest
         self.counted = counted
         self.size = size
-
-    def callback(self, position):
-        producer = self.producer
-        try:
-            try:
-                # Producer._stored, inline
-                highest = self.highest
-                if highest > producer.last_sequence_id:
-                    producer.last_sequence_id = highest
-                dedup = producer.topic.dedup
-                if dedup is not None and self.counted:
-                    dedup.persisted(producer.name, highest, position)
-                if not producer.closed:
-                    producer.cnx.sender.send_receipt(producer.producer_id, self.sequence_id, highest,
-                                                     position[0], position[1])
-            finally:
-                producer._settle(self.size)
-        except Exception:
-            Producer.log.failure("answering a publish on {topic} failed", topic=producer.topic.name)
-
-    def errback(self, failure):
-        producer = self.producer
-        try:
-            producer._answer(failure, self.sequence_id, self.highest, self.counted, self.size)
-        except Exception:
-            Producer.log.failure("answering a publish on {topic} failed", topic=producer.topic.name)
 
 
 class Producer:
@@ -178,7 +147,7 @@ class Producer:
             self.pending += 1
             messages.append(message)
             counts.append(num_messages)
-            answers.append(_Answer(self, sequence_id, highest, counted, size))
+            answers.append(_Answer(sequence_id, highest, counted, size))
             if publish_all is None or topic.closed or topic.fenced:
                 self._hand_over(publish_all, messages, counts, answers)
         self._hand_over(publish_all, messages, counts, answers)
@@ -189,29 +158,53 @@ class Producer:
         if not messages:
             return
         if publish_all is not None:
-            publish_all(messages[:], counts[:], answers[:])
+            publish_all(messages[:], counts[:], self, answers[:])
         else:
             for message, count, answer in zip(messages, counts, answers):
-                self.topic.publish(message, count).addCallbacks(answer.callback, answer.errback)
+                self.topic.publish(message, count).addCallbacks(
+                    lambda position, answer=answer: self.adds_complete((position,), (answer,)),
+                    self.add_failed, errbackArgs=(answer,))
         del messages[:], counts[:], answers[:]
 
-    def _answer(self, result, sequence_id, highest, counted, size):
-        """Answer the client (receipt or error), settle, and tell the connection."""
+    # The topic's publisher (``publish_all``), each publish's _Answer its ctx.
+    def adds_complete(self, positions, answers) -> None:
+        """These publishes are stored, in order: receipts (one write for them), then settling;
+        an exception is logged, as a Deferred would have kept it."""
         try:
-            if isinstance(result, Failure):
-                self._failed(result, sequence_id)
-            else:
-                self._stored(result, sequence_id, highest, counted)
-        finally:
-            self._settle(size)
+            try:
+                dedup = self.topic.dedup
+                receipts = []
+                for position, answer in zip(positions, answers):
+                    highest = answer.highest
+                    if highest > self.last_sequence_id:
+                        self.last_sequence_id = highest
+                    if dedup is not None and answer.counted:
+                        dedup.persisted(self.name, highest, position)
+                    receipts.append((answer.sequence_id, highest, position[0], position[1]))
+                if not self.closed:
+                    self.cnx.sender.send_receipts(self.producer_id, receipts)
+            finally:
+                self._settle(sum(answer.size for answer in answers), len(answers))
+        except Exception:
+            self.log.failure("answering a publish on {topic} failed", topic=self.topic.name)
 
-    def _settle(self, size):
-        """One publish answered (or failed): a close waiting for it may finish; the connection
-        counts it."""
-        self.pending -= 1
+    def add_failed(self, failure, answer) -> None:
+        """This publish failed: the error (or none, ``_failed``), then settling."""
+        try:
+            try:
+                self._failed(failure, answer.sequence_id)
+            finally:
+                self._settle(answer.size)
+        except Exception:
+            self.log.failure("answering a publish on {topic} failed", topic=self.topic.name)
+
+    def _settle(self, size, count=1):
+        """``count`` publishes of ``size`` bytes in all answered (or failed): a close waiting for
+        them may finish; the connection counts them."""
+        self.pending -= count
         if self.closing and not self.pending:
             self._finish_close()
-        self.cnx.publish_answered(size)
+        self.cnx.publish_answered(size, count)
 
     def _answer_duplicate(self, status, sequence_id, highest) -> None:
         """Answer a publish deduplication did not let through (``dedup`` module docstring)."""
@@ -222,16 +215,6 @@ class Producer:
             self.cnx.sender.send_send_error(
                 self.producer_id, sequence_id, api.PersistenceError,
                 "Cannot determine whether the message is a duplicate at this time")
-
-    def _stored(self, position, sequence_id, highest, counted=True):
-        if highest > self.last_sequence_id:
-            self.last_sequence_id = highest
-        dedup = self.topic.dedup
-        if dedup is not None and counted:
-            dedup.persisted(self.name, highest, position)
-        if not self.closed:
-            self.cnx.sender.send_receipt(self.producer_id, sequence_id, highest,
-                                         position[0], position[1])
 
     def _failed(self, failure, sequence_id):
         if failure.check(ManagedLedgerTerminatedError):

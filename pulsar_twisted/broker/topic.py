@@ -24,6 +24,7 @@ from pulsar_twisted.broker.storage_stats import LedgerWriteStats, StorageWriteSt
 from pulsar_twisted.broker.subscription import NonPersistentSubscription, PersistentSubscription
 from pulsar_twisted.common import errors
 from pulsar_twisted.common.position import EARLIEST, LATEST, Position
+from pulsar_twisted.common.waiters import tell_failed
 from pulsar_twisted.mledger.interfaces import ManagedLedgerFencedError
 from pulsar_twisted.mledger.ledger import ManagedLedgerTerminatedError
 from pulsar_twisted.proto import PulsarApi_pb2 as api
@@ -398,22 +399,20 @@ class PersistentTopic(TopicBase):
 
     # ---------------------------------------------------------------- publishing
     def publish(self, message: bytes, count: int):
-        """Store ``message``: Deferred firing with its Position (``publish_notify``'s order)."""
+        """Store ``message``: Deferred firing with its Position (``publish_all``'s order)."""
         d = defer.Deferred()
-        self.publish_notify(message, count, d)
+        self.publish_all((message,), (count,), _DEFERREDS, (d,))
         return d
 
-    def publish_notify(self, message: bytes, count: int, waiter) -> None:
-        """``publish`` without a Deferred per message: ``waiter.callback(position)`` or
-        ``waiter.errback(failure)`` (a refusal at once), after the topic's own bookkeeping."""
-        self.publish_all((message,), (count,), (waiter,))
-
-    def publish_all(self, messages, counts, waiters) -> None:
-        """``publish_notify`` of each of ``messages`` with the count and waiter at the same place
-        of ``counts`` and ``waiters``, in order (a producer's publishes of one read): the managed
-        ledger gets them in one call. When it takes only the first ones (one failed at once:
-        ``add_entries_notify``), the others are published again, after this topic's own answer
-        to that failure (a fenced topic refuses them), as they would have been one at a time."""
+    def publish_all(self, messages, counts, publisher, ctxs) -> None:
+        """Store ``messages`` (a producer's publishes of one read), in order, each with the
+        message count and the ctx at the same place of ``counts`` and ``ctxs``: after the topic's
+        own bookkeeping, ``publisher.adds_complete(positions, ctxs)`` for those stored together
+        and ``publisher.add_failed(failure, ctx)`` for each that failed (a refusal at once):
+        ``common.waiters``, with a ctx each. The managed ledger gets them in one call; when it
+        takes only the first ones (one failed at once: ``add_entries_notify``), the others are
+        published again, after this topic's own answer to that failure (a fenced topic refuses
+        them), as they would have been one at a time."""
         while messages:
             if self.closed:
                 refusal = errors.ServiceNotReady(f"Topic {self.name} is being unloaded")
@@ -422,13 +421,13 @@ class PersistentTopic(TopicBase):
             else:
                 refusal = None
             if refusal is not None:
-                for waiter in waiters:
-                    waiter.errback(Failure(refusal))
+                for ctx in ctxs:
+                    tell_failed(publisher, ctx, Failure(refusal))
                 return
-            taken = self._add_all(messages, counts, waiters)
-            messages, counts, waiters = messages[taken:], counts[taken:], waiters[taken:]
+            taken = self._add_all(messages, counts, publisher, ctxs)
+            messages, counts, ctxs = messages[taken:], counts[taken:], ctxs[taken:]
 
-    def _add_all(self, messages, counts, waiters) -> int:
+    def _add_all(self, messages, counts, publisher, ctxs) -> int:
         """Store ``messages``; how many the managed ledger took (the first ones)."""
         before = self.pending_adds
         self.pending_adds = before + len(messages)
@@ -436,16 +435,16 @@ class PersistentTopic(TopicBase):
             self._throttle_producers()
         add_all = getattr(self.ledger, "add_entries_notify", None)
         if add_all is not None and self.counters._storage is None:
-            # The managed ledger's counters record the writes (nothing per add to keep here): the
-            # topic is the adds' callback and each publisher's waiter its ctx (Pulsar's
+            # The managed ledger's counters record the writes (nothing per add to keep here): one
+            # small _Publish is the adds' callback, each publisher's ctx theirs (Pulsar's
             # PersistentTopic.addComplete(position, publishContext)); no object per add.
-            taken = add_all(messages, self, waiters)
+            taken = add_all(messages, _Publish(self, publisher), ctxs)
         else:
             taken = 0
             notify = getattr(self.ledger, "add_entry_notify", None)
-            for message, waiter in zip(messages, waiters):
+            for message, ctx in zip(messages, ctxs):
                 taken += 1
-                add = _TopicAdd(self, waiter, self.clock.seconds(), len(message))
+                add = _TopicAdd(self, publisher, ctx, self.clock.seconds(), len(message))
                 if notify is not None:
                     notify(message, add)
                 else:
@@ -458,23 +457,6 @@ class PersistentTopic(TopicBase):
             for message, count in zip(messages[:taken], counts[:taken]):
                 self.publish_limiter.published(count, len(message))
         return taken
-
-    # The managed ledger's AddEntryCallback (``add_entry_notify`` with a ctx): ``waiter`` is the
-    # publisher's, called as ``_TopicAdd`` calls it.
-    def add_complete(self, position, waiter) -> None:
-        try:
-            self._add_finished(position)
-        except Exception:
-            waiter.errback(Failure())
-            return
-        waiter.callback(position)
-
-    def add_failed(self, failure, waiter) -> None:
-        try:
-            result = self._add_finished(failure)
-        except Exception:
-            result = Failure()
-        waiter.errback(result)
 
     def _add_done(self, result, started, size):
         """One callback per publish: throttling, fencing, and (on success) the storage counters."""
@@ -697,26 +679,50 @@ class PersistentTopic(TopicBase):
         return stats
 
 
-class _TopicAdd:
-    """One publish's add, as the managed ledger's waiter: the topic's bookkeeping
-    (``PersistentTopic._add_done``), then the publisher's waiter, as two Deferred callbacks would."""
+class _Publish:
+    """The managed ledger's waiter for the adds of one ``publish_all`` (their ctxs are the
+    publisher's): the topic's bookkeeping, then the publisher."""
 
-    __slots__ = ("topic", "waiter", "started", "size")
+    __slots__ = ("topic", "publisher")
 
-    def __init__(self, topic, waiter, started, size):
+    def __init__(self, topic, publisher):
         self.topic = topic
-        self.waiter = waiter
+        self.publisher = publisher
+
+    def adds_complete(self, positions, ctxs):
+        try:
+            self.topic._adds_over(len(positions))
+        except Exception:
+            failure = Failure()
+            for ctx in ctxs:
+                tell_failed(self.publisher, ctx, failure)
+            return
+        self.publisher.adds_complete(positions, ctxs)
+
+    def add_failed(self, failure, ctx):
+        try:
+            result = self.topic._add_finished(failure)
+        except Exception:
+            result = Failure()
+        self.publisher.add_failed(result, ctx)
+
+
+class _TopicAdd:
+    """One publish's add, as the managed ledger's waiter where ``_Publish`` cannot be (a ledger
+    keeping no counters): the topic's bookkeeping (``PersistentTopic._add_done``), then the
+    publisher, as two Deferred callbacks would."""
+
+    __slots__ = ("topic", "publisher", "ctx", "started", "size")
+
+    def __init__(self, topic, publisher, ctx, started, size):
+        self.topic = topic
+        self.publisher = publisher
+        self.ctx = ctx
         self.started = started
         self.size = size
 
     def callback(self, position):
-        # _then, written out for the stored case (once per message)
-        try:
-            result = self.topic._add_done(position, self.started, self.size)
-        except Exception:
-            self.waiter.errback(Failure())
-            return
-        self.waiter.callback(result)
+        self._then(position)
 
     def errback(self, failure):
         self._then(failure)
@@ -727,9 +733,25 @@ class _TopicAdd:
         except Exception:
             result = Failure()
         if isinstance(result, Failure):
-            self.waiter.errback(result)
+            tell_failed(self.publisher, self.ctx, result)
         else:
-            self.waiter.callback(result)
+            self.publisher.adds_complete((result,), (self.ctx,))
+
+
+class _Deferreds:
+    """``publish``'s publisher: each ctx is the Deferred of one publish."""
+
+    @staticmethod
+    def adds_complete(positions, ds):
+        for position, d in zip(positions, ds):
+            d.callback(position)
+
+    @staticmethod
+    def add_failed(failure, d):
+        d.errback(failure)
+
+
+_DEFERREDS = _Deferreds()
 
 
 class NonPersistentTopic(TopicBase):

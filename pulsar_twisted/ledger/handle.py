@@ -36,6 +36,7 @@ from zope.interface import implementer
 from pulsar_twisted.common.bk_errors import (
     BKException, BookieReadOnlyError, BookieUnavailableError, DigestMismatchError, LedgerClosedError,
     LedgerFencedError, NoSuchEntryError, NoSuchLedgerError, UnauthorizedAccessError)
+from pulsar_twisted.common.waiters import tell_done, tell_failed
 from pulsar_twisted.ledger.interfaces import ILedgerHandle, LedgerEntry
 from pulsar_twisted.resources.ledgers import LedgerMetadata, LedgerState
 from pulsar_twisted.ledger.quorum import DistributionSchedule
@@ -54,15 +55,6 @@ _NO_FAILED = MappingProxyType({})
 _NO_PENDING = ()
 _FIRST_SEGMENT_ONLY = (0,)
 _KEYS = {}      # master key -> the same bytes, shared by the handles (at most 64 kept)
-
-
-def _fail(waiter, ctx, failure) -> None:
-    """Fail an add's waiter (``add_entries_notify``'s convention): ``errback(failure)``, or with
-    a ctx ``add_failed(failure, ctx)``."""
-    if ctx is None:
-        waiter.errback(failure)
-    else:
-        waiter.add_failed(failure, ctx)
 
 
 @functools.lru_cache(maxsize=64)
@@ -521,7 +513,7 @@ class LedgerHandle(_BaseHandle):
         them so (``add_entries_notify``: the in-process client)."""
         if self.state is not WriterState.OPEN:
             for ctx in ctxs:
-                _fail(waiter, ctx, Failure(self._refusal()))
+                tell_failed(waiter, ctx, Failure(self._refusal()))
             return
         env = self._env
         now = env.clock.seconds()
@@ -683,24 +675,12 @@ class LedgerHandle(_BaseHandle):
 
     @staticmethod
     def _fire(done):
-        """Tell the waiters of the completed ``done``, in order: the consecutive ones of one
-        waiter with ctxs in one ``adds_complete`` call."""
-        waiter, ids, ctxs = None, [], []
+        """Tell the waiters of the completed ``done``, in order (``common.waiters``)."""
+        told = []
         for op in done:
             d, op.deferred = op.deferred, None
-            if op.ctx is None or d is not waiter:
-                if ids:
-                    waiter.adds_complete(ids, ctxs)
-                    ids, ctxs = [], []
-                if op.ctx is None:
-                    d.callback(op.entry_id)
-                    waiter = None
-                    continue
-                waiter = d
-            ids.append(op.entry_id)
-            ctxs.append(op.ctx)
-        if ids:
-            waiter.adds_complete(ids, ctxs)
+            told.append((d, op.ctx, op.entry_id))
+        tell_done(told)
 
     def _fail_handle(self, error):
         """Move to ERRORED and fail every pending add, in order, with ``error``."""
@@ -713,7 +693,7 @@ class LedgerHandle(_BaseHandle):
         self._cancel_timeout()
         for op in pending:
             d, op.deferred = op.deferred, None
-            _fail(d, op.ctx, Failure(error))
+            tell_failed(d, op.ctx, Failure(error))
         self._maybe_finish_close()
 
     # -- ensemble change -------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from zope.interface import implementer
 
 from pulsar_twisted.common.bk_errors import LedgerFencedError, NoSuchLedgerError
 from pulsar_twisted.common.position import EARLIEST, LATEST, Entry, Position
+from pulsar_twisted.common.waiters import tell_done, tell_failed
 from pulsar_twisted.metadata.interfaces import AlreadyExistsError, BadVersionError, NotFoundError
 from pulsar_twisted.mledger import formats
 from pulsar_twisted.mledger.cache import NO_ENTRY_CACHE, EntryCache
@@ -114,19 +115,6 @@ class LedgerInfo:
         self.entries = entries
         self.size = size
         self.timestamp = timestamp
-
-
-def _fail(waiter, ctx, failure):
-    """Fail an add's Deferred or waiter (``add_entry_notify``'s convention for ``ctx``); a waiter's
-    exception is logged, as a Deferred would keep it, so the managed ledger's own bookkeeping after
-    it still runs."""
-    try:
-        if ctx is None:
-            waiter.errback(failure)
-        else:
-            waiter.add_failed(failure, ctx)
-    except Exception:
-        log.failure("managed ledger: an add's completion callback failed")
 
 
 class AddOp:
@@ -674,9 +662,10 @@ class ManagedLedgerImpl:
         from the waiter is logged, as a Deferred would keep it, and the other adds go on.
 
         With a ``ctx`` (not None), Pulsar's ``asyncAddEntry(data, callback, ctx)``:
-        ``waiter.add_complete(position, ctx)`` or ``waiter.add_failed(failure, ctx)`` instead, so one
-        waiter (the topic) serves every add and the caller needs no object of its own per add.
-        ``waiter`` may also be a Deferred (``add_entry``)."""
+        ``waiter.adds_complete(positions, ctxs)`` (for the adds completing together) or
+        ``waiter.add_failed(failure, ctx)`` instead (``common.waiters``), so one waiter (the
+        topic) serves every add and the caller needs no object of its own per add. ``waiter``
+        may also be a Deferred (``add_entry``)."""
         self.add_entries_notify((data,), waiter, (ctx,))
 
     def add_entries_notify(self, datas, waiter, ctxs) -> int:
@@ -713,7 +702,7 @@ class ManagedLedgerImpl:
             error = self._check_writable()
             if error is not None:
                 self.counters.add_errors += 1
-                _fail(waiter, ctx, Failure(error))
+                tell_failed(waiter, ctx, Failure(error))
                 return self._added(taken)
             op = AddOp(self, data, now, waiter, ctx)
             if not self._queued:
@@ -783,16 +772,8 @@ class ManagedLedgerImpl:
         if self._throttled and len(pending) + len(self._queued) <= self.config.max_pending_adds // 2:
             self._set_throttled(False)
         # Fire before rolling over: rolling may complete later adds synchronously, which
-        # must not overtake these. (_fail's handling, inline for success: once per entry.)
-        for op, pos in done:
-            try:
-                ctx = op.ctx
-                if ctx is None:
-                    op.deferred.callback(pos)
-                else:
-                    op.deferred.add_complete(pos, ctx)
-            except Exception:
-                log.failure("managed ledger: an add's completion callback failed")
+        # must not overtake these.
+        tell_done([(op.deferred, op.ctx, pos) for op, pos in done])
         if self._listeners:
             self._entries_added()
         if not pending:
@@ -844,7 +825,7 @@ class ManagedLedgerImpl:
         counters = self.counters
         for o in ops:
             counters.add_errors += 1
-            _fail(o.deferred, o.ctx, Failure(error))
+            tell_failed(o.deferred, o.ctx, Failure(error))
 
     def _set_fenced(self):
         """Another owner took over: no add, cursor write or metadata write from here on; pending

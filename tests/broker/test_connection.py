@@ -6,6 +6,7 @@ from twisted.internet import defer
 from twisted.trial import unittest
 
 from pulsar_twisted.broker.cnx import ConnectionState
+from pulsar_twisted.common.position import Position
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.testing.broker import BrokerHarness
 from pulsar_twisted.testing.patching import patch_method
@@ -243,6 +244,26 @@ class SendFastPathTests(unittest.TestCase):
         self.assertEqual([c.type for c in replies], [T.SEND_RECEIPT] * 3 + [T.PONG] + [T.SEND_RECEIPT] * 2)
         self.assertEqual([c.send_receipt.sequence_id for c in replies if c.type == T.SEND_RECEIPT],
                          list(range(5)))
+
+    def test_receipts_of_publishes_stored_together_in_one_write(self):
+        """Publishes the topic reports stored together are answered with one write of their
+        receipts, in order, and all settled (the connection's in-flight count drops by all)."""
+        cnx = self.client.protocol
+        producer = cnx.producers[1]
+        handed = []
+        patch_method(self, producer.topic, "publish_all",
+                     lambda messages, counts, publisher, ctxs: handed.append((publisher, ctxs)))
+        self.client.send_raw(self.send_frames(3))
+        [(publisher, answers)] = handed
+        self.assertIs(publisher, producer)
+        self.assertEqual(cnx.sends.pending, 3)
+        writes, real = [], cnx.sender._out.write
+        patch_method(self, cnx.sender._out, "write", lambda data: writes.append(data) or real(data))
+        producer.adds_complete([Position(9, i) for i in range(3)], answers)
+        self.assertEqual(len(writes), 1)
+        receipts = [c.send_receipt for c in self.client.commands(T.SEND_RECEIPT)]
+        self.assertEqual([(r.sequence_id, r.message_id.entryId) for r in receipts], [(i, i) for i in range(3)])
+        self.assertEqual((cnx.sends.pending, producer.pending), (0, 0))
 
     def test_checksum_of_a_message_without_the_magic_not_checked(self):
         """A message part without the CRC32C magic (very old clients) is stored unchecked, as

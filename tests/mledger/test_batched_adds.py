@@ -19,8 +19,8 @@ class Recorder:
     def __init__(self):
         self.events = []
 
-    def add_complete(self, position, ctx):
-        self.events.append((ctx, position))
+    def adds_complete(self, positions, ctxs):
+        self.events.extend(zip(ctxs, positions))
 
     def add_failed(self, failure, ctx):
         self.events.append((ctx, failure.type))

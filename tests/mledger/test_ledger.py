@@ -70,17 +70,18 @@ class AddReadTests(ManagedLedgerHarness, unittest.TestCase):
 
     def test_add_entry_notify_with_ctx(self):
         """With a ctx (Pulsar's asyncAddEntry(data, callback, ctx)) one waiter serves every add:
-        ``add_complete(position, ctx)`` in add order; when an add fails, it and every later add of
+        ``adds_complete(positions, ctxs)`` in add order; when an add fails, it and every later add of
         that ledger get ``add_failed(failure, ctx)``, in order; a raising waiter is logged and the
         rest still hear; a closed ledger refuses at once the same way."""
         ml = self.open()
         events = []
 
         class Callback:
-            def add_complete(self, position, ctx):
-                events.append((ctx, position))
-                if ctx == 0:
-                    raise RuntimeError("buggy waiter")
+            def adds_complete(self, positions, ctxs):
+                for position, ctx in zip(positions, ctxs):
+                    events.append((ctx, position))
+                    if ctx == 0:
+                        raise RuntimeError("buggy waiter")
 
             def add_failed(self, failure, ctx):
                 events.append((ctx, failure.type))
@@ -109,8 +110,8 @@ class AddReadTests(ManagedLedgerHarness, unittest.TestCase):
         events = []
 
         class Callback:
-            def add_complete(self, position, ctx):
-                events.append((ctx, position))
+            def adds_complete(self, positions, ctxs):
+                events.extend(zip(ctxs, positions))
 
             def add_failed(self, failure, ctx):
                 events.append((ctx, failure.type))
