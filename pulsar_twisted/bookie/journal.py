@@ -246,6 +246,7 @@ class Journal:
         self._inline = self._inline_max > 0
         self._turn = []             # records appended during this reactor turn (inline mode)
         self._turn_bytes = 0        # their bytes
+        self._turn_records = 0      # and records (an item may hold several: ``append``)
         self._turn_call = None      # the DelayedCall that writes them
         self._sync_avg = 0.0        # moving average of recent fdatasync durations, s
         #: Times the journal moved its writes between the reactor thread and the writer thread.
@@ -272,7 +273,8 @@ class Journal:
         written (and fdatasync'd when ``sync_data``); it fails if the write fails or the journal stopped.
         ``records``: how many records ``chunks`` holds when it is several written together (a batch of
         adds: one waiter, one queue item and one hand-back call for them all; counted as ``records``
-        in the statistics, as one item by the group-commit thresholds).
+        in the statistics and by ``TURN_MAX_RECORDS``, as one by ``buffered_entries_threshold`` and
+        by the add latency summary).
 
         ``waiter``: instead of a Deferred (None is returned), an object whose ``callback(None)`` or
         ``errback(failure)`` is called at the same moments, with a Failure, on the reactor thread: the
@@ -293,6 +295,7 @@ class Journal:
             return
         self._turn.append((chunks, nbytes, d, time.monotonic(), records))
         self._turn_bytes += nbytes
+        self._turn_records += records
         if self._turn_call is None:
             # callLater(0) runs once the reactor has handled every I/O event of this poll: the turn's
             # group is all that was read in it.
@@ -324,7 +327,7 @@ class Journal:
         tests. Blocks until the thread has finished its current write."""
         if self._turn_call is not None and self._turn_call.active():
             self._turn_call.cancel()
-        self._turn_call, self._turn, self._turn_bytes = None, [], 0
+        self._turn_call, self._turn, self._turn_bytes, self._turn_records = None, [], 0, 0
         with self._cond:
             self._halted = self._stopping = True
             self._queue = []
@@ -359,9 +362,10 @@ class Journal:
         self._turn_call = None
         group, self._turn = self._turn, []
         turn_bytes, self._turn_bytes = self._turn_bytes, 0
+        turn_records, self._turn_records = self._turn_records, 0
         if not group:
             return
-        if (len(group) > self.TURN_MAX_RECORDS or turn_bytes > self.TURN_MAX_BYTES
+        if (turn_records > self.TURN_MAX_RECORDS or turn_bytes > self.TURN_MAX_BYTES
                 or not self._thread_idle()):
             # Under load the writer thread's pipeline (the reactor reads the next records while a
             # group is fsynced) carries more than the reactor waiting for each fsync would, and the
