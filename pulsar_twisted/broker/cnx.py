@@ -154,8 +154,7 @@ class ServerConnection(protocol.Protocol):
         #: recreated: their SENDs in flight are ignored (Pulsar's recentlyClosedProducers).
         self.closed_producer_ids = set()
         self.consumers = {}
-        self.sends = ConnectionSends(self, service.publish_buffer,
-                                     config.maxPendingPublishRequestsPerConnection)
+        self.sends = ConnectionSends(self, config.maxPendingPublishRequestsPerConnection)
         self._throttle_reasons = 0
         self.writable = True
         self._keep_alive = KeepAlive(clock, self.keep_alive_seconds, self._send_ping,

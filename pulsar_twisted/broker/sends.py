@@ -19,7 +19,7 @@ class ConnectionSends:
     ``accept`` checks a SEND (its producer, its message, the message's checksum), answers the
     ones refused, and counts the others in flight: past ``max_pending`` the connection stops
     being read (``cnx.throttle``) until half of them are answered (``answered``), as Pulsar's
-    maxPendingPublishRequestsPerConnection; their bytes count in the broker-wide ``buffer``
+    maxPendingPublishRequestsPerConnection; their bytes count in the broker-wide publish buffer
     (publish_buffer.py). Consecutive accepted SENDs of one producer are gathered and handed to
     it in one ``Producer.publish_messages`` call (one call per layer of the publish path for
     them, not one per message) at the next ``flush``, which the connection makes before any
@@ -28,11 +28,10 @@ class ConnectionSends:
 
     log = Logger()
 
-    __slots__ = ("cnx", "buffer", "max_pending", "pending", "_throttled", "_producer", "_run")
+    __slots__ = ("cnx", "max_pending", "pending", "_throttled", "_producer", "_run")
 
-    def __init__(self, cnx, buffer, max_pending: int):
+    def __init__(self, cnx, max_pending: int):
         self.cnx = cnx
-        self.buffer = buffer
         self.max_pending = max_pending
         #: SENDs accepted and not yet answered
         self.pending = 0
@@ -72,7 +71,7 @@ class ConnectionSends:
             self._throttled = True
             cnx.throttle()
         # The broker-wide publish buffer (it may pause every connection's reads).
-        self.buffer.started(len(message))
+        cnx.service.publish_buffer.started(len(message))
         if producer is not self._producer:
             self.flush()
             self._producer = producer
@@ -96,7 +95,7 @@ class ConnectionSends:
     def answered(self, size: int, count: int = 1) -> None:
         """``count`` SENDs of ``size`` message bytes in all are settled (answered, or dropped by
         a closing producer)."""
-        self.buffer.finished(size)
+        self.cnx.service.publish_buffer.finished(size)
         self.pending -= count
         if self._throttled and self.pending <= self.max_pending // 2:
             self._throttled = False

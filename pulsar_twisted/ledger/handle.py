@@ -8,7 +8,9 @@ Writer state machine (``WriterState``)::
       +--fenced / not enough bookies / unauthorized / metadata failure--> ERRORED --close()--> CLOSED
 
 Adds are the hot path: each is one small ``_PendingAdd`` (packed bytes, precomputed write set, an
-ack bitmask over ensemble indices) and plain Deferred callbacks per bookie; no coroutine and no
+ack bitmask over ensemble indices); the adds of one ``add_entries_notify`` go to each bookie in one
+request answered to one ``_BookieAck`` (in-process client; a TCP client gets a Deferred per copy),
+and those completing together are told to their waiter in one call; no coroutine and no
 timer per entry (add timeouts are checked by one periodic check per handle while adds are in flight,
 queued on the client's ``AddTimeouts``: one reactor call for all the handles of a client). An add's Deferred fires
 when it has ``Qa`` acks *and* every earlier add has fired, so completions and the LAC advance in
