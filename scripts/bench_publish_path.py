@@ -100,9 +100,9 @@ async def _run(args, workdir):
     settle = cnx.publish_answered
     warm_chunks = args.warmup // args.chunk
 
-    def publish_answered(size):     # one per SEND (receipts may share one write)
-        state["answered"] += 1
-        settle(size)
+    def publish_answered(size, count=1):     # count SENDs settled (their receipts in one write)
+        state["answered"] += count
+        settle(size, count)
         # The next chunk is fed from the reactor once there is room (as the next TCP read
         # would come), never from inside the broker's own call chain, and without spinning.
         if not state["scheduled"] and (

@@ -214,7 +214,8 @@ class Journal:
         self._entries_threshold = buffered_entries_threshold
         self._max_size = max_size_mb * 1024 * 1024
         self._cond = threading.Condition(threading.Lock())
-        self._queue = []            # (chunks | None, nbytes, Deferred, monotonic time queued); None chunks = a mark
+        # (chunks | None, nbytes, Deferred, monotonic time queued, records); None chunks = a mark
+        self._queue = []
         self._queued_bytes = 0
         self._head_time = 0.0       # monotonic time the oldest queued record arrived
         self._idle = False          # the writer waits for a first record: the next append must notify
@@ -245,6 +246,7 @@ class Journal:
         self._inline = self._inline_max > 0
         self._turn = []             # records appended during this reactor turn (inline mode)
         self._turn_bytes = 0        # their bytes
+        self._turn_records = 0      # and records (an item may hold several: ``append``)
         self._turn_call = None      # the DelayedCall that writes them
         self._sync_avg = 0.0        # moving average of recent fdatasync durations, s
         #: Times the journal moved its writes between the reactor thread and the writer thread.
@@ -266,9 +268,13 @@ class Journal:
         self._thread = threading.Thread(target=self._run, name="bookie-journal", daemon=True)
         self._thread.start()
 
-    def append(self, chunks: tuple, nbytes: int, waiter=None) -> Deferred:
+    def append(self, chunks: tuple, nbytes: int, waiter=None, records: int = 1) -> Deferred:
         """Queue one record (``b"".join(chunks)``, ``nbytes`` long). The Deferred fires with None once it is
         written (and fdatasync'd when ``sync_data``); it fails if the write fails or the journal stopped.
+        ``records``: how many records ``chunks`` holds when it is several written together (a batch of
+        adds: one waiter, one queue item and one hand-back call for them all; counted as ``records``
+        in the statistics and by ``TURN_MAX_RECORDS``, as one by ``buffered_entries_threshold`` and
+        by the add latency summary).
 
         ``waiter``: instead of a Deferred (None is returned), an object whose ``callback(None)`` or
         ``errback(failure)`` is called at the same moments, with a Failure, on the reactor thread: the
@@ -277,18 +283,19 @@ class Journal:
         # The waiter itself goes in the queue (no adapter per record): every place that fires
         # records catches what a callback raises, as a Deferred would.
         d = Deferred() if waiter is None else waiter
-        self._add(chunks, nbytes, d)
+        self._add(chunks, nbytes, d, records)
         return d if waiter is None else None
 
-    def _add(self, chunks, nbytes: int, d) -> None:
+    def _add(self, chunks, nbytes: int, d, records: int = 1) -> None:
         if not self._inline:
-            self._enqueue(chunks, nbytes, d)
+            self._enqueue_all([(chunks, nbytes, d, time.monotonic(), records)], nbytes)
             return
         if self._stopping:
             _errback(d, Failure(JournalStoppedError("journal stopped")))
             return
-        self._turn.append((chunks, nbytes, d, time.monotonic()))
+        self._turn.append((chunks, nbytes, d, time.monotonic(), records))
         self._turn_bytes += nbytes
+        self._turn_records += records
         if self._turn_call is None:
             # callLater(0) runs once the reactor has handled every I/O event of this poll: the turn's
             # group is all that was read in it.
@@ -298,7 +305,7 @@ class Journal:
         """Deferred firing with ``(file_id, offset)``: the journal position just after every record queued
         before this call and before every record queued after it (a checkpoint's replay start)."""
         d = Deferred()
-        self._add(None, 0, d)
+        self._add(None, 0, d, 0)
         return d
 
     def stop(self) -> Deferred:
@@ -320,7 +327,7 @@ class Journal:
         tests. Blocks until the thread has finished its current write."""
         if self._turn_call is not None and self._turn_call.active():
             self._turn_call.cancel()
-        self._turn_call, self._turn, self._turn_bytes = None, [], 0
+        self._turn_call, self._turn, self._turn_bytes, self._turn_records = None, [], 0, 0
         with self._cond:
             self._halted = self._stopping = True
             self._queue = []
@@ -355,9 +362,10 @@ class Journal:
         self._turn_call = None
         group, self._turn = self._turn, []
         turn_bytes, self._turn_bytes = self._turn_bytes, 0
+        turn_records, self._turn_records = self._turn_records, 0
         if not group:
             return
-        if (len(group) > self.TURN_MAX_RECORDS or turn_bytes > self.TURN_MAX_BYTES
+        if (turn_records > self.TURN_MAX_RECORDS or turn_bytes > self.TURN_MAX_BYTES
                 or not self._thread_idle()):
             # Under load the writer thread's pipeline (the reactor reads the next records while a
             # group is fsynced) carries more than the reactor waiting for each fsync would, and the
@@ -387,13 +395,13 @@ class Journal:
             return not self._done
 
     def _enqueue_all(self, group: list, nbytes: int) -> None:
-        """Hand records ``(chunks, nbytes, waiter, time queued)``, in order, to the writer thread;
+        """Hand records ``(chunks, nbytes, waiter, time queued, records)``, in order, to the writer thread;
         ``nbytes``: their bytes."""
         with self._cond:
             if self._stopping:
                 stopped = Failure(JournalStoppedError("journal stopped"))
-                for _, _, d, _ in group:
-                    _errback(d, stopped)
+                for item in group:
+                    _errback(item[2], stopped)
                 return
             if not self._queue:
                 self._head_time = group[0][3]
@@ -432,9 +440,6 @@ class Journal:
             self._switch_logged = now
         (log.debug if quiet else log.info)("journal: " + text + " ({n} switches so far)",
                                            ms=self._sync_avg * 1000.0, n=self.mode_switches)
-
-    def _enqueue(self, chunks, nbytes: int, d: Deferred) -> None:
-        self._enqueue_all([(chunks, nbytes, d, time.monotonic())], nbytes)
 
     def _threshold_reached(self) -> bool:
         return (self._queued_bytes >= self._bytes_threshold
@@ -546,16 +551,16 @@ class Journal:
         fsync_s = None
         error = None
         try:
-            if self._offset >= self._max_size and any(chunks is not None for chunks, _, _, _ in group):
+            if self._offset >= self._max_size and any(item[0] is not None for item in group):
                 self._roll()
             position = self._offset
-            for chunks, n, d, queued in group:
+            for chunks, n, d, queued, count in group:
                 if chunks is None:
                     results.append((d, (self.file_id, position), None))
                 else:
                     parts.extend(chunks)
                     position += n
-                    records += 1
+                    records += count
                     results.append((d, None, queued))
             if parts:
                 data = b"".join(parts)

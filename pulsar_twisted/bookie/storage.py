@@ -262,7 +262,8 @@ class BookieStorage(Service):
             log.info("bookie storage read-only: {flag}", flag=flag)
         self._read_only = bool(flag)
 
-    #: ``add_entry`` takes ``waiter=`` (``ledger.bookies.LocalBookieClient`` looks for this).
+    #: ``add_entry`` takes ``waiter=``, and ``add_entries`` exists (``ledger.bookies.LocalBookieClient``
+    #: looks for this).
     accepts_add_waiter = True
 
     def add_entry(self, ledger_id: int, entry_id: int, data: bytes, master_key: bytes, lac: int = -1, *,
@@ -273,16 +274,24 @@ class BookieStorage(Service):
         deleted ledger stays fenced for good).
 
         ``waiter``: no Deferred (None is returned); ``waiter.callback(None)`` once durable or
-        ``waiter.errback(failure)`` (at once for a refused add), as ``Journal.append`` describes.
-        One body for both (the in-process add path: no call of its own per entry)."""
+        ``waiter.errback(failure)`` (at once for a refused add), as ``Journal.append`` describes."""
         d = defer.Deferred() if waiter is None else waiter
+        self.add_entries(ledger_id, ((entry_id, data, lac),), master_key, d, recovery_add=recovery_add)
+        return d if waiter is None else None
+
+    def add_entries(self, ledger_id: int, entries, master_key: bytes, waiter, *,
+                    recovery_add: bool = False) -> None:
+        """``add_entry`` for several entries of one ledger, ``entries`` ``(entry_id, data, lac)`` in
+        order: every check is about the ledger, so all are stored or all refused; one journal
+        append (one queue item, one hand-back) for them all. ``waiter.callback(None)`` once all are
+        durable, ``waiter.errback(failure)`` once otherwise (at once for a refusal)."""
         refusal = None
         if self._read_only:
-            refusal = BookieReadOnlyError(f"bookie is read-only; add {ledger_id}:{entry_id} refused")
+            refusal = BookieReadOnlyError(f"bookie is read-only; add {ledger_id}:{entries[0][0]} refused")
         elif not self._running:
             refusal = BookieUnavailableError("bookie storage is not running")
-        elif entry_id < 0:
-            refusal = ValueError(f"entry id {entry_id} < 0")
+        elif min(entry[0] for entry in entries) < 0:
+            refusal = ValueError(f"entry id {min(entry[0] for entry in entries)} < 0")
         else:
             ledger = self._ledgers.get(ledger_id)
             if ledger is None:
@@ -298,30 +307,37 @@ class BookieStorage(Service):
             if refusal is None and ledger.fenced and not recovery_add:
                 refusal = LedgerFencedError(f"ledger {ledger_id} is fenced")
         if refusal is not None:
-            self._refuse(d, refusal)
-            return d if waiter is None else None
-        if type(data) is not bytes:
-            data = bytes(data)
-        entries = self._cache.get(ledger_id)
-        if entries is None:
-            entries = self._cache[ledger_id] = {}
-        old = entries.get(entry_id)
-        entries[entry_id] = data
-        size = len(data)
-        self._cache_bytes += size - (len(old) if old is not None else 0)
-        if entry_id > ledger.last_entry:
-            ledger.last_entry = entry_id
-        if lac > ledger.lac:
-            ledger.lac = lac
-            self._dirty.add(ledger_id)
-        header = formats.encode_add_record_header(ledger_id, entry_id, lac, data)
+            self._refuse(waiter, refusal)
+            return
+        cached = self._cache.get(ledger_id)
+        if cached is None:
+            cached = self._cache[ledger_id] = {}
+        chunks = []
+        nbytes = data_bytes = added = 0
+        encode = formats.encode_add_record_header
+        for entry_id, data, lac in entries:
+            if type(data) is not bytes:
+                data = bytes(data)
+            old = cached.get(entry_id)
+            cached[entry_id] = data
+            size = len(data)
+            added += size - (len(old) if old is not None else 0)
+            if entry_id > ledger.last_entry:
+                ledger.last_entry = entry_id
+            if lac > ledger.lac:
+                ledger.lac = lac
+                self._dirty.add(ledger_id)
+            header = encode(ledger_id, entry_id, lac, data)
+            chunks += (header, data)
+            data_bytes += size
+            nbytes += len(header) + size
+        self._cache_bytes += added
         counters = self._counters
-        counters["adds"] += 1
-        counters["add_bytes"] += size
+        counters["adds"] += len(entries)
+        counters["add_bytes"] += data_bytes
         if self._cache_bytes > self._cache_max and not self._flush_lock.locked:
             self._start_checkpoint()
-        self._journal.append((header, data), len(header) + size, d)
-        return d if waiter is None else None
+        self._journal.append(chunks, nbytes, waiter, len(entries))
 
     @staticmethod
     def _refuse(d, error) -> None:

@@ -10,7 +10,6 @@ backpressure (its own write buffer, and too many publishes in flight).
 
 import enum
 import itertools
-import struct
 
 from twisted.internet import interfaces, protocol
 from twisted.logger import Logger
@@ -23,17 +22,15 @@ from pulsar_twisted.common.position import Position
 from pulsar_twisted.net.framing import KeepAlive
 from pulsar_twisted.metadata.interfaces import MetadataUnavailableError
 from pulsar_twisted.proto import PulsarApi_pb2 as api
-from pulsar_twisted.wire.frames import (
-    FRAME_PADDING, MAGIC_CRC32C, FrameDecoder, FrameError, TooLongFrame, crc32c)
+from pulsar_twisted.wire.frames import FRAME_PADDING, FrameDecoder, FrameError, TooLongFrame
 from pulsar_twisted.broker import compaction, schema as schemas
 from pulsar_twisted.broker.requests import KeySharedMeta, ProducerRequest, SchemaSpec, SubscribeRequest
 from pulsar_twisted.broker.handshake import Handshake
 from pulsar_twisted.broker.sender import CommandSender
+from pulsar_twisted.broker.sends import ConnectionSends
 
 T = api.BaseCommand
 _SEND = T.SEND
-_u32 = struct.Struct(">I").unpack_from
-assert MAGIC_CRC32C == 0x0E01   # handle_send compares its two bytes
 
 _connection_ids = itertools.count(1)
 
@@ -141,7 +138,6 @@ class ServerConnection(protocol.Protocol):
         self.max_message_size = config.maxMessageSize
         self.decoder = FrameDecoder(config.maxMessageSize + FRAME_PADDING)
         self.keep_alive_seconds = config.keepAliveIntervalSeconds
-        self.max_pending_sends = config.maxPendingPublishRequestsPerConnection
         self.connection_id = next(_connection_ids)
         self.sender = None
         self.state = ConnectionState.START
@@ -158,9 +154,8 @@ class ServerConnection(protocol.Protocol):
         #: recreated: their SENDs in flight are ignored (Pulsar's recentlyClosedProducers).
         self.closed_producer_ids = set()
         self.consumers = {}
-        self.pending_sends = 0
+        self.sends = ConnectionSends(self, config.maxPendingPublishRequestsPerConnection)
         self._throttle_reasons = 0
-        self._send_throttled = False
         self.writable = True
         self._keep_alive = KeepAlive(clock, self.keep_alive_seconds, self._send_ping,
                                      self._keep_alive_timeout)
@@ -220,20 +215,24 @@ class ServerConnection(protocol.Protocol):
             self.transport.loseConnection()
             return
         # SEND, the one command per message, skips the dispatch table (the same checks and the
-        # same error handling as _dispatch, without its call and lookups).
+        # same error handling as _dispatch, without its call and lookups); the SENDs of a read
+        # go to their producers together (``ConnectionSends``), before any other command.
+        sends = self.sends
         for command, message in frames:
             state = self.state
             if state is _CLOSED:
-                return
+                return      # (accepting a SEND never closes: a flush or a command did)
             if command.type == _SEND and state is _CONNECTED:
                 try:
-                    self.handle_send(command, message)
+                    sends.accept(command.send, message)
                 except Exception:
                     self.log.failure("{peer}: error handling {type}", peer=self.peer, type="SEND")
                     self.sender.send_error(self._request_id_of(command), api.UnknownError,
                                            "Internal error handling the command")
             else:
+                sends.flush()
                 self._dispatch(command, message)
+        sends.flush()
 
     def _dispatch(self, command, message):
         handler = self._handlers.get(command.type)
@@ -405,48 +404,13 @@ class ServerConnection(protocol.Protocol):
         d.addCallbacks(created, failed)
 
     def handle_send(self, command, message):
-        send = command.send
-        producer_id = send.producer_id
-        producer = self.producers.get(producer_id)
-        if producer is None:
-            if producer_id in self.closed_producer_ids:
-                # Sent before the client saw our CLOSE_PRODUCER: it resends them once it has
-                # recreated the producer (a SEND_ERROR would make it drop the connection).
-                return
-            self.sender.send_send_error(producer_id, send.sequence_id, api.NotAllowedError,
-                                        "Producer not found")
-            return
-        if message is None:
-            self.sender.send_send_error(producer_id, send.sequence_id, api.NotAllowedError,
-                                        "SEND without a message")
-            return
-        # verify_message inline (the per-message checksum check): a CRC32C magic, then the CRC
-        # of everything after the checksum field.
-        if (len(message) >= 6 and message[0] == 0x0E and message[1] == 0x01
-                and crc32c(memoryview(message)[6:]) != _u32(message, 2)[0]):
-            self.log.warn("{peer}: checksum mismatch on {topic} seq {seq}; message refused",
-                          peer=self.peer, topic=producer.topic.name, seq=send.sequence_id)
-            self.sender.send_send_error(producer_id, send.sequence_id, api.ChecksumError,
-                                        "Checksum failed on the broker")
-            return
-        self.pending_sends += 1
-        if self.pending_sends >= self.max_pending_sends and not self._send_throttled:
-            self._send_throttled = True
-            self.throttle()
-        # The broker-wide publish buffer (it may pause every connection's reads).
-        self.service.publish_buffer.started(len(message))
-        # The fields read once here: each read of a protobuf field builds a value.
-        producer.publish_message(send.sequence_id, send.highest_sequence_id, send.num_messages,
-                                 send.is_chunk, message)
+        self.sends.accept(command.send, message)
+        self.sends.flush()
 
-    def publish_answered(self, size):
-        """A SEND of ``size`` message bytes is settled (answered, or dropped by a closing producer):
-        the producer calls this once per ``publish``."""
-        self.service.publish_buffer.finished(size)
-        self.pending_sends -= 1
-        if self._send_throttled and self.pending_sends <= self.max_pending_sends // 2:
-            self._send_throttled = False
-            self.unthrottle()
+    def publish_answered(self, size, count=1):
+        """``count`` SENDs of ``size`` message bytes in all are settled (answered, or dropped by a
+        closing producer): the producer calls this for each ``publish_messages`` item."""
+        self.sends.answered(size, count)
 
     def throttle(self):
         """

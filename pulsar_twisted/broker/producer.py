@@ -3,7 +3,6 @@
 from types import MappingProxyType
 
 from twisted.logger import Logger
-from twisted.python.failure import Failure
 
 from pulsar_twisted.broker import dedup as dedup_states
 from pulsar_twisted.broker.entryinfo import lenient_metadata
@@ -26,45 +25,15 @@ def is_last_chunk(metadata) -> bool:
 
 
 class _Answer:
-    """The waiter of one publish (``topic.publish_notify``): the receipt or the error, then the
-    settling (``Producer._settle``), with its ids; an exception there is logged, as a Deferred
-    would have kept it. The stored case (``callback``) is written out here, not as calls through
-    the producer: it runs once per message."""
+    """What answering one publish needs (its ctx in ``topic.publish_all``)."""
 
-    __slots__ = ("producer", "sequence_id", "highest", "counted", "size")
+    __slots__ = ("sequence_id", "highest", "counted", "size")
 
-    def __init__(self, producer, sequence_id, highest, counted, size):
-        self.producer = producer
+    def __init__(self, sequence_id, highest, counted, size):
         self.sequence_id = sequence_id
         self.highest = highest
         self.counted = counted
         self.size = size
-
-    def callback(self, position):
-        producer = self.producer
-        try:
-            try:
-                # Producer._stored, inline
-                highest = self.highest
-                if highest > producer.last_sequence_id:
-                    producer.last_sequence_id = highest
-                dedup = producer.topic.dedup
-                if dedup is not None and self.counted:
-                    dedup.persisted(producer.name, highest, position)
-                if not producer.closed:
-                    producer.cnx.sender.send_receipt(producer.producer_id, self.sequence_id, highest,
-                                                     position[0], position[1])
-            finally:
-                producer._settle(self.size)
-        except Exception:
-            Producer.log.failure("answering a publish on {topic} failed", topic=producer.topic.name)
-
-    def errback(self, failure):
-        producer = self.producer
-        try:
-            producer._answer(failure, self.sequence_id, self.highest, self.counted, self.size)
-        except Exception:
-            Producer.log.failure("answering a publish on {topic} failed", topic=producer.topic.name)
 
 
 class Producer:
@@ -130,69 +99,115 @@ class Producer:
     def publish_message(self, sequence_id: int, highest_sequence_id: int, num_messages: int,
                         is_chunk: bool, message: bytes) -> None:
         """``publish`` with the CommandSend's fields (the connection reads each once)."""
-        size = len(message)
-        if self.closing or self.closed:
-            # The broker is closing this producer (CLOSE_PRODUCER sent or about to be): the
-            # client resends every unacknowledged message once it has reconnected. Storing this
-            # one could put it after a message that failed; a SEND_ERROR would make the official
-            # client drop its whole connection. So: neither stored nor answered.
-            self.cnx.publish_answered(size)
-            return
-        self.msg_in += num_messages
-        self.bytes_in += size
+        self.publish_messages(((sequence_id, highest_sequence_id, num_messages, is_chunk, message),))
+
+    def publish_messages(self, sends) -> None:
+        """``publish_message`` of each of ``sends``, ``(sequence_id, highest_sequence_id,
+        num_messages, is_chunk, message)`` tuples, in order (the SENDs of one read): the topic
+        gets what is to be stored in one call (``topic.publish_all``). Every answer given here at
+        once (a duplicate, a refusal) first hands over what was gathered, and a topic that refuses
+        publishes gets them one at a time, so answers keep their order and a refusal that closes
+        this producer decides the next publish's fate as it would have alone."""
         topic = self.topic
-        topic.counters.published(num_messages, size, is_chunk)
-        highest = highest_sequence_id if highest_sequence_id else sequence_id
-        if is_chunk and self.refuse_chunks:
-            self.log.info("{topic}: chunked message from {producer} refused (non-persistent topic)",
-                          topic=topic.name, producer=self.name)
-            self.cnx.sender.send_send_error(self.producer_id, sequence_id, api.NotAllowedError,
-                                            "Chunked messages are not supported on non-persistent topics")
-            self.cnx.publish_answered(size)
-            return
-        dedup = topic.dedup
-        counted = True
-        if dedup is not None:
-            if is_chunk:
-                counted = is_last_chunk(lenient_metadata(message))
-            if self._is_duplicate(dedup, sequence_id, highest, counted):
+        publish_all = getattr(topic, "publish_all", None)
+        messages, counts, answers = [], [], []
+        for sequence_id, highest_sequence_id, num_messages, is_chunk, message in sends:
+            size = len(message)
+            if self.closing or self.closed:
+                # The broker is closing this producer (CLOSE_PRODUCER sent or about to be): the
+                # client resends every unacknowledged message once it has reconnected. Storing this
+                # one could put it after a message that failed; a SEND_ERROR would make the official
+                # client drop its whole connection. So: neither stored nor answered.
                 self.cnx.publish_answered(size)
-                return
-        self.pending += 1
-        answer = _Answer(self, sequence_id, highest, counted, size)
-        notify = getattr(topic, "publish_notify", None)
-        if notify is not None:
-            notify(message, num_messages, answer)
+                continue
+            self.msg_in += num_messages
+            self.bytes_in += size
+            topic.counters.published(num_messages, size, is_chunk)
+            highest = highest_sequence_id if highest_sequence_id else sequence_id
+            if is_chunk and self.refuse_chunks:
+                self._hand_over(publish_all, messages, counts, answers)
+                self.log.info("{topic}: chunked message from {producer} refused (non-persistent topic)",
+                              topic=topic.name, producer=self.name)
+                self.cnx.sender.send_send_error(self.producer_id, sequence_id, api.NotAllowedError,
+                                                "Chunked messages are not supported on non-persistent topics")
+                self.cnx.publish_answered(size)
+                continue
+            dedup = topic.dedup
+            counted = True
+            if dedup is not None:
+                if is_chunk:
+                    counted = is_last_chunk(lenient_metadata(message))
+                status = (dedup.check(self.name, sequence_id, highest) if counted
+                          else dedup.check_chunk(self.name, sequence_id))
+                if status != dedup_states.NOT_DUP:
+                    self._hand_over(publish_all, messages, counts, answers)
+                    self._answer_duplicate(status, sequence_id, highest)
+                    self.cnx.publish_answered(size)
+                    continue
+            self.pending += 1
+            messages.append(message)
+            counts.append(num_messages)
+            answers.append(_Answer(sequence_id, highest, counted, size))
+            if publish_all is None or topic.closed or topic.fenced:
+                self._hand_over(publish_all, messages, counts, answers)
+        self._hand_over(publish_all, messages, counts, answers)
+
+    def _hand_over(self, publish_all, messages, counts, answers) -> None:
+        """Publish the gathered ``messages`` (emptying the lists): ``publish_all``, the topic's, or
+        one ``topic.publish`` each for a topic without it."""
+        if not messages:
+            return
+        if publish_all is not None:
+            publish_all(messages[:], counts[:], self, answers[:])
         else:
-            topic.publish(message, num_messages).addCallbacks(answer.callback, answer.errback)
+            for message, count, answer in zip(messages, counts, answers):
+                self.topic.publish(message, count).addCallbacks(
+                    lambda position, answer=answer: self.adds_complete((position,), (answer,)),
+                    self.add_failed, errbackArgs=(answer,))
+        del messages[:], counts[:], answers[:]
 
-    def _answer(self, result, sequence_id, highest, counted, size):
-        """Answer the client (receipt or error), settle, and tell the connection."""
+    # The topic's publisher (``publish_all``), each publish's _Answer its ctx.
+    def adds_complete(self, positions, answers) -> None:
+        """These publishes are stored, in order: receipts (one write for them), then settling;
+        an exception is logged, as a Deferred would have kept it."""
         try:
-            if isinstance(result, Failure):
-                self._failed(result, sequence_id)
-            else:
-                self._stored(result, sequence_id, highest, counted)
-        finally:
-            self._settle(size)
+            try:
+                dedup = self.topic.dedup
+                receipts = []
+                for position, answer in zip(positions, answers):
+                    highest = answer.highest
+                    if highest > self.last_sequence_id:
+                        self.last_sequence_id = highest
+                    if dedup is not None and answer.counted:
+                        dedup.persisted(self.name, highest, position)
+                    receipts.append((answer.sequence_id, highest, position[0], position[1]))
+                if not self.closed:
+                    self.cnx.sender.send_receipts(self.producer_id, receipts)
+            finally:
+                self._settle(sum(answer.size for answer in answers), len(answers))
+        except Exception:
+            self.log.failure("answering a publish on {topic} failed", topic=self.topic.name)
 
-    def _settle(self, size):
-        """One publish answered (or failed): a close waiting for it may finish; the connection
-        counts it."""
-        self.pending -= 1
+    def add_failed(self, failure, answer) -> None:
+        """This publish failed: the error (or none, ``_failed``), then settling."""
+        try:
+            try:
+                self._failed(failure, answer.sequence_id)
+            finally:
+                self._settle(answer.size)
+        except Exception:
+            self.log.failure("answering a publish on {topic} failed", topic=self.topic.name)
+
+    def _settle(self, size, count=1):
+        """``count`` publishes of ``size`` bytes in all answered (or failed): a close waiting for
+        them may finish; the connection counts them."""
+        self.pending -= count
         if self.closing and not self.pending:
             self._finish_close()
-        self.cnx.publish_answered(size)
+        self.cnx.publish_answered(size, count)
 
-    def _is_duplicate(self, dedup, sequence_id, highest, counted=True) -> bool:
-        """Deduplication's verdict; a duplicate is answered here (``dedup`` module docstring).
-        ``counted``: False for a chunk that is not its message's last."""
-        if counted:
-            status = dedup.check(self.name, sequence_id, highest)
-        else:
-            status = dedup.check_chunk(self.name, sequence_id)
-        if status == dedup_states.NOT_DUP:
-            return False
+    def _answer_duplicate(self, status, sequence_id, highest) -> None:
+        """Answer a publish deduplication did not let through (``dedup`` module docstring)."""
         if status == dedup_states.DUP:
             # Pulsar's answer to a known duplicate: a receipt with message id -1:-1, nothing stored.
             self.cnx.sender.send_receipt(self.producer_id, sequence_id, highest, -1, -1)
@@ -200,17 +215,6 @@ class Producer:
             self.cnx.sender.send_send_error(
                 self.producer_id, sequence_id, api.PersistenceError,
                 "Cannot determine whether the message is a duplicate at this time")
-        return True
-
-    def _stored(self, position, sequence_id, highest, counted=True):
-        if highest > self.last_sequence_id:
-            self.last_sequence_id = highest
-        dedup = self.topic.dedup
-        if dedup is not None and counted:
-            dedup.persisted(self.name, highest, position)
-        if not self.closed:
-            self.cnx.sender.send_receipt(self.producer_id, sequence_id, highest,
-                                         position[0], position[1])
 
     def _failed(self, failure, sequence_id):
         if failure.check(ManagedLedgerTerminatedError):

@@ -6,7 +6,7 @@ transport. Each method builds the BaseCommand and writes one frame.
 
 from pulsar_twisted.net.handback import CoalescingWriter
 from pulsar_twisted.proto import PulsarApi_pb2 as api
-from pulsar_twisted.wire.frames import encode_command, encode_payload_command, encode_send_receipt
+from pulsar_twisted.wire.frames import encode_command, encode_payload_command, encode_send_receipts
 
 T = api.BaseCommand
 
@@ -110,9 +110,13 @@ class CommandSender:
 
     def send_receipt(self, producer_id: int, sequence_id: int, highest_sequence_id: int,
                      ledger_id: int, entry_id: int) -> None:
-        # Hand-encoded (the same bytes as the protobuf objects would give): one per message.
-        self._out.write(encode_send_receipt(producer_id, sequence_id, highest_sequence_id,
-                                            ledger_id, entry_id))
+        self.send_receipts(producer_id, ((sequence_id, highest_sequence_id, ledger_id, entry_id),))
+
+    def send_receipts(self, producer_id: int, receipts) -> None:
+        """SEND_RECEIPTs of one producer, ``(sequence_id, highest_sequence_id, ledger_id,
+        entry_id)`` each, in one write. Hand-encoded (the same bytes as the protobuf objects would
+        give): one per message."""
+        self._out.write(encode_send_receipts(producer_id, receipts))
 
     def send_send_error(self, producer_id: int, sequence_id: int, error: int, message: str) -> None:
         self._write(T(type=T.SEND_ERROR, send_error=api.CommandSendError(

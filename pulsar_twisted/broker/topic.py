@@ -24,6 +24,7 @@ from pulsar_twisted.broker.storage_stats import LedgerWriteStats, StorageWriteSt
 from pulsar_twisted.broker.subscription import NonPersistentSubscription, PersistentSubscription
 from pulsar_twisted.common import errors
 from pulsar_twisted.common.position import EARLIEST, LATEST, Position
+from pulsar_twisted.common.waiters import tell_failed
 from pulsar_twisted.mledger.interfaces import ManagedLedgerFencedError
 from pulsar_twisted.mledger.ledger import ManagedLedgerTerminatedError
 from pulsar_twisted.proto import PulsarApi_pb2 as api
@@ -398,54 +399,64 @@ class PersistentTopic(TopicBase):
 
     # ---------------------------------------------------------------- publishing
     def publish(self, message: bytes, count: int):
-        """Store ``message``: Deferred firing with its Position (``publish_notify``'s order)."""
+        """Store ``message``: Deferred firing with its Position (``publish_all``'s order)."""
         d = defer.Deferred()
-        self.publish_notify(message, count, d)
+        self.publish_all((message,), (count,), _DEFERREDS, (d,))
         return d
 
-    def publish_notify(self, message: bytes, count: int, waiter) -> None:
-        """``publish`` without a Deferred per message: ``waiter.callback(position)`` or
-        ``waiter.errback(failure)`` (a refusal at once), after the topic's own bookkeeping."""
-        if self.closed:
-            waiter.errback(Failure(errors.ServiceNotReady(f"Topic {self.name} is being unloaded")))
-            return
-        if self.fenced:
-            waiter.errback(Failure(TopicFencedError(f"Topic {self.name} is fenced after a write failure")))
-            return
-        if self.publish_limiter is not None:
-            self.publish_limiter.published(count, len(message))
-        self.pending_adds += 1
-        if self.pending_adds == self.max_pending_adds:
+    def publish_all(self, messages, counts, publisher, ctxs) -> None:
+        """Store ``messages`` (a producer's publishes of one read), in order, each with the
+        message count and the ctx at the same place of ``counts`` and ``ctxs``: after the topic's
+        own bookkeeping, ``publisher.adds_complete(positions, ctxs)`` for those stored together
+        and ``publisher.add_failed(failure, ctx)`` for each that failed (a refusal at once):
+        ``common.waiters``, with a ctx each. The managed ledger gets them in one call; when it
+        takes only the first ones (one failed at once: ``add_entries_notify``), the others are
+        published again, after this topic's own answer to that failure (a fenced topic refuses
+        them), as they would have been one at a time."""
+        while messages:
+            if self.closed:
+                refusal = errors.ServiceNotReady(f"Topic {self.name} is being unloaded")
+            elif self.fenced:
+                refusal = TopicFencedError(f"Topic {self.name} is fenced after a write failure")
+            else:
+                refusal = None
+            if refusal is not None:
+                for ctx in ctxs:
+                    tell_failed(publisher, ctx, Failure(refusal))
+                return
+            taken = self._add_all(messages, counts, publisher, ctxs)
+            messages, counts, ctxs = messages[taken:], counts[taken:], ctxs[taken:]
+
+    def _add_all(self, messages, counts, publisher, ctxs) -> int:
+        """Store ``messages``; how many the managed ledger took (the first ones)."""
+        before = self.pending_adds
+        self.pending_adds = before + len(messages)
+        if before < self.max_pending_adds <= self.pending_adds:
             self._throttle_producers()
-        notify = getattr(self.ledger, "add_entry_notify", None)
-        if notify is not None and self.counters._storage is None:
-            # The managed ledger's counters record the write (nothing per add to keep here): the
-            # topic is the add's callback and the publisher's waiter its ctx (Pulsar's
+        add_all = getattr(self.ledger, "add_entries_notify", None)
+        if add_all is not None and self.counters._storage is None:
+            # The managed ledger's counters record the writes (nothing per add to keep here): one
+            # small _Publish is the adds' callback, each publisher's ctx theirs (Pulsar's
             # PersistentTopic.addComplete(position, publishContext)); no object per add.
-            notify(message, self, waiter)
-            return
-        add = _TopicAdd(self, waiter, self.clock.seconds(), len(message))
-        if notify is not None:
-            notify(message, add)
+            taken = add_all(messages, _Publish(self, publisher), ctxs)
         else:
-            self.ledger.add_entry(message).addCallbacks(add.callback, add.errback)
-
-    # The managed ledger's AddEntryCallback (``add_entry_notify`` with a ctx): ``waiter`` is the
-    # publisher's, called as ``_TopicAdd`` calls it.
-    def add_complete(self, position, waiter) -> None:
-        try:
-            self._add_finished(position)
-        except Exception:
-            waiter.errback(Failure())
-            return
-        waiter.callback(position)
-
-    def add_failed(self, failure, waiter) -> None:
-        try:
-            result = self._add_finished(failure)
-        except Exception:
-            result = Failure()
-        waiter.errback(result)
+            taken = 0
+            notify = getattr(self.ledger, "add_entry_notify", None)
+            for message, ctx in zip(messages, ctxs):
+                taken += 1
+                add = _TopicAdd(self, publisher, ctx, self.clock.seconds(), len(message))
+                if notify is not None:
+                    notify(message, add)
+                else:
+                    self.ledger.add_entry(message).addCallbacks(add.callback, add.errback)
+                if self.closed or self.fenced:
+                    break   # it failed at once: the next ones are refused (publish_all)
+        if taken < len(messages):
+            self._adds_over(len(messages) - taken)
+        if self.publish_limiter is not None:
+            for message, count in zip(messages[:taken], counts[:taken]):
+                self.publish_limiter.published(count, len(message))
+        return taken
 
     def _add_done(self, result, started, size):
         """One callback per publish: throttling, fencing, and (on success) the storage counters."""
@@ -456,10 +467,10 @@ class PersistentTopic(TopicBase):
 
     def _add_finished(self, result):
         """``_add_done`` but the storage counters (the managed ledger's counters record them)."""
-        self.pending_adds -= 1
-        if self._throttled and self.pending_adds <= self.max_pending_adds // 2:
-            self._unthrottle_producers()
         if isinstance(result, Failure):
+            self.pending_adds -= 1
+            if self._throttled and self.pending_adds <= self.max_pending_adds // 2:
+                self._unthrottle_producers()
             if result.check(ManagedLedgerFencedError):
                 self._ledger_fenced(self.ledger)
             elif not result.check(ManagedLedgerTerminatedError):
@@ -467,9 +478,17 @@ class PersistentTopic(TopicBase):
             if self.fenced and not self.pending_adds:
                 self._schedule_unfence()
             return result
+        self._adds_over(1)
+        return result
+
+    def _adds_over(self, count: int) -> None:
+        """``count`` adds are no longer pending (done, or not made after all): resume the
+        producers below half the limit; a fenced topic unfences once none is left."""
+        self.pending_adds -= count
+        if self._throttled and self.pending_adds <= self.max_pending_adds // 2:
+            self._unthrottle_producers()
         if self.fenced and not self.pending_adds:
             self._schedule_unfence()
-        return result
 
     # ---------------------------------------------------------------- write failures
     def fence(self, reason: str) -> None:
@@ -660,26 +679,50 @@ class PersistentTopic(TopicBase):
         return stats
 
 
-class _TopicAdd:
-    """One publish's add, as the managed ledger's waiter: the topic's bookkeeping
-    (``PersistentTopic._add_done``), then the publisher's waiter, as two Deferred callbacks would."""
+class _Publish:
+    """The managed ledger's waiter for the adds of one ``publish_all`` (their ctxs are the
+    publisher's): the topic's bookkeeping, then the publisher."""
 
-    __slots__ = ("topic", "waiter", "started", "size")
+    __slots__ = ("topic", "publisher")
 
-    def __init__(self, topic, waiter, started, size):
+    def __init__(self, topic, publisher):
         self.topic = topic
-        self.waiter = waiter
+        self.publisher = publisher
+
+    def adds_complete(self, positions, ctxs):
+        try:
+            self.topic._adds_over(len(positions))
+        except Exception:
+            failure = Failure()
+            for ctx in ctxs:
+                tell_failed(self.publisher, ctx, failure)
+            return
+        self.publisher.adds_complete(positions, ctxs)
+
+    def add_failed(self, failure, ctx):
+        try:
+            result = self.topic._add_finished(failure)
+        except Exception:
+            result = Failure()
+        self.publisher.add_failed(result, ctx)
+
+
+class _TopicAdd:
+    """One publish's add, as the managed ledger's waiter where ``_Publish`` cannot be (a ledger
+    keeping no counters): the topic's bookkeeping (``PersistentTopic._add_done``), then the
+    publisher, as two Deferred callbacks would."""
+
+    __slots__ = ("topic", "publisher", "ctx", "started", "size")
+
+    def __init__(self, topic, publisher, ctx, started, size):
+        self.topic = topic
+        self.publisher = publisher
+        self.ctx = ctx
         self.started = started
         self.size = size
 
     def callback(self, position):
-        # _then, written out for the stored case (once per message)
-        try:
-            result = self.topic._add_done(position, self.started, self.size)
-        except Exception:
-            self.waiter.errback(Failure())
-            return
-        self.waiter.callback(result)
+        self._then(position)
 
     def errback(self, failure):
         self._then(failure)
@@ -690,9 +733,25 @@ class _TopicAdd:
         except Exception:
             result = Failure()
         if isinstance(result, Failure):
-            self.waiter.errback(result)
+            tell_failed(self.publisher, self.ctx, result)
         else:
-            self.waiter.callback(result)
+            self.publisher.adds_complete((result,), (self.ctx,))
+
+
+class _Deferreds:
+    """``publish``'s publisher: each ctx is the Deferred of one publish."""
+
+    @staticmethod
+    def adds_complete(positions, ds):
+        for position, d in zip(positions, ds):
+            d.callback(position)
+
+    @staticmethod
+    def add_failed(failure, d):
+        d.errback(failure)
+
+
+_DEFERREDS = _Deferreds()
 
 
 class NonPersistentTopic(TopicBase):

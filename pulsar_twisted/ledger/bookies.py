@@ -69,26 +69,42 @@ class LocalBookieClient:
 
     def add_entry_notify(self, waiter, bookie_id, ledger_id, entry_id, master_key, packed,
                          recovery_add=False):
-        """``add_entry`` without a Deferred per entry (the in-process hot path): ``waiter.callback(None)``
-        once durable, or ``waiter.errback(failure)``, exactly when the Deferred would fire. Storage
-        that takes a waiter itself (``accepts_add_waiter``: ``BookieStorage``) gets it; for other
-        objects the Deferred they return is forwarded to it."""
+        """``add_entry`` without a Deferred per entry: ``waiter.callback(None)`` once durable, or
+        ``waiter.errback(failure)``, exactly when the Deferred would fire (``add_entries_notify``
+        of one entry)."""
+        self.add_entries_notify(waiter, bookie_id, ledger_id, master_key, ((entry_id, packed),),
+                                recovery_add)
+
+    def add_entries_notify(self, waiter, bookie_id, ledger_id, master_key, entries,
+                           recovery_add=False):
+        """Store packed entries ``(entry_id, packed)`` of one ledger on one bookie (the in-process
+        hot path: a ledger handle's adds of one read, in entry order): ``waiter.callback(None)``
+        once all are durable, ``waiter.errback(failure)`` once otherwise, with no Deferred per
+        entry. Storage that takes a batch itself (``accepts_add_waiter``: ``BookieStorage``) gets
+        it whole; other objects get one ``add_entry`` each, whose Deferreds are gathered."""
         try:
             bookie = self.bookies.get(bookie_id)
             if bookie is None:
                 bookie = self._bookie(bookie_id)     # raises BookieUnavailableError
-            if len(packed) < HEADER_SIZE:
-                raise ValueError(f"entry body of {len(packed)} bytes is shorter than the entry header")
-            lac = packed_lac(packed)
+            for _, packed in entries:
+                if len(packed) < HEADER_SIZE:
+                    # As the TCP bookie answers it (BAD_REQUEST), not as a struct error from packed_lac.
+                    raise ValueError(f"entry body of {len(packed)} bytes is shorter than the entry header")
+            # The bookie keeps the LAC the writer piggybacked, for read_lac; it stores the packed
+            # bytes as they are and never re-encodes them.
             if getattr(bookie, "accepts_add_waiter", False):
-                bookie.add_entry(ledger_id, entry_id, packed, master_key, lac,
-                                 recovery_add=recovery_add, waiter=waiter)
+                bookie.add_entries(ledger_id, [(entry_id, packed, packed_lac(packed))
+                                               for entry_id, packed in entries],
+                                   master_key, waiter, recovery_add=recovery_add)
                 return
-            d = bookie.add_entry(ledger_id, entry_id, packed, master_key, lac=lac,
-                                 recovery_add=recovery_add)
+            d = defer.gatherResults(
+                [bookie.add_entry(ledger_id, entry_id, packed, master_key, lac=packed_lac(packed),
+                                  recovery_add=recovery_add) for entry_id, packed in entries],
+                consumeErrors=True)
+            d.addErrback(lambda f: f.value.subFailure)
         except Exception:
             d = defer.fail()
-        d.addCallbacks(waiter.callback, waiter.errback)
+        d.addCallbacks(lambda _: waiter.callback(None), waiter.errback)
 
     def read_entry(self, bookie_id, ledger_id, entry_id, fence=False, master_key=b""):
         try:

@@ -8,7 +8,9 @@ Writer state machine (``WriterState``)::
       +--fenced / not enough bookies / unauthorized / metadata failure--> ERRORED --close()--> CLOSED
 
 Adds are the hot path: each is one small ``_PendingAdd`` (packed bytes, precomputed write set, an
-ack bitmask over ensemble indices) and plain Deferred callbacks per bookie; no coroutine and no
+ack bitmask over ensemble indices); the adds of one ``add_entries_notify`` go to each bookie in one
+request answered to one ``_BookieAck`` (in-process client; a TCP client gets a Deferred per copy),
+and those completing together are told to their waiter in one call; no coroutine and no
 timer per entry (add timeouts are checked by one periodic check per handle while adds are in flight,
 queued on the client's ``AddTimeouts``: one reactor call for all the handles of a client). An add's Deferred fires
 when it has ``Qa`` acks *and* every earlier add has fired, so completions and the LAC advance in
@@ -36,6 +38,7 @@ from zope.interface import implementer
 from pulsar_twisted.common.bk_errors import (
     BKException, BookieReadOnlyError, BookieUnavailableError, DigestMismatchError, LedgerClosedError,
     LedgerFencedError, NoSuchEntryError, NoSuchLedgerError, UnauthorizedAccessError)
+from pulsar_twisted.common.waiters import tell_done, tell_failed
 from pulsar_twisted.ledger.interfaces import ILedgerHandle, LedgerEntry
 from pulsar_twisted.resources.ledgers import LedgerMetadata, LedgerState
 from pulsar_twisted.ledger.quorum import DistributionSchedule
@@ -402,53 +405,42 @@ class WriterState(enum.Enum):
 
 
 class _PendingAdd:
-    """One add in flight. With an ``IBookieClient`` that takes waiters (``add_entry_notify``: the
-    in-process client) it is also the waiter of its first copy (``index``, ``bookie``): the usual
-    ensemble of one costs no object per copy; the other copies, and every re-send after an
-    ensemble change, answer to a ``_BookieAck``."""
+    """One add in flight: ``deferred`` is its waiter (None once settled), with its ``ctx``
+    (``add_entries_notify``)."""
 
-    __slots__ = ("entry_id", "packed", "length", "deferred", "write_set", "acked", "ack_count",
-                 "sent_at", "handle", "index", "bookie")
+    __slots__ = ("entry_id", "packed", "length", "deferred", "ctx", "write_set", "acked",
+                 "ack_count", "sent_at")
 
-    def __init__(self, entry_id, packed, length, deferred, write_set, sent_at, handle=None):
+    def __init__(self, entry_id, packed, length, deferred, ctx, write_set, sent_at):
         self.entry_id = entry_id
         self.packed = packed
         self.length = length
         self.deferred = deferred
+        self.ctx = ctx
         self.write_set = write_set
         self.acked = 0          # bitmask over ensemble indices
         self.ack_count = 0
         self.sent_at = sent_at
-        self.handle = handle
-        self.index = -1
-        self.bookie = None
-
-    # As the waiter of the first copy's ``add_entry_notify`` (see _BookieAck).
-    def callback(self, result):
-        self.handle._add_ok(result, self, self.index, self.bookie)
-
-    def errback(self, failure):
-        self.handle._add_failed(failure, self, self.index, self.bookie)
 
 
 class _BookieAck:
-    """One bookie's answer to one add, for ``IBookieClient`` implementations with
-    ``add_entry_notify`` (the in-process client): the ``callback`` / ``errback`` a Deferred would
-    have run, without a Deferred."""
+    """One bookie's answer to adds sent to it together, for ``IBookieClient`` implementations with
+    ``add_entries_notify`` (the in-process client): the ``callback`` / ``errback`` a Deferred per
+    add would have run, once for them all (storage stores or refuses such a batch whole)."""
 
-    __slots__ = ("handle", "op", "index", "bookie")
+    __slots__ = ("handle", "ops", "index", "bookie")
 
-    def __init__(self, handle, op, index, bookie):
+    def __init__(self, handle, ops, index, bookie):
         self.handle = handle
-        self.op = op
+        self.ops = ops
         self.index = index
         self.bookie = bookie
 
     def callback(self, result):
-        self.handle._add_ok(result, self.op, self.index, self.bookie)
+        self.handle._adds_ok(self.ops, self.index, self.bookie)
 
     def errback(self, failure):
-        self.handle._add_failed(failure, self.op, self.index, self.bookie)
+        self.handle._add_failed(failure, self.ops[0], self.index, self.bookie)
 
 
 @implementer(ILedgerHandle)
@@ -509,30 +501,39 @@ class LedgerHandle(_BaseHandle):
 
     def add_entry_notify(self, data, waiter) -> None:
         """``add_entry`` without a Deferred: ``waiter.callback(entry_id)`` or ``waiter.errback(failure)``
-        is called when the Deferred would fire (a refusal at once), in the same order (the managed
-        ledger's hot path: its AddOp is the waiter). ``waiter``: a Deferred, or any object with its
-        ``callback`` / ``errback``."""
+        is called when the Deferred would fire (a refusal at once), in the same order. ``waiter``: a
+        Deferred, or any object with its ``callback`` / ``errback``."""
+        self.add_entries_notify((data,), waiter, (None,))
+
+    def add_entries_notify(self, datas, waiter, ctxs) -> None:
+        """Add each of ``datas`` with the ctx at the same place of ``ctxs``, in order (the managed
+        ledger's hot path: the adds of one read). With a ctx (not None), ``waiter.adds_complete(
+        entry_ids, ctxs)`` once for the adds completing together (in entry order), or
+        ``waiter.add_failed(failure, ctx)`` for each failure (a refusal at once); with None,
+        ``waiter.callback(entry_id)`` / ``waiter.errback(failure)`` (``add_entry_notify``). Each
+        bookie gets the entries of its write sets in one request when the bookie client takes
+        them so (``add_entries_notify``: the in-process client)."""
         if self.state is not WriterState.OPEN:
-            waiter.errback(Failure(self._refusal()))
+            for ctx in ctxs:
+                tell_failed(waiter, ctx, Failure(self._refusal()))
             return
-        entry_id = self._next_entry_id
-        self._next_entry_id = entry_id + 1
-        self._pending_length += len(data)
         env = self._env
-        op = _PendingAdd(entry_id,
-                         pack_entry(self.ledger_id, entry_id, self._lac, self._pending_length, data),
-                         self._pending_length, waiter, self._schedule.write_set(entry_id),
-                         env.clock.seconds(), self)
+        now = env.clock.seconds()
+        write_set = self._schedule.write_set
+        ledger_id, lac = self.ledger_id, self._lac
+        entry_id, length = self._next_entry_id, self._pending_length
+        ops = []
+        for data, ctx in zip(datas, ctxs):
+            length += len(data)
+            ops.append(_PendingAdd(entry_id, pack_entry(ledger_id, entry_id, lac, length, data),
+                                   length, waiter, ctx, write_set(entry_id), now))
+            entry_id += 1
+        self._next_entry_id, self._pending_length = entry_id, length
         pending = self._pending
         if not pending:
             pending = self._pending = collections.deque()
-        pending.append(op)
-        failed = self._failed
-        first = True
-        for index in op.write_set:
-            if index not in failed:
-                self._send(op, index, first)
-                first = False
+        pending.extend(ops)
+        self._send_all(ops)
         if self._timeout_at is None and env.add_timeout:
             self._arm_timeout()
 
@@ -558,38 +559,70 @@ class LedgerHandle(_BaseHandle):
             return self._error
         return LedgerClosedError(f"ledger {self.ledger_id} is closed")
 
-    def _send(self, op, index, first=False):
-        """Send ``op`` to the bookie at ensemble ``index``; ``first``: its first copy's first send
-        (``op`` itself can then be the waiter; a re-send never is, so that a replaced bookie's
-        late answer stays recognisable as stale)."""
-        bookie = self._ensemble[index]
-        client = self._env.bookie_client
-        notify = getattr(client, "add_entry_notify", None)
-        if notify is not None:
-            # In-process bookies: their answer comes to the op or a small _BookieAck, no Deferred
-            # per copy.
-            if first:
-                op.index = index
-                op.bookie = bookie
-                waiter = op
-            else:
-                waiter = _BookieAck(self, op, index, bookie)
-            notify(waiter, bookie, self.ledger_id, op.entry_id, self._master_key, op.packed)
+    def _send_all(self, ops):
+        """Send new ``ops`` to the bookies of their write sets that are not failed: one request
+        per bookie for them all with a client taking batches, else one per copy."""
+        # (``self._failed`` is read at each send: a send refused at once marks its bookie failed.)
+        if getattr(self._env.bookie_client, "add_entries_notify", None) is None:
+            for op in ops:
+                for index in op.write_set:
+                    if index not in self._failed:
+                        self._send(op, index)
             return
-        d = client.add_entry(bookie, self.ledger_id, op.entry_id, self._master_key, op.packed)
+        schedule = self._schedule
+        if schedule.ensemble_size == schedule.write_quorum:     # one write set: every bookie, all
+            for index in ops[0].write_set:
+                if index not in self._failed:
+                    self._send_batch(ops, index)
+            return
+        by_index = {}       # striped write sets: each bookie gets its own share, in entry order
+        for op in ops:
+            for index in op.write_set:
+                by_index.setdefault(index, []).append(op)
+        for index, share in by_index.items():
+            if index not in self._failed:
+                self._send_batch(share, index)
+
+    def _send(self, op, index):
+        """Send ``op`` to the bookie at ensemble ``index`` (a first send, or a re-send after an
+        ensemble change)."""
+        if getattr(self._env.bookie_client, "add_entries_notify", None) is not None:
+            self._send_batch((op,), index)
+            return
+        bookie = self._ensemble[index]
+        d = self._env.bookie_client.add_entry(bookie, self.ledger_id, op.entry_id, self._master_key,
+                                              op.packed)
         d.addCallbacks(self._add_ok, self._add_failed, callbackArgs=(op, index, bookie),
                        errbackArgs=(op, index, bookie))
 
+    def _send_batch(self, ops, index):
+        """Send ``ops`` to the bookie at ensemble ``index`` in one request (in-process bookies:
+        their answer comes to a small _BookieAck, no Deferred per copy)."""
+        bookie = self._ensemble[index]
+        self._env.bookie_client.add_entries_notify(
+            _BookieAck(self, ops, index, bookie), bookie, self.ledger_id, self._master_key,
+            [(op.entry_id, op.packed) for op in ops])
+
     def _add_ok(self, _, op, index, bookie):
+        self._adds_ok((op,), index, bookie)
+
+    def _adds_ok(self, ops, index, bookie):
+        """The bookie at ensemble ``index`` stored ``ops``: count its acks, then complete what has
+        its quorum."""
         # Answers from a bookie replaced meanwhile, or for an add already settled, are stale.
-        if op.deferred is None or self._ensemble[index] != bookie:
+        if self._ensemble[index] != bookie:
             return
         bit = 1 << index
-        if op.acked & bit:
-            return
-        op.acked |= bit
-        op.ack_count += 1
-        if op.ack_count == self._ack_quorum:
+        quorum = self._ack_quorum
+        ready = False
+        for op in ops:
+            if op.deferred is None or op.acked & bit:
+                continue
+            op.acked |= bit
+            op.ack_count += 1
+            if op.ack_count == quorum:
+                ready = True
+        if ready:
             self._complete_ready()
 
     def _add_failed(self, failure, op, index, bookie):
@@ -626,18 +659,30 @@ class LedgerHandle(_BaseHandle):
             quorum = self._ack_quorum
             while (self._pending and self._pending[0].ack_count >= quorum
                    and not self._changing and self.state is not WriterState.ERRORED):
-                op = self._pending.popleft()
-                self._lac = op.entry_id
-                self._length = op.length
+                # The ready adds at the head are taken before their waiters hear (which may
+                # close this handle: it then finds them done).
+                pending, done = self._pending, []
+                while pending and pending[0].ack_count >= quorum:
+                    done.append(pending.popleft())
+                self._lac = done[-1].entry_id
+                self._length = done[-1].length
                 # op.packed stays: with local bookies an add can complete while the rest of
                 # its write set is still being sent.
-                d, op.deferred = op.deferred, None
-                d.callback(op.entry_id)
+                self._fire(done)
         finally:
             self._completing = False
         if not self._pending:
             self._pending = _NO_PENDING
             self._maybe_finish_close()
+
+    @staticmethod
+    def _fire(done):
+        """Tell the waiters of the completed ``done``, in order (``common.waiters``)."""
+        told = []
+        for op in done:
+            d, op.deferred = op.deferred, None
+            told.append((d, op.ctx, op.entry_id))
+        tell_done(told)
 
     def _fail_handle(self, error):
         """Move to ERRORED and fail every pending add, in order, with ``error``."""
@@ -650,7 +695,7 @@ class LedgerHandle(_BaseHandle):
         self._cancel_timeout()
         for op in pending:
             d, op.deferred = op.deferred, None
-            d.errback(Failure(error))
+            tell_failed(d, op.ctx, Failure(error))
         self._maybe_finish_close()
 
     # -- ensemble change -------------------------------------------------------------------------

@@ -71,16 +71,27 @@ class ManagedLedgerCounters:
         buckets[_SWITCH_FIRST + bisect_left(ADD_LATENCY_BOUNDS_MS, latency_ms)] += 1
 
     def add_done(self, result, started: float, size: int):
-        latency_ms = (self.clock.seconds() - started) * 1000.0
-        if latency_ms < 0.0:
-            latency_ms = 0.0    # a wall clock stepped back
-        self.add_succeed += 1
-        self.add_bytes += size
-        buckets = self._buckets
-        buckets[bisect_left(ADD_LATENCY_BOUNDS_MS, latency_ms)] += 1
-        self.add_latency_sum_ms += latency_ms
-        buckets[_SIZE_FIRST + bisect_left(ENTRY_SIZE_BOUNDS, size)] += 1
+        """One add of ``size`` bytes made at ``started`` succeeded (a Deferred callback returning
+        ``result``)."""
+        self.adds_done(((started, size),))
         return result
+
+    def adds_done(self, adds) -> None:
+        """Adds ``(started, size)`` succeeded now (the managed ledger's completions of one pass)."""
+        now = self.clock.seconds()
+        buckets = self._buckets
+        latency_sum = nbytes = 0
+        for started, size in adds:
+            latency_ms = (now - started) * 1000.0
+            if latency_ms < 0.0:
+                latency_ms = 0.0    # a wall clock stepped back
+            buckets[bisect_left(ADD_LATENCY_BOUNDS_MS, latency_ms)] += 1
+            buckets[_SIZE_FIRST + bisect_left(ENTRY_SIZE_BOUNDS, size)] += 1
+            latency_sum += latency_ms
+            nbytes += size
+        self.add_succeed += len(adds)
+        self.add_bytes += nbytes
+        self.add_latency_sum_ms += latency_sum
 
     def add_failed(self, failure):
         self.add_errors += 1

@@ -35,6 +35,7 @@ from zope.interface import implementer
 
 from pulsar_twisted.common.bk_errors import LedgerFencedError, NoSuchLedgerError
 from pulsar_twisted.common.position import EARLIEST, LATEST, Entry, Position
+from pulsar_twisted.common.waiters import tell_done, tell_failed
 from pulsar_twisted.metadata.interfaces import AlreadyExistsError, BadVersionError, NotFoundError
 from pulsar_twisted.mledger import formats
 from pulsar_twisted.mledger.cache import NO_ENTRY_CACHE, EntryCache
@@ -119,19 +120,6 @@ class LedgerInfo:
         self.timestamp = timestamp
 
 
-def _fail(waiter, ctx, failure):
-    """Fail an add's Deferred or waiter (``add_entry_notify``'s convention for ``ctx``); a waiter's
-    exception is logged, as a Deferred would keep it, so the managed ledger's own bookkeeping after
-    it still runs."""
-    try:
-        if ctx is None:
-            waiter.errback(failure)
-        else:
-            waiter.add_failed(failure, ctx)
-    except Exception:
-        log.failure("managed ledger: an add's completion callback failed")
-
-
 class AddOp:
     """One ``add_entry`` in flight: its bytes, the caller's Deferred and the ledger it went to."""
 
@@ -156,20 +144,30 @@ class AddOp:
     def failed(self, failure):
         self.ml._add_failed(self, failure)
 
-    # As the waiter of LedgerHandle.add_entry_notify (no Deferred per add): the handle's calls, with
-    # what a Deferred would do with an exception from them (log it) instead of letting it reach
-    # the handle's completion loop.
-    def callback(self, entry_id):
-        try:
-            self.ml._add_complete(self, entry_id)
-        except Exception:
-            log.failure("managed ledger {name}: completing an add failed", name=self.ml.name)
 
-    def errback(self, failure):
+class _HandleWaiter:
+    """The managed ledgers' waiter on their handles (``LedgerHandle.add_entries_notify``), each
+    add's AddOp its ctx: the handle's calls, with what a Deferred would do with an exception from
+    them (log it) instead of letting it reach the handle's completion loop. Stateless: one serves
+    every managed ledger (a handle's ops all belong to one)."""
+
+    @staticmethod
+    def adds_complete(entry_ids, ops):
+        ml = ops[0].ml
         try:
-            self.ml._add_failed(self, failure)
+            ml._adds_complete(ops, entry_ids)
         except Exception:
-            log.failure("managed ledger {name}: failing an add failed", name=self.ml.name)
+            log.failure("managed ledger {name}: completing adds failed", name=ml.name)
+
+    @staticmethod
+    def add_failed(failure, op):
+        try:
+            op.ml._add_failed(op, failure)
+        except Exception:
+            log.failure("managed ledger {name}: failing an add failed", name=op.ml.name)
+
+
+_HANDLE_WAITER = _HandleWaiter()
 
 
 @implementer(IManagedLedger)
@@ -192,7 +190,7 @@ class ManagedLedgerImpl:
         "_next_ledger", "_pending", "_queued", "_drain_waiters", "_read_handles",
         "_opening_handles", "_cache", "_meta_version", "_meta_writing", "_meta_waiters",
         "_trimming", "_trim_waiters", "_listeners", "_notify_call", "_throttle_listeners",
-        "_throttled", "_fenced_listeners", "_close_waiters",
+        "_throttled", "_fenced_listeners", "_close_waiters", "_handing",
         "__weakref__",
     )
 
@@ -255,6 +253,8 @@ class ManagedLedgerImpl:
         self._throttled = False
         self._fenced_listeners = ()
         self._close_waiters = None    # a close is in progress: [Deferred] fired when it is done
+        #: The AddOps being handed to their handle (``_hand_over``), else None.
+        self._handing = None
 
     # -- small helpers ---------------------------------------------------------------------
 
@@ -514,6 +514,12 @@ class ManagedLedgerImpl:
             self._queued = ()
 
     def _send(self, op: AddOp):
+        self._register(op)
+        self._hand_over([op])
+
+    def _register(self, op: AddOp):
+        """``op`` goes to the current ledger: count it (rolling over after the last entry of a
+        full ledger) and queue it as pending; ``_hand_over`` then sends it."""
         handle = self._current
         op.handle = handle
         sent = self._current_sent = self._current_sent + 1
@@ -524,11 +530,45 @@ class ManagedLedgerImpl:
         if not pending:
             pending = self._pending = deque()
         pending.append(op)
-        notify = getattr(handle, "add_entry_notify", None)
-        if notify is not None:
-            notify(op.data, op)
-        else:
-            handle.add_entry(op.data).addCallbacks(op.added, op.failed)
+
+    def _hand_over(self, ops):
+        """Send registered ``ops`` (one ledger's, in order) to their handle: in one call to a
+        handle that takes several (``add_entries_notify``), each AddOp its waiter. Returns None,
+        or, when one of them failed at once, how many after it were given back (``_give_back``)."""
+        handle = ops[0].handle
+        add = getattr(handle, "add_entries_notify", None)
+        # (A hand-over may start another: completing an add at once can roll over and send the
+        # queued adds to the next ledger.)
+        outer, self._handing = self._handing, ops
+        try:
+            if add is not None:
+                add([op.data for op in ops], _HANDLE_WAITER, ops)
+            else:
+                for op in ops:
+                    handle.add_entry(op.data).addCallbacks(op.added, op.failed)
+                    if self._handing is not ops:
+                        break
+        finally:
+            kept, self._handing = self._handing, outer
+        return None if kept is ops else len(ops) - len(kept)
+
+    def _give_back(self, op) -> None:
+        """``op`` failed while its hand-over was under way (its ledger refused it, or failed
+        while the hand-over was being sent): the adds handed over after it are taken back, as if
+        not made yet. One at a time they would have come after this failure and found this
+        managed ledger (and its caller) in the state it leaves; ``add_entries_notify`` returns
+        them untaken to its caller, who decides their fate again. The handle's answers for them
+        are ignored (``done``)."""
+        handing = self._handing
+        index = handing.index(op) + 1
+        later = handing[index:]
+        self._handing = handing[:index]
+        if not later:
+            return
+        for o in later:
+            o.done = True
+        given_back = set(map(id, later))
+        self._pending = deque(o for o in self._pending if id(o) not in given_back)
 
     def _nearly_full(self, op: AddOp, sent: int, most: int):
         """``_send``, from nine tenths of a full ledger (``most`` entries) on: make the next ledger
@@ -744,84 +784,133 @@ class ManagedLedgerImpl:
         from the waiter is logged, as a Deferred would keep it, and the other adds go on.
 
         With a ``ctx`` (not None), Pulsar's ``asyncAddEntry(data, callback, ctx)``:
-        ``waiter.add_complete(position, ctx)`` or ``waiter.add_failed(failure, ctx)`` instead, so one
-        waiter (the topic) serves every add and the caller needs no object of its own per add.
-        ``waiter`` may also be a Deferred (``add_entry``)."""
-        st = self._state
-        if st is State.LEDGER_OPENED:
-            op = AddOp(self, data, self.reactor.seconds(), waiter, ctx)
-            self._send(op)
-        else:
+        ``waiter.adds_complete(positions, ctxs)`` (for the adds completing together) or
+        ``waiter.add_failed(failure, ctx)`` instead (``common.waiters``), so one waiter (the
+        topic) serves every add and the caller needs no object of its own per add. ``waiter``
+        may also be a Deferred (``add_entry``)."""
+        self.add_entries_notify((data,), waiter, (ctx,))
+
+    def add_entries_notify(self, datas, waiter, ctxs) -> int:
+        """``add_entry_notify(data, waiter, ctx)`` for each of ``datas`` with the ctx at the same
+        place of ``ctxs``, in order (a topic's publishes of one read); what goes to the current
+        ledger goes to its handle in one call (``_hand_over``). Returns how many of ``datas``
+        (the first ones) it took: all, unless one failed at once (refused here, or by its ledger
+        while being handed over): it stops there, and the ones after it are not made
+        (``_give_back``), so that the caller, whose state the failure may have changed (a topic
+        fences itself on a failed write), decides their fate as it would have one at a time."""
+        now = self.reactor.seconds()
+        run = []            # registered AddOps of the current ledger, not yet handed over
+        run_handle = None   # the ledger they go to, and whether it takes several in one call
+        together = False
+        taken = 0
+        for data, ctx in zip(datas, ctxs):
+            taken += 1
+            st = self._state
+            if st is State.LEDGER_OPENED:
+                op = AddOp(self, data, now, waiter, ctx)
+                self._register(op)
+                if op.handle is not run_handle:
+                    run_handle = op.handle
+                    together = hasattr(run_handle, "add_entries_notify")
+                run.append(op)
+                if not together or self._state is not State.LEDGER_OPENED:
+                    # Handed over now: after this last entry of its ledger the next add waits
+                    # for the next ledger.
+                    given_back = self._hand_over(run)
+                    run, run_handle = [], None
+                    if given_back is not None:
+                        return self._added(taken - given_back)
+                continue
             error = self._check_writable()
             if error is not None:
                 self.counters.add_errors += 1
-                _fail(waiter, ctx, Failure(error))
-                return
-            op = AddOp(self, data, self.reactor.seconds(), waiter, ctx)
+                tell_failed(waiter, ctx, Failure(error))
+                return self._added(taken)
+            op = AddOp(self, data, now, waiter, ctx)
             if not self._queued:
                 self._queued = []
             self._queued.append(op)
             if st is State.LEDGER_CLOSED:
                 self._create_ledger()
+        if run:
+            taken -= self._hand_over(run) or 0
+        return self._added(taken)
+
+    def _added(self, taken: int) -> int:
+        """After adds: throttle the writers if too many are pending now; returns ``taken``."""
         if (not self._throttled and self._throttle_listeners
                 and len(self._pending) + len(self._queued) >= self.config.max_pending_adds):
             self._set_throttled(True)
         # The counters are updated by _add_complete / _fail_ops just before the Deferred fires
         # (no callback of their own on every add).
+        return taken
 
     def _add_complete(self, op: AddOp, entry_id: int):
-        if op.done:
-            return
-        op.done = True
+        self._adds_complete((op,), (entry_id,))
+
+    def _adds_complete(self, ops, entry_ids):
+        """``ops`` (of one ledger, in entry order) are stored as ``entry_ids``: the bookkeeping of
+        them all, then their waiters, in order, then the listeners and a rollover once."""
         pending = self._pending
-        if pending and pending[0] is op:
-            pending.popleft()
-        else:
-            pending.remove(op)
-        lid = op.handle.ledger_id
-        # Position(lid, entry_id) without NamedTuple's Python-level __new__ (once per entry)
-        pos = _tuple_new(Position, (lid, entry_id))
-        size = len(op.data)
-        info = self._ledgers.get(lid)
-        if info is not None:
-            info.entries = entry_id + 1
-            info.size += size
-        self._total_entries += 1
-        self._total_size += size
-        self._last_confirmed = pos
-        if self.cursors or self._non_durable:
-            # As Pulsar: an entry nobody may read soon is not cached (a topic with producers only
-            # would otherwise hold its last entries for good).
-            cache = self._cache
-            if cache is NO_ENTRY_CACHE:
-                cache = self._cache = EntryCache(self.config.cache_size_bytes,
-                                                 getattr(self.factory, "cache_budget", None))
-            cache.insert(pos, op.data)
+        done = []
+        timings = []     # (started, size) of each, for the counters
+        size_sum = 0
+        info = None
+        caching = self.cursors or self._non_durable
+        for op, entry_id in zip(ops, entry_ids):
+            if op.done:
+                continue
+            op.done = True
+            if pending and pending[0] is op:
+                pending.popleft()
+            else:
+                pending.remove(op)
+            lid = op.handle.ledger_id
+            if info is None or info.ledger_id != lid:
+                info = self._ledgers.get(lid)
+            # Position(lid, entry_id) without NamedTuple's Python-level __new__ (once per entry)
+            pos = _tuple_new(Position, (lid, entry_id))
+            size = len(op.data)
+            size_sum += size
+            if info is not None:
+                info.entries = entry_id + 1
+                info.size += size
+            if caching:
+                # As Pulsar: an entry nobody may read soon is not cached (a topic with producers
+                # only would otherwise hold its last entries for good).
+                cache = self._cache
+                if cache is NO_ENTRY_CACHE:
+                    cache = self._cache = EntryCache(self.config.cache_size_bytes,
+                                                     getattr(self.factory, "cache_budget", None))
+                cache.insert(pos, op.data)
+            timings.append((op.started, size))
+            done.append((op, pos))
+        if not done:
+            return
+        self.counters.adds_done(timings)
+        self._total_entries += len(done)
+        self._total_size += size_sum
+        self._last_confirmed = done[-1][1]
         if self._throttled and len(pending) + len(self._queued) <= self.config.max_pending_adds // 2:
             self._set_throttled(False)
-        self.counters.add_done(None, op.started, size)
         # Fire before rolling over: rolling may complete later adds synchronously, which
-        # must not overtake this one. (_fail's handling, inline for success: once per entry.)
-        try:
-            ctx = op.ctx
-            if ctx is None:
-                op.deferred.callback(pos)
-            else:
-                op.deferred.add_complete(pos, ctx)
-        except Exception:
-            log.failure("managed ledger: an add's completion callback failed")
+        # must not overtake these.
+        tell_done([(op.deferred, op.ctx, pos) for op, pos in done])
         if self._listeners:
             self._entries_added()
         if not pending:
             if self._pending is pending:
                 self._pending = ()   # an idle topic keeps no empty deque
             self._fire_drained()
-        if op.close_when_done and self._state is State.CLOSING_LEDGER and self._current is op.handle:
+        last = done[-1][0]
+        if last.close_when_done and self._state is State.CLOSING_LEDGER and self._current is last.handle:
             self._switch_ledger()
 
     def _add_failed(self, op: AddOp, failure):
         if op.done:
             return
+        if self._handing is not None and op in self._handing:
+            self._give_back(op)
         if failure.check(LedgerFencedError, NoSuchLedgerError):
             # Recovered (fenced) or deleted by a new owner: this instance must stop writing.
             log.warn("managed ledger {name}: ledger {lid} fenced by another owner ({err})",
@@ -857,7 +946,7 @@ class ManagedLedgerImpl:
         counters = self.counters
         for o in ops:
             counters.add_errors += 1
-            _fail(o.deferred, o.ctx, Failure(error))
+            tell_failed(o.deferred, o.ctx, Failure(error))
 
     def _set_fenced(self):
         """Another owner took over: no add, cursor write or metadata write from here on; pending

@@ -96,6 +96,16 @@ class FakeLedgerHandle:
             self._complete_one()
         return d
 
+    def add_entries_notify(self, datas, waiter, ctxs):
+        """The real handle's batch of adds (its conventions for ``waiter`` and ``ctxs``):
+        ``add_entry`` of each, its outcome told to the waiter one add at a time."""
+        for data, ctx in zip(datas, ctxs):
+            if ctx is None:
+                self.add_entry(data).addCallbacks(waiter.callback, waiter.errback)
+            else:
+                self.add_entry(data).addCallbacks(lambda entry_id, ctx=ctx: waiter.adds_complete([entry_id], [ctx]),
+                                                  waiter.add_failed, errbackArgs=(ctx,))
+
     def _complete_one(self):
         """Complete the oldest pending add (completions are in order by construction)."""
         if not self._pending:

@@ -87,8 +87,7 @@ def _varint(value: int, _small=_SMALL_VARINTS, _low=_LOW14_VARINTS) -> bytes:
 
 
 def encode_send_receipt(producer_id: int, sequence_id: int, highest_sequence_id: int,
-                        ledger_id: int, entry_id: int, _small=_SMALL_VARINTS, _varint=_varint,
-                        _pack=_HEADER.pack) -> bytes:
+                        ledger_id: int, entry_id: int) -> bytes:
     """
     The SEND_RECEIPT frame, byte for byte what protobuf serialises for ``BaseCommand(type=SEND_RECEIPT,
     send_receipt=CommandSendReceipt(producer_id, sequence_id, highest_sequence_id,
@@ -97,26 +96,39 @@ def encode_send_receipt(producer_id: int, sequence_id: int, highest_sequence_id:
     are taken modulo 2**64 (-1 is a duplicate's answer); ids outside uint64 raise ValueError, as
     protobuf does.
     """
-    if not (0 <= producer_id <= _U64_MAX and 0 <= sequence_id <= _U64_MAX
-            and 0 <= highest_sequence_id <= _U64_MAX):
-        raise ValueError(f"receipt ids out of uint64 range: {producer_id}, {sequence_id}, "
-                         f"{highest_sequence_id}")
-    # Ids under 2**14 (1-2 byte varints) come from a table; a receipt's highest id is usually
-    # its sequence id, encoded once.
-    pid = _small[producer_id] if producer_id < 0x4000 else _varint(producer_id)
-    seq = _small[sequence_id] if sequence_id < 0x4000 else _varint(sequence_id)
-    high = seq if highest_sequence_id == sequence_id else (
-        _small[highest_sequence_id] if highest_sequence_id < 0x4000 else _varint(highest_sequence_id))
-    # MessageIdData: ledgerId = 1, entryId = 2 (varints)
-    ledger_id &= _U64_MAX
-    entry_id &= _U64_MAX
-    mid = b"".join((b"\x08", _small[ledger_id] if ledger_id < 0x4000 else _varint(ledger_id),
-                    b"\x10", _small[entry_id] if entry_id < 0x4000 else _varint(entry_id)))
-    # CommandSendReceipt: producer_id = 1, sequence_id = 2, message_id = 3, highest_sequence_id = 4.
-    # Each part is at most 57 bytes, so every length is one varint byte.
-    size = len(pid) + len(seq) + len(mid) + len(high) + 5
-    return b"".join((_pack(size + 8, size + 4), _RECEIPT_PREFIX, _small[size], b"\x08", pid, b"\x10", seq,
-                     b"\x1a", _small[len(mid)], mid, b"\x20", high))
+    return encode_send_receipts(producer_id, ((sequence_id, highest_sequence_id, ledger_id, entry_id),))
+
+
+def encode_send_receipts(producer_id: int, receipts, _small=_SMALL_VARINTS, _varint=_varint,
+                         _pack=_HEADER.pack) -> bytes:
+    """``encode_send_receipt`` of one producer's ``receipts``, ``(sequence_id, highest_sequence_id,
+    ledger_id, entry_id)`` each, the frames one after the other (joined once)."""
+    if not 0 <= producer_id <= _U64_MAX:
+        raise ValueError(f"receipt producer id out of uint64 range: {producer_id}")
+    # CommandSendReceipt: producer_id = 1, sequence_id = 2, message_id = 3, highest_sequence_id = 4;
+    # MessageIdData: ledgerId = 1, entryId = 2 (varints). Ids under 2**14 (1-2 byte varints) come
+    # from a table; a receipt's highest id is usually its sequence id, encoded once. Each part is
+    # at most 57 bytes, so every length is one varint byte.
+    pid = b"".join((b"\x08", _small[producer_id] if producer_id < 0x4000 else _varint(producer_id),
+                    b"\x10"))
+    fixed = len(pid) + 3      # pid, then the tags of message_id and highest, and message_id's length
+    parts = []
+    for sequence_id, highest_sequence_id, ledger_id, entry_id in receipts:
+        if not (0 <= sequence_id <= _U64_MAX and 0 <= highest_sequence_id <= _U64_MAX):
+            raise ValueError(f"receipt ids out of uint64 range: {producer_id}, {sequence_id}, "
+                             f"{highest_sequence_id}")
+        seq = _small[sequence_id] if sequence_id < 0x4000 else _varint(sequence_id)
+        high = seq if highest_sequence_id == sequence_id else (
+            _small[highest_sequence_id] if highest_sequence_id < 0x4000 else _varint(highest_sequence_id))
+        ledger_id &= _U64_MAX
+        entry_id &= _U64_MAX
+        lid = _small[ledger_id] if ledger_id < 0x4000 else _varint(ledger_id)
+        eid = _small[entry_id] if entry_id < 0x4000 else _varint(entry_id)
+        mid = len(lid) + len(eid) + 2
+        size = fixed + len(seq) + mid + len(high)
+        parts += (_pack(size + 8, size + 4), _RECEIPT_PREFIX, _small[size], pid, seq, b"\x1a",
+                  _small[mid], b"\x08", lid, b"\x10", eid, b"\x20", high)
+    return b"".join(parts)
 
 
 def encode_payload_command(command: api.BaseCommand, message: bytes) -> bytes:
@@ -229,25 +241,31 @@ class FrameDecoder:
         limit = self.max_frame_size
         append = frames.append
         parse = _BaseCommand.FromString
-        # decode_frame_body, inline: this loop runs once per received frame.
-        while end - offset >= 8:
-            total, cmd_size = _header(buf, offset)
-            if total > limit:
-                raise TooLongFrame(total, limit)
-            if end - offset - 4 < total:
-                break
-            if total < 4:
-                raise FrameError(f"frame of {total} bytes is too short for a command")
-            if cmd_size > total - 4 or cmd_size == 0:
-                raise FrameError(f"command size {cmd_size} does not fit a frame of {total} bytes")
-            cmd_start = offset + 8
-            cmd_end = cmd_start + cmd_size
-            offset += 4 + total
-            try:
-                command = parse(bytes(buf[cmd_start:cmd_end]))
-            except Exception as e:
-                raise FrameError(f"command does not decode: {e}") from e
-            append((command, bytes(buf[cmd_end:offset]) if cmd_end < offset else None))
+        # decode_frame_body, inline: this loop runs once per received frame. Slices of a view
+        # copy once (a bytearray's slice, then bytes of it, would copy twice); the view is
+        # released before the buffer is trimmed.
+        view = memoryview(buf)
+        try:
+            while end - offset >= 8:
+                total, cmd_size = _header(buf, offset)
+                if total > limit:
+                    raise TooLongFrame(total, limit)
+                if end - offset - 4 < total:
+                    break
+                if total < 4:
+                    raise FrameError(f"frame of {total} bytes is too short for a command")
+                if cmd_size > total - 4 or cmd_size == 0:
+                    raise FrameError(f"command size {cmd_size} does not fit a frame of {total} bytes")
+                cmd_start = offset + 8
+                cmd_end = cmd_start + cmd_size
+                offset += 4 + total
+                try:
+                    command = parse(view[cmd_start:cmd_end])
+                except Exception as e:
+                    raise FrameError(f"command does not decode: {e}") from e
+                append((command, view[cmd_end:offset].tobytes() if cmd_end < offset else None))
+        finally:
+            view.release()
         if end - offset >= 4:
             # A frame whose header is not all here yet may already announce too much (or be too
             # short to hold the command size: that waits for its bytes, then fails above).

@@ -191,7 +191,7 @@ class JournalWriterTests(unittest.TestCase):
         self.addCleanup(os.close, journal._fd)
         r = key_record(1)
         fired = []
-        groups = [[((r,), len(r), defer.Deferred().addCallback(lambda _, i=i: fired.append(i)), 0.0)]
+        groups = [[((r,), len(r), defer.Deferred().addCallback(lambda _, i=i: fired.append(i)), 0.0, 1)]
                   for i in range(3)]
         for group in groups:
             journal._write_group(group)
@@ -200,7 +200,7 @@ class JournalWriterTests(unittest.TestCase):
         f(*args)
         self.assertEqual(fired, [0, 1, 2])
         self.assertEqual((journal.groups, journal.records), (3, 3))
-        journal._write_group([((r,), len(r), defer.Deferred(), 0.0)])
+        journal._write_group([((r,), len(r), defer.Deferred(), 0.0, 1)])
         self.assertEqual(len(fake.calls), 1)
 
     @defer.inlineCallbacks
@@ -391,6 +391,23 @@ class TurnWriteTests(unittest.TestCase):
         j._write_group(j._take_all())
         j._reactor.run_thread_calls()
         self.assertEqual(fired, list(range(Journal.TURN_MAX_RECORDS + 1)))
+
+    def test_records_of_one_append_count_toward_a_large_turn(self):
+        """An append holding several records (a batch of adds) counts each toward
+        TURN_MAX_RECORDS: over it, the turn goes to the writer thread as well."""
+        j = self.journal()
+        r = key_record(1)
+        n = Journal.TURN_MAX_RECORDS + 1
+        fired = []
+        j.append((r,) * n, len(r) * n, records=n).addCallback(fired.append)
+        j._reactor.advance(0)
+        self.assertEqual((fired, self.syncs, len(j._queue)), ([], [], 1))
+        j._write_group(j._take_all())
+        j._reactor.run_thread_calls()
+        self.assertEqual((fired, j.records), ([None], n))
+        os.close(j._fd)
+        j._fd = -1
+        self.assertEqual(len(replay_journal(self.dir).records), n)
 
     def test_a_small_turn_queues_behind_a_busy_thread(self):
         """While the thread holds a group, a small turn goes behind it (never written first)."""

@@ -11,6 +11,7 @@ from pulsar_twisted.bookie import formats
 from pulsar_twisted.bookie import storage as bookie_storage
 from pulsar_twisted.bookie.storage import BookieStorage
 from pulsar_twisted.common.threads import GIL_YIELD_EVERY
+from pulsar_twisted.testing.patching import patch_method
 from pulsar_twisted.common.bk_errors import (
     BookieReadOnlyError, DigestMismatchError, LedgerFencedError, NoSuchEntryError, NoSuchLedgerError,
     UnauthorizedAccessError)
@@ -593,3 +594,43 @@ class AddWaiterTests(StorageTestBase):
         self.assertEqual(got[1:], [("fenced", LedgerFencedError), ("key", UnauthorizedAccessError)])
         self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
         yield self.assertFailure(storage.add_entry(7, 2, b"z", KEY, 1), LedgerFencedError)
+
+    @defer.inlineCallbacks
+    def test_batch_stored_as_one_journal_append(self):
+        """``add_entries`` stores every entry (readable at once, the highest LAC kept) and makes
+        one journal append for them: one waiter call once all are durable, the journal counting
+        each record."""
+        storage = yield self.open()
+        yield storage.add_entry(3, 0, self.data(3, 0), KEY)
+        journal = storage._journal
+        appends, real = [], journal.append
+        patch_method(self, journal, "append", lambda *a: appends.append(a[2:]) or real(*a))
+        got = []
+        d = defer.Deferred().addCallback(got.append)
+        entries = [(i, self.data(3, i), i - 1) for i in range(1, 6)]
+        records = journal.records
+        self.assertIsNone(storage.add_entries(3, entries, KEY, d))
+        yield self.assert_entries(storage, 3, range(6))
+        self.assertEqual(storage.read_lac(3), 4)
+        self.assertEqual(appends, [(d, 5)])
+        yield d
+        self.assertEqual(got, [None])
+        self.assertEqual(journal.records - records, 5)
+        self.assertEqual(storage.stats()["adds"], 6)
+        self.assertEqual(storage.stats()["add_bytes"], 600)
+
+    @defer.inlineCallbacks
+    def test_batch_refused_whole(self):
+        """Every check of ``add_entries`` is about the ledger: a refused batch stores nothing and
+        fails its waiter once, at once."""
+        storage = yield self.open()
+        yield storage.add_entry(4, 0, b"a", KEY)
+        failures = []
+        waiter = defer.Deferred().addErrback(lambda f: failures.append(f.type))
+        storage.add_entries(4, [(1, b"b", 0), (2, b"c", 1)], b"other key", waiter)
+        self.assertEqual(failures, [UnauthorizedAccessError])
+        yield self.assertFailure(storage.read_entry(4, 1), NoSuchEntryError)
+        storage.add_entries(4, [(1, b"b", 0), (-1, b"c", 1)], KEY, defer.Deferred().addErrback(
+            lambda f: failures.append(f.type)))
+        self.assertEqual(failures, [UnauthorizedAccessError, ValueError])
+        yield self.assertFailure(storage.read_entry(4, 1), NoSuchEntryError)

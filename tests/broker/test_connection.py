@@ -6,6 +6,7 @@ from twisted.internet import defer
 from twisted.trial import unittest
 
 from pulsar_twisted.broker.cnx import ConnectionState
+from pulsar_twisted.common.position import Position
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.testing.broker import BrokerHarness
 from pulsar_twisted.testing.patching import patch_method
@@ -201,26 +202,68 @@ class SendFastPathTests(unittest.TestCase):
         self.assertEqual(c.commands(), [])
 
     def test_error_in_send_answered_and_connection_kept(self):
-        """An exception while handling a SEND is logged and answered with ERROR; the next SEND of
-        the same read is still handled."""
+        """An exception while handing a read's SENDs to their producer is logged and answered with
+        ERROR; the connection stays, and the SENDs of the next read are handled."""
         cnx = self.client.protocol
         producer = cnx.producers[1]
-        real, calls = producer.publish_message, []
+        real, calls = producer.publish_messages, []
 
-        def once_broken(*args):
-            calls.append(args[0])
+        def once_broken(sends):
+            calls.append(sends)
             if len(calls) == 1:
                 raise RuntimeError("boom")
-            real(*args)
+            real(sends)
 
-        patch_method(self, producer, "publish_message", once_broken)
+        patch_method(self, producer, "publish_messages", once_broken)
         self.client.send_raw(self.send_frames(2))
+        self.client.send_raw(self.send_frames(1, first=2))
         replies = self.client.commands()
         self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
+        self.assertEqual([len(sends) for sends in calls], [2, 1])
         self.assertEqual([c.type for c in replies], [T.ERROR, T.SEND_RECEIPT])
         self.assertEqual(replies[0].error.error, api.UnknownError)
-        self.assertEqual(replies[1].send_receipt.sequence_id, 1)
+        self.assertEqual(replies[1].send_receipt.sequence_id, 2)
         self.assertFalse(self.client.transport.disconnecting)
+
+    def test_sends_of_one_read_handed_over_together(self):
+        """Consecutive SENDs of one producer in one read reach it in one ``publish_messages``
+        call; another command between them splits the run, and commands keep their order."""
+        producer = self.client.protocol.producers[1]
+        real, calls = producer.publish_messages, []
+
+        def recording(sends):
+            calls.append([send[0] for send in sends])
+            real(sends)
+
+        patch_method(self, producer, "publish_messages", recording)
+        ping = frames.encode_command(T(type=T.PING, ping=api.CommandPing()))
+        self.client.send_raw(self.send_frames(3) + ping + self.send_frames(2, first=3))
+        self.assertEqual(calls, [[0, 1, 2], [3, 4]])
+        # (This harness's storage answers at once: the first run's receipts precede the PONG.)
+        replies = self.client.commands()
+        self.assertEqual([c.type for c in replies], [T.SEND_RECEIPT] * 3 + [T.PONG] + [T.SEND_RECEIPT] * 2)
+        self.assertEqual([c.send_receipt.sequence_id for c in replies if c.type == T.SEND_RECEIPT],
+                         list(range(5)))
+
+    def test_receipts_of_publishes_stored_together_in_one_write(self):
+        """Publishes the topic reports stored together are answered with one write of their
+        receipts, in order, and all settled (the connection's in-flight count drops by all)."""
+        cnx = self.client.protocol
+        producer = cnx.producers[1]
+        handed = []
+        patch_method(self, producer.topic, "publish_all",
+                     lambda messages, counts, publisher, ctxs: handed.append((publisher, ctxs)))
+        self.client.send_raw(self.send_frames(3))
+        [(publisher, answers)] = handed
+        self.assertIs(publisher, producer)
+        self.assertEqual(cnx.sends.pending, 3)
+        writes, real = [], cnx.sender._out.write
+        patch_method(self, cnx.sender._out, "write", lambda data: writes.append(data) or real(data))
+        producer.adds_complete([Position(9, i) for i in range(3)], answers)
+        self.assertEqual(len(writes), 1)
+        receipts = [c.send_receipt for c in self.client.commands(T.SEND_RECEIPT)]
+        self.assertEqual([(r.sequence_id, r.message_id.entryId) for r in receipts], [(i, i) for i in range(3)])
+        self.assertEqual((cnx.sends.pending, producer.pending), (0, 0))
 
     def test_checksum_of_a_message_without_the_magic_not_checked(self):
         """A message part without the CRC32C magic (very old clients) is stored unchecked, as
@@ -235,7 +278,8 @@ class SendFastPathTests(unittest.TestCase):
         """The producer gets the SEND's ids, count and chunk flag (highest id 0 when unset)."""
         from tests.broker.messaging import message
         got = []
-        patch_method(self, self.client.protocol.producers[1], "publish_message", lambda *a: got.append(a[:4]))
+        patch_method(self, self.client.protocol.producers[1], "publish_messages",
+                     lambda sends: got.extend(send[:4] for send in sends))
         self.client.send(T(type=T.SEND, send=api.CommandSend(
             producer_id=1, sequence_id=5, highest_sequence_id=9, num_messages=4, is_chunk=True)), message(5))
         self.client.send(T(type=T.SEND, send=api.CommandSend(producer_id=1, sequence_id=6)), message(6))

@@ -119,6 +119,24 @@ class DedupOnTests(FeatureCase):
         self.assertNotEqual(r.message_id.entryId, NEG1)
 
 
+    def test_duplicates_in_a_read_answered_in_order(self):
+        """A read with new SENDs and duplicates: each answered in SEND order (a duplicate's
+        receipt is not sent before the receipt of a new message before it), new ones stored once."""
+        from pulsar_twisted.proto import PulsarApi_pb2 as api
+        from pulsar_twisted.wire import frames
+        from tests.broker.messaging import message
+        c = self.harness.client()
+        self.create_producer(c, name="p")
+        receipts(self.send(c, 0))
+        c.send_raw(b"".join(frames.encode_payload_command(
+            T(type=T.SEND, send=api.CommandSend(producer_id=1, sequence_id=seq)), message(seq))
+            for seq in (1, 0, 2, 1, 3)))
+        got = receipts(c.commands())
+        self.assertEqual([(r.sequence_id, r.message_id.entryId == NEG1) for r in got],
+                         [(1, False), (0, True), (2, False), (1, True), (3, False)])
+        self.assertEqual(self.topic_object().ledger.number_of_entries(), 4)
+
+
 class DedupOffTests(FeatureCase):
     def test_off_by_default(self):
         """brokerDeduplicationEnabled=false: repeated sequence ids are stored; no dedup cursor."""

@@ -56,6 +56,32 @@ class WriteFailureFencingTests(FeatureCase):
         self.assertEqual(kinds(answers), [T.CLOSE_PRODUCER])
         self.assertEqual(self.stored(), ["m0"])
 
+    def send_read(self, c, seqs):
+        """SENDs of ``seqs`` in one read (one ``dataReceived``); returns the commands back."""
+        from pulsar_twisted.wire import frames
+        from tests.broker.messaging import message
+        c.send_raw(b"".join(frames.encode_payload_command(
+            T(type=T.SEND, send=api.CommandSend(producer_id=1, sequence_id=seq)), message(seq))
+            for seq in seqs))
+        return c.commands()
+
+    def test_add_failing_at_once_in_a_read(self):
+        """An add of a read's SENDs that fails at once fences the topic before the next SEND of
+        that read is stored, as one SEND at a time: none after it is stored or answered, and the
+        resends after reconnecting are all stored, in order (deduplication acknowledges none)."""
+        c = self.harness.client()
+        self.create_producer(c, name="p")
+        self.send(c, 0)
+        self.harness.ledger_client.fail_next_adds(1)
+        self.assertEqual(kinds(self.send_read(c, [1, 2, 3])), [T.CLOSE_PRODUCER])
+        self.assertEqual(self.stored(), ["m0"])
+        [ok] = self.create_producer(c, name="p", request_id=200)
+        self.assertEqual(ok.producer_success.last_sequence_id, 0)
+        receipts = self.send_read(c, [1, 2, 3])
+        self.assertEqual([r.send_receipt.sequence_id for r in receipts], [1, 2, 3])
+        self.assertNotIn(NEG1, [r.send_receipt.message_id.entryId for r in receipts])
+        self.assertEqual(self.stored(), ["m0", "m1", "m2", "m3"])
+
     def test_resends_after_reconnect_are_stored_in_order(self):
         """The client resends everything unacknowledged: stored once each, in sequence order."""
         c, ledger_client = producer_before_failing_add(self)

@@ -147,3 +147,43 @@ class NotifyOverStorageTests(LocalOverStorageTests):
         return _AddsThroughNotify(client), ids
 
     test_interface = NotifyOverFakeBookieTests.test_interface
+
+
+class LocalBatchTests(unittest.TestCase):
+    """``LocalBookieClient.add_entries_notify``: several entries, one waiter call."""
+
+    def entries(self, ledger_id, ids):
+        from pulsar_twisted.wire.bookie import pack_entry
+        return [(i, pack_entry(ledger_id, i, i - 1, i + 1, b"e%d" % i)) for i in ids]
+
+    def test_batch_over_fake_bookie(self):
+        """Over a bookie without batches, one add each; the waiter hears once, after all, and a
+        refused entry fails the batch."""
+        bookie = FakeBookie("b", task.Clock())
+        client = LocalBookieClient({"b": bookie})
+        d = defer.Deferred()
+        client.add_entries_notify(d, "b", 1, b"k", self.entries(1, range(3)))
+        self.assertIsNone(self.successResultOf(d))
+        self.assertEqual(bookie.entry_ids(1), [0, 1, 2])
+        bookie.fail("add", after=1)
+        d = defer.Deferred()
+        client.add_entries_notify(d, "b", 1, b"k", self.entries(1, range(3, 5)))
+        self.failureResultOf(d)
+        d = defer.Deferred()
+        client.add_entries_notify(d, "missing", 1, b"k", self.entries(1, [5]))
+        from pulsar_twisted.common.bk_errors import BookieUnavailableError
+        self.failureResultOf(d, BookieUnavailableError)
+
+    @defer.inlineCallbacks
+    def test_batch_over_storage(self):
+        """Over real storage the batch goes whole to ``add_entries``; entries and LAC are kept."""
+        storage = real_storage(self)
+        yield storage.start()
+        client = LocalBookieClient({"s": storage})
+        d = defer.Deferred()
+        client.add_entries_notify(d, "s", 2, b"k", self.entries(2, range(4)))
+        yield d
+        self.assertEqual(storage.read_lac(2), 2)
+        for entry_id, packed in self.entries(2, range(4)):
+            got = yield client.read_entry("s", 2, entry_id)
+            self.assertEqual(got, packed)

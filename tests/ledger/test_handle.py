@@ -17,6 +17,7 @@ from pulsar_twisted.ledger.quorum import RandomPlacementPolicy
 from pulsar_twisted.metadata.embedded.store import EmbeddedMetadataStore
 from pulsar_twisted.resources.bookies import register_bookie
 from pulsar_twisted.testing.fake_bookie import FakeBookie
+from pulsar_twisted.testing.patching import patch_method
 
 
 def _later(puts):
@@ -141,6 +142,76 @@ class AddReadTests(LedgerHarness, unittest.TestCase):
         [(name, failure)] = events[2:]
         self.assertEqual(name, "late")
         self.assertTrue(failure.check(LedgerClosedError))
+
+    def batch_waiter(self, events, calls=None):
+        """A waiter of ``add_entries_notify`` recording ``(ctx, entry_id or Failure)`` into
+        ``events`` (and the ctxs of each ``adds_complete`` call into ``calls``)."""
+        class Waiter:
+            def adds_complete(self, entry_ids, ctxs):
+                if calls is not None:
+                    calls.append(list(ctxs))
+                events.extend(zip(ctxs, entry_ids))
+
+            def add_failed(self, failure, ctx):
+                events.append((ctx, failure))
+        return Waiter()
+
+    def record_batches(self):
+        """``(bookie id, entry ids)`` of every request the bookie client gets."""
+        batches, real = [], self.bookie_client.add_entries_notify
+
+        def recording(waiter, bookie_id, ledger_id, master_key, entries, recovery_add=False):
+            batches.append((bookie_id, [entry_id for entry_id, _ in entries]))
+            real(waiter, bookie_id, ledger_id, master_key, entries, recovery_add)
+        patch_method(self, self.bookie_client, "add_entries_notify", recording)
+        return batches
+
+    def test_add_entries_one_request_per_bookie(self):
+        """``add_entries_notify`` sends each bookie of the ensemble all the entries in one request
+        and tells the waiter of the adds completing together in one call, in entry order."""
+        handle = self.create(3, 3, 2)
+        batches = self.record_batches()
+        events, calls = [], []
+        waiter = self.batch_waiter(events, calls)
+        self.assertIsNone(handle.add_entries_notify([b"x0", b"x1", b"x2"], waiter, ["a", "b", "c"]))
+        self.assertEqual(sorted(batches), sorted((b, [0, 1, 2]) for b in handle.metadata.last_ensemble[1]))
+        self.assertEqual(events, [("a", 0), ("b", 1), ("c", 2)])
+        self.assertEqual(calls, [["a", "b", "c"]])
+        self.assertEqual(self.read_payloads(handle, 0, 2), [b"x0", b"x1", b"x2"])
+
+    def test_add_entries_striped(self):
+        """With striped write sets (E > Qw) each bookie gets its share of the entries, in order."""
+        handle = self.create(3, 2, 2)
+        batches = self.record_batches()
+        events = []
+        handle.add_entries_notify([b"x%d" % i for i in range(4)], self.batch_waiter(events), range(4))
+        ensemble = handle.metadata.last_ensemble[1]
+        expected = {ensemble[i]: [e for e in range(4) if i in (e % 3, (e + 1) % 3)] for i in range(3)}
+        self.assertEqual(dict(batches), expected)
+        self.assertEqual(len(batches), 3)
+        self.assertEqual(events, [(i, i) for i in range(4)])
+
+    def test_add_entries_refused_by_a_bookie_resent_after_change(self):
+        """A batch a bookie refuses is re-sent whole to its replacement; the entries complete in
+        order."""
+        handle = self.create(3, 3, 3)
+        old = list(handle.metadata.last_ensemble[1])
+        self.bookies[old[0]].available = False
+        events = []
+        handle.add_entries_notify([b"x%d" % i for i in range(3)], self.batch_waiter(events), range(3))
+        self.assertEqual(events, [(0, 0), (1, 1), (2, 2)])
+        new = handle.metadata.last_ensemble[1]
+        self.assertNotIn(new[0], old)
+        self.assertEqual(self.bookies[new[0]].entry_ids(handle.ledger_id), [0, 1, 2])
+
+    def test_add_entries_on_a_closed_handle_refused(self):
+        """A closed handle refuses each waiter of a batch at once, in order."""
+        handle = self.create(3, 3, 2)
+        self.successResultOf(handle.close())
+        events = []
+        handle.add_entries_notify([b"a", b"b"], self.batch_waiter(events), ["a", "b"])
+        self.assertEqual([name for name, _ in events], ["a", "b"])
+        self.assertTrue(all(f.check(LedgerClosedError) for _, f in events))
 
     def test_ack_quorum_below_write_quorum(self):
         """With Qa < Qw an add completes without the slowest bookie."""

@@ -72,17 +72,18 @@ class AddReadTests(ManagedLedgerHarness, unittest.TestCase):
 
     def test_add_entry_notify_with_ctx(self):
         """With a ctx (Pulsar's asyncAddEntry(data, callback, ctx)) one waiter serves every add:
-        ``add_complete(position, ctx)`` in add order; when an add fails, it and every later add of
+        ``adds_complete(positions, ctxs)`` in add order; when an add fails, it and every later add of
         that ledger get ``add_failed(failure, ctx)``, in order; a raising waiter is logged and the
         rest still hear; a closed ledger refuses at once the same way."""
         ml = self.open()
         events = []
 
         class Callback:
-            def add_complete(self, position, ctx):
-                events.append((ctx, position))
-                if ctx == 0:
-                    raise RuntimeError("buggy waiter")
+            def adds_complete(self, positions, ctxs):
+                for position, ctx in zip(positions, ctxs):
+                    events.append((ctx, position))
+                    if ctx == 0:
+                        raise RuntimeError("buggy waiter")
 
             def add_failed(self, failure, ctx):
                 events.append((ctx, failure.type))
@@ -105,6 +106,77 @@ class AddReadTests(ManagedLedgerHarness, unittest.TestCase):
         self.successResultOf(ml.close())
         ml.add_entry_notify(data(9), callback, "closed")
         self.assertEqual(events[5:], [("closed", ManagedLedgerClosedError)])
+
+    def recorder(self):
+        """A ctx waiter recording ``(ctx, position or failure type)``, and its list."""
+        events = []
+
+        class Callback:
+            def adds_complete(self, positions, ctxs):
+                events.extend(zip(ctxs, positions))
+
+            def add_failed(self, failure, ctx):
+                events.append((ctx, failure.type))
+        return Callback(), events
+
+    def test_add_entries_in_one_hand_over(self):
+        """``add_entries_notify`` hands a batch to the current ledger in one call and completes
+        each add in order, as ``add_entry_notify`` of each would."""
+        ml = self.open()
+        handle = ml._current
+        calls, real = [], handle.add_entries_notify
+        patch_method(self, handle, "add_entries_notify",
+                     lambda datas, waiter, ctxs: calls.append(len(datas)) or real(datas, waiter, ctxs))
+        callback, events = self.recorder()
+        self.assertEqual(ml.add_entries_notify([data(i) for i in range(4)], callback, range(4)), 4)
+        self.assertEqual(calls, [4])
+        self.assertEqual(events, [(i, Position(handle.ledger_id, i)) for i in range(4)])
+        self.assertEqual((ml.counters.add_succeed, ml.number_of_entries()), (4, 4))
+
+    def test_add_entries_roll_over_within_a_batch(self):
+        """The adds of a batch after the last entry of a full ledger go to the next ledger."""
+        ml = self.open(max_entries_per_ledger=3)
+        cursor = self.cursor(ml)
+        callback, events = self.recorder()
+        self.bk.pause_adds()
+        self.assertEqual(ml.add_entries_notify([data(i) for i in range(5)], callback, range(5)), 5)
+        while self.bk._held:
+            self.bk.resume_adds()
+            self.bk.pause_adds()
+        self.bk.resume_adds()
+        self.assertEqual([ctx for ctx, _ in events], list(range(5)))
+        first, second = events[0][1].ledger_id, events[3][1].ledger_id
+        self.assertNotEqual(first, second)
+        self.assertEqual([p for _, p in events],
+                         [Position(first, i) for i in range(3)] + [Position(second, i) for i in range(2)])
+        self.assertEqual([e.data for e in self.read(cursor)], [data(i) for i in range(5)])
+
+    def test_add_entries_stop_at_an_add_failing_at_once(self):
+        """An add of a batch that fails at once (its ledger failed it while it was handed over)
+        ends the batch: the adds after it are not made, and ``add_entries_notify`` says how many
+        it took; made again, they go where one at a time they would have: to the next ledger."""
+        one_by_one = self.open("public/default/persistent/single")
+        callback, single = self.recorder()
+        self.bk.fail_next_adds(1, NotEnoughBookiesError)
+        for i in range(3):
+            one_by_one.add_entry_notify(data(i), callback, i)
+        ml = self.open()
+        callback, events = self.recorder()
+        self.bk.fail_next_adds(1, NotEnoughBookiesError)
+        self.assertEqual(ml.add_entries_notify([data(i) for i in range(3)], callback, range(3)), 1)
+        self.assertEqual(events, [(0, ManagedLedgerError)])
+        self.assertEqual(ml.add_entries_notify([data(1), data(2)], callback, [1, 2]), 2)
+        self.assertEqual([(ctx, getattr(p, "entry_id", p)) for ctx, p in events],
+                         [(ctx, getattr(p, "entry_id", p)) for ctx, p in single])
+        self.assertEqual(ml.counters.add_errors, one_by_one.counters.add_errors)
+
+    def test_add_entries_stop_at_a_refusal(self):
+        """A batch on a closed ledger: the first add is refused, and the batch stops there."""
+        ml = self.open()
+        self.successResultOf(ml.close())
+        callback, events = self.recorder()
+        self.assertEqual(ml.add_entries_notify([data(0), data(1)], callback, [0, 1]), 1)
+        self.assertEqual(events, [(0, ManagedLedgerClosedError)])
 
     def test_completions_in_order(self):
         """With slow bookies, Deferreds fire in add order, all after the delay."""

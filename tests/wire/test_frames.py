@@ -218,3 +218,10 @@ class SendReceiptEncodingTests(unittest.SynchronousTestCase):
         for bad in [(-1, 0, 0, 0, 0), (0, 2 ** 64, 0, 0, 0), (0, 0, -5, 0, 0)]:
             self.assertRaises(ValueError, frames.encode_send_receipt, *bad)
             self.assertRaises(ValueError, _protobuf_receipt, *bad)
+
+    @settings(max_examples=50, deadline=None)
+    @given(_u64, st.lists(st.tuples(_u64, _u64, st.one_of(_u64, st.just(-1)), _u64), max_size=5))
+    def test_receipts_of_one_producer(self, producer_id, receipts):
+        """``encode_send_receipts``: each receipt's frame, one after the other."""
+        self.assertEqual(frames.encode_send_receipts(producer_id, receipts),
+                         b"".join(_protobuf_receipt(producer_id, *r) for r in receipts))
