@@ -50,16 +50,20 @@ class LedgerIndex:
         """``ledger_id -> (master_key, fenced, lac, last_entry_id)`` for every readable index file.
 
         Blocking. A header that is damaged is logged and skipped (its ledger comes back only if the
-        journal still holds it), in the table and in a file; a file's slots count after the table's."""
+        journal still holds it), in the table and in a file; a file's slots count after the table's.
+        A ledger whose header is damaged in the table is skipped even if its file has a copy: the
+        copy may be older (not fenced yet, a lower LAC)."""
         ensure_durable_dir(self._dir)
         self._table.open()
-        ledgers = self._table.load()
+        ledgers, damaged = self._table.load()
         for name in os.listdir(self._dir):
             if not name.endswith(_SUFFIX):
                 continue
             try:
                 ledger_id = int(name[:-len(_SUFFIX)], 16)
             except ValueError:
+                continue
+            if ledger_id in damaged:
                 continue
             path = os.path.join(self._dir, name)
             with open(path, "rb") as f:

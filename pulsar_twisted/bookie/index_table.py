@@ -98,10 +98,11 @@ class IndexTable:
             raise
         return fd
 
-    def load(self) -> dict[int, tuple[bytes, bool, int, int]]:
-        """``ledger_id -> (master_key, fenced, lac, last inline entry id or -1)`` for every record with a
-        header. A damaged header is logged and its record skipped. Blocking; after ``open``."""
-        ledgers = {}
+    def load(self) -> tuple[dict[int, tuple[bytes, bool, int, int]], set[int]]:
+        """``(ledgers, damaged)``: ``ledger_id -> (master_key, fenced, lac, last inline entry id or -1)``
+        for every record with a header, and the ids whose header is damaged (logged; their ledgers
+        are skipped). Blocking; after ``open``."""
+        ledgers, damaged = {}, set()
         for start, data in self._chunks():
             for at in range(0, len(data), _RECORD):
                 header = data[at:at + formats.INDEX_HEADER_SIZE]
@@ -113,9 +114,10 @@ class IndexTable:
                 except formats.FormatError as e:
                     log.warn("index table {path}: ledger {ledger} skipped: {error}", path=self.path,
                              ledger=ledger_id, error=str(e))
+                    damaged.add(ledger_id)
                     continue
                 ledgers[ledger_id] = (key, fenced, lac, _last_inline(data, at))
-        return ledgers
+        return ledgers, damaged
 
     def _chunks(self):
         """``(offset, bytes)`` of the table's data, record-aligned, holes skipped where the file system

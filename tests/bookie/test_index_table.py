@@ -168,11 +168,12 @@ class IndexTableTests(unittest.TestCase):
             self.assertEqual(f.read(), bytes(newer))
 
     def test_damaged_and_torn_records(self):
-        """A record with a junk header is skipped; a record torn by the end of the file loads what it
-        holds; the others load."""
+        """A record with a junk header is skipped, even when the ledger's file has a copy of its header;
+        a record torn by the end of the file loads what it holds; the others load."""
         self.index.load_all()
         for ledger_id in (1, 2, 3):
             self.index.update(ledger_id, header(), [(0, 0, 16, 1), (1, 0, 30, 1)])
+        self.index.update(2, header(), [(INLINE, 0, 50, 1)])
         self.index.sync()
         self.index.close()
         with open(self.table_path, "r+b") as f:
