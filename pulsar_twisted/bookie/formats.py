@@ -34,6 +34,18 @@ Ledger index file ``<ledger_dirs[0]>/index/<ledger_id hex>.idx``::
             [log_id + 1 u64][offset u64][length u32]   (all zero = no entry; hence log_id + 1)
 
     The file's size tells the highest slot ever written; slots are written with pwrite (sparse files).
+    A ledger with a record in the index table keeps only its slots from ``TABLE_INLINE_SLOTS`` on here
+    (the file is made when the first of them is flushed); its header here is a copy, the table's wins.
+
+Index table ``<ledger_dirs[0]>/index/table`` (a sparse file, one 256-byte record per ledger id)::
+
+    header  [magic "PTIT"][version u16][record_size u16][inline_slots u16][pad][crc32c u32]   256 bytes
+    record  at (ledger_id + 1) * 256, for ledger ids below TABLE_LEDGER_LIMIT:
+            [the 128-byte index header above][slots of entry ids 0..5, 20 bytes each][pad]
+            an all-zero header is no ledger (a hole, never written, or a deleted ledger's)
+
+    A new ledger's header and first entries go in its record: no file is created per new ledger
+    (creating one cost a topic's creation more kernel CPU than all the rest of its storage work).
 
 Entry log usage sidecar ``<log_id hex>.meta``: see ``encode_usage``.
 
@@ -252,6 +264,59 @@ def decode_slot(data: bytes) -> tuple[int, int, int] | None:
     if log_plus_one == 0:
         return None
     return log_plus_one - 1, offset, length
+
+
+# ----------------------------------------------------------------------------------------------- index table
+
+TABLE_MAGIC = b"PTIT"
+TABLE_VERSION = 1
+TABLE_RECORD_SIZE = 256
+TABLE_INLINE_SLOTS = (TABLE_RECORD_SIZE - INDEX_HEADER_SIZE) // INDEX_SLOT.size
+#: Ledger ids from here on keep everything in their own index file (the table would pass 1 TiB).
+TABLE_LEDGER_LIMIT = 1 << 32
+_TABLE_HEADER_FIXED = struct.Struct(">4sHHH")
+
+
+class UnknownVersionError(FormatError):
+    """A file of ours written by a newer format version: not to be read, nor replaced."""
+
+
+def encode_table_header() -> bytes:
+    """The index table's first record."""
+    fixed = _TABLE_HEADER_FIXED.pack(TABLE_MAGIC, TABLE_VERSION, TABLE_RECORD_SIZE, TABLE_INLINE_SLOTS)
+    body = fixed.ljust(TABLE_RECORD_SIZE - 4, b"\0")
+    return body + crc32c.crc32c(body).to_bytes(4, "big")
+
+
+def decode_table_header(data: bytes) -> None:
+    """Check an index table's first record: FormatError if short, not ours or damaged,
+    UnknownVersionError if another version (or record layout) wrote it."""
+    if len(data) < TABLE_RECORD_SIZE:
+        raise FormatError("index table header truncated")
+    body, crc = data[:TABLE_RECORD_SIZE - 4], data[TABLE_RECORD_SIZE - 4:TABLE_RECORD_SIZE]
+    magic, version, record_size, inline = _TABLE_HEADER_FIXED.unpack_from(body)
+    if magic != TABLE_MAGIC:
+        raise FormatError("not an index table")
+    if (version, record_size, inline) != (TABLE_VERSION, TABLE_RECORD_SIZE, TABLE_INLINE_SLOTS):
+        raise UnknownVersionError(f"index table version {version} ({record_size}-byte records, "
+                                  f"{inline} slots each) is not ours")
+    if crc32c.crc32c(body).to_bytes(4, "big") != crc:
+        raise FormatError("index table header CRC mismatch")
+
+
+def in_table(ledger_id: int) -> bool:
+    """Whether the ledger has a record in the index table."""
+    return 0 <= ledger_id < TABLE_LEDGER_LIMIT
+
+
+def table_offset(ledger_id: int) -> int:
+    """Where the ledger's record (its header) starts in the index table."""
+    return (ledger_id + 1) * TABLE_RECORD_SIZE
+
+
+def table_slot_offset(ledger_id: int, entry_id: int) -> int:
+    """Where an inline entry's slot is in the index table (``entry_id < TABLE_INLINE_SLOTS``)."""
+    return (ledger_id + 1) * TABLE_RECORD_SIZE + INDEX_HEADER_SIZE + entry_id * INDEX_SLOT.size
 
 
 # ----------------------------------------------------------------------------------------------- deleted

@@ -1,12 +1,18 @@
 """
-The ledger index: one file per ledger, ``(ledger_id, entry_id) -> (log_id, offset, length)``.
+The ledger index: ``(ledger_id, entry_id) -> (log_id, offset, length)`` and each ledger's durable state
+(master key, fenced flag, LAC), in the index table and in one file per ledger (see ``formats.py``).
 
-Each file starts with the ledger's durable state (master key, fenced flag, LAC) and then holds one
-fixed-size slot per entry id (see ``formats.py``), so a lookup is one 20-byte pread and entries may arrive
-in any order (sparse files). Writes (``update``, ``delete``) come from the storage's flush thread; lookups
-from the reactor thread or the flush thread. A small LRU of read-only descriptors, guarded by a lock, keeps
-lookups to one syscall; ``delete`` closes the cached descriptor under the same lock, so a lookup never reads
-a recreated file through a stale descriptor.
+A ledger with an id below ``TABLE_LEDGER_LIMIT`` has its header and first ``TABLE_INLINE_SLOTS`` slots
+in its record of the index table (``index_table.py``); only its later entries' slots go in a file of its
+own, made when the first of them is flushed. Other ledgers, and those written before the table existed,
+have everything in their file; their header moves to the table the next time it is written, and a lookup
+that finds no inline slot in the table reads the file. A header in the table wins over its file's copy.
+
+A file starts with the ledger's header and then holds one fixed-size slot per entry id, so a lookup is one
+20-byte pread and entries may arrive in any order (sparse files). Writes (``update``, ``delete``, ``sync``)
+come from the storage's flush thread; lookups from the reactor thread or the flush thread. A small LRU of
+read-only descriptors, guarded by a lock, keeps lookups to one syscall; ``delete`` closes the cached
+descriptor under the same lock, so a lookup never reads a recreated file through a stale descriptor.
 """
 
 import os
@@ -16,13 +22,14 @@ from collections import OrderedDict
 from twisted.logger import Logger
 
 from pulsar_twisted.bookie import formats
+from pulsar_twisted.bookie.index_table import IndexTable, pwrite_slots
 from pulsar_twisted.bookie.journal import ensure_durable_dir, fsync_dir
-from pulsar_twisted.common.threads import GIL_YIELD_EVERY, yield_gil
 
 log = Logger()
 
 _SUFFIX = ".idx"
 _DELETED = "deleted"
+_TABLE = "table"
 _OPEN_FILES = 512
 _SCAN_SLOTS = 4096
 
@@ -34,6 +41,7 @@ class LedgerIndex:
         self._dir = index_dir
         self._lock = threading.Lock()
         self._fds = OrderedDict()   # ledger_id -> read-only fd, least recently used first
+        self._table = IndexTable(os.path.join(index_dir, _TABLE))
 
     def path(self, ledger_id: int) -> str:
         return os.path.join(self._dir, f"{ledger_id:x}{_SUFFIX}")
@@ -41,10 +49,13 @@ class LedgerIndex:
     def load_all(self) -> dict[int, tuple[bytes, bool, int, int]]:
         """``ledger_id -> (master_key, fenced, lac, last_entry_id)`` for every readable index file.
 
-        Blocking. A file with a bad header is logged and skipped (its ledger comes back only if the
-        journal still holds it)."""
+        Blocking. A header that is damaged is logged and skipped (its ledger comes back only if the
+        journal still holds it), in the table and in a file; a file's slots count after the table's.
+        A ledger whose header is damaged in the table is skipped even if its file has a copy: the
+        copy may be older (not fenced yet, a lower LAC)."""
         ensure_durable_dir(self._dir)
-        ledgers = {}
+        self._table.open()
+        ledgers, damaged = self._table.load()
         for name in os.listdir(self._dir):
             if not name.endswith(_SUFFIX):
                 continue
@@ -52,8 +63,15 @@ class LedgerIndex:
                 ledger_id = int(name[:-len(_SUFFIX)], 16)
             except ValueError:
                 continue
+            if ledger_id in damaged:
+                continue
             path = os.path.join(self._dir, name)
             with open(path, "rb") as f:
+                in_table = ledgers.get(ledger_id)
+                if in_table is not None:
+                    key, fenced, lac, last_inline = in_table
+                    ledgers[ledger_id] = (key, fenced, lac, max(last_inline, _last_slot(f)))
+                    continue
                 try:
                     key, fenced, lac = formats.decode_index_header(f.read(formats.INDEX_HEADER_SIZE))
                 except formats.FormatError as e:
@@ -64,6 +82,11 @@ class LedgerIndex:
 
     def lookup(self, ledger_id: int, entry_id: int) -> tuple[int, int, int] | None:
         """``(log_id, offset, length)`` of a flushed entry, None if it has none. Any thread."""
+        if entry_id < formats.TABLE_INLINE_SLOTS and formats.in_table(ledger_id):
+            slot = self._table.lookup(ledger_id, entry_id)
+            if slot is not None:
+                return slot
+            # Not inline: a ledger from before the table has its first slots in its file.
         with self._lock:
             fd = self._fds.get(ledger_id)
             if fd is None:
@@ -79,9 +102,26 @@ class LedgerIndex:
             return formats.decode_slot(os.pread(fd, formats.INDEX_SLOT.size, formats.slot_offset(entry_id)))
 
     def update(self, ledger_id: int, header: bytes | None, slots: list[tuple[int, int, int, int]]) -> bool:
-        """Write the ledger header (if given) and the slots ``(entry_id, log_id, offset, length)``, then
-        fdatasync; return True if the file was created (the caller then makes the directory durable with
-        ``sync_dir``). Blocking; flush thread only."""
+        """Write the ledger header (if given) and the slots ``(entry_id, log_id, offset, length)``; a file's
+        writes are fdatasynced here, the table's by ``sync``. Return True if a file was created (the caller
+        then makes the directory durable with ``sync_dir``). Blocking; flush thread only."""
+        slots.sort()
+        if formats.in_table(ledger_id):
+            inline = 0
+            while inline < len(slots) and slots[inline][0] < formats.TABLE_INLINE_SLOTS:
+                inline += 1
+            if header is not None or inline:
+                if header is None and inline and not self._table.has_header(ledger_id):
+                    # A GC move of a ledger from before the table: its first slots stay in its file.
+                    inline = 0
+                else:
+                    self._table.write(ledger_id, header, slots[:inline])
+            slots = slots[inline:]
+            if not slots:
+                return False
+        return self._update_file(ledger_id, header, slots)
+
+    def _update_file(self, ledger_id: int, header: bytes | None, slots: list) -> bool:
         path = self.path(ledger_id)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -90,27 +130,17 @@ class LedgerIndex:
                 header = formats.encode_index_header(b"", False, -1)
             if header is not None:
                 os.pwrite(fd, header, 0)
-            slots.sort()
-            # Coalesce consecutive entry ids into one pwrite: the common case is a run of new entries.
-            run_start, run = -2, []
-            for entry_id, log_id, offset, length in slots:
-                if run and entry_id != run_start + len(run):
-                    os.pwrite(fd, b"".join(run), formats.slot_offset(run_start))
-                    run = []
-                if not run:
-                    run_start = entry_id
-                run.append(formats.encode_slot(log_id, offset, length))
-                if len(run) % GIL_YIELD_EVERY == 0:
-                    yield_gil()
-            if run:
-                os.pwrite(fd, b"".join(run), formats.slot_offset(run_start))
+            pwrite_slots(fd, slots, formats.slot_offset(0))
             os.fdatasync(fd)
         finally:
             os.close(fd)
         return created
 
     def delete(self, ledger_id: int) -> None:
-        """Remove the ledger's index file (no error if it has none). Blocking; flush thread only."""
+        """Remove the ledger's record in the table (durable at ``sync``) and its index file (no error if
+        it has none). Blocking; flush thread only."""
+        if formats.in_table(ledger_id):
+            self._table.clear(ledger_id)
         with self._lock:
             fd = self._fds.pop(ledger_id, None)
             if fd is not None:
@@ -119,6 +149,11 @@ class LedgerIndex:
                 os.unlink(self.path(ledger_id))
             except FileNotFoundError:
                 pass
+
+    def sync(self) -> None:
+        """Make the table's writes since the last ``sync`` durable (files are synced by ``update``).
+        Blocking; flush thread only."""
+        self._table.sync()
 
     def sync_dir(self) -> None:
         fsync_dir(self._dir)
@@ -174,6 +209,7 @@ class LedgerIndex:
             for fd in self._fds.values():
                 os.close(fd)
             self._fds.clear()
+        self._table.close()
 
 
 def _last_slot(f) -> int:

@@ -121,7 +121,11 @@ def _load_fallocate():
 _FALLOCATE = _load_fallocate()
 
 
-def fallocate(fd: int, offset: int, length: int) -> None:
+FALLOC_FL_KEEP_SIZE = 0x01
+FALLOC_FL_PUNCH_HOLE = 0x02
+
+
+def fallocate(fd: int, offset: int, length: int, mode: int = 0) -> None:
     """Allocate ``length`` bytes at ``offset`` (mode 0: the file grows to cover them; what was
     written stays). The system call itself, not ``posix_fallocate``: where the file system cannot
     allocate, glibc's emulation of the latter writes a zero byte into every block that reads as
@@ -129,9 +133,15 @@ def fallocate(fd: int, offset: int, length: int) -> None:
     call fails or does not exist (EOPNOTSUPP on file systems without it)."""
     if _FALLOCATE is None:
         raise OSError(errno.EOPNOTSUPP, "fallocate is not available")
-    if _FALLOCATE(fd, 0, offset, length) != 0:
+    if _FALLOCATE(fd, mode, offset, length) != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
+
+
+def punch_hole(fd: int, offset: int, length: int) -> None:
+    """Free the blocks under ``length`` bytes at ``offset`` (they read as zeros; the size stays).
+    OSError as ``fallocate``."""
+    fallocate(fd, offset, length, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE)
 
 
 def _daemon_thread(target) -> None:

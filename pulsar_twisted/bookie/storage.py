@@ -644,6 +644,7 @@ class BookieStorage(Service):
         created = bool(deletes)
         for ledger_id in placements.keys() | headers.keys():
             created |= self._index.update(ledger_id, headers.get(ledger_id), placements.get(ledger_id, []))
+        self._index.sync()
         if created:
             self._index.sync_dir()
 
@@ -739,5 +740,7 @@ class BookieStorage(Service):
     def _move(self, batch: dict) -> None:
         placements = self._entry_logs.append_entries(batch)
         for ledger_id, slots in placements.items():
-            # The index file exists (the entry was found through it); headers stay as they are.
+            # The entries were found through the index: their slots are repointed where they are;
+            # headers stay as they are.
             self._index.update(ledger_id, None, slots)
+        self._index.sync()

@@ -31,6 +31,7 @@ is delivered again. Version 1 (before ``bi``) is still read, as having no partly
 
 import heapq
 import json
+import re
 from typing import NamedTuple
 from urllib.parse import quote, unquote
 
@@ -48,14 +49,27 @@ class FormatError(ValueError):
     """Stored bytes that are not one of our formats (or of a newer version)."""
 
 
+#: Names made only of what ``quote(name, safe="")`` keeps as it is, and '/'.
+_PLAIN = re.compile(r"[A-Za-z0-9_.~/-]*")
+
+
+def _segment(name: str) -> str:
+    """``quote(name, safe="")``. Topic and cursor names are nearly always letters, digits, '-', '_',
+    '.' and '/', for which that is '/' made '%2F': 0.4 us where ``quote`` takes 2.7, and a new topic
+    asks twice (issue 14)."""
+    if _PLAIN.fullmatch(name):
+        return name.replace("/", "%2F")
+    return quote(name, safe="")
+
+
 def ledger_path(name: str) -> str:
     """Metadata path of managed ledger ``name``: names may hold '/' (``tenant/ns/persistent/t``),
     so the name is percent-encoded into ONE path segment; cursors then are its only children."""
-    return f"{ROOT}/{quote(name, safe='')}"
+    return f"{ROOT}/{_segment(name)}"
 
 
 def cursor_path(name: str, cursor: str) -> str:
-    return f"{ledger_path(name)}/{quote(cursor, safe='')}"
+    return f"{ledger_path(name)}/{_segment(cursor)}"
 
 
 def name_from_segment(segment: str) -> str:
@@ -94,7 +108,19 @@ def _props(value) -> dict:
 
 
 def encode_ledger_info(ledgers, properties, terminated=None) -> bytes:
-    """``ledgers``: iterable of objects with ledger_id, entries, size, timestamp."""
+    """``ledgers``: iterable of objects with ledger_id, entries, size, timestamp. Without properties
+    or termination (a new topic's node, most writes) made by hand, byte for byte ``_dump``'s: 1.5 us
+    where ``json.dumps`` took 8 (issue 14)."""
+    if not properties and terminated is None:
+        rows = [(li.ledger_id, li.entries, li.size, li.timestamp) for li in ledgers]
+        if all(type(n) is int for row in rows for n in row):
+            return ('{"v":%d,"ledgers":[%s],"props":{},"terminated":null}'
+                    % (VERSION, ",".join(["[%d,%d,%d,%d]" % row for row in rows]))).encode()
+    return _json_ledger_info(ledgers, properties, terminated)
+
+
+def _json_ledger_info(ledgers, properties, terminated) -> bytes:
+    """``encode_ledger_info`` through ``json.dumps`` (the reference the hand-made form must equal)."""
     return _dump({
         "v": VERSION,
         "ledgers": [[li.ledger_id, li.entries, li.size, li.timestamp] for li in ledgers],

@@ -95,15 +95,19 @@ class LedgerIndexTests(unittest.TestCase):
     def test_update_lookup_load(self):
         """Slots written out of order read back; load_all returns headers and the last entry id."""
         header = formats.encode_index_header(b"key", True, 4)
-        self.assertTrue(self.index.update(7, header, [(5, 1, 16, 10), (0, 0, 16, 3), (1, 0, 43, 3)]))
-        self.assertEqual(self.index.lookup(7, 5), (1, 16, 10))
+        self.assertTrue(self.index.update(7, header, [(7, 1, 16, 10), (0, 0, 16, 3), (1, 0, 43, 3)]),
+                        "entry 7 is past the table's inline slots: the ledger's file is made")
+        self.index.sync()
+        self.assertEqual(self.index.lookup(7, 7), (1, 16, 10))
         self.assertEqual(self.index.lookup(7, 0), (0, 16, 3))
         self.assertIsNone(self.index.lookup(7, 3))
         self.assertIsNone(self.index.lookup(7, 50))
         self.assertIsNone(self.index.lookup(8, 0))
-        self.assertEqual(self.index.load_all(), {7: (b"key", True, 4, 5)})
+        self.assertEqual(self.index.load_all(), {7: (b"key", True, 4, 7)})
         self.index.delete(7)
+        self.index.sync()
         self.assertIsNone(self.index.lookup(7, 0))
+        self.assertIsNone(self.index.lookup(7, 7))
         self.assertEqual(self.index.load_all(), {})
 
     def test_damaged_files(self):
@@ -111,12 +115,14 @@ class LedgerIndexTests(unittest.TestCase):
         for name, data in (("1.idx", b""), ("2.idx", b"PTIX"), ("3.idx", b"junk" * 64)):
             with open(os.path.join(self.dir, name), "wb") as f:
                 f.write(data)
-        self.index.update(4, formats.encode_index_header(b"", False, -1), [(2, 0, 16, 1)])
-        with open(self.index.path(4), "r+b") as f:
+        # Ledgers past the table's range: everything of theirs is in their files.
+        big = formats.TABLE_LEDGER_LIMIT
+        self.index.update(big + 4, formats.encode_index_header(b"", False, -1), [(2, 0, 16, 1)])
+        with open(self.index.path(big + 4), "r+b") as f:
             f.truncate(formats.slot_offset(10))          # a crash extended the file, slots never written
-        self.index.update(5, formats.encode_index_header(b"", False, -1), [(0, 0, 16, 1)])
-        with open(self.index.path(5), "r+b") as f:
+        self.index.update(big + 5, formats.encode_index_header(b"", False, -1), [(0, 0, 16, 1)])
+        with open(self.index.path(big + 5), "r+b") as f:
             f.truncate(formats.slot_offset(0) + 7)       # the only slot torn
         loaded = self.index.load_all()
-        self.assertEqual(sorted(loaded), [4, 5])
-        self.assertEqual((loaded[4][3], loaded[5][3]), (2, -1))
+        self.assertEqual(sorted(loaded), [big + 4, big + 5])
+        self.assertEqual((loaded[big + 4][3], loaded[big + 5][3]), (2, -1))

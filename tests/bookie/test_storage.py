@@ -356,16 +356,50 @@ class RestartTests(StorageTestBase):
 
     @defer.inlineCallbacks
     def test_corrupt_index_header(self):
-        """An index file with a bad header is skipped at start (logged), not fatal."""
+        """A ledger whose header is damaged, in the index table or in its own file, is skipped at start
+        (logged), not fatal."""
+        big = formats.TABLE_LEDGER_LIMIT
         storage = yield self.open()
         yield self.fill(storage, 1, 3)
         yield self.fill(storage, 2, 3)
+        yield self.fill(storage, big, 3)
+        yield self.fill(storage, big + 1, 3)
         yield storage.stop()
-        with open(os.path.join(self.ledger_dirs[0], "index", "1.idx"), "r+b") as f:
+        with open(os.path.join(self.ledger_dirs[0], "index", "table"), "r+b") as f:
+            f.seek(formats.table_offset(1))
+            f.write(b"junk")
+        with open(os.path.join(self.ledger_dirs[0], "index", f"{big:x}.idx"), "r+b") as f:
             f.write(b"junk")
         storage = yield self.open()
-        self.assertEqual(storage.ledger_ids(), [2])
+        self.assertEqual(storage.ledger_ids(), [2, big + 1])
+        yield self.assert_entries(storage, 2, range(3))
+        yield self.assert_entries(storage, big + 1, range(3))
         self.flushLoggedErrors()
+
+    @defer.inlineCallbacks
+    def test_new_ledgers_make_no_index_files(self):
+        """Ledgers with few entries are indexed in the table alone, one file for all; they survive a
+        clean restart, a crash after the checkpoint and a crash before it (journal replay)."""
+        storage = yield self.open()
+        for ledger_id in range(1, 41):
+            yield self.fill(storage, ledger_id, 2)
+        yield storage.fence_ledger(7, KEY)
+        yield storage.checkpoint()
+        yield self.fill(storage, 41, 2)          # journal only: replayed after the crash
+        index_dir = os.path.join(self.ledger_dirs[0], "index")
+        self.assertEqual(glob.glob(os.path.join(index_dir, "*.idx")), [])
+        self.crash(storage)
+        storage = yield self.open()
+        self.assertEqual(storage.ledger_ids(), list(range(1, 42)))
+        self.assertTrue(storage.is_fenced(7))
+        for ledger_id in range(1, 42):
+            self.assertEqual(storage.last_entry_id(ledger_id), 1)
+            yield self.assert_entries(storage, ledger_id, range(2))
+        yield storage.stop()
+        storage = yield self.open()
+        self.assertEqual(storage.ledger_ids(), list(range(1, 42)))
+        yield self.assert_entries(storage, 41, range(2))
+        self.assertEqual(glob.glob(os.path.join(index_dir, "*.idx")), [])
 
 
 class CorruptionAndGCTests(StorageTestBase):

@@ -1,5 +1,6 @@
 """Tests of the stored formats and the cache."""
 
+from hypothesis import given, strategies as st
 from twisted.trial import unittest
 
 from pulsar_twisted.common.position import Position
@@ -17,6 +18,30 @@ class FormatTests(unittest.TestCase):
         self.assertEqual(path.count("/"), 2)
         self.assertEqual(formats.name_from_segment(path.rsplit("/", 1)[1]), name)
         self.assertEqual(formats.cursor_path(name, "a/b").count("/"), 3)
+
+    def test_segment_is_quote(self):
+        """Names map to the segment ``quote(name, safe="")`` makes, by the fast path or not."""
+        from urllib.parse import quote
+        for name in ("public/default/persistent/t-1_a.b~", "", "a b", "t%x", "caf\u00e9/x", "a+b:c",
+                     "/", "x\n", "-._~"):
+            self.assertEqual(formats._segment(name), quote(name, safe=""), name)
+
+    @given(st.text())
+    def test_segment_is_quote_for_any_name(self, name):
+        """The same for any text."""
+        from urllib.parse import quote
+        self.assertEqual(formats._segment(name), quote(name, safe=""))
+
+    def test_ledger_info_by_hand_is_json(self):
+        """The hand-made ledger node is byte for byte the json.dumps one; properties, termination
+        and non-int fields go through json.dumps."""
+        for infos in ([], [LedgerInfo(3, 0, 0, 0)], [LedgerInfo(1, 10, 100, 5), LedgerInfo(2**40, 1, 2, 3)]):
+            self.assertEqual(formats.encode_ledger_info(infos, {}),
+                             formats._json_ledger_info(infos, {}, None))
+        odd = [LedgerInfo(3, 1, 2, 1.5)]
+        self.assertEqual(formats.encode_ledger_info(odd, {}), formats._json_ledger_info(odd, {}, None))
+        self.assertEqual(formats.decode_ledger_info(formats.encode_ledger_info([LedgerInfo(3, 1, 2, 4)], {})),
+                         ([(3, 1, 2, 4)], {}, None))
 
     def test_ledger_info_round_trip(self):
         data = formats.encode_ledger_info([LedgerInfo(3, 10, 100, 5)], {"k": "v"}, Position(3, 9))
