@@ -86,6 +86,24 @@ class IndexTableTests(unittest.TestCase):
             self.assertEqual(self.index.lookup(9, e), (1, 16 + 30 * e, 10))
         self.assertEqual(self.reopen().load_all(), {9: (b"key", True, 5, INLINE + 3)})
 
+    def test_fence_and_lac_in_the_files_copy_count(self):
+        """A crash after a ledger's file was written and fdatasynced with its new header (fenced, a
+        higher LAC) but before the table's fdatasync leaves the table's older header; the journal
+        replays the fence, unless that journal file is lost. The fence and the LAC only ever grow,
+        so load takes them from either copy: the fence is not lost (as it was not when the file
+        was the only copy). The master key is the table's."""
+        self.index.load_all()
+        self.index.update(9, header(lac=2), [(e, 1, 16 + 30 * e, 10) for e in range(INLINE + 2)])
+        self.index.sync()
+        older = header(lac=2)
+        self.index.update(9, header(fenced=True, lac=7), [(INLINE + 2, 1, 500, 10)])
+        self.index.sync()
+        self.index.close()
+        with open(self.table_path, "r+b") as f:     # the table's write lost: its older header
+            f.seek(formats.table_offset(9))
+            f.write(older)
+        self.assertEqual(self.reopen().load_all(), {9: (b"key", True, 7, INLINE + 2)})
+
     def test_ledger_from_before_the_table(self):
         """A ledger whose file holds everything (written before the table) loads, reads its first slots
         from the file, takes a header written later from the table, and a GC move of its first entries
