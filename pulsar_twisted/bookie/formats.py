@@ -35,7 +35,8 @@ Ledger index file ``<ledger_dirs[0]>/index/<ledger_id hex>.idx``::
 
     The file's size tells the highest slot ever written; slots are written with pwrite (sparse files).
     A ledger with a record in the index table keeps only its slots from ``TABLE_INLINE_SLOTS`` on here
-    (the file is made when the first of them is flushed); its header here is a copy, the table's wins.
+    (the file is made when the first of them is flushed); its header here is a copy, the table's wins
+    (the fence and LAC, which only grow, count from either copy).
 
 Index table ``<ledger_dirs[0]>/index/table`` (a sparse file, one 256-byte record per ledger id)::
 

@@ -6,7 +6,8 @@ A ledger with an id below ``TABLE_LEDGER_LIMIT`` has its header and first ``TABL
 in its record of the index table (``index_table.py``); only its later entries' slots go in a file of its
 own, made when the first of them is flushed. Other ledgers, and those written before the table existed,
 have everything in their file; their header moves to the table the next time it is written, and a lookup
-that finds no inline slot in the table reads the file. A header in the table wins over its file's copy.
+that finds no inline slot in the table reads the file. A header in the table wins over its file's copy
+(its key; the fence and LAC, which only grow, count from either).
 
 A file starts with the ledger's header and then holds one fixed-size slot per entry id, so a lookup is one
 20-byte pread and entries may arrive in any order (sparse files). Writes (``update``, ``delete``, ``sync``)
@@ -52,7 +53,8 @@ class LedgerIndex:
         Blocking. A header that is damaged is logged and skipped (its ledger comes back only if the
         journal still holds it), in the table and in a file; a file's slots count after the table's.
         A ledger whose header is damaged in the table is skipped even if its file has a copy: the
-        copy may be older (not fenced yet, a lower LAC)."""
+        copy may be older (not fenced yet, a lower LAC). Where both headers are readable the key is
+        the table's, the fence and LAC either's (they only grow)."""
         ensure_durable_dir(self._dir)
         self._table.open()
         ledgers, damaged = self._table.load()
@@ -68,14 +70,19 @@ class LedgerIndex:
             path = os.path.join(self._dir, name)
             with open(path, "rb") as f:
                 in_table = ledgers.get(ledger_id)
-                if in_table is not None:
-                    key, fenced, lac, last_inline = in_table
-                    ledgers[ledger_id] = (key, fenced, lac, max(last_inline, _last_slot(f)))
-                    continue
                 try:
                     key, fenced, lac = formats.decode_index_header(f.read(formats.INDEX_HEADER_SIZE))
                 except formats.FormatError as e:
-                    log.warn("index file {path} skipped: {error}", path=path, error=str(e))
+                    if in_table is None:
+                        log.warn("index file {path} skipped: {error}", path=path, error=str(e))
+                        continue
+                    fenced, lac = False, -1     # the table's header serves
+                if in_table is not None:
+                    # The table's key; the fence and the LAC only grow, so either copy's count: the
+                    # file's may be newer (a crash before the table's fdatasync, its journal lost).
+                    key, table_fenced, table_lac, last_inline = in_table
+                    ledgers[ledger_id] = (key, fenced or table_fenced, max(lac, table_lac),
+                                          max(last_inline, _last_slot(f)))
                     continue
                 ledgers[ledger_id] = (key, fenced, lac, _last_slot(f))
         return ledgers

@@ -9,10 +9,12 @@ one or two ``pwrite`` calls and a share of the one ``fdatasync`` a checkpoint ma
 
 Writes (``write``, ``clear``, ``sync``) come from the storage's flush thread; lookups from any thread
 (``pread`` on the one descriptor). ``open`` opens the table, or makes it (header, fdatasync, directory
-sync) before any record is written. A table whose header is damaged (short, junk) is moved aside to
-``table.bad`` (logged) and a new one begun: its ledgers come back only from the journal, as a ledger
-whose index file is damaged does. A table of another version stops the bookie (UnknownVersionError):
-it is never read nor overwritten.
+sync) before any record is written. A table whose header is damaged (short, junk) and that holds
+nothing more (a crash while it was being made) is moved aside to ``table.bad`` (logged) and a new one
+begun. One that holds records beyond a damaged header stops the bookie (FormatError): that is no crash
+(the header is durable before any record), and starting without it would lose the index of every
+ledger in it and revive older copies of their headers (not fenced) from their own files. A table of
+another version stops the bookie (UnknownVersionError): it is never read nor overwritten.
 """
 
 import errno
@@ -82,6 +84,14 @@ class IndexTable:
                 except formats.UnknownVersionError:
                     raise
                 except formats.FormatError as e:
+                    if os.fstat(fd).st_size > _RECORD:
+                        # The header is durable before any record is written: this is no crash but
+                        # a damaged disk (or not our file). Its ledgers are indexed nowhere else.
+                        raise formats.FormatError(
+                            f"index table {self.path} holds records but its header is damaged ({e}): "
+                            f"not started, as every ledger indexed in it would be lost (and older "
+                            f"copies of headers, not fenced, read from the ledgers' own files); "
+                            f"restore it, or move it aside to start without its ledgers") from None
                     log.warn("index table {path} unreadable ({error}): moved to .bad, starting a new one",
                              path=self.path, error=str(e))
                     os.close(fd)

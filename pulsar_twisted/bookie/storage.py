@@ -176,7 +176,13 @@ class BookieStorage(Service):
     async def _start(self):
         self._pool.start()
         self._read_pool.start()
-        loaded = await deferToThreadPool(self._reactor, self._pool, self._load)
+        try:
+            loaded = await deferToThreadPool(self._reactor, self._pool, self._load)
+        except BaseException:
+            # Refused (a damaged or newer index table...): no thread left behind.
+            self._read_pool.stop()
+            self._pool.stop()
+            raise
         ledgers, deleted, replay = loaded
         self._deleted = deleted
         for ledger_id, (key, fenced, lac, last_entry) in ledgers.items():

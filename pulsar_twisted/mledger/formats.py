@@ -112,6 +112,7 @@ def encode_ledger_info(ledgers, properties, terminated=None) -> bytes:
     or termination (a new topic's node, most writes) made by hand, byte for byte ``_dump``'s: 1.5 us
     where ``json.dumps`` took 8 (issue 14)."""
     if not properties and terminated is None:
+        ledgers = list(ledgers)     # may be a generator: json.dumps below must still find them all
         rows = [(li.ledger_id, li.entries, li.size, li.timestamp) for li in ledgers]
         if all(type(n) is int for row in rows for n in row):
             return ('{"v":%d,"ledgers":[%s],"props":{},"terminated":null}'

@@ -86,6 +86,24 @@ class IndexTableTests(unittest.TestCase):
             self.assertEqual(self.index.lookup(9, e), (1, 16 + 30 * e, 10))
         self.assertEqual(self.reopen().load_all(), {9: (b"key", True, 5, INLINE + 3)})
 
+    def test_fence_and_lac_in_the_files_copy_count(self):
+        """A crash after a ledger's file was written and fdatasynced with its new header (fenced, a
+        higher LAC) but before the table's fdatasync leaves the table's older header; the journal
+        replays the fence, unless that journal file is lost. The fence and the LAC only ever grow,
+        so load takes them from either copy: the fence is not lost (as it was not when the file
+        was the only copy). The master key is the table's."""
+        self.index.load_all()
+        self.index.update(9, header(lac=2), [(e, 1, 16 + 30 * e, 10) for e in range(INLINE + 2)])
+        self.index.sync()
+        older = header(lac=2)
+        self.index.update(9, header(fenced=True, lac=7), [(INLINE + 2, 1, 500, 10)])
+        self.index.sync()
+        self.index.close()
+        with open(self.table_path, "r+b") as f:     # the table's write lost: its older header
+            f.seek(formats.table_offset(9))
+            f.write(older)
+        self.assertEqual(self.reopen().load_all(), {9: (b"key", True, 7, INLINE + 2)})
+
     def test_ledger_from_before_the_table(self):
         """A ledger whose file holds everything (written before the table) loads, reads its first slots
         from the file, takes a header written later from the table, and a GC move of its first entries
@@ -142,9 +160,10 @@ class IndexTableTests(unittest.TestCase):
         self.assertEqual(sorted(self.reopen().load_all()), [2])
 
     def test_junk_and_truncated_table_moved_aside(self):
-        """A table whose header is junk or truncated is moved to table.bad (logged) and a new one
-        begun."""
-        for damaged in (b"junk" * 100, formats.encode_table_header()[:100]):
+        """A table whose header is junk or truncated, and that holds nothing else (a crash while it was
+        being made: its header is durable before any record is written), is moved to table.bad
+        (logged) and a new one begun."""
+        for damaged in (b"junk" * 64, formats.encode_table_header()[:100]):
             self.index.close()
             with open(self.table_path, "wb") as f:
                 f.write(damaged)
@@ -155,6 +174,29 @@ class IndexTableTests(unittest.TestCase):
             self.index.sync()
             self.assertEqual(sorted(self.reopen().load_all()), [2])
         self.flushLoggedErrors()
+
+    def test_damaged_table_with_records_refused(self):
+        """A table whose header is damaged but that holds records stops the load and is left as it is:
+        its header was durable before any record was written, so this is no crash but a damaged disk
+        (or not our file). Moving it aside would lose every ledger indexed in it alone (acknowledged
+        entries unreadable, the ledger unknown) and bring back the older copies of headers in the
+        ledgers' own files: a fence lost, so a stale writer could add again."""
+        self.index.load_all()
+        self.index.update(2, header(b"k2"), [(0, 0, 16, 1)])                          # in the table alone
+        self.index.update(9, header(lac=2), [(e, 1, 16 + 30 * e, 10) for e in range(INLINE + 2)])
+        self.index.update(9, header(fenced=True, lac=5), [])                            # the table's header
+        self.index.sync()
+        self.assertEqual(self.reopen().load_all(), {2: (b"k2", False, -1, 0), 9: (b"key", True, 5, INLINE + 1)})
+        self.index.close()
+        with open(self.table_path, "r+b") as f:
+            f.seek(10)
+            f.write(b"\xff")                                  # the header's padding: its CRC fails
+        with open(self.table_path, "rb") as f:
+            damaged = f.read()
+        self.assertRaises(formats.FormatError, self.reopen().load_all)
+        self.assertFalse(os.path.exists(self.table_path + ".bad"))
+        with open(self.table_path, "rb") as f:
+            self.assertEqual(f.read(), damaged)
 
     def test_newer_table_refused(self):
         """A table written by another version stops the load and is left as it is."""

@@ -345,3 +345,64 @@ class StoragePowerLossTests(unittest.TestCase):
         """Many ledgers of a few entries each (a burst of new topics): indexed in the index table alone,
         which the checkpoint makes durable before its mark; the entries after the mark replay."""
         return defer.ensureDeferred(self.run_cut(checkpoint=True, ledgers=range(1, 41), entries=2, more=1))
+
+    def test_cut_inside_each_write_of_a_checkpoint(self):
+        """A checkpoint that fences a ledger with an index file (its header there is an older copy) and
+        one in the index table alone, removes a deleted ledger's record and indexes new ledgers, cut
+        inside each of its writes in turn: after each cut every acknowledged entry reads back, the
+        fences hold (the table's header, not the file's older copy) and the deleted ledger stays
+        deleted."""
+        return defer.ensureDeferred(self.run_armed_cuts())
+
+    async def run_armed_cuts(self):
+        key = b"k" * 20
+        counts = {1: 10, 2: 3, 4: 2, 5: 8}
+        cut_at = 1
+        while True:
+            base = os.path.abspath(self.mktemp())
+            mount = LazyFSMount(os.path.join(base, "durable"), os.path.join(base, "disk")).start()
+            self.addCleanup(mount.stop)
+            self.mount = mount
+            storage = self.storage()
+            await storage.start()
+
+            def add(lid, first, last):
+                return defer.gatherResults([storage.add_entry(lid, i, b"e%d-%d" % (lid, i), key, i - 1)
+                                            for i in range(first, last)])
+            await add(1, 0, 10)     # past the inline slots: an index file, with a copy of the header
+            await add(2, 0, 3)
+            await add(3, 0, 3)
+            await storage.checkpoint()
+            await storage.fence_ledger(1, key)
+            await storage.fence_ledger(2, key)
+            await storage.delete_ledger(3)
+            await add(4, 0, 2)
+            await add(5, 0, 8)
+            mount.arm(cut_at)
+            try:
+                await storage.checkpoint()
+            except Exception:
+                pass                # the cut: every later write fails
+            cut = mount.wait_cut(0.05)
+            storage.simulate_crash()
+            if cut is None:
+                mount.cut(dead=True)
+            mount.restart()
+            storage = self.storage()
+            await storage.start()
+            try:
+                where = f"cut inside write {cut_at} of the checkpoint"
+                self.assertEqual(storage.ledger_ids(), [1, 2, 4, 5], where)
+                self.assertTrue(storage.is_fenced(1) and storage.is_fenced(2), where)
+                self.assertTrue(storage.was_deleted(3), where)
+                self.assertEqual(storage.read_lac(1), 8, where)
+                for lid, count in counts.items():
+                    for i in range(count):
+                        self.assertEqual(await storage.read_entry(lid, i), b"e%d-%d" % (lid, i), where)
+            finally:
+                await storage.stop()
+                mount.stop()
+            if cut is None:
+                break               # the checkpoint finished before the armed write: all covered
+            cut_at += 1
+        self.assertGreater(cut_at, 5)

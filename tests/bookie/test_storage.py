@@ -377,6 +377,27 @@ class RestartTests(StorageTestBase):
         self.flushLoggedErrors()
 
     @defer.inlineCallbacks
+    def test_damaged_index_table_refused(self):
+        """An index table whose header is damaged while it holds ledgers stops the start: started
+        without it, ledger 2 (indexed in the table alone) would be unknown and ledger 1 would come back
+        unfenced, from the older copy of its header in its own file."""
+        storage = yield self.open()
+        yield self.fill(storage, 1, 10)         # past the inline slots: a file, with a copy of the header
+        yield storage.checkpoint()
+        yield storage.fence_ledger(1, KEY)      # the table's header only
+        yield self.fill(storage, 2, 3)
+        yield storage.stop()
+        table = os.path.join(self.ledger_dirs[0], "index", "table")
+        with open(table, "r+b") as f:
+            f.seek(10)
+            f.write(b"\xff")
+        storage = BookieStorage(self.journal_dir, self.ledger_dirs, reactor, flush_interval_ms=0,
+                                gc_wait_time_ms=0)
+        self.addCleanup(storage.stop)
+        yield self.assertFailure(storage.start(), formats.FormatError)
+        self.assertFalse(os.path.exists(table + ".bad"))
+
+    @defer.inlineCallbacks
     def test_new_ledgers_make_no_index_files(self):
         """Ledgers with few entries are indexed in the table alone, one file for all; they survive a
         clean restart, a crash after the checkpoint and a crash before it (journal replay)."""

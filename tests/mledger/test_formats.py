@@ -43,6 +43,16 @@ class FormatTests(unittest.TestCase):
         self.assertEqual(formats.decode_ledger_info(formats.encode_ledger_info([LedgerInfo(3, 1, 2, 4)], {})),
                          ([(3, 1, 2, 4)], {}, None))
 
+    def test_ledger_info_from_a_generator(self):
+        """The ledgers may come as a generator (``ManagedLedger._encode_info``): a field that sends
+        them through json.dumps must not find it used up (a node with no ledgers: the topic's data
+        forgotten)."""
+        for infos in ([LedgerInfo(3, 1, 2, 1.5), LedgerInfo(4, 1, 2, 3)], [LedgerInfo(3, True, 2, 4)],
+                      [LedgerInfo(1, 10, 100, 5), LedgerInfo(2, 1, 2, 3)]):
+            for props, term in (({}, None), ({"k": "v"}, None), ({}, Position(2, 0))):
+                self.assertEqual(formats.encode_ledger_info((li for li in infos), props, term),
+                                 formats._json_ledger_info(infos, props, term))
+
     def test_ledger_info_round_trip(self):
         data = formats.encode_ledger_info([LedgerInfo(3, 10, 100, 5)], {"k": "v"}, Position(3, 9))
         self.assertEqual(formats.decode_ledger_info(data), ([(3, 10, 100, 5)], {"k": "v"}, Position(3, 9)))
