@@ -42,7 +42,8 @@ class ConnectionSends:
 
     def accept(self, send, message) -> None:
         """Check the SEND ``send`` (a CommandSend) carrying ``message``: refused (answered here,
-        or dropped), or gathered for its producer."""
+        or dropped), or gathered for its producer. A refusal first hands over what was gathered,
+        so that answers keep the order of the SENDs, as one at a time."""
         cnx = self.cnx
         producer_id = send.producer_id
         producer = cnx.producers.get(producer_id)
@@ -51,10 +52,12 @@ class ConnectionSends:
                 # Sent before the client saw our CLOSE_PRODUCER: it resends them once it has
                 # recreated the producer (a SEND_ERROR would make it drop the connection).
                 return
+            self.flush()
             cnx.sender.send_send_error(producer_id, send.sequence_id, api.NotAllowedError,
                                        "Producer not found")
             return
         if message is None:
+            self.flush()
             cnx.sender.send_send_error(producer_id, send.sequence_id, api.NotAllowedError,
                                        "SEND without a message")
             return
@@ -64,6 +67,7 @@ class ConnectionSends:
                 and crc32c(message[6:]) != _u32(message, 2)[0]):
             self.log.warn("{peer}: checksum mismatch on {topic} seq {seq}; message refused",
                           peer=cnx.peer, topic=producer.topic.name, seq=send.sequence_id)
+            self.flush()
             cnx.sender.send_send_error(producer_id, send.sequence_id, api.ChecksumError,
                                        "Checksum failed on the broker")
             return
