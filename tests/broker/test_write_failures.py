@@ -103,6 +103,17 @@ class WriteFailureFencingTests(FeatureCase):
         self.assertEqual(kinds(c.commands()), [T.CLOSE_PRODUCER])
         self.assertEqual(self.stored(), ["m0"])
 
+    def test_ledger_fenced_at_once_in_a_read(self):
+        """A read's first SEND whose write fails at once because another owner fenced the ledger
+        (the topic unloads itself, closing the producer): as one SEND at a time, the later SENDs
+        of the read find the producer closed and are dropped, not answered with a SEND_ERROR
+        (the official client drops its connection on one); nothing after it is stored."""
+        c = self.harness.client()
+        self.create_producer(c, name="p")
+        self.send(c, 0)
+        self.harness.ledger_client.fail_next_adds(1, LedgerFencedError)
+        self.assertEqual(kinds(self.send_read(c, [1, 2, 3])), [T.CLOSE_PRODUCER])
+
     def test_resends_after_reconnect_are_stored_in_order(self):
         """The client resends everything unacknowledged: stored once each, in sequence order."""
         c, ledger_client = producer_before_failing_add(self)
