@@ -153,12 +153,23 @@ class Producer:
         self._hand_over(publish_all, messages, counts, answers)
 
     def _hand_over(self, publish_all, messages, counts, answers) -> None:
-        """Publish the gathered ``messages`` (emptying the lists): ``publish_all``, the topic's, or
-        one ``topic.publish`` each for a topic without it."""
+        """Publish the gathered ``messages`` (emptying the lists): ``publish_all``, the topic's
+        (again for those it did not take, unless the failure of one it took closed this
+        producer), or one ``topic.publish`` each for a topic without it."""
         if not messages:
             return
         if publish_all is not None:
-            publish_all(messages[:], counts[:], self, answers[:])
+            start, total = 0, len(messages)
+            while start < total:
+                if start and (self.closing or self.closed):
+                    # One of them failed at once and that closed this producer: as one at a
+                    # time, the ones after it are dropped (``publish_messages``), unanswered.
+                    self._settle(sum(answer.size for answer in answers[start:]), total - start)
+                    break
+                taken = publish_all(messages[start:], counts[start:], self, answers[start:])
+                if taken is None:   # (a topic that takes them all says nothing)
+                    break
+                start += taken
         else:
             for message, count, answer in zip(messages, counts, answers):
                 self.topic.publish(message, count).addCallbacks(

@@ -41,7 +41,9 @@ class ConnectionSends:
 
     def accept(self, send, message) -> None:
         """Check the SEND ``send`` (a CommandSend) carrying ``message``: refused (answered here,
-        or dropped), or gathered for its producer."""
+        or dropped), or gathered for its producer. A refusal first hands over what was gathered
+        and checks the SEND again: one at a time, the SENDs before it were answered first, and
+        their fate may have closed its producer (a write failing at once), which drops it."""
         cnx = self.cnx
         producer_id = send.producer_id
         producer = cnx.producers.get(producer_id)
@@ -50,10 +52,18 @@ class ConnectionSends:
                 # Sent before the client saw our CLOSE_PRODUCER: it resends them once it has
                 # recreated the producer (a SEND_ERROR would make it drop the connection).
                 return
+            if self._run:
+                self.flush()
+                self.accept(send, message)
+                return
             cnx.sender.send_send_error(producer_id, send.sequence_id, api.NotAllowedError,
                                        "Producer not found")
             return
         if message is None:
+            if self._run:
+                self.flush()
+                self.accept(send, message)
+                return
             cnx.sender.send_send_error(producer_id, send.sequence_id, api.NotAllowedError,
                                        "SEND without a message")
             return
@@ -61,6 +71,10 @@ class ConnectionSends:
         # of everything after the checksum field (over a copy: cheaper than a memoryview).
         if (len(message) >= 6 and message[0] == 0x0E and message[1] == 0x01
                 and crc32c(message[6:]) != _u32(message, 2)[0]):
+            if self._run:
+                self.flush()
+                self.accept(send, message)
+                return
             self.log.warn("{peer}: checksum mismatch on {topic} seq {seq}; message refused",
                           peer=cnx.peer, topic=producer.topic.name, seq=send.sequence_id)
             cnx.sender.send_send_error(producer_id, send.sequence_id, api.ChecksumError,

@@ -404,28 +404,26 @@ class PersistentTopic(TopicBase):
         self.publish_all((message,), (count,), _DEFERREDS, (d,))
         return d
 
-    def publish_all(self, messages, counts, publisher, ctxs) -> None:
+    def publish_all(self, messages, counts, publisher, ctxs) -> int:
         """Store ``messages`` (a producer's publishes of one read), in order, each with the
         message count and the ctx at the same place of ``counts`` and ``ctxs``: after the topic's
         own bookkeeping, ``publisher.adds_complete(positions, ctxs)`` for those stored together
         and ``publisher.add_failed(failure, ctx)`` for each that failed (a refusal at once):
-        ``common.waiters``, with a ctx each. The managed ledger gets them in one call; when it
-        takes only the first ones (one failed at once: ``add_entries_notify``), the others are
-        published again, after this topic's own answer to that failure (a fenced topic refuses
-        them), as they would have been one at a time."""
-        while messages:
-            if self.closed:
-                refusal = errors.ServiceNotReady(f"Topic {self.name} is being unloaded")
-            elif self.fenced:
-                refusal = TopicFencedError(f"Topic {self.name} is fenced after a write failure")
-            else:
-                refusal = None
-            if refusal is not None:
-                for ctx in ctxs:
-                    tell_failed(publisher, ctx, Failure(refusal))
-                return
-            taken = self._add_all(messages, counts, publisher, ctxs)
-            messages, counts, ctxs = messages[taken:], counts[taken:], ctxs[taken:]
+        ``common.waiters``, with a ctx each. The managed ledger gets them in one call.
+
+        Returns how many of ``messages`` (the first ones, at least one) it took: all, unless one
+        failed at once (refused here, or by the managed ledger: ``add_entries_notify``); the
+        caller then decides the fate of the others after its answer to that failure, as it
+        would have one at a time (a producer the failure closed drops them; otherwise it
+        publishes them again, and a fenced or closed topic refuses the first of them)."""
+        if self.closed:
+            refusal = errors.ServiceNotReady(f"Topic {self.name} is being unloaded")
+        elif self.fenced:
+            refusal = TopicFencedError(f"Topic {self.name} is fenced after a write failure")
+        else:
+            return self._add_all(messages, counts, publisher, ctxs)
+        tell_failed(publisher, ctxs[0], Failure(refusal))
+        return 1
 
     def _add_all(self, messages, counts, publisher, ctxs) -> int:
         """Store ``messages``; how many the managed ledger took (the first ones)."""
@@ -450,7 +448,7 @@ class PersistentTopic(TopicBase):
                 else:
                     self.ledger.add_entry(message).addCallbacks(add.callback, add.errback)
                 if self.closed or self.fenced:
-                    break   # it failed at once: the next ones are refused (publish_all)
+                    break   # it failed at once: the next ones are not taken (publish_all)
         if taken < len(messages):
             self._adds_over(len(messages) - taken)
         if self.publish_limiter is not None:

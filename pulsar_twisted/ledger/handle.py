@@ -404,6 +404,10 @@ class WriterState(enum.Enum):
     ERRORED = "errored"
 
 
+#: A handle in these states has failed (or settled) every add: nothing more is sent.
+_NOT_SENDING = (WriterState.ERRORED, WriterState.CLOSED)
+
+
 class _PendingAdd:
     """One add in flight: ``deferred`` is its waiter (None once settled), with its ``ctx``
     (``add_entries_notify``)."""
@@ -561,17 +565,24 @@ class LedgerHandle(_BaseHandle):
 
     def _send_all(self, ops):
         """Send new ``ops`` to the bookies of their write sets that are not failed: one request
-        per bookie for them all with a client taking batches, else one per copy."""
+        per bookie for them all with a client taking batches, else one per copy. A send refused
+        at once may fail the handle (fenced): then no further copy goes out (one add at a time,
+        the later adds would not have been sent at all, and a copy left on a bookie not yet
+        fenced is one a new owner's recovery takes in)."""
         # (``self._failed`` is read at each send: a send refused at once marks its bookie failed.)
         if getattr(self._env.bookie_client, "add_entries_notify", None) is None:
             for op in ops:
                 for index in op.write_set:
+                    if self.state in _NOT_SENDING:
+                        return
                     if index not in self._failed:
                         self._send(op, index)
             return
         schedule = self._schedule
         if schedule.ensemble_size == schedule.write_quorum:     # one write set: every bookie, all
             for index in ops[0].write_set:
+                if self.state in _NOT_SENDING:
+                    return
                 if index not in self._failed:
                     self._send_batch(ops, index)
             return
@@ -580,6 +591,8 @@ class LedgerHandle(_BaseHandle):
             for index in op.write_set:
                 by_index.setdefault(index, []).append(op)
         for index, share in by_index.items():
+            if self.state in _NOT_SENDING:
+                return
             if index not in self._failed:
                 self._send_batch(share, index)
 

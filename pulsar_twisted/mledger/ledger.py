@@ -831,7 +831,13 @@ class ManagedLedgerImpl:
                 self._queued = []
             self._queued.append(op)
             if st is State.LEDGER_CLOSED:
+                failed = self.counters.add_errors
                 self._create_ledger()
+                if self.counters.add_errors != failed:
+                    # The ledger was made at once and an add sent to it (or its creation)
+                    # failed at once, failing every queued add, this one included: stop here,
+                    # as for a failure during a hand-over.
+                    return self._added(taken)
         if run:
             taken -= self._hand_over(run) or 0
         return self._added(taken)

@@ -265,6 +265,27 @@ class SendFastPathTests(unittest.TestCase):
         self.assertEqual([(r.sequence_id, r.message_id.entryId) for r in receipts], [(i, i) for i in range(3)])
         self.assertEqual((cnx.sends.pending, producer.pending), (0, 0))
 
+    def test_refusal_at_accept_answered_after_earlier_sends_of_the_read(self):
+        """A SEND refused as it is read (bad checksum, no message part) is answered after the
+        SENDs before it in the same read, as one SEND at a time: here storage answers at once,
+        so the receipt of 0 precedes the ChecksumError of 1 and the error of 3 follows 2's receipt."""
+        from tests.broker.messaging import message
+        bad = bytearray(message(1))
+        bad[-1] ^= 0xFF
+        self.client.send_raw(
+            self.send_frames(1)
+            + frames.encode_payload_command(
+                T(type=T.SEND, send=api.CommandSend(producer_id=1, sequence_id=1)), bytes(bad))
+            + self.send_frames(1, first=2)
+            + frames.encode_command(T(type=T.SEND, send=api.CommandSend(producer_id=1, sequence_id=3)))
+            + self.send_frames(1, first=4))
+        replies = self.client.commands()
+        self.assertEqual([(c.type, c.send_receipt.sequence_id if c.type == T.SEND_RECEIPT
+                           else c.send_error.sequence_id) for c in replies],
+                         [(T.SEND_RECEIPT, 0), (T.SEND_ERROR, 1), (T.SEND_RECEIPT, 2),
+                          (T.SEND_ERROR, 3), (T.SEND_RECEIPT, 4)])
+        self.assertEqual(replies[1].send_error.error, api.ChecksumError)
+
     def test_checksum_of_a_message_without_the_magic_not_checked(self):
         """A message part without the CRC32C magic (very old clients) is stored unchecked, as
         verify_message does."""

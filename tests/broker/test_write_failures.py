@@ -82,6 +82,38 @@ class WriteFailureFencingTests(FeatureCase):
         self.assertNotIn(NEG1, [r.send_receipt.message_id.entryId for r in receipts])
         self.assertEqual(self.stored(), ["m0", "m1", "m2", "m3"])
 
+    def test_refusal_in_a_read_after_an_add_failing_at_once(self):
+        """A read whose first SEND fails at once (closing the producer) and whose next SENDs the
+        connection refuses (bad checksum, no message part): as one SEND at a time, those find
+        the producer closed and are dropped, not answered; the client sees CLOSE_PRODUCER only."""
+        from pulsar_twisted.wire import frames
+        from tests.broker.messaging import message
+        c = self.harness.client()
+        self.create_producer(c, name="p")
+        self.send(c, 0)
+        bad = bytearray(message(2))
+        bad[-1] ^= 0xFF
+        read = (frames.encode_payload_command(
+                    T(type=T.SEND, send=api.CommandSend(producer_id=1, sequence_id=1)), message(1))
+                + frames.encode_payload_command(
+                    T(type=T.SEND, send=api.CommandSend(producer_id=1, sequence_id=2)), bytes(bad))
+                + frames.encode_command(T(type=T.SEND, send=api.CommandSend(producer_id=1, sequence_id=3))))
+        self.harness.ledger_client.fail_next_adds(1)
+        c.send_raw(read)
+        self.assertEqual(kinds(c.commands()), [T.CLOSE_PRODUCER])
+        self.assertEqual(self.stored(), ["m0"])
+
+    def test_ledger_fenced_at_once_in_a_read(self):
+        """A read's first SEND whose write fails at once because another owner fenced the ledger
+        (the topic unloads itself, closing the producer): as one SEND at a time, the later SENDs
+        of the read find the producer closed and are dropped, not answered with a SEND_ERROR
+        (the official client drops its connection on one); nothing after it is stored."""
+        c = self.harness.client()
+        self.create_producer(c, name="p")
+        self.send(c, 0)
+        self.harness.ledger_client.fail_next_adds(1, LedgerFencedError)
+        self.assertEqual(kinds(self.send_read(c, [1, 2, 3])), [T.CLOSE_PRODUCER])
+
     def test_resends_after_reconnect_are_stored_in_order(self):
         """The client resends everything unacknowledged: stored once each, in sequence order."""
         c, ledger_client = producer_before_failing_add(self)

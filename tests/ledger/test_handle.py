@@ -7,7 +7,8 @@ from twisted.trial import unittest
 from zope.interface.verify import verifyObject
 
 from pulsar_twisted.common.bk_errors import (
-    BookieUnavailableError, DigestMismatchError, LedgerClosedError, NoSuchEntryError, NotEnoughBookiesError)
+    BookieUnavailableError, DigestMismatchError, LedgerClosedError, LedgerFencedError, NoSuchEntryError,
+    NotEnoughBookiesError)
 from pulsar_twisted.ledger.bookies import IBookieClient, LocalBookieClient
 from pulsar_twisted.ledger.client import BookKeeperClient
 from pulsar_twisted.ledger.handle import WriterState
@@ -203,6 +204,21 @@ class AddReadTests(LedgerHarness, unittest.TestCase):
         new = handle.metadata.last_ensemble[1]
         self.assertNotIn(new[0], old)
         self.assertEqual(self.bookies[new[0]].entry_ids(handle.ledger_id), [0, 1, 2])
+
+    def test_add_entries_not_sent_on_after_a_fencing_refusal(self):
+        """A bookie refusing a batch at once as fenced (a new owner is recovering the ledger)
+        fails the handle and every add of the batch; the batch then goes to no further bookie:
+        one add at a time, the later adds were never sent (the managed ledger refused them), and
+        a copy on a bookie not yet fenced is what a new owner's recovery takes in ("found
+        anywhere")."""
+        handle = self.create(3, 3, 2)
+        ensemble = handle.metadata.last_ensemble[1]
+        self.successResultOf(self.bookies[ensemble[1]].fence_ledger(handle.ledger_id, handle._master_key))
+        events = []
+        handle.add_entries_notify([b"x%d" % i for i in range(3)], self.batch_waiter(events), range(3))
+        self.assertEqual([ctx for ctx, _ in events], [0, 1, 2])
+        self.assertTrue(all(f.check(LedgerFencedError) for _, f in events))
+        self.assertEqual(self.bookies[ensemble[2]].entry_ids(handle.ledger_id), [])
 
     def test_add_entries_on_a_closed_handle_refused(self):
         """A closed handle refuses each waiter of a batch at once, in order."""

@@ -170,6 +170,21 @@ class AddReadTests(ManagedLedgerHarness, unittest.TestCase):
                          [(ctx, getattr(p, "entry_id", p)) for ctx, p in single])
         self.assertEqual(ml.counters.add_errors, one_by_one.counters.add_errors)
 
+    def test_add_entries_stop_at_an_add_failing_as_the_next_ledger_is_made(self):
+        """After a failed add the next ledger waits for the next add: a batch then queues its
+        first add and makes the ledger, which may fail that add at once; the batch stops there,
+        as one at a time (the later adds are not stored after the failed one)."""
+        ml = self.open()
+        self.add(ml, 1)
+        self.bk.fail_next_adds(1, NotEnoughBookiesError)
+        self.failureResultOf(ml.add_entry(data(1)), ManagedLedgerError)
+        self.assertIs(ml._state, State.LEDGER_CLOSED)
+        callback, events = self.recorder()
+        self.bk.fail_next_adds(1, NotEnoughBookiesError)
+        self.assertEqual(ml.add_entries_notify([data(2), data(3)], callback, [2, 3]), 1)
+        self.assertEqual(events, [(2, ManagedLedgerError)])
+        self.assertEqual(ml.number_of_entries(), 1)
+
     def test_add_entries_stop_at_a_refusal(self):
         """A batch on a closed ledger: the first add is refused, and the batch stops there."""
         ml = self.open()
