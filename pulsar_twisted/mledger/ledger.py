@@ -1222,6 +1222,14 @@ class ManagedLedgerImpl:
                     return
                 lid, first = pos
                 last = min(first + remaining - 1, self._entries_in(lid) - 1)
+                if last < first:
+                    # Nothing stored at a position the ledger list says is not past the last
+                    # entry (a list and a last entry that disagree): end the read here rather
+                    # than loop on the reactor for good.
+                    log.warn("managed ledger {name}: no entry at {pos} before the last one {lce}: "
+                             "read ends there", name=self.name, pos=str(pos), lce=str(self._last_confirmed))
+                    d.callback((result, pos))
+                    return
                 entries = self._cached_range(lid, first, last)
                 if entries is None:
                     rd = self._read_from_ledger(lid, first, last)

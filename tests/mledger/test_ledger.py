@@ -332,6 +332,21 @@ class RolloverTests(ManagedLedgerHarness, unittest.TestCase):
         self.assertEqual(p, Position(ml.current_ledger_id(), 0))
 
 
+class InconsistentStateReadTests(ManagedLedgerHarness, unittest.TestCase):
+    def test_read_ends_where_nothing_is_stored(self):
+        """A last entry the ledger list does not hold (a state a fuzzer reached: no ledgers, last
+        entry 1:1) ends a read there, logged, instead of looping on the reactor for good."""
+        ml = self.open()
+        self.cursor(ml)
+        self.add(ml, 2)
+        lid = ml.current_ledger_id()
+        for gone in list(ml._ledger_ids):
+            ml._remove_ledger_info(gone)
+        entries, next_pos = self.successResultOf(ml._read(Position(lid, 0), 10, None))
+        self.assertEqual((entries, next_pos), ([], Position(lid, 0)))
+        self.assertEqual(len(self.flushLoggedErrors()), 0)
+
+
 class LedgerSwitchTests(ManagedLedgerHarness, unittest.TestCase):
     """The next ledger is made ahead at nine tenths of a full one; the full ledger's close and the
     next one's record are written at once, and adds wait for both."""
