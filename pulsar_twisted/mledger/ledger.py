@@ -1133,6 +1133,11 @@ class ManagedLedgerImpl:
         """The first stored entry at or after ``pos``, else the position after the last entry."""
         ids = self._ledger_ids
         if not ids:
+            lce = self._last_confirmed
+            if pos <= lce:
+                # Every ledger is gone: trimmed (nobody needed them), the last one dropped empty
+                # after a failed add. Nothing is stored up to the last entry.
+                return Position(lce[0], lce[1] + 1)
             return Position(pos[0], max(pos[1], 0))
         lid0 = pos[0]
         i = bisect_left(ids, lid0)

@@ -333,15 +333,33 @@ class RolloverTests(ManagedLedgerHarness, unittest.TestCase):
 
 
 class InconsistentStateReadTests(ManagedLedgerHarness, unittest.TestCase):
+    def test_every_ledger_gone_then_a_new_subscription(self):
+        """A topic with producers only (nothing retained) rolls over, so its full ledger is
+        trimmed, then the first add to the next ledger fails, which drops that ledger empty: no
+        ledger is left, the last entry is still the trimmed one's. A subscription from the earliest
+        position then has nothing to read (its read looped on the reactor for good) and reads
+        what comes next."""
+        ml = self.open(max_entries_per_ledger=2)
+        self.add(ml, 2)
+        self.bk.fail_next_adds(1, NotEnoughBookiesError)
+        self.failureResultOf(ml.add_entry(b"x"), ManagedLedgerError)
+        self.assertEqual(ml.ledgers_info(), [])
+        cursor = self.cursor(ml, "late", "earliest")
+        self.assertFalse(cursor.has_more_entries())
+        self.assertEqual(self.successResultOf(cursor.read_entries(10)), [])
+        later = self.add(ml, 1, start=3)[0]
+        self.assertTrue(cursor.has_more_entries())
+        self.assertEqual([e.position for e in self.successResultOf(cursor.read_entries(10))], [later])
+        self.assertEqual(len(self.flushLoggedErrors()), 0)
+
     def test_read_ends_where_nothing_is_stored(self):
-        """A last entry the ledger list does not hold (a state a fuzzer reached: no ledgers, last
-        entry 1:1) ends a read there, logged, instead of looping on the reactor for good."""
+        """Any other last entry the ledger list does not hold (here: the list counts no entry in
+        the ledger of the last one) ends a read there, logged, instead of looping on the reactor."""
         ml = self.open()
         self.cursor(ml)
         self.add(ml, 2)
         lid = ml.current_ledger_id()
-        for gone in list(ml._ledger_ids):
-            ml._remove_ledger_info(gone)
+        ml._ledgers[lid].entries = 0
         entries, next_pos = self.successResultOf(ml._read(Position(lid, 0), 10, None))
         self.assertEqual((entries, next_pos), ([], Position(lid, 0)))
         self.assertEqual(len(self.flushLoggedErrors()), 0)
