@@ -689,8 +689,7 @@ class ManagedLedgerImpl:
         info = self._ledgers.get(old.ledger_id)
         if info is not None:
             info.timestamp = self._now_ms()
-        closed = old.close()
-        closed.addErrback(self._close_failed, old)
+        closed = self._close_quietly(old)
         closed.addCallback(lambda _: self._old_ledger_closed(old))
         self._state = State.CREATING_LEDGER
         made, self._next_ledger = self._make_next_ledger(), None
@@ -740,9 +739,7 @@ class ManagedLedgerImpl:
         self._cancel_timers()
         # Made ahead on the ensemble that failed, maybe: the next one is chosen afresh.
         self._drop_next_ledger()
-        d = handle.close()
-        d.addErrback(self._close_failed, handle)
-        d.addCallback(lambda _: self._failed_ledger_closed(handle))
+        self._close_quietly(handle).addCallback(lambda _: self._failed_ledger_closed(handle))
 
     def _failed_ledger_closed(self, handle):
         lid = handle.ledger_id
