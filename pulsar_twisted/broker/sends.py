@@ -47,38 +47,30 @@ class ConnectionSends:
         cnx = self.cnx
         producer_id = send.producer_id
         producer = cnx.producers.get(producer_id)
+        if producer is None and producer_id in cnx.closed_producer_ids:
+            # Sent before the client saw our CLOSE_PRODUCER: it resends them once it has
+            # recreated the producer (a SEND_ERROR would make it drop the connection).
+            return
         if producer is None:
-            if producer_id in cnx.closed_producer_ids:
-                # Sent before the client saw our CLOSE_PRODUCER: it resends them once it has
-                # recreated the producer (a SEND_ERROR would make it drop the connection).
-                return
-            if self._run:
-                self.flush()
-                self.accept(send, message)
-                return
-            cnx.sender.send_send_error(producer_id, send.sequence_id, api.NotAllowedError,
-                                       "Producer not found")
-            return
-        if message is None:
-            if self._run:
-                self.flush()
-                self.accept(send, message)
-                return
-            cnx.sender.send_send_error(producer_id, send.sequence_id, api.NotAllowedError,
-                                       "SEND without a message")
-            return
+            refusal = (api.NotAllowedError, "Producer not found")
+        elif message is None:
+            refusal = (api.NotAllowedError, "SEND without a message")
         # verify_message inline (the per-message checksum check): a CRC32C magic, then the CRC
         # of everything after the checksum field (over a copy: cheaper than a memoryview).
-        if (len(message) >= 6 and message[0] == 0x0E and message[1] == 0x01
+        elif (len(message) >= 6 and message[0] == 0x0E and message[1] == 0x01
                 and crc32c(message[6:]) != _u32(message, 2)[0]):
+            refusal = (api.ChecksumError, "Checksum failed on the broker")
+        else:
+            refusal = None
+        if refusal is not None:
             if self._run:
                 self.flush()
                 self.accept(send, message)
                 return
-            self.log.warn("{peer}: checksum mismatch on {topic} seq {seq}; message refused",
-                          peer=cnx.peer, topic=producer.topic.name, seq=send.sequence_id)
-            cnx.sender.send_send_error(producer_id, send.sequence_id, api.ChecksumError,
-                                       "Checksum failed on the broker")
+            if refusal[0] == api.ChecksumError:
+                self.log.warn("{peer}: checksum mismatch on {topic} seq {seq}; message refused",
+                              peer=cnx.peer, topic=producer.topic.name, seq=send.sequence_id)
+            cnx.sender.send_send_error(producer_id, send.sequence_id, *refusal)
             return
         self.pending += 1
         if self.pending >= self.max_pending and not self._throttled:
