@@ -389,3 +389,28 @@ class LeaderPlacementTests(TestCase):
             targets.add(answer["nativeUrl"] if answer else "pulsar://c:6650")
             self.assertIn("every broker is overloaded", m.decisions.entries()[0]["reason"])
         self.assertEqual(len(targets), 3)
+
+
+class RoundFailureTests(TestCase):
+    """A round that cannot reach the metadata store (a lost ZooKeeper connection) is a warning; any
+    other failure is logged with its traceback. The loop goes on either way."""
+
+    def failing_round(self, error):
+        clock = task.Clock()
+        manager = LoadManager(None, None, EmbeddedMetadataStore(None, clock), clock, BrokerConfig(),
+                              "a:8080", urls("a:8080"), leader=FakeLeader(False),
+                              decisions=DecisionLog(clock), interval=0)
+
+        async def write_report():
+            raise error
+        manager.write_report = write_report
+        self.successResultOf(manager.tick())
+
+    def test_metadata_unavailable_is_a_warning(self):
+        from pulsar_twisted.metadata.interfaces import MetadataUnavailableError
+        self.failing_round(MetadataUnavailableError("zookeeper: ConnectionLoss"))
+        self.assertEqual(self.flushLoggedErrors(), [])
+
+    def test_other_errors_keep_their_traceback(self):
+        self.failing_round(ValueError("a bug"))
+        self.assertEqual(len(self.flushLoggedErrors(ValueError)), 1)

@@ -39,7 +39,7 @@ from pulsar_twisted.broker.loadbalance.placement import choose_broker
 from pulsar_twisted.broker.loadbalance.shedding import ShedderSettings, ThresholdShedder
 from pulsar_twisted.broker.leader import read_leader
 from pulsar_twisted.broker.ownership import topic_hash
-from pulsar_twisted.metadata.interfaces import MetadataStoreError
+from pulsar_twisted.metadata.interfaces import MetadataStoreError, MetadataUnavailableError
 from pulsar_twisted.metadata.layout import BROKERS_ROOT, OWNERSHIP_ROOT, broker_path
 
 log = Logger()
@@ -105,8 +105,18 @@ class LoadManager:
     def tick(self) -> defer.Deferred:
         """One round (see the module doc); errors are logged, the loop goes on."""
         d = defer.Deferred.fromCoroutine(self._tick())
-        d.addErrback(lambda f: log.failure("load manager round failed", f))
+        d.addErrback(self._round_failed)
         return d
+
+    @staticmethod
+    def _round_failed(failure) -> None:
+        # Metadata out of reach (a lost ZooKeeper connection) is an expected outage, a warning as
+        # the registration check and the leader election give; anything else is a bug, with its
+        # traceback.
+        if failure.check(MetadataUnavailableError):
+            log.warn("load manager round failed: {error}", error=failure.getErrorMessage())
+        else:
+            log.failure("load manager round failed", failure)
 
     async def _tick(self):
         await self.write_report()
