@@ -39,6 +39,7 @@ from twisted.python.failure import Failure
 
 from pulsar_twisted.bookie import formats
 from pulsar_twisted.bookie.prealloc import Preallocator
+from pulsar_twisted.common.bk_errors import BookieUnavailableError
 from pulsar_twisted.common.latency import LatencySummary
 from pulsar_twisted.net import handback
 
@@ -176,6 +177,12 @@ class JournalStoppedError(Exception):
     """The journal is stopped (or halted) and takes no more records."""
 
 
+class JournalWriteError(BookieUnavailableError):
+    """A group's write or fdatasync failed (the disk said so): its records were not stored. The
+    bookie answers such an add as unavailable, so the writer takes it to another bookie, as it would
+    from a bookie that died; the journal logs the failure once, not once per add."""
+
+
 def _errback(d, failure) -> None:
     """Fail one record's Deferred or waiter; a waiter's exception is logged (as a Deferred would
     keep it), so the records after it still hear."""
@@ -253,6 +260,8 @@ class Journal:
         self.mode_switches = 0
         self._switched_at = 0.0     # monotonic time of the last move to the writer thread
         self._switch_logged = -60.0
+        #: A group failed part-way: the next one starts a new file (``_write_records``).
+        self._roll_next = False
 
     # ----------------------------------------------------------------------------- reactor-thread API
 
@@ -551,8 +560,12 @@ class Journal:
         fsync_s = None
         error = None
         try:
-            if self._offset >= self._max_size and any(item[0] is not None for item in group):
+            if (self._offset >= self._max_size or self._roll_next) and any(item[0] is not None
+                                                                          for item in group):
                 self._roll()
+                if self._roll_next:
+                    self._roll_next = False
+                    log.info("journal: writes go on in file {id:x} after the failure", id=self.file_id)
             position = self._offset
             for chunks, n, d, queued, count in group:
                 if chunks is None:
@@ -572,8 +585,20 @@ class Journal:
                     started = time.monotonic()
                     os.fdatasync(self._fd)
                     fsync_s = time.monotonic() - started
-        except Exception:
-            error = Failure()
+        except Exception as e:
+            error = Failure(JournalWriteError(f"journal write failed: {e}"))
+            # Every record of the group hears, also when the failure came before they were listed
+            # (a new file that could not be made).
+            results = [(item[2], None, None) for item in group]
+            if not self._roll_next:
+                # What the file holds past the last good group is unknown now: a failed fdatasync may
+                # have dropped those pages, and replay reads a file only up to its first bad record,
+                # so a record acknowledged after the hole would be lost at the next crash (and cut off
+                # as a torn tail). BookKeeper stops the bookie; we refuse this group and start a new
+                # file for the next (replay reads every file), retrying until the disk takes it.
+                self._roll_next = True
+                log.error("journal: writing {n} records to file {id:x} failed ({err}); they are refused "
+                          "and the next write starts a new file", n=len(group), id=self.file_id, err=e)
         return results, error, records, nbytes, fsync_s
 
     def _pwrite_all(self, data: bytes, offset: int) -> None:
@@ -593,9 +618,13 @@ class Journal:
     def _create(self, file_id: int) -> None:
         path = journal_path(self._dir, file_id)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        header = formats.encode_journal_header(file_id)
-        os.write(fd, header)
-        os.fdatasync(fd)
-        fsync_dir(self._dir)
+        try:
+            header = formats.encode_journal_header(file_id)
+            os.write(fd, header)
+            os.fdatasync(fd)
+            fsync_dir(self._dir)
+        except BaseException:
+            os.close(fd)    # the next attempt makes the same file afresh (O_TRUNC)
+            raise
         self._fd, self.file_id, self._offset = fd, file_id, len(header)
         self.prealloc.reset(fd, len(header))

@@ -15,6 +15,8 @@ from pulsar_twisted.bookie.journal import (
 # Imported here, not in a test: entrylog and index bind journal.fsync_dir at import, and must not
 # bind DurableDirTests' patched one.
 from pulsar_twisted.bookie.storage import BookieStorage
+from pulsar_twisted.proto import bookie_pb2
+from pulsar_twisted.wire.bookie import status_for
 
 
 def key_record(ledger_id: int) -> bytes:
@@ -293,7 +295,8 @@ class JournalWriterTests(unittest.TestCase):
         journal._write_group(journal._take_all())
         f, args = fake.calls.pop()
         f(*args)
-        self.assertEqual(fired, [(0, OSError), (1, OSError), (2, OSError)])
+        self.assertEqual(fired, [(0, journal_module.JournalWriteError), (1, journal_module.JournalWriteError),
+                                 (2, journal_module.JournalWriteError)])
         self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
 
     @defer.inlineCallbacks
@@ -340,8 +343,12 @@ class TurnWriteTests(unittest.TestCase):
         self.syncs = []     # the thread of each fdatasync
         real = os.fdatasync
 
+        self.sync_errors = []   # errors the next fdatasyncs raise, in order (a failing disk)
+
         def fdatasync(fd):
             self.syncs.append(threading.current_thread().name)
+            if self.sync_errors:
+                raise self.sync_errors.pop(0)
             real(fd)
         self.patch(journal_module.os, "fdatasync", fdatasync)
 
@@ -484,6 +491,66 @@ class TurnWriteTests(unittest.TestCase):
         j.halt()
         self.assertNoResult(lost)
         self.assertEqual([rec[1] for rec in replay_journal(self.dir).records], [7])
+
+
+    def _drop_region(self, file_id: int, start: int, end: int) -> None:
+        """What a power cut leaves of pages a failed fdatasync dropped: zeros."""
+        with open(journal_path(self.dir, file_id), "r+b") as f:
+            f.seek(start)
+            f.write(bytes(end - start))
+
+    def _fail_one(self, j, ledger_id: int) -> list:
+        """Append one record in a turn whose fdatasync fails; the failures it got."""
+        failed = []
+        r = key_record(ledger_id)
+        j.append((r,), len(r)).addErrback(failed.append)
+        j._reactor.advance(0)
+        return failed
+
+    def test_records_acknowledged_after_a_failed_fsync_survive_a_crash(self):
+        """A failed fdatasync refuses its group (JournalWriteError: the bookie answers unavailable) and
+        the next group goes to a new file. The failed group's pages may never reach the disk; replay
+        reads a file up to its first bad record, so a record acknowledged after that hole in the same
+        file would be lost at the next crash. In a new file it is replayed."""
+        j = self.journal()
+        fired = []
+        r1 = key_record(1)
+        j.append((r1,), len(r1)).addCallback(fired.append)
+        j._reactor.advance(0)
+        first_file, hole_start = j.file_id, j._offset
+        self.sync_errors.append(OSError(5, "Input/output error"))
+        failed = self._fail_one(j, 2)
+        self.assertEqual([f.type for f in failed], [journal_module.JournalWriteError])
+        # The bookie answers it as unavailable (the writer replaces it), not as an unexpected error.
+        self.assertEqual(status_for(failed[0].value), bookie_pb2.UNAVAILABLE)
+        hole_end = j._offset
+        r3 = key_record(3)
+        j.append((r3,), len(r3)).addCallback(fired.append)
+        j._reactor.advance(0)
+        self.assertEqual(fired, [None, None])
+        self.assertEqual(j.file_id, first_file + 1)
+        os.close(j._fd)
+        j._fd = -1
+        self._drop_region(first_file, hole_start, hole_end)
+        self.assertEqual([rec[1] for rec in replay_journal(self.dir).records], [1, 3])
+
+    def test_a_failed_new_file_is_retried(self):
+        """When making the new file fails too (its header's fdatasync), that group is refused as
+        well and the next one tries again; nothing is acknowledged before a write succeeds."""
+        j = self.journal()
+        first_file = j.file_id
+        self.sync_errors += [OSError(5, "Input/output error"), OSError(5, "Input/output error")]
+        self.assertEqual(len(self._fail_one(j, 2)), 1)      # the group's fdatasync
+        self.assertEqual(len(self._fail_one(j, 3)), 1)      # the new file's header
+        self.assertEqual(j.file_id, first_file)
+        fired = []
+        r4 = key_record(4)
+        j.append((r4,), len(r4)).addCallback(fired.append)
+        j._reactor.advance(0)
+        self.assertEqual((fired, j.file_id), ([None], first_file + 1))
+        os.close(j._fd)
+        j._fd = -1
+        self.assertIn(4, [rec[1] for rec in replay_journal(self.dir).records])
 
 
 class DurableDirTests(unittest.TestCase):
