@@ -31,6 +31,7 @@ Usage (from the repository root)::
     python scripts/bench_broker.py --housekeeping  # the latency mode at 5k msg/s while a backlog is
                                               # drained and trimmed and ledgers/entry logs roll over
                                               # (--drain-rate N paces the drain)
+    python scripts/bench_broker.py --housekeeping-control  # the same drain, housekeeping held off
     python scripts/bench_broker.py --gc-stats # also log the broker's garbage collections, per phase
 
 The table's "other CPU" column is the machine's busy time that is neither the broker nor the benchmark's
@@ -55,6 +56,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections import Counter
 
 import psutil
@@ -654,6 +656,27 @@ def paced_publish(url, topic, rate, seconds, size, on_start=None):
     return stats
 
 
+def storage_write_over_1ms(broker, topic):
+    """Of ``topic``'s adds so far, the % whose storage write (the broker's managed-ledger add to
+    durable, ``pulsar_storage_write_latency_le_*``) took over 1 ms: the broker's own share of a tail
+    the client sees (the rest is the network, the dispatch, the client and the scheduler). NaN when
+    /metrics cannot be read."""
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{broker.web_port}/metrics", timeout=30).read()
+    except OSError:
+        return float("nan")
+    label = f'topic="{topic}"'
+    buckets = {}
+    for line in text.decode("utf-8", "replace").splitlines():
+        if line.startswith("pulsar_storage_write_latency_le_") and label in line:
+            name, _, value = line.rpartition(" ")
+            buckets[name.split("{", 1)[0][len("pulsar_storage_write_latency_le_"):]] = float(value)
+    total = sum(buckets.values())
+    if not total:
+        return float("nan")
+    return 100.0 * (total - buckets.get("0_5", 0.0) - buckets.get("1", 0.0)) / total
+
+
 def latency_point(bench, topic, rate, seconds, size, e2e, on_start=None):
     """One fixed-rate run (a bench phase): publish latency, and with ``e2e`` a consumer process
     subscribed to ``topic`` whose send -> receipt latencies are reported too."""
@@ -670,6 +693,7 @@ def latency_point(bench, topic, rate, seconds, size, e2e, on_start=None):
     s = bench.phase(f"latency {rate}/s {'e2e' if e2e else 'publish'}",
                     lambda: paced_publish(url, topic, rate, seconds, size, on_start))
     s["rss"] = bench.broker.rss()
+    s["storage_over_1ms"] = storage_write_over_1ms(bench.broker, topic)
     if worker is not None:
         lat = out.get(timeout=120)
         worker.join(30)
@@ -754,7 +778,7 @@ def _median(values):
 
 def _fmt(key, value):
     """Latencies with two decimals, the rest (CPU, MB, %) as integers."""
-    return f"{value:.2f}" if key.startswith(("pub", "e2e")) else f"{value:.0f}"
+    return f"{value:.2f}" if key.startswith(("pub", "e2e", "broker")) else f"{value:.0f}"
 
 
 def render_latency(args, bench):
@@ -767,7 +791,8 @@ def render_latency(args, bench):
                  "e2e p50": e.get("p50", float("nan")), "e2e p99": e.get("p99", float("nan")),
                  "e2e p99.9": e.get("p999", float("nan")),
                  "CPU-ms/10k": 1000.0 * s["broker_cpu"] / s["count"] * 10000,
-                 "RSS MB": s["rss"] / (1 << 20), "other CPU": 100.0 * s["other_cpu"] / s["wall"]}
+                 "RSS MB": s["rss"] / (1 << 20), "other CPU": 100.0 * s["other_cpu"] / s["wall"],
+                 "broker >1ms %": s.get("storage_over_1ms", float("nan"))}
         groups.setdefault((rate, e2e), []).append(cells)
         kind = "e2e" if e2e else "publish"
         extra = ""
@@ -781,7 +806,7 @@ def render_latency(args, bench):
         table.add(f"{rate:,}/s {kind}", f"{s['achieved']:,.0f}",
                   *(_fmt(k, v) for k, v in cells.items()), extra)
     header = ("run", "achieved", "pub p50", "pub p99", "pub p99.9", "pub max", "e2e p50", "e2e p99",
-              "e2e p99.9", "CPU-ms/10k", "RSS MB", "other CPU%", "")
+              "e2e p99.9", "CPU-ms/10k", "RSS MB", "other CPU%", "broker >1ms %", "")
     lines = [table.render(header), "", f"medians of {args.repeat} runs:"]
     med = Table()
     for (rate, e2e), runs in groups.items():
@@ -789,7 +814,7 @@ def render_latency(args, bench):
         med.add(f"{rate:,}/s {'e2e' if e2e else 'publish'}",
                 *(_fmt(k, _median([r[k] for r in runs])) for k in keys))
     lines.append(med.render(("median", "pub p50", "pub p99", "pub p99.9", "pub max", "e2e p50", "e2e p99",
-                             "e2e p99.9", "CPU-ms/10k", "RSS MB", "other CPU%")))
+                             "e2e p99.9", "CPU-ms/10k", "RSS MB", "other CPU%", "broker >1ms %")))
     return "\n".join(lines)
 
 
@@ -1020,6 +1045,10 @@ def main():
     ap.add_argument("--housekeeping", action="store_true",
                     help="latency mode at the first rate while a backlog is drained and trimmed, entry "
                          "logs GCed and ledgers rolled over (small ledgers and entry logs)")
+    ap.add_argument("--housekeeping-control", action="store_true",
+                    help="the --housekeeping load (the same drain beside the paced publish) with the "
+                         "housekeeping held off (no rollover, no trim, no entry-log GC): run it beside "
+                         "--housekeeping to tell what the housekeeping adds from what the drain costs")
     ap.add_argument("--backlog", type=int, help="messages of the housekeeping backlog (500,000)")
     ap.add_argument("--drain-rate", type=int, default=0,
                     help="with --housekeeping: pace the backlog's drain at this many msg/s (0, the "
@@ -1037,11 +1066,20 @@ def main():
                     help="extra standalone configuration line (repeatable)")
     args = ap.parse_args()
 
+    if args.housekeeping_control:
+        args.housekeeping = True
     if args.housekeeping:
         args.latency = True
-        # Roll ledgers and entry logs often, GC and checkpoint every second: housekeeping all the time.
-        args.config = ["managedLedgerMaxEntriesPerLedger=5000", "managedLedgerMinLedgerRolloverTimeMinutes=0",
-                       "logSizeLimit=16777216", "gcWaitTime=1000", *args.config]
+        if args.housekeeping_control:
+            # The same load (the backlog drained beside the paced publish) with the housekeeping
+            # held off: no rollover, nothing trimmed (infinite retention), no entry-log GC. What the
+            # drain itself costs the publish latency, to set the housekeeping run against.
+            args.config = ["managedLedgerMaxEntriesPerLedger=50000000", "defaultRetentionTimeInMinutes=-1",
+                           "defaultRetentionSizeInMB=-1", "gcWaitTime=3600000", *args.config]
+        else:
+            # Roll ledgers and entry logs often, GC and checkpoint every second: housekeeping all the time.
+            args.config = ["managedLedgerMaxEntriesPerLedger=5000", "managedLedgerMinLedgerRolloverTimeMinutes=0",
+                           "logSizeLimit=16777216", "gcWaitTime=1000", *args.config]
     workdir = tempfile.mkdtemp(prefix="bench-broker-")
     broker = Standalone(workdir, args.config, gc_log=args.gc_stats, gc_threshold=args.broker_gc_threshold)
     print(machine_info())
@@ -1079,9 +1117,12 @@ def main():
         print("(CPU columns are % of one core over the phase; 'other CPU' is the rest of the machine's busy "
               "time, e.g. other jobs, which skews figures when high.)")
     if getattr(bench, "latency_rows", None):
-        print(f"latency mode{' with housekeeping' if args.housekeeping else ''}: unbatched {100} B messages, "
+        mode = (" with the drain, housekeeping held off" if args.housekeeping_control
+                else " with housekeeping" if args.housekeeping else "")
+        print(f"latency mode{mode}: unbatched {100} B messages, "
               f"ms; 'e2e' runs have a consumer process acknowledging each message; CPU-ms/10k is the "
-              f"broker's over the run")
+              f"broker's over the run; 'broker >1ms %' is the share of the run's adds whose storage write "
+              f"(managed-ledger add to durable, in the broker) took over 1 ms")
         print(render_latency(args, bench))
     lat = getattr(bench, "latency", None)
     if lat:
