@@ -47,16 +47,21 @@ class LedgerIndex:
     def path(self, ledger_id: int) -> str:
         return os.path.join(self._dir, f"{ledger_id:x}{_SUFFIX}")
 
-    def load_all(self) -> dict[int, tuple[bytes, bool, int, int]]:
+    @property
+    def directory(self) -> str:
+        return self._dir
+
+    def load_all(self, table_must_exist: bool = False) -> dict[int, tuple[bytes, bool, int, int]]:
         """``ledger_id -> (master_key, fenced, lac, last_entry_id)`` for every readable index file.
 
         Blocking. A header that is damaged is logged and skipped (its ledger comes back only if the
         journal still holds it), in the table and in a file; a file's slots count after the table's.
         A ledger whose header is damaged in the table is skipped even if its file has a copy: the
         copy may be older (not fenced yet, a lower LAC). Where both headers are readable the key is
-        the table's, the fence and LAC either's (they only grow)."""
+        the table's, the fence and LAC either's (they only grow). ``table_must_exist``: see
+        ``IndexTable.open``."""
         ensure_durable_dir(self._dir)
-        self._table.open()
+        self._table.open(must_exist=table_must_exist)
         ledgers, damaged = self._table.load()
         for name in os.listdir(self._dir):
             if not name.endswith(_SUFFIX):

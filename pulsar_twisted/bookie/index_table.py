@@ -67,13 +67,20 @@ class IndexTable:
         self._dirty = False
         self._punch = True      # off once the file system cannot punch holes
 
-    def open(self) -> None:
-        """Open the table, making it if it is missing or empty. Blocking; no-op when open."""
+    def open(self, must_exist: bool = False) -> None:
+        """Open the table, making it if it is missing or empty, unless ``must_exist`` (the index
+        directory's cookie says the table was made: ``cookie.py``), when that refuses the load
+        (FormatError). Blocking; no-op when open."""
         with self._lock:
             if self._fd < 0:
-                self._fd = self._open()
+                self._fd = self._open(must_exist)
 
-    def _open(self) -> int:
+    def _open(self, must_exist: bool) -> int:
+        if must_exist and (not os.path.exists(self.path) or os.path.getsize(self.path) == 0):
+            raise formats.FormatError(
+                f"index table {self.path} is missing while the bookie's cookies say it was made: its "
+                f"ledgers would be served as missing; not started. Restore it, or move all of the "
+                f"bookie's directories aside to start it as a new bookie")
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             head = os.pread(fd, _RECORD, 0)

@@ -33,7 +33,7 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 from twisted.python.threadpool import ThreadPool
 
-from pulsar_twisted.bookie import formats
+from pulsar_twisted.bookie import cookie, formats
 from pulsar_twisted.bookie.entrylog import EntryLogger, EntryLogMissing
 from pulsar_twisted.bookie.index import LedgerIndex
 from pulsar_twisted.bookie.journal import Journal, ensure_durable_dir, replay_journal
@@ -210,11 +210,22 @@ class BookieStorage(Service):
             self._gc_loop.start(self._gc_interval, now=False)
 
     def _load(self):
-        ensure_durable_dir(self._journal_dir)
-        ledgers = self._index.load_all()
+        # The cookies first: a directory that was wiped or replaced must not be read (nor written: the
+        # index table would be made afresh) as if it were the bookie's own (cookie.py).
+        directories = [self._journal_dir, *self._ledger_dirs, self._index.directory]
+        for directory in directories:
+            ensure_durable_dir(directory)
+        instance = cookie.verify(directories)
+        ledgers = self._index.load_all(table_must_exist=instance is not None)
         deleted = self._index.load_deleted()
         self._entry_logs.open()
-        return ledgers, deleted, replay_journal(self._journal_dir)
+        replay = replay_journal(self._journal_dir)
+        if instance is None:
+            # A new bookie, or one from before cookies: what its directories hold is read now.
+            instance = cookie.write(directories)
+            log.info("bookie storage: cookies written (instance {instance})", instance=instance)
+        self.instance_id = instance
+        return ledgers, deleted, replay
 
     def stop(self) -> defer.Deferred:
         """Stop the periodic work, checkpoint everything, stop the journal and the flush thread."""

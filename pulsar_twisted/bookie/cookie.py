@@ -1,0 +1,118 @@
+"""
+The bookie's cookies: one small file in each of its directories (the journal's, every ledger
+directory, the index's) naming the bookie instance they belong to, as BookKeeper's ``current/VERSION``
+cookies do. They let a bookie tell a directory it wrote from one that was wiped, replaced or brought
+from another bookie, and refuse to start rather than serve from it.
+
+Why it matters: a bookie that starts with its index or journal gone answers "no such ledger" or "no
+such entry" for data it acknowledged. A writer's recovery counts such answers as the entry's absence,
+so with one more bookie answering the same a ledger can be closed short of entries that were
+acknowledged: a loss no later repair brings back. Refusing to start turns that into a bookie that is
+down, which the writers work around (an ensemble change) until an operator restores the directory or
+makes it a new bookie (moves the old directories aside).
+
+At start (``verify``, blocking, before anything is read):
+
+- every directory holds the same cookie: the bookie starts;
+- some hold one and others none, or two instances are mixed: refused (``CookieError``), nothing touched;
+- none holds one: a new bookie, or one from before cookies; ``write`` gives every directory the cookie
+  once the start has read what they hold (the index table made, the journal replayed), so a cookie is
+  never on disk before the data it vouches for.
+
+The index table (``index_table.py``) is made before the cookies, so a bookie whose index directory
+has its cookie and not its table lost it (``verify`` reports the cookie, the index refuses the load).
+"""
+
+import os
+import uuid
+
+from pulsar_twisted.bookie.journal import fsync_dir
+
+#: The cookie's file name in each directory, BookKeeper's.
+COOKIE_NAME = "VERSION"
+_STAGED_NAME = COOKIE_NAME + ".new"
+_MAGIC = "pulsar-twisted bookie cookie 1"
+_MAX_BYTES = 4096
+
+
+class CookieError(Exception):
+    """The bookie's directories do not belong together: it must not start."""
+
+
+def read(directory: str, name: str = COOKIE_NAME) -> str | None:
+    """The instance id of ``directory``'s cookie; None when it has none. A cookie that cannot be read
+    (not ours, damaged) raises CookieError: it is no proof of anything."""
+    path = os.path.join(directory, name)
+    try:
+        with open(path, "rb") as f:
+            data = f.read(_MAX_BYTES)
+    except FileNotFoundError:
+        return None
+    lines = data.decode("utf-8", "replace").splitlines()
+    if len(lines) != 2 or lines[0] != _MAGIC or not lines[1].startswith("instance "):
+        raise CookieError(f"{path} is not a bookie cookie of ours: not started; restore the directory "
+                          f"or move it aside")
+    return lines[1][len("instance "):].strip()
+
+
+def verify(directories: list[str]) -> str | None:
+    """The instance id all of ``directories`` share, or None when none has a cookie yet.
+    Raises CookieError when they disagree (see the module docstring). Blocking.
+
+    A directory without a cookie whose staged copy (``write``'s first step) names the instance the
+    others hold saw a ``write`` interrupted by a crash: its cookie is put in place, not refused."""
+    found = {d: read(d) for d in _distinct(directories)}
+    instances = sorted({c for c in found.values() if c is not None})
+    if not instances:
+        return None
+    if len(instances) > 1:
+        held = ", ".join(f"{d} ({c})" for d, c in found.items())
+        raise CookieError(f"the bookie's directories belong to different bookies: {held}; not started")
+    instance = instances[0]
+    missing = [d for d, c in found.items() if c is None and not _finish(d, instance)]
+    if missing:
+        raise CookieError(
+            f"{', '.join(missing)} holds no cookie while the bookie's other directories do (instance "
+            f"{instance}): wiped or replaced, its data would be served as missing; not started. "
+            f"Restore it, or move all of the bookie's directories aside to start it as a new bookie")
+    return instance
+
+
+def _finish(directory: str, instance: str) -> bool:
+    """Put a staged cookie of ``instance`` in place; False when ``directory`` has none."""
+    try:
+        staged = read(directory, _STAGED_NAME)
+    except CookieError:
+        return False
+    if staged != instance:
+        return False
+    os.replace(os.path.join(directory, _STAGED_NAME), os.path.join(directory, COOKIE_NAME))
+    fsync_dir(directory)
+    return True
+
+
+def write(directories: list[str], instance: str | None = None) -> str:
+    """Give every directory the cookie of ``instance`` (a new one if None), durably, in two steps: a
+    staged copy written and synced in every directory, then each renamed into place. A crash in the
+    first step leaves no cookie (the next start writes them afresh); in the second, staged copies
+    that ``verify`` puts in place. Returns the instance id."""
+    instance = instance or uuid.uuid4().hex
+    data = f"{_MAGIC}\ninstance {instance}\n".encode()
+    directories = _distinct(directories)
+    for directory in directories:
+        fd = os.open(os.path.join(directory, _STAGED_NAME), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        fsync_dir(directory)
+    for directory in directories:
+        os.replace(os.path.join(directory, _STAGED_NAME), os.path.join(directory, COOKIE_NAME))
+        fsync_dir(directory)
+    return instance
+
+
+def _distinct(directories: list[str]) -> list[str]:
+    """The directories once each (the journal may share a ledger directory)."""
+    return list(dict.fromkeys(os.path.realpath(d) for d in directories))
