@@ -50,16 +50,44 @@ _GC_BATCH_BYTES = 16 * 1024 * 1024
 class _Ledger:
     """In-memory state of one ledger (its durable copy: journal records, then the index file header)."""
 
-    __slots__ = ("master_key", "fenced", "lac", "last_entry")
+    __slots__ = ("master_key", "fenced", "lac", "last_entry", "key_journaled")
 
-    def __init__(self, master_key: bytes, fenced: bool = False, lac: int = -1, last_entry: int = -1):
+    def __init__(self, master_key: bytes, fenced: bool = False, lac: int = -1, last_entry: int = -1,
+                 key_journaled: bool = True):
         self.master_key = master_key
         self.fenced = fenced
         self.lac = lac
         self.last_entry = last_entry
+        #: A journal record carrying the master key is durable (or the index holds the key). Until
+        #: then every ADD record of the ledger takes a MASTER_KEY record with it (``add_entries``).
+        self.key_journaled = key_journaled
 
     def header(self) -> bytes:
         return formats.encode_index_header(self.master_key, self.fenced, self.lac)
+
+
+class _KeyJournaled:
+    """An add's waiter while its ledger's MASTER_KEY record rides in the same journal append: once
+    that append is durable, so is the key, and later adds need not carry it. A waiter object rather
+    than a Deferred callback, so the add path keeps taking plain waiters (``Journal.append``)."""
+
+    __slots__ = ("ledger", "waiter")
+
+    def __init__(self, ledger: _Ledger, waiter):
+        self.ledger, self.waiter = ledger, waiter
+
+    def callback(self, value) -> None:
+        self.ledger.key_journaled = True
+        self.waiter.callback(value)
+
+    def errback(self, failure) -> None:
+        self.waiter.errback(failure)
+
+
+def _key_journaled(result, ledger: _Ledger):
+    """A FENCE record (it carries the master key) is durable: so is the ledger's key."""
+    ledger.key_journaled = True
+    return result
 
 
 class BookieStorage(Service):
@@ -123,6 +151,9 @@ class BookieStorage(Service):
         self._pending_deletes = set()   # deleted since the last snapshot: index files to remove
         self._stale_index = set()   # deleted, index file not yet removed: lookups must not trust it
         self._undurable_deletes = {}    # ledger_id -> count of DELETE records not yet on disk (for GC)
+        # Deleted ledgers whose DELETE record the journal refused (a failed write): live for GC until a
+        # checkpoint has put them in the index's deleted list (``_delete_durable``).
+        self._refused_deletes = set()
         # Every ledger this bookie deleted (journal, then the index's deleted list): adds to them are
         # refused, so a stale writer cannot bring a deleted ledger back to life.
         self._deleted = set()
@@ -331,6 +362,18 @@ class BookieStorage(Service):
             cached = self._cache[ledger_id] = {}
         chunks = []
         nbytes = data_bytes = added = 0
+        records = len(entries)
+        if not ledger.key_journaled:
+            # The key goes in the same append as the entries, so in the same journal group: were
+            # it a record of its own, its group could be refused (a failed write) while the
+            # entries' group is acknowledged from the next journal file, and a crash that took the
+            # refused group's pages would replay the entries for a ledger without its key (which
+            # then refuses its own writer's adds and its reader's recovery fence).
+            key = formats.encode_journal_record(formats.REC_MASTER_KEY, ledger_id, 0, ledger.master_key)
+            chunks.append(key)
+            nbytes += len(key)
+            records += 1
+            waiter = _KeyJournaled(ledger, waiter)
         encode = formats.encode_add_record_header
         for entry_id, data, lac in entries:
             if type(data) is not bytes:
@@ -354,7 +397,7 @@ class BookieStorage(Service):
         counters["add_bytes"] += data_bytes
         if self._cache_bytes > self._cache_max and not self._flush_lock.locked:
             self._start_checkpoint()
-        self._journal.append(chunks, nbytes, waiter, len(entries))
+        self._journal.append(chunks, nbytes, waiter, records)
 
     @staticmethod
     def _refuse(d, error) -> None:
@@ -367,12 +410,11 @@ class BookieStorage(Service):
     def _create_ledger(self, ledger_id: int, master_key: bytes) -> _Ledger:
         if len(master_key) > formats.INDEX_MAX_KEY:
             raise ValueError(f"master key longer than {formats.INDEX_MAX_KEY} bytes")
-        ledger = self._ledgers[ledger_id] = _Ledger(bytes(master_key))
+        # No MASTER_KEY record of its own: the caller's record carries the key (a FENCE record has it,
+        # an ADD takes a MASTER_KEY record along until one is durable), so the key is durable no
+        # later than the first record of the ledger that is acknowledged.
+        ledger = self._ledgers[ledger_id] = _Ledger(bytes(master_key), key_journaled=False)
         self._dirty.add(ledger_id)
-        # No Deferred to wait on: the record precedes the ledger's first ADD/FENCE in the same FIFO queue,
-        # so it is durable no later than that record.
-        record = formats.encode_journal_record(formats.REC_MASTER_KEY, ledger_id, 0, ledger.master_key)
-        self._journal.append((record,), len(record)).addErrback(lambda _: None)
         return ledger
 
     def fence_ledger(self, ledger_id: int, master_key: bytes) -> defer.Deferred:
@@ -396,7 +438,10 @@ class BookieStorage(Service):
         # Journaled even when already fenced: the earlier FENCE may still be in flight, and the caller
         # must not hear "fenced" before it is durable.
         record = formats.encode_journal_record(formats.REC_FENCE, ledger_id, 0, ledger.master_key)
-        return self._journal.append((record,), len(record))
+        d = self._journal.append((record,), len(record))
+        if not ledger.key_journaled:
+            d.addCallback(_key_journaled, ledger)
+        return d
 
     def delete_ledger(self, ledger_id: int) -> defer.Deferred:
         """Forget a ledger: its entries are unreadable at once; GC reclaims their space. Durable when it
@@ -414,6 +459,13 @@ class BookieStorage(Service):
         left = self._undurable_deletes.pop(ledger_id) - 1
         if left:
             self._undurable_deletes[ledger_id] = left
+        if isinstance(result, Failure):
+            # The record was refused, so nothing on disk says the ledger is deleted: a crash would
+            # bring it back from its index file. The ledger stays deleted in memory, so the next
+            # checkpoint lists it as deleted (again, if one running now already did: the list and the
+            # index delete take a ledger twice); until one has, GC must not drop its entries.
+            self._refused_deletes.add(ledger_id)
+            self._pending_deletes.add(ledger_id)
         return result
 
     def _forget(self, ledger_id: int) -> None:
@@ -645,6 +697,7 @@ class BookieStorage(Service):
             self._flushing = {}
         # Only now is the index durable, so only now may the journal say "replay from here".
         self._stale_index -= deletes - self._pending_deletes
+        self._refused_deletes -= deletes
         record = formats.encode_journal_record(formats.REC_CHECKPOINT, mark[0], mark[1])
         await self._journal.append((record,), len(record))
         self._counters["checkpoints"] += 1
@@ -688,7 +741,7 @@ class BookieStorage(Service):
         # from the index after GC removed its entries.
         if not self._running:
             return defer.fail(BookieUnavailableError("bookie storage is not running"))
-        live = self._ledgers.keys() | self._undurable_deletes.keys()
+        live = self._ledgers.keys() | self._undurable_deletes.keys() | self._refused_deletes
         d = deferToThreadPool(self._reactor, self._pool, self._gc, frozenset(live))
         d.addCallback(self._gc_done)
         return d
