@@ -262,6 +262,8 @@ class Journal:
         self._switch_logged = -60.0
         #: A group failed part-way: the next one starts a new file (``_write_records``).
         self._roll_next = False
+        #: Groups fail since the last one written and fdatasync'd: the failure was logged.
+        self._failing = False
 
     # ----------------------------------------------------------------------------- reactor-thread API
 
@@ -563,9 +565,7 @@ class Journal:
             if (self._offset >= self._max_size or self._roll_next) and any(item[0] is not None
                                                                           for item in group):
                 self._roll()
-                if self._roll_next:
-                    self._roll_next = False
-                    log.info("journal: writes go on in file {id:x} after the failure", id=self.file_id)
+                self._roll_next = False
             position = self._offset
             for chunks, n, d, queued, count in group:
                 if chunks is None:
@@ -585,18 +585,24 @@ class Journal:
                     started = time.monotonic()
                     os.fdatasync(self._fd)
                     fsync_s = time.monotonic() - started
+                if self._failing:
+                    # Only a group on disk ends the episode: a new file can be made on a disk that
+                    # still fails every group's fdatasync (a log line per group, and per file, then).
+                    self._failing = False
+                    log.info("journal: writes go on in file {id:x} after the failure", id=self.file_id)
         except Exception as e:
             error = Failure(JournalWriteError(f"journal write failed: {e}"))
             # Every record of the group hears, also when the failure came before they were listed
             # (a new file that could not be made).
             results = [(item[2], None, None) for item in group]
-            if not self._roll_next:
+            self._roll_next = True
+            if not self._failing:
                 # What the file holds past the last good group is unknown now: a failed fdatasync may
                 # have dropped those pages, and replay reads a file only up to its first bad record,
                 # so a record acknowledged after the hole would be lost at the next crash (and cut off
                 # as a torn tail). BookKeeper stops the bookie; we refuse this group and start a new
                 # file for the next (replay reads every file), retrying until the disk takes it.
-                self._roll_next = True
+                self._failing = True
                 log.error("journal: writing {n} records to file {id:x} failed ({err}); they are refused "
                           "and the next write starts a new file", n=len(group), id=self.file_id, err=e)
         return results, error, records, nbytes, fsync_s

@@ -5,6 +5,7 @@ import threading
 
 from twisted.internet import defer, reactor
 from twisted.internet.task import Clock, deferLater
+from twisted.logger import LogLevel, globalLogPublisher
 from twisted.trial import unittest
 
 from pulsar_twisted.bookie import formats
@@ -343,12 +344,14 @@ class TurnWriteTests(unittest.TestCase):
         self.syncs = []     # the thread of each fdatasync
         real = os.fdatasync
 
-        self.sync_errors = []   # errors the next fdatasyncs raise, in order (a failing disk)
+        self.sync_errors = []   # errors the next fdatasyncs raise, in order (a failing disk; None: none)
 
         def fdatasync(fd):
             self.syncs.append(threading.current_thread().name)
             if self.sync_errors:
-                raise self.sync_errors.pop(0)
+                error = self.sync_errors.pop(0)
+                if error is not None:
+                    raise error
             real(fd)
         self.patch(journal_module.os, "fdatasync", fdatasync)
 
@@ -533,6 +536,26 @@ class TurnWriteTests(unittest.TestCase):
         j._fd = -1
         self._drop_region(first_file, hole_start, hole_end)
         self.assertEqual([rec[1] for rec in replay_journal(self.dir).records], [1, 3])
+
+    def test_a_failure_is_logged_once_while_new_files_fail_too(self):
+        """A disk that takes each new file's header but fails each group's fdatasync makes one
+        episode, logged once when it starts and once when a group is on disk again, not twice per
+        group."""
+        events = []
+        globalLogPublisher.addObserver(events.append)
+        self.addCleanup(globalLogPublisher.removeObserver, events.append)
+        j = self.journal()
+        eio = OSError(5, "Input/output error")
+        self.sync_errors += [eio, None, eio, None, eio]     # group, (header, group) twice
+        for ledger_id in (2, 3, 4):
+            self.assertEqual(len(self._fail_one(j, ledger_id)), 1)
+        fired = []
+        r5 = key_record(5)
+        j.append((r5,), len(r5)).addCallback(fired.append)
+        j._reactor.advance(0)
+        self.assertEqual(fired, [None])
+        mine = [e["log_level"] for e in events if e.get("log_namespace") == journal_module.log.namespace]
+        self.assertEqual(mine, [LogLevel.error, LogLevel.info])
 
     def test_a_failed_new_file_is_retried(self):
         """When making the new file fails too (its header's fdatasync), that group is refused as
