@@ -503,12 +503,17 @@ class Journal:
             if group is None:
                 break
             self._write_group(group)
-        if self._fd >= 0:
-            self.prealloc.reset(-1, 0)
-            os.close(self._fd)
+        try:
+            if self._fd >= 0:
+                self.prealloc.reset(-1, 0)
+                os.close(self._fd)
+        except OSError as e:
+            # Every record was answered already; a stop must still end (it waits for this).
+            log.error("journal: closing file {id:x} failed: {err}", id=self.file_id, err=e)
+        finally:
             self._fd = -1
-        if not self._halted:
-            self._reactor.callFromThread(self._thread_finished)
+            if not self._halted:
+                self._reactor.callFromThread(self._thread_finished)
 
     def _thread_finished(self) -> None:
         self._finished = True
@@ -603,8 +608,13 @@ class Journal:
                 # as a torn tail). BookKeeper stops the bookie; we refuse this group and start a new
                 # file for the next (replay reads every file), retrying until the disk takes it.
                 self._failing = True
-                log.error("journal: writing {n} records to file {id:x} failed ({err}); they are refused "
-                          "and the next write starts a new file", n=len(group), id=self.file_id, err=e)
+                text = ("journal: writing {n} records to file {id:x} failed ({err}); they are refused "
+                        "and the next write starts a new file")
+                if isinstance(e, OSError):
+                    log.error(text, n=len(group), id=self.file_id, err=e)
+                else:
+                    # Not the disk: a bug, whose traceback is what tells where.
+                    log.failure(text, Failure(), n=len(group), id=self.file_id, err=e)
         return results, error, records, nbytes, fsync_s
 
     def _pwrite_all(self, data: bytes, offset: int) -> None:

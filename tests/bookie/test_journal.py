@@ -301,6 +301,20 @@ class JournalWriterTests(unittest.TestCase):
         self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
 
     @defer.inlineCallbacks
+    def test_stop_ends_when_closing_the_file_fails(self):
+        """A close that reports an error (a deferred write error) still ends the thread and the stop."""
+        journal = self.open()
+        real, fd = os.close, journal._fd
+
+        def close(f):
+            real(f)
+            if f == fd:
+                raise OSError(5, "Input/output error")
+        self.patch(journal_module.os, "close", close)
+        yield journal.stop()
+        self.assertEqual(journal._fd, -1)
+
+    @defer.inlineCallbacks
     def test_waiter_after_stop_gets_a_failure(self):
         """A stopped journal fails a waiter with a Failure (JournalStoppedError), as it fails a Deferred."""
         journal = self.open()
