@@ -23,11 +23,15 @@ import sys
 import tempfile
 import time
 
-from twisted.internet import defer, reactor, task
+# This tree's code, not an installed copy (``pip install .`` puts one in site-packages, which would
+# otherwise be found first and measured instead).
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from twisted.internet import defer, reactor, task  # noqa: E402 (after the path)
 from twisted.internet.address import IPv4Address
 from twisted.internet.testing import StringTransport
 
-from pulsar_twisted.broker.cnx import BrokerProtocolFactory
+from pulsar_twisted.broker.cnx import BrokerProtocolFactory  # noqa: E402
 from pulsar_twisted.config import StandaloneConfig
 from pulsar_twisted.daemons.standalone import StandaloneService
 from pulsar_twisted.proto import PulsarApi_pb2 as api
