@@ -1,9 +1,12 @@
 """
 ``BookieServer``: a ``BookieStorage`` served on the network, as BookKeeper's ``BookieServer`` is.
 
-Start order: storage, the bookie-protocol listener (an endpoint: ``tcp:3181``, or ``ssl:...`` /
-an ``SSL4ServerEndpoint`` for TLS, so TLS is configuration), a first disk check, the registration
-in the metadata store, then the HTTP server. Stop runs in reverse: the registration goes first, so
+Start order: storage (which checks its directories' cookies, ``cookie.py``), the metadata store's
+cookie for this bookie id (``resources/bookies.check_cookie``: a bookie whose directories were all
+replaced must not serve under its old id; waited for while the store is unreachable), the
+bookie-protocol listener (an endpoint: ``tcp:3181``, or ``ssl:...`` / an ``SSL4ServerEndpoint`` for
+TLS, so TLS is configuration), a first disk check, the registration in the metadata store, then the
+HTTP server. Stop runs in reverse: the registration goes first, so
 clients stop choosing this bookie before it stops answering.
 
 Registration (BookKeeper's layout, read by ``BookKeeperClient``): an EPHEMERAL node
@@ -40,7 +43,7 @@ from pulsar_twisted.bookie.protocol import (
     VERSION, BookieRequestProcessor, BookieServerFactory, disk_space)
 from pulsar_twisted.metadata.interfaces import MetadataUnavailableError, NotFoundError
 from pulsar_twisted.net.framing import DEFAULT_MAX_FRAME_SIZE
-from pulsar_twisted.resources.bookies import register_bookie, registration_path
+from pulsar_twisted.resources.bookies import check_cookie, register_bookie, registration_path
 
 log = Logger()
 
@@ -116,6 +119,7 @@ class BookieServer(Service):
         self._listening_to_store = False
         self._disk_loop = None
         self._serving = False
+        self._abandoned = False
         self.metrics_registry = CollectorRegistry(auto_describe=False)
         self.metrics_registry.register(BookieCollector(self))
 
@@ -135,12 +139,25 @@ class BookieServer(Service):
     async def _start(self):
         if self.own_storage:
             await self.storage.start()
-        endpoint = self.endpoint
-        if isinstance(endpoint, str):
-            endpoint = endpoints.serverFromString(self.reactor, endpoint)
-        self.port = await endpoint.listen(self.factory)
-        if self.bookie_id is None:
-            self.bookie_id = f"{self.advertised_address}:{self.port.getHost().port}"
+        self._abandoned = False
+        try:
+            if self.bookie_id is not None:
+                await self._check_cookie()      # before any request is answered
+            endpoint = self.endpoint
+            if isinstance(endpoint, str):
+                endpoint = endpoints.serverFromString(self.reactor, endpoint)
+            self.port = await endpoint.listen(self.factory)
+            if self.bookie_id is None:
+                # Named after its port (tests on ephemeral ports): checked once that is known.
+                self.bookie_id = f"{self.advertised_address}:{self.port.getHost().port}"
+                await self._check_cookie()
+        except BaseException:
+            if self.port is not None:
+                await defer.maybeDeferred(self.port.stopListening)
+                self.port = None
+            if self.own_storage:
+                await self.storage.stop()
+            raise
         self._serving = True
         self.check_disks()
         if self.store is not None:
@@ -165,10 +182,37 @@ class BookieServer(Service):
         log.info("bookie {bookie} serving on {address} (read-only: {ro})", bookie=self.bookie_id,
                  address=self.port.getHost(), ro=self.read_only)
 
+    async def _check_cookie(self) -> None:
+        """The metadata store's cookie for this bookie id against its directories' (resources/bookies.py
+        ``check_cookie``), before the bookie serves or registers. A mismatch fails the start; while the
+        store cannot be reached the check is retried (a bookie whose directories may not be its own
+        must not serve), until it succeeds or the bookie is stopped."""
+        instance = getattr(self.storage, "instance_id", None)
+        if self.store is None or instance is None:
+            return
+        delay, warned_at = 0.5, None
+        while True:
+            try:
+                if await check_cookie(self.store, self.bookie_id, instance):
+                    log.info("bookie {bookie}: cookie recorded in the metadata store (instance {instance})",
+                             bookie=self.bookie_id, instance=instance)
+                return
+            except MetadataUnavailableError as e:
+                if self._abandoned:
+                    raise
+                now = self.reactor.seconds()
+                if warned_at is None or now - warned_at >= 30.0:
+                    warned_at = now
+                    log.warn("bookie {bookie}: waiting for the metadata store to check its cookie: {err}",
+                             bookie=self.bookie_id, err=e)
+                await task.deferLater(self.reactor, delay, lambda: None)
+                delay = min(delay * 2, 5.0)
+
     def stop(self) -> defer.Deferred:
         return defer.Deferred.fromCoroutine(self._stop())
 
     async def _stop(self):
+        self._abandoned = True      # a start still waiting to check the cookie gives up
         if not self._serving:
             return
         self._serving = False

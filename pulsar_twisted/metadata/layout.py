@@ -47,6 +47,8 @@ IDGEN_ROOT = LEDGERS_ROOT + "/idgen"
 IDGEN_PREFIX = IDGEN_ROOT + "/ID-"
 INSTANCE_ID_PATH = LEDGERS_ROOT + "/INSTANCEID"
 AVAILABLE_PATH = LEDGERS_ROOT + "/available"
+#: ``<root>/<bookie_id>``: the instance whose directories the bookie serves (its cookie).
+COOKIES_ROOT = LEDGERS_ROOT + "/cookies"
 READONLY_NAME = "readonly"
 READONLY_PATH = AVAILABLE_PATH + "/" + READONLY_NAME
 UNDERREPLICATION_ROOT = LEDGERS_ROOT + "/underreplication"

@@ -8,7 +8,8 @@ made them, so a bookie that dies (or loses its ZooKeeper session) leaves the lis
 Every function takes an ``IMetadataStore`` and returns a Deferred (or is a coroutine).
 """
 
-from pulsar_twisted.metadata.layout import AVAILABLE_PATH, READONLY_NAME, READONLY_PATH
+from pulsar_twisted.metadata.interfaces import AlreadyExistsError
+from pulsar_twisted.metadata.layout import AVAILABLE_PATH, COOKIES_ROOT, READONLY_NAME, READONLY_PATH
 
 
 def registration_path(bookie_id: str, read_only: bool = False) -> str:
@@ -32,3 +33,32 @@ async def registered_bookies(store) -> tuple:
     writable = await store.get_children(AVAILABLE_PATH)
     readonly = await store.get_children(READONLY_PATH)
     return frozenset(b for b in writable if b != READONLY_NAME), frozenset(readonly)
+
+
+class CookieMismatchError(Exception):
+    """The metadata store names another instance for this bookie id than its directories hold."""
+
+
+async def check_cookie(store, bookie_id: str, instance: str) -> bool:
+    """Check the cookie ``/ledgers/cookies/<bookie_id>`` against the ``instance`` of the bookie's
+    directories (``bookie/cookie.py``), recording it when absent (True then). A different one raises
+    CookieMismatchError: this id's directories were replaced (every one of them, or the local cookies
+    would have refused the start) or are another bookie's, and what the id stored elsewhere in the
+    cluster's ledgers is not in them, so serving under it would answer "no such entry" for entries
+    it acknowledged; BookKeeper keeps the same cookie in ZooKeeper for this."""
+    path = f"{COOKIES_ROOT}/{bookie_id}"
+    value = instance.encode()
+    found = await store.get(path)
+    if found is None:
+        try:
+            await store.put(path, value, expected_version=-1)
+            return True
+        except AlreadyExistsError:
+            found = await store.get(path)   # a race with another start under the same id
+    if found is not None and found[0] != value:
+        raise CookieMismatchError(
+            f"bookie {bookie_id}: the metadata store names instance {found[0].decode(errors='replace')} "
+            f"for it but its directories hold instance {instance}: they were replaced (their data is "
+            f"gone) or belong to another bookie; not started. To start it as a new bookie once its "
+            f"ledgers are re-replicated, delete {path}")
+    return False

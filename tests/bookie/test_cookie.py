@@ -7,7 +7,12 @@ import shutil
 from twisted.internet import defer, reactor
 
 from pulsar_twisted.bookie import cookie, formats
+from pulsar_twisted.bookie.server import BookieServer
 from pulsar_twisted.bookie.storage import BookieStorage
+from pulsar_twisted.metadata.embedded.store import EmbeddedMetadataStore
+from pulsar_twisted.metadata.interfaces import MetadataUnavailableError
+from pulsar_twisted.metadata.layout import COOKIES_ROOT
+from pulsar_twisted.resources.bookies import CookieMismatchError
 from tests.bookie.test_storage import KEY, StorageTestBase
 
 
@@ -123,3 +128,88 @@ class CookieTests(StorageTestBase):
             os.remove(os.path.join(directory, cookie.COOKIE_NAME))
         self.assertIsNone(cookie.verify(dirs))      # staged only: no cookie yet
         self.assertNotEqual(cookie.write(dirs), instance)
+
+
+class _FlakyStore:
+    """A metadata store session whose first ``failures`` reads fail as unreachable."""
+
+    def __init__(self, store, failures: int):
+        self._store, self.failures = store, failures
+
+    def get(self, path):
+        if self.failures:
+            self.failures -= 1
+            return defer.fail(MetadataUnavailableError("connection lost"))
+        return self._store.get(path)
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+
+class StoreCookieTests(StorageTestBase):
+    """The cookie the metadata store keeps per bookie id (BookKeeper keeps one in ZooKeeper): it
+    catches a bookie whose directories were ALL replaced, which the directories alone cannot tell
+    from a new bookie."""
+
+    def setUp(self):
+        super().setUp()
+        self.store = EmbeddedMetadataStore(None, reactor)
+        self.successResultOf(self.store.start())
+        self.addCleanup(self.store.close)
+
+    def server(self, store=None) -> BookieServer:
+        storage = BookieStorage(self.journal_dir, self.ledger_dirs, reactor, flush_interval_ms=0,
+                                gc_wait_time_ms=0)
+        return BookieServer(storage, reactor, endpoint="tcp:0:interface=127.0.0.1", bookie_id="b1:3181",
+                            metadata_store=store or self.store.new_session(), disk_check_interval=0,
+                            data_dirs=[self.journal_dir, *self.ledger_dirs])
+
+    def cookie_node(self):
+        found = self.successResultOf(self.store.get(f"{COOKIES_ROOT}/b1:3181"))
+        return None if found is None else found[0].decode()
+
+    @defer.inlineCallbacks
+    def started(self, store=None) -> BookieServer:
+        server = self.server(store)
+        yield server.start()
+        self.addCleanup(server.stop)
+        return server
+
+    @defer.inlineCallbacks
+    def test_recorded_then_checked(self):
+        server = yield self.started()
+        instance = server.storage.instance_id
+        self.assertEqual(self.cookie_node(), instance)
+        yield server.stop()
+        server = yield self.started()
+        self.assertEqual(server.storage.instance_id, instance)
+
+    @defer.inlineCallbacks
+    def test_all_directories_replaced_refused(self):
+        """Every directory wiped: locally a new bookie, but the store knows the id served another
+        instance; the start fails before it listens or registers, and the storage is stopped."""
+        server = yield self.started()
+        yield server.stop()
+        shutil.rmtree(os.path.dirname(self.journal_dir))
+        server = self.server()
+        yield self.assertFailure(server.start(), CookieMismatchError)
+        self.assertIsNone(server.port)
+        self.assertFalse(server.storage._running)
+        self.assertEqual(self.successResultOf(self.store.get_children("/ledgers/available")), [])
+
+    @defer.inlineCallbacks
+    def test_deleting_the_node_starts_it_as_a_new_bookie(self):
+        server = yield self.started()
+        yield server.stop()
+        shutil.rmtree(os.path.dirname(self.journal_dir))
+        yield self.store.delete(f"{COOKIES_ROOT}/b1:3181")
+        server = yield self.started()
+        self.assertEqual(self.cookie_node(), server.storage.instance_id)
+
+    @defer.inlineCallbacks
+    def test_store_unreachable_waits(self):
+        """An unreachable store delays the start (the bookie does not serve unchecked), then it goes on."""
+        flaky = _FlakyStore(self.store.new_session(), failures=2)
+        server = yield self.started(flaky)
+        self.assertEqual((flaky.failures, self.cookie_node()), (0, server.storage.instance_id))
+        self.assertIsNotNone(server.port)
