@@ -122,8 +122,14 @@ class BookKeeperClient:
             check_quorums(ensemble_size, write_quorum, ack_quorum)
         except ValueError:
             return defer.fail()
-        return defer.Deferred.fromCoroutine(self._create(
-            ensemble_size, write_quorum, ack_quorum, password, custom_metadata, after, record))
+        if not self._ready:
+            return self.start().addCallback(lambda _: self._create(
+                ensemble_size, write_quorum, ack_quorum, password, custom_metadata, after, record))
+        try:
+            return self._create(ensemble_size, write_quorum, ack_quorum, password, custom_metadata,
+                                after, record)
+        except Exception:
+            return defer.fail()
 
     def shares_store(self, store) -> bool:
         """See ILedgerClient: the store given to this client (brokers with a separate bookie
@@ -139,10 +145,11 @@ class BookKeeperClient:
             cached = self._last_keys = (password, key, password_digest(key))
         return cached[1], cached[2]
 
-    async def _create(self, ensemble_size, write_quorum, ack_quorum, password, custom, after,
-                      record=None):
-        if not self._ready:
-            await self.start()
+    # _create and its steps are plain callbacks, not a coroutine: one runs per topic creation
+    # (issue 14, item 4), and the ledger id is usually held already.
+    def _create(self, ensemble_size, write_quorum, ack_quorum, password, custom, after, record):
+        """A Deferred of the new ledger's handle (``(handle, stat)`` with ``record``); raises
+        NotEnoughBookiesError."""
         env = self.env
         ensemble = env.placement.new_ensemble(ensemble_size, self.writable_bookies)
         key, digest = self._keys(password)
@@ -151,28 +158,39 @@ class BookKeeperClient:
             ensembles=((0, tuple(ensemble)),), password_digest=digest,
             ctime_ms=int(env.clock.seconds() * 1000),
             custom_metadata=normalize_custom_metadata(custom))
-        stat = None
-        while True:
-            ledger_id = await self._manager.new_ledger_id(after)
-            try:
-                if record is None:
-                    version = await self._manager.create(ledger_id, metadata)
-                else:
-                    # One commit for the ledger and its owner's record of it (a new topic's
-                    # first ledger and its managed ledger's node: issue 14).
-                    version, stat = await self._manager.create_with(
-                        ledger_id, metadata, record(ledger_id))
-                break
-            except AlreadyExistsError as e:
-                if record is not None and getattr(e, "failed_index", 0) != 0:
-                    raise   # the caller's write was refused: nothing was created
-                # Only possible if ids were handed out by another scheme before; take the next.
-                log.warn("ledger id {ledger} already in use, trying another", ledger=ledger_id)
+        return self._create_with_id(metadata, key, after, record)
+
+    def _create_with_id(self, metadata, key, after, record):
+        d = self._manager.new_ledger_id(after)
+        return d.addCallback(self._store_metadata, metadata, key, after, record)
+
+    def _store_metadata(self, ledger_id, metadata, key, after, record):
+        if record is None:
+            d = self._manager.create(ledger_id, metadata)
+        else:
+            # One commit for the ledger and its owner's record of it (a new topic's first
+            # ledger and its managed ledger's node: issue 14).
+            d = self._manager.create_with(ledger_id, metadata, record(ledger_id))
+        return d.addCallbacks(self._metadata_stored, self._id_taken,
+                              callbackArgs=(ledger_id, metadata, key, record),
+                              errbackArgs=(ledger_id, metadata, key, after, record))
+
+    def _metadata_stored(self, result, ledger_id, metadata, key, record):
         # Not logged, not even at debug level (which the daemons' log keeps): one line per new topic
         # was a tenth of its creation's CPU. Ledger ids and ensembles are in the managed ledger's
         # internal stats and in the ledger's metadata.
-        handle = LedgerHandle(env, ledger_id, metadata, version, key)
-        return handle if record is None else (handle, stat)
+        if record is None:
+            return LedgerHandle(self.env, ledger_id, metadata, result, key)
+        version, stat = result
+        return LedgerHandle(self.env, ledger_id, metadata, version, key), stat
+
+    def _id_taken(self, failure, ledger_id, metadata, key, after, record):
+        failure.trap(AlreadyExistsError)
+        if record is not None and getattr(failure.value, "failed_index", 0) != 0:
+            return failure   # the caller's write was refused: nothing was created
+        # Only possible if ids were handed out by another scheme before; take the next.
+        log.warn("ledger id {ledger} already in use, trying another", ledger=ledger_id)
+        return self._create_with_id(metadata, key, after, record)
 
     def open_ledger(self, ledger_id, password=b"", recovery=True):
         """See ILedgerClient. UnauthorizedAccessError on a wrong password; NoSuchLedgerError."""

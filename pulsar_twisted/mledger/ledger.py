@@ -309,23 +309,42 @@ class ManagedLedgerImpl:
     def initialize(self):
         """Load the ledger list, recover the last ledger, start a new one, load the cursors.
         Deferred firing with self."""
-        return defer.Deferred.fromCoroutine(self._initialize())
+        try:
+            d = self.store.get(self.path)
+        except Exception:
+            return defer.fail()
+        return d.addCallback(self._node_read)
 
-    async def _initialize(self):
-        res = await self.store.get(self.path)
-        created = res is None
-        if created:
-            # A new managed ledger: its node is created by the write that records its first
-            # ledger (expected version -1: a concurrent creator makes that write fail and fences
-            # us), one metadata write fewer on the way to a usable topic than creating an empty
-            # node first.
-            self._meta_version = -1
-        else:
-            data, stat = res
-            ledgers, self.properties, self._terminated_at = formats.decode_ledger_info(data)
-            self._meta_version = stat.version
-            for lid, entries, size, ts in ledgers:
-                self._add_ledger_info(LedgerInfo(lid, entries, size, ts))
+    def _node_read(self, res):
+        if res is not None:
+            return defer.Deferred.fromCoroutine(self._open_existing(res))
+        # A new managed ledger: plain callbacks, not a coroutine (one runs per topic creation,
+        # issue 14 item 4). Its node is created by the write that records its first ledger
+        # (expected version -1: a concurrent creator makes that write fail and fences us), one
+        # metadata write fewer on the way to a usable topic than creating an empty node first.
+        # No cursors to load (the node did not exist) and nothing to trim (it holds only the
+        # ledger it writes to); not logged: the broker logs the topic it belongs to already,
+        # and with many new topics the line (even at debug level, which the daemons' log keeps)
+        # cost a tenth of a topic's creation.
+        self._meta_version = -1
+        self._last_confirmed = self._compute_last_confirmed()
+        return self._create_ledger(grouped=True).addCallback(self._first_ledger_started)
+
+    def _first_ledger_started(self, _):
+        """Self once the ledger an open starts is ready for writes; why not, raised."""
+        if self._state is State.FENCED:
+            raise ManagedLedgerFencedError(f"managed ledger {self.name} is owned by someone else")
+        if self._state is not State.LEDGER_OPENED:
+            raise ManagedLedgerError(f"could not start a ledger for {self.name}")
+        return self
+
+    async def _open_existing(self, res):
+        """``initialize`` of a managed ledger whose node exists (``res``: its value and Stat)."""
+        data, stat = res
+        ledgers, self.properties, self._terminated_at = formats.decode_ledger_info(data)
+        self._meta_version = stat.version
+        for lid, entries, size, ts in ledgers:
+            self._add_ledger_info(LedgerInfo(lid, entries, size, ts))
         if self._ledger_ids:
             await self._recover_last_ledger()
         self._last_confirmed = self._compute_last_confirmed()
@@ -342,20 +361,11 @@ class ManagedLedgerImpl:
             self._state = State.TERMINATED
         else:
             await self._create_ledger(grouped=True)
-            if self._state is State.FENCED:
-                raise ManagedLedgerFencedError(f"managed ledger {self.name} is owned by someone else")
-            if self._state is not State.LEDGER_OPENED:
-                raise ManagedLedgerError(f"could not start a ledger for {self.name}")
-        if not created:
-            await self._load_cursors()  # a node this open created has no cursor children
-        if not created:
-            # A new managed ledger is not logged: the broker logs the topic it belongs to already,
-            # and with many new topics the line (even at debug level, which the daemons' log
-            # keeps) cost a tenth of a topic's creation.
-            log.info("managed ledger {name} opened: {n} ledgers, last confirmed {lce}",
-                     name=self.name, n=len(self._ledger_ids), lce=str(self._last_confirmed))
-            # A new managed ledger holds only the ledger it writes to: nothing to trim.
-            self._trim_in_background()
+            self._first_ledger_started(None)
+        await self._load_cursors()
+        log.info("managed ledger {name} opened: {n} ledgers, last confirmed {lce}",
+                 name=self.name, n=len(self._ledger_ids), lce=str(self._last_confirmed))
+        self._trim_in_background()
         return self
 
     async def _recover_last_ledger(self):

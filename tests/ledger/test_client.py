@@ -67,6 +67,24 @@ class CreateDeleteTests(LedgerHarness, unittest.TestCase):
         self.assertEqual(stored.custom_metadata, {"application": b"pulsar", "raw": b"\x01"})
         self.assertNotIn(b"pw", self.successResultOf(self.store.get(ledger_path(handle.ledger_id)))[0])
 
+    def test_taken_id_skipped(self):
+        """A ledger id whose metadata exists already (an older id scheme's writer) is skipped:
+        the next id is taken and the other ledger's metadata is left alone."""
+        first = self.create()
+        taken = ledger_path(first.ledger_id + 1)
+        self.successResultOf(self.store.put(taken, b"someone else's", expected_version=-1))
+        second = self.create()
+        self.assertEqual(second.ledger_id, first.ledger_id + 2)
+        self.assertEqual(self.stored_metadata(second.ledger_id).state, LedgerState.OPEN)
+        self.assertEqual(self.successResultOf(self.store.get(taken))[0], b"someone else's")
+
+    def test_create_before_start(self):
+        """A client asked for a ledger before ``start`` loads the bookies first."""
+        client = self.make_client()
+        handle = self.successResultOf(client.create_ledger(3, 2, 2, b"pw"))
+        self.assertEqual(self.stored_metadata(handle.ledger_id).state, LedgerState.OPEN)
+        self.assertEqual(len(client.writable_bookies), self.bookie_count)
+
     def test_handle_and_its_metadata_held_once(self):
         """What a loaded topic's ledger costs (issue 14): a handle without an instance dictionary,
         whose metadata is the very object the metadata store keeps for the ledger's node."""
