@@ -12,6 +12,7 @@ too many lookups, bad namespace, ...) as a failure.
 import functools
 
 from twisted.internet import defer
+from twisted.python.failure import Failure
 
 from pulsar_twisted.common.latency import LatencySummary
 
@@ -56,7 +57,8 @@ class BrokerCounters:
 
 
 def counted_lookup(method):
-    """Decorates ``BrokerService.lookup`` (a method returning a Deferred) so that each call is
+    """Decorates ``BrokerService.lookup`` (a method returning a Deferred, or its answer when it has
+    one at once; always a Deferred once decorated) so that each call is
     counted in ``self.counters``: pending while it runs, then an answer, a redirect or a failure,
     and its latency."""
     @functools.wraps(method)
@@ -71,5 +73,13 @@ def counted_lookup(method):
         def failed(failure):
             counters.lookup_finished(started, failed=True)
             return failure
-        return defer.maybeDeferred(method, self, *args, **kwargs).addCallbacks(answered, failed)
+        try:
+            result = method(self, *args, **kwargs)
+        except Exception:
+            return defer.fail(failed(Failure()))
+        if not isinstance(result, defer.Deferred):
+            # Answered at once (a standalone broker's usual case): no callbacks to chain.
+            counters.lookup_finished(started, result)
+            return defer.succeed(result)
+        return result.addCallbacks(answered, failed)
     return lookup

@@ -32,6 +32,11 @@ class KnownNamespaces:
             self._seen.add(key)
         return self.namespaces.exists(namespace).addCallback(found)
 
+    def known(self, namespace) -> bool:
+        """True when ``check(namespace)`` would pass at once (the namespace is known to exist):
+        callers on the per-creation paths then skip its Deferred (issue 14, item 4)."""
+        return str(namespace) in self._seen
+
     def _changed(self, namespace: str, kind: str) -> None:
         if kind == "deleted":
             self._seen.discard(namespace)

@@ -261,6 +261,12 @@ class BrokerSecurity:
                               role=role, command=api.BaseCommand.Type.Name(command_type), reason=str(e))
                 raise
 
+    def allows_unchecked(self, command_type: int) -> bool:
+        """True when ``authorize_command`` would pass ``command_type`` for any connection without
+        checking anything (authorization off, the command has a rule): the per-creation paths
+        then answer without a Deferred for the check (issue 14, item 4)."""
+        return not self.authz.enabled and command_type in BINARY_RULES
+
     def authorized(self, cnx, command_type: int, **where) -> defer.Deferred:
         """``authorize_command``; nothing to check without a connection (a call from the admin
         API, which the HTTP rules authorized)."""

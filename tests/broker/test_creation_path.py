@@ -127,3 +127,35 @@ class CreationPathTests(unittest.TestCase):
         d = self.broker.get_topic(TOPIC)
         self.harness.pump()
         self.assertFalse(self.successResultOf(d).closed)
+
+    def _forget_namespace(self):
+        """As a broker that has not yet seen ``public/default`` nor read its policies."""
+        self.broker.known_namespaces._seen.clear()
+        self.broker.policies._cache.clear()
+
+    def test_lookup_and_metadata_check_what_is_not_known(self):
+        """With the namespace not known yet, lookup and partitioned metadata check it through the
+        store (and remember it); with authorization on, the check is made every time."""
+        self._forget_namespace()
+        self.assertEqual(self.successResultOf(self.broker.lookup(TOPIC, cnx=self.client.protocol)),
+                         ("pulsar://localhost:6650", ""))
+        self.assertTrue(self.broker.known_namespaces.known("public/default"))
+        self._forget_namespace()
+        self.assertEqual(self.successResultOf(self.broker.partitioned_metadata(TOPIC, cnx=self.client.protocol)), 0)
+        self.assertTrue(self.broker.known_namespaces.known("public/default"))
+        asked = []
+
+        def authorize_command(cnx, command_type, **where):
+            asked.append(command_type)
+            return defer.fail(errors.AuthorizationError("no"))
+        security = self.broker.security
+        self.patch(security, "allows_unchecked", lambda command_type: False)
+        self.patch(security, "authorize_command", authorize_command)
+        cnx = self.client.protocol
+        self.failureResultOf(self.broker.lookup(TOPIC, cnx=cnx), errors.AuthorizationError)
+        self.failureResultOf(self.broker.partitioned_metadata(TOPIC, cnx=cnx), errors.AuthorizationError)
+        self.failureResultOf(self.broker.create_producer(cnx, self.request()), errors.AuthorizationError)
+        self.assertEqual(asked, [api.BaseCommand.LOOKUP, api.BaseCommand.PARTITIONED_METADATA,
+                                 api.BaseCommand.PRODUCER])
+        self.assertEqual(self.broker.counters.lookup_pending, 0)
+        self.assertEqual(security.pending_lookups, 0)
