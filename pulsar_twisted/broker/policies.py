@@ -85,6 +85,16 @@ def apply_to_topic(topic, policies: NamespacePolicies) -> None:
     ratelimit.apply_policies(topic, policies)
 
 
+def ledger_config_of(policies: NamespacePolicies, default_config):
+    """``PolicyService.ledger_config`` of a namespace with ``policies``: None for
+    ``default_config`` itself, else a copy with the namespace's retention."""
+    minutes, size_mb = policies.retention_time_minutes, policies.retention_size_mb
+    time_ms = minutes * 60_000 if minutes >= 0 else -1
+    if (default_config.retention_time_ms, default_config.retention_size_mb) == (time_ms, size_mb):
+        return None
+    return dataclasses.replace(default_config, retention_time_ms=time_ms, retention_size_mb=size_mb)
+
+
 class PolicyService(service.Service):
     """
     ``PolicyService(broker, store, config, clock)``: namespace policies of ``broker``'s topics.
@@ -143,18 +153,26 @@ class PolicyService(service.Service):
             return self._cache[key]
         return defer.Deferred.fromCoroutine(read())
 
+    def cached(self, namespace):
+        """The NamespacePolicies of ``namespace`` if known already, else None (``policies_of``
+        reads them): the load of a new topic then applies them without a Deferred (issue 14)."""
+        return self._cache.get(str(namespace))
+
     def ledger_config(self, name, default_config) -> defer.Deferred:
         """The managed-ledger config a topic of ``name``'s namespace opens with: the namespace's
         retention from the start (as Pulsar builds it from the policies), so that opening the
         ledger never trims what the namespace retains."""
-        def build(policies):
-            minutes, size_mb = policies.retention_time_minutes, policies.retention_size_mb
-            time_ms = minutes * 60_000 if minutes >= 0 else -1
-            if (default_config.retention_time_ms, default_config.retention_size_mb) == (time_ms, size_mb):
-                return None
-            return dataclasses.replace(default_config, retention_time_ms=time_ms,
-                                       retention_size_mb=size_mb)
-        return self.policies_of(name.namespace_name).addCallback(build)
+        return self.policies_of(name.namespace_name).addCallback(ledger_config_of, default_config)
+
+    def apply_cached(self, topic) -> bool:
+        """``topic_loaded`` without a Deferred when the namespace's policies are known already
+        (issue 14: every topic load applies them): True once applied, False (nothing done) when
+        they must be read (``topic_loaded`` then)."""
+        policies = self._cache.get(str(topic.topic_name.namespace_name))
+        if policies is None:
+            return False
+        apply_to_topic(topic, policies)
+        return True
 
     def topic_loaded(self, topic) -> defer.Deferred:
         """Apply the namespace's policies to a topic being loaded (before it serves clients)."""

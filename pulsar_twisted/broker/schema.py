@@ -310,7 +310,11 @@ class SchemaRegistry:
 
     def get(self, topic: str, version=None) -> defer.Deferred:
         """The latest live version (or ``version``); None when there is none."""
-        return self.versions(topic).addCallback(_pick, version)
+        try:
+            sid = schema_id(topic)
+        except Exception:
+            return defer.fail()
+        return self._read(sid).addCallback(_pick_read, version)
 
     @defer.inlineCallbacks
     def policies(self, topic: str) -> dict:
@@ -430,6 +434,10 @@ class SchemaRegistry:
 
 def _first(pair):
     return pair[0]
+
+
+def _pick_read(pair, version):
+    return _pick(pair[0], version)
 
 
 def _pick(versions, version):

@@ -291,6 +291,16 @@ class TopicBase:
         sizes = [s.cursor.estimated_backlog_size() for s in self.durable_subscriptions()]
         return max(sizes) if sizes else 0
 
+    def ready_now(self) -> bool:
+        """``wait_ready`` without a Deferred when it can answer at once: True when the topic can
+        take producers now, False while its deduplication state is recovering (``wait_ready``
+        then); raises what ``wait_ready`` would fail with."""
+        dedup = self.dedup
+        if dedup is not None and dedup.recovering and dedup.ready is not None:
+            return False
+        self._check_ready()
+        return True
+
     def deduplication_status(self) -> str:
         """Pulsar's ``deduplicationStatus``: "Disabled", "Recovering", "Enabled" or "Failed"."""
         return "Disabled"

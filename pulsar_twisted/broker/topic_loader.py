@@ -8,11 +8,15 @@ recovered; the bundle is still ours. Then the topic is registered in ``broker.to
 after the topic object exists closes what was opened before the error goes to the waiters.
 
 A chain of callbacks, not a generator: a load runs per topic creation, and in a standalone broker
-most steps have already fired (issue 14, item 4).
+most steps have already fired (issue 14, item 4). Steps whose answer is known already (the
+namespace seen to exist, its policies cached, no deduplication state to recover) run without a
+Deferred of their own; the same checks are made, in the same order.
 """
 
 from twisted.internet import defer
+from twisted.python.failure import Failure
 
+from pulsar_twisted.broker.policies import ledger_config_of
 from pulsar_twisted.broker.topic import NonPersistentTopic, PersistentTopic
 from pulsar_twisted.common import errors
 
@@ -27,6 +31,9 @@ class TopicLoader:
         """Load (or, with ``create`` and auto-creation on, create) the topic ``name`` (a TopicName)."""
         broker = self.broker
         try:
+            if broker.ownership is None and broker.known_namespaces.known(name.namespace_name):
+                # The namespace's check would pass at once and there is no bundle to own.
+                return self._owned(None, name, create)
             d = broker._check_namespace(name.namespace_name)
             if broker.ownership is not None:
                 # Nothing of the topic (managed ledger, cursors, dedup state) is opened on a broker
@@ -67,22 +74,45 @@ class TopicLoader:
 
     def _open_ledger(self, _, name):
         broker = self.broker
-        d = broker.policies.ledger_config(name, broker.ml_factory.default_config)
-        d.addCallback(lambda config: broker.ml_factory.open(name.managed_ledger_name, config))
-        return d.addCallback(lambda ledger: PersistentTopic(broker, name, ledger, broker.clock, broker.config))
+        factory = broker.ml_factory
+        policies = broker.policies.cached(name.namespace_name)
+        if policies is not None:
+            d = factory.open(name.managed_ledger_name, ledger_config_of(policies, factory.default_config))
+        else:
+            d = broker.policies.ledger_config(name, factory.default_config)
+            d.addCallback(lambda config: factory.open(name.managed_ledger_name, config))
+        return d.addCallback(self._persistent_topic, name)
+
+    def _persistent_topic(self, ledger, name):
+        broker = self.broker
+        return PersistentTopic(broker, name, ledger, broker.clock, broker.config)
 
     def _apply_policies(self, topic, name, ownership):
         try:
-            # Namespace policies before any client sees the topic.
-            d = self.broker.policies.topic_loaded(topic)
+            d = self._policies_applied(topic, name)
+            if d is None:
+                # Applied and ready at once: no Deferred for the steps left.
+                self._still_owned(None, name, ownership)
+                return self._ready(None, topic)
         except Exception:
-            d = defer.fail()
-        if name.persistent:
-            # Deduplication state recovered, or the load fails (retriable): never served
-            # with deduplication silently off.
-            d.addCallback(lambda _: topic.wait_ready())
+            return self._failed(Failure(), topic, name)
         d.addCallback(self._still_owned, name, ownership)
         return d.addCallbacks(self._ready, self._failed, callbackArgs=(topic,), errbackArgs=(topic, name))
+
+    def _policies_applied(self, topic, name):
+        """Namespace policies applied before any client sees the topic and, for a persistent
+        one, its deduplication state recovered (or the load fails, retriable: never served with
+        deduplication silently off). None when done at once (the policies known, no state to
+        recover); else a Deferred."""
+        policy_service = self.broker.policies
+        if not policy_service.apply_cached(topic):
+            d = policy_service.topic_loaded(topic)
+            if name.persistent:
+                d.addCallback(lambda _: topic.wait_ready())
+            return d
+        if name.persistent and not topic.ready_now():
+            return topic.wait_ready()
+        return None
 
     def _still_owned(self, _, name, ownership):
         ownership_service = self.broker.ownership

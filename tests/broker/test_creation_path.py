@@ -101,19 +101,26 @@ class CreationPathTests(unittest.TestCase):
     def _failing_policies(self, how):
         opened = []
 
+        def apply_cached(topic):
+            if how == "cached":
+                opened.append(topic)
+                raise RuntimeError("policies broken")
+            return False    # not known: the load reads them (topic_loaded)
+
         def topic_loaded(topic):
             opened.append(topic)
             if how == "raise":
                 raise RuntimeError("policies broken")
             return defer.fail(RuntimeError("policies broken"))
+        self.patch(self.broker.policies, "apply_cached", apply_cached)
         self.patch(self.broker.policies, "topic_loaded", topic_loaded)
         return opened
 
     def test_failed_load_closes_the_topic(self):
         """A load failing after the managed ledger opened (here: applying the namespace policies,
-        whether it raises or fails its Deferred) closes the topic, forgets it, and fails with the
-        reason; the next use loads it afresh."""
-        for how in ("raise", "fail"):
+        whether they were known already or read, whether it raises or fails its Deferred) closes
+        the topic, forgets it, and fails with the reason; the next use loads it afresh."""
+        for how in ("cached", "raise", "fail"):
             opened = self._failing_policies(how)
             d = self.broker.get_topic(TOPIC)
             self.harness.pump()
@@ -123,7 +130,9 @@ class CreationPathTests(unittest.TestCase):
             self.assertNotIn(TOPIC, self.broker.topics)
             self.assertEqual(self.broker._loading, {})
             self.flushLoggedErrors(RuntimeError)
-        self.patch(self.broker.policies, "topic_loaded", type(self.broker.policies).topic_loaded.__get__(self.broker.policies))
+        policies = self.broker.policies
+        self.patch(policies, "topic_loaded", type(policies).topic_loaded.__get__(policies))
+        self.patch(policies, "apply_cached", type(policies).apply_cached.__get__(policies))
         d = self.broker.get_topic(TOPIC)
         self.harness.pump()
         self.assertFalse(self.successResultOf(d).closed)
@@ -159,3 +168,21 @@ class CreationPathTests(unittest.TestCase):
                                  api.BaseCommand.PRODUCER])
         self.assertEqual(self.broker.counters.lookup_pending, 0)
         self.assertEqual(security.pending_lookups, 0)
+
+    def test_load_reads_what_is_not_known(self):
+        """A topic loads with its namespace's policies also when neither the namespace nor its
+        policies are known yet: they are read (and kept) on the way."""
+        self._forget_namespace()
+        d = self.broker.get_topic(TOPIC)
+        self.harness.pump()
+        topic = self.successResultOf(d)
+        self.assertIs(topic.policies, self.broker.policies.cached("public/default"))
+        self.assertTrue(self.broker.known_namespaces.known("public/default"))
+        self.assertIs(self.broker.topics[TOPIC], topic)
+
+    def test_concurrent_loads_share_one_topic(self):
+        """Two uses of a new topic before its load ends get the same topic (one managed ledger)."""
+        first = self.broker.get_topic(TOPIC)
+        second = self.broker.get_topic(TOPIC)
+        self.harness.pump()
+        self.assertIs(self.successResultOf(first), self.successResultOf(second))
