@@ -161,6 +161,9 @@ class BookKeeperClient:
         return self._create_with_id(metadata, key, after, record)
 
     def _create_with_id(self, metadata, key, after, record):
+        ledger_id = self._manager.held_ledger_id(after)
+        if ledger_id is not None:
+            return self._store_metadata(ledger_id, metadata, key, after, record)
         d = self._manager.new_ledger_id(after)
         return d.addCallback(self._store_metadata, metadata, key, after, record)
 

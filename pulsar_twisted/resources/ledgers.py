@@ -272,15 +272,23 @@ class LedgerManager:
         handed out: no harm, ids are 63-bit); a block allocated after this call is above every
         block allocated before, whoever holds it, so the wait ends.
         """
-        if not self._waiters:
-            ledger_id = self._take(after)
-            if ledger_id is not None:
-                self._prefetch()
-                return defer.succeed(ledger_id)
+        ledger_id = self.held_ledger_id(after)
+        if ledger_id is not None:
+            return defer.succeed(ledger_id)
         d = defer.Deferred()
         self._waiters.append((d, after))
         self._allocate_for_waiters()
         return d
+
+    def held_ledger_id(self, after: int = -1):
+        """``new_ledger_id`` without a Deferred when an id is held and nobody waits for one
+        (the usual case: blocks are fetched ahead); None otherwise (``new_ledger_id`` then)."""
+        if self._waiters:
+            return None
+        ledger_id = self._take(after)
+        if ledger_id is not None:
+            self._prefetch()
+        return ledger_id
 
     def _take(self, after: int = -1):
         """The next held id above ``after`` (those below it are dropped), or None."""

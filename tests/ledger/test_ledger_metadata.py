@@ -133,6 +133,20 @@ class LedgerManagerTests(unittest.TestCase):
         restarted = LedgerManager(self.store)
         self.assertEqual(self.successResultOf(restarted.new_ledger_id()), len(created) * ID_BLOCK)
 
+    def test_held_id_without_a_deferred(self):
+        """``held_ledger_id`` hands out the id ``new_ledger_id`` would when one is held; None (and
+        no allocation) when none is held or earlier requests wait for one (they go first)."""
+        writes = []
+        self.store.register_listener(writes.append)
+        self.assertIsNone(self.manager.held_ledger_id())
+        self.assertEqual(writes, [])
+        first = self.successResultOf(self.manager.new_ledger_id())
+        self.assertEqual(self.manager.held_ledger_id(), first + 1)
+        self.assertEqual(self.manager.held_ledger_id(after=first + 10), first + 11)
+        self.assertEqual(self.successResultOf(self.manager.new_ledger_id()), first + 12)
+        self.manager._waiters.append((defer.Deferred(), -1))
+        self.assertIsNone(self.manager.held_ledger_id())
+
     def test_ids_above_after_even_across_interleaved_blocks(self):
         """Two managers hold interleaved blocks: the one holding the lower block, asked for an id
         above the other's latest (a managed ledger moving between brokers), skips its held ids
