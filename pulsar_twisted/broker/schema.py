@@ -300,6 +300,11 @@ class SchemaRegistry:
             raise errors.MetadataError(f"Schema storage of {sid} is corrupt")
         return versions, node[1].version
 
+    @classmethod
+    def _pick_stored(cls, node, sid, version):
+        """``get``'s answer from the schema node: decoded and picked in one callback."""
+        return _pick(cls._decode(node, sid)[0], version)
+
     def versions(self, topic: str) -> defer.Deferred:
         """Every version of ``topic``'s schema, oldest first (deleted markers included)."""
         try:
@@ -314,7 +319,7 @@ class SchemaRegistry:
             sid = schema_id(topic)
         except Exception:
             return defer.fail()
-        return self._read(sid).addCallback(_pick_read, version)
+        return self.store.get(self._path(sid)).addCallback(self._pick_stored, sid, version)
 
     @defer.inlineCallbacks
     def policies(self, topic: str) -> dict:
@@ -434,10 +439,6 @@ class SchemaRegistry:
 
 def _first(pair):
     return pair[0]
-
-
-def _pick_read(pair, version):
-    return _pick(pair[0], version)
 
 
 def _pick(versions, version):

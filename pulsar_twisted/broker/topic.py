@@ -34,6 +34,8 @@ Sub = api.CommandSubscribe
 
 _INT64_MAX = 0x7FFFFFFFFFFFFFFF
 _NO_SUBSCRIPTIONS = MappingProxyType({})
+#: The access modes a producer may ask for (``ProducerAccessMode.values()`` builds a list per call).
+_ACCESS_MODES = frozenset(api.ProducerAccessMode.values())
 
 
 class TopicCounters:
@@ -195,7 +197,7 @@ class TopicBase:
         limit = self.max_producers
         if limit and len(self.producers) >= limit:
             raise errors.ProducerBusy(f"Topic {self.name} reached max producers limit {limit}")
-        if request.access_mode not in api.ProducerAccessMode.values():
+        if request.access_mode not in _ACCESS_MODES:
             raise errors.NotAllowedError(f"Unknown producer access mode {request.access_mode}")
 
         def create():

@@ -30,7 +30,10 @@ class NamespaceResources(Documents):
         """Call ``callback(namespace, kind)`` ("tenant/ns"; "created", "modified" or "deleted")
         whenever a namespace's document changes in the store, whoever wrote it."""
         def notified(notification):
-            namespace = layout.namespace_of_policies_path(notification.path)
-            if namespace is not None and notification.kind in _CHANGES:
-                callback(namespace, notification.kind)
+            # The kind first: every metadata write notifies every watcher (a topic creation
+            # four times: two "created", two "children").
+            if notification.kind in _CHANGES:
+                namespace = layout.namespace_of_policies_path(notification.path)
+                if namespace is not None:
+                    callback(namespace, notification.kind)
         self.store.register_listener(notified)
