@@ -91,11 +91,13 @@ class TopicLoader:
         try:
             d = self._policies_applied(topic, name)
             if d is None:
-                # Applied and ready at once: no Deferred for the steps left.
                 self._still_owned(None, name, ownership)
-                return self._ready(None, topic)
         except Exception:
             return self._failed(Failure(), topic, name)
+        if d is None:
+            # Applied and ready at once: no Deferred for the steps left (as with addCallbacks
+            # below, a failure of _ready itself is not _failed's).
+            return self._ready(None, topic)
         d.addCallback(self._still_owned, name, ownership)
         return d.addCallbacks(self._ready, self._failed, callbackArgs=(topic,), errbackArgs=(topic, name))
 

@@ -186,3 +186,29 @@ class CreationPathTests(unittest.TestCase):
         second = self.broker.get_topic(TOPIC)
         self.harness.pump()
         self.assertIs(self.successResultOf(first), self.successResultOf(second))
+
+    def test_bundle_lost_while_loading_closes_the_topic(self):
+        """In a cluster the bundle is checked before and after the load; lost meanwhile (here with
+        the policies known, so the steps after the managed ledger opens run at once), the load
+        fails ServiceNotReady and closes the topic and its managed ledger."""
+        asked = []
+
+        class Ownership:
+            def check_owned(self, name):
+                asked.append(str(name))
+                return defer.succeed("token")
+
+            def still_owns(self, token):
+                asked.append(token)
+                return False
+        self.broker.get_topic("persistent://public/default/before")
+        self.harness.pump()
+        self.assertIsNotNone(self.broker.policies.cached("public/default"))
+        self.patch(self.broker, "ownership", Ownership())
+        d = self.broker.get_topic(TOPIC)
+        self.harness.pump()
+        self.failureResultOf(d, errors.ServiceNotReady)
+        self.assertEqual(asked, [TOPIC, "token"])
+        self.assertNotIn(TOPIC, self.broker.topics)
+        self.assertIsNone(self.broker.ml_factory.get(self.broker._parse(TOPIC).managed_ledger_name))
+        self.flushLoggedErrors()
