@@ -30,6 +30,8 @@ log = Logger()
 _json_string = json.encoder.encode_basestring_ascii
 
 FORMAT_VERSION = 1
+#: ``to_bytes``' fast form takes numbers whose type is exactly int.
+_INT_ONLY = frozenset((int,))
 
 
 class LedgerState(enum.Enum):
@@ -145,7 +147,7 @@ class LedgerMetadata:
         this takes 5 us where ``json.dumps`` took 7.5 (a managed ledger's first ledger)."""
         ints = (self.ack_quorum, self.ctime_ms, self.ensemble_size, self.format_version,
                 self.last_entry_id, self.length, self.write_quorum)
-        if (any(type(n) is not int for n in ints)
+        if (set(map(type, ints)) != _INT_ONLY    # one C-level pass, not a generator's seven steps
                 or any(type(first) is not int for first, _ in self.ensembles)
                 or any(type(k) is not str for k in self.custom_metadata)):
             return self._json_bytes()

@@ -696,7 +696,8 @@ class EmbeddedMetadataStore:
         ops, stats, notifications = [], [], []
         for path, raw, kept, version in checked:
             # Checked above, on a tree the earlier writes of the group cannot have changed for it.
-            write_ops, stat, write_notifications = self._change(path, raw, kept, version, False, False)
+            write_ops, stat, write_notifications = self._change(path, raw, kept, version, False, False,
+                                                                checked=True)
             ops += write_ops
             stats.append(stat)
             notifications += write_notifications
@@ -735,15 +736,17 @@ class EmbeddedMetadataStore:
         elif node.version != version:
             raise BadVersionError(f"{path}: expected version {version}, found {node.version}")
 
-    def _change(self, path, raw, kept, expected_version, ephemeral, sequential):
+    def _change(self, path, raw, kept, expected_version, ephemeral, sequential, checked=False):
         """Apply one put to the tree: ``(log ops, Stat, notifications)`` for ``commit``; raises first
         (changing nothing) when the put is refused. ``raw``: the value's bytes, logged; ``kept``:
-        what the node holds (``_kept``)."""
+        what the node holds (``_kept``). ``checked``: ``put_all`` checked the session and the path
+        already (``_check_group_write``), and nothing ran since."""
         core = self._core
-        error = core.check_usable(self)
-        if error is not None:
-            raise error
-        check_path(path)
+        if not checked:
+            error = core.check_usable(self)
+            if error is not None:
+                raise error
+            check_path(path)
         if sequential and expected_version not in (None, -1):
             raise ValueError("a sequential put creates a node: expected_version must be None or -1")
         nodes = core.tree.nodes
