@@ -168,15 +168,17 @@ class BookKeeperClient:
         return d.addCallback(self._store_metadata, metadata, key, after, record)
 
     def _store_metadata(self, ledger_id, metadata, key, after, record):
-        if record is None:
-            d = self._manager.create(ledger_id, metadata)
-        else:
-            # One commit for the ledger and its owner's record of it (a new topic's first
-            # ledger and its managed ledger's node: issue 14).
-            d = self._manager.create_with(ledger_id, metadata, record(ledger_id))
+        d = self._write_metadata(ledger_id, metadata, record)
         return d.addCallbacks(self._metadata_stored, self._id_taken,
                               callbackArgs=(ledger_id, metadata, key, record),
                               errbackArgs=(ledger_id, metadata, key, after, record))
+
+    def _write_metadata(self, ledger_id, metadata, record):
+        if record is None:
+            return self._manager.create(ledger_id, metadata)
+        # One commit for the ledger and its owner's record of it (a new topic's first ledger and
+        # its managed ledger's node: issue 14).
+        return self._manager.create_with(ledger_id, metadata, record(ledger_id))
 
     def _metadata_stored(self, result, ledger_id, metadata, key, record):
         # Not logged, not even at debug level (which the daemons' log keeps): one line per new topic
@@ -193,7 +195,23 @@ class BookKeeperClient:
             return failure   # the caller's write was refused: nothing was created
         # Only possible if ids were handed out by another scheme before; take the next.
         log.warn("ledger id {ledger} already in use, trying another", ledger=ledger_id)
-        return self._create_with_id(metadata, key, after, record)
+        # A loop in a coroutine, not _create_with_id again: a held id that is taken fails at once
+        # (the embedded store checks before it writes), so a callback per taken id would nest one
+        # stack level per id and a run of ~150 of them ended in RecursionError. Rare: the cost
+        # of a coroutine does not matter here.
+        return defer.Deferred.fromCoroutine(self._create_past_taken(metadata, key, after, record))
+
+    async def _create_past_taken(self, metadata, key, after, record):
+        while True:
+            ledger_id = await self._manager.new_ledger_id(after)
+            try:
+                result = await self._write_metadata(ledger_id, metadata, record)
+            except AlreadyExistsError as e:
+                if record is not None and getattr(e, "failed_index", 0) != 0:
+                    raise   # the caller's write was refused: nothing was created
+                log.warn("ledger id {ledger} already in use, trying another", ledger=ledger_id)
+                continue
+            return self._metadata_stored(result, ledger_id, metadata, key, record)
 
     def open_ledger(self, ledger_id, password=b"", recovery=True):
         """See ILedgerClient. UnauthorizedAccessError on a wrong password; NoSuchLedgerError."""

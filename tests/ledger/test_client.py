@@ -12,6 +12,7 @@ from pulsar_twisted.ledger.client import BookKeeperClient
 from pulsar_twisted.resources.ledgers import LedgerState, ledger_path
 from pulsar_twisted.ledger.quorum import RandomPlacementPolicy
 from pulsar_twisted.metadata.embedded.store import EmbeddedMetadataStore
+from pulsar_twisted.metadata.interfaces import AlreadyExistsError
 from pulsar_twisted.resources.bookies import register_bookie, unregister_bookie
 from pulsar_twisted.testing.fake_bookie import FakeBookie
 from tests.ledger.test_handle import LedgerHarness
@@ -77,6 +78,33 @@ class CreateDeleteTests(LedgerHarness, unittest.TestCase):
         self.assertEqual(second.ledger_id, first.ledger_id + 2)
         self.assertEqual(self.stored_metadata(second.ledger_id).state, LedgerState.OPEN)
         self.assertEqual(self.successResultOf(self.store.get(taken))[0], b"someone else's")
+
+    def test_long_run_of_taken_ids_skipped(self):
+        """Hundreds of taken ids in a row (refused at once by the embedded store) are skipped one
+        after the other, not by one nested call per id: the create still succeeds."""
+        first = self.create()
+        for i in range(1, 301):
+            self.successResultOf(self.store.put(ledger_path(first.ledger_id + i), b"taken",
+                                                expected_version=-1))
+        second = self.create()
+        self.assertEqual(second.ledger_id, first.ledger_id + 301)
+        self.assertEqual(self.stored_metadata(second.ledger_id).state, LedgerState.OPEN)
+        for i in range(302, 602):
+            self.successResultOf(self.store.put(ledger_path(first.ledger_id + i), b"taken",
+                                                expected_version=-1))
+        # With the owner's record (a new managed ledger's first ledger): the same.
+        third, stat = self.successResultOf(self.client.create_ledger(
+            3, 2, 2, record=lambda ledger_id: ("/owner", b"%d" % ledger_id, -1)))
+        self.assertEqual(third.ledger_id, first.ledger_id + 602)
+        self.assertEqual(self.successResultOf(self.store.get("/owner"))[0], b"%d" % third.ledger_id)
+        self.assertEqual(stat.version, 0)
+        # Past a taken id, a refused record still fails the create (nothing created).
+        self.successResultOf(self.store.put(ledger_path(third.ledger_id + 1), b"taken",
+                                            expected_version=-1))
+        failure = self.failureResultOf(self.client.create_ledger(
+            3, 2, 2, record=lambda ledger_id: ("/owner", b"%d" % ledger_id, -1)), AlreadyExistsError)
+        self.assertEqual(failure.value.failed_index, 1)
+        self.assertIsNone(self.successResultOf(self.store.get(ledger_path(third.ledger_id + 2))))
 
     def test_create_before_start(self):
         """A client asked for a ledger before ``start`` loads the bookies first."""
