@@ -430,6 +430,11 @@ class DurableStoreTests(TestCase):
         await self.assertFailure(store.put("/f", b""), StoreFailedError)
         await self.assertFailure(store.put("/g", b""), StoreFailedError)
         self.assertEqual(len(self.flushLoggedErrors(OSError)), 1)
+        # Refused before the tree changes: a later write is never read back (it was never logged),
+        # and neither are a group write's or a delete's.
+        self.assertIsNone(await store.get("/g"))
+        await store.put_all([("/h", b"", -1)]).addErrback(lambda f: f.trap(StoreFailedError))
+        self.assertIsNone(await store.get("/h"))
 
 
 class CodecTests(SynchronousTestCase):

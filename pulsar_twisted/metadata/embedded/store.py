@@ -289,6 +289,14 @@ class _Core:
             return StoreNotStartedError("call start() before using a durable metadata store")
         return None
 
+    def check_writable(self, session: "EmbeddedMetadataStore") -> Optional[Exception]:
+        """``check_usable`` for a write, which a failed store also refuses, before the tree changes:
+        applied first and refused at the commit, it would be read back without ever being logged."""
+        error = self.check_usable(session)
+        if error is None and self.failure is not None:
+            error = StoreFailedError(f"metadata store failed: {self.failure.getErrorMessage()}")
+        return error
+
     # -- writes ------------------------------------------------------------------------------------
 
     def now_ms(self) -> int:
@@ -705,7 +713,7 @@ class EmbeddedMetadataStore:
 
     def _check_group_write(self, path, value, version, earlier) -> None:
         """Why one write of a ``put_all`` would fail on the tree as it is (raised), else nothing."""
-        error = self._core.check_usable(self)
+        error = self._core.check_writable(self)
         if error is not None:
             raise error
         check_path(path)
@@ -743,7 +751,7 @@ class EmbeddedMetadataStore:
         already (``_check_group_write``), and nothing ran since."""
         core = self._core
         if not checked:
-            error = core.check_usable(self)
+            error = core.check_writable(self)
             if error is not None:
                 raise error
             check_path(path)
@@ -843,8 +851,9 @@ class EmbeddedMetadataStore:
         return self._remove(path)
 
     def _removal_error(self, path: str) -> Optional[Exception]:
-        """Why this session cannot delete ``path`` whatever the tree holds (closed, bad path, root), or None."""
-        error = self._core.check_usable(self)
+        """Why this session cannot delete ``path`` whatever the tree holds (closed, failed, bad path,
+        root), or None."""
+        error = self._core.check_writable(self)
         if error is not None:
             return error
         try:
