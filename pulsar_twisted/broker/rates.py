@@ -32,9 +32,15 @@ class RateMeter:
         self._last, self.rates = zeros
 
     def sample(self, period, *totals) -> None:
+        last = self._last
         if period:
-            self.rates = tuple((total - last) / period for total, last in zip(totals, self._last))
-        self._last = totals
+            rates = tuple((total - prev) / period for total, prev in zip(totals, last))
+            # An idle period's rates are the shared zeros, not a tuple and its floats per meter:
+            # every idle producer of a broker kept ~100 bytes after its first stats period
+            # (issue 14: memory per loaded idle topic).
+            self.rates = rates if any(rates) else _ZEROS[len(rates)][1]
+        if totals != last:
+            self._last = totals     # else keep the one held (maybe the shared zeros)
 
     def rate_and_size(self) -> tuple:
         """For a (messages, bytes) meter: ``(msg rate, throughput, average message size)``, the

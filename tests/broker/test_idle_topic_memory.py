@@ -7,6 +7,7 @@ adds, read handles), and those appear as soon as they are used, so the topic sti
 from types import MappingProxyType
 
 from twisted.internet import defer
+from twisted.trial.unittest import SynchronousTestCase
 
 from pulsar_twisted.broker.rates import RateMeter
 from pulsar_twisted.mledger.cache import NO_ENTRY_CACHE
@@ -83,3 +84,33 @@ class IdleTopicTests(FeatureCase):
         self.assertEqual(len(client.commands(T.SUCCESS)), 1)
         self.assertEqual(dict(topic.subscriptions), {})
         self.assertEqual(dict(topic.ledger.cursors), {})
+
+
+class RateMeterSharingTests(SynchronousTestCase):
+    def test_idle_period_rates_are_the_shared_zeros(self):
+        """A period without growth gives the shared zero rates; growth gives the true rates."""
+        zeros = RateMeter(2).rates
+        meter = RateMeter(2)
+        meter.sample(None, 0, 0)
+        meter.sample(10.0, 0, 0)
+        self.assertIs(meter.rates, zeros)
+        meter.sample(10.0, 5, 100)
+        self.assertEqual(meter.rates, (0.5, 10.0))
+        meter.sample(10.0, 5, 100)
+        self.assertIs(meter.rates, zeros)
+        self.assertEqual(meter.rate_and_size(), (0.0, 0.0, 0.0))
+        meter.sample(5.0, 6, 150)
+        self.assertEqual(meter.rates, (0.2, 10.0))
+
+    def test_unchanged_totals_keep_the_tuple_held(self):
+        """Totals equal to the last sample's do not replace the tuple held (the shared zeros too)."""
+        meter = RateMeter(3)
+        first = meter._last
+        meter.sample(10.0, 0, 0, 0)
+        self.assertIs(meter._last, first)
+        held = (1, 2, 3)
+        meter.sample(10.0, *held)
+        kept = meter._last
+        meter.sample(10.0, 1, 2, 3)
+        self.assertIs(meter._last, kept)
+        self.assertEqual(meter.rates, (0.0, 0.0, 0.0))
