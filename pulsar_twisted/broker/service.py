@@ -73,6 +73,23 @@ def filter_by_pattern(config, topics: list, pattern):
     return patterns.filter_topics(topics, compiled), True
 
 
+def _for_listener(result, broker, topic, listener_name):
+    """A lookup's ``result`` with the URLs of the advertised listener ``listener_name`` (the serving
+    broker's listeners when the result names them, else ``broker``'s own)."""
+    listeners = getattr(result, "listeners", None)
+    try:
+        listener = select_listener(broker.listeners if listeners is None else listeners, listener_name)
+    except errors.ServiceNotReady as e:
+        broker.log.warn("failed to look up {topic}: {reason}", topic=topic, reason=str(e))
+        raise
+    return LookupResult(listener.broker_url, listener.broker_url_tls,
+                        redirect=getattr(result, "redirect", False),
+                        http_url=getattr(result, "http_url", ""),
+                        http_url_tls=getattr(result, "http_url_tls", ""), listeners=listeners,
+                        authoritative=getattr(result, "authoritative", True),
+                        placed=getattr(result, "placed", False))
+
+
 class BrokerService(service.Service):
     log = Logger()
 
@@ -259,24 +276,10 @@ class BrokerService(service.Service):
         d = self._lookup(topic, cnx, authoritative)
         if not isinstance(d, defer.Deferred):
             # Answered at once (``counted_lookup`` makes it a Deferred).
-            return self._on_listener(d, topic, listener_name) if listener_name else d
+            return _for_listener(d, self, topic, listener_name) if listener_name else d
         if listener_name:
-            d.addCallback(self._on_listener, topic, listener_name)
+            d.addCallback(_for_listener, self, topic, listener_name)
         return d
-
-    def _on_listener(self, result, topic, listener_name):
-        listeners = getattr(result, "listeners", None)
-        try:
-            listener = select_listener(self.listeners if listeners is None else listeners, listener_name)
-        except errors.ServiceNotReady as e:
-            self.log.warn("failed to look up {topic}: {reason}", topic=topic, reason=str(e))
-            raise
-        return LookupResult(listener.broker_url, listener.broker_url_tls,
-                            redirect=getattr(result, "redirect", False),
-                            http_url=getattr(result, "http_url", ""),
-                            http_url_tls=getattr(result, "http_url_tls", ""), listeners=listeners,
-                            authoritative=getattr(result, "authoritative", True),
-                            placed=getattr(result, "placed", False))
 
     def _lookup(self, topic: str, cnx, authoritative=False):
         try:
