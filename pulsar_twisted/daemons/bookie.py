@@ -14,7 +14,7 @@ from twisted.internet import endpoints
 from pulsar_twisted.bookie.server import BookieServer
 from pulsar_twisted.bookie.storage import BookieStorage
 from pulsar_twisted.config import BookieConfig, ConfigError
-from pulsar_twisted.daemons.gctune import fix_mmap_threshold, limit_malloc_arenas
+from pulsar_twisted.daemons.gctune import limit_malloc_arenas
 from pulsar_twisted.daemons.options import config_options
 from pulsar_twisted.daemons.startup import Daemon
 from pulsar_twisted.daemons.tree import Step
@@ -137,7 +137,6 @@ BookieOptions = config_options(BookieConfig, what="BookKeeper")
 
 def make_bookie_service(options) -> BookieService:
     limit_malloc_arenas()
-    fix_mmap_threshold()
     return BookieService(options.config)
 
 

@@ -40,7 +40,7 @@ from pulsar_twisted.broker.ownership import BundleOwnership, load_topics, unload
 from pulsar_twisted.broker.registration import BrokerAddresses, BrokerRegistration
 from pulsar_twisted.broker.service import BrokerService
 from pulsar_twisted.config import BrokerConfig, ConfigError
-from pulsar_twisted.daemons.gctune import fix_mmap_threshold, limit_malloc_arenas
+from pulsar_twisted.daemons.gctune import limit_malloc_arenas
 from pulsar_twisted.daemons.listeners import BrokerListeners
 from pulsar_twisted.daemons.options import config_options
 from pulsar_twisted.daemons.owner_probe import owner_alive
@@ -283,7 +283,6 @@ BrokerOptions = config_options(BrokerConfig, check_broker)
 
 def make_broker_service(options) -> BrokerClusterService:
     limit_malloc_arenas()
-    fix_mmap_threshold()
     return BrokerClusterService(options.config)
 
 

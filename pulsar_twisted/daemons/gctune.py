@@ -3,7 +3,6 @@
 import ctypes
 import ctypes.util
 import gc
-import os
 
 
 #: Young-generation threshold (allocations) and the two older ones (collections of the one below).
@@ -100,24 +99,8 @@ class GcFreezePolicy:
 
 
 
-#: glibc's mallopt parameters: the number of malloc arenas, the size from which an allocation
-#: gets pages of its own.
+#: glibc's mallopt parameter for the number of malloc arenas.
 _M_ARENA_MAX = -8
-_M_MMAP_THRESHOLD = -3
-
-#: Allocations from this size on are mapped pages of their own, returned to the system when freed.
-MMAP_THRESHOLD = 1024 * 1024
-
-
-def _mallopt():
-    """glibc's ``mallopt``, or None where the C library is not glibc."""
-    name = ctypes.util.find_library("c")
-    if not name:
-        return None
-    try:
-        return ctypes.CDLL(name).mallopt
-    except (OSError, AttributeError):
-        return None
 
 
 def limit_malloc_arenas(arenas: int = 2) -> None:
@@ -129,28 +112,12 @@ def limit_malloc_arenas(arenas: int = 2) -> None:
     few workers. Call it before any thread starts (the daemons' makeService functions do). A no-op
     where the C library is not glibc.
     """
-    mallopt = _mallopt()
-    if mallopt is not None:
-        mallopt(_M_ARENA_MAX, arenas)
-
-
-def fix_mmap_threshold(threshold: int = MMAP_THRESHOLD, environ=os.environ) -> bool:
-    """
-    Fix glibc's mmap threshold at ``threshold`` bytes (unless ``MALLOC_MMAP_THRESHOLD_`` is set in
-    the environment, which glibc applied already); say whether it was set.
-
-    glibc raises the threshold to the size of each mapped block freed (up to 32 MB), and the trim
-    threshold with it. The embedded metadata store's snapshot is such a block (16 to 32 MB for
-    25k to 50k topics): after the first one, the tables of the broker's large dicts and sets
-    (topics, nodes, ledgers: MBs each, reallocated as they grow) came from the heap instead of
-    pages of their own, and what they left when they grew stayed in RSS. Measured with
-    ``scripts/bench_topics.py --topics 100000`` (issue 14): 5.24-5.45 KB per loaded topic,
-    4.75 with the threshold fixed at glibc's initial 128 KB, and 4.84 -> 4.64 for this 1 MB on top
-    of shared idle rates (no change at 10k topics, which take no snapshot). 1 MB rather than
-    128 KB keeps the blocks of a message batch (up to 128 KB) on the heap, as glibc would after
-    its first large free. A no-op where the C library is not glibc.
-    """
-    if environ.get("MALLOC_MMAP_THRESHOLD_"):
-        return False
-    mallopt = _mallopt()
-    return mallopt is not None and bool(mallopt(_M_MMAP_THRESHOLD, threshold))
+    name = ctypes.util.find_library("c")
+    if not name:
+        return
+    try:
+        libc = ctypes.CDLL(name)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return
+    mallopt(_M_ARENA_MAX, arenas)

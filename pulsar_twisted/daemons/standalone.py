@@ -30,7 +30,7 @@ from pulsar_twisted.broker.advertised import check_listener_config
 from pulsar_twisted.broker.registration import BrokerAddresses
 from pulsar_twisted.broker.service import BrokerService
 from pulsar_twisted.config import ConfigError, StandaloneConfig
-from pulsar_twisted.daemons.gctune import fix_mmap_threshold, limit_malloc_arenas
+from pulsar_twisted.daemons.gctune import limit_malloc_arenas
 from pulsar_twisted.daemons.listeners import BrokerListeners
 from pulsar_twisted.daemons.options import config_options
 from pulsar_twisted.daemons.startup import Daemon
@@ -218,7 +218,6 @@ StandaloneOptions = config_options(StandaloneConfig, check_standalone)
 
 def make_standalone_service(options) -> StandaloneService:
     limit_malloc_arenas()
-    fix_mmap_threshold()
     return StandaloneService(options.config)
 
 

@@ -79,26 +79,3 @@ class GcFreezePolicyTests(unittest.SynchronousTestCase):
         import gc
         for name in ("freeze", "set_threshold", "get_objects", "get_freeze_count"):
             self.assertTrue(callable(getattr(gc, name)), name)
-
-
-class MallocTuningTests(unittest.SynchronousTestCase):
-
-    def test_mmap_threshold_is_fixed(self):
-        """The mmap threshold is set through mallopt, where glibc is there."""
-        calls = []
-        self.patch(gctune, "_mallopt", lambda: lambda param, value: calls.append((param, value)) or 1)
-        self.assertTrue(gctune.fix_mmap_threshold(environ={}))
-        self.assertEqual(calls, [(gctune._M_MMAP_THRESHOLD, gctune.MMAP_THRESHOLD)])
-
-    def test_environment_setting_wins(self):
-        """MALLOC_MMAP_THRESHOLD_ in the environment (glibc applied it) is left alone."""
-        calls = []
-        self.patch(gctune, "_mallopt", lambda: lambda param, value: calls.append((param, value)) or 1)
-        self.assertFalse(gctune.fix_mmap_threshold(environ={"MALLOC_MMAP_THRESHOLD_": "131072"}))
-        self.assertEqual(calls, [])
-
-    def test_without_glibc_nothing_happens(self):
-        """No mallopt (another C library): nothing set, no error."""
-        self.patch(gctune, "_mallopt", lambda: None)
-        self.assertFalse(gctune.fix_mmap_threshold(environ={}))
-        gctune.limit_malloc_arenas()
