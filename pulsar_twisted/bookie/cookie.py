@@ -86,9 +86,14 @@ def _finish(directory: str, instance: str) -> bool:
         return False
     if staged != instance:
         return False
+    _put_in_place(directory)
+    return True
+
+
+def _put_in_place(directory: str) -> None:
+    """The staged cookie becomes the cookie, durably."""
     os.replace(os.path.join(directory, _STAGED_NAME), os.path.join(directory, COOKIE_NAME))
     fsync_dir(directory)
-    return True
 
 
 def write(directories: list[str], instance: str | None = None) -> str:
@@ -108,8 +113,7 @@ def write(directories: list[str], instance: str | None = None) -> str:
             os.close(fd)
         fsync_dir(directory)
     for directory in directories:
-        os.replace(os.path.join(directory, _STAGED_NAME), os.path.join(directory, COOKIE_NAME))
-        fsync_dir(directory)
+        _put_in_place(directory)
     return instance
 
 

@@ -242,11 +242,11 @@ class BookieStorage(Service):
 
     def _load(self):
         # The cookies first: a directory that was wiped or replaced must not be read (nor written: the
-        # index table would be made afresh) as if it were the bookie's own (cookie.py).
+        # index table would be made afresh) as if it were the bookie's own (cookie.py). A missing
+        # directory has none; each part below makes its own directory, as before cookies.
         directories = [self._journal_dir, *self._ledger_dirs, self._index.directory]
-        for directory in directories:
-            ensure_durable_dir(directory)
         instance = cookie.verify(directories)
+        ensure_durable_dir(self._journal_dir)
         ledgers = self._index.load_all(table_must_exist=instance is not None)
         deleted = self._index.load_deleted()
         self._entry_logs.open()
