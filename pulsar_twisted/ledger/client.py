@@ -191,25 +191,25 @@ class BookKeeperClient:
 
     def _id_taken(self, failure, ledger_id, metadata, key, after, record):
         failure.trap(AlreadyExistsError)
-        if record is not None and getattr(failure.value, "failed_index", 0) != 0:
-            return failure   # the caller's write was refused: nothing was created
-        # Only possible if ids were handed out by another scheme before; take the next.
-        log.warn("ledger id {ledger} already in use, trying another", ledger=ledger_id)
         # A loop in a coroutine, not _create_with_id again: a held id that is taken fails at once
         # (the embedded store checks before it writes), so a callback per taken id would nest one
         # stack level per id and a run of ~150 of them ended in RecursionError. Rare: the cost
         # of a coroutine does not matter here.
-        return defer.Deferred.fromCoroutine(self._create_past_taken(metadata, key, after, record))
+        return defer.Deferred.fromCoroutine(
+            self._create_past_taken(failure.value, ledger_id, metadata, key, after, record))
 
-    async def _create_past_taken(self, metadata, key, after, record):
+    async def _create_past_taken(self, error, ledger_id, metadata, key, after, record):
+        """Create on further ids after ``ledger_id`` was found taken (``error``)."""
         while True:
+            if record is not None and getattr(error, "failed_index", 0) != 0:
+                raise error     # the caller's write was refused: nothing was created
+            # Only possible if ids were handed out by another scheme before; take the next.
+            log.warn("ledger id {ledger} already in use, trying another", ledger=ledger_id)
             ledger_id = await self._manager.new_ledger_id(after)
             try:
                 result = await self._write_metadata(ledger_id, metadata, record)
             except AlreadyExistsError as e:
-                if record is not None and getattr(e, "failed_index", 0) != 0:
-                    raise   # the caller's write was refused: nothing was created
-                log.warn("ledger id {ledger} already in use, trying another", ledger=ledger_id)
+                error = e
                 continue
             return self._metadata_stored(result, ledger_id, metadata, key, record)
 
