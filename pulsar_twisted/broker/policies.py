@@ -168,7 +168,7 @@ class PolicyService(service.Service):
         """``topic_loaded`` without a Deferred when the namespace's policies are known already
         (issue 14: every topic load applies them): True once applied, False (nothing done) when
         they must be read (``topic_loaded`` then)."""
-        policies = self._cache.get(str(topic.topic_name.namespace_name))
+        policies = self.cached(topic.topic_name.namespace_name)
         if policies is None:
             return False
         apply_to_topic(topic, policies)
