@@ -110,7 +110,11 @@ class BookieRequestProcessor:
     def _failed(self, failure, request_id, op):
         status = status_for(failure.value)
         if status == pb.ERROR:
-            log.failure("bookie request {op} failed", failure, op=op)
+            if failure.check(OSError):
+                # The disk's error (EIO on a failing disk), not a bug: a line, not a traceback.
+                log.error("bookie request {op} failed: {err}", op=op, err=failure.getErrorMessage())
+            else:
+                log.failure("bookie request {op} failed", failure, op=op)
         return self._error(request_id, op, status, failure.getErrorMessage())
 
     def _error(self, request_id, op, status, message):

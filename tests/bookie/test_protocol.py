@@ -12,8 +12,8 @@ from zope.interface.verify import verifyObject
 from pulsar_twisted.bookie.protocol import (
     BookieRequestProcessor, BookieServerFactory, BookieServerProtocol)
 from pulsar_twisted.common.bk_errors import (
-    BookieReadOnlyError, BookieUnavailableError, LedgerFencedError, NoSuchEntryError, NoSuchLedgerError,
-    UnauthorizedAccessError)
+    BKException, BookieReadOnlyError, BookieUnavailableError, LedgerFencedError, NoSuchEntryError,
+    NoSuchLedgerError, UnauthorizedAccessError)
 from pulsar_twisted.ledger.bookies import IBookieClient
 from pulsar_twisted.ledger.tcp import BookieClientProtocol, BookieTimeoutError, TcpBookieClient
 from pulsar_twisted.net.framing import encode_frame
@@ -122,6 +122,22 @@ class OperationTests(unittest.TestCase):
                              BookieReadOnlyError)
         self.h.bookie.available = False
         self.failureResultOf(self.call(self.client.read_entry("b", 1, 0)), BookieUnavailableError)
+
+    def test_disk_error_answered_without_a_traceback(self):
+        """A read failing on the disk (EIO) is answered as an error and logged as a line, not as an
+        unexpected failure with its traceback; anything else still logs its traceback."""
+        self.ok(self.client.add_entry("b", 1, 0, KEY, packed(1, 0)))
+
+        def failing(error):
+            def read(*args, **kwargs):
+                return defer.fail(error)
+            return read
+        self.patch(self.h.bookie, "read_entry", failing(OSError(5, "Input/output error")))
+        self.failureResultOf(self.call(self.client.read_entry("b", 1, 0)), BKException)
+        self.assertEqual(self.flushLoggedErrors(), [])
+        self.patch(self.h.bookie, "read_entry", failing(RuntimeError("a bug")))
+        self.failureResultOf(self.call(self.client.read_entry("b", 1, 0)), BKException)
+        self.assertEqual(len(self.flushLoggedErrors(RuntimeError)), 1)
 
     def test_short_body_is_bad_request(self):
         """An add whose body cannot hold an entry header is refused (ValueError), not stored."""
