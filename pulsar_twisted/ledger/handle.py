@@ -556,6 +556,14 @@ class LedgerHandle(_BaseHandle):
         self._maybe_finish_close()
         return d
 
+    def debug_state(self) -> str:
+        """One line on what this writer is doing, for a log line about something stuck."""
+        failed = ",".join(f"{i}:{b}" for i, b in sorted(self._failed.items())) or "none"
+        return (f"ledger {self.ledger_id} {self.state.value}: {len(self._pending)} adds pending, "
+                f"lac {self._lac}, failed bookies {failed}, ensemble change "
+                f"{'running' if self._changing else 'idle'}, close "
+                f"{'writing' if self._close_started else ('asked' if self._close_waiters else 'no')}")
+
     # -- add path --------------------------------------------------------------------------------
 
     def _refusal(self):

@@ -92,6 +92,15 @@ class ManagedCursorImpl:
     def __repr__(self):
         return f"<{type(self).__name__} {self.ml.name}/{self.name} md={self.mark_delete_position}>"
 
+    def debug_state(self) -> str:
+        """One line on what this cursor is doing, for a log line about something stuck."""
+        ledger = self._ledger
+        where = ledger.debug_state() if hasattr(ledger, "debug_state") else (
+            f"ledger {ledger.ledger_id}" if ledger is not None else "no ledger")
+        return (f"cursor {self.name} {self._state.value}: snapshot "
+                f"{'in flight' if self._persisting else 'idle'}, {len(self._waiting)} waiting, "
+                f"{self._node_writes} node writes in flight; {where}")
+
     # -- positions ------------------------------------------------------------------------
 
     @property

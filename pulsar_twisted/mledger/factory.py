@@ -16,6 +16,9 @@ from pulsar_twisted.mledger.timers import SharedTimers
 
 log = Logger()
 
+#: Seconds an open waits for the previous instance of the same name to finish closing.
+CLOSE_WAIT_LIMIT = 10.0
+
 
 @implementer(IManagedLedgerFactory)
 class ManagedLedgerFactory:
@@ -50,11 +53,7 @@ class ManagedLedgerFactory:
         if ml is not None:
             if ml.state is not State.CLOSED:
                 return defer.succeed(ml)
-            # Still closing (it is forgotten once closed): a new instance after that.
-            def closed(_):
-                self._forget(ml)    # in case its close failed before forgetting it
-                return self.open(name, config)
-            return ml.when_closed().addCallback(closed)
+            return self._open_after_close(ml, name, config)
         d = defer.Deferred()
         waiters = self._opening.get(name)
         if waiters is not None:
@@ -75,6 +74,34 @@ class ManagedLedgerFactory:
                 w.errback(f)
 
         ml.initialize().addCallbacks(opened, failed)
+        return d
+
+    def _open_after_close(self, ml, name, config):
+        """``ml`` is still closing (it is forgotten once closed): a new instance once the close is
+        done, so that the new one starts from the cursor positions and the ledger the close
+        records. A close that takes longer than ``CLOSE_WAIT_LIMIT`` (stuck on a metadata store or
+        a bookie that does not answer: seen once under the nemesis, the topic never loaded
+        again) is left to finish on its own and the new instance opens anyway, as Pulsar's
+        factory does at once: the new instance fences the old one's ledgers and compare-and-sets
+        its nodes, as a new owner on another broker would, so the late close can only fail."""
+        d = defer.Deferred()
+
+        def closed(_):
+            if not call.active():
+                return      # opened without waiting (below)
+            call.cancel()
+            self._forget(ml)    # in case its close failed before forgetting it
+            self.open(name, config).chainDeferred(d)
+
+        def waited_enough():
+            log.warn("managed ledger {name}: the previous instance is still closing after "
+                     "{seconds:.0f} s; opening a new one without waiting for it",
+                     name=name, seconds=CLOSE_WAIT_LIMIT)
+            self._forget(ml)
+            self.open(name, config).chainDeferred(d)
+
+        call = self.reactor.callLater(CLOSE_WAIT_LIMIT, waited_enough)
+        ml.when_closed().addCallback(closed)
         return d
 
     def _forget(self, ml):

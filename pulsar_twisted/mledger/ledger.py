@@ -56,6 +56,9 @@ MB = 1024 * 1024
 #: whole run, each deletion being a metadata delete and a bookie request.
 TRIM_SLICE = 16
 
+#: Seconds after which a close still in progress logs what it waits for (then again each period).
+CLOSE_REPORT_AFTER = 20.0
+
 #: The empty map a managed ledger's rarely used maps start as (read-only: replaced by a dict on the
 #: first insertion).
 EMPTY = MappingProxyType({})
@@ -1621,21 +1624,47 @@ class ManagedLedgerImpl:
         if self._state is State.CLOSED:
             return None
         self._close_waiters = []
+        # [step, its report call, the ledger being closed]: a close still going after
+        # CLOSE_REPORT_AFTER says what it waits for (each period), as the factory's next open of
+        # this name waits for it.
+        step = ["", None, None]
+        step[1] = self.reactor.callLater(CLOSE_REPORT_AFTER, self._report_slow_close, step, 1)
         try:
-            await self._close_steps()
+            await self._close_steps(step)
         finally:
+            if step[1].active():
+                step[1].cancel()
             waiters, self._close_waiters = self._close_waiters, None
             for d in waiters:
                 d.callback(None)
 
-    async def _close_steps(self):
+    def _report_slow_close(self, step, periods):
+        what = step[0]
+        if what == "drain":
+            handles = {id(op.handle): op.handle for op in self._pending if op.handle is not None}
+            what = f"{len(self._pending)} adds in flight; " + "; ".join(
+                h.debug_state() for h in handles.values() if hasattr(h, "debug_state"))
+        elif what == "cursors":
+            what = "closing cursors; " + "; ".join(
+                c.debug_state() for c in list(self.cursors.values()) if hasattr(c, "debug_state"))
+        elif what == "ledger":
+            handle = step[2]
+            what = "closing the current ledger; " + (
+                handle.debug_state() if hasattr(handle, "debug_state") else f"ledger {handle.ledger_id}")
+        log.warn("managed ledger {name}: close not done after {seconds:.0f} s: {what}",
+                 name=self.name, seconds=periods * CLOSE_REPORT_AFTER, what=what)
+        step[1] = self.reactor.callLater(CLOSE_REPORT_AFTER, self._report_slow_close, step, periods + 1)
+
+    async def _close_steps(self, step):
         fenced = self._state is State.FENCED
         self._state = State.CLOSED
         self._cancel_timers()
         self._drop_next_ledger()
         queued, self._queued = list(self._queued), ()
         self._fail_ops(queued, ManagedLedgerClosedError(f"managed ledger {self.name} closed"))
+        step[0] = "drain"
         await self._wait_drained()
+        step[0] = "cursors"
         results = await defer.DeferredList(
             [c.close() for c in list(self.cursors.values())], consumeErrors=True)
         for ok, f in results:
@@ -1644,6 +1673,7 @@ class ManagedLedgerImpl:
                          name=self.name, err=f.getErrorMessage())
         if self._current is not None:
             handle, self._current = self._current, None
+            step[0], step[2] = "ledger", handle
             try:
                 await handle.close()
             except Exception as e:

@@ -700,6 +700,45 @@ class LifecycleTests(ManagedLedgerHarness, unittest.TestCase):
         self.assertEqual(again.number_of_entries(), 2)
         self.assertEqual(self.add(again, 1, start=2)[0].entry_id, 0)
 
+    def test_open_after_a_stuck_close_does_not_wait_for_ever(self):
+        """A close that does not finish (its adds in flight never answered: a bookie or the
+        metadata store gone quiet) says what it waits for after CLOSE_REPORT_AFTER, and an open
+        of the same name gives a new instance after CLOSE_WAIT_LIMIT instead of waiting for good
+        (under the nemesis a partition was never loaded again after such a close). The new
+        instance fences the old one's ledger, so the late adds fail and the late close cannot
+        undo anything."""
+        from twisted.logger import globalLogPublisher
+        from pulsar_twisted.mledger.factory import CLOSE_WAIT_LIMIT
+        from pulsar_twisted.mledger.ledger import CLOSE_REPORT_AFTER
+        events = []
+        globalLogPublisher.addObserver(events.append)
+        self.addCleanup(globalLogPublisher.removeObserver, events.append)
+        ml = self.open()
+        self.cursor(ml)
+        self.add(ml, 1)
+        self.bk.pause_adds()
+        in_flight = ml.add_entry(data(1))
+        closing = ml.close()
+        d = self.factory.open(ml.name)
+        self.clock.advance(CLOSE_WAIT_LIMIT - 0.5)
+        self.assertNoResult(d)
+        self.clock.advance(0.5)
+        again = self.successResultOf(d)
+        self.assertIsNot(again, ml)
+        self.assertIs(self.factory.get(ml.name), again)
+        self.clock.advance(CLOSE_REPORT_AFTER - CLOSE_WAIT_LIMIT)
+        reports = [e for e in events if "close not done" in e.get("log_format", "")]
+        self.assertEqual(len(reports), 1)
+        self.assertIn("1 adds in flight", reports[0]["what"])
+        # The late adds and close settle; the new instance stays the factory's and writes on.
+        self.bk.resume_adds()
+        self.failureResultOf(in_flight)
+        self.successResultOf(closing)
+        self.assertIs(self.factory.get(ml.name), again)
+        self.assertEqual(again.number_of_entries(), 1)
+        self.assertEqual(self.add(again, 1, start=1)[0].entry_id, 0)
+        self.assertFalse([c for c in self.clock.getDelayedCalls() if "slow_close" in repr(c)])
+
     def test_empty_ledgers_skipped(self):
         """Restarts leave no empty ledgers behind, and reads skip across them."""
         ml = self.open()
