@@ -679,18 +679,23 @@ class LifecycleTests(ManagedLedgerHarness, unittest.TestCase):
         self.assertIsNot(again, ml)
         self.assertEqual(again.number_of_entries(), 3)
 
-    def test_open_during_close_waits_for_a_new_instance(self):
-        """An open while the instance is still closing (adds in flight draining: a topic unloaded
-        and loaded again at once) waits for the close and gives a new instance, never the
-        closed one (a topic built on it would fail every add and never be reloaded)."""
+    def _open_while_closing(self):
+        """A managed ledger closing with one add held in flight, and an open of its name made
+        meanwhile: ``(ml, the add, the close, the open)``."""
         ml = self.open()
         self.cursor(ml)
         self.add(ml, 1)
         self.bk.pause_adds()
         in_flight = ml.add_entry(data(1))
         closing = ml.close()
+        return ml, in_flight, closing, self.factory.open(ml.name)
+
+    def test_open_during_close_waits_for_a_new_instance(self):
+        """An open while the instance is still closing (adds in flight draining: a topic unloaded
+        and loaded again at once) waits for the close and gives a new instance, never the
+        closed one (a topic built on it would fail every add and never be reloaded)."""
+        ml, in_flight, closing, d = self._open_while_closing()
         self.assertNoResult(closing)
-        d = self.factory.open(ml.name)
         self.assertNoResult(d)
         self.bk.resume_adds()
         self.successResultOf(in_flight)
@@ -713,13 +718,7 @@ class LifecycleTests(ManagedLedgerHarness, unittest.TestCase):
         events = []
         globalLogPublisher.addObserver(events.append)
         self.addCleanup(globalLogPublisher.removeObserver, events.append)
-        ml = self.open()
-        self.cursor(ml)
-        self.add(ml, 1)
-        self.bk.pause_adds()
-        in_flight = ml.add_entry(data(1))
-        closing = ml.close()
-        d = self.factory.open(ml.name)
+        ml, in_flight, closing, d = self._open_while_closing()
         self.clock.advance(CLOSE_WAIT_LIMIT - 0.5)
         self.assertNoResult(d)
         self.clock.advance(0.5)
