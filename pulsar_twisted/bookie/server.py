@@ -120,6 +120,8 @@ class BookieServer(Service):
         self._disk_loop = None
         self._serving = False
         self._abandoned = False
+        self._start_ended = None    # fires once the start in progress has ended, if one is
+        self._cookie_wait = None    # what the cookie check waits on: the store, or the time to retry
         self.metrics_registry = CollectorRegistry(auto_describe=False)
         self.metrics_registry.register(BookieCollector(self))
 
@@ -134,13 +136,21 @@ class BookieServer(Service):
         return self.stop()
 
     def start(self) -> defer.Deferred:
-        return defer.Deferred.fromCoroutine(self._start())
+        self._abandoned = False
+        ended = self._start_ended = defer.Deferred()
+
+        def over(result):
+            self._start_ended = None
+            ended.callback(None)
+            return result
+        return defer.Deferred.fromCoroutine(self._start()).addBoth(over)
 
     async def _start(self):
         if self.own_storage:
             await self.storage.start()
-        self._abandoned = False
         try:
+            if self._abandoned:
+                raise defer.CancelledError(f"bookie {self.bookie_id} stopped while starting")
             if self.bookie_id is not None:
                 await self._check_cookie()      # before any request is answered
             endpoint = self.endpoint
@@ -186,34 +196,44 @@ class BookieServer(Service):
         """The metadata store's cookie for this bookie id against its directories' (resources/bookies.py
         ``check_cookie``), before the bookie serves or registers. A mismatch fails the start; while the
         store cannot be reached the check is retried (a bookie whose directories may not be its own
-        must not serve), until it succeeds or the bookie is stopped."""
+        must not serve), until it succeeds or the bookie is stopped: ``stop`` cancels the check or
+        the wait in progress (``_cookie_wait``), which fails the start."""
         instance = getattr(self.storage, "instance_id", None)
         if self.store is None or instance is None:
             return
         delay, warned_at = 0.5, None
         while True:
             try:
-                if await check_cookie(self.store, self.bookie_id, instance):
+                self._cookie_wait = defer.Deferred.fromCoroutine(
+                    check_cookie(self.store, self.bookie_id, instance))
+                if await self._cookie_wait:
                     log.info("bookie {bookie}: cookie recorded in the metadata store (instance {instance})",
                              bookie=self.bookie_id, instance=instance)
                 return
             except MetadataUnavailableError as e:
-                if self._abandoned:
-                    raise
                 now = self.reactor.seconds()
                 if warned_at is None or now - warned_at >= 30.0:
                     warned_at = now
                     log.warn("bookie {bookie}: waiting for the metadata store to check its cookie: {err}",
                              bookie=self.bookie_id, err=e)
-                await task.deferLater(self.reactor, delay, lambda: None)
+                self._cookie_wait = task.deferLater(self.reactor, delay, lambda: None)
+                await self._cookie_wait
                 delay = min(delay * 2, 5.0)
+            finally:
+                self._cookie_wait = None
 
     def stop(self) -> defer.Deferred:
         return defer.Deferred.fromCoroutine(self._stop())
 
     async def _stop(self):
-        self._abandoned = True      # a start still waiting to check the cookie gives up
+        self._abandoned = True
         if not self._serving:
+            # A start still in progress gives up (a stopped bookie must not go on to serve and
+            # register once the store answers) and stops what it started before this fires.
+            if self._cookie_wait is not None:
+                self._cookie_wait.cancel()
+            if self._start_ended is not None:
+                await self._start_ended
             return
         self._serving = False
         for loop in (self._disk_loop, self._gc_loop):

@@ -131,15 +131,19 @@ class CookieTests(StorageTestBase):
 
 
 class _FlakyStore:
-    """A metadata store session whose first ``failures`` reads fail as unreachable."""
+    """A metadata store session whose first ``failures`` reads fail as unreachable (``silent``: never
+    answer). ``asked`` fires in the next reactor turn after the first read."""
 
-    def __init__(self, store, failures: int):
-        self._store, self.failures = store, failures
+    def __init__(self, store, failures: int, silent: bool = False):
+        self._store, self.failures, self.silent = store, failures, silent
+        self.asked = defer.Deferred()
 
     def get(self, path):
+        if not self.asked.called:
+            reactor.callLater(0, self.asked.callback, None)
         if self.failures:
             self.failures -= 1
-            return defer.fail(MetadataUnavailableError("connection lost"))
+            return defer.Deferred() if self.silent else defer.fail(MetadataUnavailableError("connection lost"))
         return self._store.get(path)
 
     def __getattr__(self, name):
@@ -167,6 +171,30 @@ class StoreCookieTests(StorageTestBase):
     def cookie_node(self):
         found = self.successResultOf(self.store.get(f"{COOKIES_ROOT}/b1:3181"))
         return None if found is None else found[0].decode()
+
+    def stopped_while_waiting(self, store):
+        """Start with ``store``, stop once the start waits on it: the stop fires once the start has
+        ended (failed, its storage stopped, never listening nor registered)."""
+        server = self.server(store)
+        self.addCleanup(lambda: server.storage._running and server.storage.stop())
+        starting = server.start()
+        yield store.asked
+        yield server.stop()
+        self.assertFalse(server.storage._running)
+        yield self.assertFailure(starting, defer.CancelledError)
+        self.assertIsNone(server.port)
+        self.assertEqual(self.successResultOf(self.store.get_children("/ledgers/available")), [])
+
+    @defer.inlineCallbacks
+    def test_stop_while_store_unreachable_ends_the_start(self):
+        """Stopped between two tries: the start used to go on once the store answered, and a
+        stopped bookie listened and registered (its storage still running after the stop)."""
+        yield from self.stopped_while_waiting(_FlakyStore(self.store.new_session(), failures=1))
+
+    @defer.inlineCallbacks
+    def test_stop_while_store_silent_ends_the_start(self):
+        """Stopped while the store has not answered the check: the start used to wait for ever."""
+        yield from self.stopped_while_waiting(_FlakyStore(self.store.new_session(), 1, silent=True))
 
     @defer.inlineCallbacks
     def started(self, store=None) -> BookieServer:
