@@ -11,7 +11,7 @@ Writes (``write``, ``clear``, ``sync``) come from the storage's flush thread; lo
 (``pread`` on the one descriptor). ``open`` opens the table, or makes it (header, fdatasync, directory
 sync) before any record is written. A table whose header is damaged (short, junk) and that holds
 nothing more (a crash while it was being made) is moved aside to ``table.bad`` (logged) and a new one
-begun. One that holds records beyond a damaged header stops the bookie (FormatError): that is no crash
+begun, unless the index directory's cookie says the table was made (no crash then: refused). One that holds records beyond a damaged header stops the bookie (FormatError): that is no crash
 (the header is durable before any record), and starting without it would lose the index of every
 ledger in it and revive older copies of their headers (not fenced) from their own files. A table of
 another version stops the bookie (UnknownVersionError): it is never read nor overwritten.
@@ -70,7 +70,8 @@ class IndexTable:
     def open(self, must_exist: bool = False) -> None:
         """Open the table, making it if it is missing or empty, unless ``must_exist`` (the index
         directory's cookie says the table was made: ``cookie.py``), when that refuses the load
-        (FormatError). Blocking; no-op when open."""
+        (FormatError), as a damaged header does however short the table (no crash cut it).
+        Blocking; no-op when open."""
         with self._lock:
             if self._fd < 0:
                 self._fd = self._open(must_exist)
@@ -91,11 +92,13 @@ class IndexTable:
                 except formats.UnknownVersionError:
                     raise
                 except formats.FormatError as e:
-                    if os.fstat(fd).st_size > _RECORD:
-                        # The header is durable before any record is written: this is no crash but
-                        # a damaged disk (or not our file). Its ledgers are indexed nowhere else.
+                    if must_exist or os.fstat(fd).st_size > _RECORD:
+                        # The header is durable before any record is written, and before the
+                        # cookies: this is no crash but a damaged disk (or not our file). Its
+                        # ledgers are indexed nowhere else.
                         raise formats.FormatError(
-                            f"index table {self.path} holds records but its header is damaged ({e}): "
+                            f"index table {self.path}: its header is damaged ({e}) while it holds records "
+                            f"or the bookie's cookies say it was made: "
                             f"not started, as every ledger indexed in it would be lost (and older "
                             f"copies of headers, not fenced, read from the ledgers' own files); "
                             f"restore it, or move it aside to start without its ledgers") from None

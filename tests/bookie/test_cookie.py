@@ -77,6 +77,23 @@ class CookieTests(StorageTestBase):
         self.assertFalse(os.path.exists(os.path.join(self.ledger_dirs[0], "index", "table")))
 
     @defer.inlineCallbacks
+    def test_truncated_index_table_refused(self):
+        """The index directory keeps its cookie and its table is cut short within its header (a damaged
+        disk): the table was made, header synced, before the cookie, so this is no crash while it was
+        being made. Moved aside for a new table, ledger 1 came back unfenced from the older copy of its
+        header in its own file."""
+        storage = yield self.open()
+        yield self.fill(storage, 1, 10)         # past the inline slots: a file, with a copy of the header
+        yield storage.checkpoint()
+        yield storage.fence_ledger(1, KEY)      # the table's header only
+        yield storage.stop()
+        table = os.path.join(self.ledger_dirs[0], "index", "table")
+        os.truncate(table, 100)
+        yield self.refused(formats.FormatError)
+        self.assertFalse(os.path.exists(table + ".bad"))
+        self.assertEqual(os.path.getsize(table), 100)
+
+    @defer.inlineCallbacks
     def test_another_bookies_directory_refused(self):
         yield self.written()
         cookie.write([self.journal_dir], "0123456789abcdef")
