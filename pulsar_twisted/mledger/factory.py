@@ -39,6 +39,9 @@ class ManagedLedgerFactory:
         self.timers = SharedTimers(reactor)
         self._ledgers = {}
         self._opening = {}
+        #: The opens waiting for a previous instance's close: time limit -> the open's Deferred
+        #: (a shutdown fails them, as it does any later open).
+        self._close_waits = {}
         self._shut_down = False
 
     @property
@@ -88,8 +91,9 @@ class ManagedLedgerFactory:
 
         def closed(_):
             if not call.active():
-                return      # opened without waiting (below)
+                return      # opened without waiting (below), or shut down
             call.cancel()
+            del self._close_waits[call]
             self._forget(ml)    # in case its close failed before forgetting it
             self.open(name, config).chainDeferred(d)
 
@@ -97,10 +101,12 @@ class ManagedLedgerFactory:
             log.warn("managed ledger {name}: the previous instance is still closing after "
                      "{seconds:.0f} s; opening a new one without waiting for it",
                      name=name, seconds=CLOSE_WAIT_LIMIT)
+            del self._close_waits[call]
             self._forget(ml)
             self.open(name, config).chainDeferred(d)
 
         call = self.reactor.callLater(CLOSE_WAIT_LIMIT, waited_enough)
+        self._close_waits[call] = d
         ml.when_closed().addCallback(closed)
         return d
 
@@ -149,6 +155,10 @@ class ManagedLedgerFactory:
 
     def shutdown(self):
         self._shut_down = True
+        waits, self._close_waits = self._close_waits, {}
+        for call, d in waits.items():
+            call.cancel()
+            d.errback(ManagedLedgerClosedError("factory is shut down"))
         ds = [ml.close() for ml in list(self._ledgers.values())]
 
         def closed(_):

@@ -738,6 +738,17 @@ class LifecycleTests(ManagedLedgerHarness, unittest.TestCase):
         self.assertEqual(self.add(again, 1, start=1)[0].entry_id, 0)
         self.assertFalse([c for c in self.clock.getDelayedCalls() if "slow_close" in repr(c)])
 
+    def test_shutdown_ends_an_open_waiting_for_a_close(self):
+        """A shutdown while an open waits for the previous instance's close fails that open at once
+        and leaves no timer behind; the open used to wait on up to CLOSE_WAIT_LIMIT after the
+        factory was shut down, its timer still set."""
+        ml, in_flight, closing, d = self._open_while_closing()
+        self.successResultOf(self.factory.shutdown())
+        self.failureResultOf(d, ManagedLedgerClosedError)
+        self.assertFalse([c for c in self.clock.getDelayedCalls() if "waited_enough" in repr(c)])
+        self.bk.resume_adds()
+        self.successResultOf(closing)
+
     def test_empty_ledgers_skipped(self):
         """Restarts leave no empty ledgers behind, and reads skip across them."""
         ml = self.open()
