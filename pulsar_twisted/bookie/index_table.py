@@ -11,9 +11,10 @@ Writes (``write``, ``clear``, ``sync``) come from the storage's flush thread; lo
 (``pread`` on the one descriptor). ``open`` opens the table, or makes it (header, fdatasync, directory
 sync) before any record is written. A table whose header is damaged (short, junk) and that holds
 nothing more (a crash while it was being made) is moved aside to ``table.bad`` (logged) and a new one
-begun, unless the index directory's cookie says the table was made (no crash then: refused). One that holds records beyond a damaged header stops the bookie (FormatError): that is no crash
-(the header is durable before any record), and starting without it would lose the index of every
-ledger in it and revive older copies of their headers (not fenced) from their own files. A table of
+begun, unless the index directory's cookie says the table was made (no crash then: refused). One
+that holds records beyond a damaged header stops the bookie (FormatError): that is no crash (the
+header is durable before any record), and starting without it would lose the index of every ledger
+in it and revive older copies of their headers (not fenced) from their own files. A table of
 another version stops the bookie (UnknownVersionError): it is never read nor overwritten.
 """
 
@@ -97,11 +98,12 @@ class IndexTable:
                         # cookies: this is no crash but a damaged disk (or not our file). Its
                         # ledgers are indexed nowhere else.
                         raise formats.FormatError(
-                            f"index table {self.path}: its header is damaged ({e}) while it holds records "
-                            f"or the bookie's cookies say it was made: "
-                            f"not started, as every ledger indexed in it would be lost (and older "
-                            f"copies of headers, not fenced, read from the ledgers' own files); "
-                            f"restore it, or move it aside to start without its ledgers") from None
+                            f"index table {self.path}: its header is damaged ({e}) while it holds "
+                            f"records or the bookie's cookies say it was made: not started, as every "
+                            f"ledger indexed in it would be lost (and older copies of headers, not "
+                            f"fenced, read from the ledgers' own files); restore it, or retire this "
+                            f"bookie as the README's cluster section says (its directories moved "
+                            f"aside, its cookie node deleted) once its ledgers are re-replicated") from None
                     log.warn("index table {path} unreadable ({error}): moved to .bad, starting a new one",
                              path=self.path, error=str(e))
                     os.close(fd)
