@@ -11,10 +11,15 @@ acknowledged: a loss no later repair brings back. Refusing to start turns that i
 down, which the writers work around (an ensemble change) until an operator restores the directory or
 makes it a new bookie (moves the old directories aside).
 
+Each cookie also records how many directories the bookie has (BookKeeper's cookie lists them): a
+directory left out of the configuration holds entries the bookie acknowledged, which it would then
+answer as missing just as if the directory had been wiped.
+
 At start (``verify``, blocking, before anything is read):
 
 - every directory holds the same cookie: the bookie starts;
 - some hold one and others none, or two instances are mixed: refused (``CookieError``), nothing touched;
+- fewer (or more) directories are configured than the cookies record: refused as well;
 - none holds one: a new bookie, or one from before cookies; ``write`` gives every directory the cookie
   once the start has read what they hold (the index table made, the journal replayed), so a cookie is
   never on disk before the data it vouches for.
@@ -42,6 +47,13 @@ class CookieError(Exception):
 def read(directory: str, name: str = COOKIE_NAME) -> str | None:
     """The instance id of ``directory``'s cookie; None when it has none. A cookie that cannot be read
     (not ours, damaged) raises CookieError: it is no proof of anything."""
+    found = _read(directory, name)
+    return None if found is None else found[0]
+
+
+def _read(directory: str, name: str = COOKIE_NAME):
+    """``(instance id, number of directories)`` of ``directory``'s cookie (the number None in a
+    cookie from before it was recorded); None when it has none; CookieError as ``read``."""
     path = os.path.join(directory, name)
     try:
         with open(path, "rb") as f:
@@ -49,10 +61,18 @@ def read(directory: str, name: str = COOKIE_NAME) -> str | None:
     except FileNotFoundError:
         return None
     lines = data.decode("utf-8", "replace").splitlines()
+    count = None
+    if len(lines) == 3 and lines[2].startswith("directories "):
+        count = lines[2][len("directories "):].strip()
+        count = int(count) if count.isdigit() else None
+        if count is None:
+            lines = []      # refused below
+        else:
+            lines = lines[:2]
     if len(lines) != 2 or lines[0] != _MAGIC or not lines[1].startswith("instance "):
         raise CookieError(f"{path} is not a bookie cookie of ours: not started; restore the directory "
                           f"or move it aside")
-    return lines[1][len("instance "):].strip()
+    return lines[1][len("instance "):].strip(), count
 
 
 def verify(directories: list[str]) -> str | None:
@@ -60,21 +80,33 @@ def verify(directories: list[str]) -> str | None:
     Raises CookieError when they disagree (see the module docstring). Blocking.
 
     A directory without a cookie whose staged copy (``write``'s first step) names the instance the
-    others hold saw a ``write`` interrupted by a crash: its cookie is put in place, not refused."""
-    found = {d: read(d) for d in _distinct(directories)}
-    instances = sorted({c for c in found.values() if c is not None})
+    others hold saw a ``write`` interrupted by a crash: its cookie is put in place, not refused.
+    Cookies from before the number of directories was recorded get it (``write`` again), once
+    everything else agrees."""
+    distinct = _distinct(directories)
+    found = {d: _read(d) for d in distinct}
+    instances = sorted({c[0] for c in found.values() if c is not None})
     if not instances:
         return None
     if len(instances) > 1:
-        held = ", ".join(f"{d} ({c})" for d, c in found.items())
+        held = ", ".join(f"{d} ({c[0] if c else None})" for d, c in found.items())
         raise CookieError(f"the bookie's directories belong to different bookies: {held}; not started")
     instance = instances[0]
+    counts = {c[1] for c in found.values() if c is not None and c[1] is not None}
+    if counts and counts != {len(distinct)}:
+        raise CookieError(
+            f"the bookie's cookies record {' or '.join(map(str, sorted(counts)))} directories but "
+            f"{len(distinct)} are configured ({', '.join(distinct)}): a directory left out holds "
+            f"entries the bookie acknowledged, which it would serve as missing; not started. "
+            f"Configure every one of its directories again (journal, ledger and index directories)")
     missing = [d for d, c in found.items() if c is None and not _finish(d, instance)]
     if missing:
         raise CookieError(
             f"{', '.join(missing)} holds no cookie while the bookie's other directories do (instance "
             f"{instance}): wiped or replaced, its data would be served as missing; not started. "
             f"Restore it, or move all of the bookie's directories aside to start it as a new bookie")
+    if not counts or any(c is None or c[1] is None for c in found.values()):
+        write(distinct, instance)       # (a staged copy put in place above has its number already)
     return instance
 
 
@@ -102,8 +134,8 @@ def write(directories: list[str], instance: str | None = None) -> str:
     first step leaves no cookie (the next start writes them afresh); in the second, staged copies
     that ``verify`` puts in place. Returns the instance id."""
     instance = instance or uuid.uuid4().hex
-    data = f"{_MAGIC}\ninstance {instance}\n".encode()
     directories = _distinct(directories)
+    data = f"{_MAGIC}\ninstance {instance}\ndirectories {len(directories)}\n".encode()
     for directory in directories:
         fd = os.open(os.path.join(directory, _STAGED_NAME), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:

@@ -94,6 +94,40 @@ class CookieTests(StorageTestBase):
         self.assertEqual(os.path.getsize(table), 100)
 
     @defer.inlineCallbacks
+    def test_ledger_directory_left_out_of_the_configuration_refused(self):
+        """A bookie with two ledger directories restarted with one of them left out of its
+        configuration: every cookie it still sees agrees, but the other directory holds entry logs of
+        acknowledged entries, which it would answer as missing. The cookies record how many
+        directories the bookie has, so the start is refused; with both configured again it serves."""
+        self.ledger_dirs.append(self.ledger_dirs[0] + "-2")
+        storage = yield self.open()
+        for ledger in range(1, 5):
+            yield self.fill(storage, ledger, 3)
+        yield storage.checkpoint()
+        yield storage.stop()
+        kept = self.ledger_dirs
+        self.ledger_dirs = kept[:1]
+        failure = yield self.refused()
+        self.assertIn("record 4 directories but 3 are configured", str(failure))
+        self.ledger_dirs = kept
+        storage = yield self.open()
+        for ledger in range(1, 5):
+            yield self.assert_entries(storage, ledger, range(3))
+
+    @defer.inlineCallbacks
+    def test_cookies_from_before_the_directory_count_get_it(self):
+        """Cookies written before the number of directories was recorded (instance only) are taken,
+        and rewritten with the number, so that the next start checks it."""
+        instance = yield self.written()
+        for directory in self.dirs():
+            with open(os.path.join(directory, cookie.COOKIE_NAME), "w") as f:
+                f.write(f"pulsar-twisted bookie cookie 1\ninstance {instance}\n")
+        storage = yield self.open()
+        self.assertEqual(storage.instance_id, instance)
+        yield storage.stop()
+        self.assertEqual({cookie._read(d) for d in self.dirs()}, {(instance, 3)})
+
+    @defer.inlineCallbacks
     def test_another_bookies_directory_refused(self):
         yield self.written()
         cookie.write([self.journal_dir], "0123456789abcdef")
