@@ -24,10 +24,14 @@ At start (``verify``, blocking, before anything is read):
   once the start has read what they hold (the index table made, the journal replayed), so a cookie is
   never on disk before the data it vouches for.
 
+While a bookie runs it holds an exclusive ``flock`` on each of its directories (``lock``): a second
+bookie process pointed at them is refused before it reads or writes a byte.
+
 The index table (``index_table.py``) is made before the cookies, so a bookie whose index directory
 has its cookie and not its table lost it (``verify`` reports the cookie, the index refuses the load).
 """
 
+import fcntl
 import os
 import uuid
 
@@ -147,6 +151,40 @@ def write(directories: list[str], instance: str | None = None) -> str:
     for directory in directories:
         _put_in_place(directory)
     return instance
+
+
+def lock(directories: list[str]) -> list[int]:
+    """Hold an exclusive ``flock`` on each of ``directories`` that exists (the descriptors, for
+    ``unlock``): a second bookie process started on the same directories (a copy of the
+    configuration, a service started twice) is refused here, before it reads or writes anything,
+    rather than writing journal files and entry logs beside the first. The locks go with the
+    process, so a crash leaves none behind. CookieError when another process holds one. Blocking."""
+    held = []
+    try:
+        for directory in _distinct(directories):
+            try:
+                fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+            except FileNotFoundError:
+                continue
+            held.append(fd)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise CookieError(f"{directory} is in use by another bookie process: not started") from None
+    except BaseException:
+        unlock(held)
+        raise
+    return held
+
+
+def unlock(fds: list[int]) -> None:
+    """Release what ``lock`` holds (closing a descriptor releases its flock)."""
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    fds.clear()
 
 
 def _distinct(directories: list[str]) -> list[str]:

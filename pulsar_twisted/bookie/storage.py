@@ -161,6 +161,7 @@ class BookieStorage(Service):
         self._flush_loop = None
         self._gc_loop = None
         self._running = False
+        self._dir_locks = []    # flock'd directory descriptors while started (cookie.lock)
         self._read_only = False
         self._counters = dict(adds=0, add_bytes=0, reads=0, read_bytes=0, cache_reads=0, checkpoints=0,
                               checkpoint_failures=0, gc_runs=0, logs_deleted=0, logs_compacted=0,
@@ -210,9 +211,10 @@ class BookieStorage(Service):
         try:
             loaded = await deferToThreadPool(self._reactor, self._pool, self._load)
         except BaseException:
-            # Refused (a damaged or newer index table...): no thread left behind.
+            # Refused (a damaged or newer index table...): no thread or lock left behind.
             self._read_pool.stop()
             self._pool.stop()
+            cookie.unlock(self._dir_locks)
             raise
         ledgers, deleted, replay = loaded
         self._deleted = deleted
@@ -245,8 +247,11 @@ class BookieStorage(Service):
         # index table would be made afresh) as if it were the bookie's own (cookie.py). A missing
         # directory has none; each part below makes its own directory, as before cookies.
         directories = [self._journal_dir, *self._ledger_dirs, self._index.directory]
-        instance = cookie.verify(directories)
+        # No other bookie process on these directories (the journal's made first, so that two new
+        # bookies on one configuration meet there too).
         ensure_durable_dir(self._journal_dir)
+        self._dir_locks = cookie.lock(directories)
+        instance = cookie.verify(directories)
         ledgers = self._index.load_all(table_must_exist=instance is not None)
         deleted = self._index.load_deleted()
         self._entry_logs.open()
@@ -277,6 +282,7 @@ class BookieStorage(Service):
     def _close_files(self):
         self._entry_logs.close()
         self._index.close()
+        cookie.unlock(self._dir_locks)
 
     def _stop_loops(self):
         for loop in (self._flush_loop, self._gc_loop):
@@ -293,6 +299,7 @@ class BookieStorage(Service):
         self._read_pool.stop()
         self._entry_logs.abandon()
         self._index.close()
+        cookie.unlock(self._dir_locks)     # as the dead process's would be
 
     # ---------------------------------------------------------------------------------------- writes
 

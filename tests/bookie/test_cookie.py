@@ -128,6 +128,21 @@ class CookieTests(StorageTestBase):
         self.assertEqual({cookie._read(d) for d in self.dirs()}, {(instance, 3)})
 
     @defer.inlineCallbacks
+    def test_second_bookie_on_the_same_directories_refused(self):
+        """A second storage on directories a started one holds (a bookie started twice) is refused
+        before it touches them; once the first has stopped, or crashed, the directories are free."""
+        first = yield self.open()
+        yield self.fill(first, 1, 3)
+        failure = yield self.refused()
+        self.assertIn("in use by another bookie process", str(failure))
+        first.simulate_crash()
+        second = yield self.open()
+        yield self.assert_entries(second, 1, range(3))
+        yield second.stop()
+        third = yield self.open()
+        yield self.assert_entries(third, 1, range(3))
+
+    @defer.inlineCallbacks
     def test_another_bookies_directory_refused(self):
         yield self.written()
         cookie.write([self.journal_dir], "0123456789abcdef")
