@@ -15,6 +15,7 @@ that run outside the reactor, such as ``SynchronousTestCase`` driving a blocking
 
 import atexit
 import os
+import random
 import shutil
 import signal
 import socket
@@ -54,8 +55,41 @@ class StandaloneError(Exception):
     """The standalone did not start or stop as asked; the message ends with its log tail."""
 
 
+def _ephemeral_low() -> int:
+    """The first port of the kernel's range for outgoing connections' local ports."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+#: Ports this process handed out already (a daemon may not have bound its port yet).
+_handed_out = set()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free right now on ``host`` (the kernel's choice; a small race is possible)."""
+    """A TCP port free right now on ``host``, for a server started a moment later.
+
+    Chosen at random below the kernel's range for outgoing connections' local ports, not by binding
+    to port 0: a port from that range, free when picked, was at times taken by some outgoing
+    connection (a ZooKeeper or bookie client of another test's daemons) before the daemon it was
+    for could listen ("Address already in use"). Below the range only another listener can take
+    it; a pick is tried with a bind first, and not handed out twice by this process."""
+    low, high = 10000, _ephemeral_low() - 1
+    rng = random.SystemRandom()
+    for _ in range(200):
+        port = rng.randint(low, high) if high > low else 0
+        if port in _handed_out:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            port = s.getsockname()[1]
+        _handed_out.add(port)
+        return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]

@@ -3,7 +3,6 @@
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 
@@ -21,6 +20,7 @@ from pulsar_twisted.ledger.tcp import TcpBookieClient
 from pulsar_twisted.metadata.embedded.store import EmbeddedMetadataStore
 from pulsar_twisted.metadata.interfaces import MetadataUnavailableError
 from pulsar_twisted.testing.fake_bookie import FakeBookie
+from pulsar_twisted.testing.process import free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KEY = b"key"
@@ -38,11 +38,6 @@ def record_ledger(store, ledger_id, bookie_id):
                               ensembles=((0, (bookie_id,)),), password_digest="", ctime_ms=0)
     return LedgerManager(store).create(ledger_id, metadata)
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class _ServerEndpoint:

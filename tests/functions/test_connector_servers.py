@@ -9,23 +9,19 @@ test process (stopped at exit). ``postgres()``/``redis()`` give the address or N
 
 import atexit
 import os
-import socket
 import subprocess
 import tempfile
 import uuid
 
 from twisted.trial.unittest import SynchronousTestCase
 
+from pulsar_twisted.testing.process import free_port
+
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PG_PASSWORD = os.environ.get("PULSAR_TEST_PG_PASSWORD", "pulsar")
 
 _servers = {}
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _server(env: str, script: str):
@@ -39,7 +35,7 @@ def _server(env: str, script: str):
         return _servers[env]
     directory = tempfile.mkdtemp(prefix=f"pulsar-test-{script}-")
     os.chmod(directory, 0o755)   # the postgres user must reach it
-    port = _free_port()
+    port = free_port()
     path = os.path.join(_ROOT, "scripts", f"{script}.sh")
     done = subprocess.run(["bash", path, "start", directory, str(port)], capture_output=True, text=True,
                           timeout=180)
