@@ -468,14 +468,14 @@ class ManagedCursorImpl:
             await self._write_node(handle.ledger_id)
         except Exception as e:
             if handle is not None:
-                handle.close()
+                self._close_ledger_quietly(handle)
                 self._delete_ledger_quietly(handle.ledger_id)
             self._waiting = waiters + self._waiting
             waiters = []
             await self._fallback_to_node(e)
             return
         if self._state is not CursorState.SWITCHING:
-            handle.close()
+            self._close_ledger_quietly(handle)
             self._delete_ledger_quietly(handle.ledger_id)
             self._fail_waiting(waiters, ManagedLedgerClosedError(f"cursor {self.name} closed"))
             self._check_idle()
@@ -489,7 +489,7 @@ class ManagedCursorImpl:
                 self._delete_ledger_quietly(lid)
         self._old_ledger_id = -1
         if old is not None:
-            old.close()
+            self._close_ledger_quietly(old)
         for w in waiters:
             w.callback(None)
         ml._cursor_persisted(self)
@@ -518,7 +518,7 @@ class ManagedCursorImpl:
             return
         self._ledger = None
         if old is not None:
-            old.close()
+            self._close_ledger_quietly(old)
         self._state = CursorState.NO_LEDGER
         self.persist_count += 1
         for w in waiters:
@@ -576,6 +576,15 @@ class ManagedCursorImpl:
         d = defer.Deferred()
         self._node_idle.append(d)
         return d
+
+    def _close_ledger_quietly(self, handle):
+        """Close a cursor ledger handle with its failure logged, not left in a Deferred nobody waits
+        for: a close after a take-over finds the ledger recovered by the new owner (fenced), which
+        is expected then, and an unhandled error at garbage collection says nothing useful."""
+        def failed(failure):
+            log.info("cursor {ml}/{name}: closing ledger {lid}: {err}", ml=self.ml.name,
+                     name=self.name, lid=handle.ledger_id, err=failure.getErrorMessage())
+        handle.close().addErrback(failed)
 
     def _delete_ledger_quietly(self, lid):
         self.ml.ledger_client.delete_ledger(lid).addErrback(
@@ -656,13 +665,13 @@ class ManagedCursorImpl:
         if self.ml.is_fenced:
             # Someone else owns the cursor node now: writing it would only fail (or overwrite).
             if ledger is not None:
-                ledger.close()
+                self._close_ledger_quietly(ledger)
             return None
         try:
             await self._write_node(ledger.ledger_id if ledger is not None else self._old_ledger_id)
         finally:
             if ledger is not None:
-                ledger.close()
+                self._close_ledger_quietly(ledger)
         return None
 
     async def _delete(self):
@@ -687,7 +696,7 @@ class ManagedCursorImpl:
             if lid >= 0:
                 self._delete_ledger_quietly(lid)
         if self._ledger is not None:
-            self._ledger.close()
+            self._close_ledger_quietly(self._ledger)
             self._ledger = None
 
 

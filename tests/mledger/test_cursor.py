@@ -244,6 +244,32 @@ class PersistenceTests(ManagedLedgerHarness, unittest.TestCase):
         self.successResultOf(b.mark_delete(ps[2]))
         self.assertEqual(b.mark_delete_position, ps[2])
 
+    def test_cursor_ledger_close_failing_is_logged_not_left_unhandled(self):
+        """A cursor closing after a take-over finds its ledger recovered by the new owner: the
+        ledger's close fails (fenced). That is logged; no Deferred is left holding the failure
+        (it used to end as an "Unhandled error in Deferred" traceback in a broker's log)."""
+        import gc
+        from twisted.internet import defer
+        from twisted.logger import globalLogPublisher
+        from pulsar_twisted.common.bk_errors import LedgerFencedError
+        from pulsar_twisted.testing.patching import patch_method
+        events = []
+        globalLogPublisher.addObserver(events.append)
+        self.addCleanup(globalLogPublisher.removeObserver, events.append)
+        ml = self.open()
+        c = self.cursor(ml)
+        ps = self.add(ml, 2)
+        self.successResultOf(c.mark_delete(ps[0]))
+        handle = c._ledger
+        self.assertIsNotNone(handle)
+        patch_method(self, handle, "close",
+                     lambda: defer.fail(LedgerFencedError("recovered by another client")))
+        self.successResultOf(ml.close())
+        gc.collect()
+        self.assertEqual(self.flushLoggedErrors(LedgerFencedError), [])
+        self.assertTrue([e for e in events if "closing ledger" in e.get("log_format", "")
+                         and "recovered by another client" in str(e.get("err"))])
+
 
 class BatchDeletedIndexesTests(ManagedLedgerHarness, unittest.TestCase):
     """Partly acknowledged batch entries (Pulsar's batchDeletedIndexes)."""
