@@ -514,7 +514,7 @@ class ManagedCursorImpl:
         except Exception as e:
             self._state = CursorState.NO_LEDGER
             self._fail_waiting(waiters, ManagedLedgerError(f"cursor {self.name}: persist failed: {e}"))
-            self._check_idle()
+            self._persist_later_acks()
             return
         self._ledger = None
         if old is not None:
@@ -524,6 +524,14 @@ class ManagedCursorImpl:
         for w in waiters:
             w.callback(None)
         self.ml._cursor_persisted(self)
+        self._persist_later_acks()
+
+    def _persist_later_acks(self):
+        """After a write in the node: the acks made while it was under way (they found the cursor
+        switching, so nothing was started for them) are persisted now, as ``_persisted`` does
+        after a snapshot. Left for the next ack, they waited for good when none came, and so did
+        a close waiting for the cursor to be idle (a topic never loaded again, under the nemesis)."""
+        self._maybe_persist()
         self._check_idle()
 
     def _become_fenced(self, waiters):

@@ -218,6 +218,49 @@ class PersistenceTests(ManagedLedgerHarness, unittest.TestCase):
         c2 = ml2.get_cursor("sub")
         self.assertEqual(c2.individually_deleted_ranges(), [(ps[1], ps[2])])
 
+    def _ack_during_fallback_node_write(self, node_write_succeeds: bool):
+        """Acks made while the cursor writes its state to its node (no cursor ledger could be made)
+        are persisted after that write, whether it succeeds or fails, and a close then finishes.
+        They used to wait for the next ack to start their write: with none coming (the topic
+        being unloaded), the ack never completed and the managed ledger's close waited for good
+        (seen under the nemesis: "cursor sub-shared no_ledger: ... 1 waiting")."""
+        from twisted.internet import defer
+        from pulsar_twisted.metadata.interfaces import MetadataUnavailableError
+        from pulsar_twisted.testing.patching import patch_method
+        ml = self.open()
+        c = self.cursor(ml)
+        ps = self.add(ml, 4)
+        held = []
+        real_put = type(self.store).put
+
+        def put(path, value, expected_version=None, **kw):
+            if path.endswith("/sub") and not held:
+                held.append((defer.Deferred(), path, value, expected_version, kw))
+                return held[0][0]
+            return real_put(self.store, path, value, expected_version=expected_version, **kw)
+        patch_method(self, self.store, "put", put)
+        self.bk.fail_next_adds(1, BookieUnavailableError)
+        self.bk.fail_next_creates(2)
+        first = c.mark_delete(ps[0])        # its snapshot fails, no ledger: its node write is held
+        self.assertEqual(len(held), 1)
+        second = c.mark_delete(ps[2])       # made during that write
+        d, path, value, expected_version, kw = held[0]
+        if node_write_succeeds:
+            real_put(self.store, path, value, expected_version=expected_version, **kw).chainDeferred(d)
+            self.successResultOf(first)
+        else:
+            d.errback(MetadataUnavailableError("connection loss"))
+            self.failureResultOf(first)
+        self.successResultOf(second)
+        self.assertEqual(c.mark_delete_position, ps[2])
+        self.successResultOf(ml.close())
+
+    def test_ack_during_a_fallback_node_write_that_succeeds(self):
+        self._ack_during_fallback_node_write(True)
+
+    def test_ack_during_a_fallback_node_write_that_fails(self):
+        self._ack_during_fallback_node_write(False)
+
     def test_delete_cursor(self):
         ml = self.open(max_entries_per_ledger=2)
         c = self.cursor(ml)
