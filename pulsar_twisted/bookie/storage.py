@@ -671,7 +671,13 @@ class BookieStorage(Service):
 
     def _background_failure(self, failure, what: str) -> None:
         # After simulate_crash (or during stop) a running checkpoint fails on the stopped journal: expected.
-        if self._running:
+        if not self._running:
+            return
+        if failure.check(OSError):
+            # The disk's error (EIO, ENOSPC...): one error line, as for a failed journal write; the
+            # work is kept for the next try (_restore). A traceback only says where we called it.
+            log.error("{what}: {error}", what=what, error=failure.getErrorMessage())
+        else:
             log.failure(what, failure)
 
     def _periodic_checkpoint(self) -> None:

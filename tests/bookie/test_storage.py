@@ -423,6 +423,38 @@ class RestartTests(StorageTestBase):
         self.assertEqual(glob.glob(os.path.join(index_dir, "*.idx")), [])
 
 
+class BackgroundFailureTests(StorageTestBase):
+
+    @defer.inlineCallbacks
+    def test_checkpoint_failing_on_the_disk_logs_one_error_line(self):
+        """A periodic checkpoint failing on the disk (EIO under a power-loss fault) is one error
+        line, not a traceback, and its work is retried by the next checkpoint."""
+        from twisted.logger import globalLogPublisher
+        events = []
+        globalLogPublisher.addObserver(events.append)
+        self.addCleanup(globalLogPublisher.removeObserver, events.append)
+        storage = yield self.open()
+        yield self.fill(storage, 1, 3)
+        real = BookieStorage._write_checkpoint
+        calls = []
+
+        def write_checkpoint(*args):
+            calls.append(1)
+            if len(calls) == 1:
+                raise OSError(5, "Input/output error")
+            return real(storage, *args)
+        patch_method(self, storage, "_write_checkpoint", write_checkpoint)
+        storage._start_checkpoint()
+        yield storage.checkpoint()          # runs after the failed one, and retries its work
+        self.assertEqual(len(calls), 2)
+        self.assertEqual(self.flushLoggedErrors(OSError), [])
+        lines = [e for e in events if e.get("what") == "checkpoint failed"]
+        self.assertEqual(len(lines), 1)
+        self.assertNotIn("log_failure", lines[0])
+        self.assertIn("Input/output error", lines[0]["error"])
+        yield self.assert_entries(storage, 1, range(3))
+
+
 class CorruptionAndGCTests(StorageTestBase):
 
     @defer.inlineCallbacks
