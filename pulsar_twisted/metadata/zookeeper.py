@@ -37,6 +37,7 @@ from typing import Callable, Optional
 from kazoo import exceptions as kz
 from kazoo.client import KazooClient, KazooState
 from kazoo.recipe.cache import TreeCache, TreeEvent
+from twisted.internet import task
 from twisted.internet.defer import Deferred, fail, gatherResults, succeed
 from twisted.internet.threads import deferToThreadPool
 from twisted.logger import Logger
@@ -127,6 +128,11 @@ class ZooKeeperMetadataStore:
         #: full path -> latest value of the (non-sequential) ephemeral nodes this store created.
         self._ephemerals: dict[str, bytes] = {}
         self.session_losses = 0
+        #: Calls kazoo has not answered yet: Deferred -> when it was made (``_call``); a call still
+        #: unanswered after ``answer_limit`` is failed as unavailable (``_give_up_on_unanswered``).
+        self._unanswered: dict[Deferred, float] = {}
+        self.answer_limit = 2 * session_timeout + 5
+        self._unanswered_sweep = None
 
     # -- plumbing ----------------------------------------------------------------------------------
 
@@ -155,18 +161,47 @@ class ZooKeeperMetadataStore:
             async_result = method(*args, **kwargs)
         except Exception as e:
             return fail(_translate(e))
+        self._unanswered[d] = self._reactor.seconds()
 
         def completed(result):
             # In a kazoo thread (or in ours, if it had already completed).
             try:
                 value = result.get_nowait()
             except Exception as e:
-                self._reactor.callFromThread(d.errback, Failure(_translate(e)))
+                self._reactor.callFromThread(self._answered, d, Failure(_translate(e)))
             else:
-                self._reactor.callFromThread(d.callback, value)
+                self._reactor.callFromThread(self._answered, d, value)
 
         async_result.rawlink(completed)
         return d
+
+    def _answered(self, d: Deferred, result) -> None:
+        if self._unanswered.pop(d, None) is None:
+            return      # given up on already (_give_up_on_unanswered)
+        if isinstance(result, Failure):
+            d.errback(result)
+        else:
+            d.callback(result)
+
+    def _give_up_on_unanswered(self) -> None:
+        """Fail, as unavailable, the calls kazoo has not answered within ``answer_limit``.
+
+        ZooKeeper answers a call, or kazoo fails it when the connection drops or the session
+        expires, well within two session timeouts. A call older than that was lost on the way (a
+        request added to kazoo's queue just as it is replaced at a session expiry is never
+        answered), and whatever waits on it (a topic's load, a managed ledger's close) would wait
+        for good. As for a connection loss, its outcome is unknown: the caller reads again before
+        it relies on it."""
+        deadline = self._reactor.seconds() - self.answer_limit
+        late = [d for d, made in self._unanswered.items() if made < deadline]
+        if not late:
+            return
+        log.warn("zookeeper: {n} calls unanswered after {limit:.0f} s: failed as unavailable",
+                 n=len(late), limit=self.answer_limit)
+        for d in late:
+            del self._unanswered[d]
+            d.errback(MetadataUnavailableError(
+                f"zookeeper: no answer within {self.answer_limit:.0f} s (outcome unknown)"))
 
     def _guard(self, fn, *args) -> Deferred:
         """Run ``fn`` turning synchronous errors (bad paths) into a failed Deferred."""
@@ -188,6 +223,9 @@ class ZooKeeperMetadataStore:
         def connected(session_id):
             self.session_id = session_id
             self._started = True
+            self._unanswered_sweep = task.LoopingCall(self._give_up_on_unanswered)
+            self._unanswered_sweep.clock = self._reactor
+            self._unanswered_sweep.start(max(1.0, self.answer_limit / 4), now=False)
             # Added once connected: the first CONNECTED is start-up, not a reconnection.
             self._client.add_listener(self._kazoo_state)
             log.info("zookeeper metadata store connected to {hosts} (session {sid:#x}), root {root}",
@@ -207,6 +245,8 @@ class ZooKeeperMetadataStore:
             return succeed(None)
         self._closed = True
         cache, self._tree_cache = self._tree_cache, None
+        if self._unanswered_sweep is not None and self._unanswered_sweep.running:
+            self._unanswered_sweep.stop()
 
         def stop():
             if cache is not None:

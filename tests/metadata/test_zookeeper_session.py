@@ -224,3 +224,54 @@ class UnavailableTranslationTests(TestCase):
             self.assertIs(translated.__cause__, error)
         self.assertIsInstance(_translate(kz.NoNodeError()), NotFoundError)
         self.assertNotIsInstance(_translate(kz.AuthFailedError()), MetadataUnavailableError)
+
+
+class UnansweredCallTests(SynchronousTestCase):
+    """A call kazoo never answers (lost in its queue at a session expiry) is failed as unavailable
+    after ``answer_limit``, so nothing waits on it for good; answers that come in time, or too
+    late, are handled once."""
+
+    class _Result:
+        """kazoo's IAsyncResult as ``_call`` uses it: ``rawlink`` and ``get_nowait``."""
+
+        def __init__(self):
+            self.links = []
+            self.value = None
+
+        def rawlink(self, callback):
+            self.links.append(callback)
+
+        def get_nowait(self):
+            return self.value
+
+        def answer(self, value):
+            self.value = value
+            for callback in self.links:
+                callback(self)
+
+    def test_unanswered_call_fails_as_unavailable(self):
+        from pulsar_twisted.metadata.interfaces import MetadataUnavailableError
+
+        class Reactor(task.Clock):
+            def callFromThread(self, f, *args):
+                f(*args)
+
+        clock = Reactor()
+        store = ZooKeeperMetadataStore("127.0.0.1:1", clock, session_timeout=4)
+        store._started = True
+        lost, answered, late = self._Result(), self._Result(), self._Result()
+        d_lost = store._call(lambda: lost)
+        d_answered = store._call(lambda: answered)
+        clock.advance(store.answer_limit / 2)
+        d_late = store._call(lambda: late)
+        answered.answer("fine")
+        self.assertEqual(self.successResultOf(d_answered), "fine")
+        clock.advance(store.answer_limit / 2 + 1)
+        store._give_up_on_unanswered()
+        self.failureResultOf(d_lost, MetadataUnavailableError)
+        self.assertNoResult(d_late)         # not yet past its own limit
+        lost.answer("too late")             # ignored: already failed
+        clock.advance(store.answer_limit)
+        store._give_up_on_unanswered()
+        self.failureResultOf(d_late, MetadataUnavailableError)
+        self.assertEqual(store._unanswered, {})
