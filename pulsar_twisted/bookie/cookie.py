@@ -41,6 +41,7 @@ from pulsar_twisted.bookie.journal import fsync_dir
 COOKIE_NAME = "VERSION"
 _STAGED_NAME = COOKIE_NAME + ".new"
 _MAGIC = "pulsar-twisted bookie cookie 1"
+_COUNT = "directories "     # the third line's key: how many directories the bookie has
 _MAX_BYTES = 4096
 
 
@@ -66,13 +67,8 @@ def _read(directory: str, name: str = COOKIE_NAME):
         return None
     lines = data.decode("utf-8", "replace").splitlines()
     count = None
-    if len(lines) == 3 and lines[2].startswith("directories "):
-        count = lines[2][len("directories "):].strip()
-        count = int(count) if count.isdigit() else None
-        if count is None:
-            lines = []      # refused below
-        else:
-            lines = lines[:2]
+    if len(lines) == 3 and lines[2].startswith(_COUNT) and lines[2][len(_COUNT):].strip().isdigit():
+        count = int(lines.pop()[len(_COUNT):])     # (any other third line: refused below)
     if len(lines) != 2 or lines[0] != _MAGIC or not lines[1].startswith("instance "):
         raise CookieError(f"{path} is not a bookie cookie of ours: not started; restore the directory "
                           f"or move it aside")
@@ -109,7 +105,7 @@ def verify(directories: list[str]) -> str | None:
             f"{', '.join(missing)} holds no cookie while the bookie's other directories do (instance "
             f"{instance}): wiped or replaced, its data would be served as missing; not started. "
             f"Restore it, or move all of the bookie's directories aside to start it as a new bookie")
-    if not counts or any(c is None or c[1] is None for c in found.values()):
+    if any(c is None or c[1] is None for c in found.values()):
         write(distinct, instance)       # (a staged copy put in place above has its number already)
     return instance
 
@@ -139,7 +135,7 @@ def write(directories: list[str], instance: str | None = None) -> str:
     that ``verify`` puts in place. Returns the instance id."""
     instance = instance or uuid.uuid4().hex
     directories = _distinct(directories)
-    data = f"{_MAGIC}\ninstance {instance}\ndirectories {len(directories)}\n".encode()
+    data = f"{_MAGIC}\ninstance {instance}\n{_COUNT}{len(directories)}\n".encode()
     for directory in directories:
         fd = os.open(os.path.join(directory, _STAGED_NAME), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:

@@ -89,21 +89,22 @@ class ManagedLedgerFactory:
         its nodes, as a new owner on another broker would, so the late close can only fail."""
         d = defer.Deferred()
 
+        def reopen():
+            del self._close_waits[call]
+            self._forget(ml)    # (after a close that failed before forgetting it, too)
+            self.open(name, config).chainDeferred(d)
+
         def closed(_):
             if not call.active():
                 return      # opened without waiting (below), or shut down
             call.cancel()
-            del self._close_waits[call]
-            self._forget(ml)    # in case its close failed before forgetting it
-            self.open(name, config).chainDeferred(d)
+            reopen()
 
         def waited_enough():
             log.warn("managed ledger {name}: the previous instance is still closing after "
                      "{seconds:.0f} s; opening a new one without waiting for it",
                      name=name, seconds=CLOSE_WAIT_LIMIT)
-            del self._close_waits[call]
-            self._forget(ml)
-            self.open(name, config).chainDeferred(d)
+            reopen()
 
         call = self.reactor.callLater(CLOSE_WAIT_LIMIT, waited_enough)
         self._close_waits[call] = d

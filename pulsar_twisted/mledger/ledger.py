@@ -1645,8 +1645,7 @@ class ManagedLedgerImpl:
             what = f"{len(self._pending)} adds in flight; " + "; ".join(
                 h.debug_state() for h in handles.values() if hasattr(h, "debug_state"))
         elif what == "cursors":
-            what = "closing cursors; " + "; ".join(
-                c.debug_state() for c in list(self.cursors.values()) if hasattr(c, "debug_state"))
+            what = "closing cursors; " + "; ".join(c.debug_state() for c in list(self.cursors.values()))
         elif what == "ledger":
             handle = step[2]
             what = "closing the current ledger; " + (
