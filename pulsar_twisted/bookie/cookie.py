@@ -149,38 +149,46 @@ def write(directories: list[str], instance: str | None = None) -> str:
     return instance
 
 
-def lock(directories: list[str]) -> list[int]:
-    """Hold an exclusive ``flock`` on each of ``directories`` that exists (the descriptors, for
-    ``unlock``): a second bookie process started on the same directories (a copy of the
-    configuration, a service started twice) is refused here, before it reads or writes anything,
-    rather than writing journal files and entry logs beside the first. The locks go with the
-    process, so a crash leaves none behind. CookieError when another process holds one. Blocking."""
-    held = []
+def lock(directories: list[str], held: dict) -> None:
+    """Take an exclusive ``flock`` on each of ``directories`` that exists and is not in ``held``
+    (path -> descriptor, kept for ``unlock``): a second bookie process started on the same
+    directories (a copy of the configuration, a service started twice) is refused here, before it
+    reads or writes anything, rather than writing journal files and entry logs beside the first.
+    Called again once a start has made its missing directories, so that those are locked too. The
+    locks go with the process, so a crash leaves none behind. CookieError when another process
+    holds one (what this call took is released then). Blocking."""
+    taken = []
     try:
         for directory in _distinct(directories):
+            if directory in held:
+                continue
             try:
                 fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
             except FileNotFoundError:
                 continue
-            held.append(fd)
+            taken.append(fd)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 raise CookieError(f"{directory} is in use by another bookie process: not started") from None
+            held[directory] = fd
     except BaseException:
-        unlock(held)
+        _close_all(taken)
         raise
-    return held
 
 
-def unlock(fds: list[int]) -> None:
+def unlock(held: dict) -> None:
     """Release what ``lock`` holds (closing a descriptor releases its flock)."""
-    for fd in fds:
+    _close_all(held.values())
+    held.clear()
+
+
+def _close_all(fds) -> None:
+    for fd in list(fds):
         try:
             os.close(fd)
         except OSError:
             pass
-    fds.clear()
 
 
 def _distinct(directories: list[str]) -> list[str]:

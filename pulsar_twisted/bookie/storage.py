@@ -161,7 +161,7 @@ class BookieStorage(Service):
         self._flush_loop = None
         self._gc_loop = None
         self._running = False
-        self._dir_locks = []    # flock'd directory descriptors while started (cookie.lock)
+        self._dir_locks = {}    # directory -> its flock'd descriptor while started (cookie.lock)
         self._read_only = False
         self._counters = dict(adds=0, add_bytes=0, reads=0, read_bytes=0, cache_reads=0, checkpoints=0,
                               checkpoint_failures=0, gc_runs=0, logs_deleted=0, logs_compacted=0,
@@ -247,11 +247,10 @@ class BookieStorage(Service):
         # index table would be made afresh) as if it were the bookie's own (cookie.py). A missing
         # directory has none; each part below makes its own directory, as before cookies.
         directories = [self._journal_dir, *self._ledger_dirs, self._index.directory]
-        # No other bookie process on these directories (the journal's made first, so that two new
-        # bookies on one configuration meet there too).
-        ensure_durable_dir(self._journal_dir)
-        self._dir_locks = cookie.lock(directories)
+        # No other bookie process on these directories (those made below are locked at the end).
+        cookie.lock(directories, self._dir_locks)
         instance = cookie.verify(directories)
+        ensure_durable_dir(self._journal_dir)
         ledgers = self._index.load_all(table_must_exist=instance is not None)
         deleted = self._index.load_deleted()
         self._entry_logs.open()
@@ -260,6 +259,7 @@ class BookieStorage(Service):
             # A new bookie, or one from before cookies: what its directories hold is read now.
             instance = cookie.write(directories)
             log.info("bookie storage: cookies written (instance {instance})", instance=instance)
+        cookie.lock(directories, self._dir_locks)   # the directories made above (a new bookie's)
         self.instance_id = instance
         return ledgers, deleted, replay
 

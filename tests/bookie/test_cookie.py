@@ -143,6 +143,17 @@ class CookieTests(StorageTestBase):
         yield self.assert_entries(third, 1, range(3))
 
     @defer.inlineCallbacks
+    def test_new_bookies_directories_are_locked_once_made(self):
+        """A new bookie's directories do not exist when it starts; once it has made them they are
+        locked as well: a second bookie sharing only its ledger directory is refused."""
+        first = yield self.open()
+        self.journal_dir = self.journal_dir + "-other"
+        failure = yield self.refused()
+        self.assertIn("in use by another bookie process", str(failure))
+        self.assertFalse(os.path.exists(self.journal_dir))     # a refused start makes nothing
+        yield first.stop()
+
+    @defer.inlineCallbacks
     def test_another_bookies_directory_refused(self):
         yield self.written()
         cookie.write([self.journal_dir], "0123456789abcdef")
