@@ -247,10 +247,17 @@ class BookieStorage(Service):
         # index table would be made afresh) as if it were the bookie's own (cookie.py). A missing
         # directory has none; each part below makes its own directory, as before cookies.
         directories = [self._journal_dir, *self._ledger_dirs, self._index.directory]
-        # No other bookie process on these directories (those made below are locked at the end).
+        # No other bookie process on these directories, and a refused start makes none of them.
+        cookie.lock(directories, self._dir_locks)
+        cookie.verify(directories)
+        # Then the missing ones (a new bookie's) are made and locked before anything is written in
+        # any: of two processes starting at once on one configuration, the second is refused here,
+        # before it writes an index table, a journal file or a cookie beside the first's. Checked
+        # again under every lock, for a first process that wrote its cookies and died meanwhile.
+        for directory in directories:
+            ensure_durable_dir(directory)
         cookie.lock(directories, self._dir_locks)
         instance = cookie.verify(directories)
-        ensure_durable_dir(self._journal_dir)
         ledgers = self._index.load_all(table_must_exist=instance is not None)
         deleted = self._index.load_deleted()
         self._entry_logs.open()
@@ -259,7 +266,6 @@ class BookieStorage(Service):
             # A new bookie, or one from before cookies: what its directories hold is read now.
             instance = cookie.write(directories)
             log.info("bookie storage: cookies written (instance {instance})", instance=instance)
-        cookie.lock(directories, self._dir_locks)   # the directories made above (a new bookie's)
         self.instance_id = instance
         return ledgers, deleted, replay
 

@@ -153,6 +153,32 @@ class CookieTests(StorageTestBase):
         self.assertFalse(os.path.exists(self.journal_dir))     # a refused start makes nothing
         yield first.stop()
 
+    def test_two_new_bookies_starting_at_once(self):
+        """Two processes started at the same moment on one new configuration both find no directory
+        and no cookie. The one that locks second is refused before it writes anything: the first's
+        cookies, which it wrote meanwhile, stay in place (they were overwritten before)."""
+        def storage():
+            return BookieStorage(self.journal_dir, self.ledger_dirs, reactor, flush_interval_ms=0,
+                                 gc_wait_time_ms=0)
+        first, second = storage(), storage()
+        self.addCleanup(first._close_files)
+        real_verify = cookie.verify
+        checks = []
+
+        def verify(directories):
+            found = real_verify(directories)
+            if not checks:
+                checks.append(found)
+                first._load()   # the first starts in full between the second's check and its next step
+            return found
+        self.patch(cookie, "verify", verify)
+        error = self.assertRaises(cookie.CookieError, second._load)
+        self.assertIn("in use by another bookie process", str(error))
+        self.assertEqual(checks, [None])
+        self.assertEqual({cookie.read(d) for d in self.dirs()}, {first.instance_id})
+        for directory in self.dirs():
+            self.assertFalse(os.path.exists(os.path.join(directory, cookie.COOKIE_NAME + ".new")))
+
     @defer.inlineCallbacks
     def test_another_bookies_directory_refused(self):
         yield self.written()
