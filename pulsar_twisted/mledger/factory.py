@@ -42,6 +42,9 @@ class ManagedLedgerFactory:
         #: The opens waiting for a previous instance's close: time limit -> the open's Deferred
         #: (a shutdown fails them, as it does any later open).
         self._close_waits = {}
+        #: name -> Deferred of an instance's initialisation in progress (and of its close, when a
+        #: shutdown came meanwhile).
+        self._initializing = {}
         self._shut_down = False
 
     @property
@@ -67,8 +70,17 @@ class ManagedLedgerFactory:
                                self.store, self.reactor)
 
         def opened(_):
+            waiters = self._opening.pop(name)
+            if self._shut_down:
+                # Shut down while it initialised: it is closed (its ledger, its cursors), not
+                # handed out; the shutdown waits for that close.
+                for w in waiters:
+                    w.errback(ManagedLedgerClosedError("factory is shut down"))
+                return ml.close().addErrback(
+                    lambda f: log.warn("managed ledger {name}: closing it at shutdown failed: {err}",
+                                       name=name, err=f.getErrorMessage()))
             self._ledgers[name] = ml
-            for w in self._opening.pop(name):
+            for w in waiters:
                 w.callback(ml)
 
         def failed(f):
@@ -76,8 +88,13 @@ class ManagedLedgerFactory:
             for w in self._opening.pop(name):
                 w.errback(f)
 
-        ml.initialize().addCallbacks(opened, failed)
+        self._initializing[name] = initialized = ml.initialize().addCallbacks(opened, failed)
+        initialized.addBoth(self._initialized, name)
         return d
+
+    def _initialized(self, result, name):
+        del self._initializing[name]
+        return result
 
     def _open_after_close(self, ml, name, config):
         """``ml`` is still closing (it is forgotten once closed): a new instance once the close is
@@ -160,9 +177,41 @@ class ManagedLedgerFactory:
         for call, d in waits.items():
             call.cancel()
             d.errback(ManagedLedgerClosedError("factory is shut down"))
-        ds = [ml.close() for ml in list(self._ledgers.values())]
+        closing = {name: ml.close() for name, ml in list(self._ledgers.items())}
+        closing.update((name, _follow(d)) for name, d in self._initializing.items())
+        def forget(result, name):
+            del closing[name]
+            return result
+        for name, d in list(closing.items()):
+            d.addBoth(forget, name)
+        done = defer.Deferred()
 
         def closed(_):
-            self.timers.stop()
-            return None
-        return defer.DeferredList(ds, consumeErrors=True).addCallback(closed)
+            if call.active():
+                call.cancel()
+                done.callback(None)
+
+        def stop_waiting():
+            # As an open does: a close stuck on a bookie or a metadata store that does not answer
+            # must not hold the daemon's stop for good. What it had not written yet is what a
+            # crash would leave: the next owner recovers the ledger and redelivers from the cursor
+            # positions last written.
+            log.warn("managed ledger factory: shutting down with {n} managed ledgers still closing "
+                     "after {seconds:.0f} s: {names}", n=len(closing), seconds=CLOSE_WAIT_LIMIT,
+                     names=", ".join(sorted(closing)[:10]))
+            done.callback(None)
+
+        call = self.reactor.callLater(CLOSE_WAIT_LIMIT, stop_waiting)
+        defer.DeferredList(list(closing.values()), consumeErrors=True).addCallback(closed)
+        return done.addCallback(lambda _: self.timers.stop())
+
+
+def _follow(d):
+    """A Deferred firing with None when ``d`` (which does not fail) fires, leaving ``d`` as it is."""
+    follower = defer.Deferred()
+
+    def fire(result):
+        follower.callback(None)
+        return result
+    d.addBoth(fire)
+    return follower

@@ -1608,7 +1608,8 @@ class ManagedLedgerImpl:
 
     def close(self):
         """Stop accepting adds (queued ones fail with ManagedLedgerClosedError), wait for the
-        adds in flight, flush and close the cursors, close the current ledger. Deferred."""
+        adds in flight, flush and close the cursors, close the current ledger. Deferred; a close
+        while one is in progress fires when that one is done."""
         return defer.Deferred.fromCoroutine(self._close())
 
     def when_closed(self):
@@ -1622,7 +1623,8 @@ class ManagedLedgerImpl:
 
     async def _close(self):
         if self._state is State.CLOSED:
-            return None
+            # Closed, or closing: a second close (a shutdown, a delete) waits for the first.
+            return await self.when_closed()
         self._close_waiters = []
         # [step, its report call, the ledger being closed]: a close still going after
         # CLOSE_REPORT_AFTER says what it waits for (each period), as the factory's next open of

@@ -743,11 +743,62 @@ class LifecycleTests(ManagedLedgerHarness, unittest.TestCase):
         and leaves no timer behind; the open used to wait on up to CLOSE_WAIT_LIMIT after the
         factory was shut down, its timer still set."""
         ml, in_flight, closing, d = self._open_while_closing()
-        self.successResultOf(self.factory.shutdown())
+        shutdown = self.factory.shutdown()
         self.failureResultOf(d, ManagedLedgerClosedError)
         self.assertFalse([c for c in self.clock.getDelayedCalls() if "waited_enough" in repr(c)])
+        self.assertNoResult(shutdown)       # it waits for the close in progress (below)
         self.bk.resume_adds()
         self.successResultOf(closing)
+        self.successResultOf(shutdown)
+
+    def test_shutdown_does_not_wait_for_a_stuck_close_for_ever(self):
+        """A shutdown waits for the closes in progress at most CLOSE_WAIT_LIMIT, as an open does:
+        a close stuck on a bookie that never answers must not hold the daemon's stop for good."""
+        from pulsar_twisted.mledger.factory import CLOSE_WAIT_LIMIT
+        ml, in_flight, closing, opening = self._open_while_closing()
+        shutdown = self.factory.shutdown()
+        self.failureResultOf(opening, ManagedLedgerClosedError)
+        self.clock.advance(CLOSE_WAIT_LIMIT - 0.5)
+        self.assertNoResult(shutdown)
+        self.clock.advance(0.5)
+        self.successResultOf(shutdown)
+        self.bk.resume_adds()
+        self.successResultOf(closing)
+
+    def test_second_close_waits_for_the_first(self):
+        """A close while a close is in progress (a shutdown or a delete during a topic's unload)
+        fires when that close is done; it used to fire at once, so a shutdown could end with the
+        ledger's adds still draining and its cursors and ledger not yet closed."""
+        ml, in_flight, closing, _ = self._open_while_closing()
+        again = ml.close()
+        self.assertNoResult(again)
+        self.bk.resume_adds()
+        self.successResultOf(closing)
+        self.successResultOf(again)
+        self.successResultOf(ml.close())    # closed: at once
+
+    def test_shutdown_closes_an_instance_still_initialising(self):
+        """A shutdown while a managed ledger initialises (its first ledger being created) waits
+        for the initialisation, then closes the instance (its ledger closed) instead of leaving it
+        open and forgotten; the open fails."""
+        held = []
+        real_create = self.bk.create_ledger
+
+        def create_ledger(*args, **kwargs):
+            held.append((defer.Deferred(), args, kwargs))
+            return held[-1][0]
+        self.patch(self.bk, "create_ledger", create_ledger)
+        opening = self.factory.open("public/default/persistent/t")
+        self.assertEqual(len(held), 1)
+        shutdown = self.factory.shutdown()
+        self.assertNoResult(shutdown)
+        d, args, kwargs = held[0]
+        real_create(*args, **kwargs).chainDeferred(d)
+        self.failureResultOf(opening, ManagedLedgerClosedError)
+        self.successResultOf(shutdown)
+        self.assertEqual(len(self.bk.created), 1)
+        self.assertTrue(self.bk._ledgers[self.bk.created[0]].closed)
+        self.assertIsNone(self.factory.get("public/default/persistent/t"))
 
     def test_empty_ledgers_skipped(self):
         """Restarts leave no empty ledgers behind, and reads skip across them."""
