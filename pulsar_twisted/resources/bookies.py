@@ -50,6 +50,18 @@ async def check_cookie(store, bookie_id: str, instance: str) -> bool:
     value = instance.encode()
     found = await store.get(path)
     if found is None:
+        # A new id: its directories must not be another id's (BookKeeper's local cookie names
+        # the bookie for this). A bookie started under a new address over its old directories,
+        # or a copy of another bookie's, would serve that bookie's ledgers under an id their
+        # ensembles do not name, while the other id, started again, claims the same data.
+        for other in await store.get_children(COOKIES_ROOT):
+            held = await store.get(f"{COOKIES_ROOT}/{other}") if other != bookie_id else None
+            if held is not None and held[0] == value:
+                raise CookieMismatchError(
+                    f"bookie {bookie_id}: its directories hold instance {instance}, which the metadata "
+                    f"store records for bookie {other}: they are bookie {other}'s; not started. Start "
+                    f"them under that id again, or, once bookie {other} is gone for good and its "
+                    f"ledgers are re-replicated, delete {COOKIES_ROOT}/{other}")
         try:
             await store.put(path, value, expected_version=-1)
             return True

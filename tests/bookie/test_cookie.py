@@ -264,10 +264,10 @@ class StoreCookieTests(StorageTestBase):
         self.successResultOf(self.store.start())
         self.addCleanup(self.store.close)
 
-    def server(self, store=None) -> BookieServer:
+    def server(self, store=None, bookie_id="b1:3181") -> BookieServer:
         storage = BookieStorage(self.journal_dir, self.ledger_dirs, reactor, flush_interval_ms=0,
                                 gc_wait_time_ms=0)
-        return BookieServer(storage, reactor, endpoint="tcp:0:interface=127.0.0.1", bookie_id="b1:3181",
+        return BookieServer(storage, reactor, endpoint="tcp:0:interface=127.0.0.1", bookie_id=bookie_id,
                             metadata_store=store or self.store.new_session(), disk_check_interval=0,
                             data_dirs=[self.journal_dir, *self.ledger_dirs])
 
@@ -300,8 +300,8 @@ class StoreCookieTests(StorageTestBase):
         yield from self.stopped_while_waiting(_FlakyStore(self.store.new_session(), 1, silent=True))
 
     @defer.inlineCallbacks
-    def started(self, store=None) -> BookieServer:
-        server = self.server(store)
+    def started(self, store=None, bookie_id="b1:3181") -> BookieServer:
+        server = self.server(store, bookie_id)
         yield server.start()
         self.addCleanup(server.stop)
         return server
@@ -327,6 +327,25 @@ class StoreCookieTests(StorageTestBase):
         self.assertIsNone(server.port)
         self.assertFalse(server.storage._running)
         self.assertEqual(self.successResultOf(self.store.get_children("/ledgers/available")), [])
+
+    @defer.inlineCallbacks
+    def test_another_bookies_directories_refused_under_a_new_id(self):
+        """A bookie's directories started under another, new id (its address changed, or they were
+        copied to a new machine) are refused: the store records their instance for the first id,
+        whose ledgers they hold. With that cookie deleted (the first bookie gone for good) they
+        start under the new id."""
+        server = yield self.started()
+        instance = server.storage.instance_id
+        yield server.stop()
+        server = self.server(bookie_id="b2:3181")
+        failure = yield self.assertFailure(server.start(), CookieMismatchError)
+        self.assertIn("b1:3181", str(failure))
+        self.assertIsNone(server.port)
+        self.assertFalse(server.storage._running)
+        self.assertIsNone(self.successResultOf(self.store.get(f"{COOKIES_ROOT}/b2:3181")))
+        yield self.store.delete(f"{COOKIES_ROOT}/b1:3181")
+        server = yield self.started(bookie_id="b2:3181")
+        self.assertEqual(server.storage.instance_id, instance)
 
     @defer.inlineCallbacks
     def test_deleting_the_node_starts_it_as_a_new_bookie(self):
