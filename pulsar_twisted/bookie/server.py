@@ -176,6 +176,8 @@ class BookieServer(Service):
                 self.store.register_listener(self._on_notification)
                 self.store.register_session_listener(self._on_session)
             await self.sync_registration()
+            if self._abandoned:
+                return      # stopped meanwhile: the stop, waiting for this start, undoes the rest
         if self.disk_check_interval and self.disk_check_interval > 0:
             self._disk_loop = task.LoopingCall(self._periodic_check)
             self._disk_loop.clock = self.reactor
@@ -236,6 +238,10 @@ class BookieServer(Service):
                 await self._start_ended
             return
         self._serving = False
+        if self._start_ended is not None:
+            # Stopped during the start's last steps (registration, the HTTP listener): let it end
+            # first, so nothing it starts after this point outlives the stop.
+            await self._start_ended
         for loop in (self._disk_loop, self._gc_loop):
             if loop is not None and loop.running:
                 loop.stop()

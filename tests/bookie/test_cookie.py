@@ -4,7 +4,7 @@ replaced or mixed with another bookie's, and starts over its own (or a pre-cooki
 import os
 import shutil
 
-from twisted.internet import defer, reactor
+from twisted.internet import defer, endpoints, reactor
 
 from pulsar_twisted.bookie import cookie, formats
 from pulsar_twisted.bookie.server import BookieServer
@@ -253,6 +253,29 @@ class _FlakyStore:
         return getattr(self._store, name)
 
 
+class _HeldEndpoint:
+    """A server endpoint on an ephemeral loopback port whose ``listen`` completes on ``release()``;
+    ``asked`` fires when it is called, ``port`` is the listening port once released."""
+
+    def __init__(self):
+        self.asked = defer.Deferred()
+        self.port = None
+
+    def listen(self, factory):
+        self._held = defer.Deferred(), factory
+        self.asked.callback(None)
+        return self._held[0]
+
+    def release(self):
+        d, factory = self._held
+
+        def listening(port):
+            self.port = port
+            return port
+        endpoints.serverFromString(reactor, "tcp:0:interface=127.0.0.1").listen(factory).addCallback(
+            listening).chainDeferred(d)
+
+
 class StoreCookieTests(StorageTestBase):
     """The cookie the metadata store keeps per bookie id (BookKeeper keeps one in ZooKeeper): it
     catches a bookie whose directories were ALL replaced, which the directories alone cannot tell
@@ -355,6 +378,31 @@ class StoreCookieTests(StorageTestBase):
         yield self.store.delete(f"{COOKIES_ROOT}/b1:3181")
         server = yield self.started()
         self.assertEqual(self.cookie_node(), server.storage.instance_id)
+
+    @defer.inlineCallbacks
+    def test_stop_during_the_starts_last_steps_leaves_nothing_running(self):
+        """Stopped while the start opens its HTTP port (its last step): the stop waits for the start
+        to end and then closes that port too; the port used to be opened after the stop had ended,
+        and stayed open."""
+        http = _HeldEndpoint()
+        storage = BookieStorage(self.journal_dir, self.ledger_dirs, reactor, flush_interval_ms=0,
+                                gc_wait_time_ms=0)
+        server = BookieServer(storage, reactor, endpoint="tcp:0:interface=127.0.0.1", bookie_id="b1:3181",
+                              metadata_store=self.store.new_session(), disk_check_interval=10.0,
+                              http_endpoint=http, data_dirs=[self.journal_dir, *self.ledger_dirs])
+        starting = server.start()
+        yield http.asked
+        stopping = server.stop()
+        self.assertNoResult(stopping)
+        http.release()
+        yield starting
+        yield stopping
+        self.assertIsNone(server.http_port)
+        self.assertFalse(http.port.connected)
+        self.assertIsNone(server.port)
+        self.assertFalse(server._disk_loop.running)
+        self.assertFalse(storage._running)
+        self.assertEqual(self.successResultOf(self.store.get_children("/ledgers/available")), [])
 
     @defer.inlineCallbacks
     def test_store_unreachable_waits(self):
