@@ -127,6 +127,51 @@ class SlicedSnapshotTests(TestCase):
         seq = await store.put("/t/seq-", b"", sequential=True)
         self.assertEqual(seq.path, "/t/seq-0000000001")
 
+    async def test_the_walk_is_written_as_it_goes(self):
+        """Each slice is on disk (in the .tmp file) before the next is encoded: what the store holds
+        of a snapshot in memory is a slice, not the whole tree."""
+        store = await self.filled()
+        sizes = []
+        real = store_module._Core._snapshot_append
+
+        def append(core, snap, ops):
+            error = real(core, snap, ops)
+            sizes.append(os.path.getsize(os.path.join(self.data_dir, SNAPSHOT_NAME + ".tmp")))
+            return error
+        self.patch(store_module._Core, "_snapshot_append", append)
+        await store.snapshot()
+        self.assertGreaterEqual(len(sizes), 10)
+        self.assertEqual(sizes, sorted(set(sizes)))
+        self.assertEqual(sizes[-1], os.path.getsize(os.path.join(self.data_dir, SNAPSHOT_NAME)))
+        self.assertFalse(os.path.exists(os.path.join(self.data_dir, SNAPSHOT_NAME + ".tmp")))
+        self.assertEqual({f"/t/n{i}" for i in range(100)} - self.snapshot_tree().nodes.keys(), set())
+
+    async def test_a_slice_the_disk_refuses(self):
+        """The disk full in the middle of the walk: the snapshot fails and its .tmp file is removed;
+        the store takes writes on, and every write is there after a restart."""
+        store = await self.filled()
+        await store.snapshot()
+        before = os.path.getsize(os.path.join(self.data_dir, SNAPSHOT_NAME))
+        await store.put("/t/after", b"a")
+        appends = []
+        real = log_format.SnapshotWriter.append
+
+        def append(writer, ops):
+            appends.append(len(ops))
+            if len(appends) == 3:
+                raise OSError(28, "No space left on device (injected)")
+            return real(writer, ops)
+        self.patch(log_format.SnapshotWriter, "append", append)
+        await self.assertFailure(store.snapshot(), SnapshotFailedError)
+        self.assertEqual(len(appends), 3)
+        self.assertFalse(os.path.exists(os.path.join(self.data_dir, SNAPSHOT_NAME + ".tmp")))
+        self.assertEqual(os.path.getsize(os.path.join(self.data_dir, SNAPSHOT_NAME)), before)
+        await store.put("/t/later", b"l")
+        store._abandon()
+        store = await self.open()
+        self.assertEqual(len(await store.get_children("/t")), 102)
+        self.assertEqual((await store.get("/t/after"))[0], b"a")
+
     async def test_automatic_snapshot_under_writes(self):
         """The size threshold's snapshot runs while writes go on; everything reloads."""
         store = await self.open(snapshot_log_bytes=3000)

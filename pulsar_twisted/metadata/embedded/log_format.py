@@ -19,7 +19,7 @@ point. A snapshot is renamed into place only once complete, so a snapshot that i
 one whole record, or fails its CRC is lost data and fails the load. A file with another magic or an
 unknown version fails the load with ``CorruptStoreError`` and is left as it is.
 
-The codecs are pure functions over bytes; ``load``, ``append``, ``write_snapshot`` and
+The codecs are pure functions over bytes; ``load``, ``append``, ``SnapshotWriter``, ``write_snapshot`` and
 ``write_snapshot_keeping`` do blocking I/O and run in the store's worker thread, never in the reactor thread.
 """
 
@@ -220,14 +220,15 @@ def _fsync_dir(data_dir: str) -> None:
         os.close(fd)
 
 
-def write_snapshot(data_dir: str, log_fd: int, snapshot: bytes) -> None:
-    """Worker thread: install a snapshot durably, then empty the log it supersedes."""
+def write_snapshot(data_dir: str, log_fd: int, snapshot) -> None:
+    """Worker thread: install a snapshot (its bytes, or a ``SnapshotWriter``) durably, then empty
+    the log it supersedes."""
     _install_snapshot(data_dir, snapshot)
     os.ftruncate(log_fd, HEADER_SIZE)
     _fsync(log_fd)
 
 
-def write_snapshot_keeping(data_dir: str, log_fd: int, snapshot: bytes, keep_from: int) -> int:
+def write_snapshot_keeping(data_dir: str, log_fd: int, snapshot, keep_from: int) -> int:
     """
     Worker thread: install a snapshot that covers the log up to offset ``keep_from``, then drop
     that part of the log, keeping the records after it (written while the snapshot was made).
@@ -278,14 +279,80 @@ class LogReplacedError(OSError):
         self.log_fd = log_fd
 
 
-def _install_snapshot(data_dir: str, snapshot: bytes) -> None:
-    tmp = os.path.join(data_dir, SNAPSHOT_NAME + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        _write_all(fd, snapshot)
-        _fsync(fd)
-    finally:
-        os.close(fd)
+class SnapshotWriter:
+    """
+    Worker thread: a snapshot file written as the tree is walked, a slice of operations at a time,
+    so that the whole snapshot is never in memory (at 100,000 topics it is tens of megabytes, and
+    it was built as one bytes object, and copied twice more, while the broker ran):
+    ``SnapshotWriter(data_dir, txid)``, ``append(ops)`` per slice (its operations' encodings
+    joined), then ``write_snapshot(data_dir, log_fd, writer)`` (or ``write_snapshot_keeping``)
+    installs it, or ``abandon()``. The file is ``metadata.snapshot.tmp`` until installed; the
+    record's length and CRC are written in its frame last, so a crash leaves a file nothing reads.
+    """
+
+    def __init__(self, data_dir: str, txid: int):
+        self.tmp = os.path.join(data_dir, SNAPSHOT_NAME + ".tmp")
+        self._fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        head = _TXID.pack(txid)
+        self._length = len(head)
+        self._crc = crc32c.crc32c(head)
+        try:
+            _write_all(self._fd, encode_header(SNAPSHOT_MAGIC) + _FRAME.pack(0, 0) + head)
+        except BaseException:
+            self.abandon()
+            raise
+
+    @property
+    def size(self) -> int:
+        """The file's size in bytes so far."""
+        return HEADER_SIZE + _FRAME.size + self._length
+
+    def append(self, ops: bytes) -> None:
+        if self._length + len(ops) > MAX_RECORD:
+            raise ValueError(f"metadata snapshot over {MAX_RECORD} bytes: not written")
+        _write_all(self._fd, ops)
+        self._length += len(ops)
+        self._crc = crc32c.crc32c(ops, self._crc)
+
+    def finish(self) -> None:
+        """Complete the file and fsync it (``_install_snapshot`` renames it into place)."""
+        os.pwrite(self._fd, _FRAME.pack(self._length, self._crc), HEADER_SIZE)
+        _fsync(self._fd)
+        os.close(self._fd)
+        self._fd = None
+
+    def abandon(self) -> None:
+        """Close and remove the unfinished file (quietly: nothing reads it)."""
+        if self._fd is not None:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+            self._fd = None
+        try:
+            os.unlink(self.tmp)
+        except OSError:
+            pass
+
+
+def _install_snapshot(data_dir: str, snapshot) -> None:
+    """Make ``snapshot`` (the whole file's bytes, or a ``SnapshotWriter`` holding all of it) the
+    data directory's snapshot, durably."""
+    if isinstance(snapshot, SnapshotWriter):
+        try:
+            snapshot.finish()
+        except BaseException:
+            snapshot.abandon()
+            raise
+        tmp = snapshot.tmp
+    else:
+        tmp = os.path.join(data_dir, SNAPSHOT_NAME + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            _write_all(fd, snapshot)
+            _fsync(fd)
+        finally:
+            os.close(fd)
     os.replace(tmp, os.path.join(data_dir, SNAPSHOT_NAME))
     # The rename must be durable before the log is emptied, or a crash could leave neither.
     _fsync_dir(data_dir)

@@ -36,8 +36,9 @@ Every so often (when the log passes ``snapshot_log_bytes``, on ``snapshot()`` an
 store snapshots the persistent tree without stopping: it opens a consistent cut at the last transaction
 (``Tree.begin_cut``: the paths of that moment; every later change first preserves the node's state of the
 cut), encodes it a slice per reactor turn (at most ``SNAPSHOT_SLICE_NODES`` nodes and
-``SNAPSHOT_SLICE_SECONDS``) while writes go on to the log, and the worker then writes it to
-``metadata.snapshot.tmp``, fsyncs it, renames it over ``metadata.snapshot``, fsyncs the directory
+``SNAPSHOT_SLICE_SECONDS``) while writes go on to the log, the worker appending each slice to
+``metadata.snapshot.tmp`` before the next is encoded (so only a slice is ever in memory), and once the
+walk is done the worker fsyncs that file, renames it over ``metadata.snapshot``, fsyncs the directory
 and only then drops the part of the log the snapshot covers (records written during the walk are kept:
 copied to ``metadata.log.tmp``, fsync'd and renamed over the log). Each record carries a transaction id
 and the snapshot the last id it covers, so a crash at any step replays nothing twice and loses nothing:
@@ -169,14 +170,15 @@ class _Commit:
 class _Snapshot:
     """A snapshot in the making: the cut's txid and log offset, its paths, the walk so far."""
 
-    __slots__ = ("txid", "keep_from", "paths", "position", "ops", "waiters")
+    __slots__ = ("txid", "keep_from", "paths", "position", "file", "waiters")
 
     def __init__(self, txid: int, keep_from: int, paths: list[str], waiters: list[_Commit]):
         self.txid = txid
         self.keep_from = keep_from
         self.paths = paths
         self.position = 0
-        self.ops: list[bytes] = []
+        #: The file the walk is written to (log_format.SnapshotWriter, made by the worker).
+        self.file = None
         self.waiters = waiters
 
 
@@ -403,13 +405,14 @@ class _Core:
             # Closed, abandoned or failed meanwhile: the log has everything the disk can have.
             self._snapshot_done((StoreClosedError("metadata store is closed or failed"), 0), snap)
             return
+        ops = []
         try:
             paths, position = snap.paths, snap.position
             end = min(len(paths), position + SNAPSHOT_SLICE_NODES)
             deadline = time.perf_counter() + SNAPSHOT_SLICE_SECONDS
             while position < end:
                 step = min(end, position + SNAPSHOT_SLICE_STEP)
-                snap.ops += self.tree.cut_ops(paths[position:step])
+                ops += self.tree.cut_ops(paths[position:step])
                 position = step
                 if time.perf_counter() >= deadline:
                     break
@@ -420,20 +423,41 @@ class _Core:
             log.failure("metadata snapshot could not be encoded; the log keeps every write")
             self._snapshot_done((e, 0), snap)
             return
-        if end < len(snap.paths):
-            self.reactor.callLater(0, self._snapshot_slice)
-            return
-        self.tree.end_cut()
-        d = deferToThreadPool(self.reactor, self.pool, self._install, snap.txid, snap.ops, snap.keep_from)
-        d.addCallback(self._snapshot_done, snap)
+        # The slice goes to the file before the next is encoded: the snapshot is in memory a
+        # slice at a time (log_format.SnapshotWriter), in the worker's order with the log's batches.
+        d = deferToThreadPool(self.reactor, self.pool, self._snapshot_append, snap, b"".join(ops))
+        d.addCallback(self._snapshot_appended, snap)
         d.addErrback(lambda f: self._snapshot_done((f.value, 0), snap))
 
-    def _install(self, txid: int, ops: list[bytes], keep_from: int):
+    def _snapshot_append(self, snap: "_Snapshot", ops: bytes):
+        """Worker thread: ``ops`` onto the snapshot's file (made by the first slice); the error or None."""
+        try:
+            if snap.file is None:
+                snap.file = log_format.SnapshotWriter(self.data_dir, snap.txid)
+            snap.file.append(ops)
+            return None
+        except Exception as e:
+            return e
+
+    def _snapshot_appended(self, error, snap: "_Snapshot") -> None:
+        if error is not None:
+            self._snapshot_done((error, 0), snap)
+        elif snap.position < len(snap.paths):
+            self.reactor.callLater(0, self._snapshot_slice)
+        elif self.snapshot is snap:
+            self.tree.end_cut()
+            d = deferToThreadPool(self.reactor, self.pool, self._install, snap, snap.keep_from)
+            d.addCallback(self._snapshot_done, snap)
+            d.addErrback(lambda f: self._snapshot_done((f.value, 0), snap))
+
+    def _install(self, snap: "_Snapshot", keep_from: int):
         """Worker thread: ``(error or None, snapshot bytes)``; queued behind the batches before it."""
         try:
-            data = log_format.encode_snapshot(txid, ops)
-            self.log_fd = log_format.write_snapshot_keeping(self.data_dir, self.log_fd, data, keep_from)
-            return None, len(data)
+            if snap.file is None:       # (a tree of no persistent node: nothing was appended)
+                snap.file = log_format.SnapshotWriter(self.data_dir, snap.txid)
+            size = snap.file.size
+            self.log_fd = log_format.write_snapshot_keeping(self.data_dir, self.log_fd, snap.file, keep_from)
+            return None, size
         except log_format.LogReplacedError as e:
             self.log_fd = e.log_fd
             return e, 0
@@ -447,6 +471,8 @@ class _Core:
         if self.snapshot is snap:
             self.snapshot = None
             self.tree.end_cut()
+        if error is not None and snap.file is not None:
+            snap.file.abandon()     # (nothing is writing it now: each step waits for the last)
         failed = None
         if error is not None:
             failed = self._snapshot_failed(error)
