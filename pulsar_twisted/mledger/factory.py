@@ -4,12 +4,14 @@ name over one ledger client and one metadata store, keeping one instance per nam
 """
 
 from twisted.internet import defer
+from twisted.python.failure import Failure
 from twisted.logger import Logger
 from zope.interface import implementer
 
 from pulsar_twisted.mledger import formats
 from pulsar_twisted.mledger.config import ManagedLedgerConfig
-from pulsar_twisted.mledger.interfaces import IManagedLedgerFactory, ManagedLedgerClosedError
+from pulsar_twisted.mledger.interfaces import (
+    IManagedLedgerFactory, ManagedLedgerClosedError, ManagedLedgerError)
 from pulsar_twisted.mledger.ledger import ManagedLedgerImpl, State
 from pulsar_twisted.mledger.cache import CacheBudget
 from pulsar_twisted.mledger.timers import SharedTimers
@@ -143,7 +145,7 @@ class ManagedLedgerFactory:
     async def _delete(self, name):
         ml = self._ledgers.get(name)
         if ml is not None:
-            await ml.close()
+            await self._close_for_delete(ml, name)
         path = formats.ledger_path(name)
         res = await self.store.get(path)
         if res is None:
@@ -165,6 +167,40 @@ class ManagedLedgerFactory:
             except Exception as e:
                 log.warn("deleting managed ledger {name}: ledger {lid}: {err}", name=name, lid=lid, err=e)
         return None
+
+    async def _close_for_delete(self, ml, name):
+        """``ml.close()`` before its data is deleted, waited for at most CLOSE_WAIT_LIMIT (as an
+        open and a shutdown wait). A close still going then (stuck on a bookie or a metadata store
+        that does not answer) fails the delete, and so does a new instance of the name opened
+        meanwhile: an open waits for the close no longer than that either, so a delete that went
+        on after a late close would remove the new instance's metadata and ledgers under it,
+        messages it acknowledged with them."""
+        waited = defer.Deferred()
+
+        def closed(result):
+            if call.active():
+                call.cancel()
+                if isinstance(result, Failure):
+                    waited.errback(result)      # the delete fails with it, as before
+                else:
+                    waited.callback(None)
+            elif isinstance(result, Failure):
+                log.warn("managed ledger {name}: its close for a delete failed late: {err}",
+                         name=name, err=result.getErrorMessage())
+            return None
+
+        def waited_enough():
+            waited.errback(ManagedLedgerError(
+                f"managed ledger {name} is still closing after {CLOSE_WAIT_LIMIT:.0f} s: "
+                f"not deleted; try again"))
+
+        call = self.reactor.callLater(CLOSE_WAIT_LIMIT, waited_enough)
+        ml.close().addBoth(closed)
+        await waited
+        self._forget(ml)    # (after a close that failed before forgetting it, too)
+        if self._ledgers.get(name) is not None or name in self._opening:
+            raise ManagedLedgerError(f"managed ledger {name} was opened again while it closed for "
+                                     f"its delete: not deleted")
 
     def list_names(self):
         d = self.store.get_children(formats.ROOT)

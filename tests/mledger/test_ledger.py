@@ -765,6 +765,46 @@ class LifecycleTests(ManagedLedgerHarness, unittest.TestCase):
         self.bk.resume_adds()
         self.successResultOf(closing)
 
+    def test_delete_during_a_close_waits_for_it_then_deletes(self):
+        """A delete while the instance is closing (its adds draining: a topic deleted during its
+        unload) waits for the close, then deletes the metadata and every ledger."""
+        ml = self.open()
+        self.cursor(ml)
+        lid = self.add(ml, 1)[0].ledger_id
+        self.bk.pause_adds()
+        in_flight = ml.add_entry(data(1))
+        closing = ml.close()
+        deleting = self.factory.delete(ml.name)
+        self.assertNoResult(deleting)
+        self.bk.resume_adds()
+        self.successResultOf(in_flight)
+        self.successResultOf(closing)
+        self.successResultOf(deleting)
+        self.assertIsNone(self.successResultOf(self.store.get(formats.ledger_path(ml.name))))
+        self.assertIn(lid, self.bk.deleted)
+
+    def test_delete_during_a_stuck_close_spares_the_next_instance(self):
+        """A delete while the instance is still closing (a topic deleted during its unload) waits
+        for the close. When that close is stuck (adds in flight unanswered), an open of the name
+        (the topic's clients reconnecting) gives a new instance after CLOSE_WAIT_LIMIT, which
+        takes new messages; the late end of the old close must not let the delete go on to remove
+        the new instance's metadata and ledgers under it."""
+        from pulsar_twisted.mledger.factory import CLOSE_WAIT_LIMIT
+        ml, in_flight, closing, opening = self._open_while_closing()
+        deleting = self.factory.delete(ml.name)
+        self.assertNoResult(deleting)
+        self.clock.advance(CLOSE_WAIT_LIMIT)
+        again = self.successResultOf(opening)
+        self.bk.resume_adds()
+        positions = self.add(again, 2, start=5)
+        self.failureResultOf(in_flight, ManagedLedgerFencedError)
+        self.successResultOf(closing)
+        self.failureResultOf(deleting, ManagedLedgerError)
+        self.assertIs(self.factory.get(ml.name), again)
+        self.assertIsNotNone(self.successResultOf(self.store.get(formats.ledger_path(ml.name))))
+        self.assertNotIn(positions[0].ledger_id, self.bk.deleted)
+        self.assertEqual(self.add(again, 1, start=7)[0].ledger_id, positions[0].ledger_id)
+
     def test_second_close_waits_for_the_first(self):
         """A close while a close is in progress (a shutdown or a delete during a topic's unload)
         fires when that close is done; it used to fire at once, so a shutdown could end with the
