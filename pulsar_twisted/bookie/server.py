@@ -161,6 +161,10 @@ class BookieServer(Service):
                 # Named after its port (tests on ephemeral ports): checked once that is known.
                 self.bookie_id = f"{self.advertised_address}:{self.port.getHost().port}"
                 await self._check_cookie()
+            if self._abandoned:
+                # Stopped while the port opened: that stop (not serving yet) only waits for this
+                # start, so what it started is closed here, not left to serve and register.
+                raise defer.CancelledError(f"bookie {self.bookie_id} stopped while starting")
         except BaseException:
             if self.port is not None:
                 await defer.maybeDeferred(self.port.stopListening)

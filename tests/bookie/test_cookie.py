@@ -405,6 +405,31 @@ class StoreCookieTests(StorageTestBase):
         self.assertEqual(self.successResultOf(self.store.get_children("/ledgers/available")), [])
 
     @defer.inlineCallbacks
+    def test_stop_while_the_bookie_port_opens_leaves_nothing_running(self):
+        """Stopped while the start opens its bookie port (an endpoint that answers later): the
+        start, once the port is open, gives up there (the stop waits for it) and closes the port
+        and the storage; it used to go on to serve and register after the stop had ended, with
+        nothing left to undo it."""
+        endpoint = _HeldEndpoint()
+        storage = BookieStorage(self.journal_dir, self.ledger_dirs, reactor, flush_interval_ms=0,
+                                gc_wait_time_ms=0)
+        server = BookieServer(storage, reactor, endpoint=endpoint, bookie_id="b1:3181",
+                              metadata_store=self.store.new_session(), disk_check_interval=0,
+                              data_dirs=[self.journal_dir, *self.ledger_dirs])
+        starting = server.start()
+        self.addCleanup(lambda: server.stop() if server.port is not None else None)
+        yield endpoint.asked
+        stopping = server.stop()
+        self.assertNoResult(stopping)
+        endpoint.release()
+        yield self.assertFailure(starting, defer.CancelledError)
+        yield stopping
+        self.assertIsNone(server.port)
+        self.assertFalse(endpoint.port.connected)
+        self.assertFalse(storage._running)
+        self.assertEqual(self.successResultOf(self.store.get_children("/ledgers/available")), [])
+
+    @defer.inlineCallbacks
     def test_store_unreachable_waits(self):
         """An unreachable store delays the start (the bookie does not serve unchecked), then it goes on."""
         flaky = _FlakyStore(self.store.new_session(), failures=2)
