@@ -160,7 +160,9 @@ class BookieServer(Service):
             if self.bookie_id is None:
                 # Named after its port (tests on ephemeral ports): checked once that is known.
                 self.bookie_id = f"{self.advertised_address}:{self.port.getHost().port}"
-                await self._check_cookie()
+                # A new id at every start by design: its directories are not refused for being
+                # recorded under the id of a previous start (resources/bookies.check_cookie).
+                await self._check_cookie(port_named=True)
             if self._abandoned:
                 # Stopped while the port opened: that stop (not serving yet) only waits for this
                 # start, so what it started is closed here, not left to serve and register.
@@ -198,7 +200,7 @@ class BookieServer(Service):
         log.info("bookie {bookie} serving on {address} (read-only: {ro})", bookie=self.bookie_id,
                  address=self.port.getHost(), ro=self.read_only)
 
-    async def _check_cookie(self) -> None:
+    async def _check_cookie(self, port_named=False) -> None:
         """The metadata store's cookie for this bookie id against its directories' (resources/bookies.py
         ``check_cookie``), before the bookie serves or registers. A mismatch fails the start; while the
         store cannot be reached the check is retried (a bookie whose directories may not be its own
@@ -211,7 +213,8 @@ class BookieServer(Service):
         while True:
             try:
                 self._cookie_wait = defer.Deferred.fromCoroutine(
-                    check_cookie(self.store, self.bookie_id, instance))
+                    check_cookie(self.store, self.bookie_id, instance,
+                                 refuse_other_ids=not port_named))
                 if await self._cookie_wait:
                     log.info("bookie {bookie}: cookie recorded in the metadata store (instance {instance})",
                              bookie=self.bookie_id, instance=instance)

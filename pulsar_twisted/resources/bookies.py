@@ -39,17 +39,19 @@ class CookieMismatchError(Exception):
     """The metadata store names another instance for this bookie id than its directories hold."""
 
 
-async def check_cookie(store, bookie_id: str, instance: str) -> bool:
+async def check_cookie(store, bookie_id: str, instance: str, refuse_other_ids: bool = True) -> bool:
     """Check the cookie ``/ledgers/cookies/<bookie_id>`` against the ``instance`` of the bookie's
     directories (``bookie/cookie.py``), recording it when absent (True then). A different one raises
     CookieMismatchError: this id's directories were replaced (every one of them, or the local cookies
     would have refused the start) or are another bookie's, and what the id stored elsewhere in the
     cluster's ledgers is not in them, so serving under it would answer "no such entry" for entries
-    it acknowledged; BookKeeper keeps the same cookie in ZooKeeper for this."""
+    it acknowledged; BookKeeper keeps the same cookie in ZooKeeper for this. A new id whose
+    ``instance`` the store records for another id is refused too, unless ``refuse_other_ids`` is
+    False (a bookie named after its ephemeral port, whose id changes at every start)."""
     path = f"{COOKIES_ROOT}/{bookie_id}"
     value = instance.encode()
     found = await store.get(path)
-    if found is None:
+    if found is None and refuse_other_ids:
         # A new id: its directories must not be another id's (BookKeeper's local cookie names
         # the bookie for this). A bookie started under a new address over its old directories,
         # or a copy of another bookie's, would serve that bookie's ledgers under an id their
@@ -62,6 +64,7 @@ async def check_cookie(store, bookie_id: str, instance: str) -> bool:
                     f"store records for bookie {other}: they are bookie {other}'s; not started. Start "
                     f"them under that id again, or, once bookie {other} is gone for good and its "
                     f"ledgers are re-replicated, delete {COOKIES_ROOT}/{other}")
+    if found is None:
         try:
             await store.put(path, value, expected_version=-1)
             return True

@@ -430,6 +430,28 @@ class StoreCookieTests(StorageTestBase):
         self.assertEqual(self.successResultOf(self.store.get_children("/ledgers/available")), [])
 
     @defer.inlineCallbacks
+    def test_port_named_bookie_restarts_over_its_directories(self):
+        """A bookie named after its ephemeral port (bookie_id None, bookiePort=0 in the daemon)
+        gets a new id at every start. Restarted over its own directories it starts (as it did
+        before 60c57ff) instead of being refused as 'another bookie's directories'."""
+        storage = BookieStorage(self.journal_dir, self.ledger_dirs, reactor, flush_interval_ms=0,
+                                gc_wait_time_ms=0)
+        server = BookieServer(storage, reactor, endpoint="tcp:0:interface=127.0.0.1",
+                              advertised_address="127.0.0.1", metadata_store=self.store.new_session(),
+                              disk_check_interval=0, data_dirs=[self.journal_dir, *self.ledger_dirs])
+        yield server.start()
+        first = server.bookie_id
+        yield server.stop()
+        storage = BookieStorage(self.journal_dir, self.ledger_dirs, reactor, flush_interval_ms=0,
+                                gc_wait_time_ms=0)
+        server = BookieServer(storage, reactor, endpoint="tcp:0:interface=127.0.0.1",
+                              advertised_address="127.0.0.1", metadata_store=self.store.new_session(),
+                              disk_check_interval=0, data_dirs=[self.journal_dir, *self.ledger_dirs])
+        yield server.start()
+        self.addCleanup(server.stop)
+        self.assertNotEqual(server.bookie_id, first)
+
+    @defer.inlineCallbacks
     def test_store_unreachable_waits(self):
         """An unreachable store delays the start (the bookie does not serve unchecked), then it goes on."""
         flaky = _FlakyStore(self.store.new_session(), failures=2)
