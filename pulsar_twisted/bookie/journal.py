@@ -262,6 +262,10 @@ class Journal:
         self._switch_logged = -60.0
         #: A group failed part-way: the next one starts a new file (``_write_records``).
         self._roll_next = False
+        #: The end of what was written to the current file, failed groups included, and whether
+        #: it holds a record that was acknowledged (a failure then makes a new file).
+        self._dirty_end = 0
+        self._holds_acked = False
         #: Groups fail since the last one written and fdatasync'd: the failure was logged.
         self._failing = False
 
@@ -272,7 +276,8 @@ class Journal:
         if replay.append_file is not None:
             self.file_id = replay.append_file
             self._fd = os.open(journal_path(self._dir, self.file_id), os.O_WRONLY)
-            self._offset = replay.append_offset
+            self._offset = self._dirty_end = replay.append_offset
+            self._holds_acked = self._offset > formats.JOURNAL_HEADER.size
             self.prealloc.reset(self._fd, self._offset)
         else:
             self._create(replay.next_file_id)
@@ -583,13 +588,21 @@ class Journal:
             if parts:
                 data = b"".join(parts)
                 nbytes = len(data)
-                self.prealloc.claim(self._offset + nbytes)
+                end = self._offset + nbytes
+                if self._dirty_end > end:
+                    # A failed group's bytes lie past this one (a file written again after a
+                    # failure): zeroed, so that replay stops after this group and never reads
+                    # a record that was refused.
+                    data += bytes(self._dirty_end - end)
+                self.prealloc.claim(self._offset + len(data))
+                self._dirty_end = max(self._dirty_end, self._offset + len(data))
                 self._pwrite_all(data, self._offset)
-                self._offset += nbytes
                 if self._sync:
                     started = time.monotonic()
                     os.fdatasync(self._fd)
                     fsync_s = time.monotonic() - started
+                self._offset = self._dirty_end = end
+                self._holds_acked = True
                 if self._failing:
                     # Only a group on disk ends the episode: a new file can be made on a disk that
                     # still fails every group's fdatasync (a log line per group, and per file, then).
@@ -600,13 +613,16 @@ class Journal:
             # Every record of the group hears, also when the failure came before they were listed
             # (a new file that could not be made).
             results = [(item[2], None, None) for item in group]
-            self._roll_next = True
+            # What the file holds past the last good group is unknown now: a failed fdatasync may
+            # have dropped those pages, and replay reads a file only up to its first bad record, so
+            # a record acknowledged after the hole would be lost at the next crash (and cut off as
+            # a torn tail). BookKeeper stops the bookie; we refuse this group and start a new file
+            # for the next (replay reads every file), retrying until the disk takes it. A file that
+            # holds no acknowledged record yet (the new one, failing too) is written again instead,
+            # from where its records start (see the zeroing above): a disk that keeps failing makes
+            # one new file per episode, not one per group.
+            self._roll_next = self._holds_acked
             if not self._failing:
-                # What the file holds past the last good group is unknown now: a failed fdatasync may
-                # have dropped those pages, and replay reads a file only up to its first bad record,
-                # so a record acknowledged after the hole would be lost at the next crash (and cut off
-                # as a torn tail). BookKeeper stops the bookie; we refuse this group and start a new
-                # file for the next (replay reads every file), retrying until the disk takes it.
                 self._failing = True
                 text = ("journal: writing {n} records to file {id:x} failed ({err}); they are refused "
                         "and the next write starts a new file")
@@ -643,4 +659,5 @@ class Journal:
             os.close(fd)    # the next attempt makes the same file afresh (O_TRUNC)
             raise
         self._fd, self.file_id, self._offset = fd, file_id, len(header)
+        self._dirty_end, self._holds_acked = self._offset, False
         self.prealloc.reset(fd, len(header))

@@ -540,7 +540,7 @@ class TurnWriteTests(unittest.TestCase):
         self.assertEqual([f.type for f in failed], [journal_module.JournalWriteError])
         # The bookie answers it as unavailable (the writer replaces it), not as an unexpected error.
         self.assertEqual(status_for(failed[0].value), bookie_pb2.UNAVAILABLE)
-        hole_end = j._offset
+        hole_end = j._dirty_end
         r3 = key_record(3)
         j.append((r3,), len(r3)).addCallback(fired.append)
         j._reactor.advance(0)
@@ -554,27 +554,61 @@ class TurnWriteTests(unittest.TestCase):
     def test_a_failure_is_logged_once_while_new_files_fail_too(self):
         """A disk that takes each new file's header but fails each group's fdatasync makes one
         episode, logged once when it starts and once when a group is on disk again, not twice per
-        group."""
+        group; and one new file for it, not one per group: the file made after the failure holds
+        no acknowledged record, so the next groups are written in it again."""
         events = []
         globalLogPublisher.addObserver(events.append)
         self.addCleanup(globalLogPublisher.removeObserver, events.append)
         j = self.journal()
+        r1 = key_record(1)
+        j.append((r1,), len(r1))
+        j._reactor.advance(0)
+        first_file = j.file_id
         eio = OSError(5, "Input/output error")
-        self.sync_errors += [eio, None, eio, None, eio]     # group, (header, group) twice
+        self.sync_errors += [eio, None, eio, eio]     # group, (new file's header, group), group
         for ledger_id in (2, 3, 4):
             self.assertEqual(len(self._fail_one(j, ledger_id)), 1)
+        self.assertEqual(j.file_id, first_file + 1)
         fired = []
         r5 = key_record(5)
         j.append((r5,), len(r5)).addCallback(fired.append)
         j._reactor.advance(0)
-        self.assertEqual(fired, [None])
+        self.assertEqual((fired, j.file_id), ([None], first_file + 1))
         mine = [e["log_level"] for e in events if e.get("log_namespace") == journal_module.log.namespace]
         self.assertEqual(mine, [LogLevel.error, LogLevel.info])
+        self.assertEqual(sorted(os.listdir(self.dir)), [os.path.basename(journal_path(self.dir, f))
+                                                        for f in (first_file, first_file + 1)])
+
+    def test_a_file_written_again_after_a_failure_replays_only_what_was_acknowledged(self):
+        """A group refused in a file that holds no acknowledged record is written over by the next,
+        and what the refused group left past the next one's end is zeroed: replay reads the
+        acknowledged records and stops, never taking a refused one for stored."""
+        j = self.journal()
+        self.sync_errors.append(OSError(5, "Input/output error"))
+        long_record = key_record(2) * 3       # three records in one group
+        failed = []
+        j.append((long_record,), len(long_record), records=3).addErrback(failed.append)
+        j._reactor.advance(0)
+        self.assertEqual(len(failed), 1)
+        first_file, dirty = j.file_id, j._dirty_end
+        fired = []
+        r3 = key_record(3)
+        j.append((r3,), len(r3)).addCallback(fired.append)
+        j._reactor.advance(0)
+        self.assertEqual((fired, j.file_id), ([None], first_file))
+        self.assertLess(j._offset, dirty)
+        os.close(j._fd)
+        j._fd = -1
+        # The refused group's bytes did reach the disk here (the failure was the fdatasync's).
+        self.assertEqual([rec[1] for rec in replay_journal(self.dir).records], [3])
 
     def test_a_failed_new_file_is_retried(self):
         """When making the new file fails too (its header's fdatasync), that group is refused as
         well and the next one tries again; nothing is acknowledged before a write succeeds."""
         j = self.journal()
+        r1 = key_record(1)
+        j.append((r1,), len(r1))
+        j._reactor.advance(0)
         first_file = j.file_id
         self.sync_errors += [OSError(5, "Input/output error"), OSError(5, "Input/output error")]
         self.assertEqual(len(self._fail_one(j, 2)), 1)      # the group's fdatasync

@@ -41,10 +41,11 @@ class JournalFailureTests(StorageTestBase):
         replayed without one refuses its own writer's adds and its reader's recovery fence."""
         storage = yield self.open()
         journal = storage._journal
+        yield storage.add_entry(4, 0, self.data(4, 0), KEY)     # the file holds an acknowledged record
         first_file, start = journal.file_id, journal._offset
         self.fail_journal_syncs(storage, 1)
         yield self.assertFailure(storage.add_entry(5, 0, self.data(5, 0), KEY), JournalWriteError)
-        end = journal._offset
+        end = journal._dirty_end
         yield storage.add_entry(5, 1, self.data(5, 1), KEY, 0)
         self.assertEqual(journal.file_id, first_file + 1)
         self.crash(storage)
@@ -61,10 +62,11 @@ class JournalFailureTests(StorageTestBase):
         it; the next fence is acknowledged and must bring the key back after a crash."""
         storage = yield self.open()
         journal = storage._journal
+        yield storage.add_entry(4, 0, self.data(4, 0), KEY)     # the file holds an acknowledged record
         first_file, start = journal.file_id, journal._offset
         self.fail_journal_syncs(storage, 1)
         yield self.assertFailure(storage.fence_ledger(6, KEY), JournalWriteError)
-        end = journal._offset
+        end = journal._dirty_end
         yield storage.fence_ledger(6, KEY)
         self.crash(storage)
         self.drop_region(first_file, start, end)
@@ -86,7 +88,7 @@ class JournalFailureTests(StorageTestBase):
         region = [journal.file_id, journal._offset]
         self.fail_journal_syncs(storage, 1)
         yield self.assertFailure(storage.delete_ledger(1), JournalWriteError)
-        region.append(journal._offset)
+        region.append(journal._dirty_end)
         return storage, region
 
     @defer.inlineCallbacks
