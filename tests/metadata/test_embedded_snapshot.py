@@ -274,3 +274,76 @@ class SlicedSnapshotTests(TestCase):
         store._abandon()
         store = await self.open()
         self.assertEqual(len(await store.get_children("/t")), 100)
+
+    async def test_log_truncate_not_synced_then_next_snapshot_keeps_writes_of_its_walk(self):
+        """The snapshot is installed and the log truncated, but the log's fsync fails: the store
+        must not go on with a log size it no longer has, or the next snapshot's keep_from points
+        past the real end of the log and the writes made during its walk are dropped."""
+        store = await self.filled(100)
+        calls, installing = [], []
+        real_fsync, real_install = log_format._fsync, store_module._Core._install
+
+        def install(core, *args):
+            installing.append(True)
+            try:
+                return real_install(core, *args)
+            finally:
+                installing.clear()
+
+        def failing(fd):
+            if installing:
+                calls.append(fd)
+                if len(calls) == 2:     # 1: the snapshot file's; 2: the truncated log's
+                    raise OSError(5, "EIO (injected)")
+            return real_fsync(fd)
+        self.patch(store_module._Core, "_install", install)
+        self.patch(log_format, "_fsync", failing)
+        await self.assertFailure(store.snapshot(), SnapshotFailedError)
+        self.assertEqual(len(calls), 2)
+        if store._core.failure is None:
+            # The store took writes on: they must all survive a second snapshot and a crash.
+            await store.put("/t/after", b"a")
+            release = self.hold_walk()
+            done = store.snapshot()
+            await self.cut_open(store)
+            await store.put("/t/during", b"d")
+            release()
+            await done
+        else:
+            await self.assertFailure(store.put("/t/after", b"a"), StoreFailedError)
+        self.flushLoggedErrors(OSError)
+        store._abandon()
+        store = await self.open()
+        if (await store.exists("/t/after")) is not None:
+            self.assertEqual((await store.get("/t/during"))[0], b"d")
+        self.assertEqual((await store.get("/t/n7"))[0], b"v7")
+
+    async def test_a_log_write_failing_before_the_install_is_not_snapshotted(self):
+        """A one-slice walk whose cut holds a write the log then refuses: once the store has
+        failed, the snapshot must not be installed (it would put the refused write on disk)."""
+        import threading
+        store = await self.filled(5)
+        gate = threading.Event()
+        real_append = log_format.append
+
+        def append(fd, data, sync):
+            gate.wait(10)
+            raise OSError(5, "EIO (injected)")
+        self.patch(log_format, "append", append)
+        done = store.snapshot()
+        lost = store.put("/t/lost", b"")        # in the cut's own batch
+        await self.cut_open(store)
+        for _ in range(100):                    # the one slice is encoded and queued
+            if store._core.snapshot.position == len(store._core.snapshot.paths):
+                break
+            await task.deferLater(reactor, 0, lambda: None)
+        gate.set()
+        await self.assertFailure(lost, StoreFailedError)
+        await self.assertFailure(done, SnapshotFailedError, StoreFailedError)
+        await store._core.snapshot_settled()
+        self.patch(log_format, "append", real_append)
+        self.flushLoggedErrors(OSError)
+        store._abandon()
+        store = await self.open()
+        self.assertIsNone(await store.exists("/t/lost"))
+        self.assertEqual(len(await store.get_children("/t")), 5)

@@ -192,3 +192,27 @@ class SnapshotWriterTests(SynchronousTestCase):
     def write_snapshot(self, data):
         with open(os.path.join(self.dir, SNAPSHOT_NAME), "wb") as f:
             f.write(data)
+
+
+class SnapshotWriterCloseTests(SynchronousTestCase):
+
+    def test_a_close_that_fails_in_finish_is_not_made_again(self):
+        """Linux releases a descriptor whose close fails: ``finish`` failing there must not leave
+        it for ``abandon`` to close again, which would close whatever file (another thread's)
+        got that number meanwhile."""
+        from pulsar_twisted.metadata.embedded import log_format
+        directory = self.mktemp()
+        os.makedirs(directory)
+        writer = SnapshotWriter(directory, 1)
+        writer.append(_set("/n"))
+        target = writer._fd
+        closes, real = [], os.close
+
+        def close(fd):
+            closes.append(fd)
+            real(fd)
+            if len(closes) == 1:
+                raise OSError(5, "EIO (injected)")
+        self.patch(log_format.os, "close", close)
+        self.assertRaises(OSError, log_format._install_snapshot, directory, writer)
+        self.assertEqual(closes, [target])

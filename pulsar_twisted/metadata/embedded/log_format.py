@@ -224,8 +224,13 @@ def write_snapshot(data_dir: str, log_fd: int, snapshot) -> None:
     """Worker thread: install a snapshot (its bytes, or a ``SnapshotWriter``) durably, then empty
     the log it supersedes."""
     _install_snapshot(data_dir, snapshot)
-    os.ftruncate(log_fd, HEADER_SIZE)
-    _fsync(log_fd)
+    try:
+        os.ftruncate(log_fd, HEADER_SIZE)
+        _fsync(log_fd)
+    except OSError as e:
+        # The log may be cut already (in the page cache if not on disk): the store's idea of its
+        # size is wrong from here, and the next snapshot's keep_from would point past its end.
+        raise LogReplacedError(e, log_fd) from e
 
 
 def write_snapshot_keeping(data_dir: str, log_fd: int, snapshot, keep_from: int) -> int:
@@ -259,7 +264,10 @@ def write_snapshot_keeping(data_dir: str, log_fd: int, snapshot, keep_from: int)
         new_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND)
     except OSError as e:
         raise LogReplacedError(e, log_fd) from e
-    os.close(log_fd)
+    try:
+        os.close(log_fd)
+    except OSError:
+        pass    # the descriptor is released anyway (Linux): never close its number again
     try:
         _fsync_dir(data_dir)
     except OSError as e:
@@ -318,8 +326,8 @@ class SnapshotWriter:
         """Complete the file and fsync it (``_install_snapshot`` renames it into place)."""
         os.pwrite(self._fd, _FRAME.pack(self._length, self._crc), HEADER_SIZE)
         _fsync(self._fd)
-        os.close(self._fd)
-        self._fd = None
+        fd, self._fd = self._fd, None
+        os.close(fd)    # released even when it fails: ``abandon`` must not close the number again
 
     def abandon(self) -> None:
         """Close and remove the unfinished file (quietly: nothing reads it)."""

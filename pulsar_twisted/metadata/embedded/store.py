@@ -444,6 +444,10 @@ class _Core:
             self._snapshot_done((error, 0), snap)
         elif snap.position < len(snap.paths):
             self.reactor.callLater(0, self._snapshot_slice)
+        elif self.pool is None or self.failure is not None:
+            # A log write failed (the cut's own batch, maybe: its refused writes are in the cut)
+            # or the store closed while the last slice was written: install nothing.
+            self._snapshot_done((StoreClosedError("metadata store is closed or failed"), 0), snap)
         elif self.snapshot is snap:
             self.tree.end_cut()
             d = deferToThreadPool(self.reactor, self.pool, self._install, snap, snap.keep_from)
