@@ -595,7 +595,9 @@ class Journal:
                     # a record that was refused.
                     data += bytes(self._dirty_end - end)
                 self.prealloc.claim(self._offset + len(data))
-                self._dirty_end = max(self._dirty_end, self._offset + len(data))
+                # ``_dirty_end`` follows what the disk took (``_pwrite_all``): past it the file
+                # reads as its end or allocated zeros, and zeroing up to where a group refused
+                # part-way (ENOSPC) would have ended needs blocks the next group does not.
                 self._pwrite_all(data, self._offset)
                 if self._sync:
                     started = time.monotonic()
@@ -641,6 +643,8 @@ class Journal:
             written = os.pwrite(self._fd, view, offset)
             view = view[written:]
             offset += written
+            if offset > self._dirty_end:
+                self._dirty_end = offset
 
     def _roll(self) -> None:
         old = self._fd

@@ -602,6 +602,35 @@ class TurnWriteTests(unittest.TestCase):
         # The refused group's bytes did reach the disk here (the failure was the fdatasync's).
         self.assertEqual([rec[1] for rec in replay_journal(self.dir).records], [3])
 
+    def test_a_disk_full_part_way_does_not_demand_space_the_refused_group_never_took(self):
+        """ENOSPC part-way through a large group (a short pwrite, then the error) in a file that
+        holds no acknowledged record: the next, small group fits in the blocks already written and
+        must be taken; zeroing up to where the refused group would have ended needs space the disk
+        does not have, and refused every group until that much was free."""
+        j = self.journal()
+        full_at = j._offset + 4096      # the disk takes this much more, then it is full
+        real = os.pwrite
+
+        def pwrite(fd, data, offset):
+            if offset >= full_at:
+                raise OSError(28, "No space left on device")
+            return real(fd, bytes(data)[:full_at - offset], offset)
+        self.patch(journal_module.os, "pwrite", pwrite)
+        big = key_record(2) * 200
+        self.assertGreater(len(big), 4096)
+        failed = []
+        j.append((big,), len(big)).addErrback(failed.append)
+        j._reactor.advance(0)
+        self.assertEqual(len(failed), 1)
+        fired = []
+        r3 = key_record(3)
+        j.append((r3,), len(r3)).addCallbacks(fired.append, fired.append)
+        j._reactor.advance(0)
+        self.assertEqual(fired, [None])
+        os.close(j._fd)
+        j._fd = -1
+        self.assertEqual([rec[1] for rec in replay_journal(self.dir).records], [3])
+
     def test_a_failed_new_file_is_retried(self):
         """When making the new file fails too (its header's fdatasync), that group is refused as
         well and the next one tries again; nothing is acknowledged before a write succeeds."""
