@@ -627,12 +627,14 @@ class Journal:
             if not self._failing:
                 self._failing = True
                 text = ("journal: writing {n} records to file {id:x} failed ({err}); they are refused "
-                        "and the next write starts a new file")
+                        "and the next write {where}")
+                where = ("starts a new file" if self._roll_next else
+                         "goes where they were, in this file (it holds no acknowledged record)")
                 if isinstance(e, OSError):
-                    log.error(text, n=len(group), id=self.file_id, err=e)
+                    log.error(text, n=len(group), id=self.file_id, err=e, where=where)
                 else:
                     # Not the disk: a bug, whose traceback is what tells where.
-                    log.failure(text, Failure(), n=len(group), id=self.file_id, err=e)
+                    log.failure(text, Failure(), n=len(group), id=self.file_id, err=e, where=where)
         return results, error, records, nbytes, fsync_s
 
     def _pwrite_all(self, data: bytes, offset: int) -> None:

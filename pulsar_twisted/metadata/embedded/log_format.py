@@ -329,18 +329,19 @@ class SnapshotWriter:
         fd, self._fd = self._fd, None
         os.close(fd)    # released even when it fails: ``abandon`` must not close the number again
 
-    def abandon(self) -> None:
-        """Close and remove the unfinished file (quietly: nothing reads it)."""
-        if self._fd is not None:
+    def abandon(self, unlink: bool = True) -> None:
+        """Close (and, with ``unlink``, remove) the unfinished file, quietly: nothing reads it."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
             try:
-                os.close(self._fd)
+                os.close(fd)
             except OSError:
                 pass
-            self._fd = None
-        try:
-            os.unlink(self.tmp)
-        except OSError:
-            pass
+        if unlink:
+            try:
+                os.unlink(self.tmp)
+            except OSError:
+                pass
 
 
 def _install_snapshot(data_dir: str, snapshot) -> None:

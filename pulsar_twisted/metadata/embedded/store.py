@@ -476,7 +476,14 @@ class _Core:
             self.snapshot = None
             self.tree.end_cut()
         if error is not None and snap.file is not None:
-            snap.file.abandon()     # (nothing is writing it now: each step waits for the last)
+            # (Nothing is writing it now: each step waits for the last.) Removed by the worker, in
+            # its order; with no worker left (closed) only its descriptor is closed here: the file
+            # is then what a crash leaves, which nothing reads, and it is not this thread's to
+            # unlink once the data directory may be another store's.
+            if self.pool is not None:
+                self.pool.callInThread(snap.file.abandon)
+            else:
+                snap.file.abandon(unlink=False)
         failed = None
         if error is not None:
             failed = self._snapshot_failed(error)
