@@ -131,6 +131,21 @@ class ZooKeeperServer:
     def port(self) -> int:
         return int(self.hosts.rsplit(":", 1)[1])
 
+    @property
+    def tick_time(self) -> float:
+        """Seconds of the server's tickTime (zoo.cfg; 2.0 if unknown). ZooKeeper expires sessions
+        in buckets of one tick: a session is expired at the first tick boundary past its last
+        contact plus its timeout, so up to one tick after the timeout."""
+        try:
+            with open(os.path.join(self.directory, "zoo.cfg")) as f:
+                for line in f:
+                    key, _, value = line.partition("=")
+                    if key.strip() == "tickTime":
+                        return int(value) / 1000.0
+        except (OSError, TypeError, ValueError):
+            pass
+        return 2.0
+
     def _script(self, command: str):
         """``scripts/zookeeper.sh command DIR PORT``; None if it succeeded, else why not."""
         script = os.path.join(_REPO_ROOT, "scripts", "zookeeper.sh")

@@ -424,6 +424,7 @@ class _FakeZooKeeper:
     thaw (a test's stand-in for ZooKeeper expiring sessions)."""
 
     name = "zookeeper"
+    tick_time = 2.0
 
     def __init__(self, calls, owned=True, on_resume=None):
         self.calls = calls
@@ -541,29 +542,31 @@ class ZooKeeperNemesisTests(SynchronousTestCase):
         self.assertIsNotNone(fault.ended)
 
     def test_pause_zookeeper(self):
-        """SIGSTOP for the session timeout and 0.5-3 s more, then SIGCONT; the note names the
-        daemons whose registration came back under a new session."""
+        """SIGSTOP for the session timeout, a tick and 0.5-3 s more, then SIGCONT; the note names
+        the daemons whose registration came back under a new session."""
         nemesis, calls, sleeps = self.make(kinds=("pause-zookeeper",))
         nemesis.run(1000)
         self.assertEqual(calls, [("sleep",), ("zk-pause",), ("sleep",), ("zk-resume",), ("sleep",)])
-        self.assertTrue(4.0 + 0.5 <= sleeps[1] <= 4.0 + 3.0, sleeps)
+        self.assertTrue(4.0 + 2.0 + 0.5 <= sleeps[1] <= 4.0 + 2.0 + 3.0, sleeps)
         fault = nemesis.history.faults[0]
         self.assertEqual((fault.kind, fault.target), ("pause-zookeeper", "zookeeper"))
-        self.assertIn("new sessions: bookie0, bookie1, broker0, broker1; old or none: none",
+        self.assertIn("new sessions: bookie0, bookie1, broker0, broker1; old sessions: none; "
+                      "unregistered: none",
                       fault.note)
 
     def test_pause_zookeeper_sessions_kept(self):
-        """Registrations still under their old sessions after the thaw are named as such (after
-        waiting four session timeouts for them to move)."""
+        """Registrations still under their old sessions after the thaw, or under none, are named
+        as such (after waiting four session timeouts for them to move)."""
         from pulsar_twisted.testing.chaos import nemesis as module
         waited = []
         self.patch(module, "wait_for", lambda predicate, timeout, what, interval=0.1:
                    waited.append(timeout) or (_ for _ in ()).throw(module.ClusterError(what)))
         nemesis, calls, sleeps = self.make(kinds=("pause-zookeeper",), expire=False)
+        del nemesis.cluster.sessions["/registrations/broker1"]
         nemesis.run(1000)
         self.assertEqual(waited, [16.0])
-        self.assertIn("new sessions: none; old or none: bookie0, bookie1, broker0, broker1",
-                      nemesis.history.faults[0].note)
+        self.assertIn("new sessions: none; old sessions: bookie0, bookie1, broker0; "
+                      "unregistered: broker1", nemesis.history.faults[0].note)
 
     def test_schedule_by_seed(self):
         """Kinds, targets and holds depend only on the seed, ZooKeeper kinds mixed with others."""
@@ -672,7 +675,7 @@ class ZooKeeperServerFaultTests(SynchronousTestCase):
         self.assertEqual(client.exists("/e").ephemeralOwner, session)
         self.server.pause()
         self.assertTrue(self.server.paused)
-        time.sleep(4.0 + 2.0)
+        time.sleep(4.0 + self.server.tick_time + 1.0)   # expiry comes up to a tick late
         self.server.resume()
         self.assertFalse(self.server.paused)
         other = self.client()

@@ -21,10 +21,12 @@ Faults (``KINDS``):
   with their timeouts restarted, so every daemon that reconnects in time keeps its session (and its
   ephemeral nodes); what the daemons see is a disconnection of a few seconds.
 - ``pause-zookeeper`` (``ZK_KINDS``, optional): SIGSTOP the ZooKeeper server for the session
-  timeout and 0.5-3 s more, then SIGCONT. On resuming, ZooKeeper expires every session it has not
-  heard from within its timeout, which is all of them: every broker and bookie loses its session
-  (ownerships, registrations) at the same moment. The note names the daemons whose registration
-  was then seen under a new session (expired and registered again) and those still under the old.
+  timeout, one tick (ZooKeeper expires sessions at tick boundaries, so up to a tick late) and
+  0.5-3 s more, then SIGCONT. On resuming, ZooKeeper expires every session it has not heard from
+  within its timeout, which is all of them: every broker and bookie loses its session (ownerships,
+  registrations) at the same moment. The note names the daemons whose registration was then seen
+  under a new session (expired and registered again), those still under the old one, and those
+  with none.
   Both ZooKeeper kinds only when the harness started the server (``zk_server.owned``: launched by
   ``scripts/zookeeper.sh``); with an external one (``PULSAR_TEST_ZK``, ``--zk``) they are dropped.
 
@@ -157,12 +159,14 @@ class Nemesis:
                 for p in self.cluster.bookies + self.cluster.brokers}
 
     def _pause_zookeeper(self, zookeeper, hold: float) -> str:
-        """Frozen for the session timeout and ``hold`` more; the note says whose sessions were
-        seen to expire (registration under a new session within 4 session timeouts of the thaw)."""
+        """Frozen for the session timeout, a tick and ``hold`` more; the note says whose sessions
+        were seen to expire (registration under a new session within 4 session timeouts of the
+        thaw)."""
         old = self._sessions()
+        frozen = self.session_timeout + zookeeper.tick_time + hold
         zookeeper.pause()
         try:
-            self._sleep(self.session_timeout + hold)
+            self._sleep(frozen)
         finally:
             zookeeper.resume()
 
@@ -174,10 +178,12 @@ class Nemesis:
                      "every registration under a new session", interval=0.2)
         except ClusterError:
             pass
-        expired = moved()
-        kept = sorted(set(old) - expired)
-        return (f"frozen {self.session_timeout + hold:.1f}s; new sessions: "
-                f"{', '.join(sorted(expired)) or 'none'}; old or none: {', '.join(kept) or 'none'}")
+        now = self._sessions()
+        expired = sorted(n for n, s in now.items() if s is not None and s != old[n])
+        kept = sorted(n for n, s in now.items() if s is not None and s == old[n])
+        gone = sorted(n for n, s in now.items() if s is None)
+        return (f"frozen {frozen:.1f}s; new sessions: {', '.join(expired) or 'none'}; "
+                f"old sessions: {', '.join(kept) or 'none'}; unregistered: {', '.join(gone) or 'none'}")
 
     def _bundle(self, kind: str, target, hold: float) -> str:
         """Unload or split one bundle through ``target``'s admin API; the note names it."""
