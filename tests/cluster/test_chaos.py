@@ -528,6 +528,7 @@ class ZooKeeperNemesisTests(SynchronousTestCase):
             calls.append(("sleep",))
             return len(history.faults) >= faults
         nemesis._sleep = sleep
+        nemesis._settle = lambda seconds: None
         return nemesis, calls, sleeps
 
     def test_kill_zookeeper(self):
@@ -605,6 +606,22 @@ class ZooKeeperNemesisTests(SynchronousTestCase):
         nemesis.heal()
         self.assertEqual(calls[0], ("zk-resume",))
         self.assertFalse(nemesis.zookeeper.paused)
+
+    def test_heal_waits_out_restored_sessions(self):
+        """After a ZooKeeper fault, heal() looks at the registrations only once a session timeout
+        and a tick have passed since ZooKeeper came back: until then a restored session whose
+        daemon never reconnected still holds its registration."""
+        nemesis, calls, _ = self.make(kinds=("kill-zookeeper",))
+        nemesis.run(1000)
+        settled = []
+        nemesis._settle = settled.append
+        nemesis.heal()
+        self.assertEqual(len(settled), 1)
+        self.assertTrue(4.0 + 2.0 < settled[0] <= 4.0 + 2.0 + 0.5, settled)
+        quiet, _, _ = self.make()
+        quiet._settle = settled.append
+        quiet.heal()
+        self.assertEqual(len(settled), 1, "no ZooKeeper fault, no wait")
 
     def test_heal_restarts_zookeeper(self):
         """heal() starts a ZooKeeper that is down again."""

@@ -77,6 +77,8 @@ class Nemesis:
         #: The ZooKeeper server the ZooKeeper kinds act on (and ``heal()`` thaws and restarts):
         #: only one the harness started. Someone else's is never touched.
         self.zookeeper = zk if getattr(zk, "owned", False) else None
+        #: When (monotonic) ZooKeeper last came back from a fault (see ``heal``).
+        self._zookeeper_back = None
         if self.zookeeper is None:
             self.kinds = tuple(k for k in self.kinds if k not in ZK_KINDS)
         self.session_timeout = session_timeout
@@ -151,6 +153,7 @@ class Nemesis:
         down = time.monotonic()
         self._sleep(hold)
         zookeeper.start()
+        self._zookeeper_back = time.monotonic()
         return f"down {time.monotonic() - down:.1f}s"
 
     def _sessions(self) -> dict:
@@ -169,6 +172,7 @@ class Nemesis:
             self._sleep(frozen)
         finally:
             zookeeper.resume()
+            self._zookeeper_back = time.monotonic()
 
         def moved():
             now = self._sessions()
@@ -256,12 +260,26 @@ class Nemesis:
             except ClusterError as e:
                 self.errors.append(f"restart {process.name}: {e}")
 
+    def _settle(self, seconds: float) -> None:
+        time.sleep(seconds)
+
     def heal(self, timeout: float = 60.0) -> None:
         """Every process thawed, connected and running, and registered in ZooKeeper again
         (ClusterError after ``timeout``). ZooKeeper first, if the nemesis may touch it: thawed, and
         started again if it is down."""
         if self.zookeeper is not None:
-            self._heal_one(self.zookeeper)
+            if self.zookeeper.paused or not self.zookeeper.running():
+                self._heal_one(self.zookeeper)
+                self._zookeeper_back = time.monotonic()
+            # A restarted ZooKeeper restores every session from its log and keeps it for a session
+            # timeout (and up to a tick more) even if its client never reconnects, so a
+            # registration seen sooner proves nothing: wait that out first, so that "registered"
+            # means held by a session that is alive.
+            if self._zookeeper_back is not None:
+                settle = (self._zookeeper_back + self.session_timeout + self.zookeeper.tick_time
+                          + 0.5 - time.monotonic())
+                if settle > 0:
+                    self._settle(settle)
         for process in self.cluster.bookies + self.cluster.brokers:
             self._heal_one(process)
         wait_for(lambda: all(self.cluster.session_of(p.registration) is not None

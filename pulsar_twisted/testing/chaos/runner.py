@@ -176,6 +176,7 @@ def run(config: ChaosConfig) -> tuple:
         # spawned it exits (PR_SET_PDEATHSIG follows the thread), so daemons restarted from a
         # short-lived thread would die with it.
         nemesis.run(config.duration)
+        heal_started = time.monotonic()
         try:
             nemesis.heal()
         except ClusterError as e:
@@ -183,7 +184,9 @@ def run(config: ChaosConfig) -> tuple:
             history.meta["heal_error"] = str(e)[:2000]
             log(f"heal incomplete: {str(e)[:300]}")
         history.meta["healed_at"] = time.time()
-        log(f"healed; {len(history.faults)} faults; publishing {config.after_heal:.0f}s more")
+        history.meta["heal_seconds"] = round(time.monotonic() - heal_started, 1)
+        log(f"healed in {history.meta['heal_seconds']:.1f}s; {len(history.faults)} faults; "
+            f"publishing {config.after_heal:.0f}s more")
         time.sleep(config.after_heal)
         producers.stop()
         unanswered = producers.wait_answered(config.settle)
