@@ -6,7 +6,11 @@ Jepsen-style chaos run against a real cluster (issue 11): see pulsar_twisted/tes
     python scripts/chaos.py --seed 2 --quorum 2/2/2 --json /tmp/run2.json
     python scripts/chaos.py --check /tmp/run2.history.json      # check a saved history again
 
-ZooKeeper: --zk HOST:PORT, else $PULSAR_TEST_ZK, else one started with scripts/zookeeper.sh.
+ZooKeeper: --zk HOST:PORT, else $PULSAR_TEST_ZK, else one started with scripts/zookeeper.sh (of
+the run's own when a ZooKeeper fault is asked for, the only case the nemesis may kill or pause it):
+
+    python scripts/chaos.py --seed 3 --faults kill-zookeeper,pause-zookeeper,kill-bookie,pause-broker
+
 Prints the figures; exit status 0 only if nothing acknowledged was lost and no violation was seen,
 1 on violations, 2 if the run itself could not be made. Every process the run started is killed on
 the way out, Ctrl-C and SIGTERM included.
@@ -24,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from pulsar_twisted.testing.chaos import checker  # noqa: E402
 from pulsar_twisted.testing.chaos.history import History  # noqa: E402
 from pulsar_twisted.testing.chaos.nemesis import (  # noqa: E402
-    BUNDLE_KINDS, DISK_KINDS, KINDS, PARTITION_KINDS)
+    BUNDLE_KINDS, DISK_KINDS, KINDS, PARTITION_KINDS, ZK_KINDS)
 
 
 def _quorum(text: str) -> tuple:
@@ -36,7 +40,7 @@ def _quorum(text: str) -> tuple:
 
 def _kinds(text: str) -> tuple:
     kinds = tuple(k for k in text.split(",") if k)
-    known = KINDS + PARTITION_KINDS + DISK_KINDS + BUNDLE_KINDS
+    known = KINDS + PARTITION_KINDS + DISK_KINDS + BUNDLE_KINDS + ZK_KINDS
     unknown = set(kinds) - set(known)
     if unknown:
         raise argparse.ArgumentTypeError(f"unknown faults {sorted(unknown)}; known: {', '.join(known)}")
@@ -57,7 +61,11 @@ def parse(argv):
                         f"(default {','.join(KINDS + PARTITION_KINDS)}; partitions put bookie2\n"
                         "and broker1 in network namespaces, needs root and ip netns; the optional\n"
                         "powerloss-bookie puts every bookie's disk on lazyfs, needs FUSE; the optional\n"
-                        "unload-bundle and split-bundle move bundles through the admin API)")
+                        "unload-bundle and split-bundle move bundles through the admin API; the optional\n"
+                        "kill-zookeeper (kill -9, down 1-6 s, started again on its data) and\n"
+                        "pause-zookeeper (SIGSTOP past the session timeout: every session expires at once)\n"
+                        "act on a ZooKeeper the run starts for itself, and are dropped with --zk or\n"
+                        "$PULSAR_TEST_ZK)")
     p.add_argument("--max-entries-per-ledger", type=int, default=100,
                    help="managedLedgerMaxEntriesPerLedger of the brokers (default 100: every partition "
                         "switches ledgers about once a second, under the faults)")

@@ -4,7 +4,9 @@ A real multi-process cluster for tests: ZooKeeper, N ``twistd pulsar-bookie`` an
 
 ``ZooKeeperServer.shared()`` is one ZooKeeper for the whole test run: the one named by
 ``PULSAR_TEST_ZK`` if set, else one started with ``scripts/zookeeper.sh`` on a free port (stopped at
-exit). ``ZooKeeperUnavailable`` says why there is none (tests skip on it). Each ``Cluster`` works
+exit); ``ZooKeeperServer.launch()`` starts another, private one. A server the harness started can be
+killed -9, started again on its data, paused and resumed (the chaos nemesis's ZooKeeper faults).
+``ZooKeeperUnavailable`` says why there is none (tests skip on it). Each ``Cluster`` works
 under its own ZooKeeper chroot (``/test-<random>``), so clusters sharing the server see nothing of
 each other.
 
@@ -69,14 +71,26 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.1, on_tim
 
 
 class ZooKeeperServer:
-    """A ZooKeeper reachable at ``hosts`` ("127.0.0.1:PORT")."""
+    """A ZooKeeper reachable at ``hosts`` ("127.0.0.1:PORT").
+
+    One started by the harness (``launch()``, ``scripts/zookeeper.sh``) has a ``directory`` and is
+    ``owned``: it can be killed -9 and started again on the same data and port (``kill9()``,
+    ``start()``), frozen and thawed (``pause()``, ``resume()``), as the chaos nemesis does. One named
+    by ``PULSAR_TEST_ZK`` or ``--zk`` is someone else's: those methods refuse (ClusterError)."""
 
     _shared = None
     _shared_error = None
+    name = "zookeeper"
 
     def __init__(self, hosts: str, directory: str = None):
         self.hosts = hosts
         self.directory = directory
+        self.paused = False
+
+    @property
+    def owned(self) -> bool:
+        """Whether the harness started this server (and may kill, restart and pause it)."""
+        return self.directory is not None
 
     @classmethod
     def shared(cls) -> "ZooKeeperServer":
@@ -93,28 +107,133 @@ class ZooKeeperServer:
         if os.environ.get(ZK_ENV):
             cls._shared = cls(os.environ[ZK_ENV])
             return cls._shared
+        try:
+            cls._shared = cls.launch()
+        except ZooKeeperUnavailable as e:
+            cls._shared_error = str(e)
+            raise
+        return cls._shared
+
+    @classmethod
+    def launch(cls) -> "ZooKeeperServer":
+        """A new server of the harness's own (``scripts/zookeeper.sh``) on a free port, in a new
+        temporary directory; the caller stops it. ZooKeeperUnavailable (saying why) if it cannot."""
         directory = tempfile.mkdtemp(prefix="pulsar-zk-")
-        port = free_port(HOST)
+        server = cls(f"{HOST}:{free_port(HOST)}", directory)
+        reason = server._script("start")
+        if reason is not None:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise ZooKeeperUnavailable(
+                f"no ZooKeeper ({ZK_ENV} unset and scripts/zookeeper.sh failed: {reason})")
+        return server
+
+    @property
+    def port(self) -> int:
+        return int(self.hosts.rsplit(":", 1)[1])
+
+    @property
+    def tick_time(self) -> float:
+        """Seconds of the server's tickTime (zoo.cfg; 2.0 if unknown). ZooKeeper expires sessions
+        in buckets of one tick: a session is expired at the first tick boundary past its last
+        contact plus its timeout, so up to one tick after the timeout."""
+        try:
+            with open(os.path.join(self.directory, "zoo.cfg")) as f:
+                for line in f:
+                    key, _, value = line.partition("=")
+                    if key.strip() == "tickTime":
+                        return int(value) / 1000.0
+        except (OSError, TypeError, ValueError):
+            pass
+        return 2.0
+
+    def _script(self, command: str):
+        """``scripts/zookeeper.sh command DIR PORT``; None if it succeeded, else why not."""
         script = os.path.join(_REPO_ROOT, "scripts", "zookeeper.sh")
         try:
-            result = subprocess.run(["bash", script, "start", directory, str(port)],
+            result = subprocess.run(["bash", script, command, self.directory, str(self.port)],
                                     capture_output=True, text=True, timeout=120)
         except (OSError, subprocess.TimeoutExpired) as e:
-            result = None
-            reason = str(e)
-        if result is None or result.returncode != 0:
-            if result is not None:
-                reason = (result.stdout + result.stderr).strip() or f"exit {result.returncode}"
-            shutil.rmtree(directory, ignore_errors=True)
-            cls._shared_error = f"no ZooKeeper ({ZK_ENV} unset and scripts/zookeeper.sh failed: {reason})"
-            raise ZooKeeperUnavailable(cls._shared_error)
-        cls._shared = cls(f"{HOST}:{port}", directory)
-        return cls._shared
+            return str(e)
+        if result.returncode != 0:
+            return (result.stdout + result.stderr).strip() or f"exit {result.returncode}"
+        return None
+
+    def _own(self, what: str) -> None:
+        if not self.owned:
+            raise ClusterError(f"cannot {what} the ZooKeeper at {self.hosts}: the harness did not "
+                               f"start it")
+
+    @property
+    def _pid_path(self) -> str:
+        # zkServer.sh writes the pid of the java process it starts under dataDir.
+        return os.path.join(self.directory, "data", "zookeeper_server.pid")
+
+    def pid(self):
+        """The server process's pid (from zkServer.sh's pid file), or None."""
+        if not self.owned:
+            return None
+        try:
+            with open(self._pid_path) as f:
+                return int(f.read().strip())
+        except (OSError, ValueError):
+            return None
+
+    def running(self) -> bool:
+        """Whether the server process exists (stopped or not) and is no zombie. (It is not our
+        child: zkServer.sh daemonizes it, so init reaps it, maybe late.)"""
+        pid = self.pid()
+        if pid is None:
+            return False
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return False
+        return state not in ("Z", "X")
+
+    def kill9(self) -> None:
+        """SIGKILL the server; returns once the process is gone (its port closed with it)."""
+        self._own("kill")
+        pid = self.pid()
+        if pid is not None and self.running():
+            os.kill(pid, signal.SIGKILL)
+            wait_for(lambda: not self.running(), 10, f"ZooKeeper {pid} to die", interval=0.05)
+        self.paused = False
+        # A pid file naming a zombie or a recycled pid would make zkServer.sh refuse to start.
+        try:
+            os.remove(self._pid_path)
+        except OSError:
+            pass
+
+    def start(self) -> None:
+        """Start the server again on the same data directory and port (its sessions and znodes
+        are restored from its snapshot and log); returns once it answers ``ruok``."""
+        self._own("start")
+        if self.running():
+            return
+        reason = self._script("start")
+        if reason is not None:
+            raise ClusterError(f"ZooKeeper on {self.hosts} did not start again: {reason}")
+
+    def pause(self) -> None:
+        """SIGSTOP: the server freezes with its sockets open; clients' connections stay up but
+        nothing is answered, and its session clock goes on."""
+        self._own("pause")
+        if self.running() and not self.paused:
+            os.kill(self.pid(), signal.SIGSTOP)
+            self.paused = True
+
+    def resume(self) -> None:
+        """SIGCONT after ``pause``."""
+        if self.paused:
+            self.paused = False
+            if self.running():
+                os.kill(self.pid(), signal.SIGCONT)
 
     def stop(self) -> None:
         if self.directory is not None:
-            script = os.path.join(_REPO_ROOT, "scripts", "zookeeper.sh")
-            subprocess.run(["bash", script, "stop", self.directory], capture_output=True, timeout=60)
+            self.resume()              # a stopped process would not act on the SIGTERM
+            self._script("stop")
             shutil.rmtree(self.directory, ignore_errors=True)
             self.directory = None
 

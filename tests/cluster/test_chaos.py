@@ -419,6 +419,303 @@ class PowerLossNemesisTests(SynchronousTestCase):
         self.assertEqual(nemesis.kinds, ())
 
 
+class _FakeZooKeeper:
+    """The ZooKeeperServer methods the nemesis calls, recording them; ``on_resume`` runs at the
+    thaw (a test's stand-in for ZooKeeper expiring sessions)."""
+
+    name = "zookeeper"
+    tick_time = 2.0
+
+    def __init__(self, calls, owned=True, on_resume=None):
+        self.calls = calls
+        self.owned = owned
+        self.on_resume = on_resume
+        self.paused = False
+        self.up = True
+
+    def kill9(self):
+        self.calls.append(("zk-kill9",))
+        self.up = self.paused = False
+
+    def start(self):
+        self.calls.append(("zk-start",))
+        self.up = True
+
+    def running(self):
+        return self.up
+
+    def pause(self):
+        self.calls.append(("zk-pause",))
+        self.paused = True
+
+    def resume(self):
+        if self.paused:
+            self.calls.append(("zk-resume",))
+            self.paused = False
+            if self.on_resume is not None:
+                self.on_resume()
+
+
+class _FakeDaemon:
+    isolation = None
+    disk = None
+
+    def __init__(self, name, calls):
+        self.name = name
+        self.registration = f"/registrations/{name}"
+        self.calls = calls
+
+    def kill9(self):
+        self.calls.append(("kill9", self.name))
+
+    def start(self):
+        self.calls.append(("start", self.name))
+
+    def running(self):
+        return True
+
+    def pause(self):
+        self.calls.append(("pause", self.name))
+
+    def resume(self):
+        pass
+
+
+class _FakeCluster:
+    """Two bookies, two brokers and a ZooKeeper; ``sessions`` maps a registration to its session."""
+
+    def __init__(self, zk):
+        calls = zk.calls if zk is not None else []
+        self.bookies = [_FakeDaemon("bookie0", calls), _FakeDaemon("bookie1", calls)]
+        self.brokers = [_FakeDaemon("broker0", calls), _FakeDaemon("broker1", calls)]
+        if zk is not None:
+            self.zk_server = zk
+        self.sessions = {p.registration: 100 + i
+                         for i, p in enumerate(self.bookies + self.brokers)}
+
+    def session_of(self, path):
+        return self.sessions.get(path)
+
+    def logs(self):
+        return ""
+
+
+class ZooKeeperNemesisTests(SynchronousTestCase):
+    """The optional ``kill-zookeeper`` and ``pause-zookeeper`` faults on fakes: kill -9, held
+    down 1-6 s, started again; frozen for the session timeout and 0.5-3 s more, thawed, the note
+    naming whose sessions moved; only on a ZooKeeper the harness owns; thawed and restarted by
+    ``heal()``. (The server methods themselves, on a real ZooKeeper: ZooKeeperServerFaultTests.)"""
+
+    def make(self, seed=5, kinds=("kill-zookeeper", "pause-zookeeper"), owned=True, faults=1,
+             expire=True):
+        from pulsar_twisted.testing.chaos.nemesis import Nemesis
+        calls = []
+        cluster = None
+
+        def expire_sessions():
+            if expire:
+                for path in list(cluster.sessions):
+                    cluster.sessions[path] += 1000
+        zk = _FakeZooKeeper(calls, owned=owned, on_resume=expire_sessions)
+        cluster = _FakeCluster(zk)
+        history = _history()
+        nemesis = Nemesis(cluster, history, seed=seed, kinds=kinds, session_timeout=4.0,
+                          rest=(0, 0), log=lambda _: None)
+        sleeps = []
+
+        def sleep(seconds):
+            sleeps.append(seconds)
+            calls.append(("sleep",))
+            return len(history.faults) >= faults
+        nemesis._sleep = sleep
+        nemesis._settle = lambda seconds: None
+        return nemesis, calls, sleeps
+
+    def test_kill_zookeeper(self):
+        """kill -9, a hold of 1-6 s, started again on its data; recorded in the History."""
+        nemesis, calls, sleeps = self.make(kinds=("kill-zookeeper",))
+        nemesis.run(1000)
+        self.assertEqual(calls, [("sleep",), ("zk-kill9",), ("sleep",), ("zk-start",), ("sleep",)])
+        self.assertTrue(1.0 <= sleeps[1] <= 6.0, sleeps)
+        fault = nemesis.history.faults[0]
+        self.assertEqual((fault.kind, fault.target), ("kill-zookeeper", "zookeeper"))
+        self.assertIn("down", fault.note)
+        self.assertIsNotNone(fault.ended)
+
+    def test_pause_zookeeper(self):
+        """SIGSTOP for the session timeout, a tick and 0.5-3 s more, then SIGCONT; the note names
+        the daemons whose registration came back under a new session."""
+        nemesis, calls, sleeps = self.make(kinds=("pause-zookeeper",))
+        nemesis.run(1000)
+        self.assertEqual(calls, [("sleep",), ("zk-pause",), ("sleep",), ("zk-resume",), ("sleep",)])
+        self.assertTrue(4.0 + 2.0 + 0.5 <= sleeps[1] <= 4.0 + 2.0 + 3.0, sleeps)
+        fault = nemesis.history.faults[0]
+        self.assertEqual((fault.kind, fault.target), ("pause-zookeeper", "zookeeper"))
+        self.assertIn("new sessions: bookie0, bookie1, broker0, broker1; old sessions: none; "
+                      "unregistered: none",
+                      fault.note)
+
+    def test_pause_zookeeper_sessions_kept(self):
+        """Registrations still under their old sessions after the thaw, or under none, are named
+        as such (after waiting four session timeouts for them to move)."""
+        from pulsar_twisted.testing.chaos import nemesis as module
+        waited = []
+        self.patch(module, "wait_for", lambda predicate, timeout, what, interval=0.1:
+                   waited.append(timeout) or (_ for _ in ()).throw(module.ClusterError(what)))
+        nemesis, calls, sleeps = self.make(kinds=("pause-zookeeper",), expire=False)
+        del nemesis.cluster.sessions["/registrations/broker1"]
+        nemesis.run(1000)
+        self.assertEqual(waited, [16.0])
+        self.assertIn("new sessions: none; old sessions: bookie0, bookie1, broker0; "
+                      "unregistered: broker1", nemesis.history.faults[0].note)
+
+    def test_schedule_by_seed(self):
+        """Kinds, targets and holds depend only on the seed, ZooKeeper kinds mixed with others."""
+        kinds = ("kill-zookeeper", "pause-zookeeper", "kill-bookie", "pause-broker")
+
+        def schedule(seed):
+            nemesis, calls, sleeps = self.make(seed=seed, kinds=kinds, faults=8)
+            nemesis._wait_expired = lambda target, old: True
+            nemesis.run(1000)
+            return [(f.kind, f.target) for f in nemesis.history.faults], sleeps
+        self.assertEqual(schedule(11), schedule(11))
+        self.assertNotEqual(schedule(11), schedule(12))
+        drawn = {kind for seed in range(20) for kind, _ in schedule(seed)[0]}
+        self.assertEqual(drawn, set(kinds))
+
+    def test_dropped_without_an_owned_zookeeper(self):
+        """An external ZooKeeper (PULSAR_TEST_ZK, --zk), or none known, drops both kinds and is
+        never touched, not even by heal(); they are not in the default kinds."""
+        from pulsar_twisted.testing.chaos.nemesis import KINDS, PARTITION_KINDS, ZK_KINDS, Nemesis
+        nemesis, calls, _ = self.make(kinds=("kill-zookeeper", "pause-zookeeper", "kill-bookie"),
+                                      owned=False)
+        self.assertEqual(nemesis.kinds, ("kill-bookie",))
+        self.assertIsNone(nemesis.zookeeper)
+        nemesis.cluster.zk_server.paused = True
+        nemesis.cluster.zk_server.up = False
+        nemesis.heal()
+        self.assertEqual([c for c in calls if c[0].startswith("zk-")], [])
+        bare = Nemesis(_FakeCluster(None), _history(), seed=1, kinds=ZK_KINDS, log=lambda _: None)
+        self.assertEqual(bare.kinds, ())
+        self.assertFalse(set(ZK_KINDS) & set(KINDS + PARTITION_KINDS))
+
+    def test_heal_thaws_zookeeper(self):
+        """heal() thaws a frozen ZooKeeper before the daemons are looked at."""
+        nemesis, calls, _ = self.make()
+        nemesis.zookeeper.paused = True
+        nemesis.heal()
+        self.assertEqual(calls[0], ("zk-resume",))
+        self.assertFalse(nemesis.zookeeper.paused)
+
+    def test_heal_waits_out_restored_sessions(self):
+        """After a ZooKeeper fault, heal() looks at the registrations only once a session timeout
+        and a tick have passed since ZooKeeper came back: until then a restored session whose
+        daemon never reconnected still holds its registration."""
+        nemesis, calls, _ = self.make(kinds=("kill-zookeeper",))
+        nemesis.run(1000)
+        settled = []
+        nemesis._settle = settled.append
+        nemesis.heal()
+        self.assertEqual(len(settled), 1)
+        self.assertTrue(4.0 + 2.0 < settled[0] <= 4.0 + 2.0 + 0.5, settled)
+        quiet, _, _ = self.make()
+        quiet._settle = settled.append
+        quiet.heal()
+        self.assertEqual(len(settled), 1, "no ZooKeeper fault, no wait")
+
+    def test_heal_restarts_zookeeper(self):
+        """heal() starts a ZooKeeper that is down again."""
+        nemesis, calls, _ = self.make()
+        nemesis.zookeeper.up = False
+        nemesis.heal()
+        self.assertEqual(calls, [("zk-start",)])
+
+    def test_failed_fault_heals_zookeeper(self):
+        """A ZooKeeper fault that fails half-way (the restart refused) is recorded as an error
+        and leaves the server thawed, its restart tried again."""
+        from pulsar_twisted.testing.cluster import ClusterError
+        nemesis, calls, _ = self.make(kinds=("kill-zookeeper",))
+        zk = nemesis.zookeeper
+        attempts = []
+
+        def refuse_once():
+            attempts.append(1)
+            if len(attempts) == 1:
+                raise ClusterError("port in use")
+            zk.up = True
+        zk.start = refuse_once
+        nemesis.run(1000)
+        self.assertEqual(len(attempts), 2)
+        self.assertTrue(zk.up)
+        self.assertIn("error: ClusterError: port in use", nemesis.history.faults[0].note)
+        self.assertEqual(len(nemesis.errors), 1)
+
+
+class ZooKeeperServerFaultTests(SynchronousTestCase):
+    """ZooKeeperServer's kill -9, start again, pause and resume on a real private server: a
+    session outlives a short kill (restored from the log), not a freeze past its timeout; an
+    external server refuses them. About 15 s; skipped without ZooKeeper."""
+
+    def setUp(self):
+        from pulsar_twisted.testing.cluster import ZooKeeperServer, ZooKeeperUnavailable
+        try:
+            import kazoo  # noqa: F401
+            self.server = ZooKeeperServer.launch()
+        except (ImportError, ZooKeeperUnavailable) as e:
+            raise self.skipTest(str(e))
+        self.addCleanup(self.server.stop)
+
+    def client(self):
+        import logging
+        from kazoo.client import KazooClient
+        logging.getLogger("kazoo").setLevel(logging.CRITICAL)
+        client = KazooClient(hosts=self.server.hosts, timeout=4.0)
+        client.start(timeout=15)
+        self.addCleanup(client.close)
+        self.addCleanup(client.stop)
+        return client
+
+    def test_kill_start_pause_resume(self):
+        """A session outlives kill -9 and start again; a freeze past its timeout expires it."""
+        import time
+        from kazoo.exceptions import NoNodeError
+        from pulsar_twisted.testing.cluster import wait_for
+        client = self.client()
+        client.create("/e", b"x", ephemeral=True)
+        session = client.client_id[0]
+        self.server.kill9()
+        self.assertFalse(self.server.running())
+        self.server.start()
+        self.assertTrue(self.server.running())
+        # The same session, reconnected: the ephemeral node is still its own.
+        wait_for(lambda: client.connected, 15, "the client to reconnect")
+        self.assertEqual(client.exists("/e").ephemeralOwner, session)
+        self.server.pause()
+        self.assertTrue(self.server.paused)
+        time.sleep(4.0 + self.server.tick_time + 1.0)   # expiry comes up to a tick late
+        self.server.resume()
+        self.assertFalse(self.server.paused)
+        other = self.client()
+
+        def gone():
+            try:
+                other.get("/e")
+            except NoNodeError:
+                return True
+            return False
+        wait_for(gone, 15, "the frozen-out session's node to vanish")
+
+    def test_external_server_refuses(self):
+        """A ZooKeeper the harness did not start is never killed or paused."""
+        from pulsar_twisted.testing.cluster import ClusterError, ZooKeeperServer
+        external = ZooKeeperServer(self.server.hosts)
+        self.assertFalse(external.owned)
+        self.assertRaises(ClusterError, external.kill9)
+        self.assertRaises(ClusterError, external.pause)
+        self.assertRaises(ClusterError, external.start)
+        self.assertTrue(self.server.running())
+
+
 class ShortChaosRunTests(SynchronousTestCase):
     """A short seeded chaos run on real processes: every acknowledged message is stored once, in
     order, and delivered; every send is answered (issue 11)."""

@@ -16,6 +16,20 @@ Faults (``KINDS``):
   its next 1-300 writes, dropping every write not fsynced, the bookie is killed -9, the disk is
   mounted again (what was durable), and after 1-6 s the bookie starts on it.
 
+- ``kill-zookeeper`` (``ZK_KINDS``, optional): kill -9 the ZooKeeper server, down for 1-6 s, then
+  start it again on the same data directory and port. The sessions it had are restored from its log
+  with their timeouts restarted, so every daemon that reconnects in time keeps its session (and its
+  ephemeral nodes); what the daemons see is a disconnection of a few seconds.
+- ``pause-zookeeper`` (``ZK_KINDS``, optional): SIGSTOP the ZooKeeper server for the session
+  timeout, one tick (ZooKeeper expires sessions at tick boundaries, so up to a tick late) and
+  0.5-3 s more, then SIGCONT. On resuming, ZooKeeper expires every session it has not heard from
+  within its timeout, which is all of them: every broker and bookie loses its session (ownerships,
+  registrations) at the same moment. The note names the daemons whose registration was then seen
+  under a new session (expired and registered again), those still under the old one, and those
+  with none.
+  Both ZooKeeper kinds only when the harness started the server (``zk_server.owned``: launched by
+  ``scripts/zookeeper.sh``); with an external one (``PULSAR_TEST_ZK``, ``--zk``) they are dropped.
+
 - ``unload-bundle`` / ``split-bundle`` (``BUNDLE_KINDS``, issue 15): through the admin API of a
   broker picked by the seed (which forwards or redirects to the owner), one bundle of the namespace
   ``namespace`` (default ``public/default``) is unloaded, or split in two (the halves unloaded or
@@ -40,6 +54,7 @@ KINDS = ("kill-bookie", "kill-broker", "pause-bookie", "pause-broker")
 PARTITION_KINDS = ("partition-bookie", "partition-broker")
 DISK_KINDS = ("powerloss-bookie",)
 BUNDLE_KINDS = ("unload-bundle", "split-bundle")
+ZK_KINDS = ("kill-zookeeper", "pause-zookeeper")
 
 
 class Nemesis:
@@ -58,6 +73,14 @@ class Nemesis:
         self.kinds = tuple(k for k in kinds if isolated or not k.startswith("partition"))
         if not any(getattr(b, "disk", None) is not None for b in cluster.bookies):
             self.kinds = tuple(k for k in self.kinds if k not in DISK_KINDS)
+        zk = getattr(cluster, "zk_server", None)
+        #: The ZooKeeper server the ZooKeeper kinds act on (and ``heal()`` thaws and restarts):
+        #: only one the harness started. Someone else's is never touched.
+        self.zookeeper = zk if getattr(zk, "owned", False) else None
+        #: When (monotonic) ZooKeeper last came back from a fault (see ``heal``).
+        self._zookeeper_back = None
+        if self.zookeeper is None:
+            self.kinds = tuple(k for k in self.kinds if k not in ZK_KINDS)
         self.session_timeout = session_timeout
         self.namespace = namespace
         self.rest = rest
@@ -82,6 +105,8 @@ class Nemesis:
         while time.monotonic() < deadline and not self._stop.is_set():
             kind = self.rng.choice(self.kinds)
             group = self.cluster.bookies if kind.endswith("bookie") else self.cluster.brokers
+            if kind in ZK_KINDS:
+                group = [self.zookeeper]
             if kind.startswith("partition"):
                 group = [p for p in group if getattr(p, "isolation", None) is not None]
                 if not group:
@@ -97,6 +122,10 @@ class Nemesis:
             try:
                 if kind in BUNDLE_KINDS:
                     fault.note = self._bundle(kind, target, hold)
+                elif kind == "pause-zookeeper":
+                    fault.note = self._pause_zookeeper(target, hold)
+                elif kind == "kill-zookeeper":
+                    fault.note = self._kill_zookeeper(target, hold)
                 elif kind.startswith("kill"):
                     self._kill(target, hold)
                 elif kind in DISK_KINDS:
@@ -118,6 +147,47 @@ class Nemesis:
         target.kill9()
         self._sleep(hold)
         target.start()
+
+    def _kill_zookeeper(self, zookeeper, hold: float) -> str:
+        zookeeper.kill9()
+        down = time.monotonic()
+        self._sleep(hold)
+        zookeeper.start()
+        self._zookeeper_back = time.monotonic()
+        return f"down {time.monotonic() - down:.1f}s"
+
+    def _sessions(self) -> dict:
+        """Daemon name -> the session holding its registration (None if none, or unknown)."""
+        return {p.name: self.cluster.session_of(p.registration)
+                for p in self.cluster.bookies + self.cluster.brokers}
+
+    def _pause_zookeeper(self, zookeeper, hold: float) -> str:
+        """Frozen for the session timeout, a tick and ``hold`` more; the note says whose sessions
+        were seen to expire (registration under a new session within 4 session timeouts of the
+        thaw)."""
+        old = self._sessions()
+        frozen = self.session_timeout + zookeeper.tick_time + hold
+        zookeeper.pause()
+        try:
+            self._sleep(frozen)
+        finally:
+            zookeeper.resume()
+            self._zookeeper_back = time.monotonic()
+
+        def moved():
+            now = self._sessions()
+            return {n for n, s in now.items() if s is not None and s != old[n]}
+        try:
+            wait_for(lambda: moved() >= set(old), self.session_timeout * 4,
+                     "every registration under a new session", interval=0.2)
+        except ClusterError:
+            pass
+        now = self._sessions()
+        expired = sorted(n for n, s in now.items() if s is not None and s != old[n])
+        kept = sorted(n for n, s in now.items() if s is not None and s == old[n])
+        gone = sorted(n for n, s in now.items() if s is None)
+        return (f"frozen {frozen:.1f}s; new sessions: {', '.join(expired) or 'none'}; "
+                f"old sessions: {', '.join(kept) or 'none'}; unregistered: {', '.join(gone) or 'none'}")
 
     def _bundle(self, kind: str, target, hold: float) -> str:
         """Unload or split one bundle through ``target``'s admin API; the note names it."""
@@ -190,9 +260,26 @@ class Nemesis:
             except ClusterError as e:
                 self.errors.append(f"restart {process.name}: {e}")
 
+    def _settle(self, seconds: float) -> None:
+        time.sleep(seconds)
+
     def heal(self, timeout: float = 60.0) -> None:
         """Every process thawed, connected and running, and registered in ZooKeeper again
-        (ClusterError after ``timeout``)."""
+        (ClusterError after ``timeout``). ZooKeeper first, if the nemesis may touch it: thawed, and
+        started again if it is down."""
+        if self.zookeeper is not None:
+            if self.zookeeper.paused or not self.zookeeper.running():
+                self._heal_one(self.zookeeper)
+                self._zookeeper_back = time.monotonic()
+            # A restarted ZooKeeper restores every session from its log and keeps it for a session
+            # timeout (and up to a tick more) even if its client never reconnects, so a
+            # registration seen sooner proves nothing: wait that out first, so that "registered"
+            # means held by a session that is alive.
+            if self._zookeeper_back is not None:
+                settle = (self._zookeeper_back + self.session_timeout + self.zookeeper.tick_time
+                          + 0.5 - time.monotonic())
+                if settle > 0:
+                    self._settle(settle)
         for process in self.cluster.bookies + self.cluster.brokers:
             self._heal_one(process)
         wait_for(lambda: all(self.cluster.session_of(p.registration) is not None

@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from pulsar_twisted.testing.chaos import checker
 from pulsar_twisted.testing.chaos.history import History
 from pulsar_twisted.testing.chaos import netns
-from pulsar_twisted.testing.chaos.nemesis import DISK_KINDS, KINDS, PARTITION_KINDS, Nemesis
+from pulsar_twisted.testing.chaos.nemesis import (DISK_KINDS, KINDS, PARTITION_KINDS, ZK_KINDS,
+                                                  Nemesis)
 from pulsar_twisted.testing.chaos.workload import (Consumers, Producers, make_client, read_back)
-from pulsar_twisted.testing.cluster import Cluster, ClusterError, ZooKeeperServer
+from pulsar_twisted.testing.cluster import ZK_ENV, Cluster, ClusterError, ZooKeeperServer
 
 
 @dataclass
@@ -48,7 +49,9 @@ class ChaosConfig:
     read_timeout: float = 90.0        # reading every partition back, all attempts together
     drain_idle: float = 10.0
     drain_timeout: float = 90.0
-    zk_hosts: str = None              # None: PULSAR_TEST_ZK, else a ZooKeeper the harness starts
+    #: None: PULSAR_TEST_ZK, else a ZooKeeper the harness starts (one of the run's own, stopped at
+    #: its end, when a ZooKeeper fault is asked for: no other cluster shares what it kills).
+    zk_hosts: str = None
     #: Broker deduplication on (False: a resent stored message shows as STORED TWICE, so that a
     #: run proves producers were answered before they were moved, not that dedup hid resends).
     dedup: bool = True
@@ -82,8 +85,19 @@ def _quietly(call):
         pass
 
 
-def make_cluster(config: ChaosConfig) -> Cluster:
-    zk = ZooKeeperServer(config.zk_hosts) if config.zk_hosts else ZooKeeperServer.shared()
+def make_zookeeper(config: ChaosConfig) -> ZooKeeperServer:
+    """The run's ZooKeeper: ``zk_hosts``'s (never touched by the nemesis), else PULSAR_TEST_ZK's
+    (the same), else one the harness starts: a private one if a ZooKeeper fault is asked for (the
+    caller stops it), else the shared one."""
+    if config.zk_hosts:
+        return ZooKeeperServer(config.zk_hosts)
+    if any(k in ZK_KINDS for k in config.kinds) and not os.environ.get(ZK_ENV):
+        return ZooKeeperServer.launch()
+    return ZooKeeperServer.shared()
+
+
+def make_cluster(config: ChaosConfig, zk: ZooKeeperServer = None) -> Cluster:
+    zk = zk if zk is not None else make_zookeeper(config)
     ensemble, write, ack = config.quorum
     broker_config = {
         "managedLedgerDefaultEnsembleSize": ensemble, "managedLedgerDefaultWriteQuorum": write,
@@ -103,7 +117,16 @@ def make_cluster(config: ChaosConfig) -> Cluster:
 def run(config: ChaosConfig) -> tuple:
     """(History, Verdict) of one run; ClusterError if the cluster could not be started."""
     log = config.log
-    cluster = make_cluster(config)
+    zk = make_zookeeper(config)
+    private_zk = zk.owned and zk is not ZooKeeperServer._shared
+    try:
+        cluster = make_cluster(config, zk)
+    except BaseException:
+        if private_zk:
+            zk.stop()
+        raise
+    if any(k in ZK_KINDS for k in config.kinds) and not zk.owned:
+        log(f"no ZooKeeper faults: the ZooKeeper at {zk.hosts} was not started by the harness")
     history = History(partitions=config.partitions)
     history.meta.update(seed=config.seed, duration=config.duration, quorum=list(config.quorum),
                         dedup=config.dedup, kinds=list(config.kinds), brokers=config.brokers,
@@ -153,6 +176,7 @@ def run(config: ChaosConfig) -> tuple:
         # spawned it exits (PR_SET_PDEATHSIG follows the thread), so daemons restarted from a
         # short-lived thread would die with it.
         nemesis.run(config.duration)
+        heal_started = time.monotonic()
         try:
             nemesis.heal()
         except ClusterError as e:
@@ -160,7 +184,9 @@ def run(config: ChaosConfig) -> tuple:
             history.meta["heal_error"] = str(e)[:2000]
             log(f"heal incomplete: {str(e)[:300]}")
         history.meta["healed_at"] = time.time()
-        log(f"healed; {len(history.faults)} faults; publishing {config.after_heal:.0f}s more")
+        history.meta["heal_seconds"] = round(time.monotonic() - heal_started, 1)
+        log(f"healed in {history.meta['heal_seconds']:.1f}s; {len(history.faults)} faults; "
+            f"publishing {config.after_heal:.0f}s more")
         time.sleep(config.after_heal)
         producers.stop()
         unanswered = producers.wait_answered(config.settle)
@@ -190,9 +216,15 @@ def run(config: ChaosConfig) -> tuple:
             _copy_logs(cluster, config.keep_logs)
         for disk in disks:   # unmounted before cleanup removes the directories under them
             disk.stop()
+        if zk.owned:         # a run stopped inside a ZooKeeper fault: the chroot is removed
+            _quietly(zk.resume)
+            if not zk.running():
+                _quietly(zk.start)
         cluster.cleanup()
         for isolation in isolations:
             isolation.cleanup()
+        if private_zk:
+            zk.stop()
 
 
 def _isolate(cluster: Cluster, config: ChaosConfig) -> list:
