@@ -101,6 +101,10 @@ def _translate(error: BaseException) -> BaseException:
     return translated
 
 
+#: Seconds between two attempts to reach ZooKeeper at most (a quarter of the session timeout, if less).
+RECONNECT_MAX_DELAY = 1.0
+
+
 @implementer(IMetadataStore)
 class ZooKeeperMetadataStore:
     """
@@ -115,7 +119,13 @@ class ZooKeeperMetadataStore:
         self.root = root
         self._prefix = "" if root == "/" else root
         self._reactor = reactor
-        self._client = KazooClient(hosts=hosts, timeout=session_timeout)
+        # Reconnect every second or so for as long as it takes, as ZooKeeper's own client does.
+        # Kazoo's default doubles the wait after every refused attempt (up to an hour) and resets
+        # it only on success: after a ZooKeeper restart of a few seconds its clients came back
+        # 10-50 s later, past their session timeout, and a broker held bundles another had taken.
+        retry = dict(max_tries=-1, delay=0.1, backoff=2, max_jitter=0.2,
+                     max_delay=min(RECONNECT_MAX_DELAY, session_timeout / 4))
+        self._client = KazooClient(hosts=hosts, timeout=session_timeout, connection_retry=retry)
         self._started = False
         self._closed = False
         self._listeners: list[Callable[[Notification], None]] = []

@@ -18,6 +18,7 @@ from twisted.trial.unittest import SynchronousTestCase, TestCase
 
 from pulsar_twisted.metadata.embedded.store import EmbeddedMetadataStore
 from pulsar_twisted.metadata.zookeeper import (
+    RECONNECT_MAX_DELAY,
     SESSION_LOST,
     SESSION_NEW,
     SESSION_SUSPENDED,
@@ -275,3 +276,43 @@ class UnansweredCallTests(SynchronousTestCase):
         store._give_up_on_unanswered()
         self.failureResultOf(d_late, MetadataUnavailableError)
         self.assertEqual(store._unanswered, {})
+
+
+class ZooKeeperRestartTests(TestCase):
+    """A ZooKeeper (a private one the test kills -9 and starts again) down for longer than its
+    clients' session timeout: once it is back, the store reconnects within the session timeout
+    that ZooKeeper gives the sessions it restores, and keeps its session and its ephemeral nodes;
+    its attempts never wait more than RECONNECT_MAX_DELAY apart. (Kazoo's default doubles the wait
+    after each refused attempt, up to an hour: under the nemesis, with ZooKeeper killed and paused
+    again and again, brokers and bookies came back 10-50 s after it and past their session
+    timeout.) About 20 s; skipped without ZooKeeper."""
+
+    timeout = 90
+
+    def setUp(self):
+        from pulsar_twisted.testing.cluster import ZooKeeperServer, ZooKeeperUnavailable
+        kazoo_log = logging.getLogger("kazoo")
+        self.addCleanup(kazoo_log.setLevel, kazoo_log.level)
+        kazoo_log.setLevel(logging.CRITICAL)
+        try:
+            self.server = ZooKeeperServer.launch()
+        except ZooKeeperUnavailable as e:
+            raise self.skipTest(str(e))
+        self.addCleanup(self.server.stop)
+
+    def test_session_kept_across_a_long_outage(self):
+        async def go():
+            store = ZooKeeperMetadataStore(self.server.hosts, reactor, root="/restart", session_timeout=4)
+            self.addCleanup(store.close)
+            await store.start()
+            await store.put("/eph", b"x", ephemeral=True)
+            session = store.session_id
+            await deferToThread(self.server.kill9)
+            await task.deferLater(reactor, 13, lambda: None)    # a dozen refused attempts
+            await deferToThread(self.server.start)
+            await wait_until(lambda: store._client.connected, 30, "the store to reconnect")
+            self.assertEqual((store.session_losses, store.session_id), (0, session))
+            self.assertTrue((await store.exists("/eph")).ephemeral)
+            retry = store._client._connection.retry_sleeper
+            self.assertEqual((retry.max_tries, retry.max_delay), (-1, RECONNECT_MAX_DELAY))
+        return Deferred.fromCoroutine(go())
