@@ -104,7 +104,7 @@ class BookieServer(Service):
         self.disk_usage_ratio = 0.0
         admission = None
         if metadata_store is not None and verify_ledgers:
-            admission = LedgerAdmission(metadata_store, lambda: self.bookie_id)
+            admission = LedgerAdmission(metadata_store, lambda: self.bookie_id, reactor)
         self.processor = BookieRequestProcessor(storage, self.info, admission, clock=reactor)
         self.metadata_gc = None
         if metadata_store is not None and verify_ledgers:

@@ -4,7 +4,7 @@ not hold (bookie.admission), on an EmbeddedMetadataStore and a FakeBookie, witho
 from twisted.internet import defer, task
 from twisted.trial import unittest
 
-from pulsar_twisted.bookie.admission import LedgerAdmission
+from pulsar_twisted.bookie.admission import READ_LIMIT, LedgerAdmission
 from pulsar_twisted.bookie.protocol import BookieRequestProcessor
 from pulsar_twisted.wire.bookie import pack_entry
 from pulsar_twisted.resources.ledgers import LedgerManager, LedgerMetadata
@@ -31,7 +31,7 @@ class _Harness:
         self.successResultOf(self.store.start())
         self.manager = LedgerManager(self.store)
         self.bookie = FakeBookie("b1:3181", self.clock)
-        self.admission = LedgerAdmission(self.store, lambda: "b1:3181")
+        self.admission = LedgerAdmission(self.store, lambda: "b1:3181", self.clock)
         self.processor = BookieRequestProcessor(self.bookie, admission=self.admission)
 
     def create(self, ledger_id, ensemble):
@@ -71,6 +71,35 @@ class AdmissionTests(_Harness, unittest.TestCase):
         self.assertFalse(self.bookie.has_ledger(6))
         self.assertEqual(self.add(6, 0, recovery_add=True).status, pb.OK)
         self.assertTrue(self.bookie.has_ledger(6))
+
+    def test_unanswered_read_refused_as_unavailable(self):
+        """The metadata store does not answer (the bookie cut off from ZooKeeper, its read queued
+        until it reconnects): after READ_LIMIT the waiting first adds are refused as UNAVAILABLE,
+        at once, so the writer replaces the bookie instead of timing it out. The late answer is
+        dropped; the next add reads again and is taken."""
+        self.create(7, ["b1:3181"])
+        held = []
+        real_get = self.store.get
+
+        def silent_get(path):
+            held.append((defer.Deferred(), path))
+            return held[-1][0]
+        self.patch(self.store, "get", silent_get)
+        first = self.processor.process(add_request(7, 0))
+        second = self.processor.process(add_request(7, 1))
+        self.assertEqual(len(held), 1)      # one read for both
+        self.clock.advance(READ_LIMIT - 0.1)
+        self.assertNoResult(first)
+        self.clock.advance(0.1)
+        self.assertEqual([self.successResultOf(d).status for d in (first, second)],
+                         [pb.UNAVAILABLE, pb.UNAVAILABLE])
+        self.assertEqual(self.admission.unanswered, 1)
+        self.assertFalse(self.bookie.has_ledger(7))
+        late, path = held[0]
+        real_get(path).chainDeferred(late)       # answered after all: nothing left to decide
+        self.patch(self.store, "get", real_get)
+        self.assertEqual(self.add(7, 0).status, pb.OK)
+        self.assertEqual(self.clock.getDelayedCalls(), [])
 
     def test_deleted_here_refused_without_reading(self):
         """A ledger this bookie deleted is refused by the storage itself, metadata or not."""
