@@ -209,6 +209,7 @@ class RedeliveryCountMixin:
     def check_counts(self, kind):
         consumer = self.harness.client()
         self.subscribe(consumer, 1, kind=kind)
+        self.harness.clock.advance(1.0)     # Failover: activeConsumerFailoverDelayTimeMillis
         p = self.harness.client()
         self.create_producer(p)
         self.send(p, 0)
@@ -238,6 +239,7 @@ class RedeliveryCountTests(RedeliveryCountMixin, FeatureCase):
         consumers = [self.harness.client(), self.harness.client()]
         self.subscribe(consumers[0], 1, kind=Sub.Exclusive, sub="ex")
         self.subscribe(consumers[1], 1, kind=Sub.Failover, sub="fo")
+        self.harness.clock.advance(1.0)     # Failover: activeConsumerFailoverDelayTimeMillis
         p = self.harness.client()
         self.create_producer(p)
         self.send(p, 0)

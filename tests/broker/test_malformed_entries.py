@@ -64,6 +64,7 @@ class MalformedEntryTests(FeatureCase):
         """Only the good message arrives; once it is acked the backlog is 0; counted, logged once."""
         client = self.harness.client()
         self.subscribe(client, 7, kind=kind)
+        self.clock.advance(1.0)     # Failover delivers after activeConsumerFailoverDelayTimeMillis
         client.commands()
         self.publish_bad_then_good(client)
         got = messages(client.received())

@@ -106,16 +106,24 @@ def _ring_index(consumers, topic_name: str) -> int:
 class FailoverSwitch:
     """
     Which of a Failover subscription's ``consumers`` (a list the owner keeps up to date) is
-    active, over time. The first consumer ready becomes active at once. A consumer arriving while
-    another is active is told it is inactive, and if :func:`choose_active` now prefers another
-    consumer the switch happens ``delay`` seconds later (Pulsar's
-    activeConsumerFailoverDelayTimeMillis), so the current active consumer can finish what it
-    holds. An active consumer that leaves is replaced at once. On every change each consumer is
-    told whether it is active (ACTIVE_CONSUMER_CHANGE), then ``changed(active)`` is called.
+    active, over time, as Pulsar's AbstractDispatcherSingleActiveConsumer decides it. Whenever a
+    consumer arrives or leaves, :func:`choose_active`'s consumer becomes ``active`` at once: from
+    then on nothing more is sent to the previous one. Delivery to the new one waits ``delay``
+    seconds (activeConsumerFailoverDelayTimeMillis; counted from the first change not yet
+    delivered), then every consumer is told whether it is active (ACTIVE_CONSUMER_CHANGE) and
+    ``changed(active)`` is called (a persistent dispatcher rewinds to the first unacknowledged
+    message and reads). Meanwhile ``pending`` is True, and ``held(active)`` was called at the
+    change. So the previous active consumer can acknowledge what it holds before the rewind, and
+    a consumer that subscribes just after another, as a client's consumers do again after their
+    topic moved, takes over before anything was sent to the other: sent first to the consumer
+    that happened to subscribe first, messages the preferred one then received in its turn could
+    come back to it after later ones (acknowledged by the other, the acknowledgements lost with a
+    broker), out of order. A newcomer that does not change the choice is told at once that it is
+    not active. With ``delay`` <= 0 every change is delivered at once.
     """
 
     def __init__(self, consumers, partition: int, clock, delay: float, changed,
-                 topic_name: str = "", consistent: bool = False):
+                 topic_name: str = "", consistent: bool = False, held=None):
         self.consumers = consumers
         self.partition = partition
         self.topic_name = topic_name
@@ -124,30 +132,44 @@ class FailoverSwitch:
         self.delay = delay
         self.active = None
         self._changed = changed
+        self._held = held
         self._pending = None
 
+    @property
+    def pending(self) -> bool:
+        """A change waits for its delay: nothing is delivered meanwhile."""
+        return self._pending is not None and self._pending.active()
+
     def consumer_ready(self, consumer) -> None:
-        if self.active is None:
-            self.pick()
+        if self.choose() is self.active and self.active is not None:
+            if consumer is not self.active and not self.pending:
+                consumer.sender.send_active_consumer_change(consumer.consumer_id, False)
             return
-        consumer.sender.send_active_consumer_change(consumer.consumer_id, False)
-        if self.choose() is not self.active:
-            if self._pending is None or not self._pending.active():
-                self._pending = self.clock.callLater(self.delay, self.pick)
+        self._switch()
 
     def consumer_removed(self, consumer) -> None:
         """``consumer`` was already taken out of ``consumers``."""
-        if consumer is self.active:
-            self.active = None
+        if self.choose() is not self.active or consumer is self.active:
+            self._switch()
+
+    def _switch(self) -> None:
+        self.active = chosen = self.choose()
+        if chosen is None:
+            self.cancel()
+            self._changed(None)
+            return
+        if self.delay <= 0:
             self.pick()
+            return
+        if self._held is not None:
+            self._held(chosen)
+        if not self.pending:
+            self._pending = self.clock.callLater(self.delay, self.pick)
 
     def pick(self) -> None:
-        """Make :func:`choose_active`'s consumer active now, if it is not already."""
-        self._pending = None
-        chosen = self.choose()
-        if chosen is self.active and chosen is not None:
-            return
-        self.active = chosen
+        """Deliver the current choice now: notices to every consumer, then ``changed``."""
+        self.cancel()
+        chosen = self.active = self.choose()
         for consumer in self.consumers:
             consumer.sender.send_active_consumer_change(consumer.consumer_id, consumer is chosen)
         self._changed(chosen)
@@ -167,7 +189,8 @@ def failover_switch(dispatcher, partition: int, config) -> FailoverSwitch:
     return FailoverSwitch(dispatcher.consumers, partition, dispatcher.clock,
                           config.activeConsumerFailoverDelayTimeMillis / 1000.0,
                           dispatcher._active_changed, dispatcher.subscription.topic.name,
-                          config.activeConsumerFailoverConsistentHashing)
+                          config.activeConsumerFailoverConsistentHashing,
+                          held=getattr(dispatcher, "_held", None))
 
 
 class FailoverDispatcher(ExclusiveDispatcher):
@@ -187,6 +210,17 @@ class FailoverDispatcher(ExclusiveDispatcher):
         if consumer in self.consumers:
             self.consumers.remove(consumer)
         self.switch.consumer_removed(consumer)
+
+    def _held(self, active) -> None:
+        # The choice changed; its delivery waits for the failover delay. Nothing more goes to
+        # the previous active consumer: a read in flight is dropped (read again after the rewind).
+        self.active = active
+        self.epoch += 1
+
+    def read_count(self) -> int:
+        if self.switch.pending:
+            return 0
+        return super().read_count()
 
     def _active_changed(self, active) -> None:
         # Everything the previous active consumer did not acknowledge goes to the new one.
