@@ -82,9 +82,16 @@ class Coordinator:
 
     @property
     def leader_url(self):
+        """The leader's HTTP address; None while none is known, and while the broker's stats
+        name this worker but its consumer has not been told yet: the broker makes a Failover
+        consumer active at once and tells it activeConsumerFailoverDelayTimeMillis later (as
+        Pulsar does), so just after a re-subscription a worker would forward a write to itself
+        and refuse it there as not the leader."""
         if self.is_leader:
             return self.worker_url
-        return self.members.get(self.leader_name) if self.leader_name else None
+        if not self.leader_name or self.leader_name == self.worker_id:
+            return None
+        return self.members.get(self.leader_name)
 
     async def start(self) -> None:
         self.consumer = await self.client.subscribe(

@@ -275,6 +275,10 @@ class CoordinatorTests(SynchronousTestCase):
         # The broker makes b's successor active: the leader flag follows the consumer's.
         client.subscriptions[("persistent://public/functions/coordinate", "participants")][0].is_active = False
         self.assertFalse(a.is_leader)
+        # The stats name a as the leader before its consumer is told (the broker's failover
+        # delay): no leader is known yet, rather than a forwarding its writes to itself.
+        self.assertEqual(a.leader_name, "a")
+        self.assertIsNone(a.leader_url)
         run(a.close())
 
 
