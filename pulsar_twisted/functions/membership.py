@@ -141,6 +141,17 @@ class Coordinator:
             await self.check()
         return self.leader_url
 
+    async def wait_until_told(self, timeout: float) -> bool:
+        """Whether this worker leads, once its consumer has been told: while the brokers' stats
+        name it but the word has not come yet (the failover delay), look again every
+        ``LEADER_POLL`` seconds, for up to ``timeout``."""
+        waited = 0.0
+        while not self.is_leader and self.leader_name == self.worker_id and waited < timeout:
+            await task.deferLater(self.clock, LEADER_POLL, lambda: None)
+            waited += LEADER_POLL
+            await self.check()
+        return self.is_leader
+
     async def fetch(self):
         """``(active consumer name, {workerId: url})`` from the brokers' stats of the topic."""
         response = await self.agent.request(b"GET", self._stats_url().encode("ascii"))

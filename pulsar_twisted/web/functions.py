@@ -26,6 +26,8 @@ FN = V3 + "/{name}"
 NOT_READY = "Function worker service is not done initializing. Please try again in a little while."
 #: Seconds a request waits for a starting worker (reading its topics) before 503.
 READY_WAIT = 30.0
+#: Seconds a write forwarded here waits for this worker to be told it leads (the failover delay).
+LEADER_WAIT = 10.0
 DISABLED = "Function worker service is not enabled on this broker (functionsWorkerEnabled=false)"
 
 
@@ -68,6 +70,13 @@ def _handler(worker, method):
                              DISABLED if disabled else NOT_READY, 503)
         if not getattr(current, "ready", True) and not await current.wait_ready(READY_WAIT):
             raise AdminError(NOT_READY, 503)
+        coordinator = getattr(current, "coordinator", None)
+        if (request.getHeader("x-pulsar-forwarded") and not getattr(current, "is_leader", True)
+                and hasattr(coordinator, "wait_until_told")):
+            # Forwarded here as to the leader that the brokers' stats name, before this worker's
+            # consumer was told (the broker tells it the failover delay later): wait for the word
+            # rather than refuse the write (_not_forwarded_again).
+            await coordinator.wait_until_told(LEADER_WAIT)
         try:
             result = method(current, request, **params)
             if hasattr(result, "__await__"):

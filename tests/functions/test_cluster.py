@@ -41,7 +41,8 @@ class RoutedForwarder:
         if content_type:
             request.requestHeaders.setRawHeaders(b"content-type", [content_type.encode()])
         RouterResource(make_v3_router(lambda: worker)).render(request)
-        assert request.finished
+        if not request.finished:
+            await request.notifyFinish()
         raw = b"".join(request.written)
         answer = json.loads(raw) if raw else None
         if (request.responseCode or 200) >= 400:
@@ -142,6 +143,26 @@ class ClusterTests(SynchronousTestCase):
         self.wait(registering)
         self.assertEqual(self.forwarder.calls,
                          [("http://a:6750", "POST", "/admin/v3/functions/public/default/f")])
+
+    def test_a_forwarded_write_waits_for_the_leader_to_be_told(self):
+        """b forwards a write to a, whom the brokers' stats name the leader, before a's consumer
+        has been told (the failover delay after a's subscription): a waits for the word and takes
+        the write, where it refused it as not the leader (503)."""
+        a, b = self.worker("a"), self.worker("b")
+        self.clock.advance(1)
+        consumer = a.coordinator.consumer
+        consumer.is_active = False          # active at the broker, not told yet
+        self.patch(a.coordinator, "check", lambda: defer.succeed(None))    # the stats still name a
+        self.assertEqual((a.coordinator.leader_name, b.coordinator.leader_url), ("a", "http://a:6750"))
+        registering = defer.ensureDeferred(b.register("public", "default", "f", CONFIG, CODE))
+        self.clock.advance(0.5)
+        self.assertNoResult(registering)
+        consumer.is_active = True           # the broker's ACTIVE_CONSUMER_CHANGE
+        self.clock.advance(0.25)
+        self.wait(registering)
+        self.assertEqual(self.forwarder.calls,
+                         [("http://a:6750", "POST", "/admin/v3/functions/public/default/f")])
+        self.assertEqual(a.list("public", "default"), ["f"])
 
     def test_leader_gone_the_next_active_consumer_leads(self):
         a, b = self.worker("a"), self.worker("b")
