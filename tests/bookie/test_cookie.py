@@ -380,29 +380,41 @@ class StoreCookieTests(StorageTestBase):
         self.assertEqual(self.cookie_node(), server.storage.instance_id)
 
     @defer.inlineCallbacks
+    def stopped_while_held(self, held, **server_kwargs):
+        """A server started with ``server_kwargs``, stopped while ``held`` (a _HeldEndpoint among
+        them) holds its listen, then released: ``(server, its start, its stop)``."""
+        storage = BookieStorage(self.journal_dir, self.ledger_dirs, reactor, flush_interval_ms=0,
+                                gc_wait_time_ms=0)
+        server = BookieServer(storage, reactor, bookie_id="b1:3181",
+                              metadata_store=self.store.new_session(),
+                              data_dirs=[self.journal_dir, *self.ledger_dirs], **server_kwargs)
+        starting = server.start()
+        self.addCleanup(lambda: server.stop() if server.port is not None else None)
+        yield held.asked
+        stopping = server.stop()
+        self.assertNoResult(stopping)
+        held.release()
+        return server, starting, stopping
+
+    def assert_nothing_running(self, server):
+        self.assertIsNone(server.port)
+        self.assertFalse(server.storage._running)
+        self.assertEqual(self.successResultOf(self.store.get_children("/ledgers/available")), [])
+
+    @defer.inlineCallbacks
     def test_stop_during_the_starts_last_steps_leaves_nothing_running(self):
         """Stopped while the start opens its HTTP port (its last step): the stop waits for the start
         to end and then closes that port too; the port used to be opened after the stop had ended,
         and stayed open."""
         http = _HeldEndpoint()
-        storage = BookieStorage(self.journal_dir, self.ledger_dirs, reactor, flush_interval_ms=0,
-                                gc_wait_time_ms=0)
-        server = BookieServer(storage, reactor, endpoint="tcp:0:interface=127.0.0.1", bookie_id="b1:3181",
-                              metadata_store=self.store.new_session(), disk_check_interval=10.0,
-                              http_endpoint=http, data_dirs=[self.journal_dir, *self.ledger_dirs])
-        starting = server.start()
-        yield http.asked
-        stopping = server.stop()
-        self.assertNoResult(stopping)
-        http.release()
+        server, starting, stopping = yield self.stopped_while_held(
+            http, endpoint="tcp:0:interface=127.0.0.1", disk_check_interval=10.0, http_endpoint=http)
         yield starting
         yield stopping
         self.assertIsNone(server.http_port)
         self.assertFalse(http.port.connected)
-        self.assertIsNone(server.port)
         self.assertFalse(server._disk_loop.running)
-        self.assertFalse(storage._running)
-        self.assertEqual(self.successResultOf(self.store.get_children("/ledgers/available")), [])
+        self.assert_nothing_running(server)
 
     @defer.inlineCallbacks
     def test_stop_while_the_bookie_port_opens_leaves_nothing_running(self):
@@ -411,45 +423,29 @@ class StoreCookieTests(StorageTestBase):
         and the storage; it used to go on to serve and register after the stop had ended, with
         nothing left to undo it."""
         endpoint = _HeldEndpoint()
-        storage = BookieStorage(self.journal_dir, self.ledger_dirs, reactor, flush_interval_ms=0,
-                                gc_wait_time_ms=0)
-        server = BookieServer(storage, reactor, endpoint=endpoint, bookie_id="b1:3181",
-                              metadata_store=self.store.new_session(), disk_check_interval=0,
-                              data_dirs=[self.journal_dir, *self.ledger_dirs])
-        starting = server.start()
-        self.addCleanup(lambda: server.stop() if server.port is not None else None)
-        yield endpoint.asked
-        stopping = server.stop()
-        self.assertNoResult(stopping)
-        endpoint.release()
+        server, starting, stopping = yield self.stopped_while_held(
+            endpoint, endpoint=endpoint, disk_check_interval=0)
         yield self.assertFailure(starting, defer.CancelledError)
         yield stopping
-        self.assertIsNone(server.port)
         self.assertFalse(endpoint.port.connected)
-        self.assertFalse(storage._running)
-        self.assertEqual(self.successResultOf(self.store.get_children("/ledgers/available")), [])
+        self.assert_nothing_running(server)
 
     @defer.inlineCallbacks
     def test_port_named_bookie_restarts_over_its_directories(self):
         """A bookie named after its ephemeral port (bookie_id None, bookiePort=0 in the daemon)
         gets a new id at every start. Restarted over its own directories it starts (as it did
         before 60c57ff) instead of being refused as 'another bookie's directories'."""
-        storage = BookieStorage(self.journal_dir, self.ledger_dirs, reactor, flush_interval_ms=0,
-                                gc_wait_time_ms=0)
-        server = BookieServer(storage, reactor, endpoint="tcp:0:interface=127.0.0.1",
-                              advertised_address="127.0.0.1", metadata_store=self.store.new_session(),
-                              disk_check_interval=0, data_dirs=[self.journal_dir, *self.ledger_dirs])
-        yield server.start()
-        first = server.bookie_id
-        yield server.stop()
-        storage = BookieStorage(self.journal_dir, self.ledger_dirs, reactor, flush_interval_ms=0,
-                                gc_wait_time_ms=0)
-        server = BookieServer(storage, reactor, endpoint="tcp:0:interface=127.0.0.1",
-                              advertised_address="127.0.0.1", metadata_store=self.store.new_session(),
-                              disk_check_interval=0, data_dirs=[self.journal_dir, *self.ledger_dirs])
-        yield server.start()
-        self.addCleanup(server.stop)
-        self.assertNotEqual(server.bookie_id, first)
+        ids = []
+        for _ in range(2):
+            storage = BookieStorage(self.journal_dir, self.ledger_dirs, reactor, flush_interval_ms=0,
+                                    gc_wait_time_ms=0)
+            server = BookieServer(storage, reactor, endpoint="tcp:0:interface=127.0.0.1",
+                                  advertised_address="127.0.0.1", metadata_store=self.store.new_session(),
+                                  disk_check_interval=0, data_dirs=[self.journal_dir, *self.ledger_dirs])
+            yield server.start()
+            ids.append(server.bookie_id)
+            yield server.stop()
+        self.assertNotEqual(ids[0], ids[1])
 
     @defer.inlineCallbacks
     def test_store_unreachable_waits(self):

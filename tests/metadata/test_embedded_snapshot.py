@@ -66,6 +66,20 @@ class SlicedSnapshotTests(TestCase):
         self.patch(store_module._Core, "_snapshot_slice", slice_)
         return held.clear
 
+    def watch_install(self) -> list:
+        """A list that is non-empty while the worker installs a snapshot (``_Core._install``)."""
+        installing = []
+        real_install = store_module._Core._install
+
+        def install(core, *args):
+            installing.append(True)
+            try:
+                return real_install(core, *args)
+            finally:
+                installing.clear()
+        self.patch(store_module._Core, "_install", install)
+        return installing
+
     def count_slices(self):
         calls = []
         real = store_module._Core._snapshot_slice
@@ -190,16 +204,9 @@ class SlicedSnapshotTests(TestCase):
         (a write made during its walk is in the log by then), crash, reopen: every acknowledged
         write is there."""
         store = await self.filled(100)
-        calls, installing = [], []
+        calls, installing = [], self.watch_install()
         where = os if where is None else where
-        real, real_install = getattr(where, name), store_module._Core._install
-
-        def install(core, *args):
-            installing.append(True)
-            try:
-                return real_install(core, *args)
-            finally:
-                installing.clear()
+        real = getattr(where, name)
 
         def failing(*args, **kwargs):
             if installing:
@@ -207,7 +214,6 @@ class SlicedSnapshotTests(TestCase):
                 if len(calls) == nth:
                     raise OSError(5, "EIO (injected)")
             return real(*args, **kwargs)
-        self.patch(store_module._Core, "_install", install)
         self.patch(where, name, failing)
         release = self.hold_walk()
         done = store.snapshot()
@@ -280,15 +286,8 @@ class SlicedSnapshotTests(TestCase):
         must not go on with a log size it no longer has, or the next snapshot's keep_from points
         past the real end of the log and the writes made during its walk are dropped."""
         store = await self.filled(100)
-        calls, installing = [], []
-        real_fsync, real_install = log_format._fsync, store_module._Core._install
-
-        def install(core, *args):
-            installing.append(True)
-            try:
-                return real_install(core, *args)
-            finally:
-                installing.clear()
+        calls, installing = [], self.watch_install()
+        real_fsync = log_format._fsync
 
         def failing(fd):
             if installing:
@@ -296,7 +295,6 @@ class SlicedSnapshotTests(TestCase):
                 if len(calls) == 2:     # 1: the snapshot file's; 2: the truncated log's
                     raise OSError(5, "EIO (injected)")
             return real_fsync(fd)
-        self.patch(store_module._Core, "_install", install)
         self.patch(log_format, "_fsync", failing)
         await self.assertFailure(store.snapshot(), SnapshotFailedError)
         self.assertEqual(len(calls), 2)
