@@ -175,32 +175,35 @@ class ManagedLedgerFactory:
         meanwhile: an open waits for the close no longer than that either, so a delete that went
         on after a late close would remove the new instance's metadata and ledgers under it,
         messages it acknowledged with them."""
-        waited = defer.Deferred()
-
-        def closed(result):
-            if call.active():
-                call.cancel()
-                if isinstance(result, Failure):
-                    waited.errback(result)      # the delete fails with it, as before
-                else:
-                    waited.callback(None)
-            elif isinstance(result, Failure):
+        def late(result):
+            if isinstance(result, Failure):
                 log.warn("managed ledger {name}: its close for a delete failed late: {err}",
                          name=name, err=result.getErrorMessage())
-            return None
-
-        def waited_enough():
-            waited.errback(ManagedLedgerError(
-                f"managed ledger {name} is still closing after {CLOSE_WAIT_LIMIT:.0f} s: "
-                f"not deleted; try again"))
-
-        call = self.reactor.callLater(CLOSE_WAIT_LIMIT, waited_enough)
-        ml.close().addBoth(closed)
-        await waited
+        if await self._at_most_close_wait(ml.close(), late) is _TIMED_OUT:
+            raise ManagedLedgerError(f"managed ledger {name} is still closing after "
+                                     f"{CLOSE_WAIT_LIMIT:.0f} s: not deleted; try again")
         self._forget(ml)    # (after a close that failed before forgetting it, too)
         if self._ledgers.get(name) is not None or name in self._opening:
             raise ManagedLedgerError(f"managed ledger {name} was opened again while it closed for "
                                      f"its delete: not deleted")
+
+    def _at_most_close_wait(self, d, late=lambda result: None):
+        """A Deferred firing as ``d`` does (result or failure), or with ``_TIMED_OUT`` once
+        CLOSE_WAIT_LIMIT has passed first. ``d`` is not cancelled (a close stuck on a bookie or a
+        metadata store goes on by itself); what it ends with after the limit goes to ``late``."""
+        waited = defer.Deferred()
+
+        def fired(result):
+            if call.active():
+                call.cancel()
+                (waited.errback if isinstance(result, Failure) else waited.callback)(result)
+            else:
+                late(result)
+            return None
+
+        call = self.reactor.callLater(CLOSE_WAIT_LIMIT, waited.callback, _TIMED_OUT)
+        d.addBoth(fired)
+        return waited
 
     def list_names(self):
         d = self.store.get_children(formats.ROOT)
@@ -214,40 +217,28 @@ class ManagedLedgerFactory:
             call.cancel()
             d.errback(ManagedLedgerClosedError("factory is shut down"))
         closing = {name: ml.close() for name, ml in list(self._ledgers.items())}
-        closing.update((name, _follow(d)) for name, d in self._initializing.items())
+        # (An initialisation's Deferred never fails: ``opened``/``failed`` take its outcome.)
+        closing.update(self._initializing)
+
         def forget(result, name):
             del closing[name]
             return result
         for name, d in list(closing.items()):
             d.addBoth(forget, name)
-        done = defer.Deferred()
 
-        def closed(_):
-            if call.active():
-                call.cancel()
-                done.callback(None)
-
-        def stop_waiting():
-            # As an open does: a close stuck on a bookie or a metadata store that does not answer
-            # must not hold the daemon's stop for good. What it had not written yet is what a
-            # crash would leave: the next owner recovers the ledger and redelivers from the cursor
-            # positions last written.
-            log.warn("managed ledger factory: shutting down with {n} managed ledgers still closing "
-                     "after {seconds:.0f} s: {names}", n=len(closing), seconds=CLOSE_WAIT_LIMIT,
-                     names=", ".join(sorted(closing)[:10]))
-            done.callback(None)
-
-        call = self.reactor.callLater(CLOSE_WAIT_LIMIT, stop_waiting)
-        defer.DeferredList(list(closing.values()), consumeErrors=True).addCallback(closed)
-        return done.addCallback(lambda _: self.timers.stop())
+        def closed(result):
+            if result is _TIMED_OUT:
+                # As an open does: a close stuck on a bookie or a metadata store that does not
+                # answer must not hold the daemon's stop for good. What it had not written yet is
+                # what a crash would leave: the next owner recovers the ledger and redelivers from
+                # the cursor positions last written.
+                log.warn("managed ledger factory: shutting down with {n} managed ledgers still "
+                         "closing after {seconds:.0f} s: {names}", n=len(closing),
+                         seconds=CLOSE_WAIT_LIMIT, names=", ".join(sorted(closing)[:10]))
+            self.timers.stop()
+        all_closed = defer.DeferredList(list(closing.values()), consumeErrors=True)
+        return self._at_most_close_wait(all_closed).addCallback(closed)
 
 
-def _follow(d):
-    """A Deferred firing with None when ``d`` (which does not fail) fires, leaving ``d`` as it is."""
-    follower = defer.Deferred()
-
-    def fire(result):
-        follower.callback(None)
-        return result
-    d.addBoth(fire)
-    return follower
+#: What ``_at_most_close_wait`` fires with when the limit passed first.
+_TIMED_OUT = object()
