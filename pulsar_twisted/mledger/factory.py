@@ -3,6 +3,8 @@ The managed ledger factory (Pulsar's ``ManagedLedgerFactoryImpl``): opens manage
 name over one ledger client and one metadata store, keeping one instance per name.
 """
 
+import weakref
+
 from twisted.internet import defer
 from twisted.python.failure import Failure
 from twisted.logger import Logger
@@ -47,6 +49,10 @@ class ManagedLedgerFactory:
         #: name -> Deferred of an instance's initialisation in progress (and of its close, when a
         #: shutdown came meanwhile).
         self._initializing = {}
+        #: managed ledger -> ``(not_before, delay, error text)`` for those whose last ledger creation failed:
+        #: their adds are refused until ``not_before`` (``ManagedLedgerImpl._creation_refused``).
+        #: Weak keys: an instance that is dropped leaves nothing behind.
+        self.creation_backoff = weakref.WeakKeyDictionary()
         self._shut_down = False
 
     @property

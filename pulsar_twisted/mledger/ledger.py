@@ -59,6 +59,15 @@ TRIM_SLICE = 16
 #: Seconds after which a close still in progress logs what it waits for (then again each period).
 CLOSE_REPORT_AFTER = 20.0
 
+#: After a failed ledger creation the adds that would start the next one are refused at once, with
+#: no new attempt, for CREATE_RETRY_MIN seconds, doubling with each failure in a row up to
+#: CREATE_RETRY_MAX (Pulsar's fixed WaitTimeAfterLedgerCreationFailureMs). Without it a topic whose
+#: ledger cannot be made (fewer writable bookies than the ensemble, the metadata store away) tried
+#: again for every add of its reconnecting producers, about 50 times a second, each attempt a log
+#: line and metadata requests; the doubling keeps a short outage's recovery within a second.
+CREATE_RETRY_MIN = 0.5
+CREATE_RETRY_MAX = 10.0
+
 #: The empty map a managed ledger's rarely used maps start as (read-only: replaced by a dict on the
 #: first insertion).
 EMPTY = MappingProxyType({})
@@ -483,6 +492,9 @@ class ManagedLedgerImpl:
         if self._state is not State.CREATING_LEDGER:
             self._close_quietly(handle)  # recorded but unused: an empty ledger the next open drops
             return None
+        backoff = self.factory.creation_backoff
+        if backoff:
+            backoff.pop(self, None)
         self._current = handle
         self._current_created = self.reactor.seconds()
         self._current_sent = 0
@@ -510,8 +522,12 @@ class ManagedLedgerImpl:
         return self._create_failed(failure)
 
     def _create_failed(self, failure):
-        log.warn("managed ledger {name}: could not create a ledger: {err}",
-                 name=self.name, err=failure.getErrorMessage())
+        backoff = self.factory.creation_backoff
+        delay = min(CREATE_RETRY_MAX, backoff[self][1] * 2) if self in backoff else CREATE_RETRY_MIN
+        backoff[self] = (self.reactor.seconds() + delay, delay, failure.getErrorMessage())
+        log.warn("managed ledger {name}: could not create a ledger: {err}; adds are refused for "
+                 "{delay:.1f} s before the next attempt", name=self.name, err=failure.getErrorMessage(),
+                 delay=delay)
         if self._state is State.CREATING_LEDGER:
             self._state = State.LEDGER_CLOSED
         error = ManagedLedgerError(f"could not create a ledger: {failure.getErrorMessage()}")
@@ -832,6 +848,8 @@ class ManagedLedgerImpl:
                         return self._added(taken - given_back)
                 continue
             error = self._check_writable()
+            if error is None and st is State.LEDGER_CLOSED:
+                error = self._creation_refused(now)
             if error is not None:
                 self.counters.add_errors += 1
                 tell_failed(waiter, ctx, Failure(error))
@@ -851,6 +869,18 @@ class ManagedLedgerImpl:
         if run:
             taken -= self._hand_over(run) or 0
         return self._added(taken)
+
+    def _creation_refused(self, now: float):
+        """The error refusing an add that would start a ledger creation while the last one's
+        failure is too recent (the factory's ``creation_backoff``), else None."""
+        backoff = self.factory.creation_backoff
+        if not backoff:
+            return None
+        entry = backoff.get(self)
+        if entry is None or now >= entry[0]:
+            return None
+        return ManagedLedgerError(f"managed ledger {self.name}: waiting {entry[0] - now:.1f} s before "
+                                  f"creating a ledger again; the last attempt failed: {entry[2]}")
 
     def _added(self, taken: int) -> int:
         """After adds: throttle the writers if too many are pending now; returns ``taken``."""

@@ -12,7 +12,8 @@ from pulsar_twisted.mledger.interfaces import (
     ManagedLedgerFencedError,
 )
 from pulsar_twisted.mledger import formats
-from pulsar_twisted.mledger.ledger import TRIM_SLICE, ManagedLedgerTerminatedError, State
+from pulsar_twisted.mledger.ledger import (
+    CREATE_RETRY_MAX, CREATE_RETRY_MIN, TRIM_SLICE, ManagedLedgerTerminatedError, State)
 from pulsar_twisted.testing.fake_ledger import FakeLedgerClient
 from pulsar_twisted.testing.patching import patch_method
 
@@ -447,6 +448,7 @@ class LedgerSwitchTests(ManagedLedgerHarness, unittest.TestCase):
         self.successResultOf(last)
         self.failureResultOf(queued, ManagedLedgerError)
         self.assertEqual(ml.state, State.LEDGER_CLOSED)
+        self.clock.advance(CREATE_RETRY_MIN)
         self.assertEqual(self.add(ml, 1, start=11)[0].entry_id, 0)
 
     def test_close_fence_and_failure_drop_the_ledger_made_ahead(self):
@@ -632,7 +634,8 @@ class FaultTests(ManagedLedgerHarness, unittest.TestCase):
         self.assertEqual(ml.number_of_entries(), 1)
 
     def test_create_failure_fails_queued_adds(self):
-        """Adds waiting for a ledger that cannot be created fail; the next add tries again."""
+        """Adds waiting for a ledger that cannot be created fail; an add after CREATE_RETRY_MIN
+        tries again."""
         ml = self.open(max_entries_per_ledger=1)
         self.bk.pause_adds()
         first, queued = ml.add_entry(b"a"), ml.add_entry(b"b")
@@ -641,7 +644,45 @@ class FaultTests(ManagedLedgerHarness, unittest.TestCase):
         self.successResultOf(first)
         self.failureResultOf(queued, ManagedLedgerError)
         self.assertEqual(ml.state, State.LEDGER_CLOSED)
+        self.clock.advance(CREATE_RETRY_MIN)
         self.assertEqual(self.add(ml, 1)[0].entry_id, 0)
+
+    def test_failed_creations_back_off(self):
+        """After a failed creation, adds are refused at once without a new attempt (a client
+        reconnecting in a loop made one per add, ~50 a second): for CREATE_RETRY_MIN, doubling
+        with each failure in a row up to CREATE_RETRY_MAX, and from the start again once a
+        ledger is made."""
+        ml = self.open(max_entries_per_ledger=1)
+        attempts = []
+        real_create = self.bk.create_ledger
+
+        def create(*a, **kw):
+            attempts.append(self.clock.seconds())
+            return real_create(*a, **kw)
+        self.patch(self.bk, "create_ledger", create)
+        self.bk.fail_next_creates(1)
+        self.add(ml, 1)         # fills the ledger; making the next one at the switch fails
+        self.assertEqual((len(attempts), ml.state), (1, State.LEDGER_CLOSED))
+        self.bk.fail_next_creates(6)
+        waits = []
+        while len(waits) < 6:
+            started, before = self.clock.seconds(), len(attempts)
+            while True:
+                self.clock.advance(0.25)
+                failure = self.failureResultOf(ml.add_entry(b"x"), ManagedLedgerError)
+                if len(attempts) > before:
+                    break                       # that add's attempt, failed
+                self.assertIn("waiting", failure.getErrorMessage())
+            waits.append(self.clock.seconds() - started)
+        self.assertEqual(waits, [0.5, 1.0, 2.0, 4.0, 8.0, CREATE_RETRY_MAX])
+        self.clock.advance(CREATE_RETRY_MAX)
+        self.successResultOf(ml.add_entry(b"made"))     # a ledger is made: the backoff resets
+        self.bk.fail_next_creates(1)
+        self.add(ml, 1)
+        self.assertEqual(ml.state, State.LEDGER_CLOSED)
+        self.clock.advance(CREATE_RETRY_MIN)
+        self.successResultOf(ml.add_entry(b"y"))
+        self.flushLoggedErrors()
 
     def test_crash_restart_fences_previous_owner(self):
         """A second instance recovers (fences) the last ledger; the old one can no longer add."""
