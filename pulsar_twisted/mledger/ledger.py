@@ -61,12 +61,13 @@ CLOSE_REPORT_AFTER = 20.0
 
 #: After a failed ledger creation the adds that would start the next one are refused at once, with
 #: no new attempt, for CREATE_RETRY_MIN seconds, doubling with each failure in a row up to
-#: CREATE_RETRY_MAX (Pulsar's fixed WaitTimeAfterLedgerCreationFailureMs). Without it a topic whose
-#: ledger cannot be made (fewer writable bookies than the ensemble, the metadata store away) tried
-#: again for every add of its reconnecting producers, about 50 times a second, each attempt a log
-#: line and metadata requests; the doubling keeps a short outage's recovery within a second.
+#: CREATE_RETRY_MAX (Pulsar refuses them for a fixed 10 s, WaitTimeAfterLedgerCreationFailureMs).
+#: Without it a topic whose ledger cannot be made (fewer writable bookies than the ensemble, the
+#: metadata store away) tried again for every add of its reconnecting producers, about 50 times a
+#: second, each attempt a warning and metadata requests. The doubling keeps a short outage's
+#: recovery within a second, the cap a long one's within 5 s of the bookies' return.
 CREATE_RETRY_MIN = 0.5
-CREATE_RETRY_MAX = 10.0
+CREATE_RETRY_MAX = 5.0
 
 #: The empty map a managed ledger's rarely used maps start as (read-only: replaced by a dict on the
 #: first insertion).
