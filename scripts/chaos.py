@@ -5,6 +5,7 @@ Jepsen-style chaos run against a real cluster (issue 11): see pulsar_twisted/tes
     python scripts/chaos.py --seed 1 --quorum 3/3/2 --duration 75
     python scripts/chaos.py --seed 2 --quorum 2/2/2 --json /tmp/run2.json
     python scripts/chaos.py --check /tmp/run2.history.json      # check a saved history again
+    python scripts/chaos.py --proxy --seed 4 --faults kill-proxy,kill-broker   # clients via a proxy
 
 ZooKeeper: --zk HOST:PORT, else $PULSAR_TEST_ZK, else one started with scripts/zookeeper.sh (of
 the run's own when a ZooKeeper fault is asked for, the only case the nemesis may kill or pause it):
@@ -28,7 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from pulsar_twisted.testing.chaos import checker  # noqa: E402
 from pulsar_twisted.testing.chaos.history import History  # noqa: E402
 from pulsar_twisted.testing.chaos.nemesis import (  # noqa: E402
-    BUNDLE_KINDS, DISK_KINDS, KINDS, PARTITION_KINDS, ZK_KINDS)
+    BUNDLE_KINDS, DISK_KINDS, KINDS, PARTITION_KINDS, PROXY_KINDS, ZK_KINDS)
 
 
 def _quorum(text: str) -> tuple:
@@ -40,7 +41,7 @@ def _quorum(text: str) -> tuple:
 
 def _kinds(text: str) -> tuple:
     kinds = tuple(k for k in text.split(",") if k)
-    known = KINDS + PARTITION_KINDS + DISK_KINDS + BUNDLE_KINDS + ZK_KINDS
+    known = KINDS + PARTITION_KINDS + DISK_KINDS + BUNDLE_KINDS + ZK_KINDS + PROXY_KINDS
     unknown = set(kinds) - set(known)
     if unknown:
         raise argparse.ArgumentTypeError(f"unknown faults {sorted(unknown)}; known: {', '.join(known)}")
@@ -65,7 +66,11 @@ def parse(argv):
                         "kill-zookeeper (kill -9, down 1-6 s, started again on its data) and\n"
                         "pause-zookeeper (SIGSTOP past the session timeout: every session expires at once)\n"
                         "act on a ZooKeeper the run starts for itself, and are dropped with --zk or\n"
-                        "$PULSAR_TEST_ZK)")
+                        "$PULSAR_TEST_ZK); the optional kill-proxy (kill -9, down 1-6 s, started\n"
+                        "again on its port) needs --proxy and is dropped without it)")
+    p.add_argument("--proxy", action="store_true",
+                   help="run a Pulsar proxy (brokers discovered from the metadata store) and\n"
+                        "connect every producer, consumer and reader through it")
     p.add_argument("--max-entries-per-ledger", type=int, default=100,
                    help="managedLedgerMaxEntriesPerLedger of the brokers (default 100: every partition "
                         "switches ledgers about once a second, under the faults)")
@@ -128,7 +133,8 @@ def main(argv=None) -> int:
     config = ChaosConfig(seed=args.seed, duration=args.duration, quorum=args.quorum,
                          brokers=args.brokers, bookies=args.bookies, producers=args.producers,
                          rate=args.rate, kinds=kinds, zk_hosts=args.zk, keep_logs=args.keep_logs,
-                         max_entries_per_ledger=args.max_entries_per_ledger, log=log)
+                         max_entries_per_ledger=args.max_entries_per_ledger, proxy=args.proxy,
+                         log=log)
     log(f"chaos run: {' '.join(sys.argv)}")
     try:
         history, verdict = run(config)

@@ -2,6 +2,8 @@
 The chaos harness (``pulsar_twisted.testing.chaos``, issue 11).
 
 ``CheckerTests`` and ``HistoryTests``: the checker on hand-made histories, no processes.
+The nemesis's optional kinds on fakes (``PowerLossNemesisTests``, ``ZooKeeperNemesisTests``,
+``ProxyNemesisTests``) and the runner's proxy wiring (``ProxyRunWiringTests``), no processes either.
 ``ShortChaosRunTests``: a short seeded run on a real cluster (ZooKeeper, 3 bookies, 2 brokers, the
 official client), bounded to about two minutes with start-up; skipped without ZooKeeper or the
 official client. It fails while the cluster loses, duplicates or reorders acknowledged messages.
@@ -649,6 +651,100 @@ class ZooKeeperNemesisTests(SynchronousTestCase):
         self.assertTrue(zk.up)
         self.assertIn("error: ClusterError: port in use", nemesis.history.faults[0].note)
         self.assertEqual(len(nemesis.errors), 1)
+
+
+class ProxyNemesisTests(SynchronousTestCase):
+    """The optional ``kill-proxy`` fault on fakes: kill -9, held down 1-6 s, started again; only
+    when the cluster has a proxy; started again by ``heal()``."""
+
+    def make(self, seed=5, kinds=("kill-proxy",), proxy=True, faults=1):
+        from pulsar_twisted.testing.chaos.nemesis import Nemesis
+        cluster = _FakeCluster(None)
+        calls = cluster.bookies[0].calls
+        if proxy:
+            cluster.proxies = [_FakeDaemon("proxy0", calls)]
+        history = _history()
+        nemesis = Nemesis(cluster, history, seed=seed, kinds=kinds, rest=(0, 0), log=lambda _: None)
+        sleeps = []
+
+        def sleep(seconds):
+            sleeps.append(seconds)
+            calls.append(("sleep",))
+            return len(history.faults) >= faults
+        nemesis._sleep = sleep
+        return nemesis, calls, sleeps
+
+    def test_kill_proxy(self):
+        """kill -9 the proxy, a hold of 1-6 s, started again; recorded in the History."""
+        nemesis, calls, sleeps = self.make()
+        nemesis.run(1000)
+        self.assertEqual(calls, [("sleep",), ("kill9", "proxy0"), ("sleep",), ("start", "proxy0"),
+                                 ("sleep",)])
+        self.assertTrue(1.0 <= sleeps[1] <= 6.0, sleeps)
+        fault = nemesis.history.faults[0]
+        self.assertEqual((fault.kind, fault.target), ("kill-proxy", "proxy0"))
+        self.assertIsNotNone(fault.ended)
+
+    def test_dropped_without_a_proxy(self):
+        """Without a proxy the kind is dropped (the others kept); it is not a default kind."""
+        from pulsar_twisted.testing.chaos.nemesis import KINDS, PARTITION_KINDS, PROXY_KINDS
+        nemesis, _, _ = self.make(kinds=("kill-proxy", "kill-broker"), proxy=False)
+        self.assertEqual(nemesis.kinds, ("kill-broker",))
+        self.assertFalse(set(PROXY_KINDS) & set(KINDS + PARTITION_KINDS))
+
+    def test_schedule_mixes_proxy_and_broker_kills(self):
+        """The seed draws the proxy among the other kinds' targets; brokers stay broker targets."""
+        nemesis, _, _ = self.make(seed=2, kinds=("kill-proxy", "kill-broker"), faults=12)
+        nemesis.run(1000)
+        drawn = {(f.kind, f.target[:-1]) for f in nemesis.history.faults}
+        self.assertEqual(drawn, {("kill-proxy", "proxy"), ("kill-broker", "broker")})
+
+    def test_heal_starts_the_proxy(self):
+        """heal() starts a proxy that is down (a fault cut short by stop())."""
+        nemesis, calls, _ = self.make()
+        proxy = nemesis.cluster.proxies[0]
+        proxy.running = lambda: False
+        nemesis.heal()
+        self.assertEqual(calls, [("start", "proxy0")])
+
+
+class ProxyRunWiringTests(SynchronousTestCase):
+    """``ChaosConfig.proxy`` in the runner, without processes: the cluster gets one proxy
+    discovering the brokers from its metadata store, the clients its service URL, and the run's
+    cleanup and kept logs take it with the other daemons."""
+
+    def make(self, proxy):
+        from pulsar_twisted.testing.chaos.runner import ChaosConfig, make_cluster
+        from pulsar_twisted.testing.cluster import ZooKeeperServer
+        cluster = make_cluster(ChaosConfig(proxy=proxy, session_timeout_ms=3000),
+                               ZooKeeperServer("127.0.0.1:2181"))
+        self.addCleanup(cluster.cleanup)
+        return cluster
+
+    def test_clients_through_the_proxy(self):
+        from pulsar_twisted.testing.chaos.runner import _daemons, client_service_url
+        cluster = self.make(proxy=True)
+        [proxy] = cluster.proxies
+        self.assertEqual(proxy.settings["metadataStoreUrl"], cluster.metadata_url)
+        self.assertEqual(proxy.settings["zooKeeperSessionTimeoutMillis"], 3000)
+        self.assertEqual(client_service_url(cluster), proxy.service_url)
+        self.assertEqual(_daemons(cluster)[0], proxy)
+
+    def test_clients_to_the_brokers_without(self):
+        from pulsar_twisted.testing.chaos.runner import client_service_url
+        cluster = self.make(proxy=False)
+        self.assertEqual(cluster.proxies, [])
+        self.assertEqual(client_service_url(cluster), "pulsar://" + ",".join(
+            f"127.0.0.1:{b.port}" for b in cluster.brokers))
+
+    def test_kept_logs_include_the_proxy(self):
+        from pulsar_twisted.testing.chaos.runner import _copy_logs
+        cluster = self.make(proxy=True)
+        with open(cluster.proxies[0].log_path, "w") as f:
+            f.write("proxy log\n")
+        target = tempfile.mkdtemp()
+        _copy_logs(cluster, target)
+        self.assertIn("proxy0.log", os.listdir(target))
 
 
 class ZooKeeperServerFaultTests(SynchronousTestCase):

@@ -35,6 +35,12 @@ Faults (``KINDS``):
   ``namespace`` (default ``public/default``) is unloaded, or split in two (the halves unloaded or
   not, by the seed); ``hold`` seconds pass before the next fault as after any other.
 
+- ``kill-proxy`` (``PROXY_KINDS``, optional): kill -9 the run's Pulsar proxy, down for 1-6 s, start
+  it again on the same port. Every client connection through it (lookups and the relayed producer
+  and consumer connections alike) drops at once, while every broker stays up: what the clients
+  then see is the proxy's recovery, not the brokers'. Only when the cluster has a proxy
+  (``cluster.proxies``); else dropped.
+
 Run it on the thread that will outlive the daemons it restarts (the main thread): a cluster child
 asks for SIGKILL when the thread that spawned it exits (PR_SET_PDEATHSIG is per thread).
 
@@ -55,6 +61,7 @@ PARTITION_KINDS = ("partition-bookie", "partition-broker")
 DISK_KINDS = ("powerloss-bookie",)
 BUNDLE_KINDS = ("unload-bundle", "split-bundle")
 ZK_KINDS = ("kill-zookeeper", "pause-zookeeper")
+PROXY_KINDS = ("kill-proxy",)
 
 
 class Nemesis:
@@ -81,6 +88,10 @@ class Nemesis:
         self._zookeeper_back = None
         if self.zookeeper is None:
             self.kinds = tuple(k for k in self.kinds if k not in ZK_KINDS)
+        #: The proxies the proxy kinds act on (and ``heal()`` starts again): none, no proxy kinds.
+        self.proxies = list(getattr(cluster, "proxies", ()))
+        if not self.proxies:
+            self.kinds = tuple(k for k in self.kinds if k not in PROXY_KINDS)
         self.session_timeout = session_timeout
         self.namespace = namespace
         self.rest = rest
@@ -107,6 +118,8 @@ class Nemesis:
             group = self.cluster.bookies if kind.endswith("bookie") else self.cluster.brokers
             if kind in ZK_KINDS:
                 group = [self.zookeeper]
+            if kind in PROXY_KINDS:
+                group = self.proxies
             if kind.startswith("partition"):
                 group = [p for p in group if getattr(p, "isolation", None) is not None]
                 if not group:
@@ -264,8 +277,9 @@ class Nemesis:
         time.sleep(seconds)
 
     def heal(self, timeout: float = 60.0) -> None:
-        """Every process thawed, connected and running, and registered in ZooKeeper again
-        (ClusterError after ``timeout``). ZooKeeper first, if the nemesis may touch it: thawed, and
+        """Every process thawed, connected and running (a proxy too: started again, it accepts
+        connections), and every bookie and broker registered in ZooKeeper again (ClusterError
+        after ``timeout``). ZooKeeper first, if the nemesis may touch it: thawed, and
         started again if it is down."""
         if self.zookeeper is not None:
             if self.zookeeper.paused or not self.zookeeper.running():
@@ -280,7 +294,7 @@ class Nemesis:
                           + 0.5 - time.monotonic())
                 if settle > 0:
                     self._settle(settle)
-        for process in self.cluster.bookies + self.cluster.brokers:
+        for process in self.cluster.bookies + self.cluster.brokers + self.proxies:
             self._heal_one(process)
         wait_for(lambda: all(self.cluster.session_of(p.registration) is not None
                              for p in self.cluster.bookies + self.cluster.brokers),

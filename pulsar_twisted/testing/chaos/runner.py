@@ -3,6 +3,8 @@ One chaos run, end to end and bounded: start the cluster, set dedup on for the n
 partitioned topic, subscribe, publish, run the nemesis, heal, let the producers finish, read every
 partition back, drain the subscriptions, check. ``run(ChaosConfig(...))`` returns (History,
 Verdict); every process and namespace it made is gone when it returns or raises (Ctrl-C included).
+With ``proxy`` every client goes through a Pulsar proxy (``twistd pulsar-proxy``) instead of to the
+brokers directly.
 """
 
 import json
@@ -55,6 +57,10 @@ class ChaosConfig:
     #: Broker deduplication on (False: a resent stored message shows as STORED TWICE, so that a
     #: run proves producers were answered before they were moved, not that dedup hid resends).
     dedup: bool = True
+    #: One Pulsar proxy (discovering the brokers from the metadata store), started after the
+    #: brokers; the producers, consumers and readers connect to it alone, so every fault is seen
+    #: through the proxy's lookups and relays (and ``kill-proxy`` has a target).
+    proxy: bool = False
     keep_logs: str = None             # copy the daemons' and clients' logs here before cleanup
     log: object = field(default=print, repr=False)
 
@@ -110,8 +116,24 @@ def make_cluster(config: ChaosConfig, zk: ZooKeeperServer = None) -> Cluster:
         "managedLedgerMinLedgerRolloverTimeMinutes": 0,
     }
     bookie_config = {"zkTimeout": config.session_timeout_ms}
-    return Cluster(zk, bookies=config.bookies, brokers=config.brokers,
-                   broker_config=broker_config, bookie_config=bookie_config)
+    cluster = Cluster(zk, bookies=config.bookies, brokers=config.brokers,
+                      broker_config=broker_config, bookie_config=bookie_config)
+    if config.proxy:
+        cluster.add_proxy({"zooKeeperSessionTimeoutMillis": config.session_timeout_ms})
+    return cluster
+
+
+def client_service_url(cluster: Cluster) -> str:
+    """Where the workload's clients connect: the proxy if the cluster has one, else every
+    broker (the client takes them in turn for its lookups)."""
+    if cluster.proxies:
+        return cluster.proxies[0].service_url
+    return "pulsar://" + ",".join(f"{b.host}:{b.port}" for b in cluster.brokers)
+
+
+def _daemons(cluster: Cluster) -> list:
+    """The processes the run kills on its way out and whose logs it keeps."""
+    return cluster.proxies + cluster.brokers + cluster.bookies
 
 
 def run(config: ChaosConfig) -> tuple:
@@ -130,7 +152,8 @@ def run(config: ChaosConfig) -> tuple:
     history = History(partitions=config.partitions)
     history.meta.update(seed=config.seed, duration=config.duration, quorum=list(config.quorum),
                         dedup=config.dedup, kinds=list(config.kinds), brokers=config.brokers,
-                        bookies=config.bookies, rate=config.rate, producers=config.producers, directory=cluster.directory)
+                        proxy=config.proxy, bookies=config.bookies, rate=config.rate,
+                        producers=config.producers, directory=cluster.directory)
     clients = []
     nemesis = None
     isolations = []
@@ -142,6 +165,8 @@ def run(config: ChaosConfig) -> tuple:
         disks = _lazy_disks(cluster, config)
         history.meta["lazyfs_bookies"] = [b.name for b in cluster.bookies if b.disk is not None]
         cluster.start()
+        for proxy in cluster.proxies:      # after the brokers: it discovers them on its lookups
+            proxy.start()
         log(f"cluster up in {time.monotonic() - started:.1f}s ({cluster.directory})")
         topic = f"persistent://public/default/chaos-{uuid.uuid4().hex[:8]}"
         history.meta["topic"] = topic
@@ -155,7 +180,7 @@ def run(config: ChaosConfig) -> tuple:
               {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1})
         admin(f"{web}/admin/v2/persistent/public/default/{topic.rsplit('/', 1)[1]}/partitions",
               "PUT", config.partitions)
-        service_url = "pulsar://" + ",".join(f"{b.host}:{b.port}" for b in cluster.brokers)
+        service_url = client_service_url(cluster)
         consumer_client = make_client(service_url, f"{cluster.directory}/client-consumers.log")
         clients.append(consumer_client)
         consumers = Consumers(consumer_client, topic, history)
@@ -166,8 +191,8 @@ def run(config: ChaosConfig) -> tuple:
                               rate=config.rate, prefix=f"chaos{config.seed}",
                               send_timeout_millis=config.send_timeout_ms)
         producers.start()
-        log(f"publishing to {topic} ({config.producers} producers, {config.rate:.0f} msg/s), "
-            f"consumers on {sorted(history.subscriptions)}")
+        log(f"publishing to {topic} through {service_url} ({config.producers} producers, "
+            f"{config.rate:.0f} msg/s), consumers on {sorted(history.subscriptions)}")
         time.sleep(config.warmup)
 
         nemesis = Nemesis(cluster, history, config.seed, kinds=config.kinds,
@@ -210,7 +235,7 @@ def run(config: ChaosConfig) -> tuple:
             nemesis.stop()
         for client in clients:
             _close_in_background(client)
-        for process in cluster.brokers + cluster.bookies:
+        for process in _daemons(cluster):
             process.kill9()
         if config.keep_logs:
             _copy_logs(cluster, config.keep_logs)
@@ -289,7 +314,7 @@ def _lazy_disks(cluster: Cluster, config: ChaosConfig) -> list:
 def _copy_logs(cluster: Cluster, target: str) -> None:
     """The daemons' logs and the clients' (not the bookies' entry logs, also named *.log)."""
     os.makedirs(target, exist_ok=True)
-    paths = [p.log_path for p in cluster.brokers + cluster.bookies]
+    paths = [p.log_path for p in _daemons(cluster)]
     paths += [os.path.join(cluster.directory, n) for n in os.listdir(cluster.directory)
               if n.startswith("client-")]
     for path in paths:
