@@ -18,7 +18,8 @@ at a time, then heal, drain and check.
   through PR_SET_PDEATHSIG, but leaves its namespaces: ``ip netns list | grep chaos-``).
 
 Runs: ``python scripts/chaos.py --seed 1 --quorum 3/3/2`` (75 s of faults, 7 producers, 280 msg/s;
-``--help`` for the rest); ``--faults ''`` is a fault-free control run; ``--table *.json`` lines up
+``--help`` for the rest); ``--proxy`` puts every client behind a Pulsar proxy (and allows the
+``kill-proxy`` fault); ``--faults ''`` is a fault-free control run; ``--table *.json`` lines up
 the verdicts of several runs. ``tests/cluster/test_chaos.py`` holds the checker's unit tests and a
 short run for CI.
 
