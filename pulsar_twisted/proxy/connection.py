@@ -37,7 +37,7 @@ from pulsar_twisted.net.deadline import HandshakeDeadline
 from pulsar_twisted.net.framing import KeepAlive
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.proxy.pool import OnBehalf
-from pulsar_twisted.proxy.relay import BrokerRelay, next_frame, splice
+from pulsar_twisted.proxy.relay import BrokerRelay, close_spliced, next_frame, splice
 from pulsar_twisted.proxy.targets import TargetNotAllowed
 from pulsar_twisted.security.broker import AuthSession
 from pulsar_twisted.wire.frames import FrameError, encode_command
@@ -239,7 +239,10 @@ class ProxyConnection(protocol.Protocol):
         if self._owns_pool and self.pool is not None:
             self.pool.close()
         if self.relay is not None and self.relay.transport is not None:
-            self.relay.transport.loseConnection()
+            if previous == ProxyState.RELAY:
+                close_spliced(self.relay.transport)
+            else:
+                self.relay.transport.loseConnection()
         if previous != ProxyState.CLOSED:
             self.service.connection_closed(self.host)
 

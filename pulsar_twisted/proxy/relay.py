@@ -12,7 +12,7 @@ The broker side of a proxied connection, and the splice that relays bytes both w
 2. SPLICED: every byte from the broker goes to the client's transport unread, and the client's to
    the broker's. Nothing is parsed any more: the broker's PINGs, AUTH_CHALLENGEs (for forwarded
    client credentials, which the broker refreshes itself) and the client's answers pass through.
-   Either side closing closes the other.
+   Either side closing closes the other (``close_spliced``).
 
 Backpressure (``splice``): each transport gets an ``IPushProducer`` that pauses the *other*
 transport. When the client's write buffer fills (the broker sends faster than the client reads),
@@ -83,7 +83,8 @@ class PauseOther:
             self.other.resumeProducing()
 
     def stopProducing(self):
-        self.other.loseConnection()
+        # Our transport is gone (Twisted stops its producer): close the other side.
+        close_spliced(self.other)
 
 
 def splice(client_transport, broker_transport, log=None) -> tuple:
@@ -93,6 +94,17 @@ def splice(client_transport, broker_transport, log=None) -> tuple:
     client_transport.registerProducer(to_client, True)
     broker_transport.registerProducer(to_broker, True)
     return to_client, to_broker
+
+
+def close_spliced(transport) -> None:
+    """Close one side of a splice once what it holds is written. Its producer (which pauses the
+    other side) is unregistered first: Twisted's ``loseConnection`` closes a transport whose
+    streaming producer is paused (its buffer was full) only once that producer is unregistered;
+    otherwise the drained buffer resumes the producer instead, and the connection stays open,
+    unread, for good: a client never told that its broker has gone, or a broker keeping the
+    producers and consumers of a client that has gone until its keep-alive gives up."""
+    transport.unregisterProducer()
+    transport.loseConnection()
 
 
 class BrokerRelay(protocol.Protocol):
@@ -177,4 +189,4 @@ class BrokerRelay(protocol.Protocol):
             self._fail(client_errors.ConnectError(
                 f"broker {self.peer} closed the connection: {reason.getErrorMessage()}"))
         elif previous == RelayState.SPLICED:
-            self.client.transport.loseConnection()
+            close_spliced(self.client.transport)

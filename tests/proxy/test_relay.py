@@ -35,9 +35,13 @@ class SpliceTests(unittest.TestCase):
         self.assertEqual(client.producerState, "producing")
 
     def test_stop_producing_closes_the_other_side(self):
-        other = StringTransport()
-        PauseOther(other).stopProducing()
-        self.assertTrue(other.disconnecting)
+        """One side's transport gone (Twisted stops the producer registered on it): the other
+        side is closed, its own producer unregistered (see SplicedCloseTests)."""
+        client, broker = StringTransport(), StringTransport()
+        to_client, _ = splice(client, broker)
+        to_client.stopProducing()
+        self.assertTrue(broker.disconnecting)
+        self.assertIsNone(broker.producer)
 
 
 class NextFrameTests(unittest.TestCase):
@@ -129,3 +133,111 @@ def _later(seconds):
     d = defer.Deferred()
     reactor.callLater(seconds, d.callback, None)
     return d
+
+
+class _Side(protocol.Protocol):
+    """The proxy's end of one of the spliced connections (reads nothing itself: the test drives
+    the splice's close paths by hand)."""
+
+    def __init__(self, made):
+        self.made = made
+
+    def connectionMade(self):
+        self.made.callback(self)
+
+    def relayed(self, size):
+        pass
+
+
+class _Watched(_Sink):
+    """A _Sink that knows when its connection is closed."""
+
+    lost = False
+
+    def connectionLost(self, reason):
+        self.lost = True
+
+
+class SplicedCloseTests(unittest.TestCase):
+    """One side of a splice goes while the other's write buffer is full (its producer paused): the
+    other side is still closed once its peer has read what was buffered. Twisted's loseConnection
+    closes a transport whose streaming producer is paused only once the producer is unregistered;
+    left registered, the drained buffer resumes it instead and the connection stays open, no
+    longer read, for good: a client never told that its broker has gone, or a broker still holding
+    the producers and consumers of a client that has gone (until its keep-alive gives up)."""
+
+    @defer.inlineCallbacks
+    def spliced(self):
+        """(client, client_side, broker, broker_side, to_client, to_broker) over real sockets;
+        the client and broker peers do not read until resumed."""
+        peers, sides = [], []
+        for _ in range(2):
+            made = defer.Deferred()
+            port = reactor.listenTCP(0, protocol.Factory.forProtocol(lambda made=made: _Side(made)),
+                                     interface="127.0.0.1")
+            self.addCleanup(port.stopListening)
+            peer = yield protocol.ClientCreator(reactor, _Watched).connectTCP(
+                "127.0.0.1", port.getHost().port)
+            side = yield made
+            self.addCleanup(peer.transport.abortConnection)
+            self.addCleanup(side.transport.abortConnection)
+            peers.append(peer)
+            sides.append(side)
+        to_client, to_broker = splice(sides[0].transport, sides[1].transport)
+        return peers[0], sides[0], peers[1], sides[1], to_client, to_broker
+
+    @defer.inlineCallbacks
+    def closed_after_drain(self, peer):
+        """Whether ``peer``'s connection is closed within 5 s once it reads again."""
+        peer.transport.resumeProducing()
+        for _ in range(500):
+            yield _later(0.01)
+            if peer.lost:
+                break
+        return peer.lost
+
+    def fill(self, side, producer):
+        for _ in range(400):                      # 25 MiB the peer does not read
+            side.transport.write(b"x" * 65536)
+            if producer.paused:
+                break
+        self.assertTrue(producer.paused, "the peer's full buffer did not pause the other side")
+
+    @defer.inlineCallbacks
+    def test_broker_gone_closes_a_slow_client(self):
+        """BrokerRelay's connection lost while the client's buffer is full: the client is closed."""
+        from twisted.internet.error import ConnectionLost
+        from twisted.python.failure import Failure
+        from pulsar_twisted.proxy.pool import OnBehalf
+        from pulsar_twisted.proxy.relay import BrokerRelay, RelayState
+        client, client_side, broker, broker_side, to_client, _ = yield self.spliced()
+        self.fill(client_side, to_client)
+        relay = BrokerRelay(client_side, None, OnBehalf(), 21, 1 << 20)
+        relay.state = RelayState.SPLICED
+        relay.connectionLost(Failure(ConnectionLost("broker killed")))
+        self.assertTrue((yield self.closed_after_drain(client)),
+                        "the client's connection stayed open after the broker's was lost")
+
+    @defer.inlineCallbacks
+    def test_client_gone_closes_a_stalled_broker(self):
+        """The client's connection lost while the broker's buffer is full (a stalled broker): the
+        connection to the broker is closed once it reads again."""
+        from pulsar_twisted.proxy.connection import ProxyConnection, ProxyState
+        from tests.proxy.helpers import ProxyHarness
+        client, client_side, broker, broker_side, _, to_broker = yield self.spliced()
+        self.fill(broker_side, to_broker)
+        harness = ProxyHarness()
+        connection = ProxyConnection(harness.service, harness.clock)
+        connection.state = ProxyState.RELAY
+        connection.relay = broker_side
+        connection.connectionLost(None)
+        self.assertTrue((yield self.closed_after_drain(broker)),
+                        "the broker's connection stayed open after the client's was lost")
+
+    @defer.inlineCallbacks
+    def test_stop_producing_closes_a_paused_side(self):
+        """Twisted's own close path (a transport lost stops the producer registered on it)."""
+        client, client_side, broker, broker_side, to_client, to_broker = yield self.spliced()
+        self.fill(client_side, to_client)
+        to_broker.stopProducing()
+        self.assertTrue((yield self.closed_after_drain(client)))
