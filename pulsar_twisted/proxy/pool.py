@@ -118,7 +118,12 @@ def tcp_connector(reactor, tls_options=None):
 class BrokerPool:
     """
     Ready connections to brokers by address, for one ``OnBehalf``. ``get(url)`` fires with a
-    ``ProxiedClientConnection`` after its CONNECTED; a lost connection leaves the pool.
+    ``ProxiedClientConnection`` after its CONNECTED; a lost connection leaves the pool. A broker
+    that accepts the connection but does not answer its CONNECT within ``operation_timeout``
+    (stopped, hung, cut off behind the network) is given up: the connection is aborted, so that
+    its waiters fail with ConnectError (the lookups then ask the next broker) and the next
+    ``get`` dials again. Nothing else would bound that wait: the keep-alive starts only with
+    CONNECTED, and each request's timeout only once it is sent.
     """
 
     log = Logger()
@@ -162,6 +167,7 @@ class BrokerPool:
                 raise defer.CancelledError("pool closed")
             self._connections[address] = cnx
             cnx.when_closed().addCallback(lambda _: self._forget(address, cnx))
+            self._bound_handshake(address, cnx)
             return cnx.when_connected()
 
         def done(result):
@@ -173,6 +179,18 @@ class BrokerPool:
 
         dialling.addCallback(connected)
         dialling.addBoth(done)
+
+    def _bound_handshake(self, address: str, cnx) -> None:
+        """Abort ``cnx`` if it is not CONNECTED within ``operation_timeout`` (see the class)."""
+        def give_up():
+            if not cnx.is_ready and cnx.transport is not None:
+                self.log.info("broker {address} did not answer CONNECT within {timeout}s; "
+                              "dropping the connection", address=address,
+                              timeout=self.operation_timeout)
+                cnx.transport.abortConnection()
+
+        timer = self.clock.callLater(self.operation_timeout, give_up)
+        cnx.when_connected().addBoth(lambda _: timer.cancel() if timer.active() else None)
 
     def _forget(self, address, cnx):
         if self._connections.get(address) is cnx:

@@ -6,6 +6,7 @@ import base64
 
 from twisted.internet import defer
 from twisted.internet.address import IPv4Address
+from twisted.internet.testing import StringTransportWithDisconnection
 from twisted.trial import unittest
 
 from pulsar_twisted.proto import PulsarApi_pb2 as api
@@ -125,6 +126,41 @@ class LookupTests(unittest.TestCase):
         [answer] = client.commands(T.LOOKUP_RESPONSE)
         self.assertEqual((answer.lookupTopicResponse.error, answer.lookupTopicResponse.message),
                          (api.TopicNotFound, "no such topic"))
+
+    def test_silent_broker_given_up_after_the_operation_timeout(self):
+        """A broker that accepts the connection but never answers CONNECT (stopped, hung) holds a
+        lookup for operationTimeoutSeconds at most: the connection is dropped and the next broker
+        from discovery is asked; a later lookup dials the silent one again. (Without a bound, every
+        lookup through it waited for as long as it stayed silent, holding a lookup slot.)"""
+        answering = FakeBrokers({"b2:6650": {self.topic: lookup_answer("pulsar://b2:6650")}})
+        silent = []
+
+        def connector(address, tls, factory):
+            if address != "b1:6650":
+                return answering(address, tls, factory)
+            cnx = factory.buildProtocol(None)
+            transport = StringTransportWithDisconnection()
+            transport.protocol = cnx
+            cnx.makeConnection(transport)
+            silent.append(cnx)
+            return defer.succeed(cnx)
+
+        harness = ProxyHarness(brokers=connector, brokerServiceURL="pulsar://b1:6650,b2:6650",
+                               operationTimeoutSeconds=5)
+        client = harness.client()
+        client.connect()
+        client.send(lookup(self.topic))
+        harness.clock.advance(4.9)
+        self.assertEqual(client.commands(T.LOOKUP_RESPONSE), [])
+        harness.clock.advance(0.2)
+        [answer] = client.commands(T.LOOKUP_RESPONSE)
+        self.assertEqual(answer.lookupTopicResponse.brokerServiceUrl, "pulsar://b2:6650")
+        self.assertFalse(silent[0].transport.connected)
+        self.assertEqual(harness.service.pending_lookups, 0)
+        client.send(lookup(self.topic, request_id=2))     # b1's turn again: dialled anew
+        self.assertEqual(len(silent), 2)
+        harness.clock.advance(5.1)
+        self.assertEqual(len(client.commands(T.LOOKUP_RESPONSE)), 1)
 
     def test_partitioned_metadata_and_schema_relayed_with_client_request_id(self):
         def other(address, command):
