@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pulsar_twisted.testing.chaos import checker
 from pulsar_twisted.testing.chaos.history import History
 from pulsar_twisted.testing.chaos import netns
-from pulsar_twisted.testing.chaos.nemesis import (DISK_KINDS, KINDS, PARTITION_KINDS, ZK_KINDS,
-                                                  Nemesis)
+from pulsar_twisted.testing.chaos.nemesis import (DISK_KINDS, KINDS, PARTITION_KINDS, PROXY_KINDS,
+                                                  ZK_KINDS, Nemesis)
 from pulsar_twisted.testing.chaos.workload import (Consumers, Producers, make_client, read_back)
 from pulsar_twisted.testing.cluster import ZK_ENV, Cluster, ClusterError, ZooKeeperServer
 
@@ -149,6 +149,8 @@ def run(config: ChaosConfig) -> tuple:
         raise
     if any(k in ZK_KINDS for k in config.kinds) and not zk.owned:
         log(f"no ZooKeeper faults: the ZooKeeper at {zk.hosts} was not started by the harness")
+    if any(k in PROXY_KINDS for k in config.kinds) and not config.proxy:
+        log("no proxy faults: the run has no proxy (ChaosConfig.proxy, --proxy)")
     history = History(partitions=config.partitions)
     history.meta.update(seed=config.seed, duration=config.duration, quorum=list(config.quorum),
                         dedup=config.dedup, kinds=list(config.kinds), brokers=config.brokers,
