@@ -137,6 +137,21 @@ class ClientConnection(protocol.Protocol):
         self._connected_waiters.append(d)
         return d
 
+    def bound_handshake(self, seconds: float, address: str) -> None:
+        """Abort this connection unless it is CONNECTED within ``seconds`` from now. A broker (or
+        proxy) that accepted the TCP connection but does not answer CONNECT (stopped, hung, cut
+        off behind the network) would otherwise hold whatever waits for it as long as it stays
+        silent: the keep-alive starts only with CONNECTED, a request's timeout only once it is
+        sent. The official clients bound the same wait (connectionTimeoutMs covers the handshake)."""
+        def give_up():
+            if not self.is_ready and self.transport is not None:
+                self.log.info("{address} did not answer CONNECT within {timeout}s; dropping the "
+                              "connection", address=address, timeout=seconds)
+                self.transport.abortConnection()
+
+        timer = self.clock.callLater(seconds, give_up)
+        self.when_connected().addBoth(lambda _: timer.cancel() if timer.active() else None)
+
     def when_closed(self) -> defer.Deferred:
         """Fires (with None) once the connection is lost."""
         if self.state == ConnectionState.CLOSED:

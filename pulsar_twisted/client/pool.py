@@ -179,7 +179,12 @@ class ConnectionPool:
             settings["target_broker"] = logical
         cnx = ClientConnection(self.reactor, **settings)
         d = self._connector(physical, cnx)
-        d.addCallback(lambda proto: proto.when_connected())
+
+        def dialled(proto):
+            # The TCP connect is bounded by connect_timeout (the endpoint's); the handshake too.
+            proto.bound_handshake(self.connect_timeout, physical)
+            return proto.when_connected()
+        d.addCallback(dialled)
 
         def ready(cnx):
             self._connections[key] = cnx

@@ -167,7 +167,7 @@ class BrokerPool:
                 raise defer.CancelledError("pool closed")
             self._connections[address] = cnx
             cnx.when_closed().addCallback(lambda _: self._forget(address, cnx))
-            self._bound_handshake(address, cnx)
+            cnx.bound_handshake(self.operation_timeout, f"broker {address}")
             return cnx.when_connected()
 
         def done(result):
@@ -179,18 +179,6 @@ class BrokerPool:
 
         dialling.addCallback(connected)
         dialling.addBoth(done)
-
-    def _bound_handshake(self, address: str, cnx) -> None:
-        """Abort ``cnx`` if it is not CONNECTED within ``operation_timeout`` (see the class)."""
-        def give_up():
-            if not cnx.is_ready and cnx.transport is not None:
-                self.log.info("broker {address} did not answer CONNECT within {timeout}s; "
-                              "dropping the connection", address=address,
-                              timeout=self.operation_timeout)
-                cnx.transport.abortConnection()
-
-        timer = self.clock.callLater(self.operation_timeout, give_up)
-        cnx.when_connected().addBoth(lambda _: timer.cancel() if timer.active() else None)
 
     def _forget(self, address, cnx):
         if self._connections.get(address) is cnx:

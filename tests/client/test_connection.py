@@ -6,6 +6,7 @@ from twisted.trial.unittest import SynchronousTestCase
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.client import errors
 from pulsar_twisted.client.connection import CLIENT_VERSION, PROTOCOL_VERSION, ConnectionState, command
+from pulsar_twisted.wire.frames import encode_command
 from tests.client.helpers import FakeBroker, T
 
 
@@ -156,3 +157,38 @@ class DispatchTests(SynchronousTestCase):
             self.assertIsInstance(exc, errors.PulsarException)
             self.assertEqual(str(exc), "m")
         self.assertIsInstance(errors.from_server_error(api.NotAllowedError, "x"), errors.NotAllowed)
+
+
+class PoolHandshakeBoundTests(SynchronousTestCase):
+    def test_silent_broker_given_up_after_the_connect_timeout(self):
+        """A broker that accepts the TCP connection but never answers CONNECT (stopped, hung)
+        fails the pool's waiters with ConnectError after connect_timeout, and the next request
+        dials again; without the bound they waited for as long as it stayed silent (the
+        keep-alive starts only with CONNECTED)."""
+        from twisted.internet import defer
+        from twisted.internet.testing import StringTransportWithDisconnection
+        from pulsar_twisted.client.pool import ConnectionPool
+        clock = task.Clock()
+        dialled = []
+
+        def connector(address, cnx):
+            transport = StringTransportWithDisconnection()
+            transport.protocol = cnx
+            cnx.makeConnection(transport)
+            dialled.append(cnx)
+            return defer.succeed(cnx)
+
+        pool = ConnectionPool(clock, connect_timeout=5, connector=connector)
+        d = pool.get_connection("b1:6650")
+        clock.advance(4.9)
+        self.assertNoResult(d)
+        clock.advance(0.2)
+        self.failureResultOf(d, errors.ConnectError)
+        self.assertFalse(dialled[0].transport.connected)
+        again = pool.get_connection("b1:6650")
+        self.assertEqual(len(dialled), 2)
+        dialled[1].dataReceived(encode_command(T(type=T.CONNECTED, connected=api.CommandConnected(
+            server_version="x", protocol_version=21))))
+        self.assertIs(self.successResultOf(again), dialled[1])
+        clock.advance(10)
+        self.assertTrue(dialled[1].is_ready)          # a handshake that finished is left alone
