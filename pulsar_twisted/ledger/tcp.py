@@ -142,6 +142,7 @@ class _BookieConnection:
         self.retry_at = 0.0
         self.timer = None
         self.timer_due = 0.0        # when the timer was meant to run
+        self.stall_grace = False    # the timer is the grace given after a stall (STALL_GRACE)
         self._connecting = None
 
     # -- requests ----------------------------------------------------------------------------------
@@ -222,13 +223,16 @@ class _BookieConnection:
     def _expire(self) -> None:
         self.timer = None
         now = self.client.clock.seconds()
-        if now - self.timer_due > STALL:
+        if now - self.timer_due > STALL and not self.stall_grace:
             # This process did not run for a while: the answers that came meanwhile are still in
             # the socket (the reactor runs due timers before it reads). Let it read them first;
-            # a call made now runs after the reactor's next pass over its sockets.
+            # a call made now runs after the reactor's next pass over its sockets. One grace in a
+            # row: a reactor late by more than STALL at every turn still times requests out.
+            self.stall_grace = True
             self.timer_due = now + STALL_GRACE
             self.timer = self.client.clock.callLater(STALL_GRACE, self._expire)
             return
+        self.stall_grace = False
         expired = 0
         for ops in (self.in_flight, self.queue):
             while ops and (ops[0].deferred.called or ops[0].deadline <= now):
@@ -311,6 +315,7 @@ class _BookieConnection:
         if self.timer is not None and self.timer.active():
             self.timer.cancel()
         self.timer = None
+        self.stall_grace = False
 
     def close(self) -> defer.Deferred:
         """Drop the connection; waiting requests fail. Deferred fires once the socket is closed."""

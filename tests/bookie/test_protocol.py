@@ -240,6 +240,8 @@ class OperationTests(unittest.TestCase):
         h.flush()                  # the reactor reads its sockets
         self.assertEqual(self.successResultOf(answered), packed(1, 0))
 
+        h.clock.advance(tcp.STALL_GRACE)   # the grace passes: nothing left to expire
+
         h.bookie.clear_faults()
         h.bookie.hang("read")
         unanswered = h.client.read_entry("b", 1, 0)
@@ -249,6 +251,14 @@ class OperationTests(unittest.TestCase):
         h.flush()
         h.clock.advance(tcp.STALL_GRACE)
         self.failureResultOf(unanswered, BookieTimeoutError)
+
+        # A reactor late at every turn (each timer runs seconds late) still times requests out:
+        # one grace, then the expiry.
+        stuck = h.client.read_entry("b", 1, 0)
+        h.flush()
+        for _ in range(3):
+            h.clock.advance(4.0)
+        self.failureResultOf(stuck, BookieTimeoutError)
 
     def test_connect_backoff(self):
         """A failed connect fails the requests; until the backoff passes requests fail at once,
