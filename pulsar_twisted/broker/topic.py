@@ -23,9 +23,11 @@ from pulsar_twisted.broker.producer import Producer, TopicFencedError
 from pulsar_twisted.broker.storage_stats import LedgerWriteStats, StorageWriteStats
 from pulsar_twisted.broker.subscription import NonPersistentSubscription, PersistentSubscription
 from pulsar_twisted.common import errors
+from pulsar_twisted.common.bk_errors import BKException
 from pulsar_twisted.common.position import EARLIEST, LATEST, Position
 from pulsar_twisted.common.waiters import tell_failed
 from pulsar_twisted.mledger.interfaces import ManagedLedgerFencedError
+from pulsar_twisted.metadata.interfaces import MetadataUnavailableError
 from pulsar_twisted.mledger.ledger import ManagedLedgerTerminatedError
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.wire.frames import entry_metadata
@@ -372,8 +374,15 @@ class PersistentTopic(TopicBase):
     def _dedup_failed(self, failure):
         # Turning deduplication off here would store the resends of messages already stored:
         # the topic refuses producers instead, and unloads so that the next use retries.
-        self.log.failure("{topic}: recovering the deduplication state failed; the topic is "
-                         "unavailable until it is loaded again", failure, topic=self.name)
+        if failure.check(BKException, MetadataUnavailableError):
+            # Bookies or the metadata store out of reach (a broker cut off from the network): an
+            # outage, not a bug; one line.
+            self.log.warn("{topic}: recovering the deduplication state failed ({error}); the topic "
+                          "is unavailable until it is loaded again", topic=self.name,
+                          error=failure.getErrorMessage())
+        else:
+            self.log.failure("{topic}: recovering the deduplication state failed; the topic is "
+                             "unavailable until it is loaded again", failure, topic=self.name)
         self.dedup_error = failure.value
         self.service.topic_failed(self, f"deduplication state not recovered: {failure.getErrorMessage()}")
 

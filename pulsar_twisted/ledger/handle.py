@@ -42,7 +42,8 @@ from pulsar_twisted.common.waiters import tell_done, tell_failed
 from pulsar_twisted.ledger.interfaces import ILedgerHandle, LedgerEntry
 from pulsar_twisted.resources.ledgers import LedgerMetadata, LedgerState
 from pulsar_twisted.ledger.quorum import DistributionSchedule
-from pulsar_twisted.metadata.interfaces import BadVersionError, MetadataStoreError, NotFoundError
+from pulsar_twisted.metadata.interfaces import (
+    BadVersionError, MetadataStoreError, MetadataUnavailableError, NotFoundError)
 from pulsar_twisted.wire.bookie import pack_entry, unpack_entry
 
 log = Logger()
@@ -803,7 +804,11 @@ class LedgerHandle(_BaseHandle):
             self._maybe_finish_close()
             return
         error = failure.value
-        if not isinstance(error, BKException):
+        if isinstance(error, MetadataUnavailableError):
+            # The store is unreachable (connection lost, session expired): an outage, not a bug.
+            # _fail_handle logs the error in one line.
+            pass
+        elif not isinstance(error, BKException):
             log.failure("ledger {ledger}: ensemble change failed", failure,
                         ledger=self.ledger_id)
         self._fail_handle(error)

@@ -13,7 +13,10 @@ with ``BookieUnavailableError``. After a failed connect the bookie is left alone
 ledger handle wants a fast failure so it can change the ensemble, not a queue that waits for a dead
 bookie. Each request also has a deadline (``request_timeout``) checked by one timer per connection,
 not one per request; a timed-out request fails with ``BookieTimeoutError`` (a
-``BookieUnavailableError``) and its late answer is dropped.
+``BookieUnavailableError``) and its late answer is dropped. A timer that runs more than ``STALL``
+seconds late (this process was stopped, or its reactor stalled) expires nothing at once: the answers
+that came meanwhile wait unread in the socket, and the reactor runs due timers before it reads, so
+they would all time out; the requests still unanswered ``STALL_GRACE`` seconds later do.
 """
 
 import enum
@@ -33,6 +36,14 @@ from pulsar_twisted.proto import bookie_pb2 as pb
 from pulsar_twisted.wire.bookie import error_for
 
 log = Logger()
+
+#: Seconds a deadline timer may run late before the lateness is taken for a stall of this process
+#: (SIGSTOP, a reactor blocked), not for a slow bookie.
+STALL = 1.0
+
+#: Seconds the requests of a timer that ran late (``STALL``) get to be answered from what the
+#: sockets hold before they time out: the reactor reads its sockets at least once meanwhile.
+STALL_GRACE = 0.2
 
 
 class BookieTimeoutError(BookieUnavailableError):
@@ -130,6 +141,8 @@ class _BookieConnection:
         self.backoff = client.backoff_initial
         self.retry_at = 0.0
         self.timer = None
+        self.timer_due = 0.0        # when the timer was meant to run
+        self.stall_grace = False    # the timer is the grace given after a stall (STALL_GRACE)
         self._connecting = None
 
     # -- requests ----------------------------------------------------------------------------------
@@ -195,7 +208,9 @@ class _BookieConnection:
         first = self._first_deadline()
         if first is None:
             return
-        delay = max(0.0, first - self.client.clock.seconds())
+        now = self.client.clock.seconds()
+        delay = max(0.0, first - now)
+        self.timer_due = now + delay
         self.timer = self.client.clock.callLater(delay, self._expire)
 
     def _first_deadline(self):
@@ -208,6 +223,16 @@ class _BookieConnection:
     def _expire(self) -> None:
         self.timer = None
         now = self.client.clock.seconds()
+        if now - self.timer_due > STALL and not self.stall_grace:
+            # This process did not run for a while: the answers that came meanwhile are still in
+            # the socket (the reactor runs due timers before it reads). Let it read them first;
+            # a call made now runs after the reactor's next pass over its sockets. One grace in a
+            # row: a reactor late by more than STALL at every turn still times requests out.
+            self.stall_grace = True
+            self.timer_due = now + STALL_GRACE
+            self.timer = self.client.clock.callLater(STALL_GRACE, self._expire)
+            return
+        self.stall_grace = False
         expired = 0
         for ops in (self.in_flight, self.queue):
             while ops and (ops[0].deferred.called or ops[0].deadline <= now):
@@ -290,6 +315,7 @@ class _BookieConnection:
         if self.timer is not None and self.timer.active():
             self.timer.cancel()
         self.timer = None
+        self.stall_grace = False
 
     def close(self) -> defer.Deferred:
         """Drop the connection; waiting requests fail. Deferred fires once the socket is closed."""

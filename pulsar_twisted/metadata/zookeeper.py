@@ -36,7 +36,7 @@ from typing import Callable, Optional
 
 from kazoo import exceptions as kz
 from kazoo.client import KazooClient, KazooState
-from kazoo.recipe.cache import TreeCache, TreeEvent
+from kazoo.recipe.cache import TreeCache, TreeEvent, TreeNode
 from twisted.internet import task
 from twisted.internet.defer import Deferred, fail, gatherResults, succeed
 from twisted.internet.threads import deferToThreadPool
@@ -72,6 +72,25 @@ SESSION_RECONNECTED = "reconnected"
 SESSION_NEW = "expired-new-session"
 
 log = Logger()
+
+
+def _on_reconnected(node) -> None:
+    """kazoo's ``TreeNode.on_reconnected`` (kazoo 2.11), looping over a copy of the children.
+
+    The TreeCache re-reads its tree on reconnection in its background thread, while ZooKeeper's watch
+    events change the same tree from kazoo's event thread (``TreeNode._process_watch`` runs
+    ``on_deleted``, which removes the node from its parent's children). kazoo's own loop over the
+    live dict then raised "dictionary changed size during iteration" (printed, as kazoo has no
+    listener for it) and the nodes after that point were not re-read, so none of them had a watch
+    any more (kazoo forgets every watcher when its connection drops; the re-read sets them again)
+    and their changes were never notified. A node removed meanwhile is
+    re-read anyway (it is found gone, harmlessly); one added meanwhile is read by its creation."""
+    node._refresh()
+    for child in list(node._children.values()):
+        child.on_reconnected()
+
+
+TreeNode.on_reconnected = _on_reconnected
 
 _ERRORS = {
     kz.NoNodeError: NotFoundError,

@@ -15,6 +15,7 @@ from pulsar_twisted.common.bk_errors import (
     BKException, BookieReadOnlyError, BookieUnavailableError, LedgerFencedError, NoSuchEntryError,
     NoSuchLedgerError, UnauthorizedAccessError)
 from pulsar_twisted.ledger.bookies import IBookieClient
+from pulsar_twisted.ledger import tcp
 from pulsar_twisted.ledger.tcp import BookieClientProtocol, BookieTimeoutError, TcpBookieClient
 from pulsar_twisted.net.framing import encode_frame
 from pulsar_twisted.proto import bookie_pb2 as pb
@@ -220,6 +221,44 @@ class OperationTests(unittest.TestCase):
         h.flush()
         self.assertEqual(self.successResultOf(d), packed(1, 0))
         self.assertEqual(h.connects, 1)
+
+    def test_timeout_after_a_stall_reads_the_answers_first(self):
+        """A deadline timer that runs late (the process was stopped, or its reactor stalled) does
+        not fail requests whose answers came meanwhile and wait, unread, in the socket: the reactor
+        runs due timers before it reads, so without a grace every such request timed out (chaos
+        seed 74 and 75, pause-broker: healthy bookies failed, replaced and quarantined). A request
+        still unanswered after the grace times out."""
+        h = Harness(request_timeout=5.0)
+        h.client.add_entry("b", 1, 0, KEY, packed(1, 0))
+        h.flush()
+        h.bookie.hold("read")
+        answered = h.client.read_entry("b", 1, 0)
+        h.flush()
+        h.bookie.release_held()    # answered at once: the answer is in the socket, not yet read
+        h.clock.advance(8.0)       # the process was stopped past the deadline
+        self.assertNoResult(answered)
+        h.flush()                  # the reactor reads its sockets
+        self.assertEqual(self.successResultOf(answered), packed(1, 0))
+
+        h.clock.advance(tcp.STALL_GRACE)   # the grace passes: nothing left to expire
+
+        h.bookie.clear_faults()
+        h.bookie.hang("read")
+        unanswered = h.client.read_entry("b", 1, 0)
+        h.flush()
+        h.clock.advance(8.0)
+        self.assertNoResult(unanswered)
+        h.flush()
+        h.clock.advance(tcp.STALL_GRACE)
+        self.failureResultOf(unanswered, BookieTimeoutError)
+
+        # A reactor late at every turn (each timer runs seconds late) still times requests out:
+        # one grace, then the expiry.
+        stuck = h.client.read_entry("b", 1, 0)
+        h.flush()
+        for _ in range(3):
+            h.clock.advance(4.0)
+        self.failureResultOf(stuck, BookieTimeoutError)
 
     def test_connect_backoff(self):
         """A failed connect fails the requests; until the backoff passes requests fail at once,

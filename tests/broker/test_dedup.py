@@ -242,3 +242,28 @@ class DedupChunkTests(FeatureCase):
             [dup] = self.chunk(c, 0, i)
             self.assertEqual(dup.message_id.entryId, NEG1)
         self.assertEqual(self.topic_object().dedup.last_sequence_id("p"), 0)
+
+
+class DedupRecoveryFailureTests(FeatureCase):
+
+    @defer.inlineCallbacks
+    def test_bookies_unreachable_is_one_line(self):
+        """Recovering the state fails because the bookies cannot be reached (a broker cut off
+        from the network, chaos seed 78's partition-broker: BookieTimeoutError): the topic is
+        unloaded for a later retry as before, logged in one line, not as an unexpected failure
+        with its traceback (the chaos checker counts those as daemon tracebacks). Anything else
+        still logs its traceback."""
+        from pulsar_twisted.common.bk_errors import BookieUnavailableError
+        c = self.harness.client()
+        self.create_producer(c, name="p")
+        self.send(c, 0)
+        for error, logged in ((BookieUnavailableError("bookie b did not answer"), 0),
+                              (RuntimeError("a bug"), 1)):
+            topic = self.topic_object()
+            failed = []
+            self.patch(topic.service, "topic_failed", lambda t, why: failed.append(why))
+            self.patch(MessageDeduplication, "start", lambda self, e=error: defer.fail(e))
+            topic.dedup = None
+            yield topic.set_deduplication(True)
+            self.assertEqual(len(failed), 1)
+            self.assertEqual(len(self.flushLoggedErrors(type(error))), logged)

@@ -468,6 +468,26 @@ class ErrorWhileChangingTests(LedgerHarness, unittest.TestCase):
         self.assertEqual((stored.state, stored.last_entry_id), (LedgerState.CLOSED, 0))
         self.assertTrue(handle.closed)
 
+    def test_ensemble_change_cut_off_from_the_store_logs_no_traceback(self):
+        """An ensemble change whose metadata write finds the store unreachable (ZooKeeper
+        ConnectionLoss, an expired session: what a broker stopped past its session timeout sees on
+        waking, chaos seed 75) fails the writer as before, with one warning line, not a logged
+        failure with its traceback (the chaos checker counts those as daemon tracebacks)."""
+        from pulsar_twisted.metadata.interfaces import MetadataUnavailableError
+        handle = self.create(3, 2, 2)
+        self.add_all(handle, [b"a"])
+        self.ensemble_bookies(handle)[1].fail("add")
+        puts = []
+        real_put = self.store.put
+        self.patch(self.store, "put", lambda *a, **kw: puts.append((a, kw)) or _later(puts))
+        add = handle.add_entry(b"b")          # entry 1 -> indices 1, 2: change starts
+        self.assertNoResult(add)
+        self.patch(self.store, "put", real_put)
+        puts[1].errback(MetadataUnavailableError("zookeeper: ConnectionLoss: "))
+        self.failureResultOf(add, MetadataUnavailableError)
+        self.assertEqual(handle.state, WriterState.ERRORED)
+        self.assertEqual(self.flushLoggedErrors(), [])
+
 
 class RandomFailureTests(LedgerHarness, unittest.TestCase):
     """Random single add failures on random bookies: the ordering and durability rules hold."""

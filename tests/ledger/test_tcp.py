@@ -207,6 +207,27 @@ class TcpClusterMixin:
         self.assertEqual([e.data for e in entries], [b"e%d" % i for i in range(20)])
 
 
+    @async_test
+    async def test_bookie_side_is_tcp_nodelay(self):
+        """A bookie's connections have TCP_NODELAY (BookKeeper's serverTcpNoDelay, on by default).
+        Without it, an answer written while an earlier one was unacknowledged (entries read from
+        disk come back from the read thread in batches, each its own write) waited for the
+        client's delayed ACK: 10 parallel reads of flushed entries took 45 ms instead of 0.6 ms,
+        and the chaos read-back went at ~16 ledgers a second (~60 ms per ledger) whatever their
+        size (seed 78 with 10-entry ledgers: a partition left unread after 90 s)."""
+        import socket
+        cluster = await self.cluster(1)
+        client = await cluster.client(self.client_tls)
+        writer = await client.create_ledger(1, 1, 1, b"pw")
+        await writer.add_entry(b"e")
+        await writer.close()
+        [protocol] = cluster.servers[0].factory.connections
+        handle = protocol.transport.getHandle()
+        if not isinstance(handle, socket.socket):      # TLS: the connection's own socket
+            handle = protocol.transport.transport.getHandle()
+        self.assertTrue(handle.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+
+
 class TcpTests(TcpClusterMixin, unittest.TestCase):
     pass
 

@@ -316,3 +316,56 @@ class ZooKeeperRestartTests(TestCase):
             retry = store._client._connection.retry_sleeper
             self.assertEqual((retry.max_tries, retry.max_delay), (-1, RECONNECT_MAX_DELAY))
         return Deferred.fromCoroutine(go())
+
+
+class TreeCacheReconnectionTests(SynchronousTestCase):
+    """kazoo's TreeCache re-reads the tree on reconnection (``TreeNode.on_reconnected``, in its
+    background thread) while ZooKeeper's watch events change the same tree from kazoo's event
+    thread (``TreeNode._process_watch`` runs ``on_deleted`` there, which removes the node from its
+    parent). kazoo's loop over ``self._children.values()`` then raised "dictionary changed size
+    during iteration" and the rest of the tree was not re-read: kazoo forgets its watchers when
+    the connection drops, so those nodes were left without a watch and their changes were never
+    notified. Chaos seed 78 (pause-bookie, partition-broker): once in a broker, once in a bookie,
+    as the ephemeral nodes of their expired sessions were deleted."""
+
+    def test_a_child_removed_during_the_refresh_does_not_stop_it(self):
+        import pulsar_twisted.metadata.zookeeper  # noqa: F401  (applies the fix)
+        from kazoo.recipe.cache import TreeNode
+
+        refreshed = []
+
+        class Pending:
+            def rawlink(self, callback):
+                pass        # never answered: only the requests matter here
+
+        class Client:
+            hook = None
+
+            def get_async(self, path, watch=None):
+                refreshed.append(path)
+                return Pending()
+
+            def get_children_async(self, path, watch=None):
+                if self.hook is not None:
+                    self.hook(path)
+                return Pending()
+
+        class Tree:
+            _outstanding_ops = 0
+
+            def _in_background(self, *args):
+                pass
+
+        tree = Tree()
+        tree._client = Client()
+        root = TreeNode.make_root(tree, "/r")
+        for name in ("a", "b", "c"):
+            root._children[name] = TreeNode(tree, f"/r/{name}", root)
+
+        def watch_event_meanwhile(path):
+            if path == "/r/a":              # the event thread deletes "b" while "a" is re-read
+                root._children.pop("b", None)
+        tree._client.hook = watch_event_meanwhile
+
+        root.on_reconnected()
+        self.assertIn("/r/c", refreshed)
