@@ -14,7 +14,7 @@ ledger handle wants a fast failure so it can change the ensemble, not a queue th
 bookie. Each request also has a deadline (``request_timeout``) checked by one timer per connection,
 not one per request; a timed-out request fails with ``BookieTimeoutError`` (a
 ``BookieUnavailableError``) and its late answer is dropped. A timer that runs more than ``STALL``
-seconds late (this process was stopped, or its reactor stalled) expires nothing at once: the answers
+seconds late (``net.framing``) (this process was stopped, or its reactor stalled) expires nothing at once: the answers
 that came meanwhile wait unread in the socket, and the reactor runs due timers before it reads, so
 they would all time out; the requests still unanswered ``STALL_GRACE`` seconds later do.
 """
@@ -31,19 +31,12 @@ from zope.interface import implementer
 
 from pulsar_twisted.common.bk_errors import BookieUnavailableError
 from pulsar_twisted.ledger.bookies import IBookieClient
-from pulsar_twisted.net.framing import DEFAULT_MAX_FRAME_SIZE, FramedProtocol, RequestTable
+from pulsar_twisted.net.framing import (
+    DEFAULT_MAX_FRAME_SIZE, STALL, STALL_GRACE, FramedProtocol, RequestTable)
 from pulsar_twisted.proto import bookie_pb2 as pb
 from pulsar_twisted.wire.bookie import error_for
 
 log = Logger()
-
-#: Seconds a deadline timer may run late before the lateness is taken for a stall of this process
-#: (SIGSTOP, a reactor blocked), not for a slow bookie.
-STALL = 1.0
-
-#: Seconds the requests of a timer that ran late (``STALL``) get to be answered from what the
-#: sockets hold before they time out: the reactor reads its sockets at least once meanwhile.
-STALL_GRACE = 0.2
 
 
 class BookieTimeoutError(BookieUnavailableError):

@@ -13,6 +13,13 @@ requests (bookie client, broker-to-broker, our Pulsar client) share it; a reques
 deadline on the table's clock.
 
 ``KeepAlive`` is the PING/PONG idle timer both ends of a Pulsar connection run.
+
+``STALL`` and ``STALL_GRACE``: a timer that decides a peer is silent (a keep-alive, a request
+deadline) and runs more than ``STALL`` seconds late was held up by this process (SIGSTOP, a blocked
+reactor), not by the peer. What the peer sent meanwhile still waits unread in the socket, and the
+reactor runs due timers before it reads its sockets, so deciding at once would give up on peers
+that did answer. Such a timer waits ``STALL_GRACE`` more (the reactor reads its sockets meanwhile),
+once, then decides.
 """
 
 import struct
@@ -23,6 +30,12 @@ from twisted.logger import Logger
 from twisted.python.failure import Failure
 
 log = Logger()
+
+#: Seconds a timer may run late before the lateness is taken for a stall of this process.
+STALL = 1.0
+
+#: Seconds a late timer (``STALL``) waits once more before deciding that a peer is silent.
+STALL_GRACE = 0.2
 
 _LENGTH = struct.Struct(">I")
 LENGTH_SIZE = _LENGTH.size
@@ -246,6 +259,8 @@ class KeepAlive:
         self._last_received = clock.seconds()
         self._ping_outstanding = False
         self._call = None
+        self._due = 0.0             # when the timer was meant to run
+        self._grace = False         # the timer is the grace after a stall (STALL_GRACE)
 
     def start(self) -> None:
         """Start the timer (the connection is up; its first input is awaited from now)."""
@@ -263,13 +278,22 @@ class KeepAlive:
             self._call.cancel()
         self._call = None
 
-    def _schedule(self) -> None:
+    def _schedule(self, delay: float = None) -> None:
         if self.interval and self.interval > 0:
-            self._call = self.clock.callLater(self.interval, self._tick)
+            delay = self.interval if delay is None else delay
+            self._due = self.clock.seconds() + delay
+            self._call = self.clock.callLater(delay, self._tick)
 
     def _tick(self) -> None:
         self._call = None
-        idle = self.clock.seconds() - self._last_received
+        now = self.clock.seconds()
+        if self._ping_outstanding and now - self._due > STALL and not self._grace:
+            # This process did not run (the module docstring): the PONG may be in the socket.
+            self._grace = True
+            self._schedule(STALL_GRACE)
+            return
+        self._grace = False
+        idle = now - self._last_received
         if idle >= self.interval:
             if self._ping_outstanding:
                 self._on_timeout(idle)

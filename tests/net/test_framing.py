@@ -8,7 +8,8 @@ from twisted.internet.testing import StringTransport
 from twisted.trial import unittest
 
 from pulsar_twisted.net.framing import (
-    FramedProtocol, FrameTooLargeError, KeepAlive, RequestTable, RequestTimeoutError, encode_frame)
+    STALL_GRACE, FramedProtocol, FrameTooLargeError, KeepAlive, RequestTable, RequestTimeoutError,
+    encode_frame)
 from tests.logs import formatted_log_events
 
 
@@ -199,6 +200,24 @@ class KeepAliveTests(unittest.SynchronousTestCase):
             self.clock.advance(15)
             self.keep_alive.received()
         self.assertEqual(self.pings, [])
+
+    def test_pong_read_after_a_stall_keeps_the_connection(self):
+        """The process was stopped after the PING (the check runs 40 s late): the PONG that came
+        meanwhile is still unread, so the check waits STALL_GRACE for the reactor to read it
+        instead of closing a live connection; once, after which it decides."""
+        self.clock.advance(30)
+        self.assertEqual(self.pings, [30])
+        self.clock.advance(70)                    # due at 60, runs at 100
+        self.assertEqual(self.timeouts, [])
+        self.keep_alive.received()                # the reactor reads the PONG
+        self.clock.advance(STALL_GRACE)
+        self.assertEqual(self.timeouts, [])
+        self.clock.advance(30)
+        self.assertEqual(self.pings, [30, 130.2])
+        self.clock.advance(70)                    # stalled again, and nothing in the socket
+        self.assertEqual(self.timeouts, [])
+        self.clock.advance(STALL_GRACE)
+        self.assertEqual(len(self.timeouts), 1)
 
     def test_no_ping_before_ready(self):
         """send_ping refusing (handshake not done) is not a PING waiting for its answer."""
