@@ -18,6 +18,7 @@ from twisted.logger import Logger
 from zope.interface import implementer
 
 from pulsar_twisted.common.bk_errors import NotEnoughBookiesError
+from pulsar_twisted.common.lograte import LogRate
 from pulsar_twisted.ledger.quorum import IEnsemblePlacementPolicy
 
 log = Logger()
@@ -82,6 +83,7 @@ class QuarantineAwarePlacement:
     def __init__(self, inner, health: BookieHealth):
         self.inner = inner
         self.health = health
+        self._fallback_log = LogRate(health.clock)
 
     def _split(self, writable: Iterable[str]):
         quarantined = self.health.quarantined()
@@ -98,8 +100,11 @@ class QuarantineAwarePlacement:
         except NotEnoughBookiesError:
             if not quarantined:
                 raise
-        log.warn("placement: not enough healthy bookies for an ensemble of {size}: using "
-                 "quarantined ones {q}", size=size, q=sorted(quarantined))
+        count = self._fallback_log.due()
+        if count is not None:
+            log.warn("placement: not enough healthy bookies for an ensemble of {size}: using "
+                     "quarantined ones {q} ({count} times since the last line)", size=size,
+                     q=sorted(quarantined), count=count)
         return self.inner.new_ensemble(size, healthy | quarantined, exclude)
 
     def replace_bookie(self, ensemble, index, writable, exclude=()):
@@ -109,6 +114,9 @@ class QuarantineAwarePlacement:
         except NotEnoughBookiesError:
             if not quarantined:
                 raise
-        log.warn("placement: no healthy bookie to replace {bookie}: trying quarantined ones {q}",
-                 bookie=ensemble[index], q=sorted(quarantined))
+        count = self._fallback_log.due()
+        if count is not None:
+            log.warn("placement: no healthy bookie to replace {bookie}: trying quarantined ones {q} "
+                     "({count} fallbacks since the last line)", bookie=ensemble[index],
+                     q=sorted(quarantined), count=count)
         return self.inner.replace_bookie(ensemble, index, healthy | quarantined, exclude)

@@ -30,6 +30,7 @@ from twisted.python.failure import Failure
 from zope.interface import implementer
 
 from pulsar_twisted.common.bk_errors import BookieUnavailableError
+from pulsar_twisted.common.lograte import LogRate
 from pulsar_twisted.ledger.bookies import IBookieClient
 from pulsar_twisted.net.framing import (
     DEFAULT_MAX_FRAME_SIZE, STALL, STALL_GRACE, FramedProtocol, RequestTable)
@@ -136,6 +137,7 @@ class _BookieConnection:
         self.timer = None
         self.timer_due = 0.0        # when the timer was meant to run
         self.stall_grace = False    # the timer is the grace given after a stall (STALL_GRACE)
+        self._timeout_log = LogRate(client.clock)
         self._connecting = None
 
     # -- requests ----------------------------------------------------------------------------------
@@ -238,7 +240,10 @@ class _BookieConnection:
                 op.deferred.errback(BookieTimeoutError(
                     f"bookie {self.bookie_id} did not answer within {self.client.request_timeout}s"))
         if expired:
-            log.warn("bookie {bookie}: {count} requests timed out", bookie=self.bookie_id, count=expired)
+            count = self._timeout_log.due(expired)
+            if count is not None:
+                log.warn("bookie {bookie}: {count} requests timed out (at most one line a second)",
+                         bookie=self.bookie_id, count=count)
             if self.queue and self.state is _State.CONNECTED:
                 self._pump()
         self._arm_timer()
