@@ -25,6 +25,19 @@ def _history(subscriptions=None, partitions=1, meta=None) -> History:
                    meta=dict(meta or {}))
 
 
+def _record_sleeps(nemesis, history, calls, faults):
+    """The nemesis's sleeps, not slept: recorded (returned list) and in ``calls``; the run ends
+    once ``faults`` faults are in ``history``."""
+    sleeps = []
+
+    def sleep(seconds):
+        sleeps.append(seconds)
+        calls.append(("sleep",))
+        return len(history.faults) >= faults
+    nemesis._sleep = sleep
+    return sleeps
+
+
 def _acked(history, producer, seq, message_id, key=None, sent_at=0.0, answered_at=0.1):
     history.sends[(producer, seq)] = Send(producer, seq, key, sent_at, "acked", message_id,
                                           None, answered_at)
@@ -556,13 +569,7 @@ class ZooKeeperNemesisTests(SynchronousTestCase):
         history = _history()
         nemesis = Nemesis(cluster, history, seed=seed, kinds=kinds, session_timeout=4.0,
                           rest=(0, 0), log=lambda _: None)
-        sleeps = []
-
-        def sleep(seconds):
-            sleeps.append(seconds)
-            calls.append(("sleep",))
-            return len(history.faults) >= faults
-        nemesis._sleep = sleep
+        sleeps = _record_sleeps(nemesis, history, calls, faults)
         nemesis._settle = lambda seconds: None
         return nemesis, calls, sleeps
 
@@ -698,13 +705,7 @@ class ProxyNemesisTests(SynchronousTestCase):
             cluster.proxies = [_FakeDaemon("proxy0", calls)]
         history = _history()
         nemesis = Nemesis(cluster, history, seed=seed, kinds=kinds, rest=(0, 0), log=lambda _: None)
-        sleeps = []
-
-        def sleep(seconds):
-            sleeps.append(seconds)
-            calls.append(("sleep",))
-            return len(history.faults) >= faults
-        nemesis._sleep = sleep
+        sleeps = _record_sleeps(nemesis, history, calls, faults)
         return nemesis, calls, sleeps
 
     def test_kill_proxy(self):

@@ -445,10 +445,9 @@ class CloseTests(LedgerHarness, unittest.TestCase):
 
 class ErrorWhileChangingTests(LedgerHarness, unittest.TestCase):
 
-    def test_close_during_failed_ensemble_change(self):
-        """close() waits for an ensemble change; if the change fails, pending adds fail and the
-        ledger is closed at the LAC."""
-        from pulsar_twisted.metadata.interfaces import MetadataStoreError
+    def ensemble_change_held(self):
+        """A ledger whose second add starts an ensemble change, its metadata writes held
+        (``puts``: the calls, each answered by its Deferred): (handle, add, puts, the real put)."""
         handle = self.create(3, 2, 2)
         self.add_all(handle, [b"a"])
         self.ensemble_bookies(handle)[1].fail("add")
@@ -456,6 +455,13 @@ class ErrorWhileChangingTests(LedgerHarness, unittest.TestCase):
         real_put = self.store.put
         self.patch(self.store, "put", lambda *a, **kw: puts.append((a, kw)) or _later(puts))
         add = handle.add_entry(b"b")          # entry 1 -> indices 1, 2: change starts
+        return handle, add, puts, real_put
+
+    def test_close_during_failed_ensemble_change(self):
+        """close() waits for an ensemble change; if the change fails, pending adds fail and the
+        ledger is closed at the LAC."""
+        from pulsar_twisted.metadata.interfaces import MetadataStoreError
+        handle, add, puts, real_put = self.ensemble_change_held()
         closing = handle.close()
         self.assertNoResult(add)
         self.assertNoResult(closing)
@@ -474,13 +480,7 @@ class ErrorWhileChangingTests(LedgerHarness, unittest.TestCase):
         waking, chaos seed 75) fails the writer as before, with one warning line, not a logged
         failure with its traceback (the chaos checker counts those as daemon tracebacks)."""
         from pulsar_twisted.metadata.interfaces import MetadataUnavailableError
-        handle = self.create(3, 2, 2)
-        self.add_all(handle, [b"a"])
-        self.ensemble_bookies(handle)[1].fail("add")
-        puts = []
-        real_put = self.store.put
-        self.patch(self.store, "put", lambda *a, **kw: puts.append((a, kw)) or _later(puts))
-        add = handle.add_entry(b"b")          # entry 1 -> indices 1, 2: change starts
+        handle, add, puts, real_put = self.ensemble_change_held()
         self.assertNoResult(add)
         self.patch(self.store, "put", real_put)
         puts[1].errback(MetadataUnavailableError("zookeeper: ConnectionLoss: "))
