@@ -28,6 +28,15 @@ import time
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+def repo_env() -> dict:
+    """This process's environment with this checkout first on PYTHONPATH (no empty entries): what
+    a child running our code from this tree (a daemon, a relay, a test's helper process) needs."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [_REPO_ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return env
+
+
 #: ``twistd`` run by this interpreter (``python -m twisted`` is ``twist``, which lacks ``-n``).
 #: First, on Linux, ask for SIGKILL when the test process dies (PR_SET_PDEATHSIG), so that even
 #: a test run killed with -9 leaves no broker behind. (Done in the child's own code rather than a
@@ -145,9 +154,7 @@ class ChildProcess:
         """Start the child without waiting (see ``wait_ready``)."""
         if self.running():
             raise self.error(f"{self.name} is already running")
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            [_REPO_ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        env = repo_env()
         self._log_file = open(self.log_path, "ab")
         self.starts += 1
         self._log_file.write(f"===== start #{self.starts} =====\n".encode())

@@ -13,6 +13,7 @@ import uuid
 
 from pulsar_twisted.client import dlq, errors
 from pulsar_twisted.client.chunking import ChunkMessageId
+from pulsar_twisted.testing.process import repo_env
 from tests.client.interop_support import StandaloneInteropCase, pulsar
 
 MAX_MESSAGE_SIZE = 16 * 1024
@@ -154,7 +155,7 @@ class FeatureInteropTests(StandaloneInteropCase):
     # ------------------------------------------------------------------ command lines
     def _cli(self, module, *args, timeout=60):
         # Run from this checkout (an installed copy may be older).
-        env = dict(os.environ, PYTHONPATH=_REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        env = repo_env()
         return subprocess.run([sys.executable, "-m", f"pulsar_twisted.cli.{module}", *args],
                               capture_output=True, text=True, timeout=timeout, cwd=_REPO_ROOT,
                               env=env)

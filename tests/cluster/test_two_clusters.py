@@ -32,7 +32,7 @@ import urllib.request
 
 from twisted.trial.unittest import SynchronousTestCase
 
-from pulsar_twisted.testing.process import _REPO_ROOT, StandaloneProcess
+from pulsar_twisted.testing.process import _REPO_ROOT, StandaloneProcess, repo_env
 from tests.logs import official_client_logger
 
 try:
@@ -83,7 +83,7 @@ class FailoverProducer:
         self.restarts = 0
 
     def start(self) -> None:
-        env = dict(os.environ, PYTHONPATH=_REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        env = repo_env()
         code = "import sys, tests.cluster.test_two_clusters as t; t._child_main(*sys.argv[1:])"
         with open(self.stderr_path, "ab") as stderr:
             self.process = subprocess.Popen([sys.executable, "-c", code, *self.args], cwd=_REPO_ROOT,

@@ -20,7 +20,7 @@ import time
 import uuid
 
 from pulsar_twisted.testing.chaos import relay
-from pulsar_twisted.testing.process import _REPO_ROOT
+from pulsar_twisted.testing.process import repo_env
 
 #: The relay inside the namespace, asking for SIGKILL when the harness dies (as the daemons do).
 _RELAY = ("import sys, ctypes\n"
@@ -77,9 +77,7 @@ class Isolation:
             listener = relay.unix_listener(relay.outbound_path(self.directory, port))
             relay.serve(listener, lambda port=port: relay.connect_tcp(port), self.gate)
             self._listeners.append(listener)
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            [_REPO_ROOT] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        env = repo_env()
         self._relay = subprocess.Popen(
             ["ip", "netns", "exec", self.name, sys.executable, "-c", _RELAY, self.directory,
              "--inbound", ",".join(map(str, self.inbound)),
