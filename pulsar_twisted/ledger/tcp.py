@@ -14,9 +14,10 @@ ledger handle wants a fast failure so it can change the ensemble, not a queue th
 bookie. Each request also has a deadline (``request_timeout``) checked by one timer per connection,
 not one per request; a timed-out request fails with ``BookieTimeoutError`` (a
 ``BookieUnavailableError``) and its late answer is dropped. A timer that runs more than ``STALL``
-seconds late (``net.framing``) (this process was stopped, or its reactor stalled) expires nothing at once: the answers
+seconds late (this process was stopped, or its reactor stalled) expires nothing at once: the answers
 that came meanwhile wait unread in the socket, and the reactor runs due timers before it reads, so
-they would all time out; the requests still unanswered ``STALL_GRACE`` seconds later do.
+they would all time out; the requests still unanswered ``STALL_GRACE`` seconds later do
+(``net.framing.StallGrace``, as the keep-alive).
 """
 
 import enum
@@ -33,7 +34,7 @@ from pulsar_twisted.common.bk_errors import BookieUnavailableError
 from pulsar_twisted.common.lograte import LogRate
 from pulsar_twisted.ledger.bookies import IBookieClient
 from pulsar_twisted.net.framing import (
-    DEFAULT_MAX_FRAME_SIZE, STALL, STALL_GRACE, FramedProtocol, RequestTable)
+    DEFAULT_MAX_FRAME_SIZE, STALL_GRACE, FramedProtocol, RequestTable, StallGrace)
 from pulsar_twisted.proto import bookie_pb2 as pb
 from pulsar_twisted.wire.bookie import error_for
 
@@ -135,8 +136,7 @@ class _BookieConnection:
         self.backoff = client.backoff_initial
         self.retry_at = 0.0
         self.timer = None
-        self.timer_due = 0.0        # when the timer was meant to run
-        self.stall_grace = False    # the timer is the grace given after a stall (STALL_GRACE)
+        self.stall = StallGrace()   # the deadline timer's lateness rule
         self._timeout_log = LogRate(client.clock)
         self._connecting = None
 
@@ -205,7 +205,7 @@ class _BookieConnection:
             return
         now = self.client.clock.seconds()
         delay = max(0.0, first - now)
-        self.timer_due = now + delay
+        self.stall.due = now + delay
         self.timer = self.client.clock.callLater(delay, self._expire)
 
     def _first_deadline(self):
@@ -218,16 +218,12 @@ class _BookieConnection:
     def _expire(self) -> None:
         self.timer = None
         now = self.client.clock.seconds()
-        if now - self.timer_due > STALL and not self.stall_grace:
+        if self.stall.wait_first(now):
             # This process did not run for a while: the answers that came meanwhile are still in
             # the socket (the reactor runs due timers before it reads). Let it read them first;
-            # a call made now runs after the reactor's next pass over its sockets. One grace in a
-            # row: a reactor late by more than STALL at every turn still times requests out.
-            self.stall_grace = True
-            self.timer_due = now + STALL_GRACE
+            # a call made now runs after the reactor's next pass over its sockets.
             self.timer = self.client.clock.callLater(STALL_GRACE, self._expire)
             return
-        self.stall_grace = False
         expired = 0
         for ops in (self.in_flight, self.queue):
             while ops and (ops[0].deferred.called or ops[0].deadline <= now):
@@ -313,7 +309,7 @@ class _BookieConnection:
         if self.timer is not None and self.timer.active():
             self.timer.cancel()
         self.timer = None
-        self.stall_grace = False
+        self.stall.reset()
 
     def close(self) -> defer.Deferred:
         """Drop the connection; waiting requests fail. Deferred fires once the socket is closed."""

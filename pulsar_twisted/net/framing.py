@@ -37,6 +37,32 @@ STALL = 1.0
 #: Seconds a late timer (``STALL``) waits once more before deciding that a peer is silent.
 STALL_GRACE = 0.2
 
+
+class StallGrace:
+    """The ``STALL`` / ``STALL_GRACE`` rule (module docstring) for one timer. ``due``: when the
+    timer is meant to run, set when arming it. When it runs, ``wait_first(now, deciding)`` is True
+    if it must run again ``STALL_GRACE`` later before deciding (``due`` is then that time), False
+    to decide now; ``deciding``: it would give up on its peer now. One grace in a row: a reactor
+    late at every turn still decides."""
+
+    __slots__ = ("due", "_graced")
+
+    def __init__(self):
+        self.due = 0.0
+        self._graced = False
+
+    def wait_first(self, now: float, deciding: bool = True) -> bool:
+        if deciding and now - self.due > STALL and not self._graced:
+            self._graced = True
+            self.due = now + STALL_GRACE
+            return True
+        self._graced = False
+        return False
+
+    def reset(self) -> None:
+        """The timer was cancelled: the next lateness gets its grace again."""
+        self._graced = False
+
 _LENGTH = struct.Struct(">I")
 LENGTH_SIZE = _LENGTH.size
 
@@ -259,8 +285,7 @@ class KeepAlive:
         self._last_received = clock.seconds()
         self._ping_outstanding = False
         self._call = None
-        self._due = 0.0             # when the timer was meant to run
-        self._grace = False         # the timer is the grace after a stall (STALL_GRACE)
+        self._stall = StallGrace()
 
     def start(self) -> None:
         """Start the timer (the connection is up; its first input is awaited from now)."""
@@ -278,21 +303,18 @@ class KeepAlive:
             self._call.cancel()
         self._call = None
 
-    def _schedule(self, delay: float = None) -> None:
+    def _schedule(self) -> None:
         if self.interval and self.interval > 0:
-            delay = self.interval if delay is None else delay
-            self._due = self.clock.seconds() + delay
-            self._call = self.clock.callLater(delay, self._tick)
+            self._stall.due = self.clock.seconds() + self.interval
+            self._call = self.clock.callLater(self.interval, self._tick)
 
     def _tick(self) -> None:
         self._call = None
         now = self.clock.seconds()
-        if self._ping_outstanding and now - self._due > STALL and not self._grace:
+        if self._stall.wait_first(now, deciding=self._ping_outstanding):
             # This process did not run (the module docstring): the PONG may be in the socket.
-            self._grace = True
-            self._schedule(STALL_GRACE)
+            self._call = self.clock.callLater(STALL_GRACE, self._tick)
             return
-        self._grace = False
         idle = now - self._last_received
         if idle >= self.interval:
             if self._ping_outstanding:
