@@ -241,8 +241,8 @@ class ZooKeeperServer:
 class DaemonProcess(ChildProcess):
     """One ``twistd -n <plugin> -c <conf>`` child; ready when ``ready_port`` accepts connections.
 
-    The child's life (spawn, wait_ready, stop, kill9, restart, log tails) is ``ChildProcess``'s;
-    unlike the standalone, stop and kill9 do not wait for the port to close."""
+    The child's life (spawn, wait_ready, stop, kill9, restart, pause, resume, log tails) is
+    ``ChildProcess``'s; unlike the standalone, stop and kill9 do not wait for the port to close."""
 
     host = HOST
     error = ClusterError
@@ -265,7 +265,6 @@ class DaemonProcess(ChildProcess):
         self.config_path = os.path.join(directory, f"{name}.conf")
         self.log_path = os.path.join(directory, f"{name}.log")
         self._init_child()
-        self.paused = False
         self.write_config()
 
     def write_config(self) -> None:
@@ -280,23 +279,6 @@ class DaemonProcess(ChildProcess):
 
     #: The ephemeral node (under the chroot) the daemon holds while its session lives.
     registration = None
-
-    def pause(self) -> None:
-        """SIGSTOP: the process freezes with its sockets open (a long GC pause, a hung VM)."""
-        if self.running() and not self.paused:
-            os.kill(self.process.pid, signal.SIGSTOP)
-            self.paused = True
-
-    def resume(self) -> None:
-        """SIGCONT after ``pause``."""
-        if self.paused:
-            self.paused = False
-            if self.running():
-                os.kill(self.process.pid, signal.SIGCONT)
-
-    def _reap(self) -> None:
-        self.paused = False
-        super()._reap()
 
 
 class BookieProcess(DaemonProcess):

@@ -137,6 +137,8 @@ class ChildProcess:
         self.process = None
         self._log_file = None
         self.starts = 0
+        #: Whether ``pause()`` froze the child and no ``resume()`` or end of it came since.
+        self.paused = False
 
     #: Words before the interpreter on the child's command line (``ip netns exec NAME``, which
     #: execs the interpreter in place: the child's pid stays the one to signal).
@@ -191,10 +193,24 @@ class ChildProcess:
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
+    def pause(self) -> None:
+        """SIGSTOP: the process freezes with its sockets open (a long GC pause, a hung VM)."""
+        if self.running() and not self.paused:
+            os.kill(self.process.pid, signal.SIGSTOP)
+            self.paused = True
+
+    def resume(self) -> None:
+        """SIGCONT after ``pause``."""
+        if self.paused:
+            self.paused = False
+            if self.running():
+                os.kill(self.process.pid, signal.SIGCONT)
+
     def stop(self) -> int:
         """Graceful shutdown (SIGTERM, as twistd expects); SIGKILL if it overstays. Exit status."""
         if self.process is None:
             return 0
+        self.resume()                  # a stopped process would not act on the SIGTERM
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
@@ -231,6 +247,7 @@ class ChildProcess:
         return self.start()
 
     def _reap(self) -> None:
+        self.paused = False
         self.running_registry.discard(self)
         if self._log_file is not None:
             self._log_file.close()

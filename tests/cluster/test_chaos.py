@@ -243,12 +243,12 @@ class ReadBackTests(SynchronousTestCase):
 
         fake = FakeTime()
 
-        def read_partition(client, topic, partition, timeout):
+        def read_topic(client, topic, timeout):
             fake.now += 60.0        # each partition takes a minute
             return []
 
         self.patch(workload, "time", fake)
-        self.patch(workload, "read_partition", read_partition)
+        self.patch(workload, "read_topic", read_topic)
         history = _history(partitions=3)
         workload.read_back(None, "t", 3, history, timeout=90.0)
         self.assertEqual(sorted(history.storage), [0, 1])

@@ -62,6 +62,8 @@ DISK_KINDS = ("powerloss-bookie",)
 BUNDLE_KINDS = ("unload-bundle", "split-bundle")
 ZK_KINDS = ("kill-zookeeper", "pause-zookeeper")
 PROXY_KINDS = ("kill-proxy",)
+#: What applies to a geo-replication pair of standalones (``chaos.geo``), each one a "broker".
+GEO_KINDS = ("kill-broker", "pause-broker", "unload-bundle")
 
 
 class Nemesis:

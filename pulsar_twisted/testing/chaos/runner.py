@@ -76,7 +76,7 @@ def admin(url: str, method: str, body) -> int:
         raise ClusterError(f"{method} {url}: {e.code} {e.read()[:300]!r}")
 
 
-def _close_in_background(client, timeout: float = 10.0) -> None:
+def close_in_background(client, timeout: float = 10.0) -> None:
     """``client.close()`` on a thread, waited for at most ``timeout``: a client talking to a
     stuck broker may hang in close, and a run must end."""
     thread = threading.Thread(target=lambda: _quietly(client.close), daemon=True)
@@ -236,7 +236,7 @@ def run(config: ChaosConfig) -> tuple:
         if nemesis is not None:
             nemesis.stop()
         for client in clients:
-            _close_in_background(client)
+            close_in_background(client)
         for process in _daemons(cluster):
             process.kill9()
         if config.keep_logs:

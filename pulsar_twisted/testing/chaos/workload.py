@@ -27,8 +27,11 @@ _CONSUMER_TYPES = {EXCLUSIVE: pulsar.ConsumerType.Exclusive, FAILOVER: pulsar.Co
 
 
 def message_id_tuple(message_id) -> tuple:
-    """(ledger, entry, partition) of an official-client MessageId."""
-    return (message_id.ledger_id(), message_id.entry_id(), message_id.partition())
+    """(ledger, entry, partition) of an official-client MessageId, and its batch index after them
+    for a message of a batch (the messages of one batch share the entry)."""
+    place = (message_id.ledger_id(), message_id.entry_id(), message_id.partition())
+    batch_index = message_id.batch_index()
+    return place + (batch_index,) if batch_index >= 0 else place
 
 
 def quiet_logger(path: str) -> logging.Logger:
@@ -41,9 +44,9 @@ def quiet_logger(path: str) -> logging.Logger:
     return logger
 
 
-def make_client(service_url: str, log_path: str) -> "pulsar.Client":
-    return pulsar.Client(service_url, operation_timeout_seconds=15, connection_timeout_ms=5000,
-                         logger=quiet_logger(log_path))
+def make_client(service_url: str, log_path: str, operation_timeout: int = 15) -> "pulsar.Client":
+    return pulsar.Client(service_url, operation_timeout_seconds=operation_timeout,
+                         connection_timeout_ms=5000, logger=quiet_logger(log_path))
 
 
 class Producers:
@@ -51,18 +54,19 @@ class Producers:
 
     Odd-numbered producers send keyed messages (``{name}-k{seq % keys}``), even ones unkeyed
     (round-robin over the partitions). Each send is recorded before ``send_async``; its callback
-    records acked (with the message id) or failed (with the result)."""
+    records acked (with the message id) or failed (with the result). ``batching`` turns the
+    client's batching on (its default delay and sizes)."""
 
     def __init__(self, client, topic: str, history: History, count: int = 7, rate: float = 280.0,
                  prefix: str = "chaos", keys: int = 3, payload_size: int = 100,
-                 send_timeout_millis: int = 30000):
+                 send_timeout_millis: int = 30000, batching: bool = False):
         self.history = history
         self.rate = rate
         self.keys = keys
         self.payload_size = payload_size
         self.names = [f"{prefix}-p{i}" for i in range(count)]
         self.producers = [
-            client.create_producer(topic, producer_name=name, batching_enabled=False,
+            client.create_producer(topic, producer_name=name, batching_enabled=batching,
                                    send_timeout_millis=send_timeout_millis, block_if_queue_full=False,
                                    max_pending_messages=5000,
                                    max_pending_messages_across_partitions=50000)
@@ -204,14 +208,20 @@ class Consumers:
 def read_partition(client, topic: str, partition: int, timeout: float) -> list:
     """Every entry of ``{topic}-partition-{partition}`` from the earliest position, in storage
     order, as ``(data, message id tuple)``. Raises if the reader cannot be made or stalls."""
-    reader = client.create_reader(f"{topic}-partition-{partition}", pulsar.MessageId.earliest,
-                                  receiver_queue_size=1000)
+    return read_topic(client, f"{topic}-partition-{partition}", timeout)
+
+
+def read_topic(client, topic: str, timeout: float) -> list:
+    """Every message of ``topic`` (a non-partitioned topic, or one partition by its full name)
+    from the earliest position, in storage order, as ``(data, message id tuple)``. Raises if
+    the reader cannot be made or stalls."""
+    reader = client.create_reader(topic, pulsar.MessageId.earliest, receiver_queue_size=1000)
     try:
         deadline = time.monotonic() + timeout
         out = []
         while reader.has_message_available():
             if time.monotonic() > deadline:
-                raise TimeoutError(f"reading partition {partition} took over {timeout}s "
+                raise TimeoutError(f"reading {topic} took over {timeout}s "
                                    f"({len(out)} entries read)")
             message = reader.read_next(timeout_millis=10000)
             out.append((message.data(), message_id_tuple(message.message_id())))
@@ -225,8 +235,16 @@ def read_back(client, topic: str, partitions: int, history: History, timeout: fl
     """Fill ``history.storage`` (or ``history.unreadable``) for every partition, trying each up
     to ``attempts`` times, all within ``timeout`` seconds (a partition whose turn comes after
     that is unreadable)."""
+    read_topics(client, {p: f"{topic}-partition-{p}" for p in range(partitions)}, history,
+                timeout, attempts)
+
+
+def read_topics(client, topics: dict, history: History, timeout: float = 90.0,
+                attempts: int = 3) -> None:
+    """``read_back`` for ``topics``, {index in ``history.storage``: full topic name}: each read
+    with ``read_topic``."""
     deadline = time.monotonic() + timeout
-    for partition in range(partitions):
+    for partition, name in sorted(topics.items()):
         error = "no time left to read it"
         for _ in range(attempts):
             left = deadline - time.monotonic()
@@ -237,7 +255,7 @@ def read_back(client, topic: str, partitions: int, history: History, timeout: fl
                 history.unreadable[partition] = error
                 break
             try:
-                entries = read_partition(client, topic, partition, left)
+                entries = read_topic(client, name, left)
             except Exception as e:
                 error = f"{type(e).__name__}: {e}"
                 time.sleep(min(2, max(0, deadline - time.monotonic())))

@@ -1,0 +1,198 @@
+"""
+A chaos run of geo-replication: two clusters (``testing.georeplication.GeoPair``: two standalones,
+``east`` and ``west`` by default) replicating one namespace both ways with deduplication on, the
+official client publishing on both, seeded faults on either, then heal, drain, read back both
+clusters and check (``geo_checker``).
+
+Workload: on each cluster, ``producers`` unbatched producers (``{cluster}-p{i}``; odd ones keyed)
+on topic 0 and one batched producer (``{cluster}-batched-p0``) on topic 1, each sending
+sequence-numbered payloads with ``send_async`` (sequence id = the payload's seq), each send and
+its callback recorded (``workload.Producers``). Both topics are made after the namespace is
+replicated, so the replicators' cursors (which start at the end of a topic) see every message.
+
+Faults (``GeoNemesis``, one at a time, a seeded schedule): ``kill-broker`` (a standalone killed
+-9, down 1-6 s, started again on its data and ports), ``pause-broker`` (SIGSTOP for ``pause``
+seconds, at times longer than the client's ``operation_timeout``, then SIGCONT),
+``unload-bundle`` (a bundle of the namespace unloaded through one cluster's admin API: its
+topics, producers and replicators closed and loaded again).
+
+After the faults: every site running and thawed, ``after_heal`` seconds more publishing, the
+producers stopped and their callbacks awaited, replication drained (``GeoPair.wait_drained``:
+every replication backlog 0, or the entry counts still, bounded), then every topic read from
+the earliest position on both clusters. ``run_geo(GeoChaosConfig(...))`` returns (GeoHistory,
+GeoVerdict); every process it started is gone when it returns or raises.
+
+Blocking, like the rest of ``chaos``: run it on the main thread (a restarted standalone asks for
+SIGKILL when the thread that spawned it ends).
+"""
+
+import os
+import shutil
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from pulsar_twisted.testing.chaos.geo_checker import GeoHistory, check_geo
+from pulsar_twisted.testing.chaos.nemesis import GEO_KINDS as KINDS, Nemesis
+from pulsar_twisted.testing.chaos.runner import close_in_background
+from pulsar_twisted.testing.chaos.workload import Producers, make_client, read_topics
+from pulsar_twisted.testing.georeplication import GeoPair
+from pulsar_twisted.testing.process import StandaloneError
+
+class _Sites:
+    """What ``Nemesis`` reads of a ``Cluster``, for a GeoPair: its standalones as the brokers."""
+
+    def __init__(self, pair: GeoPair):
+        self.brokers = list(pair)
+        self.bookies = []
+        self.proxies = []
+
+
+class GeoNemesis(Nemesis):
+    """``Nemesis`` on a GeoPair: the schedule, kill and unload are its own; a pause lasts
+    ``pause`` seconds drawn from the seed (a standalone has no ZooKeeper session whose expiry
+    could end it), and the heal thaws and starts the standalones."""
+
+    def __init__(self, pair: GeoPair, history, seed: int, kinds=KINDS, pause=(2.0, 9.0),
+                 rest=(2.0, 5.0), log=print, namespace: str = "public/default"):
+        super().__init__(_Sites(pair), history, seed, kinds=kinds, rest=rest, log=log,
+                         namespace=namespace)
+        self.pair = pair
+        self.pause_range = pause
+
+    def _pause(self, target, hold: float) -> str:
+        seconds = self.rng.uniform(*self.pause_range)
+        target.pause()
+        try:
+            self._sleep(seconds)
+        finally:
+            target.resume()
+        return f"stopped {seconds:.1f}s"
+
+    def heal(self, timeout: float = 60.0) -> None:
+        """Every standalone thawed and, if down, started again (StandaloneError if one will not)."""
+        for site in self.pair:
+            site.resume()
+            if not site.running():
+                site.start()
+
+
+@dataclass
+class GeoChaosConfig:
+    seed: int = 1
+    duration: float = 90.0            # seconds of faults
+    clusters: tuple = ("east", "west")
+    tenant: str = "geo"
+    namespace: str = "chaos"
+    producers: int = 2                # unbatched producers per cluster
+    rate: float = 40.0                # msg/s of a cluster's unbatched producers together
+    batched_rate: float = 40.0        # msg/s of a cluster's batched producer
+    kinds: tuple = KINDS
+    pause: tuple = (2.0, 9.0)         # seconds a pause-broker lasts
+    operation_timeout: int = 5        # the official client's, in seconds
+    send_timeout_ms: int = 30000
+    #: Small ledgers: the replicators' reads and the faults also land on ledger switches.
+    max_entries_per_ledger: int = 100
+    warmup: float = 3.0
+    after_heal: float = 5.0
+    settle: float = 45.0              # for the last callbacks (longer than the send timeout)
+    drain_timeout: float = 60.0
+    read_timeout: float = 60.0        # per cluster, every topic
+    keep_logs: str = None
+    log: object = field(default=print, repr=False)
+
+
+def _topics(config: GeoChaosConfig) -> dict:
+    run = uuid.uuid4().hex[:6]
+    base = f"persistent://{config.tenant}/{config.namespace}"
+    return {0: f"{base}/orders-{run}", 1: f"{base}/batched-{run}"}
+
+
+def _producers(config, pair, geo, clients) -> list:
+    """Every cluster's producers (not started), their names in ``geo.sources``."""
+    groups = []
+    for cluster, site in pair.sites.items():
+        client = make_client(site.service_url, os.path.join(site.directory, "client-producers.log"),
+                             config.operation_timeout)
+        clients.append(client)
+        for topic, count, rate, prefix, batching in (
+                (0, config.producers, config.rate, cluster, False),
+                (1, 1, config.batched_rate, f"{cluster}-batched", True)):
+            group = Producers(client, geo.topics[topic], geo.sends, count=count, rate=rate,
+                              prefix=prefix, send_timeout_millis=config.send_timeout_ms,
+                              batching=batching)
+            geo.sources.update({name: cluster for name in group.names})
+            groups.append(group)
+    return groups
+
+
+def run_geo(config: GeoChaosConfig) -> tuple:
+    """(GeoHistory, GeoVerdict) of one run; StandaloneError or an admin error if the clusters
+    could not be set up."""
+    log = config.log
+    pair = GeoPair(config.clusters, {"managedLedgerMaxEntriesPerLedger": config.max_entries_per_ledger,
+                                     "managedLedgerMinLedgerRolloverTimeMinutes": 0})
+    geo = GeoHistory(config.clusters, topics=_topics(config))
+    meta = geo.sends.meta
+    meta.update(seed=config.seed, duration=config.duration, kinds=list(config.kinds),
+                rate=config.rate, batched_rate=config.batched_rate, producers=config.producers,
+                topics=dict(geo.topics), directories={c: s.directory for c, s in pair.sites.items()})
+    clients, groups, nemesis = [], [], None
+    try:
+        started = time.monotonic()
+        pair.start()
+        pair.register(config.tenant, config.namespace)
+        log(f"clusters {', '.join(config.clusters)} up and replicating "
+            f"{config.tenant}/{config.namespace} in {time.monotonic() - started:.1f}s")
+        groups = _producers(config, pair, geo, clients)
+        for group in groups:
+            group.start()
+        log(f"publishing on {sorted(geo.topics.values())} from {len(geo.sources)} producers")
+        time.sleep(config.warmup)
+
+        nemesis = GeoNemesis(pair, geo.sends, config.seed, kinds=config.kinds, pause=config.pause,
+                             log=log, namespace=f"{config.tenant}/{config.namespace}")
+        nemesis.run(config.duration)
+        try:
+            nemesis.heal()
+        except StandaloneError as e:
+            meta["heal_error"] = str(e)[:2000]
+            log(f"heal incomplete: {str(e)[:300]}")
+        meta["healed_at"] = time.time()
+        log(f"healed; {len(geo.sends.faults)} faults; publishing {config.after_heal:.0f}s more")
+        time.sleep(config.after_heal)
+        for group in groups:
+            group.stop()
+        unanswered = groups[0].wait_answered(config.settle)
+        log(f"producers stopped; {unanswered} sends unanswered after {config.settle:.0f}s")
+
+        drain_started = time.monotonic()
+        meta["drain"] = pair.wait_drained(list(geo.topics.values()), config.drain_timeout)
+        meta["drain_seconds"] = round(time.monotonic() - drain_started, 1)
+        log(f"replication: {meta['drain']} after {meta['drain_seconds']}s; reading back")
+        for cluster, site in pair.sites.items():
+            client = make_client(site.service_url, os.path.join(site.directory, "client-readers.log"),
+                                 config.operation_timeout)
+            clients.append(client)
+            read_topics(client, geo.topics, geo.stored[cluster], timeout=config.read_timeout)
+        meta["seconds"] = round(time.monotonic() - started, 1)
+        meta["nemesis_errors"] = list(nemesis.errors)
+        meta["tracebacks"] = {c: s.log_text().count("Traceback") for c, s in pair.sites.items()}
+        return geo, check_geo(geo)
+    finally:
+        if nemesis is not None:
+            nemesis.stop()
+        for group in groups:
+            group.stop()
+        for client in clients:
+            close_in_background(client)
+        for site in pair:
+            site.kill9()
+        if config.keep_logs:
+            os.makedirs(config.keep_logs, exist_ok=True)
+            for cluster, site in pair.sites.items():
+                for name in os.listdir(site.directory):
+                    if name.endswith(".log"):
+                        shutil.copy(os.path.join(site.directory, name),
+                                    os.path.join(config.keep_logs, f"{cluster}-{name}"))
+        pair.cleanup()

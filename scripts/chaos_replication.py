@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""
+Chaos run of geo-replication: two standalones (east and west) replicating a namespace both ways
+with deduplication on, the official client publishing on both, seeded faults (kill -9 and
+restart, SIGSTOP and SIGCONT, bundle unloads) on either; see pulsar_twisted/testing/chaos/geo.py.
+
+    python scripts/chaos_replication.py --seed 1 --duration 90
+    python scripts/chaos_replication.py --seed 2 --json /tmp/geo2.json --history /tmp/geo2.history.json
+    python scripts/chaos_replication.py --check /tmp/geo2.history.json   # check a saved history again
+    python scripts/chaos_replication.py --faults ''                      # fault-free control run
+
+Prints the figures per cluster (lost locally) and per direction (lost in replication, stored
+twice, out of order per original producer); exit status 0 only if every one is zero, 1 on
+violations, 2 if the run itself could not be made. ``--require-crossing`` also fails (1) a run
+in which some direction replicated nothing. Every process the run started is killed on the way
+out, Ctrl-C and SIGTERM included.
+"""
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from pulsar_twisted.testing.chaos.geo_checker import (  # noqa: E402
+    GeoHistory, check_geo, format_geo_verdict)
+from pulsar_twisted.testing.chaos.nemesis import GEO_KINDS as KINDS  # noqa: E402
+
+
+def _kinds(text: str) -> tuple:
+    kinds = tuple(k for k in text.split(",") if k)
+    unknown = set(kinds) - set(KINDS)
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown faults {sorted(unknown)}; known: {', '.join(KINDS)}")
+    return kinds
+
+
+def parse(argv):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--duration", type=float, default=90.0, help="seconds of faults (default 90)")
+    p.add_argument("--faults", type=_kinds, default=KINDS,
+                   help=f"comma-separated fault kinds, empty for none (default {','.join(KINDS)};\n"
+                        "kill-broker and pause-broker act on a standalone)")
+    p.add_argument("--producers", type=int, default=2, help="unbatched producers per cluster")
+    p.add_argument("--rate", type=float, default=40.0,
+                   help="msg/s of each cluster's unbatched producers together (default 40)")
+    p.add_argument("--batched-rate", type=float, default=40.0,
+                   help="msg/s of each cluster's batched producer (default 40)")
+    p.add_argument("--pause", type=float, nargs=2, default=(2.0, 9.0), metavar=("MIN", "MAX"),
+                   help="seconds a pause-broker lasts (default 2 9; the client's operation\n"
+                        "timeout is --operation-timeout)")
+    p.add_argument("--operation-timeout", type=int, default=5, help="the client's, seconds (default 5)")
+    p.add_argument("--require-crossing", action="store_true",
+                   help="also fail when some direction replicated nothing")
+    p.add_argument("--json", default=None, help="write the verdict here as JSON")
+    p.add_argument("--history", default=None, help="write the whole history here as JSON")
+    p.add_argument("--keep-logs", default=None, help="copy the standalones' and clients' logs here")
+    p.add_argument("--check", default=None, metavar="HISTORY",
+                   help="no run: check a history written by --history")
+    return p.parse_args(argv)
+
+
+def _terminate(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _status(verdict, require_crossing: bool) -> int:
+    if not verdict.ok:
+        return 1
+    if require_crossing and not all(verdict.crossed.values()):
+        return 1
+    return 0
+
+
+def main(argv=None) -> int:
+    args = parse(sys.argv[1:] if argv is None else argv)
+    if args.check:
+        verdict = check_geo(GeoHistory.load(args.check))
+        print(format_geo_verdict(verdict))
+        return _status(verdict, args.require_crossing)
+
+    from pulsar_twisted.testing.chaos.geo import GeoChaosConfig, run_geo
+    signal.signal(signal.SIGTERM, _terminate)
+    started = time.monotonic()
+
+    def log(text):
+        print(f"[{time.monotonic() - started:6.1f}s] {text}", flush=True)
+
+    config = GeoChaosConfig(seed=args.seed, duration=args.duration, kinds=tuple(args.faults),
+                            producers=args.producers, rate=args.rate, batched_rate=args.batched_rate,
+                            pause=tuple(args.pause), operation_timeout=args.operation_timeout,
+                            keep_logs=args.keep_logs, log=log)
+    log(f"geo-replication chaos run: {' '.join(sys.argv)}")
+    try:
+        geo, verdict = run_geo(config)
+    except KeyboardInterrupt:
+        log("interrupted: every process of the run was killed")
+        return 130
+    except Exception as e:
+        log(f"the run failed: {type(e).__name__}: {e}")
+        return 2
+    if args.history:
+        geo.dump(args.history)
+    meta = geo.sends.meta
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"meta": meta, "verdict": verdict.to_json(),
+                       "faults": [f.__dict__ for f in geo.sends.faults]}, f, indent=1, default=str)
+    print("faults: " + "; ".join(f"{f.kind} {f.target}{' (' + f.note.strip() + ')' if f.note else ''}"
+                                 for f in geo.sends.faults))
+    print(f"replication: {meta.get('drain')} after {meta.get('drain_seconds')}s; standalone "
+          f"tracebacks: {meta.get('tracebacks')}; nemesis errors: {meta.get('nemesis_errors')}")
+    print(format_geo_verdict(verdict))
+    if not all(verdict.crossed.values()):
+        print(f"NOTE: some direction replicated nothing: {verdict.crossed}")
+    return _status(verdict, args.require_crossing)
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    # The official client's threads can keep a finished interpreter alive: leave at once.
+    os._exit(code)

@@ -1,0 +1,170 @@
+"""
+Geo-replication between two clusters, end to end: two standalones (``east`` and ``west``,
+``testing.georeplication.GeoPair``), each holding both clusters' data, a tenant allowed on both
+and the namespace ``geo/ns`` replicated to both (``namespaces set-clusters``) with deduplication
+on. Messages are produced with the official client; what a cluster stores is read back with a
+Reader from the earliest position. The replicated copy's sequence id and ``replicated_from``,
+which the official Python client does not expose, are read with our own client.
+
+Each wait is bounded (``WAIT``); every process is killed after each test.
+"""
+
+import os
+import time
+import uuid
+
+from twisted.trial.unittest import SynchronousTestCase
+
+from pulsar_twisted.testing.georeplication import GeoPair
+from tests.logs import official_client_logger
+
+try:
+    import pulsar
+except ImportError:  # pragma: no cover
+    pulsar = None
+
+TENANT, NAMESPACE = "geo", "ns"
+#: The bound of every wait for a message to cross (the replicator may be backing off).
+WAIT = 30.0
+#: How long a message that must not cross is given to cross anyway.
+QUIET = 5.0
+
+
+class _GeoCase(SynchronousTestCase):
+    """Two clusters per test; ``replicated``: whether ``geo/ns`` is replicated from the start."""
+
+    if pulsar is None:
+        skip = "the official pulsar-client package is not installed"
+
+    replicated = True
+
+    def setUp(self):
+        self.pair = GeoPair(("east", "west"))
+        self.addCleanup(self.pair.cleanup)
+        self.pair.start()
+        self.pair.register(TENANT, NAMESPACE, replicated=self.replicated)
+        self.east, self.west = self.pair.sites["east"], self.pair.sites["west"]
+        self.topic = f"persistent://{TENANT}/{NAMESPACE}/t-{uuid.uuid4().hex[:8]}"
+
+    def client(self, site):
+        log = official_client_logger(f"geo-replication.{site.name}",
+                                     os.path.join(site.directory, "client.log"))
+        client = pulsar.Client(site.service_url, operation_timeout_seconds=10,
+                               connection_timeout_ms=2000, logger=log)
+        self.addCleanup(client.close)
+        return client
+
+    def read_all(self, site, until=None, timeout: float = WAIT) -> list:
+        """Every message of the topic on ``site`` from the earliest position; with ``until``
+        (a payload), keep reading until it has come (failing after ``timeout``)."""
+        client = self.client(site)
+        reader = client.create_reader(self.topic, pulsar.MessageId.earliest)
+        self.addCleanup(reader.close)
+        out = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if until is None and not reader.has_message_available():
+                return out
+            try:
+                message = reader.read_next(timeout_millis=500)
+            except pulsar.Timeout:
+                continue
+            out.append(message)
+            if until is not None and message.data() == until:
+                return out
+        if until is None:
+            return out
+        self.fail(f"{until!r} did not reach {site.name} within {timeout}s; it holds "
+                  f"{[m.data() for m in out]}\n{site.log_tail(30)}")
+
+    def payloads(self, site) -> list:
+        return [m.data() for m in self.read_all(site)]
+
+    def produce(self, site, *payloads, name=None, **options):
+        producer = self.client(site).create_producer(self.topic, producer_name=name,
+                                                     batching_enabled=False)
+        for payload in payloads:
+            producer.send(payload, **options)
+        return producer
+
+
+class GeoReplicationTests(_GeoCase):
+
+    def test_message_crosses_with_its_metadata(self):
+        """A message produced on east is read on west with the same payload, properties, key,
+        event time, producer name and sequence id, marked as replicated from east."""
+        self.produce(self.east, b"hello", name="east-producer", properties={"colour": "blue"},
+                     partition_key="k1", event_timestamp=1_700_000_000_123, sequence_id=42)
+        message = self.read_all(self.west, until=b"hello")[-1]
+        self.assertEqual(
+            (message.data(), message.properties(), message.partition_key(),
+             message.event_timestamp(), message.producer_name()),
+            (b"hello", {"colour": "blue"}, "k1", 1_700_000_000_123, "east-producer"))
+
+        from pulsar_twisted.client import blocking
+        from tests.client.interop_support import private_reactor
+        ours = blocking.Client(self.west.service_url, operation_timeout_seconds=10,
+                               reactor=private_reactor())
+        self.addCleanup(ours.close)
+        reader = ours.create_reader(self.topic)
+        self.addCleanup(reader.close)
+        copy = reader.read_next(timeout_millis=10000)
+        self.assertEqual((copy.data(), copy.sequence_id(), copy._metadata.replicated_from),
+                         (b"hello", 42, "east"))
+
+    def test_not_replicated_back(self):
+        """East's message crosses to west and does not come back: east holds it once (a west
+        message that reached east after it proves west's replicator has passed it)."""
+        self.produce(self.east, b"from-east")
+        self.read_all(self.west, until=b"from-east")
+        self.produce(self.west, b"marker-from-west")
+        self.read_all(self.east, until=b"marker-from-west")
+        self.assertEqual(self.payloads(self.east), [b"from-east", b"marker-from-west"])
+        self.assertEqual(self.payloads(self.west), [b"from-east", b"marker-from-west"])
+
+    def test_message_level_clusters(self):
+        """``replication_clusters=["east"]`` and ``disable_replication=True`` on send keep a
+        message on east; the next plain message crosses alone."""
+        producer = self.produce(self.east, b"east-only", replication_clusters=["east"])
+        producer.send(b"not-replicated", disable_replication=True)
+        producer.send(b"everywhere")
+        west = [m.data() for m in self.read_all(self.west, until=b"everywhere")]
+        self.assertEqual(west, [b"everywhere"])
+        self.assertEqual(self.payloads(self.east), [b"east-only", b"not-replicated", b"everywhere"])
+
+    def test_produced_while_remote_is_down(self):
+        """A message produced on east while west is down reaches west once it runs again."""
+        self.produce(self.east, b"before")
+        self.read_all(self.west, until=b"before")
+        self.west.kill9()
+        self.produce(self.east, b"while-west-is-down")
+        time.sleep(2.0)                  # the replicator finds west gone and backs off
+        self.west.start()                # same data and ports
+        held = [m.data() for m in self.read_all(self.west, until=b"while-west-is-down")]
+        self.assertEqual(held, [b"before", b"while-west-is-down"])
+
+    def test_removing_a_cluster_stops_replication(self):
+        """Once east's namespace no longer lists west, east's messages stay on east."""
+        self.produce(self.east, b"replicated")
+        self.read_all(self.west, until=b"replicated")
+        self.pair.admin("east").post(f"/admin/v2/namespaces/{TENANT}/{NAMESPACE}/replication",
+                                     ["east"])
+        self.produce(self.east, b"kept-on-east")
+        time.sleep(QUIET)
+        self.assertEqual(self.payloads(self.west), [b"replicated"])
+        self.assertEqual(self.payloads(self.east), [b"replicated", b"kept-on-east"])
+
+
+class ReplicationStartsAtTheEndTests(_GeoCase):
+    """The namespace is made replicated only after a message was published."""
+
+    replicated = False
+
+    def test_earlier_messages_stay(self):
+        """Messages published before the namespace was replicated are not replicated (the
+        replicator's cursor starts at the end of the topic); later ones are."""
+        self.produce(self.east, b"before-replication")
+        self.pair.set_clusters(TENANT, NAMESPACE, ("east", "west"))
+        self.produce(self.east, b"after-replication")
+        held = [m.data() for m in self.read_all(self.west, until=b"after-replication")]
+        self.assertEqual(held, [b"after-replication"])
