@@ -18,7 +18,11 @@ For each remote cluster a topic has one ``Replicator``:
   properties, batch, compression) but for ``replicated_from`` = the local cluster; it is deleted
   from the cursor once the remote cluster has stored it. Entries already replicated from
   elsewhere (``replicated_from`` set), entries whose ``replicate_to`` leaves the remote out, and
-  markers are deleted without being sent.
+  markers are deleted without being sent;
+- a message written with a schema carries this cluster's version of it: the replicator
+  registers that schema on the remote topic first (GET_OR_CREATE_SCHEMA, as Java's producer
+  does for a message with its own schema) and sends the message with the remote's version,
+  pausing its reads meanwhile (Pulsar's replicator fetches the schema the same way).
 
 Delivery is at least once: an entry sent and stored remotely but not yet deleted here when the
 broker dies is sent again. The receiving broker deduplicates a replicated message by its
@@ -42,6 +46,7 @@ import time
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from pulsar_twisted.broker import schema as schemas
 from pulsar_twisted.broker.entryinfo import num_messages
 from pulsar_twisted.broker.rates import RateMeter
 from pulsar_twisted.common.lograte import LogRate
@@ -195,9 +200,14 @@ class Replicator:
         self.msg_out = 0
         self.bytes_out = 0
         self.msg_skipped = 0
-        self.rates = RateMeter(2)
+        #: Messages the namespace's TTL acknowledged before they were sent (ttl.py).
+        self.msg_expired = 0
+        self.rates = RateMeter(3)
         self.connected_since = None
         self._failures = LogRate(clock)
+        #: Local schema version (bytes) -> the remote topic's version of the same schema.
+        self._schema_versions = {}
+        self._client = None
 
     # ---------------------------------------------------------------- lifecycle
     def start(self) -> None:
@@ -211,10 +221,14 @@ class Replicator:
             return
         self.state = STARTING
         d = self.clients.client_for(self.remote)
-        d.addCallback(lambda client: client.create_producer(
-            self.topic.name, producer_name=self.name, send_timeout_ms=0,
-            max_pending_messages=self.queue_size, batching_enabled=False, initial_sequence_id=-1))
+        d.addCallback(self._create_producer)
         d.addCallbacks(self._producer_ready, self._connect_failed)
+
+    def _create_producer(self, client):
+        self._client = client
+        return client.create_producer(
+            self.topic.name, producer_name=self.name, send_timeout_ms=0,
+            max_pending_messages=self.queue_size, batching_enabled=False, initial_sequence_id=-1)
 
     def _producer_ready(self, producer) -> None:
         if self.state == CLOSED:
@@ -306,9 +320,13 @@ class Replicator:
     def _entries_read(self, entries, epoch) -> None:
         if epoch != self._epoch:
             return
-        self._reading = False
         for entry in entries:
-            self._replicate(entry, epoch)
+            if not self._replicate(entry, epoch):
+                # Waiting for the remote version of its schema: read again from this entry
+                # once it is known (``_schema_known``); still "reading" until then.
+                self.cursor.seek(entry.position)
+                return
+        self._reading = False
         self._read_more()
 
     def _read_failed(self, failure, epoch) -> None:
@@ -317,7 +335,8 @@ class Replicator:
         self._reading = False
         self._restart(f"reading the topic failed ({failure.getErrorMessage()})")
 
-    def _replicate(self, entry, epoch) -> None:
+    def _replicate(self, entry, epoch) -> bool:
+        """Send ``entry`` (or skip it); False when it must wait for its schema's remote version."""
         try:
             raw_metadata, payload = split_message(entry.data, verify=False)
             metadata = api.MessageMetadata.FromString(raw_metadata)
@@ -327,12 +346,18 @@ class Replicator:
                                "unreadable metadata ({error}); skipped", topic=self.topic.name,
                                remote=self.remote, position=entry.position, error=e)
             self._skip(entry.position)
-            return
+            return True
         if (metadata.HasField("replicated_from")
                 or (metadata.replicate_to and self.remote not in metadata.replicate_to)
                 or metadata.HasField("marker_type")):
             self._skip(entry.position)
-            return
+            return True
+        if metadata.schema_version:
+            remote_version = self._schema_versions.get(metadata.schema_version)
+            if remote_version is None:
+                self._fetch_schema(metadata.schema_version, epoch)
+                return False
+            metadata.schema_version = remote_version
         metadata.replicated_from = self.local
         self._in_flight += 1
         self._in_flight_times.append(metadata.publish_time)
@@ -340,6 +365,34 @@ class Replicator:
         d = self.producer.send_entry(metadata, payload, num_messages(metadata))
         d.addCallbacks(self._sent, self._send_failed, callbackArgs=(entry.position, size, epoch),
                        errbackArgs=(entry.position, epoch))
+        return True
+
+    def _fetch_schema(self, local_version: bytes, epoch) -> None:
+        """This cluster's schema of that version, registered on the remote topic."""
+        async def fetch():
+            stored = await self.topic.service.schema_registry.get(
+                self.topic.name, schemas.decode_version(local_version))
+            if stored is None:
+                raise LookupError(f"schema version {schemas.decode_version(local_version)} "
+                                  f"of {self.topic.name} is not stored here")
+            return await self._client.get_or_create_schema(self.topic.name, stored.to_proto())
+
+        d = defer.Deferred.fromCoroutine(fetch())
+        d.addCallbacks(self._schema_known, self._schema_failed, callbackArgs=(local_version, epoch),
+                       errbackArgs=(epoch,))
+
+    def _schema_known(self, remote_version, local_version, epoch) -> None:
+        if epoch != self._epoch:
+            return
+        self._schema_versions[local_version] = remote_version
+        self._reading = False
+        self._read_more()
+
+    def _schema_failed(self, failure, epoch) -> None:
+        if epoch != self._epoch or self.state == CLOSED:
+            return
+        self._restart(f"registering the schema on the remote topic failed "
+                      f"({failure.getErrorMessage()})")
 
     def _skip(self, position) -> None:
         self.msg_skipped += 1
@@ -378,8 +431,11 @@ class Replicator:
                      held=count - 1, **fields)
 
     # ---------------------------------------------------------------- stats
+    def describe(self) -> str:
+        return f"replicator {self.topic.name} -> {self.remote}"
+
     def sample_rates(self, period) -> None:
-        self.rates.sample(period, self.msg_out, self.bytes_out)
+        self.rates.sample(period, self.msg_out, self.bytes_out, self.msg_expired)
 
     def backlog(self) -> int:
         return self.cursor.number_of_entries_in_backlog()
@@ -396,7 +452,7 @@ class Replicator:
 
     def stats(self) -> dict:
         """The outbound half of Pulsar's ReplicatorStats for this remote cluster."""
-        rate, throughput = self.rates.rates
+        rate, throughput, expired = self.rates.rates
         producer = self.producer
         cnx = getattr(producer, "cnx", None) if producer is not None else None
         address = getattr(cnx, "peer", None)
@@ -404,7 +460,7 @@ class Replicator:
         return {
             "msgRateOut": rate,
             "msgThroughputOut": throughput,
-            "msgRateExpired": 0.0,
+            "msgRateExpired": expired,
             "replicationBacklog": self.backlog(),
             "connected": self.connected(),
             "replicationDelayInSeconds": self.delay_seconds(),

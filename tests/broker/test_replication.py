@@ -11,7 +11,7 @@ import json
 from twisted.internet import defer
 from twisted.trial import unittest
 
-from pulsar_twisted.broker import replication
+from pulsar_twisted.broker import replication, schema
 from pulsar_twisted.broker.admin.service import AdminService
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.testing.broker import BrokerHarness
@@ -60,6 +60,7 @@ class FakeRemoteClient:
         self.url = url
         self.producers = []
         self.refuse = None
+        self.schemas = []
 
     def create_producer(self, topic, **conf):
         if self.refuse is not None:
@@ -67,6 +68,10 @@ class FakeRemoteClient:
         producer = FakeProducer(topic, conf["producer_name"])
         self.producers.append(producer)
         return defer.succeed(producer)
+
+    def get_or_create_schema(self, topic, schema):
+        self.schemas.append((topic, schema))
+        return defer.succeed(b"remote-%d" % len(self.schemas))
 
     def close(self):
         return defer.succeed(None)
@@ -251,6 +256,41 @@ class ReplicatorTests(ReplicationCase):
         self.write_policies(replication_clusters=["west", "north"])
         self.producer()
         self.assertEqual(dict(self.topic().replicators), {})
+
+    def test_a_message_with_a_schema_gets_the_remote_version_of_it(self):
+        self.write_policies(replication_clusters=["east", "west"])
+        client, pid = self.producer()
+        self.successResultOf(self.broker.schema_registry.add(
+            TOPIC, api.Schema.Json, b'{"type": "record"}', name="t"))
+        local = schema.encode_version(0)
+        self.publish(client, pid, b"{}", schema_version=local)
+        self.publish(client, pid, b"{}", schema_version=local)
+        self.publish(client, pid, b"plain")
+        self.harness.pump()
+        remote = self.remote()
+        self.assertEqual([(t, s.type, s.schema_data) for t, s in remote.schemas],
+                         [(TOPIC, api.Schema.Json, b'{"type": "record"}')])
+        [producer] = remote.producers
+        self.assertEqual([(m.schema_version, p) for m, p, _, _ in producer.sent],
+                         [(b"remote-1", b"{}"), (b"remote-1", b"{}"), (b"", b"plain")])
+
+    def test_the_ttl_expires_what_was_not_sent(self):
+        self.harness.pump()
+        remote = self.remotes["pulsar://west:6650"] = FakeRemoteClient("pulsar://west:6650")
+        remote.refuse = Exception("connection refused")
+        self.broker.replication_clients.client_factory = lambda url: remote
+        self.write_policies(replication_clusters=["east", "west"])
+        client, pid = self.producer()
+        self.publish(client, pid, b"old")
+        self.clock.advance(120)
+        self.publish(client, pid, b"new")
+        self.write_policies(message_ttl_in_seconds=60)
+        replicator = self.topic().replicators["west"]
+        self.assertEqual((replicator.backlog(), replicator.msg_expired), (1, 1))
+        remote.refuse = None
+        self.clock.advance(60)      # past every back-off
+        self.harness.pump()
+        self.assertEqual([p for _, p, _, _ in remote.producers[0].sent], [b"new"])
 
     def test_stats(self):
         self.write_policies(replication_clusters=["east", "west"])
