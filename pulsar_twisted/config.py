@@ -699,6 +699,16 @@ _BROKER_KEYS = [
     Key("bookkeeperTLSCertificateFilePath", str, "", "PEM client certificate for bookies.", "Cluster"),
     Key("bookkeeperTLSKeyFilePath", str, "", "PEM private key of bookkeeperTLSCertificateFilePath.",
         "Cluster"),
+    # --- geo-replication (broker/replication.py) ---
+    Key("replicationProducerQueueSize", int, 1000,
+        "Messages a replicator has sent to a remote cluster and not yet had acknowledged, at most\n"
+        "(its producer's queue); it reads no more of the topic until some are.", "Replication"),
+    Key("brokerClientTlsEnabled", bool, False,
+        "Replicators connect to the remote cluster's brokerServiceUrlTls (TLS) rather than its\n"
+        "brokerServiceUrl.", "Replication"),
+    Key("brokerClientTrustCertsFilePath", str, "",
+        "PEM CA certificate(s) of the remote clusters' brokers, for brokerClientTlsEnabled.",
+        "Replication"),
 ] + _SECURITY_KEYS
 
 

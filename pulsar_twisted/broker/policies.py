@@ -23,6 +23,9 @@ max_producers_per_topic,       limits checked at each new producer / consumer   
 max_consumers_per_topic,
 max_consumers_per_subscription
 deduplicationEnabled           ``topic.set_deduplication`` when topics have it   at load and on change
+replication_clusters           ``topic.set_replication``: replicators to the     at load and on change
+                               other clusters (replication.py; persistent
+                               topics)
 publishMaxMessageRate,         ratelimit.py: publish and dispatch rates          at load and on change
 topicDispatchRate,             (this cluster's entry of each map)
 subscriptionDispatchRate
@@ -82,6 +85,9 @@ def apply_to_topic(topic, policies: NamespacePolicies) -> None:
         d = topic.set_deduplication(policies.deduplication_enabled)
         if isinstance(d, defer.Deferred):
             d.addErrback(lambda f: log.failure("{topic}: switching deduplication", f, topic=topic.name))
+    if hasattr(topic, "set_replication"):
+        # Failures are logged and retried by the topic itself.
+        topic.set_replication(policies.replication_clusters)
     ratelimit.apply_policies(topic, policies)
 
 

@@ -27,13 +27,28 @@ def is_last_chunk(metadata) -> bool:
 class _Answer:
     """What answering one publish needs (its ctx in ``topic.publish_all``)."""
 
-    __slots__ = ("sequence_id", "highest", "counted", "size")
+    __slots__ = ("sequence_id", "highest", "counted", "size", "original")
 
-    def __init__(self, sequence_id, highest, counted, size):
+    def __init__(self, sequence_id, highest, counted, size, original=None):
         self.sequence_id = sequence_id
         self.highest = highest
         self.counted = counted
         self.size = size
+        #: A replicated message's ``(producer name, sequence id, highest sequence id)`` from its
+        #: metadata (``_original_ids``), which deduplication records instead of the SEND's; None.
+        self.original = original
+
+
+#: Names of the producers other clusters' replicators publish with (replication.py).
+REPLICATOR_PRODUCER_PREFIX = "pulsar.repl."
+
+
+def _original_ids(message: bytes) -> tuple:
+    """``(producer name, sequence id, highest sequence id)`` of a replicated message, from its
+    metadata (a batch's highest is its last member's)."""
+    metadata = lenient_metadata(message)
+    sequence_id = metadata.sequence_id
+    return (metadata.producer_name, sequence_id, max(sequence_id, metadata.highest_sequence_id))
 
 
 class Producer:
@@ -134,11 +149,19 @@ class Producer:
                 continue
             dedup = topic.dedup
             counted = True
+            original = None
             if dedup is not None:
+                name, dedup_id, dedup_highest = self.name, sequence_id, highest
+                if name.startswith(REPLICATOR_PRODUCER_PREFIX):
+                    # Another cluster's replicator: the message keeps its producer's name and
+                    # sequence id, and those are what deduplicate it (Pulsar does the same), so
+                    # that a message the replicator sends again, or one that reached this cluster
+                    # by two routes, is stored once.
+                    name, dedup_id, dedup_highest = original = _original_ids(message)
                 if is_chunk:
                     counted = is_last_chunk(lenient_metadata(message))
-                status = (dedup.check(self.name, sequence_id, highest) if counted
-                          else dedup.check_chunk(self.name, sequence_id))
+                status = (dedup.check(name, dedup_id, dedup_highest) if counted
+                          else dedup.check_chunk(name, dedup_id))
                 if status != dedup_states.NOT_DUP:
                     self._hand_over(publish_all, messages, counts, answers)
                     self._answer_duplicate(status, sequence_id, highest)
@@ -147,7 +170,7 @@ class Producer:
             self.pending += 1
             messages.append(message)
             counts.append(num_messages)
-            answers.append(_Answer(sequence_id, highest, counted, size))
+            answers.append(_Answer(sequence_id, highest, counted, size, original))
             if publish_all is None or topic.closed or topic.fenced:
                 self._hand_over(publish_all, messages, counts, answers)
         self._hand_over(publish_all, messages, counts, answers)
@@ -190,7 +213,11 @@ class Producer:
                     if highest > self.last_sequence_id:
                         self.last_sequence_id = highest
                     if dedup is not None and answer.counted:
-                        dedup.persisted(self.name, highest, position)
+                        original = answer.original
+                        if original is None:
+                            dedup.persisted(self.name, highest, position)
+                        else:
+                            dedup.persisted(original[0], original[2], position)
                     receipts.append((answer.sequence_id, highest, position[0], position[1]))
                 if not self.closed:
                     self.cnx.sender.send_receipts(self.producer_id, receipts)

@@ -35,6 +35,7 @@ from pulsar_twisted.common.naming import (
     NON_PERSISTENT)
 from pulsar_twisted.metadata.layout import PRODUCER_NAME_COUNTER
 from pulsar_twisted.proto import PulsarApi_pb2 as api
+from pulsar_twisted.broker.replication import ReplicationClients
 from pulsar_twisted.resources.clusters import ClusterResources
 from pulsar_twisted.resources.namespaces import NamespaceResources
 from pulsar_twisted.resources.partitioned import PartitionedTopicResources
@@ -133,6 +134,9 @@ class BrokerService(service.Service):
         self.compactor = Compactor(self)
         #: Loads one topic for get_topic (topic_loader.py).
         self.loader = TopicLoader(self)
+        #: The clients of the remote clusters the topics' replicators publish to (replication.py).
+        #: Its client factory comes from the composition root (daemons/replication_client.py).
+        self.replication_clients = ReplicationClients(self.clusters, config)
 
     # ---------------------------------------------------------------- lifecycle
     @defer.inlineCallbacks
@@ -182,6 +186,7 @@ class BrokerService(service.Service):
                 yield topic.close()
             except Exception:
                 self.log.failure("closing {topic}", topic=topic.name)
+        yield self.replication_clients.close()
 
     def connection_opened(self, cnx) -> None:
         self.connections.add(cnx)

@@ -17,6 +17,7 @@ from twisted.python.failure import Failure
 from pulsar_twisted.broker import compaction, seek_time
 from pulsar_twisted.broker.access_modes import ProducerAccess
 from pulsar_twisted.broker.consumer import Consumer
+from pulsar_twisted.broker import replication
 from pulsar_twisted.broker.dedup import DEDUP_CURSOR, MessageDeduplication
 from pulsar_twisted.broker.entryinfo import num_messages
 from pulsar_twisted.broker.producer import Producer, TopicFencedError
@@ -114,6 +115,8 @@ class TopicCounters:
             producer.sample_rates(period)
         for subscription in list(self.topic.subscriptions.values()):
             subscription.sample_rates(period)
+        for replicator in list(self.topic.replicators.values()):
+            replicator.sample_rates(period)
 
     @property
     def rates(self):
@@ -140,6 +143,9 @@ class TopicBase:
     log = Logger()
     #: True for topics whose messages are stored (a managed ledger, cursors, a backlog).
     persistent = False
+    #: Remote cluster -> Replicator (replication.py); a persistent topic's own slot shadows this
+    #: shared empty mapping once its namespace replicates.
+    replicators = MappingProxyType({})
 
     # Slots (issue 14: memory per loaded topic), without ``__dict__`` (32 bytes more per instance;
     # tests stub a method with ``testing.patching.patch_method``). Subclasses declare theirs.
@@ -320,7 +326,7 @@ class PersistentTopic(TopicBase):
     persistent = True
 
     __slots__ = ("ledger", "pending_adds", "max_pending_adds", "_throttled", "fenced", "_unfence_call",
-                 "dedup_error", "unreadable_entries")
+                 "dedup_error", "unreadable_entries", "replicators", "_replication")
 
     def __init__(self, service, topic_name, ledger, clock, config):
         super().__init__(service, topic_name, clock, config)
@@ -338,9 +344,13 @@ class PersistentTopic(TopicBase):
         #: Entries dispatchers skipped for unreadable metadata (all subscriptions; logged once).
         self.unreadable_entries = 0
         self.access = ProducerAccess(self, ledger)
+        self.replicators = TopicBase.replicators
+        #: The replication being set up (a Deferred: the topic is not ready before its
+        #: replicators' cursors exist), a retry's DelayedCall, or None.
+        self._replication = None
         for name, cursor in ledger.cursors.items():
-            if name == DEDUP_CURSOR:
-                continue  # the deduplication snapshots' cursor, not a subscription
+            if name == DEDUP_CURSOR or replication.is_replicator_cursor(name):
+                continue  # the deduplication snapshots' and the replicators' cursors
             self._add_subscription(name, PersistentSubscription(self, name, cursor, clock, config))
         ledger.add_new_entries_listener(self._new_entries)
         # Another broker took the managed ledger over: unload here (IManagedLedger contract).
@@ -371,6 +381,82 @@ class PersistentTopic(TopicBase):
                 return MessageDeduplication(self.ledger, self.config, self.name).stop_existing()
         return defer.succeed(None)
 
+    # ---------------------------------------------------------------- geo-replication
+    #: Seconds before setting up replication again after it failed (a cursor not created).
+    REPLICATION_RETRY_SECONDS = 10.0
+
+    def set_replication(self, clusters):
+        """
+        Replicate to the clusters of ``clusters`` (the namespace's ``replication_clusters``) other
+        than this one, and to no other: a replicator (replication.py) for each new remote
+        cluster, whose cursor is created at the end of the topic; those of clusters no longer
+        listed are stopped and their cursors deleted, also cursors left by an earlier owner.
+        Deferred firing once done; until then the topic takes no producer (``wait_ready``).
+        """
+        if self.closed:
+            return defer.succeed(None)
+        local = self.config.clusterName
+        wanted = replication.configured_remotes(clusters, local)
+        current = set(self.replicators)
+        stale = {replication.remote_of_cursor(name) for name in self.ledger.cursors
+                 if replication.is_replicator_cursor(name)} - wanted - current
+        if wanted == current and not stale:
+            return defer.succeed(None)
+        if isinstance(self._replication, defer.Deferred):
+            # One change at a time: this one applies once the running one is done.
+            return self._replication.addBoth(lambda _: self.set_replication(clusters))
+        if self._replication is not None and self._replication.active():
+            self._replication.cancel()
+        d = defer.Deferred.fromCoroutine(self._change_replication(wanted, current, stale))
+        self._replication = d
+        d.addBoth(self._replication_changed, clusters)
+        return d
+
+    async def _change_replication(self, wanted, current, stale):
+        for remote in sorted(current - wanted):
+            replicator = self.replicators.pop(remote)
+            await replicator.terminate()
+        for remote in sorted(stale):
+            self.log.info("{topic}: deleting the cursor of a replicator to {remote}, which the "
+                          "namespace no longer lists", topic=self.name, remote=remote)
+            await self.ledger.delete_cursor(replication.cursor_name(remote))
+        for remote in sorted(wanted - current):
+            cursor = await self.ledger.open_cursor(replication.cursor_name(remote), "latest")
+            if self.closed:
+                return
+            if self.replicators is TopicBase.replicators:
+                self.replicators = {}
+            replicator = replication.Replicator(
+                self, remote, cursor, self.service.replication_clients, self.clock,
+                self.config.clusterName, self.config.replicationProducerQueueSize)
+            self.replicators[remote] = replicator
+            replicator.start()
+        if not self.replicators:
+            self.replicators = TopicBase.replicators
+
+    def _replication_changed(self, result, clusters):
+        self._replication = None
+        if isinstance(result, Failure):
+            if self.closed:
+                return None
+            self.log.warn("{topic}: setting up replication to {clusters} failed ({error}); trying "
+                          "again in {delay:.0f} s", topic=self.name, clusters=",".join(clusters),
+                          error=result.getErrorMessage(), delay=self.REPLICATION_RETRY_SECONDS)
+            self._replication = self.clock.callLater(self.REPLICATION_RETRY_SECONDS,
+                                                     self._retry_replication, clusters)
+        return None
+
+    def _retry_replication(self, clusters):
+        self._replication = None
+        policies = self.policies
+        d = self.set_replication(policies.replication_clusters if policies is not None else clusters)
+        d.addErrback(lambda f: None)    # logged, and tried again, by _replication_changed
+
+    def ready_now(self) -> bool:
+        if isinstance(self._replication, defer.Deferred):
+            return False
+        return super().ready_now()
+
     def _dedup_failed(self, failure):
         # Turning deduplication off here would store the resends of messages already stored:
         # the topic refuses producers instead, and unloads so that the next use retries.
@@ -396,8 +482,21 @@ class PersistentTopic(TopicBase):
         if dedup is not None and dedup.recovering and dedup.ready is not None:
             d = defer.Deferred()
             dedup.ready.addBoth(lambda result: d.callback(None) or result)
+        pending = self._replication
+        if isinstance(pending, defer.Deferred):
+            # The replicators' cursors must exist before the first publish, or what it stores
+            # would never be replicated (they start at the end of the topic).
+            waited = defer.Deferred()
+            pending.addBoth(lambda result: waited.callback(None) or result)
+            d.addCallback(lambda _: waited)
+            d.addCallback(lambda _: self._check_replication_set_up())
         d.addCallback(lambda _: self._check_ready())
         return d
+
+    def _check_replication_set_up(self):
+        if self._replication is not None:
+            # It failed and waits for a retry: a topic loading now is not served meanwhile.
+            raise errors.ServiceNotReady(f"Topic {self.name}: its replication is not set up yet")
 
     def deduplication_status(self) -> str:
         if self.dedup_error is not None:
@@ -417,6 +516,9 @@ class PersistentTopic(TopicBase):
     def _new_entries(self) -> None:
         for subscription in list(self.subscriptions.values()):
             subscription.new_entries()
+        if self.replicators:
+            for replicator in list(self.replicators.values()):
+                replicator.new_entries()
 
     # ---------------------------------------------------------------- publishing
     def publish(self, message: bytes, count: int):
@@ -672,6 +774,13 @@ class PersistentTopic(TopicBase):
         if self._unfence_call is not None and self._unfence_call.active():
             self._unfence_call.cancel()
         self._unfence_call = None
+        replicators, self.replicators = self.replicators, TopicBase.replicators
+        for replicator in replicators.values():
+            replicator.close()
+        if self._replication is not None and not isinstance(self._replication, defer.Deferred):
+            if self._replication.active():
+                self._replication.cancel()
+            self._replication = None
         self.ledger.remove_fenced_listener(self._ledger_fenced)
         return self.ledger.close()
 

@@ -101,11 +101,14 @@ async def expire_subscription(topic, subscription, age_seconds: int, now_ms: int
 
 
 async def expire_topic(topic, ttl_seconds: int, now_ms: int) -> int:
-    """Run the TTL over every subscription of a persistent ``topic``; the number that moved."""
+    """Run the TTL over every subscription and replicator of a persistent ``topic``; the number
+    that moved."""
     if ttl_seconds <= 0 or not topic.persistent:
         return 0
     moved = 0
-    for subscription in list(topic.subscriptions.values()):
+    # Replicators too (Pulsar's PersistentReplicator.expireMessages): a remote cluster away for
+    # longer than the TTL does not get the messages that expired meanwhile.
+    for subscription in list(topic.subscriptions.values()) + list(topic.replicators.values()):
         if await expire_subscription(topic, subscription, ttl_seconds, now_ms):
             moved += 1
     return moved

@@ -16,6 +16,7 @@ from twisted.logger import Logger
 
 from pulsar_twisted.common.naming import InvalidTopicNameError, parse_topic, partition_index_of
 from pulsar_twisted.client import errors, multitopic
+from pulsar_twisted.client.connection import command
 from pulsar_twisted.client.consumer import Consumer, Sub
 from pulsar_twisted.client.dlq import DeadLetterHandler, from_policy
 from pulsar_twisted.client.http_lookup import HttpLookupService
@@ -26,6 +27,9 @@ from pulsar_twisted.client.pool import ConnectionPool, ServiceUrl, tls_options
 from pulsar_twisted.client.producer import Producer
 from pulsar_twisted.client.reader import Reader
 from pulsar_twisted.client.routing import JAVA_STRING_HASH, ROUND_ROBIN, MessageRouter
+from pulsar_twisted.proto import PulsarApi_pb2 as api
+
+T = api.BaseCommand
 
 _PRODUCER_ROUTING = ("message_routing_mode", "hashing_scheme", "message_router")
 
@@ -112,6 +116,21 @@ class Client:
     def get_partitioned_topic_metadata(self, topic: str) -> defer.Deferred:
         """Fires with the number of partitions (0 for a non-partitioned topic)."""
         return self.lookup.partitioned_metadata(normalize_topic(topic))
+
+    @defer.inlineCallbacks
+    def get_or_create_schema(self, topic: str, schema: api.Schema):
+        """Fires with the schema version (bytes) the broker owning ``topic`` gives ``schema``,
+        registering it if new (GET_OR_CREATE_SCHEMA; Java's ``ProducerImpl`` does it for messages
+        with a schema of their own, as the geo-replicator sends); fails with the broker's error
+        (an incompatible schema: IncompatibleSchema)."""
+        self._check_open()
+        topic = normalize_topic(topic)
+        cnx = yield self.connection_for(topic)
+        request_id = cnx.new_request_id()
+        answer = yield cnx.send_request(command(T.GET_OR_CREATE_SCHEMA, "getOrCreateSchema",
+                                                request_id=request_id, topic=topic, schema=schema),
+                                        request_id)
+        return answer.getOrCreateSchemaResponse.schema_version
 
     @defer.inlineCallbacks
     def get_topic_partitions(self, topic: str):

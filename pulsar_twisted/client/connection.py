@@ -114,6 +114,7 @@ class ClientConnection(protocol.Protocol):
             T.GET_LAST_MESSAGE_ID_RESPONSE: self._handle_response("getLastMessageIdResponse"),
             T.GET_TOPICS_OF_NAMESPACE_RESPONSE: self._handle_response("getTopicsOfNamespaceResponse"),
             T.GET_SCHEMA_RESPONSE: self._handle_response("getSchemaResponse"),
+            T.GET_OR_CREATE_SCHEMA_RESPONSE: self._handle_response("getOrCreateSchemaResponse"),
             T.CONSUMER_STATS_RESPONSE: self._handle_response("consumerStatsResponse"),
             T.ACK_RESPONSE: self._handle_response("ackResponse"),
             T.SEND_RECEIPT: self._handle_send_receipt,
@@ -350,7 +351,8 @@ class ClientConnection(protocol.Protocol):
                 error = errors.from_server_error(sub.error_code, sub.error_message)
             elif field == "ackResponse" and sub.HasField("error"):
                 error = errors.from_server_error(sub.error, sub.message)
-            elif field == "getSchemaResponse" and sub.HasField("error_code"):
+            elif (field in ("getSchemaResponse", "getOrCreateSchemaResponse")
+                  and sub.HasField("error_code")):
                 error = errors.from_server_error(sub.error_code, sub.error_message)
             self._resolve(sub.request_id, cmd, Failure(error) if error is not None else None)
         return handle

@@ -397,6 +397,38 @@ class Producer(ConnectionHandler):
             self.cnx.write_raw(op.frame)
         self._arm_timeout()
 
+    def send_entry(self, metadata, payload: bytes, num_messages: int = 1) -> defer.Deferred:
+        """
+        Publish a message already made elsewhere, its ``metadata`` (a MessageMetadata: producer
+        name, sequence id, batch, compression...) sent as it is: the geo-replicator's send, which
+        republishes another cluster's entries (Java's ProducerImpl sending a replicated message).
+        The SEND carries this producer's own next sequence id, so receipts match in order whatever
+        the metadata's; a receiving broker deduplicates a replicated message by the metadata's
+        producer name and sequence id. ``num_messages``: messages in the entry (a batch's count).
+        Not batched with anything; the queue limit and send timeout apply as to ``send``.
+        """
+        if self.state in (CLOSING, CLOSED, FAILED):
+            return defer.fail(errors.AlreadyClosed(f"producer on {self.topic} is {self.state}"))
+        if self._pending_count >= self.max_pending_messages:
+            return defer.fail(errors.ProducerQueueIsFull(
+                f"producer queue is full ({self.max_pending_messages} messages pending)"))
+        if self._batch_count:
+            self._flush_batch()
+        sequence_id = self._next_sequence_id
+        self._next_sequence_id += 1
+        message = _Message(payload, None, None, None, None, sequence_id, None)
+        self._pending_count += 1
+        part = encode_message(metadata, payload)
+        cmd = command(T.SEND, "send", producer_id=self.producer_id, sequence_id=sequence_id,
+                      num_messages=max(1, num_messages))
+        op = _OpSend(sequence_id, sequence_id, encode_payload_command(cmd, part), [message],
+                     self.clock.seconds(), False)
+        self._pending.append(op)
+        if self.state == READY and self.cnx is not None:
+            self.cnx.write_raw(op.frame)
+        self._arm_timeout()
+        return message.deferred
+
     # ------------------------------------------------------------------ batching
     def _add_to_batch(self, message):
         size = len(message.payload)

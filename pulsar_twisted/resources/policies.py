@@ -316,6 +316,9 @@ class NamespacePolicies:
     topic_dispatch_rate: RateLimit = UNLIMITED
     subscription_dispatch_rate: RateLimit = UNLIMITED
     cluster: str = ""
+    #: The clusters the namespace's persistent topics replicate to (this one among them when it
+    #: is set at all; broker/replication.py). Empty: the namespace is local.
+    replication_clusters: tuple = ()
 
     @classmethod
     def defaults(cls, config) -> "NamespacePolicies":
@@ -408,6 +411,13 @@ def _backlog_quotas(data, base):
     return {"backlog_quotas": quotas}
 
 
+def _replication_clusters(data, base):
+    stored = data.get("replication_clusters")
+    if stored is None:
+        return {}
+    return {"replication_clusters": tuple(check_string_list(stored, "replication_clusters"))}
+
+
 def _inactive_topic(data, base):
     stored = data.get("inactive_topic_policies")
     if stored is None:
@@ -487,4 +497,5 @@ _FIELDS = [
     ("topicDispatchRate", _rate("topicDispatchRate", "topic_dispatch_rate", dispatch_rate_from_json)),
     ("subscriptionDispatchRate", _rate("subscriptionDispatchRate", "subscription_dispatch_rate",
                                        dispatch_rate_from_json)),
+    ("replication_clusters", _replication_clusters),
 ]

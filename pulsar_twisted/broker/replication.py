@@ -1,0 +1,470 @@
+"""
+Geo-replication: the persistent topics of a namespace whose ``replication_clusters`` policy names
+other clusters copy every message published here to those clusters, asynchronously, as Pulsar's
+``GeoPersistentReplicator`` does.
+
+For each remote cluster a topic has one ``Replicator``:
+
+- its position is a durable cursor of the topic's managed ledger, ``pulsar.repl.<remote>``,
+  created at the end of the topic (messages stored before the namespace replicated are not
+  copied, as in Pulsar) and kept across unloads, restarts and broker failures: what it has not
+  acknowledged is sent again by whichever broker owns the topic next;
+- it reads entries through that cursor and publishes each to the same topic on the remote
+  cluster, with a producer of our own client named ``pulsar.repl.<local>--><remote>``, on the
+  remote cluster's ``brokerServiceUrl`` (``brokerServiceUrlTls`` with ``brokerClientTlsEnabled``)
+  from the cluster data stored at ``/admin/clusters/<remote>``; credentials are
+  ``brokerClientAuthenticationPlugin`` / ``...Parameters``;
+- the entry goes out with its metadata unchanged (producer name, sequence id, publish time,
+  properties, batch, compression) but for ``replicated_from`` = the local cluster; it is deleted
+  from the cursor once the remote cluster has stored it. Entries already replicated from
+  elsewhere (``replicated_from`` set), entries whose ``replicate_to`` leaves the remote out, and
+  markers are deleted without being sent;
+- a message written with a schema carries this cluster's version of it: the replicator
+  registers that schema on the remote topic first (GET_OR_CREATE_SCHEMA, as Java's producer
+  does for a message with its own schema) and sends the message with the remote's version,
+  pausing its reads meanwhile (Pulsar's replicator fetches the schema the same way).
+
+Delivery is at least once: an entry sent and stored remotely but not yet deleted here when the
+broker dies is sent again. The receiving broker deduplicates a replicated message by its
+original producer name and sequence id (broker/producer.py), so with deduplication enabled on
+the remote namespace each message is stored there once, in order.
+
+Flow control: at most ``replicationProducerQueueSize`` entries are in flight; the replicator
+reads again as receipts come back, and waits for the topic's new-entries notification once it
+has read everything. A failed send (the remote refused it) closes the producer, rewinds the
+cursor to its first unacknowledged entry and starts again after a back-off (0.1 s doubling to
+60 s, as Pulsar's replicator).
+
+``ReplicationClients`` keeps one client per remote cluster for the whole broker. The client
+library sits beside the server tree (the layering), so the composition root gives it the
+factory that makes them (``daemons/replication_client.py``): a ``pulsar_twisted.client.Client``.
+"""
+
+import collections
+import time
+
+from twisted.internet import defer
+from twisted.logger import Logger
+
+from pulsar_twisted.broker import schema as schemas
+from pulsar_twisted.broker.entryinfo import num_messages
+from pulsar_twisted.broker.rates import RateMeter
+from pulsar_twisted.common.lograte import LogRate
+from pulsar_twisted.proto import PulsarApi_pb2 as api
+from pulsar_twisted.wire.frames import FrameError, split_message
+
+log = Logger()
+
+#: Pulsar's ``replicatorPrefix``: cursors ``pulsar.repl.<remote>``, producers
+#: ``pulsar.repl.<local>--><remote>``.
+PREFIX = "pulsar.repl"
+CURSOR_PREFIX = PREFIX + "."
+DELIMITER = "-->"
+#: Entries read from the cursor at a time (Pulsar's dispatcherMaxReadBatchSize default).
+READ_BATCH = 100
+
+
+def cursor_name(remote: str) -> str:
+    return f"{CURSOR_PREFIX}{remote}"
+
+
+def producer_name(local: str, remote: str) -> str:
+    return f"{CURSOR_PREFIX}{local}{DELIMITER}{remote}"
+
+
+def is_replicator_cursor(name: str) -> bool:
+    return name.startswith(CURSOR_PREFIX)
+
+
+def remote_of_cursor(name: str) -> str:
+    return name[len(CURSOR_PREFIX):]
+
+
+def source_cluster(name: str):
+    """The cluster a replication producer's messages come from (``pulsar.repl.<source>-->...``),
+    or None for any other producer name."""
+    if not name.startswith(CURSOR_PREFIX):
+        return None
+    return name[len(CURSOR_PREFIX):].split(DELIMITER, 1)[0]
+
+
+def configured_remotes(clusters, local: str) -> set:
+    """The remote clusters a namespace with ``replication_clusters`` = ``clusters`` replicates
+    to from ``local``: none unless ``local`` is one of them."""
+    clusters = set(clusters or ())
+    if local not in clusters:
+        return set()
+    return clusters - {local}
+
+
+class RemoteClusterUnknown(Exception):
+    """The remote cluster has no cluster data, or no URL a replicator can use."""
+
+
+class ReplicationClients:
+    """
+    One client per remote cluster, for every replicator of the broker (Pulsar's
+    ``BrokerService.getReplicationClient``), made by ``client_factory(url)`` (set by the
+    composition root; None: this broker cannot replicate, and says so). A cluster whose data
+    changes (its URL) gets a new client; ``close()`` closes them all.
+    """
+
+    def __init__(self, clusters, config, client_factory=None):
+        self._clusters = clusters
+        self._config = config
+        self._clients = {}      # cluster -> (url, client)
+        self.client_factory = client_factory
+
+    def url_of(self, data: dict) -> str:
+        if self._config.brokerClientTlsEnabled:
+            return data.get("brokerServiceUrlTls") or data.get("serviceUrlTls") or ""
+        return data.get("brokerServiceUrl") or data.get("serviceUrl") or ""
+
+    @defer.inlineCallbacks
+    def client_for(self, cluster: str):
+        data = yield self._clusters.get(cluster)
+        if data is None:
+            raise RemoteClusterUnknown(f"cluster {cluster} has no cluster data")
+        url = self.url_of(data)
+        if not url:
+            raise RemoteClusterUnknown(f"cluster {cluster} has no "
+                                       f"{'TLS ' if self._config.brokerClientTlsEnabled else ''}URL")
+        known = self._clients.get(cluster)
+        if known is not None and known[0] == url:
+            return known[1]
+        client = self._make(url)
+        self._clients[cluster] = (url, client)
+        if known is not None:
+            log.info("replication: cluster {cluster} moved to {url}", cluster=cluster, url=url)
+            known[1].close().addErrback(lambda f: None)
+        return client
+
+    def _make(self, url: str):
+        if self.client_factory is None:
+            raise RemoteClusterUnknown("this broker was started without a replication client")
+        return self.client_factory(url)
+
+    def close(self):
+        clients, self._clients = self._clients, {}
+        ds = [client.close() for _, client in clients.values()]
+        return defer.DeferredList([d for d in ds if d is not None], consumeErrors=True)
+
+
+class _Backoff:
+    """Delays between attempts: 0.1 s doubling to 60 s (Pulsar's replicator back-off)."""
+
+    __slots__ = ("_next",)
+    INITIAL, MAXIMUM = 0.1, 60.0
+
+    def __init__(self):
+        self._next = self.INITIAL
+
+    def next(self) -> float:
+        delay, self._next = self._next, min(self._next * 2, self.MAXIMUM)
+        return delay
+
+    def reset(self) -> None:
+        self._next = self.INITIAL
+
+
+# Replicator states
+STARTING, RUNNING, CLOSED = "starting", "running", "closed"
+
+
+class Replicator:
+    """
+    The copy of one topic to one remote cluster (module docstring). ``start()`` once; the topic
+    calls ``new_entries()`` when entries were added, ``sample_rates`` each stats period,
+    ``close()`` on unload and ``terminate()`` when the cluster leaves the namespace's list.
+    """
+
+    def __init__(self, topic, remote: str, cursor, clients, clock, local: str, queue_size: int):
+        self.topic = topic
+        self.remote = remote
+        self.cursor = cursor
+        self.clients = clients
+        self.clock = clock
+        self.local = local
+        self.queue_size = max(1, queue_size)
+        self.name = producer_name(local, remote)
+        self.state = STARTING
+        self.producer = None
+        self.backoff = _Backoff()
+        self._retry_call = None
+        self._epoch = 0             # which producer incarnation a send belongs to
+        self._reading = False
+        self._waiting = False       # read everything: the next new_entries reads again
+        self._in_flight = 0
+        #: Publish times (ms) of the entries in flight, oldest first (replicationDelayInSeconds).
+        self._in_flight_times = collections.deque()
+        self.msg_out = 0
+        self.bytes_out = 0
+        self.msg_skipped = 0
+        #: Messages the namespace's TTL acknowledged before they were sent (ttl.py).
+        self.msg_expired = 0
+        self.rates = RateMeter(3)
+        self.connected_since = None
+        self._failures = LogRate(clock)
+        #: Local schema version (bytes) -> the remote topic's version of the same schema.
+        self._schema_versions = {}
+        self._client = None
+
+    # ---------------------------------------------------------------- lifecycle
+    def start(self) -> None:
+        log.info("replicator {topic} -> {remote}: starting; next entry {position}", topic=self.topic.name,
+                 remote=self.remote, position=self.cursor.read_position)
+        self._connect()
+
+    def _connect(self) -> None:
+        self._retry_call = None
+        if self.state == CLOSED:
+            return
+        self.state = STARTING
+        d = self.clients.client_for(self.remote)
+        d.addCallback(self._create_producer)
+        d.addCallbacks(self._producer_ready, self._connect_failed)
+
+    def _create_producer(self, client):
+        self._client = client
+        return client.create_producer(
+            self.topic.name, producer_name=self.name, send_timeout_ms=0,
+            max_pending_messages=self.queue_size, batching_enabled=False, initial_sequence_id=-1)
+
+    def _producer_ready(self, producer) -> None:
+        if self.state == CLOSED:
+            producer.close().addErrback(lambda f: None)
+            return
+        self.producer = producer
+        self.state = RUNNING
+        self.backoff.reset()
+        self.connected_since = self.clock.seconds()
+        log.info("replicator {topic} -> {remote}: producer {name} connected",
+                 topic=self.topic.name, remote=self.remote, name=self.name)
+        self._read_more()
+
+    def _connect_failed(self, failure) -> None:
+        if self.state == CLOSED:
+            return
+        delay = self.backoff.next()
+        self._warn(
+            "replicator {topic} -> {remote}: cannot create the remote producer "
+            "({error}); retrying in {delay:.1f} s", topic=self.topic.name, remote=self.remote,
+            error=failure.getErrorMessage(), delay=delay)
+        self._retry_call = self.clock.callLater(delay, self._connect)
+
+    def _restart(self, reason: str) -> None:
+        """Drop the producer and everything in flight; read again from the first entry not yet
+        acknowledged, after a back-off."""
+        if self.state == CLOSED:
+            return
+        self._epoch += 1
+        self._in_flight = 0
+        self._in_flight_times.clear()
+        self._reading = False
+        self._waiting = False
+        producer, self.producer = self.producer, None
+        self.connected_since = None
+        if producer is not None:
+            producer.close().addErrback(lambda f: None)
+        self.cursor.rewind()
+        delay = self.backoff.next()
+        self._warn("replicator {topic} -> {remote}: {reason}; starting again "
+                           "in {delay:.1f} s", topic=self.topic.name, remote=self.remote,
+                           reason=reason, delay=delay)
+        self.state = STARTING
+        if self._retry_call is None:
+            self._retry_call = self.clock.callLater(delay, self._connect)
+
+    def close(self):
+        """Stop (unload): the cursor keeps the position; the producer is closed without waiting."""
+        if self.state == CLOSED:
+            return defer.succeed(None)
+        self.state = CLOSED
+        self._epoch += 1
+        if self._retry_call is not None and self._retry_call.active():
+            self._retry_call.cancel()
+        self._retry_call = None
+        producer, self.producer = self.producer, None
+        self.connected_since = None
+        if producer is not None:
+            producer.close().addErrback(lambda f: None)
+        return defer.succeed(None)
+
+    def terminate(self):
+        """The cluster left the namespace's list: stop and delete the cursor."""
+        self.close()
+        log.info("replicator {topic} -> {remote}: removed", topic=self.topic.name, remote=self.remote)
+        return self.topic.ledger.delete_cursor(self.cursor.name)
+
+    # ---------------------------------------------------------------- reading
+    def new_entries(self) -> None:
+        if self._waiting:
+            self._waiting = False
+            self._read_more()
+
+    def _read_more(self) -> None:
+        if self.state != RUNNING or self._reading:
+            return
+        room = self.queue_size - self._in_flight
+        if room <= 0:
+            return  # a receipt reads again
+        if not self.cursor.has_more_entries():
+            self._waiting = True
+            return
+        self._reading = True
+        epoch = self._epoch
+        d = self.cursor.read_entries(min(READ_BATCH, room))
+        d.addCallbacks(self._entries_read, self._read_failed, callbackArgs=(epoch,),
+                       errbackArgs=(epoch,))
+
+    def _entries_read(self, entries, epoch) -> None:
+        if epoch != self._epoch:
+            return
+        for entry in entries:
+            if not self._replicate(entry, epoch):
+                # Waiting for the remote version of its schema: read again from this entry
+                # once it is known (``_schema_known``); still "reading" until then.
+                self.cursor.seek(entry.position)
+                return
+        self._reading = False
+        self._read_more()
+
+    def _read_failed(self, failure, epoch) -> None:
+        if epoch != self._epoch or self.state == CLOSED:
+            return
+        self._reading = False
+        self._restart(f"reading the topic failed ({failure.getErrorMessage()})")
+
+    def _replicate(self, entry, epoch) -> bool:
+        """Send ``entry`` (or skip it); False when it must wait for its schema's remote version."""
+        try:
+            raw_metadata, payload = split_message(entry.data, verify=False)
+            metadata = api.MessageMetadata.FromString(raw_metadata)
+        except (FrameError, Exception) as e:
+            # Pulsar deletes an entry it cannot deserialize (it could never be sent).
+            self._warn("replicator {topic} -> {remote}: entry {position} has "
+                               "unreadable metadata ({error}); skipped", topic=self.topic.name,
+                               remote=self.remote, position=entry.position, error=e)
+            self._skip(entry.position)
+            return True
+        if (metadata.HasField("replicated_from")
+                or (metadata.replicate_to and self.remote not in metadata.replicate_to)
+                or metadata.HasField("marker_type")):
+            self._skip(entry.position)
+            return True
+        if metadata.schema_version:
+            remote_version = self._schema_versions.get(metadata.schema_version)
+            if remote_version is None:
+                self._fetch_schema(metadata.schema_version, epoch)
+                return False
+            metadata.schema_version = remote_version
+        metadata.replicated_from = self.local
+        self._in_flight += 1
+        self._in_flight_times.append(metadata.publish_time)
+        size = len(payload)
+        d = self.producer.send_entry(metadata, payload, num_messages(metadata))
+        d.addCallbacks(self._sent, self._send_failed, callbackArgs=(entry.position, size, epoch),
+                       errbackArgs=(entry.position, epoch))
+        return True
+
+    def _fetch_schema(self, local_version: bytes, epoch) -> None:
+        """This cluster's schema of that version, registered on the remote topic."""
+        async def fetch():
+            stored = await self.topic.service.schema_registry.get(
+                self.topic.name, schemas.decode_version(local_version))
+            if stored is None:
+                raise LookupError(f"schema version {schemas.decode_version(local_version)} "
+                                  f"of {self.topic.name} is not stored here")
+            return await self._client.get_or_create_schema(self.topic.name, stored.to_proto())
+
+        d = defer.Deferred.fromCoroutine(fetch())
+        d.addCallbacks(self._schema_known, self._schema_failed, callbackArgs=(local_version, epoch),
+                       errbackArgs=(epoch,))
+
+    def _schema_known(self, remote_version, local_version, epoch) -> None:
+        if epoch != self._epoch:
+            return
+        self._schema_versions[local_version] = remote_version
+        self._reading = False
+        self._read_more()
+
+    def _schema_failed(self, failure, epoch) -> None:
+        if epoch != self._epoch or self.state == CLOSED:
+            return
+        self._restart(f"registering the schema on the remote topic failed "
+                      f"({failure.getErrorMessage()})")
+
+    def _skip(self, position) -> None:
+        self.msg_skipped += 1
+        self.cursor.delete(position).addErrback(self._delete_failed)
+
+    def _sent(self, _message_id, position, size, epoch) -> None:
+        # Stored remotely: acknowledged here even if the producer was replaced meanwhile.
+        self.cursor.delete(position).addErrback(self._delete_failed)
+        if epoch != self._epoch:
+            return
+        self._in_flight -= 1
+        if self._in_flight_times:
+            self._in_flight_times.popleft()
+        self.msg_out += 1
+        self.bytes_out += size
+        self._read_more()
+
+    def _send_failed(self, failure, position, epoch) -> None:
+        if epoch != self._epoch or self.state == CLOSED:
+            return
+        self._restart(f"sending {position} failed ({failure.getErrorMessage()})")
+
+    def _delete_failed(self, failure) -> None:
+        if self.state == CLOSED:
+            return  # the ledger closed under us: the next owner sends it again
+        self._warn("replicator {topic} -> {remote}: acknowledging an entry "
+                           "failed ({error})", topic=self.topic.name, remote=self.remote,
+                           error=failure.getErrorMessage())
+
+    def _warn(self, text: str, **fields) -> None:
+        """A warning at most once a second per replicator (a remote cluster away for minutes
+        would otherwise log every retry), with how many were held back."""
+        count = self._failures.due()
+        if count is not None:
+            log.warn(text + (" ({held} like it since the last line)" if count > 1 else ""),
+                     held=count - 1, **fields)
+
+    # ---------------------------------------------------------------- stats
+    def describe(self) -> str:
+        return f"replicator {self.topic.name} -> {self.remote}"
+
+    def sample_rates(self, period) -> None:
+        self.rates.sample(period, self.msg_out, self.bytes_out, self.msg_expired)
+
+    def backlog(self) -> int:
+        return self.cursor.number_of_entries_in_backlog()
+
+    def connected(self) -> bool:
+        producer = self.producer
+        return producer is not None and self.state == RUNNING and producer.is_connected()
+
+    def delay_seconds(self) -> int:
+        """Age of the oldest entry sent and not yet stored remotely (0 when none)."""
+        if not self._in_flight_times:
+            return 0
+        return max(0, int(time.time() - self._in_flight_times[0] / 1000.0))
+
+    def stats(self) -> dict:
+        """The outbound half of Pulsar's ReplicatorStats for this remote cluster."""
+        rate, throughput, expired = self.rates.rates
+        producer = self.producer
+        cnx = getattr(producer, "cnx", None) if producer is not None else None
+        address = getattr(cnx, "peer", None)
+        since = self.connected_since
+        return {
+            "msgRateOut": rate,
+            "msgThroughputOut": throughput,
+            "msgRateExpired": expired,
+            "replicationBacklog": self.backlog(),
+            "connected": self.connected(),
+            "replicationDelayInSeconds": self.delay_seconds(),
+            "outboundConnection": "" if not self.connected() or address is None else str(address),
+            "outboundConnectedSince": "" if since is None or not self.connected() else
+            time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(since)) + "Z",
+        }
