@@ -115,25 +115,40 @@ class GeoPair:
         except (CommandError, OSError):
             return {}
 
-    def entries(self, cluster: str, topic: str):
-        """The topic's ``numberOfEntries`` on ``cluster`` (internal stats), None if unknown."""
+    def internal_stats(self, cluster: str, topic: str) -> dict:
+        """The topic's internal stats on ``cluster``; {} when unknown."""
         path = "/admin/v2/persistent/" + topic.split("://", 1)[1] + "/internalStats"
         try:
-            return (self.admin(cluster, timeout=10).get(path) or {}).get("numberOfEntries")
+            return self.admin(cluster, timeout=10).get(path) or {}
         except (CommandError, OSError):
-            return None
+            return {}
+
+    def entries(self, cluster: str, topic: str):
+        """The topic's ``numberOfEntries`` on ``cluster`` (internal stats), None if unknown."""
+        return self.internal_stats(cluster, topic).get("numberOfEntries")
 
     def replication_backlog(self, cluster: str, topic: str, remote: str):
-        """``replication.<remote>.replicationBacklog`` of the topic on ``cluster``; None when the
-        stats have no such entry (no replicator there, or a broker without geo-replication)."""
+        """``replication.<remote>.replicationBacklog`` of the topic on ``cluster``; when the
+        stats have no such entry, 0 or 1 from the internal stats (whether the replicator's cursor
+        ``pulsar.repl.<remote>`` has deleted up to the last confirmed entry); None when neither
+        says (no replicator there, or a broker without geo-replication)."""
         stats = self.topic_stats(cluster, topic).get("replication") or {}
-        return (stats.get(remote) or {}).get("replicationBacklog")
+        backlog = (stats.get(remote) or {}).get("replicationBacklog")
+        if backlog is not None:
+            return backlog
+        internal = self.internal_stats(cluster, topic)
+        cursor = (internal.get("cursors") or {}).get(f"pulsar.repl.{remote}")
+        if cursor is None or not internal.get("lastConfirmedEntry"):
+            return None
+        return 0 if (_position(cursor["markDeletePosition"])
+                     >= _position(internal["lastConfirmedEntry"])) else 1
 
-    def wait_drained(self, topics, timeout: float, stable: float = 5.0, log=None) -> str:
-        """Wait until every topic's replicators on every site report a backlog of 0, or (when
-        some site reports no replicator at all) until the topics' entry counts on every site
-        have not changed for ``stable`` seconds; at most ``timeout`` seconds. How it ended:
-        "drained", "stable" or "timed out" (with the last figures)."""
+    def wait_drained(self, topics, timeout: float, stable: float = 5.0) -> str:
+        """Wait until every topic's replicators on every site report a backlog of 0
+        (``replication_backlog``), or (when some site reports no replicator at all) until the
+        topics' entry counts on every site have not changed for ``stable`` seconds; at most
+        ``timeout`` seconds. How it ended: "drained", "stable ..." or "timed out: ..." (with the
+        last figures)."""
         deadline = time.monotonic() + timeout
         last, since = None, time.monotonic()
         figures = {}
@@ -150,3 +165,9 @@ class GeoPair:
                 return "stable (no replication stats)"
             time.sleep(0.5)
         return f"timed out: backlogs {figures}, entries {last}"
+
+
+def _position(text: str) -> tuple:
+    """(ledger, entry) of a managed-ledger position written ``L:E``."""
+    ledger, entry = text.split(":")
+    return int(ledger), int(entry)
