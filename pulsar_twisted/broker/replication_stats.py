@@ -96,6 +96,17 @@ def topic_replication(topic) -> dict:
     return replication(replicators, remote)
 
 
+def outbound_rates(topic) -> tuple:
+    """``(msgRateOut, msgThroughputOut)`` of the topic's replicators together, which Pulsar counts
+    in the topic's rates out (its dispatch to subscriptions is the rest)."""
+    rate = throughput = 0.0
+    for replicator in list(replicators_of(topic).values()):
+        stats = replicator.stats()
+        rate += stats.get("msgRateOut", 0.0)
+        throughput += stats.get("msgThroughputOut", 0.0)
+    return rate, throughput
+
+
 def add_replication(total: dict, stats: dict) -> None:
     """
     Fold one partition's ``replication`` map into the partitioned topic's (Pulsar's

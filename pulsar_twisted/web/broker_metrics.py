@@ -33,7 +33,7 @@ since the one before, on the injected clock. As in Pulsar all of these are gauge
 from collections import defaultdict
 
 from pulsar_twisted.broker.broker_counters import LOOKUP_QUANTILES
-from pulsar_twisted.broker.replication_stats import topic_replication
+from pulsar_twisted.broker.replication_stats import outbound_rates, topic_replication
 from pulsar_twisted.mledger.counters import (
     ADD_LATENCY_BOUNDS_MS, ENTRY_SIZE_BOUNDS, bucket_labels)
 from pulsar_twisted.web.metrics_text import DROPPED, FOLDED, escape, labels
@@ -270,6 +270,9 @@ class BrokerFamilies:
     def _add_totals(self, topic, subscriptions, write_rate, read_rate) -> None:
         totals = self.totals
         rate_in, tput_in, rate_out, tput_out = topic.counters.rates
+        repl_rate, repl_tput = outbound_rates(topic)
+        rate_out += repl_rate
+        tput_out += repl_tput
         totals["rate_in"] += rate_in
         totals["throughput_in"] += tput_in
         totals["rate_out"] += rate_out

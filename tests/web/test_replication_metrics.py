@@ -9,7 +9,7 @@ from pulsar_twisted.broker import replication_stats
 from pulsar_twisted.broker.admin.service import AdminService
 from tests.broker.messaging import TOPIC
 from tests.broker.test_replication_stats import FakeReplicator
-from tests.web.test_broker_metrics import NS, MetricsCase
+from tests.web.test_broker_metrics import CLUSTER, NS, TOPIC_LABELS, MetricsCase
 
 OTHER_TOPIC = "persistent://public/default/other-replicated"
 FAMILIES = ("rate_in", "rate_out", "throughput_in", "throughput_out", "backlog",
@@ -68,7 +68,8 @@ class TopicLevelTests(ReplicationMetricsCase):
         self.publish_as("pulsar.repl.c2-->standalone", 2, 20)
         self.clock.advance(10)
         admin.sample_rates()   # the inbound producer's rate: 20 messages in 10 s
-        got = replication_samples(self.scrape())
+        samples = self.scrape()
+        got = replication_samples(samples)
 
         def labels(remote):
             return tuple(sorted({"cluster": "standalone", "namespace": NS, "topic": TOPIC,
@@ -84,6 +85,17 @@ class TopicLevelTests(ReplicationMetricsCase):
         self.assertGreater(c2["throughput_in"], 0)
         self.assertEqual((c3["connected_count"], c3["disconnected_count"], c3["rate_in"]),
                          (0, 1, 0.0))
+
+    def test_rates_out_include_replication(self):
+        """pulsar_rate_out / pulsar_throughput_out (and the broker's) count what the replicators
+        send, as Pulsar's topic msgRateOut does."""
+        self.publish_as("local", 1, 1)
+        self.replicate({TOPIC: {"c2": FakeReplicator("c2", rate_out=4.0, throughput_out=40.0),
+                                "c3": FakeReplicator("c3", rate_out=1.0, throughput_out=10.0)}})
+        samples = self.scrape()
+        self.assertEqual((self.value(samples, "pulsar_rate_out", TOPIC_LABELS),
+                          self.value(samples, "pulsar_throughput_out", TOPIC_LABELS)), (5.0, 50.0))
+        self.assertEqual(self.value(samples, "pulsar_broker_rate_out", CLUSTER), 5.0)
 
     def test_no_series_without_replicators(self):
         """A topic that does not replicate has no replication series (the families stay empty)."""
