@@ -449,6 +449,9 @@ _BROKER_KEYS = [
     Key("exposeConsumerLevelMetricsInPrometheus", bool, False,
         "Export pulsar_consumer_* metrics per consumer on /metrics (one series set per consumer).",
         "Service"),
+    Key("replicationMetricsEnabled", bool, True,
+        "Export pulsar_replication_* metrics on /metrics, per remote cluster of the topics that\n"
+        "replicate.", "Service"),
     Key("maxPendingPublishRequestsPerConnection", int, 1000,
         "Publish requests in flight per connection before its reads are paused.", "Service"),
     Key("maxMessagePublishBufferSizeInMB", int, 32,

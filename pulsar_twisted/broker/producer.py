@@ -70,7 +70,7 @@ class Producer:
     __slots__ = ("topic", "cnx", "producer_id", "name", "access_mode", "user_provided_name", "metadata",
                  "schema_version", "last_sequence_id", "topic_epoch", "msg_in",
                  "bytes_in", "rates", "closed", "pending", "closing", "_close_call",
-                 "__weakref__")
+                 "connected_since", "__weakref__")
 
     def __init__(self, topic, cnx, producer_id: int, name: str, access_mode: int = api.Shared,
                  user_provided_name: bool = False, metadata=None, schema_version: bytes = b""):
@@ -93,6 +93,8 @@ class Producer:
         #: Rates of (msg_in, bytes_in) over the last stats period.
         self.rates = RateMeter(2)
         self.closed = False
+        #: When it was created (ISO 8601, set by the topic): PublisherStats' connectedSince.
+        self.connected_since = ""
         #: Publishes stored-or-failed not yet answered; a broker-side close waits for them.
         self.pending = 0
         self.closing = False
@@ -308,7 +310,8 @@ class Producer:
         rate, throughput, size = self.rates.rate_and_size()
         return {"producerId": self.producer_id, "producerName": self.name,
                 "msgRateIn": rate, "msgThroughputIn": throughput, "averageMsgSize": size,
-                "address": self.cnx.peer, "clientVersion": self.cnx.client_version,
+                "address": self.cnx.peer, "connectedSince": self.connected_since,
+                "clientVersion": self.cnx.client_version,
                 "msgInCounter": self.msg_in, "bytesInCounter": self.bytes_in,
                 "accessMode": api.ProducerAccessMode.Name(self.access_mode),
                 "metadata": dict(self.metadata)}

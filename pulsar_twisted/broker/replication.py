@@ -42,6 +42,7 @@ factory that makes them (``daemons/replication_client.py``): a ``pulsar_twisted.
 
 import collections
 import time
+from urllib.parse import quote
 
 from twisted.internet import defer
 from twisted.logger import Logger
@@ -109,11 +110,13 @@ class ReplicationClients:
     changes (its URL) gets a new client; ``close()`` closes them all.
     """
 
-    def __init__(self, clusters, config, client_factory=None):
+    def __init__(self, clusters, config, client_factory=None, remote_admin=None):
         self._clusters = clusters
         self._config = config
         self._clients = {}      # cluster -> (url, client)
         self.client_factory = client_factory
+        #: ``put_json(url, body) -> (status, body)`` on other clusters' admin API (daemons).
+        self.remote_admin = remote_admin
 
     def url_of(self, data: dict) -> str:
         if self._config.brokerClientTlsEnabled:
@@ -143,6 +146,38 @@ class ReplicationClients:
         if self.client_factory is None:
             raise RemoteClusterUnknown("this broker was started without a replication client")
         return self.client_factory(url)
+
+    async def create_partitioned_topic(self, clusters, name, partitions: int) -> None:
+        """Create the partitioned topic ``name`` on each of ``clusters`` too (Pulsar does it for a
+        partitioned topic created in a replicated namespace, through each cluster's admin API with
+        ``createLocalTopicOnly``), so that what the partitions' replicators send lands in the
+        partitions of a partitioned topic there. A failure is logged, not raised: the remote
+        cluster may be away, and the topic can be created there by hand."""
+        for cluster in clusters:
+            try:
+                data = await self._clusters.get(cluster) or {}
+                base = (data.get("serviceUrlTls") if self._config.brokerClientTlsEnabled
+                        else data.get("serviceUrl")) or ""
+                if not base or self.remote_admin is None:
+                    raise RemoteClusterUnknown(f"no admin URL for cluster {cluster}")
+                url = (f"{base.rstrip('/')}/admin/v2/{name.domain}/{name.tenant}/{name.namespace}/"
+                       f"{quote(name.local_name, safe='')}/partitions?createLocalTopicOnly=true")
+                status, body = await self.remote_admin.put_json(url, partitions)
+            except Exception as e:
+                log.warn("replication: creating the partitioned topic {topic} on cluster {cluster} "
+                         "failed ({error}); create it there with {n} partitions", topic=str(name),
+                         cluster=cluster, error=e, n=partitions)
+                continue
+            if status == 409:
+                log.info("replication: partitioned topic {topic} exists on cluster {cluster} already",
+                         topic=str(name), cluster=cluster)
+            elif status >= 300:
+                log.warn("replication: cluster {cluster} refused the partitioned topic {topic}: "
+                         "HTTP {status} {body}", cluster=cluster, topic=str(name), status=status,
+                         body=body[:200].decode("utf-8", "replace"))
+            else:
+                log.info("replication: partitioned topic {topic} created on cluster {cluster}",
+                         topic=str(name), cluster=cluster)
 
     def close(self):
         clients, self._clients = self._clients, {}

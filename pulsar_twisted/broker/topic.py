@@ -213,6 +213,7 @@ class TopicBase:
                 raise errors.ProducerBusy(f"Producer with name '{name}' is already connected to topic")
             producer = Producer(self, cnx, request.producer_id, name, request.access_mode,
                                 request.user_provided_name, dict(request.metadata), schema_version)
+            producer.connected_since = self.service.now_iso()
             if self.dedup is not None:
                 producer.last_sequence_id = self.dedup.last_sequence_id(name)
             self.producers[name] = producer

@@ -123,6 +123,15 @@ class _Handle:
         return self._inner.topic
 
 
+def _send_arguments(properties, partition_key, ordering_key, sequence_id, replication_clusters,
+                    disable_replication, event_timestamp, deliver_at, deliver_after) -> dict:
+    """The keyword arguments of the Deferred producer's ``send`` for one blocking send."""
+    return dict(properties=properties, partition_key=partition_key, ordering_key=ordering_key,
+                sequence_id=sequence_id, replication_clusters=replication_clusters,
+                disable_replication=disable_replication, event_timestamp=event_timestamp,
+                deliver_at=deliver_at, deliver_after=deliver_after)
+
+
 class Producer(_Handle):
     """Blocking producer: ``send`` returns the ``MessageId``; ``send_async`` takes a callback."""
 
@@ -133,24 +142,26 @@ class Producer(_Handle):
             return None
         return send_timeout + self._client._timeout
 
+    # The official client's argument order, so that positional calls mean the same here.
     def send(self, content, properties=None, partition_key=None, ordering_key=None,
-             event_timestamp=None, sequence_id=None, deliver_after=None, deliver_at=None):
-        return self._call(self._inner.send, content, properties=properties,
-                          partition_key=partition_key, ordering_key=ordering_key,
-                          event_timestamp=event_timestamp, sequence_id=sequence_id,
-                          deliver_after=deliver_after, deliver_at=deliver_at,
-                          timeout=self._send_wait())
+             sequence_id=None, replication_clusters=None, disable_replication=False,
+             event_timestamp=None, deliver_at=None, deliver_after=None):
+        return self._call(self._inner.send, content, timeout=self._send_wait(),
+                          **_send_arguments(properties, partition_key, ordering_key, sequence_id,
+                                            replication_clusters, disable_replication,
+                                            event_timestamp, deliver_at, deliver_after))
 
     def send_async(self, content, callback, properties=None, partition_key=None,
-                   ordering_key=None, event_timestamp=None, sequence_id=None, deliver_after=None,
-                   deliver_at=None):
+                   ordering_key=None, sequence_id=None, replication_clusters=None,
+                   disable_replication=False, event_timestamp=None, deliver_at=None,
+                   deliver_after=None):
         """
         Queue ``content``; ``callback(error, message_id)`` runs on the client's listener thread
         with ``error`` None on success (the official client passes a ``Result`` there).
         """
-        kwargs = dict(properties=properties, partition_key=partition_key,
-                      ordering_key=ordering_key, event_timestamp=event_timestamp,
-                      sequence_id=sequence_id, deliver_after=deliver_after, deliver_at=deliver_at)
+        kwargs = _send_arguments(properties, partition_key, ordering_key, sequence_id,
+                                 replication_clusters, disable_replication, event_timestamp,
+                                 deliver_at, deliver_after)
         client = self._client
 
         def start():

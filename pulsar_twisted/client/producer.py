@@ -45,10 +45,10 @@ class _Message:
     """One message handed to ``send`` and not yet acknowledged."""
 
     __slots__ = ("payload", "properties", "partition_key", "ordering_key", "event_timestamp",
-                 "sequence_id", "deliver_at", "deferred")
+                 "sequence_id", "deliver_at", "replicate_to", "deferred")
 
     def __init__(self, payload, properties, partition_key, ordering_key, event_timestamp,
-                 sequence_id, deliver_at):
+                 sequence_id, deliver_at, replicate_to=None):
         self.payload = payload
         self.properties = properties
         self.partition_key = partition_key
@@ -56,8 +56,30 @@ class _Message:
         self.event_timestamp = event_timestamp
         self.sequence_id = sequence_id
         self.deliver_at = deliver_at
+        #: MessageMetadata.replicate_to: a tuple of cluster names, or None (the namespace's).
+        self.replicate_to = replicate_to
         self.deferred = defer.Deferred()
 
+
+#: What ``disable_replication=True`` puts in ``replicate_to``: the official C++ client's
+#: ``MessageBuilder::disableReplication`` value, which the broker reads as "this cluster only".
+LOCAL_ONLY = "__local__"
+
+
+def replicate_to_field(replication_clusters=None, disable_replication: bool = False):
+    """
+    The ``replicate_to`` list of one message, as the official Python client builds it:
+    ``disable_replication`` wins (``["__local__"]``), else ``replication_clusters`` when not
+    empty, else None (no field: the namespace's clusters apply). A tuple, so that batching can
+    compare two messages' lists.
+    """
+    if disable_replication:
+        return (LOCAL_ONLY,)
+    if replication_clusters:
+        if isinstance(replication_clusters, str):
+            raise ValueError("replication_clusters must be a list of cluster names")
+        return tuple(str(cluster) for cluster in replication_clusters)
+    return None
 
 
 class _OpSend:
@@ -149,6 +171,8 @@ class Producer(ConnectionHandler):
         self._batch = collections.OrderedDict()  # key -> [_Message] (one key unless key based)
         self._batch_count = 0
         self._batch_bytes = 0
+        #: The replicate_to shared by every message of the open batch (entry-level metadata).
+        self._batch_replicate_to = None
         self._batch_call = None
         self._timeout_call = None
         self._epoch = 0
@@ -280,12 +304,16 @@ class Producer(ConnectionHandler):
     # ------------------------------------------------------------------ sending
     def send(self, payload: bytes, properties: dict = None, partition_key: str = None,
              ordering_key: bytes = None, event_timestamp: int = None, sequence_id: int = None,
-             deliver_after=None, deliver_at=None) -> defer.Deferred:
+             deliver_after=None, deliver_at=None, replication_clusters=None,
+             disable_replication: bool = False) -> defer.Deferred:
         """
         Publish ``payload``; fires with its ``MessageId`` once the broker stored it.
 
         ``deliver_after`` (timedelta or ms) / ``deliver_at`` (ms since the epoch) delay delivery
         on Shared subscriptions; such messages are never batched, as in the Java client.
+        ``replication_clusters`` (a list of cluster names) limits geo-replication of this message
+        to those clusters; ``disable_replication=True`` keeps it in this cluster (both as the
+        official client's ``send``).
         """
         if self.state in (CLOSING, CLOSED, FAILED):
             return defer.fail(errors.AlreadyClosed(f"producer on {self.topic} is {self.state}"))
@@ -300,7 +328,8 @@ class Producer(ConnectionHandler):
         if isinstance(ordering_key, str):
             ordering_key = ordering_key.encode("utf-8")
         message = _Message(bytes(payload), properties, partition_key, ordering_key,
-                           event_timestamp, sequence_id, deliver_at_ms)
+                           event_timestamp, sequence_id, deliver_at_ms,
+                           replicate_to_field(replication_clusters, disable_replication))
         if self._pending_count >= self.max_pending_messages:
             if not self.block_if_queue_full:
                 return defer.fail(errors.ProducerQueueIsFull(
@@ -348,6 +377,8 @@ class Producer(ConnectionHandler):
             metadata.event_time = message.event_timestamp
         if message.deliver_at is not None:
             metadata.deliver_at_time = message.deliver_at
+        if message.replicate_to:
+            metadata.replicate_to.extend(message.replicate_to)
         payload = self._compress_into(metadata, message.payload)
         if self.chunking_enabled:
             chunk_size = chunk_payload_size(self.max_message_size or DEFAULT_MAX_MESSAGE_SIZE,
@@ -437,8 +468,15 @@ class Producer(ConnectionHandler):
         entry_limit = (self.max_message_size or DEFAULT_MAX_MESSAGE_SIZE) - 1024
         if self._batch_count and (
                 self._batch_bytes + size > self.batching_max_bytes
-                or self._batch_bytes + size + 16 * (self._batch_count + 1) > entry_limit):
+                or self._batch_bytes + size + 16 * (self._batch_count + 1) > entry_limit
+                or message.replicate_to != self._batch_replicate_to):
+            # replicate_to is a field of the entry, not of its members: a message going to
+            # other clusters starts a new batch. (The Java and C++ clients copy the first
+            # message's list into the batch and lose the others'; a flush is what they do on a
+            # schema or transaction change, and keeps every message's own list.)
             self._flush_batch()
+        if not self._batch_count:
+            self._batch_replicate_to = message.replicate_to
         key = (message.ordering_key or message.partition_key) if self.key_based_batching else None
         self._batch.setdefault(key, []).append(message)
         self._batch_count += 1
@@ -479,6 +517,8 @@ class Producer(ConnectionHandler):
             metadata.partition_key = first.partition_key
         if first.ordering_key is not None:
             metadata.ordering_key = first.ordering_key
+        if first.replicate_to:
+            metadata.replicate_to.extend(first.replicate_to)   # the same for every member
         members = [(single_metadata(m.payload, m.properties, m.partition_key, m.ordering_key,
                                     m.event_timestamp, m.sequence_id), m.payload)
                    for m in messages]

@@ -43,7 +43,7 @@ from pulsar_twisted.config import BrokerConfig, ConfigError
 from pulsar_twisted.daemons.gctune import limit_malloc_arenas
 from pulsar_twisted.daemons.listeners import BrokerListeners
 from pulsar_twisted.daemons.options import config_options
-from pulsar_twisted.daemons.replication_client import replication_client_factory
+from pulsar_twisted.daemons.replication_client import use_replication_clients
 from pulsar_twisted.daemons.owner_probe import owner_alive
 from pulsar_twisted.daemons.startup import Daemon
 from pulsar_twisted.daemons.tree import Step
@@ -221,8 +221,7 @@ class BrokerClusterService(BrokerListeners, Daemon):
     def _start_broker(self):
         self.broker = BrokerService(self.config, self.ml_factory, self.store, self.reactor,
                                     self.addresses.broker_url, self.addresses.broker_url_tls)
-        self.broker.replication_clients.client_factory = replication_client_factory(
-            self.config, self.reactor)
+        use_replication_clients(self.broker, self.config, self.reactor)
         return self.broker.start()
 
     def _start_ownership(self):

@@ -33,7 +33,7 @@ from pulsar_twisted.config import ConfigError, StandaloneConfig
 from pulsar_twisted.daemons.gctune import limit_malloc_arenas
 from pulsar_twisted.daemons.listeners import BrokerListeners
 from pulsar_twisted.daemons.options import config_options
-from pulsar_twisted.daemons.replication_client import replication_client_factory
+from pulsar_twisted.daemons.replication_client import use_replication_clients
 from pulsar_twisted.daemons.startup import Daemon
 from pulsar_twisted.daemons.tree import Step
 from pulsar_twisted.client.auth import from_plugin
@@ -129,8 +129,7 @@ class StandaloneService(BrokerListeners, Daemon):
     async def _start_broker(self):
         self.broker = BrokerService(self.config, self.ml_factory, self.store, self.reactor,
                                     self.broker_url, self.addresses.broker_url_tls)
-        self.broker.replication_clients.client_factory = replication_client_factory(
-            self.config, self.reactor)
+        use_replication_clients(self.broker, self.config, self.reactor)
         await self.broker.start()
         self.broker.startService()
 

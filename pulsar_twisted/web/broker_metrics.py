@@ -8,6 +8,11 @@ The /metrics families Pulsar's Grafana dashboards query beyond the per-topic bas
   ``_blocked_on_unacked_messages``, ``_consumers_count``;
 * consumers, only with ``exposeConsumerLevelMetricsInPrometheus=true`` (subscription labels plus
   ``consumer_name, consumer_id``): ``pulsar_consumer_*``;
+* geo-replication, per remote cluster of a topic that replicates (``cluster, namespace, topic,
+  remote_cluster``; with ``replicationMetricsEnabled``, Pulsar's default): ``pulsar_replication_
+  rate_in``, ``_rate_out``, ``_throughput_in``, ``_throughput_out``, ``_backlog``,
+  ``_connected_count``, ``_disconnected_count``, ``_rate_expired``, ``_delay_in_seconds``, from
+  the topic's ReplicatorStats (``broker/replication_stats.py``: the admin API's figures);
 * topic storage (``cluster, namespace, topic``): ``pulsar_storage_backlog_size``,
   ``pulsar_storage_logical_size``, ``pulsar_storage_offloaded_size``, ``pulsar_storage_write_rate``,
   ``pulsar_storage_read_rate`` (entries per second), ``pulsar_consumer_msg_ack_rate``;
@@ -28,6 +33,7 @@ since the one before, on the injected clock. As in Pulsar all of these are gauge
 from collections import defaultdict
 
 from pulsar_twisted.broker.broker_counters import LOOKUP_QUANTILES
+from pulsar_twisted.broker.replication_stats import outbound_rates, topic_replication
 from pulsar_twisted.mledger.counters import (
     ADD_LATENCY_BOUNDS_MS, ENTRY_SIZE_BOUNDS, bucket_labels)
 from pulsar_twisted.web.metrics_text import DROPPED, FOLDED, escape, labels
@@ -103,6 +109,21 @@ _TOPIC_STORAGE = (("backlog_size", "pulsar_storage_backlog_size",
                    "Bytes offloaded to tiered storage (none here)"),
                   ("write_rate", "pulsar_storage_write_rate", "Entries per second written to storage"),
                   ("read_rate", "pulsar_storage_read_rate", "Entries per second read from storage"))
+#: pulsar_replication_<name>: (name, ReplicatorStats key, help); the two counts are 1 or 0 per
+#: replicator, by its ``connected``.
+_CONNECTED, _DISCONNECTED = object(), object()
+_REPLICATION = (("rate_in", "msgRateIn", "Messages per second received from the remote cluster"),
+                ("rate_out", "msgRateOut", "Messages per second replicated to the remote cluster"),
+                ("throughput_in", "msgThroughputIn", "Bytes per second received from the remote cluster"),
+                ("throughput_out", "msgThroughputOut",
+                 "Bytes per second replicated to the remote cluster"),
+                ("backlog", "replicationBacklog", "Messages waiting to be replicated to the remote cluster"),
+                ("connected_count", _CONNECTED, "Replicators connected to the remote cluster"),
+                ("disconnected_count", _DISCONNECTED,
+                 "Replicators not connected to the remote cluster"),
+                ("rate_expired", "msgRateExpired", "Messages per second expired before replication"),
+                ("delay_in_seconds", "replicationDelayInSeconds",
+                 "Age in seconds of the message being replicated to the remote cluster"))
 _BROKER_TOTALS = ("topics_count", "subscriptions_count", "producers_count", "consumers_count",
                   "rate_in", "rate_out", "throughput_in", "throughput_out", "storage_size",
                   "storage_logical_size", "storage_write_rate", "storage_read_rate", "msg_backlog")
@@ -135,6 +156,10 @@ class BrokerFamilies:
             self.consumers = {n: fam(f"pulsar_consumer_{n}", doc, mode=DROPPED)
                               for n, doc in _CONSUMER_NAMES if n != "msg_ack_rate"}
         self.storage = {key: fam(name, doc, mode=FOLDED) for key, name, doc in _TOPIC_STORAGE}
+        self.replication = None
+        if getattr(self.broker.config, "replicationMetricsEnabled", True):
+            self.replication = [(fam(f"pulsar_replication_{name}", doc, mode=FOLDED), key)
+                                for name, key, doc in _REPLICATION]
         # Topic-level and (when on) per-consumer ack rates: one family per name.
         self.ack_rate = fam("pulsar_consumer_msg_ack_rate",
                             "Messages per second acknowledged on the topic", mode=FOLDED)
@@ -180,7 +205,26 @@ class BrokerFamilies:
                                ("write_rate", write_rate), ("read_rate", read_rate)):
                 storage[key].add(labels_text, ns_labels, value)
             self._ml_topic(topic, subscriptions)
+        if self.replication is not None:
+            self._replication(topic, ns_labels)
         self._add_totals(topic, subscriptions, write_rate, read_rate)
+
+    def _replication(self, topic, ns_labels: str) -> None:
+        """One series per family and remote cluster the topic replicates to (none otherwise);
+        summed per namespace and remote cluster at namespace level, as Pulsar does."""
+        for cluster, stats in topic_replication(topic).items():
+            remote = f'remote_cluster="{escape(cluster)}"'
+            folded = f"{ns_labels},{remote}"
+            series = f'{folded},topic="{escape(topic.name)}"'   # labels in sorted order
+            connected = 1 if stats["connected"] else 0
+            for family, key in self.replication:
+                if key == _CONNECTED:
+                    value = connected
+                elif key == _DISCONNECTED:
+                    value = 1 - connected
+                else:
+                    value = stats[key]
+                family.add(series, folded, value)
 
     def _subscriptions(self, topic, subscriptions, ns_labels) -> float:
         """The subscription (and consumer) series; returns the topic's ack rate."""
@@ -226,6 +270,9 @@ class BrokerFamilies:
     def _add_totals(self, topic, subscriptions, write_rate, read_rate) -> None:
         totals = self.totals
         rate_in, tput_in, rate_out, tput_out = topic.counters.rates
+        repl_rate, repl_tput = outbound_rates(topic)
+        rate_out += repl_rate
+        tput_out += repl_tput
         totals["rate_in"] += rate_in
         totals["throughput_in"] += tput_in
         totals["rate_out"] += rate_out

@@ -60,7 +60,8 @@ def add_topic_routes(router, admin) -> None:
     # -- partitioned topics
     @add("PUT", f"{topic}/partitions")
     def create_partitioned(request, domain, tenant, namespace, topic):
-        return admin.create_partitioned_topic(name(domain, tenant, namespace, topic), json_body(request))
+        return admin.create_partitioned_topic(name(domain, tenant, namespace, topic), json_body(request),
+                                              local_only=query_bool(request, "createLocalTopicOnly"))
 
     @add("POST", f"{topic}/partitions")
     def update_partitioned(request, domain, tenant, namespace, topic):

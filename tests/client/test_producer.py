@@ -193,3 +193,93 @@ class BatchTests(ProducerCase):
             self.assertRaises(errors.InvalidConfiguration, Producer, FakeClient(), "t", 1,
                               compression_type=bogus)
         self.assertEqual(self.make(compression_type="lz4").compression, api.LZ4)
+
+
+class ReplicationTargetTests(ProducerCase):
+    """``replication_clusters`` / ``disable_replication`` as MessageMetadata.replicate_to."""
+
+    def metadata_of_sends(self):
+        return [parse_metadata(part, verify=True) for _, part in self.sends()]
+
+    def test_replication_clusters_on_the_wire(self):
+        """replication_clusters becomes replicate_to, in order; without it the field is absent."""
+        producer = self.make()
+        producer.send(b"a", replication_clusters=["us-east", "eu-west"])
+        producer.send(b"b")
+        first, second = self.metadata_of_sends()
+        self.assertEqual(list(first.replicate_to), ["us-east", "eu-west"])
+        self.assertEqual(list(second.replicate_to), [])
+
+    def test_disable_replication_is_local_marker(self):
+        """disable_replication=True sends ["__local__"] and wins over replication_clusters (as
+        the official client's MessageBuilder)."""
+        producer = self.make()
+        producer.send(b"a", disable_replication=True)
+        producer.send(b"b", replication_clusters=["c2"], disable_replication=True)
+        self.assertEqual([list(m.replicate_to) for m in self.metadata_of_sends()],
+                         [["__local__"], ["__local__"]])
+
+    def test_empty_list_means_namespace_clusters(self):
+        """An empty replication_clusters list is no field at all, as in the official client."""
+        producer = self.make()
+        producer.send(b"a", replication_clusters=[])
+        (metadata,) = self.metadata_of_sends()
+        self.assertFalse(metadata.replicate_to)
+
+    def test_string_is_refused(self):
+        """A bare string is not a list of clusters (it would become one cluster per letter)."""
+        producer = self.make()
+        self.assertRaises(ValueError, producer.send, b"a", replication_clusters="c2")
+
+    def test_chunks_carry_replicate_to(self):
+        """Every chunk of a chunked message carries the message's replicate_to."""
+        producer = self.make(chunking_enabled=True)
+        producer.max_message_size = 1024
+        producer.send(b"x" * 3000, replication_clusters=["c2"])
+        chunks = self.metadata_of_sends()
+        self.assertGreater(len(chunks), 1)
+        self.assertEqual({tuple(m.replicate_to) for m in chunks}, {("c2",)})
+
+    def test_batch_shares_one_replicate_to(self):
+        """Messages with the same replicate_to share a batch, whose entry carries it."""
+        producer = self.make(batching_enabled=True, batching_max_messages=3,
+                             batching_max_publish_delay_ms=1000)
+        for i in range(3):
+            producer.send(b"m%d" % i, replication_clusters=["c2", "c3"])
+        ((cmd, part),) = self.sends()
+        self.assertEqual(cmd.send.num_messages, 3)
+        self.assertEqual(list(parse_metadata(part).replicate_to), ["c2", "c3"])
+
+    def test_batch_flushed_when_replicate_to_changes(self):
+        """replicate_to is entry-level: a message with another list closes the open batch, so no
+        message is replicated by another message's list."""
+        producer = self.make(batching_enabled=True, batching_max_publish_delay_ms=1000)
+        ds = [producer.send(b"a1", replication_clusters=["c2"]),
+              producer.send(b"a2", replication_clusters=["c2"]),
+              producer.send(b"b1"),
+              producer.send(b"c1", disable_replication=True),
+              producer.send(b"c2", disable_replication=True)]
+        producer.flush()
+        sends = self.sends()
+        self.assertEqual(
+            [(c.send.sequence_id, c.send.num_messages, list(parse_metadata(m).replicate_to))
+             for c, m in sends],
+            [(0, 2, ["c2"]), (2, 1, []), (3, 2, ["__local__"])])
+        for sequence_id, entry_id in ((0, 0), (2, 1), (3, 2)):
+            self.client.broker.receipt(3, sequence_id, entry_id=entry_id)
+        self.assertEqual([self.successResultOf(d) for d in ds],
+                         [MessageId(1, 0, 0, -1, 2), MessageId(1, 0, 1, -1, 2),
+                          MessageId(1, 1, 0, -1, 1), MessageId(1, 2, 0, -1, 2),
+                          MessageId(1, 2, 1, -1, 2)])
+
+    def test_key_based_batches_keep_their_replicate_to(self):
+        """With key-based batching too, every entry holds one replicate_to."""
+        producer = self.make(batching_enabled=True, batching_type="key_based",
+                             batching_max_publish_delay_ms=1000)
+        producer.send(b"1", partition_key="a", replication_clusters=["c2"])
+        producer.send(b"2", partition_key="b", replication_clusters=["c2"])
+        producer.send(b"3", partition_key="a", replication_clusters=["c3"])
+        producer.flush()
+        self.assertEqual(
+            [(m.partition_key, list(m.replicate_to)) for m in self.metadata_of_sends()],
+            [("a", ["c2"]), ("b", ["c2"]), ("a", ["c3"])])

@@ -6,6 +6,7 @@ Lookup, brokers, health and metrics of the admin API (Pulsar's ``TopicLookupBase
 from pulsar_twisted.broker.admin.base import AdminArea, check_name
 from pulsar_twisted.broker.admin.errors import NotFound
 from pulsar_twisted.broker.leader import read_leader
+from pulsar_twisted.broker.replication_stats import outbound_rates
 from pulsar_twisted.common import errors
 from pulsar_twisted.common.naming import TopicName
 from pulsar_twisted.metadata.layout import BROKERS_ROOT, CLUSTERS_ROOT
@@ -85,6 +86,9 @@ def topic_row(topic) -> dict:
     """What /metrics and ``/broker-stats`` show of one loaded topic (its ``topic_metrics`` row)."""
     msg_in, bytes_in, msg_out, bytes_out = topic.counters.totals()
     rate_in, tput_in, rate_out, tput_out = topic.counters.rates
+    repl_rate, repl_tput = outbound_rates(topic)   # Pulsar's rates out include replication
+    rate_out += repl_rate
+    tput_out += repl_tput
     subscriptions = list(topic.subscriptions.values())
     return {
         "namespace": str(topic.topic_name.namespace_name), "topic": topic.name,

@@ -3,6 +3,9 @@ Topics of the admin API (Pulsar's ``PersistentTopicsBase``, topic level): listin
 deletion of topics and partitioned topics, unloading, termination, last message id, compaction.
 """
 
+from twisted.internet import defer
+
+from pulsar_twisted.broker import replication
 from pulsar_twisted.broker.admin.base import (
     DOMAINS, AdminArea, message_id_json, namespace_key, update_or_404)
 from pulsar_twisted.broker.admin.errors import (
@@ -111,7 +114,11 @@ class TopicsAdmin(AdminArea):
             raise NotFound("Namespace does not exist")
         return {"partitions": partitions}
 
-    async def create_partitioned_topic(self, name: TopicName, partitions) -> None:
+    async def create_partitioned_topic(self, name: TopicName, partitions,
+                                       local_only: bool = False) -> None:
+        """Pulsar's createPartitionedTopic; in a namespace replicated to other clusters it is
+        created there too unless ``local_only`` (``createLocalTopicOnly``, which is what this
+        broker asks of them)."""
         partitions = check_int(partitions, "partitions")
         if partitions <= 0:
             raise NotAcceptable("Number of partitions should be more than 0")
@@ -126,6 +133,14 @@ class TopicsAdmin(AdminArea):
             raise Conflict("This topic already exists")
         # Pulsar creates the partitions eagerly, so that they exist without auto-creation.
         await self._create_partitions(name, 0, partitions)
+        if not local_only:
+            policies = await self.broker.policies.policies_of(name.namespace_name)
+            remotes = replication.configured_remotes(policies.replication_clusters,
+                                                     self.broker.config.clusterName)
+            if remotes:
+                # In the background, as Pulsar: the answer does not wait for other clusters.
+                defer.Deferred.fromCoroutine(self.broker.replication_clients.create_partitioned_topic(
+                    sorted(remotes), name, partitions))
 
     async def _create_partitions(self, name: TopicName, first: int, end: int) -> None:
         if name.persistent:

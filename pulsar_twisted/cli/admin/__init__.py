@@ -307,6 +307,11 @@ def _namespaces(sub):
        lambda a, c, p: c.delete(p, query={"force": "true"} if a.force else None),
        (("-f", "--force"), {"action": "store_true"}))
     ns("policies", "Policies of a namespace", lambda a, c, p: c.get(p))
+    ns("set-clusters", "Set the replication clusters of a namespace",
+       lambda a, c, p: c.post(p + "/replication", _csv(a.clusters)),
+       (("-c", "--clusters"), {"required": True, "help": "comma-separated cluster names"}))
+    ns("get-clusters", "Replication clusters of a namespace",
+       lambda a, c, p: c.get(p + "/replication"))
     ns("unload", "Unload a namespace, or one of its bundles",
        lambda a, c, p: c.put(p + (f"/{_q(a.bundle)}" if a.bundle else "") + "/unload"),
        (("-b", "--bundle"), {"help": "{start}_{end}, e.g. 0x00000000_0x40000000"}))
