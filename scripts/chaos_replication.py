@@ -50,6 +50,10 @@ def parse(argv):
                    help="msg/s of each cluster's unbatched producers together (default 40)")
     p.add_argument("--batched-rate", type=float, default=40.0,
                    help="msg/s of each cluster's batched producer (default 40)")
+    p.add_argument("--partitions", type=int, default=2,
+                   help="partitions of the partitioned topic (0: none; default 2)")
+    p.add_argument("--partitioned-rate", type=float, default=30.0,
+                   help="msg/s of each cluster's producers on it together (default 30)")
     p.add_argument("--pause", type=float, nargs=2, default=(2.0, 9.0), metavar=("MIN", "MAX"),
                    help="seconds a pause-broker lasts (default 2 9; the client's operation\n"
                         "timeout is --operation-timeout)")
@@ -92,6 +96,7 @@ def main(argv=None) -> int:
 
     config = GeoChaosConfig(seed=args.seed, duration=args.duration, kinds=tuple(args.faults),
                             producers=args.producers, rate=args.rate, batched_rate=args.batched_rate,
+                            partitions=args.partitions, partitioned_rate=args.partitioned_rate,
                             pause=tuple(args.pause), operation_timeout=args.operation_timeout,
                             keep_logs=args.keep_logs, log=log)
     log(f"geo-replication chaos run: {' '.join(sys.argv)}")
@@ -112,6 +117,8 @@ def main(argv=None) -> int:
                        "faults": [f.__dict__ for f in geo.sends.faults]}, f, indent=1, default=str)
     print("faults: " + "; ".join(f"{f.kind} {f.target}{' (' + f.note.strip() + ')' if f.note else ''}"
                                  for f in geo.sends.faults))
+    if meta.get("partitioned_topic"):
+        print(f"partitioned topic: {meta['partitioned_topic']}")
     print(f"replication: {meta.get('drain')} after {meta.get('drain_seconds')}s; standalone "
           f"tracebacks: {meta.get('tracebacks')}; nemesis errors: {meta.get('nemesis_errors')}")
     print(format_geo_verdict(verdict))

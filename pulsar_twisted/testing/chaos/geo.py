@@ -5,10 +5,15 @@ official client publishing on both, seeded faults on either, then heal, drain, r
 clusters and check (``geo_checker``).
 
 Workload: on each cluster, ``producers`` unbatched producers (``{cluster}-p{i}``; odd ones keyed)
-on topic 0 and one batched producer (``{cluster}-batched-p0``) on topic 1, each sending
-sequence-numbered payloads with ``send_async`` (sequence id = the payload's seq), each send and
-its callback recorded (``workload.Producers``). Both topics are made after the namespace is
-replicated, so the replicators' cursors (which start at the end of a topic) see every message.
+on topic 0, one batched producer (``{cluster}-batched-p0``) on topic 1 and, with ``partitions``,
+two unbatched producers (``{cluster}-parted-p{i}``, one keyed) on a partitioned topic created
+through east's admin API only (the broker creates it on the other cluster, as Pulsar's does; the
+harness waits for that and creates it there itself, noted in ``meta``, if it does not come).
+Each producer sends sequence-numbered payloads with ``send_async`` (sequence id = the payload's
+seq), each send and its callback recorded (``workload.Producers``). Every topic is made after
+the namespace is replicated, so the replicators' cursors (which start at the end of a topic)
+see every message. In the history, topics 0 and 1 are storage indexes 0 and 1, the partitions
+of the partitioned topic the indexes after them.
 
 Faults (``GeoNemesis``, one at a time, a seeded schedule): ``kill-broker`` (a standalone killed
 -9, down 1-6 s, started again on its data and ports), ``pause-broker`` (SIGSTOP for ``pause``
@@ -87,6 +92,8 @@ class GeoChaosConfig:
     producers: int = 2                # unbatched producers per cluster
     rate: float = 40.0                # msg/s of a cluster's unbatched producers together
     batched_rate: float = 40.0        # msg/s of a cluster's batched producer
+    partitions: int = 2               # of the partitioned topic (0: none)
+    partitioned_rate: float = 30.0    # msg/s of a cluster's producers on it together
     kinds: tuple = KINDS
     pause: tuple = (2.0, 9.0)         # seconds a pause-broker lasts
     operation_timeout: int = 5        # the official client's, in seconds
@@ -102,25 +109,49 @@ class GeoChaosConfig:
     log: object = field(default=print, repr=False)
 
 
-def _topics(config: GeoChaosConfig) -> dict:
+def _topics(config: GeoChaosConfig) -> tuple:
+    """(storage index -> topic or partition name, the partitioned topic's name or None)."""
     run = uuid.uuid4().hex[:6]
     base = f"persistent://{config.tenant}/{config.namespace}"
-    return {0: f"{base}/orders-{run}", 1: f"{base}/batched-{run}"}
+    topics = {0: f"{base}/orders-{run}", 1: f"{base}/batched-{run}"}
+    if not config.partitions:
+        return topics, None
+    parted = f"{base}/parted-{run}"
+    topics.update({2 + i: f"{parted}-partition-{i}" for i in range(config.partitions)})
+    return topics, parted
 
 
-def _producers(config, pair, geo, clients) -> list:
+def _create_partitioned(config, pair, parted: str, timeout: float = 15.0) -> str:
+    """The partitioned topic, created on the first cluster; how it came to be on the others."""
+    path = "/admin/v2/persistent/" + parted.split("://", 1)[1] + "/partitions"
+    first, others = pair.clusters[0], pair.clusters[1:]
+    pair.admin(first).put(path, config.partitions)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all((pair.admin(c).get(path) or {}).get("partitions") == config.partitions
+               for c in others):
+            return f"created by {first}'s broker on {', '.join(others)}"
+        time.sleep(0.2)
+    for cluster in others:
+        if (pair.admin(cluster).get(path) or {}).get("partitions") != config.partitions:
+            pair.admin(cluster).put(path, config.partitions)
+    return f"NOT on {', '.join(others)} after {timeout:.0f}s: created there by the harness"
+
+
+def _producers(config, pair, geo, parted, clients) -> list:
     """Every cluster's producers (not started), their names in ``geo.sources``."""
     groups = []
     for cluster, site in pair.sites.items():
         client = make_client(site.service_url, os.path.join(site.directory, "client-producers.log"),
                              config.operation_timeout)
         clients.append(client)
-        for topic, count, rate, prefix, batching in (
-                (0, config.producers, config.rate, cluster, False),
-                (1, 1, config.batched_rate, f"{cluster}-batched", True)):
-            group = Producers(client, geo.topics[topic], geo.sends, count=count, rate=rate,
-                              prefix=prefix, send_timeout_millis=config.send_timeout_ms,
-                              batching=batching)
+        plan = [(geo.topics[0], config.producers, config.rate, cluster, False),
+                (geo.topics[1], 1, config.batched_rate, f"{cluster}-batched", True)]
+        if parted is not None:
+            plan.append((parted, 2, config.partitioned_rate, f"{cluster}-parted", False))
+        for topic, count, rate, prefix, batching in plan:
+            group = Producers(client, topic, geo.sends, count=count, rate=rate, prefix=prefix,
+                              send_timeout_millis=config.send_timeout_ms, batching=batching)
             geo.sources.update({name: cluster for name in group.names})
             groups.append(group)
     return groups
@@ -132,10 +163,12 @@ def run_geo(config: GeoChaosConfig) -> tuple:
     log = config.log
     pair = GeoPair(config.clusters, {"managedLedgerMaxEntriesPerLedger": config.max_entries_per_ledger,
                                      "managedLedgerMinLedgerRolloverTimeMinutes": 0})
-    geo = GeoHistory(config.clusters, topics=_topics(config))
+    topics, parted = _topics(config)
+    geo = GeoHistory(config.clusters, topics=topics)
     meta = geo.sends.meta
     meta.update(seed=config.seed, duration=config.duration, kinds=list(config.kinds),
                 rate=config.rate, batched_rate=config.batched_rate, producers=config.producers,
+                partitions=config.partitions, partitioned_rate=config.partitioned_rate,
                 topics=dict(geo.topics), directories={c: s.directory for c, s in pair.sites.items()})
     clients, groups, nemesis = [], [], None
     try:
@@ -144,10 +177,14 @@ def run_geo(config: GeoChaosConfig) -> tuple:
         pair.register(config.tenant, config.namespace)
         log(f"clusters {', '.join(config.clusters)} up and replicating "
             f"{config.tenant}/{config.namespace} in {time.monotonic() - started:.1f}s")
-        groups = _producers(config, pair, geo, clients)
+        if parted is not None:
+            meta["partitioned_topic"] = _create_partitioned(config, pair, parted)
+            log(f"partitioned topic {parted}: {meta['partitioned_topic']}")
+        groups = _producers(config, pair, geo, parted, clients)
         for group in groups:
             group.start()
-        log(f"publishing on {sorted(geo.topics.values())} from {len(geo.sources)} producers")
+        log(f"publishing on {len(geo.topics)} topics and partitions from {len(geo.sources)} "
+            f"producers")
         time.sleep(config.warmup)
 
         nemesis = GeoNemesis(pair, geo.sends, config.seed, kinds=config.kinds, pause=config.pause,
