@@ -58,6 +58,9 @@ def parse(argv):
                    help="seconds a pause-broker lasts (default 2 9; the client's operation\n"
                         "timeout is --operation-timeout)")
     p.add_argument("--operation-timeout", type=int, default=5, help="the client's, seconds (default 5)")
+    p.add_argument("--no-dedup", action="store_true",
+                   help="deduplication off on both clusters: a control run in which re-sent copies\n"
+                        "(the client's or a replicator's) show as STORED TWICE")
     p.add_argument("--require-crossing", action="store_true",
                    help="also fail when some direction replicated nothing")
     p.add_argument("--json", default=None, help="write the verdict here as JSON")
@@ -97,7 +100,7 @@ def main(argv=None) -> int:
     config = GeoChaosConfig(seed=args.seed, duration=args.duration, kinds=tuple(args.faults),
                             producers=args.producers, rate=args.rate, batched_rate=args.batched_rate,
                             partitions=args.partitions, partitioned_rate=args.partitioned_rate,
-                            pause=tuple(args.pause), operation_timeout=args.operation_timeout,
+                            pause=tuple(args.pause), dedup=not args.no_dedup, operation_timeout=args.operation_timeout,
                             keep_logs=args.keep_logs, log=log)
     log(f"geo-replication chaos run: {' '.join(sys.argv)}")
     try:

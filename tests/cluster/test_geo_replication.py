@@ -100,6 +100,8 @@ class GeoReplicationTests(_GeoCase):
             (message.data(), message.properties(), message.partition_key(),
              message.event_timestamp(), message.producer_name()),
             (b"hello", {"colour": "blue"}, "k1", 1_700_000_000_123, "east-producer"))
+        original = self.read_all(self.east, until=b"hello")[-1]
+        self.assertEqual(message.publish_timestamp(), original.publish_timestamp())
 
         from pulsar_twisted.client import blocking
         from tests.client.interop_support import private_reactor
@@ -153,6 +155,44 @@ class GeoReplicationTests(_GeoCase):
         time.sleep(QUIET)
         self.assertEqual(self.payloads(self.west), [b"replicated"])
         self.assertEqual(self.payloads(self.east), [b"replicated", b"kept-on-east"])
+
+    def test_schema_crosses(self):
+        """A message written with a schema crosses with it: west's topic gets the schema and
+        a reader with that schema decodes the value."""
+        producer = self.client(self.east).create_producer(
+            self.topic, schema=pulsar.schema.StringSchema(), batching_enabled=False)
+        producer.send("text")
+        reader = self.client(self.west).create_reader(
+            self.topic, pulsar.MessageId.earliest, schema=pulsar.schema.StringSchema())
+        self.addCleanup(reader.close)
+        self.assertEqual(reader.read_next(timeout_millis=int(WAIT * 1000)).value(), "text")
+        path = "/admin/v2/schemas/" + self.topic.split("://", 1)[1] + "/schema"
+        self.assertEqual(self.pair.admin("west").get(path)["type"], "STRING")
+
+    def test_partitioned_topic_crosses(self):
+        """A partitioned topic created on east exists on west with as many partitions, and
+        what is produced on its partitions on east is consumed on west."""
+        path = "/admin/v2/persistent/" + self.topic.split("://", 1)[1] + "/partitions"
+        self.pair.admin("east").put(path, 3)
+        deadline = time.monotonic() + WAIT
+        while (self.pair.admin("west").get(path) or {}).get("partitions") != 3:
+            self.assertLess(time.monotonic(), deadline, "no partitioned topic on west")
+            time.sleep(0.2)
+        producer = self.client(self.east).create_producer(self.topic, batching_enabled=False)
+        sent = {b"m%d" % i for i in range(6)}
+        for payload in sorted(sent):
+            producer.send(payload, partition_key=payload.decode())
+        consumer = self.client(self.west).subscribe(
+            self.topic, "audit", initial_position=pulsar.InitialPosition.Earliest)
+        got = set()
+        while got != sent and time.monotonic() < deadline + WAIT:
+            try:
+                message = consumer.receive(timeout_millis=500)
+            except pulsar.Timeout:
+                continue
+            got.add(message.data())
+            consumer.acknowledge(message)
+        self.assertEqual(got, sent)
 
 
 class ReplicationStartsAtTheEndTests(_GeoCase):

@@ -95,6 +95,9 @@ class GeoChaosConfig:
     partitions: int = 2               # of the partitioned topic (0: none)
     partitioned_rate: float = 30.0    # msg/s of a cluster's producers on it together
     kinds: tuple = KINDS
+    #: Deduplication on both namespaces (False: a control run in which every re-sent copy, the
+    #: client's or a replicator's, shows as STORED TWICE).
+    dedup: bool = True
     pause: tuple = (2.0, 9.0)         # seconds a pause-broker lasts
     operation_timeout: int = 5        # the official client's, in seconds
     send_timeout_ms: int = 30000
@@ -162,11 +165,12 @@ def run_geo(config: GeoChaosConfig) -> tuple:
     could not be set up."""
     log = config.log
     pair = GeoPair(config.clusters, {"managedLedgerMaxEntriesPerLedger": config.max_entries_per_ledger,
-                                     "managedLedgerMinLedgerRolloverTimeMinutes": 0})
+                                     "managedLedgerMinLedgerRolloverTimeMinutes": 0,
+                                     "brokerDeduplicationEnabled": str(config.dedup).lower()})
     topics, parted = _topics(config)
     geo = GeoHistory(config.clusters, topics=topics)
     meta = geo.sends.meta
-    meta.update(seed=config.seed, duration=config.duration, kinds=list(config.kinds),
+    meta.update(seed=config.seed, duration=config.duration, kinds=list(config.kinds), dedup=config.dedup,
                 rate=config.rate, batched_rate=config.batched_rate, producers=config.producers,
                 partitions=config.partitions, partitioned_rate=config.partitioned_rate,
                 topics=dict(geo.topics), directories={c: s.directory for c, s in pair.sites.items()})
@@ -174,7 +178,7 @@ def run_geo(config: GeoChaosConfig) -> tuple:
     try:
         started = time.monotonic()
         pair.start()
-        pair.register(config.tenant, config.namespace)
+        pair.register(config.tenant, config.namespace, dedup=config.dedup)
         log(f"clusters {', '.join(config.clusters)} up and replicating "
             f"{config.tenant}/{config.namespace} in {time.monotonic() - started:.1f}s")
         if parted is not None:
