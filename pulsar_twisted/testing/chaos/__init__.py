@@ -13,6 +13,10 @@ at a time, then heal, drain and check.
   SIGCONT, network partitions) and the heal.
 - ``netns`` and ``relay``: partitions. The daemons to partition run in network namespaces of their
   own, joined to the host's 127.0.0.1 only by TCP <-> Unix-socket relays; a cut stops every byte.
+- ``geo`` and ``geo_checker``: the same for geo-replication between two standalones
+  (``testing.georeplication.GeoPair``): producers on both clusters, the nemesis on either, and
+  ``checker.check`` on a view per cluster (lost locally) and per direction (lost in replication,
+  stored twice and out of order per original producer); ``scripts/chaos_replication.py``.
 - ``runner``: one bounded run end to end, cleaning up every process and namespace it made whatever
   happens (Ctrl-C and SIGTERM included; a SIGKILLed harness still takes its daemons and relays down
   through PR_SET_PDEATHSIG, but leaves its namespaces: ``ip netns list | grep chaos-``).
