@@ -2,8 +2,8 @@
 The geo-replication chaos harness (``pulsar_twisted.testing.chaos.geo``).
 
 ``GeoCheckerTests``: the checker on hand-made histories, no processes. ``ShortGeoChaosRunTests``:
-one seeded run of 35 s of faults on two real standalones with the official client (about 100 s
-with start-up, settling, draining and reading back); it fails while either cluster loses,
+one seeded run of 35 s of faults on two real standalones with the official client (about 50 s
+with start-up, settling, draining and reading back; its figures are printed); it fails while either cluster loses,
 duplicates or reorders a message, locally or in replication, and when some direction replicated
 nothing at all (a harness that replicates nothing must not pass).
 """
@@ -126,6 +126,7 @@ class ShortGeoChaosRunTests(SynchronousTestCase):
                                 settle=35.0, drain_timeout=45.0, log=lines.append)
         geo, verdict = run_geo(config)
         report = "\n".join(lines + [format_geo_verdict(verdict)])
+        print("\n" + report)
         self.assertEqual(verdict.violations, {}, report)
         self.assertTrue(all(verdict.crossed.values()), report)
         for direction, crossed in verdict.crossed.items():
