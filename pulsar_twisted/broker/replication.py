@@ -58,35 +58,36 @@ log = Logger()
 
 #: Pulsar's ``replicatorPrefix``: cursors ``pulsar.repl.<remote>``, producers
 #: ``pulsar.repl.<local>--><remote>``.
-PREFIX = "pulsar.repl"
-CURSOR_PREFIX = PREFIX + "."
+NAME_PREFIX = "pulsar.repl."
 DELIMITER = "-->"
 #: Entries read from the cursor at a time (Pulsar's dispatcherMaxReadBatchSize default).
 READ_BATCH = 100
 
 
 def cursor_name(remote: str) -> str:
-    return f"{CURSOR_PREFIX}{remote}"
+    return f"{NAME_PREFIX}{remote}"
 
 
 def producer_name(local: str, remote: str) -> str:
-    return f"{CURSOR_PREFIX}{local}{DELIMITER}{remote}"
+    return f"{NAME_PREFIX}{local}{DELIMITER}{remote}"
 
 
 def is_replicator_cursor(name: str) -> bool:
-    return name.startswith(CURSOR_PREFIX)
+    return name.startswith(NAME_PREFIX)
 
 
 def remote_of_cursor(name: str) -> str:
-    return name[len(CURSOR_PREFIX):]
+    return name[len(NAME_PREFIX):]
 
 
-def source_cluster(name: str):
-    """The cluster a replication producer's messages come from (``pulsar.repl.<source>-->...``),
-    or None for any other producer name."""
-    if not name.startswith(CURSOR_PREFIX):
+def source_cluster(name):
+    """The cluster a replication producer's messages come from (``pulsar.repl.<source>-->...``;
+    all that follows the prefix when there is no delimiter), or None for any other producer name.
+    Pulsar splits the name at dots, which cuts a cluster name with a dot in it; here it is kept
+    whole."""
+    if not name or not name.startswith(NAME_PREFIX):
         return None
-    return name[len(CURSOR_PREFIX):].split(DELIMITER, 1)[0]
+    return name[len(NAME_PREFIX):].partition(DELIMITER)[0]
 
 
 def configured_remotes(clusters, local: str) -> set:
@@ -272,7 +273,7 @@ class Replicator:
         self.producer = producer
         self.state = RUNNING
         self.backoff.reset()
-        self.connected_since = self.clock.seconds()
+        self.connected_since = self.topic.service.now_iso()
         log.info("replicator {topic} -> {remote}: producer {name} connected",
                  topic=self.topic.name, remote=self.remote, name=self.name)
         self._read_more()
@@ -491,15 +492,14 @@ class Replicator:
         producer = self.producer
         cnx = getattr(producer, "cnx", None) if producer is not None else None
         address = getattr(cnx, "peer", None)
-        since = self.connected_since
+        connected = self.connected()
         return {
             "msgRateOut": rate,
             "msgThroughputOut": throughput,
             "msgRateExpired": expired,
             "replicationBacklog": self.backlog(),
-            "connected": self.connected(),
+            "connected": connected,
             "replicationDelayInSeconds": self.delay_seconds(),
-            "outboundConnection": "" if not self.connected() or address is None else str(address),
-            "outboundConnectedSince": "" if since is None or not self.connected() else
-            time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(since)) + "Z",
+            "outboundConnection": str(address) if connected and address is not None else None,
+            "outboundConnectedSince": self.connected_since if connected else None,
         }
