@@ -48,6 +48,7 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from pulsar_twisted.broker import schema as schemas
+from pulsar_twisted.broker.cnx import peer_text
 from pulsar_twisted.broker.entryinfo import num_messages
 from pulsar_twisted.broker.rates import RateMeter
 from pulsar_twisted.common.lograte import LogRate
@@ -491,7 +492,8 @@ class Replicator:
         rate, throughput, expired = self.rates.rates
         producer = self.producer
         cnx = getattr(producer, "cnx", None) if producer is not None else None
-        address = getattr(cnx, "peer", None)
+        transport = getattr(cnx, "transport", None)
+        address = peer_text(transport.getPeer()) if transport is not None else None
         connected = self.connected()
         return {
             "msgRateOut": rate,
@@ -500,6 +502,6 @@ class Replicator:
             "replicationBacklog": self.backlog(),
             "connected": connected,
             "replicationDelayInSeconds": self.delay_seconds(),
-            "outboundConnection": str(address) if connected and address is not None else None,
+            "outboundConnection": address if connected else None,
             "outboundConnectedSince": self.connected_since if connected else None,
         }
