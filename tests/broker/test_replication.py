@@ -292,6 +292,32 @@ class ReplicatorTests(ReplicationCase):
         self.harness.pump()
         self.assertEqual([p for _, p, _, _ in remote.producers[0].sent], [b"new"])
 
+    def test_an_inactive_topic_is_kept_until_replicated(self):
+        self.harness.pump()
+        remote = self.remotes["pulsar://west:6650"] = FakeRemoteClient("pulsar://west:6650")
+        remote.refuse = Exception("connection refused")
+        self.broker.replication_clients.client_factory = lambda url: remote
+        self.write_policies(replication_clusters=["east", "west"],
+                            inactive_topic_policies={"deleteWhileInactive": True,
+                                                     "maxInactiveDurationSeconds": 1,
+                                                     "inactiveTopicDeleteMode": "delete_when_no_subscriptions"})
+        client, pid = self.producer()
+        self.publish(client, pid, b"not yet copied")
+        client.close()
+        for _ in range(3):
+            self.successResultOf(self.broker.policies.check_inactive_topics())
+            self.clock.advance(2)
+        self.assertIn(TOPIC, self.broker.topics)
+        remote.refuse = None
+        self.clock.advance(60)
+        self.harness.pump()
+        remote.producers[0].ack_all()
+        self.harness.pump()
+        for _ in range(3):
+            self.successResultOf(self.broker.policies.check_inactive_topics())
+            self.clock.advance(2)
+        self.assertNotIn(TOPIC, self.broker.topics)
+
     def test_stats(self):
         self.write_policies(replication_clusters=["east", "west"])
         client, pid = self.producer()
