@@ -6,7 +6,6 @@ its metadata kept but for ``replicated_from``; receipts delete the entries from 
 failures send them again, and the receiving side deduplicates by the original producer.
 """
 
-import json
 
 from twisted.internet import defer
 from twisted.trial import unittest
@@ -19,7 +18,6 @@ from pulsar_twisted.wire import frames
 
 T = api.BaseCommand
 TOPIC = "persistent://public/default/t"
-NS_PATH = "/admin/policies/public/default"
 
 
 class FakeProducer:
@@ -102,12 +100,7 @@ class ReplicationCase(unittest.TestCase):
         return self.remotes["pulsar://west:6650"]
 
     def write_policies(self, **fields):
-        data, stat = self.successResultOf(self.harness.store.get(NS_PATH))
-        policies = json.loads(data)
-        policies.update(fields)
-        self.successResultOf(self.harness.store.put(NS_PATH, json.dumps(policies).encode(),
-                                                    expected_version=stat.version))
-        self.harness.pump()
+        self.harness.write_policies(**fields)
 
     def producer(self, topic=TOPIC, name=None):
         client = self.harness.client()
