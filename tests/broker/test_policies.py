@@ -22,7 +22,6 @@ from pulsar_twisted.wire import frames
 T = api.BaseCommand
 Sub = api.CommandSubscribe
 TOPIC = "persistent://public/default/t"
-NS_PATH = "/admin/policies/public/default"
 
 
 def message(seq: int, publish_time: int, size: int = 10) -> bytes:
