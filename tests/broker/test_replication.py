@@ -324,6 +324,38 @@ class ReplicatorTests(ReplicationCase):
                                       "outboundConnection", "outboundConnectedSince"})
 
 
+class NonPersistentTests(ReplicationCase):
+    """Non-persistent topics replicate what is published while the producer is there, as
+    Pulsar's NonPersistentReplicator; the rest is dropped and counted."""
+
+    NP = "non-persistent://public/default/np"
+
+    def test_sent_while_connected_dropped_otherwise(self):
+        self.harness.pump()
+        remote = self.remotes["pulsar://west:6650"] = FakeRemoteClient("pulsar://west:6650")
+        remote.refuse = Exception("connection refused")
+        self.broker.replication_clients.client_factory = lambda url: remote
+        self.write_policies(replication_clusters=["east", "west"])
+        client, pid = self.producer(self.NP)
+        topic = self.topic(self.NP)
+        self.publish(client, pid, b"while away")
+        replicator = topic.replicators["west"]
+        self.assertEqual((replicator.msg_out, replicator.msg_expired), (0, 1))
+        remote.refuse = None
+        self.clock.advance(0.1)
+        self.harness.pump()
+        self.publish(client, pid, b"connected")
+        self.publish(client, pid, b"back", replicated_from="west")
+        [producer] = remote.producers
+        self.assertEqual([(m.replicated_from, p) for m, p, _, _ in producer.sent],
+                         [("east", b"connected")])
+        producer.ack_all()
+        self.assertEqual(replicator.msg_out, 1)
+        self.write_policies(replication_clusters=["east"])
+        self.assertEqual(dict(topic.replicators), {})
+        self.assertTrue(producer.closed)
+
+
 class ReceivingSideTests(ReplicationCase):
     """A replication producer's messages are deduplicated by their original producer."""
 
