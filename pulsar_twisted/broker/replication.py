@@ -35,6 +35,9 @@ has read everything. A failed send (the remote refused it) closes the producer, 
 cursor to its first unacknowledged entry and starts again after a back-off (0.1 s doubling to
 60 s, as Pulsar's replicator).
 
+Non-persistent topics store nothing: their ``NonPersistentReplicator`` sends each message as it is
+published while its producer is connected and has room, and drops it otherwise (Pulsar's rule).
+
 ``ReplicationClients`` keeps one client per remote cluster for the whole broker. The client
 library sits beside the server tree (the layering), so the composition root gives it the
 factory that makes them (``daemons/replication_client.py``): a ``pulsar_twisted.client.Client``.
