@@ -35,6 +35,15 @@ _SEND = T.SEND
 _connection_ids = itertools.count(1)
 
 
+
+def peer_text(address) -> str:
+    """A client's address as Pulsar writes it (Netty's ``/host:port``): the stats' ``address``
+    of producers and consumers, and log lines."""
+    host, port = getattr(address, "host", None), getattr(address, "port", None)
+    if host is None or port is None:
+        return str(address)
+    return f"/{host}:{port}"
+
 class ConnectionState(enum.StrEnum):
     """
     START (accepted, waiting for CONNECT) -> CONNECTED (authenticated; every command allowed) ->
@@ -187,7 +196,7 @@ class ServerConnection(protocol.Protocol):
     # ------------------------------------------------------------------ transport events
     def connectionMade(self):
         self.sender = CommandSender(self.transport)
-        self.peer = str(self.transport.getPeer())
+        self.peer = peer_text(self.transport.getPeer())
         if hasattr(self.transport, "setTcpNoDelay"):
             # Receipts and messages are small and latency-bound: Nagle would hold them back
             # until the client's delayed ACK (tens of ms per synchronous send).

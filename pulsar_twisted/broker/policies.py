@@ -310,6 +310,10 @@ class PolicyService(service.Service):
                 return
             if inactive.mode == DELETE_WHEN_SUBSCRIPTIONS_CAUGHT_UP and any(s.backlog() for s in durable):
                 return
+            if any(r.backlog() for r in list(topic.replicators.values())):
+                # Not yet copied to every remote cluster (Pulsar's GC stops at a replicator
+                # with a backlog): deleting it would lose those messages there.
+                return
             log.info("Deleting topic {topic}: inactive for {s} s ({mode})", topic=topic.name,
                      s=int(now - entry[1]), mode=inactive.mode)
             await self.broker.delete_topic(topic.name, force=False)

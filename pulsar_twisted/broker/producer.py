@@ -5,6 +5,7 @@ from types import MappingProxyType
 from twisted.logger import Logger
 
 from pulsar_twisted.broker import dedup as dedup_states
+from pulsar_twisted.broker import replication
 from pulsar_twisted.broker.entryinfo import lenient_metadata
 from pulsar_twisted.broker.rates import RateMeter
 from pulsar_twisted.common import errors
@@ -37,10 +38,6 @@ class _Answer:
         #: A replicated message's ``(producer name, sequence id, highest sequence id)`` from its
         #: metadata (``_original_ids``), which deduplication records instead of the SEND's; None.
         self.original = original
-
-
-#: Names of the producers other clusters' replicators publish with (replication.py).
-REPLICATOR_PRODUCER_PREFIX = "pulsar.repl."
 
 
 def _original_ids(message: bytes) -> tuple:
@@ -154,7 +151,7 @@ class Producer:
             original = None
             if dedup is not None:
                 name, dedup_id, dedup_highest = self.name, sequence_id, highest
-                if name.startswith(REPLICATOR_PRODUCER_PREFIX):
+                if name.startswith(replication.NAME_PREFIX):
                     # Another cluster's replicator: the message keeps its producer's name and
                     # sequence id, and those are what deduplicate it (Pulsar does the same), so
                     # that a message the replicator sends again, or one that reached this cluster

@@ -35,6 +35,9 @@ has read everything. A failed send (the remote refused it) closes the producer, 
 cursor to its first unacknowledged entry and starts again after a back-off (0.1 s doubling to
 60 s, as Pulsar's replicator).
 
+Non-persistent topics store nothing: their ``NonPersistentReplicator`` sends each message as it is
+published while its producer is connected and has room, and drops it otherwise (Pulsar's rule).
+
 ``ReplicationClients`` keeps one client per remote cluster for the whole broker. The client
 library sits beside the server tree (the layering), so the composition root gives it the
 factory that makes them (``daemons/replication_client.py``): a ``pulsar_twisted.client.Client``.
@@ -48,6 +51,7 @@ from twisted.internet import defer
 from twisted.logger import Logger
 
 from pulsar_twisted.broker import schema as schemas
+from pulsar_twisted.broker.cnx import peer_text
 from pulsar_twisted.broker.entryinfo import num_messages
 from pulsar_twisted.broker.rates import RateMeter
 from pulsar_twisted.common.lograte import LogRate
@@ -58,35 +62,36 @@ log = Logger()
 
 #: Pulsar's ``replicatorPrefix``: cursors ``pulsar.repl.<remote>``, producers
 #: ``pulsar.repl.<local>--><remote>``.
-PREFIX = "pulsar.repl"
-CURSOR_PREFIX = PREFIX + "."
+NAME_PREFIX = "pulsar.repl."
 DELIMITER = "-->"
 #: Entries read from the cursor at a time (Pulsar's dispatcherMaxReadBatchSize default).
 READ_BATCH = 100
 
 
 def cursor_name(remote: str) -> str:
-    return f"{CURSOR_PREFIX}{remote}"
+    return f"{NAME_PREFIX}{remote}"
 
 
 def producer_name(local: str, remote: str) -> str:
-    return f"{CURSOR_PREFIX}{local}{DELIMITER}{remote}"
+    return f"{NAME_PREFIX}{local}{DELIMITER}{remote}"
 
 
 def is_replicator_cursor(name: str) -> bool:
-    return name.startswith(CURSOR_PREFIX)
+    return name.startswith(NAME_PREFIX)
 
 
 def remote_of_cursor(name: str) -> str:
-    return name[len(CURSOR_PREFIX):]
+    return name[len(NAME_PREFIX):]
 
 
-def source_cluster(name: str):
-    """The cluster a replication producer's messages come from (``pulsar.repl.<source>-->...``),
-    or None for any other producer name."""
-    if not name.startswith(CURSOR_PREFIX):
+def source_cluster(name):
+    """The cluster a replication producer's messages come from (``pulsar.repl.<source>-->...``;
+    all that follows the prefix when there is no delimiter), or None for any other producer name.
+    Pulsar splits the name at dots, which cuts a cluster name with a dot in it; here it is kept
+    whole."""
+    if not name or not name.startswith(NAME_PREFIX):
         return None
-    return name[len(CURSOR_PREFIX):].split(DELIMITER, 1)[0]
+    return name[len(NAME_PREFIX):].partition(DELIMITER)[0]
 
 
 def configured_remotes(clusters, local: str) -> set:
@@ -206,17 +211,17 @@ class _Backoff:
 STARTING, RUNNING, CLOSED = "starting", "running", "closed"
 
 
-class Replicator:
+class _ReplicatorBase:
     """
-    The copy of one topic to one remote cluster (module docstring). ``start()`` once; the topic
-    calls ``new_entries()`` when entries were added, ``sample_rates`` each stats period,
-    ``close()`` on unload and ``terminate()`` when the cluster leaves the namespace's list.
+    What the replicators of persistent and non-persistent topics share: the producer on the remote
+    cluster (made again after a back-off when it cannot be), which messages go, the schema
+    versions, the stats. ``start()`` once; ``sample_rates`` each stats period; ``close()`` on
+    unload.
     """
 
-    def __init__(self, topic, remote: str, cursor, clients, clock, local: str, queue_size: int):
+    def __init__(self, topic, remote: str, clients, clock, local: str, queue_size: int):
         self.topic = topic
         self.remote = remote
-        self.cursor = cursor
         self.clients = clients
         self.clock = clock
         self.local = local
@@ -227,15 +232,11 @@ class Replicator:
         self.backoff = _Backoff()
         self._retry_call = None
         self._epoch = 0             # which producer incarnation a send belongs to
-        self._reading = False
-        self._waiting = False       # read everything: the next new_entries reads again
-        self._in_flight = 0
-        #: Publish times (ms) of the entries in flight, oldest first (replicationDelayInSeconds).
-        self._in_flight_times = collections.deque()
         self.msg_out = 0
         self.bytes_out = 0
         self.msg_skipped = 0
-        #: Messages the namespace's TTL acknowledged before they were sent (ttl.py).
+        #: Messages that expired (persistent: the namespace's TTL, ttl.py) or were dropped
+        #: (non-persistent: no room or no producer) before they were sent.
         self.msg_expired = 0
         self.rates = RateMeter(3)
         self.connected_since = None
@@ -245,11 +246,6 @@ class Replicator:
         self._client = None
 
     # ---------------------------------------------------------------- lifecycle
-    def start(self) -> None:
-        log.info("replicator {topic} -> {remote}: starting; next entry {position}", topic=self.topic.name,
-                 remote=self.remote, position=self.cursor.read_position)
-        self._connect()
-
     def _connect(self) -> None:
         self._retry_call = None
         if self.state == CLOSED:
@@ -272,20 +268,165 @@ class Replicator:
         self.producer = producer
         self.state = RUNNING
         self.backoff.reset()
-        self.connected_since = self.clock.seconds()
-        log.info("replicator {topic} -> {remote}: producer {name} connected",
-                 topic=self.topic.name, remote=self.remote, name=self.name)
-        self._read_more()
+        self.connected_since = self.topic.service.now_iso()
+        log.info("{what}: producer {name} connected", what=self.describe(), name=self.name)
+        self._ready()
+
+    def _ready(self) -> None:
+        """The producer is there (subclasses start sending)."""
 
     def _connect_failed(self, failure) -> None:
         if self.state == CLOSED:
             return
         delay = self.backoff.next()
-        self._warn(
-            "replicator {topic} -> {remote}: cannot create the remote producer "
-            "({error}); retrying in {delay:.1f} s", topic=self.topic.name, remote=self.remote,
-            error=failure.getErrorMessage(), delay=delay)
+        self._warn("{what}: cannot create the remote producer ({error}); retrying in {delay:.1f} s",
+                   what=self.describe(), error=failure.getErrorMessage(), delay=delay)
         self._retry_call = self.clock.callLater(delay, self._connect)
+
+    def _drop_producer(self) -> None:
+        producer, self.producer = self.producer, None
+        self.connected_since = None
+        if producer is not None:
+            producer.close().addErrback(lambda f: None)
+
+    def close(self):
+        """Stop (unload): the producer is closed without waiting."""
+        if self.state == CLOSED:
+            return defer.succeed(None)
+        self.state = CLOSED
+        self._epoch += 1
+        if self._retry_call is not None and self._retry_call.active():
+            self._retry_call.cancel()
+        self._retry_call = None
+        self._drop_producer()
+        return defer.succeed(None)
+
+    def terminate(self):
+        """The cluster left the namespace's list."""
+        self.close()
+        log.info("{what}: removed", what=self.describe())
+        return defer.succeed(None)
+
+    # ---------------------------------------------------------------- what is sent
+    def _outgoing(self, data: bytes):
+        """``(metadata, payload)`` to send for the stored or published message ``data``, with
+        ``replicated_from`` set; None when it is not for the remote cluster; ValueError when
+        its metadata cannot be read."""
+        try:
+            raw_metadata, payload = split_message(data, verify=False)
+            metadata = api.MessageMetadata.FromString(raw_metadata)
+        except (FrameError, Exception) as e:
+            raise ValueError(str(e)) from None
+        if (metadata.HasField("replicated_from")
+                or (metadata.replicate_to and self.remote not in metadata.replicate_to)
+                or metadata.HasField("marker_type")):
+            return None
+        metadata.replicated_from = self.local
+        return metadata, payload
+
+    def _remote_schema(self, metadata, epoch) -> bool:
+        """Put the remote topic's version of the message's schema in ``metadata``; False (and
+        the remote version asked for, ``_schema_known`` then) when it is not known yet."""
+        if not metadata.schema_version:
+            return True
+        remote_version = self._schema_versions.get(metadata.schema_version)
+        if remote_version is None:
+            self._fetch_schema(metadata.schema_version, epoch)
+            return False
+        metadata.schema_version = remote_version
+        return True
+
+    def _fetch_schema(self, local_version: bytes, epoch) -> None:
+        """This cluster's schema of that version, registered on the remote topic."""
+        async def fetch():
+            stored = await self.topic.service.schema_registry.get(
+                self.topic.name, schemas.decode_version(local_version))
+            if stored is None:
+                raise LookupError(f"schema version {schemas.decode_version(local_version)} "
+                                  f"of {self.topic.name} is not stored here")
+            return await self._client.get_or_create_schema(self.topic.name, stored.to_proto())
+
+        d = defer.Deferred.fromCoroutine(fetch())
+        d.addCallbacks(self._schema_known, self._schema_failed, callbackArgs=(local_version, epoch),
+                       errbackArgs=(epoch,))
+
+    def _schema_known(self, remote_version, local_version, epoch) -> None:
+        if epoch == self._epoch:
+            self._schema_versions[local_version] = remote_version
+
+    def _schema_failed(self, failure, epoch) -> None:
+        if epoch == self._epoch and self.state != CLOSED:
+            self._warn("{what}: registering a schema on the remote topic failed ({error})",
+                       what=self.describe(), error=failure.getErrorMessage())
+
+    def _warn(self, text: str, **fields) -> None:
+        """A warning at most once a second per replicator (a remote cluster away for minutes
+        would otherwise log every retry), with how many were held back."""
+        count = self._failures.due()
+        if count is not None:
+            log.warn(text + (" ({held} like it since the last line)" if count > 1 else ""),
+                     held=count - 1, **fields)
+
+    # ---------------------------------------------------------------- stats
+    def describe(self) -> str:
+        return f"replicator {self.topic.name} -> {self.remote}"
+
+    def sample_rates(self, period) -> None:
+        self.rates.sample(period, self.msg_out, self.bytes_out, self.msg_expired)
+
+    def backlog(self) -> int:
+        return 0
+
+    def delay_seconds(self) -> int:
+        return 0
+
+    def connected(self) -> bool:
+        producer = self.producer
+        return producer is not None and self.state == RUNNING and producer.is_connected()
+
+    def stats(self) -> dict:
+        """The outbound half of Pulsar's ReplicatorStats for this remote cluster."""
+        rate, throughput, expired = self.rates.rates
+        producer = self.producer
+        cnx = getattr(producer, "cnx", None) if producer is not None else None
+        transport = getattr(cnx, "transport", None)
+        address = peer_text(transport.getPeer()) if transport is not None else None
+        connected = self.connected()
+        return {
+            "msgRateOut": rate,
+            "msgThroughputOut": throughput,
+            "msgRateExpired": expired,
+            "replicationBacklog": self.backlog(),
+            "connected": connected,
+            "replicationDelayInSeconds": self.delay_seconds(),
+            "outboundConnection": address if connected else None,
+            "outboundConnectedSince": self.connected_since if connected else None,
+        }
+
+
+class Replicator(_ReplicatorBase):
+    """
+    The copy of one persistent topic to one remote cluster through its cursor (module
+    docstring). The topic calls ``new_entries()`` when entries were added, and ``terminate()``
+    deletes the cursor.
+    """
+
+    def __init__(self, topic, remote: str, cursor, clients, clock, local: str, queue_size: int):
+        super().__init__(topic, remote, clients, clock, local, queue_size)
+        self.cursor = cursor
+        self._reading = False
+        self._waiting = False       # read everything: the next new_entries reads again
+        self._in_flight = 0
+        #: Publish times (ms) of the entries in flight, oldest first (replicationDelayInSeconds).
+        self._in_flight_times = collections.deque()
+
+    def start(self) -> None:
+        log.info("{what}: starting; next entry {position}", what=self.describe(),
+                 position=self.cursor.read_position)
+        self._connect()
+
+    def _ready(self) -> None:
+        self._read_more()
 
     def _restart(self, reason: str) -> None:
         """Drop the producer and everything in flight; read again from the first entry not yet
@@ -297,38 +438,18 @@ class Replicator:
         self._in_flight_times.clear()
         self._reading = False
         self._waiting = False
-        producer, self.producer = self.producer, None
-        self.connected_since = None
-        if producer is not None:
-            producer.close().addErrback(lambda f: None)
+        self._drop_producer()
         self.cursor.rewind()
         delay = self.backoff.next()
-        self._warn("replicator {topic} -> {remote}: {reason}; starting again "
-                           "in {delay:.1f} s", topic=self.topic.name, remote=self.remote,
-                           reason=reason, delay=delay)
+        self._warn("{what}: {reason}; starting again in {delay:.1f} s", what=self.describe(),
+                   reason=reason, delay=delay)
         self.state = STARTING
         if self._retry_call is None:
             self._retry_call = self.clock.callLater(delay, self._connect)
 
-    def close(self):
-        """Stop (unload): the cursor keeps the position; the producer is closed without waiting."""
-        if self.state == CLOSED:
-            return defer.succeed(None)
-        self.state = CLOSED
-        self._epoch += 1
-        if self._retry_call is not None and self._retry_call.active():
-            self._retry_call.cancel()
-        self._retry_call = None
-        producer, self.producer = self.producer, None
-        self.connected_since = None
-        if producer is not None:
-            producer.close().addErrback(lambda f: None)
-        return defer.succeed(None)
-
     def terminate(self):
         """The cluster left the namespace's list: stop and delete the cursor."""
-        self.close()
-        log.info("replicator {topic} -> {remote}: removed", topic=self.topic.name, remote=self.remote)
+        super().terminate()
         return self.topic.ledger.delete_cursor(self.cursor.name)
 
     # ---------------------------------------------------------------- reading
@@ -373,27 +494,19 @@ class Replicator:
     def _replicate(self, entry, epoch) -> bool:
         """Send ``entry`` (or skip it); False when it must wait for its schema's remote version."""
         try:
-            raw_metadata, payload = split_message(entry.data, verify=False)
-            metadata = api.MessageMetadata.FromString(raw_metadata)
-        except (FrameError, Exception) as e:
+            outgoing = self._outgoing(entry.data)
+        except ValueError as e:
             # Pulsar deletes an entry it cannot deserialize (it could never be sent).
-            self._warn("replicator {topic} -> {remote}: entry {position} has "
-                               "unreadable metadata ({error}); skipped", topic=self.topic.name,
-                               remote=self.remote, position=entry.position, error=e)
+            self._warn("{what}: entry {position} has unreadable metadata ({error}); skipped",
+                       what=self.describe(), position=entry.position, error=e)
             self._skip(entry.position)
             return True
-        if (metadata.HasField("replicated_from")
-                or (metadata.replicate_to and self.remote not in metadata.replicate_to)
-                or metadata.HasField("marker_type")):
+        if outgoing is None:
             self._skip(entry.position)
             return True
-        if metadata.schema_version:
-            remote_version = self._schema_versions.get(metadata.schema_version)
-            if remote_version is None:
-                self._fetch_schema(metadata.schema_version, epoch)
-                return False
-            metadata.schema_version = remote_version
-        metadata.replicated_from = self.local
+        metadata, payload = outgoing
+        if not self._remote_schema(metadata, epoch):
+            return False
         self._in_flight += 1
         self._in_flight_times.append(metadata.publish_time)
         size = len(payload)
@@ -402,24 +515,10 @@ class Replicator:
                        errbackArgs=(entry.position, epoch))
         return True
 
-    def _fetch_schema(self, local_version: bytes, epoch) -> None:
-        """This cluster's schema of that version, registered on the remote topic."""
-        async def fetch():
-            stored = await self.topic.service.schema_registry.get(
-                self.topic.name, schemas.decode_version(local_version))
-            if stored is None:
-                raise LookupError(f"schema version {schemas.decode_version(local_version)} "
-                                  f"of {self.topic.name} is not stored here")
-            return await self._client.get_or_create_schema(self.topic.name, stored.to_proto())
-
-        d = defer.Deferred.fromCoroutine(fetch())
-        d.addCallbacks(self._schema_known, self._schema_failed, callbackArgs=(local_version, epoch),
-                       errbackArgs=(epoch,))
-
     def _schema_known(self, remote_version, local_version, epoch) -> None:
         if epoch != self._epoch:
             return
-        self._schema_versions[local_version] = remote_version
+        super()._schema_known(remote_version, local_version, epoch)
         self._reading = False
         self._read_more()
 
@@ -453,31 +552,12 @@ class Replicator:
     def _delete_failed(self, failure) -> None:
         if self.state == CLOSED:
             return  # the ledger closed under us: the next owner sends it again
-        self._warn("replicator {topic} -> {remote}: acknowledging an entry "
-                           "failed ({error})", topic=self.topic.name, remote=self.remote,
-                           error=failure.getErrorMessage())
-
-    def _warn(self, text: str, **fields) -> None:
-        """A warning at most once a second per replicator (a remote cluster away for minutes
-        would otherwise log every retry), with how many were held back."""
-        count = self._failures.due()
-        if count is not None:
-            log.warn(text + (" ({held} like it since the last line)" if count > 1 else ""),
-                     held=count - 1, **fields)
+        self._warn("{what}: acknowledging an entry failed ({error})", what=self.describe(),
+                   error=failure.getErrorMessage())
 
     # ---------------------------------------------------------------- stats
-    def describe(self) -> str:
-        return f"replicator {self.topic.name} -> {self.remote}"
-
-    def sample_rates(self, period) -> None:
-        self.rates.sample(period, self.msg_out, self.bytes_out, self.msg_expired)
-
     def backlog(self) -> int:
         return self.cursor.number_of_entries_in_backlog()
-
-    def connected(self) -> bool:
-        producer = self.producer
-        return producer is not None and self.state == RUNNING and producer.is_connected()
 
     def delay_seconds(self) -> int:
         """Age of the oldest entry sent and not yet stored remotely (0 when none)."""
@@ -485,21 +565,53 @@ class Replicator:
             return 0
         return max(0, int(time.time() - self._in_flight_times[0] / 1000.0))
 
-    def stats(self) -> dict:
-        """The outbound half of Pulsar's ReplicatorStats for this remote cluster."""
-        rate, throughput, expired = self.rates.rates
-        producer = self.producer
-        cnx = getattr(producer, "cnx", None) if producer is not None else None
-        address = getattr(cnx, "peer", None)
-        since = self.connected_since
-        return {
-            "msgRateOut": rate,
-            "msgThroughputOut": throughput,
-            "msgRateExpired": expired,
-            "replicationBacklog": self.backlog(),
-            "connected": self.connected(),
-            "replicationDelayInSeconds": self.delay_seconds(),
-            "outboundConnection": "" if not self.connected() or address is None else str(address),
-            "outboundConnectedSince": "" if since is None or not self.connected() else
-            time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(since)) + "Z",
-        }
+
+class NonPersistentReplicator(_ReplicatorBase):
+    """
+    The copy of one non-persistent topic to one remote cluster, as Pulsar's
+    ``NonPersistentReplicator``: nothing is stored, so each published message is sent at once if
+    the producer is connected and has room, and dropped otherwise (counted in msgRateExpired, as
+    Pulsar counts its msgDrop there); a message whose schema's remote version is not known yet is
+    dropped while it is asked for.
+    """
+
+    def __init__(self, topic, remote: str, clients, clock, local: str, queue_size: int):
+        super().__init__(topic, remote, clients, clock, local, queue_size)
+        self._in_flight = 0
+
+    def start(self) -> None:
+        log.info("{what}: starting", what=self.describe())
+        self._connect()
+
+    def publish(self, message: bytes) -> None:
+        try:
+            outgoing = self._outgoing(message)
+        except ValueError:
+            self.msg_skipped += 1
+            return
+        if outgoing is None:
+            self.msg_skipped += 1
+            return
+        metadata, payload = outgoing
+        if (self.state != RUNNING or not self.connected() or self._in_flight >= self.queue_size
+                or not self._remote_schema(metadata, self._epoch)):
+            self.msg_expired += num_messages(metadata)
+            return
+        self._in_flight += 1
+        size = len(payload)
+        d = self.producer.send_entry(metadata, payload, num_messages(metadata))
+        d.addCallbacks(self._sent, self._send_failed, callbackArgs=(size, self._epoch),
+                       errbackArgs=(self._epoch,))
+
+    def _sent(self, _message_id, size, epoch) -> None:
+        if epoch != self._epoch:
+            return
+        self._in_flight -= 1
+        self.msg_out += 1
+        self.bytes_out += size
+
+    def _send_failed(self, failure, epoch) -> None:
+        if epoch != self._epoch or self.state == CLOSED:
+            return
+        self._in_flight -= 1
+        self.msg_expired += 1

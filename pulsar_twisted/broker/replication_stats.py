@@ -18,10 +18,7 @@ producers are left out of the topic's ``publishers`` list while their rates stil
 topic's msgRateIn; the replicators' outbound rates count in its msgRateOut.
 """
 
-#: Names of the producers remote replicators publish with (Pulsar's ``replicatorPrefix`` and its
-#: ``REPL_PRODUCER_NAME_DELIMITER``): ``pulsar.repl.<source cluster>--><destination cluster>``.
-REPLICATION_PRODUCER_PREFIX = "pulsar.repl."
-REPLICATION_PRODUCER_DELIMITER = "-->"
+from pulsar_twisted.broker.replication import source_cluster
 
 
 def empty_replicator_stats() -> dict:
@@ -39,24 +36,11 @@ def replicators_of(topic) -> dict:
     return getattr(topic, "replicators", None) or {}
 
 
-def source_cluster_of(producer_name) -> str | None:
-    """
-    The cluster a replication producer comes from (the text between ``pulsar.repl.`` and
-    ``-->``, or all of what follows the prefix without a delimiter, as Pulsar reads it), or
-    None for an ordinary producer. Pulsar splits the name at dots, which cuts a cluster name
-    with a dot in it; here it is kept whole.
-    """
-    if not producer_name or not producer_name.startswith(REPLICATION_PRODUCER_PREFIX):
-        return None
-    rest = producer_name[len(REPLICATION_PRODUCER_PREFIX):]
-    return rest.partition(REPLICATION_PRODUCER_DELIMITER)[0]
-
-
 def split_publishers(publishers) -> tuple:
     """``(local publishers, {source cluster: publisher})`` of a list of PublisherStats dicts."""
     local, remote = [], {}
     for publisher in publishers:
-        cluster = source_cluster_of(publisher.get("producerName"))
+        cluster = source_cluster(publisher.get("producerName"))
         if cluster is None:
             local.append(publisher)
         else:
@@ -90,7 +74,7 @@ def topic_replication(topic) -> dict:
         return {}
     remote = {}
     for producer in list(topic.producers.values()):
-        cluster = source_cluster_of(producer.name)
+        cluster = source_cluster(producer.name)
         if cluster is not None and cluster in replicators:
             remote[cluster] = producer.stats()
     return replication(replicators, remote)

@@ -898,7 +898,37 @@ class NonPersistentTopic(TopicBase):
         position = Position(0, next(self._ids))
         for subscription in list(self.subscriptions.values()):
             subscription.deliver(position, message, count)
+        if self.replicators:
+            for replicator in list(self.replicators.values()):
+                replicator.publish(message)
         return defer.succeed(position)
+
+    def set_replication(self, clusters):
+        """Replicate to the clusters of ``clusters`` other than this one (replication.py's
+        NonPersistentReplicator: nothing to set up but the producers)."""
+        if self.closed:
+            return defer.succeed(None)
+        local = self.config.clusterName
+        wanted = replication.configured_remotes(clusters, local)
+        current = set(self.replicators)
+        if wanted == current:
+            return defer.succeed(None)
+        replicators = dict(self.replicators)
+        for remote in sorted(current - wanted):
+            replicators.pop(remote).terminate()
+        for remote in sorted(wanted - current):
+            replicator = replicators[remote] = replication.NonPersistentReplicator(
+                self, remote, self.service.replication_clients, self.clock, local,
+                self.config.replicationProducerQueueSize)
+            replicator.start()
+        self.replicators = replicators or TopicBase.replicators
+        return defer.succeed(None)
+
+    def close(self):
+        replicators, self.replicators = self.replicators, TopicBase.replicators
+        for replicator in replicators.values():
+            replicator.close()
+        return super().close()
 
     def subscribe(self, cnx, request):
         name = request.subscription

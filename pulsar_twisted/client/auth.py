@@ -129,3 +129,15 @@ def from_plugin(plugin: str, params: str):
         except (ValueError, KeyError, TypeError):
             raise ValueError('the basic plugin needs {"userId": ..., "password": ...}')
     raise ValueError(f"unsupported plugin {plugin!r} (AuthenticationToken or AuthenticationBasic)")
+
+
+def broker_client_authentication(config):
+    """The credentials a daemon uses as a client of brokers (a proxy towards them, a broker's
+    geo-replicators towards other clusters): ``from_plugin`` of ``brokerClientAuthenticationPlugin``
+    and ``...Parameters``, or None; ConfigError naming the keys for values it cannot use."""
+    from pulsar_twisted.config import ConfigError
+    try:
+        return from_plugin(config.brokerClientAuthenticationPlugin,
+                           config.brokerClientAuthenticationParameters)
+    except ValueError as e:
+        raise ConfigError(f"brokerClientAuthenticationPlugin/Parameters: {e}")

@@ -24,7 +24,8 @@ from pulsar_twisted.metadata.urls import MetadataUrlError, parse_metadata_store_
 from pulsar_twisted.metadata.zookeeper import ZooKeeperMetadataStore
 from pulsar_twisted.proxy.brokers import RegisteredBrokers, StaticBrokers
 from pulsar_twisted.proxy.connection import ProxyProtocolFactory
-from pulsar_twisted.proxy.service import ProxyService, broker_client_auth, broker_tls
+from pulsar_twisted.client.auth import broker_client_authentication
+from pulsar_twisted.proxy.service import ProxyService, broker_tls
 from pulsar_twisted.proxy.targets import parse_networks, parse_ports
 from pulsar_twisted.proxy.web import make_proxy_site
 from pulsar_twisted.security.authz import AuthorizationService
@@ -58,7 +59,7 @@ def check_proxy(config) -> None:
         parse_networks(config.brokerProxyAllowedIPAddresses)
     except ValueError as e:
         raise ConfigError(f"brokerProxyAllowedIPAddresses: {e}")
-    broker_client_auth(config)
+    broker_client_authentication(config)
     broker_tls(config)
     if config.servicePortTls or config.webServicePortTls:
         server_tls_context(config)

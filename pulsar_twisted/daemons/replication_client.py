@@ -16,18 +16,11 @@ from twisted.internet import ssl
 from twisted.web.client import Agent, BrowserLikePolicyForHTTPS, FileBodyProducer, readBody
 from twisted.web.http_headers import Headers
 
-from pulsar_twisted.client.auth import from_plugin
+from pulsar_twisted.client.auth import broker_client_authentication
 from pulsar_twisted.client.client import Client
 from pulsar_twisted.client.http_lookup import AuthorizingAgent
-from pulsar_twisted.config import ConfigError
 
 
-def _authentication(config):
-    try:
-        return from_plugin(config.brokerClientAuthenticationPlugin,
-                           config.brokerClientAuthenticationParameters)
-    except ValueError as e:
-        raise ConfigError(f"brokerClientAuthenticationPlugin/Parameters: {e}")
 
 
 def use_replication_clients(broker, config, reactor) -> None:
@@ -39,7 +32,7 @@ def use_replication_clients(broker, config, reactor) -> None:
 def replication_client_factory(config, reactor):
     """``url -> Client`` for ``ReplicationClients``; ConfigError for credentials it cannot use
     (at start-up, not at the first replicated message)."""
-    authentication = _authentication(config)
+    authentication = broker_client_authentication(config)
     trust = config.brokerClientTrustCertsFilePath or None
 
     def make(url: str) -> Client:
@@ -63,7 +56,7 @@ class RemoteAdmin:
             policy = BrowserLikePolicyForHTTPS(trustRoot=trust)
         agent = (Agent(reactor, contextFactory=policy, connectTimeout=10) if policy is not None
                  else Agent(reactor, connectTimeout=10))
-        self.agent = AuthorizingAgent(agent, _authentication(config))
+        self.agent = AuthorizingAgent(agent, broker_client_authentication(config))
 
     async def put_json(self, url: str, body) -> tuple:
         """PUT ``body`` as JSON to ``url``: ``(status, response body)``."""

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Callable
 
-from twisted.internet import defer
+from twisted.internet import defer, task
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 from zope.interface import implementer
@@ -721,6 +721,10 @@ class LedgerHandle(_BaseHandle):
         self._maybe_finish_close()
 
     # -- ensemble change -------------------------------------------------------------------------
+    #: How long an ensemble change keeps trying a metadata store it cannot reach, and its first
+    #: wait (doubling to 2 s): BookKeeper's zkTimeout is 10 s.
+    METADATA_RETRY_SECONDS = 10.0
+    METADATA_RETRY_FIRST = 0.1
 
     def _maybe_start_change(self):
         # Once close() is writing the metadata no add is pending, and a change would only race it.
@@ -743,9 +747,19 @@ class LedgerHandle(_BaseHandle):
             ensemble[index] = env.placement.replace_bookie(ensemble, index, writable,
                                                            exclude=set(replacing.values()))
         metadata, version = self.metadata, self.metadata_version
+        clock = env.clock
+        give_up_at = clock.seconds() + self.METADATA_RETRY_SECONDS
+        delay = self.METADATA_RETRY_FIRST
+        reread = False
         while True:
-            candidate = metadata.with_ensemble(start, ensemble)
             try:
+                if reread:
+                    metadata, version = await env.manager.read(self.ledger_id)
+                    if metadata.state is not LedgerState.OPEN:
+                        raise LedgerFencedError(
+                            f"ledger {self.ledger_id} is {metadata.state.value} in the metadata")
+                    reread = False
+                candidate = metadata.with_ensemble(start, ensemble)
                 version = await env.manager.write(self.ledger_id, candidate, version)
                 return candidate, version, ensemble
             except NotFoundError:
@@ -754,10 +768,22 @@ class LedgerHandle(_BaseHandle):
             except BadVersionError:
                 # Only a recovering reader writes this ledger's metadata besides us: if it did, we
                 # are fenced; otherwise re-apply our segment to what is there now.
-                metadata, version = await env.manager.read(self.ledger_id)
-                if metadata.state is not LedgerState.OPEN:
-                    raise LedgerFencedError(
-                        f"ledger {self.ledger_id} is {metadata.state.value} in the metadata")
+                reread = True
+            except MetadataUnavailableError as e:
+                # The store is out of reach (ZooKeeper's ConnectionLoss, a session being
+                # re-established): tried again for a while, as BookKeeper's ZooKeeper client
+                # retries an operation on ConnectionLoss, instead of failing the writer (and
+                # the topic with it) at the first lost connection. The write may have been
+                # applied: the next attempt then meets BadVersion and re-reads, and the segment
+                # it re-applies starts at the same entry, so it replaces itself.
+                if (clock.seconds() + delay > give_up_at
+                        or self.state not in (WriterState.OPEN, WriterState.CLOSING)):
+                    raise
+                log.info("ledger {ledger}: ensemble change waits for the metadata store ({error}); "
+                         "trying again in {delay:.1f} s", ledger=self.ledger_id, error=e, delay=delay)
+                await task.deferLater(clock, delay, lambda: None)
+                delay = min(delay * 2, 2.0)
+                reread = True
 
     def _ensemble_changed(self, result, replacing):
         metadata, version, ensemble = result

@@ -19,7 +19,7 @@ from twisted.internet import defer, protocol
 from twisted.internet.endpoints import HostnameEndpoint, wrapClientTLS
 from twisted.logger import Logger
 
-from pulsar_twisted.client.auth import from_plugin
+from pulsar_twisted.client.auth import broker_client_authentication
 from pulsar_twisted.common import errors
 from pulsar_twisted.common.naming import parse_topic
 from pulsar_twisted.config import ConfigError
@@ -30,14 +30,6 @@ from pulsar_twisted.proxy.targets import AllowedTargets
 from pulsar_twisted.security.auth import AuthenticationService, Credentials
 from pulsar_twisted.security.endpoints import peer_certificate_of
 from pulsar_twisted.security.tls import ClientTLS
-
-def broker_client_auth(config):
-    """The proxy's credentials towards brokers (a client auth plugin), or None; ConfigError."""
-    try:
-        return from_plugin(config.brokerClientAuthenticationPlugin,
-                           config.brokerClientAuthenticationParameters)
-    except ValueError as e:
-        raise ConfigError(f"brokerClientAuthenticationPlugin/Parameters: {e}")
 
 
 def broker_tls(config):
@@ -69,7 +61,7 @@ class ProxyService:
         self.authz = authz
         self.refresh_seconds = max(1, config.authenticationRefreshCheckSeconds)
         self.forward_credentials = config.forwardAuthorizationCredentials
-        self.own_auth = broker_client_auth(config)
+        self.own_auth = broker_client_authentication(config)
         self.tls_options = broker_tls(config)
         self.tls = self.tls_options is not None
         self.discovery = discovery

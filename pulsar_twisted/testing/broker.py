@@ -4,6 +4,8 @@ the embedded metadata store in memory and a managed-ledger factory, all on one `
 with clients driving real ``ServerConnection`` protocols through ``StringTransport``.
 """
 
+import json
+
 from twisted.internet import defer, task
 from twisted.internet.address import IPv4Address
 from twisted.internet.testing import StringTransport
@@ -97,6 +99,18 @@ class BrokerHarness:
         client = FakeClient(self, next(self._ports))
         client.connect()
         return client
+
+    def write_policies(self, namespace: str = "public/default", **fields) -> None:
+        """Change the stored Policies of ``namespace`` behind the admin API's back (as another
+        broker's write would), then run what the change sets off."""
+        path = f"/admin/policies/{namespace}"
+        result = []
+        self.store.get(path).addBoth(result.append)
+        data, stat = result[0]
+        policies = json.loads(data)
+        policies.update(fields)
+        self.store.put(path, json.dumps(policies).encode(), expected_version=stat.version)
+        self.pump()
 
     def pump(self, rounds: int = 50) -> None:
         """Run everything due now (callLater(0) chains), without moving time forward."""

@@ -4,7 +4,6 @@ application at load and to live topics at once (admin API and metadata-store wat
 retention, deduplication, inactive topic deletion and subscription expiration.
 """
 
-import json
 
 from twisted.internet import defer
 from twisted.trial import unittest
@@ -23,7 +22,6 @@ from pulsar_twisted.wire import frames
 T = api.BaseCommand
 Sub = api.CommandSubscribe
 TOPIC = "persistent://public/default/t"
-NS_PATH = "/admin/policies/public/default"
 
 
 def message(seq: int, publish_time: int, size: int = 10) -> bytes:
@@ -55,13 +53,7 @@ class PolicyCase(unittest.TestCase):
         self.harness.pump()
 
     def write_policies(self, **fields):
-        """Change the stored Policies behind the admin API's back (another broker's write)."""
-        data, stat = self.successResultOf(self.harness.store.get(NS_PATH))
-        policies = json.loads(data)
-        policies.update(fields)
-        self.successResultOf(self.harness.store.put(NS_PATH, json.dumps(policies).encode(),
-                                                    expected_version=stat.version))
-        self.harness.pump()
+        self.harness.write_policies(**fields)
 
     def producer(self, client=None, topic=TOPIC):
         """(client, producer_id, reply command) for a new producer."""

@@ -6,7 +6,6 @@ its metadata kept but for ``replicated_from``; receipts delete the entries from 
 failures send them again, and the receiving side deduplicates by the original producer.
 """
 
-import json
 
 from twisted.internet import defer
 from twisted.trial import unittest
@@ -19,7 +18,6 @@ from pulsar_twisted.wire import frames
 
 T = api.BaseCommand
 TOPIC = "persistent://public/default/t"
-NS_PATH = "/admin/policies/public/default"
 
 
 class FakeProducer:
@@ -102,12 +100,7 @@ class ReplicationCase(unittest.TestCase):
         return self.remotes["pulsar://west:6650"]
 
     def write_policies(self, **fields):
-        data, stat = self.successResultOf(self.harness.store.get(NS_PATH))
-        policies = json.loads(data)
-        policies.update(fields)
-        self.successResultOf(self.harness.store.put(NS_PATH, json.dumps(policies).encode(),
-                                                    expected_version=stat.version))
-        self.harness.pump()
+        self.harness.write_policies(**fields)
 
     def producer(self, topic=TOPIC, name=None):
         client = self.harness.client()
@@ -292,6 +285,32 @@ class ReplicatorTests(ReplicationCase):
         self.harness.pump()
         self.assertEqual([p for _, p, _, _ in remote.producers[0].sent], [b"new"])
 
+    def test_an_inactive_topic_is_kept_until_replicated(self):
+        self.harness.pump()
+        remote = self.remotes["pulsar://west:6650"] = FakeRemoteClient("pulsar://west:6650")
+        remote.refuse = Exception("connection refused")
+        self.broker.replication_clients.client_factory = lambda url: remote
+        self.write_policies(replication_clusters=["east", "west"],
+                            inactive_topic_policies={"deleteWhileInactive": True,
+                                                     "maxInactiveDurationSeconds": 1,
+                                                     "inactiveTopicDeleteMode": "delete_when_no_subscriptions"})
+        client, pid = self.producer()
+        self.publish(client, pid, b"not yet copied")
+        client.close()
+        for _ in range(3):
+            self.successResultOf(self.broker.policies.check_inactive_topics())
+            self.clock.advance(2)
+        self.assertIn(TOPIC, self.broker.topics)
+        remote.refuse = None
+        self.clock.advance(60)
+        self.harness.pump()
+        remote.producers[0].ack_all()
+        self.harness.pump()
+        for _ in range(3):
+            self.successResultOf(self.broker.policies.check_inactive_topics())
+            self.clock.advance(2)
+        self.assertNotIn(TOPIC, self.broker.topics)
+
     def test_stats(self):
         self.write_policies(replication_clusters=["east", "west"])
         client, pid = self.producer()
@@ -303,6 +322,38 @@ class ReplicatorTests(ReplicationCase):
         self.assertEqual(set(stats), {"msgRateOut", "msgThroughputOut", "msgRateExpired",
                                       "replicationBacklog", "connected", "replicationDelayInSeconds",
                                       "outboundConnection", "outboundConnectedSince"})
+
+
+class NonPersistentTests(ReplicationCase):
+    """Non-persistent topics replicate what is published while the producer is there, as
+    Pulsar's NonPersistentReplicator; the rest is dropped and counted."""
+
+    NP = "non-persistent://public/default/np"
+
+    def test_sent_while_connected_dropped_otherwise(self):
+        self.harness.pump()
+        remote = self.remotes["pulsar://west:6650"] = FakeRemoteClient("pulsar://west:6650")
+        remote.refuse = Exception("connection refused")
+        self.broker.replication_clients.client_factory = lambda url: remote
+        self.write_policies(replication_clusters=["east", "west"])
+        client, pid = self.producer(self.NP)
+        topic = self.topic(self.NP)
+        self.publish(client, pid, b"while away")
+        replicator = topic.replicators["west"]
+        self.assertEqual((replicator.msg_out, replicator.msg_expired), (0, 1))
+        remote.refuse = None
+        self.clock.advance(0.1)
+        self.harness.pump()
+        self.publish(client, pid, b"connected")
+        self.publish(client, pid, b"back", replicated_from="west")
+        [producer] = remote.producers
+        self.assertEqual([(m.replicated_from, p) for m, p, _, _ in producer.sent],
+                         [("east", b"connected")])
+        producer.ack_all()
+        self.assertEqual(replicator.msg_out, 1)
+        self.write_policies(replication_clusters=["east"])
+        self.assertEqual(dict(topic.replicators), {})
+        self.assertTrue(producer.closed)
 
 
 class ReceivingSideTests(ReplicationCase):

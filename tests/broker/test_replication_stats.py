@@ -9,8 +9,9 @@ from twisted.trial.unittest import SynchronousTestCase
 
 from pulsar_twisted.broker import replication_stats
 from pulsar_twisted.broker.admin import stats as admin_stats
+from pulsar_twisted.broker.replication import source_cluster
 from pulsar_twisted.broker.replication_stats import (
-    add_replication, empty_replicator_stats, replication, source_cluster_of, split_publishers,
+    add_replication, empty_replicator_stats, replication, split_publishers,
     topic_replication)
 from tests.broker.test_stats_truth import PERIOD, StatsCase
 
@@ -40,11 +41,11 @@ class FakeReplicator:
 class NamesTests(SynchronousTestCase):
     def test_source_cluster_of_replication_producer(self):
         """The source cluster is the text between pulsar.repl. and -->; others are not remote."""
-        self.assertEqual(source_cluster_of("pulsar.repl.us-east-->eu-west"), "us-east")
-        self.assertEqual(source_cluster_of("pulsar.repl.dc.1-->dc.2"), "dc.1")
-        self.assertEqual(source_cluster_of("pulsar.repl.us-east"), "us-east")
+        self.assertEqual(source_cluster("pulsar.repl.us-east-->eu-west"), "us-east")
+        self.assertEqual(source_cluster("pulsar.repl.dc.1-->dc.2"), "dc.1")
+        self.assertEqual(source_cluster("pulsar.repl.us-east"), "us-east")
         for name in ("standalone-0-1", "pulsar.replicator", "", None):
-            self.assertIsNone(source_cluster_of(name))
+            self.assertIsNone(source_cluster(name))
 
     def test_split_publishers(self):
         """Local publishers keep their order; replication ones are keyed by source cluster."""

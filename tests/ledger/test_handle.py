@@ -2,7 +2,7 @@
 
 import random
 
-from twisted.internet import task
+from twisted.internet import defer, task
 from twisted.trial import unittest
 from zope.interface.verify import verifyObject
 
@@ -474,19 +474,48 @@ class ErrorWhileChangingTests(LedgerHarness, unittest.TestCase):
         self.assertEqual((stored.state, stored.last_entry_id), (LedgerState.CLOSED, 0))
         self.assertTrue(handle.closed)
 
-    def test_ensemble_change_cut_off_from_the_store_logs_no_traceback(self):
-        """An ensemble change whose metadata write finds the store unreachable (ZooKeeper
+    def test_ensemble_change_cut_off_from_the_store_for_good_logs_no_traceback(self):
+        """An ensemble change whose metadata writes find the store unreachable (ZooKeeper
         ConnectionLoss, an expired session: what a broker stopped past its session timeout sees on
-        waking, chaos seed 75) fails the writer as before, with one warning line, not a logged
-        failure with its traceback (the chaos checker counts those as daemon tracebacks)."""
+        waking, chaos seed 75) for longer than METADATA_RETRY_SECONDS fails the writer, with one
+        warning line, not a logged failure with its traceback (the chaos checker counts those as
+        daemon tracebacks)."""
         from pulsar_twisted.metadata.interfaces import MetadataUnavailableError
         handle, add, puts, real_put = self.ensemble_change_held()
         self.assertNoResult(add)
-        self.patch(self.store, "put", real_put)
+        self.patch(self.store, "put", lambda *a, **kw: defer.fail(
+            MetadataUnavailableError("zookeeper: ConnectionLoss: ")))
         puts[1].errback(MetadataUnavailableError("zookeeper: ConnectionLoss: "))
+        self.assertNoResult(add)
+        self.clock.pump([0.5] * 30)
         self.failureResultOf(add, MetadataUnavailableError)
         self.assertEqual(handle.state, WriterState.ERRORED)
         self.assertEqual(self.flushLoggedErrors(), [])
+
+    def test_ensemble_change_waits_out_a_lost_connection(self):
+        """A ConnectionLoss that heals within METADATA_RETRY_SECONDS: the change is written after
+        it and the add completes (BookKeeper's ZooKeeper client retries the same way); a write
+        that was applied before the connection dropped is found (BadVersion) and not doubled."""
+        from pulsar_twisted.metadata.interfaces import MetadataUnavailableError
+        handle, add, puts, real_put = self.ensemble_change_held()
+        lost = [True]
+
+        def put_applied_then_lost(*a, **kw):
+            d = real_put(*a, **kw)
+            if lost[0]:
+                lost[0] = False
+                return d.addCallback(lambda _: defer.fail(
+                    MetadataUnavailableError("zookeeper: ConnectionLoss: ")))
+            return d
+
+        self.patch(self.store, "put", put_applied_then_lost)
+        puts[1].errback(MetadataUnavailableError("zookeeper: ConnectionLoss: "))
+        self.assertNoResult(add)
+        self.clock.pump([0.1, 0.2, 0.4])
+        self.assertEqual(self.successResultOf(add), 1)
+        self.assertEqual(handle.state, WriterState.OPEN)
+        stored = self.stored_metadata(handle.ledger_id)
+        self.assertEqual([first for first, _ in stored.ensembles], [0, 1])
 
 
 class RandomFailureTests(LedgerHarness, unittest.TestCase):

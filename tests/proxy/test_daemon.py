@@ -12,7 +12,7 @@ from pulsar_twisted.daemons.proxy import ProxyDaemon, check_proxy
 from pulsar_twisted.metadata.embedded.store import EmbeddedMetadataStore
 from pulsar_twisted.metadata.layout import broker_path
 from pulsar_twisted.proxy.brokers import NoBrokerAvailable, RegisteredBrokers, StaticBrokers
-from pulsar_twisted.proxy.service import broker_client_auth
+from pulsar_twisted.client.auth import broker_client_authentication as broker_client_auth
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
