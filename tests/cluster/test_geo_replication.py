@@ -194,6 +194,27 @@ class GeoReplicationTests(_GeoCase):
             consumer.acknowledge(message)
         self.assertEqual(got, sent)
 
+    def test_non_persistent_topic_crosses(self):
+        """A message published on a non-persistent topic on east, once east's replicator is
+        connected, reaches a consumer on west (non-persistent: nothing is kept for later, so
+        the sends repeat until one arrives)."""
+        topic = self.topic.replace("persistent://", "non-persistent://", 1)
+        consumer = self.client(self.west).subscribe(topic, "live")
+        producer = self.client(self.east).create_producer(topic, batching_enabled=False)
+        deadline = time.monotonic() + WAIT
+        sent = []
+        while time.monotonic() < deadline:
+            sent.append(b"np-%d" % len(sent))
+            producer.send(sent[-1])
+            try:
+                message = consumer.receive(timeout_millis=500)
+            except pulsar.Timeout:
+                continue
+            self.assertIn(message.data(), sent)
+            return
+        self.fail(f"none of {len(sent)} non-persistent messages reached west\n"
+                  f"{self.east.log_tail(20)}")
+
 
 class ReplicationStartsAtTheEndTests(_GeoCase):
     """The namespace is made replicated only after a message was published."""
