@@ -37,9 +37,11 @@ class _GeoCase(SynchronousTestCase):
         skip = "the official pulsar-client package is not installed"
 
     replicated = True
+    #: Settings of both standalones beyond ``GeoPair``'s.
+    site_config = {}
 
     def setUp(self):
-        self.pair = GeoPair(("east", "west"))
+        self.pair = GeoPair(("east", "west"), config=self.site_config)
         self.addCleanup(self.pair.cleanup)
         self.pair.start()
         self.pair.register(TENANT, NAMESPACE, replicated=self.replicated)
@@ -229,3 +231,33 @@ class ReplicationStartsAtTheEndTests(_GeoCase):
         self.produce(self.east, b"after-replication")
         held = [m.data() for m in self.read_all(self.west, until=b"after-replication")]
         self.assertEqual(held, [b"after-replication"])
+
+
+class ChunkedReplicationTests(_GeoCase):
+    """Brokers taking messages of at most 100 kB, so that a 350 kB message goes in 4 chunks."""
+
+    site_config = {"maxMessageSize": 102400}
+
+    def test_chunked_message_crosses(self):
+        """A chunked message produced on east is consumed whole on west, before the message
+        sent after it (each chunk is an entry with the message's producer name and sequence id:
+        the receiving broker must keep every chunk, not drop the second as a duplicate)."""
+        consumer = self.client(self.west).subscribe(
+            self.topic, "audit", initial_position=pulsar.InitialPosition.Earliest)
+        producer = self.client(self.east).create_producer(self.topic, chunking_enabled=True,
+                                                          batching_enabled=False)
+        big = bytes(range(256)) * 1367            # 349,952 bytes
+        producer.send(big)
+        producer.send(b"after")
+        received = []
+        deadline = time.monotonic() + WAIT
+        while len(received) < 2 and time.monotonic() < deadline:
+            try:
+                message = consumer.receive(timeout_millis=500)
+            except pulsar.Timeout:
+                continue
+            received.append(message.data())
+            consumer.acknowledge(message)
+        self.assertEqual([len(m) for m in received], [len(big), len(b"after")])
+        self.assertEqual(received[0], big)
+
