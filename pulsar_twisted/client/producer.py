@@ -450,8 +450,12 @@ class Producer(ConnectionHandler):
         message = _Message(payload, None, None, None, None, sequence_id, None)
         self._pending_count += 1
         part = encode_message(metadata, payload)
+        # A chunk says so in its SEND, as the original producer's did: the receiving broker
+        # deduplicates a chunk other than the last apart from whole messages (all the chunks of
+        # a message carry its sequence id), and would drop the second as a duplicate otherwise.
+        chunk = {"is_chunk": True} if metadata.num_chunks_from_msg > 1 else {}
         cmd = command(T.SEND, "send", producer_id=self.producer_id, sequence_id=sequence_id,
-                      num_messages=max(1, num_messages))
+                      num_messages=max(1, num_messages), **chunk)
         op = _OpSend(sequence_id, sequence_id, encode_payload_command(cmd, part), [message],
                      self.clock.seconds(), False)
         self._pending.append(op)

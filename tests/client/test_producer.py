@@ -283,3 +283,23 @@ class ReplicationTargetTests(ProducerCase):
         self.assertEqual(
             [(m.partition_key, list(m.replicate_to)) for m in self.metadata_of_sends()],
             [("a", ["c2"]), ("b", ["c2"]), ("a", ["c3"])])
+
+
+class SendEntryTests(ProducerCase):
+    """``send_entry``: the geo-replicator's send of an entry made on another cluster."""
+
+    def test_chunks_are_marked_as_chunks(self):
+        """An entry holding a chunk of a chunked message goes in a SEND with is_chunk (as the
+        original producer's did), so that the receiving broker's deduplication keeps every
+        chunk of the message; a whole message's SEND has no is_chunk."""
+        producer = self.make()
+        for chunk_id in range(2):
+            metadata = api.MessageMetadata(producer_name="east-1-0", sequence_id=7, publish_time=1,
+                                           uuid="east-1-0-7", chunk_id=chunk_id,
+                                           num_chunks_from_msg=2, total_chunk_msg_size=6)
+            producer.send_entry(metadata, b"abc")
+        producer.send_entry(api.MessageMetadata(producer_name="east-1-0", sequence_id=8,
+                                                publish_time=1), b"whole")
+        sends = self.sends()
+        self.assertEqual([c.send.is_chunk for c, _ in sends], [True, True, False])
+        self.assertEqual([parse_metadata(p, verify=True).sequence_id for _, p in sends], [7, 7, 8])
