@@ -54,6 +54,9 @@ def parse(argv):
                    help="partitions of the partitioned topic (0: none; default 2)")
     p.add_argument("--partitioned-rate", type=float, default=30.0,
                    help="msg/s of each cluster's producers on it together (default 30)")
+    p.add_argument("--chunked-rate", type=float, default=2.0,
+                   help="msg/s of each cluster's producer of chunked 150 kB messages (0: none;\n"
+                        "default 2; the brokers take messages of at most 64 kB)")
     p.add_argument("--pause", type=float, nargs=2, default=(2.0, 9.0), metavar=("MIN", "MAX"),
                    help="seconds a pause-broker lasts (default 2 9; the client's operation\n"
                         "timeout is --operation-timeout)")
@@ -100,6 +103,7 @@ def main(argv=None) -> int:
     config = GeoChaosConfig(seed=args.seed, duration=args.duration, kinds=tuple(args.faults),
                             producers=args.producers, rate=args.rate, batched_rate=args.batched_rate,
                             partitions=args.partitions, partitioned_rate=args.partitioned_rate,
+                            chunked_rate=args.chunked_rate,
                             pause=tuple(args.pause), dedup=not args.no_dedup, operation_timeout=args.operation_timeout,
                             keep_logs=args.keep_logs, log=log)
     log(f"geo-replication chaos run: {' '.join(sys.argv)}")

@@ -5,15 +5,17 @@ official client publishing on both, seeded faults on either, then heal, drain, r
 clusters and check (``geo_checker``).
 
 Workload: on each cluster, ``producers`` unbatched producers (``{cluster}-p{i}``; odd ones keyed)
-on topic 0, one batched producer (``{cluster}-batched-p0``) on topic 1 and, with ``partitions``,
-two unbatched producers (``{cluster}-parted-p{i}``, one keyed) on a partitioned topic created
+on topic 0, one batched producer (``{cluster}-batched-p0``) on topic 1, with ``chunked_rate`` one
+producer of chunked messages (``{cluster}-chunked-p0``: ``chunk_size`` payloads through brokers
+taking ``max_message_size``) on topic 2 and, with ``partitions``, two unbatched producers
+(``{cluster}-parted-p{i}``, one keyed) on a partitioned topic created
 through east's admin API only (the broker creates it on the other cluster, as Pulsar's does; the
 harness waits for that and creates it there itself, noted in ``meta``, if it does not come).
 Each producer sends sequence-numbered payloads with ``send_async`` (sequence id = the payload's
 seq), each send and its callback recorded (``workload.Producers``). Every topic is made after
 the namespace is replicated, so the replicators' cursors (which start at the end of a topic)
-see every message. In the history, topics 0 and 1 are storage indexes 0 and 1, the partitions
-of the partitioned topic the indexes after them.
+see every message. In the history, topics 0, 1 and 2 are storage indexes 0, 1 and 2, the
+partitions of the partitioned topic the indexes after them.
 
 Faults (``GeoNemesis``, one at a time, a seeded schedule): ``kill-broker`` (a standalone killed
 -9, down 1-6 s, started again on its data and ports), ``pause-broker`` (SIGSTOP for ``pause``
@@ -94,6 +96,9 @@ class GeoChaosConfig:
     batched_rate: float = 40.0        # msg/s of a cluster's batched producer
     partitions: int = 2               # of the partitioned topic (0: none)
     partitioned_rate: float = 30.0    # msg/s of a cluster's producers on it together
+    chunked_rate: float = 2.0         # msg/s of a cluster's chunking producer (0: none)
+    chunk_size: int = 150_000         # its payloads' size, bytes
+    max_message_size: int = 65536     # the brokers' maxMessageSize (3 chunks a message)
     kinds: tuple = KINDS
     #: Deduplication on both namespaces (False: a control run in which every re-sent copy, the
     #: client's or a replicator's, shows as STORED TWICE).
@@ -116,11 +121,11 @@ def _topics(config: GeoChaosConfig) -> tuple:
     """(storage index -> topic or partition name, the partitioned topic's name or None)."""
     run = uuid.uuid4().hex[:6]
     base = f"persistent://{config.tenant}/{config.namespace}"
-    topics = {0: f"{base}/orders-{run}", 1: f"{base}/batched-{run}"}
+    topics = {0: f"{base}/orders-{run}", 1: f"{base}/batched-{run}", 2: f"{base}/chunked-{run}"}
     if not config.partitions:
         return topics, None
     parted = f"{base}/parted-{run}"
-    topics.update({2 + i: f"{parted}-partition-{i}" for i in range(config.partitions)})
+    topics.update({3 + i: f"{parted}-partition-{i}" for i in range(config.partitions)})
     return topics, parted
 
 
@@ -148,13 +153,16 @@ def _producers(config, pair, geo, parted, clients) -> list:
         client = make_client(site.service_url, os.path.join(site.directory, "client-producers.log"),
                              config.operation_timeout)
         clients.append(client)
-        plan = [(geo.topics[0], config.producers, config.rate, cluster, False),
-                (geo.topics[1], 1, config.batched_rate, f"{cluster}-batched", True)]
+        plan = [(geo.topics[0], config.producers, config.rate, cluster, {}),
+                (geo.topics[1], 1, config.batched_rate, f"{cluster}-batched", {"batching": True})]
+        if config.chunked_rate:
+            plan.append((geo.topics[2], 1, config.chunked_rate, f"{cluster}-chunked",
+                         {"chunking": True, "payload_size": config.chunk_size}))
         if parted is not None:
-            plan.append((parted, 2, config.partitioned_rate, f"{cluster}-parted", False))
-        for topic, count, rate, prefix, batching in plan:
+            plan.append((parted, 2, config.partitioned_rate, f"{cluster}-parted", {}))
+        for topic, count, rate, prefix, options in plan:
             group = Producers(client, topic, geo.sends, count=count, rate=rate, prefix=prefix,
-                              send_timeout_millis=config.send_timeout_ms, batching=batching)
+                              send_timeout_millis=config.send_timeout_ms, **options)
             geo.sources.update({name: cluster for name in group.names})
             groups.append(group)
     return groups
@@ -166,6 +174,7 @@ def run_geo(config: GeoChaosConfig) -> tuple:
     log = config.log
     pair = GeoPair(config.clusters, {"managedLedgerMaxEntriesPerLedger": config.max_entries_per_ledger,
                                      "managedLedgerMinLedgerRolloverTimeMinutes": 0,
+                                     "maxMessageSize": config.max_message_size,
                                      "brokerDeduplicationEnabled": str(config.dedup).lower()})
     topics, parted = _topics(config)
     geo = GeoHistory(config.clusters, topics=topics)
@@ -173,6 +182,7 @@ def run_geo(config: GeoChaosConfig) -> tuple:
     meta.update(seed=config.seed, duration=config.duration, kinds=list(config.kinds), dedup=config.dedup,
                 rate=config.rate, batched_rate=config.batched_rate, producers=config.producers,
                 partitions=config.partitions, partitioned_rate=config.partitioned_rate,
+                chunked_rate=config.chunked_rate, chunk_size=config.chunk_size,
                 topics=dict(geo.topics), directories={c: s.directory for c, s in pair.sites.items()})
     clients, groups, nemesis = [], [], None
     try:

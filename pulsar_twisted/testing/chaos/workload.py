@@ -55,11 +55,13 @@ class Producers:
     Odd-numbered producers send keyed messages (``{name}-k{seq % keys}``), even ones unkeyed
     (round-robin over the partitions). Each send is recorded before ``send_async``; its callback
     records acked (with the message id) or failed (with the result). ``batching`` turns the
-    client's batching on (its default delay and sizes)."""
+    client's batching on (its default delay and sizes), ``chunking`` its chunking (payloads over
+    the broker's maxMessageSize go in several entries)."""
 
     def __init__(self, client, topic: str, history: History, count: int = 7, rate: float = 280.0,
                  prefix: str = "chaos", keys: int = 3, payload_size: int = 100,
-                 send_timeout_millis: int = 30000, batching: bool = False):
+                 send_timeout_millis: int = 30000, batching: bool = False,
+                 chunking: bool = False):
         self.history = history
         self.rate = rate
         self.keys = keys
@@ -67,6 +69,7 @@ class Producers:
         self.names = [f"{prefix}-p{i}" for i in range(count)]
         self.producers = [
             client.create_producer(topic, producer_name=name, batching_enabled=batching,
+                                   chunking_enabled=chunking,
                                    send_timeout_millis=send_timeout_millis, block_if_queue_full=False,
                                    max_pending_messages=5000,
                                    max_pending_messages_across_partitions=50000)
