@@ -103,8 +103,8 @@ def main(argv=None) -> int:
     config = GeoChaosConfig(seed=args.seed, duration=args.duration, kinds=tuple(args.faults),
                             producers=args.producers, rate=args.rate, batched_rate=args.batched_rate,
                             partitions=args.partitions, partitioned_rate=args.partitioned_rate,
-                            chunked_rate=args.chunked_rate,
-                            pause=tuple(args.pause), dedup=not args.no_dedup, operation_timeout=args.operation_timeout,
+                            chunked_rate=args.chunked_rate, pause=tuple(args.pause),
+                            dedup=not args.no_dedup, operation_timeout=args.operation_timeout,
                             keep_logs=args.keep_logs, log=log)
     log(f"geo-replication chaos run: {' '.join(sys.argv)}")
     try:

@@ -3,9 +3,9 @@ The geo-replication chaos harness (``pulsar_twisted.testing.chaos.geo``).
 
 ``GeoCheckerTests``: the checker on hand-made histories, no processes. ``ShortGeoChaosRunTests``:
 one seeded run of 35 s of faults on two real standalones with the official client (about 50 s
-with start-up, settling, draining and reading back; its figures are printed); it fails while either cluster loses,
-duplicates or reorders a message, locally or in replication, and when some direction replicated
-nothing at all (a harness that replicates nothing must not pass).
+with start-up, settling, draining and reading back; its figures are printed); it fails while
+either cluster loses, duplicates or reorders a message, locally or in replication, and when some
+direction replicated nothing at all (a harness that replicates nothing must not pass).
 """
 
 from twisted.trial.unittest import SynchronousTestCase

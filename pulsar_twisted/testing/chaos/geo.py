@@ -172,14 +172,16 @@ def run_geo(config: GeoChaosConfig) -> tuple:
     """(GeoHistory, GeoVerdict) of one run; StandaloneError or an admin error if the clusters
     could not be set up."""
     log = config.log
-    pair = GeoPair(config.clusters, {"managedLedgerMaxEntriesPerLedger": config.max_entries_per_ledger,
-                                     "managedLedgerMinLedgerRolloverTimeMinutes": 0,
-                                     "maxMessageSize": config.max_message_size,
-                                     "brokerDeduplicationEnabled": str(config.dedup).lower()})
+    pair = GeoPair(config.clusters, {
+        "managedLedgerMaxEntriesPerLedger": config.max_entries_per_ledger,
+        "managedLedgerMinLedgerRolloverTimeMinutes": 0,
+        "maxMessageSize": config.max_message_size,
+        "brokerDeduplicationEnabled": str(config.dedup).lower()})
     topics, parted = _topics(config)
     geo = GeoHistory(config.clusters, topics=topics)
     meta = geo.sends.meta
-    meta.update(seed=config.seed, duration=config.duration, kinds=list(config.kinds), dedup=config.dedup,
+    meta.update(seed=config.seed, duration=config.duration, kinds=list(config.kinds),
+                dedup=config.dedup,
                 rate=config.rate, batched_rate=config.batched_rate, producers=config.producers,
                 partitions=config.partitions, partitioned_rate=config.partitioned_rate,
                 chunked_rate=config.chunked_rate, chunk_size=config.chunk_size,

@@ -88,7 +88,8 @@ def local_view(geo: GeoHistory, cluster: str) -> History:
     view = History(partitions=len(geo.topics), meta={"healed_at": geo.sends.meta.get("healed_at")})
     view.sends = {k: s for k, s in geo.sends.sends.items() if geo.sources.get(s.producer) == cluster}
     view.storage = _storage_of(held, lambda p: geo.sources.get(p) == cluster)
-    unknown = sum(1 for entries in held.storage.values() for e in entries if e.producer not in geo.sources)
+    unknown = sum(1 for entries in held.storage.values() for e in entries
+                  if e.producer not in geo.sources)
     view.unreadable = dict(held.unreadable)
     view.undecodable = held.undecodable + unknown
     return view
