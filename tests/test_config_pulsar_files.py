@@ -89,7 +89,10 @@ class PulsarFilesStartTests(unittest.SynchronousTestCase):
         self.assertEqual((config.brokerServicePortTls, config.superUserRoles), (6651, ["admin", "proxy"]))
         self.assertIsNotNone(server_tls_context(config))
         AuthenticationService(config, Clock())
-        self.assertIn("brokerClientTlsEnabled", config.unimplemented_keys())
+        # The geo-replicators' keys (broker/replication.py) are read, not merely tolerated.
+        self.assertTrue(config.brokerClientTlsEnabled)
+        self.assertEqual(config.brokerClientTrustCertsFilePath, pki.ca_cert)
+        self.assertNotIn("brokerClientTlsEnabled", config.unimplemented_keys())
 
     def test_empty_value_is_the_default(self):
         """``key=`` (how Pulsar's files leave most keys) means the default, as in Pulsar."""
