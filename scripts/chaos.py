@@ -6,14 +6,17 @@ Jepsen-style chaos run against a real cluster (issue 11): see pulsar_twisted/tes
     python scripts/chaos.py --seed 2 --quorum 2/2/2 --json /tmp/run2.json
     python scripts/chaos.py --check /tmp/run2.history.json      # check a saved history again
     python scripts/chaos.py --proxy --seed 4 --faults kill-proxy,kill-broker   # clients via a proxy
+    python scripts/chaos.py --replicate --seed 5 --faults kill-broker,pause-broker,kill-remote
+                                   # geo-replicated to a standalone, the remote copy checked too
 
 ZooKeeper: --zk HOST:PORT, else $PULSAR_TEST_ZK, else one started with scripts/zookeeper.sh (of
 the run's own when a ZooKeeper fault is asked for, the only case the nemesis may kill or pause it):
 
     python scripts/chaos.py --seed 3 --faults kill-zookeeper,pause-zookeeper,kill-bookie,pause-broker
 
-Prints the figures; exit status 0 only if nothing acknowledged was lost and no violation was seen,
-1 on violations, 2 if the run itself could not be made. Every process the run started is killed on
+Prints the figures (with --replicate, the remote copy's beside them); exit status 0 only if nothing
+acknowledged was lost and no violation was seen (on the cluster nor, with --replicate, on the
+remote), 1 on violations, 2 if the run itself could not be made. Every process the run started is killed on
 the way out, Ctrl-C and SIGTERM included.
 """
 
@@ -29,7 +32,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from pulsar_twisted.testing.chaos import checker  # noqa: E402
 from pulsar_twisted.testing.chaos.history import History  # noqa: E402
 from pulsar_twisted.testing.chaos.nemesis import (  # noqa: E402
-    BUNDLE_KINDS, DISK_KINDS, KINDS, PARTITION_KINDS, PROXY_KINDS, ZK_KINDS)
+    BUNDLE_KINDS, DISK_KINDS, KINDS, PARTITION_KINDS, PROXY_KINDS, REMOTE_KINDS, ZK_KINDS)
 
 
 def _quorum(text: str) -> tuple:
@@ -41,7 +44,8 @@ def _quorum(text: str) -> tuple:
 
 def _kinds(text: str) -> tuple:
     kinds = tuple(k for k in text.split(",") if k)
-    known = KINDS + PARTITION_KINDS + DISK_KINDS + BUNDLE_KINDS + ZK_KINDS + PROXY_KINDS
+    known = (KINDS + PARTITION_KINDS + DISK_KINDS + BUNDLE_KINDS + ZK_KINDS + PROXY_KINDS
+             + REMOTE_KINDS)
     unknown = set(kinds) - set(known)
     if unknown:
         raise argparse.ArgumentTypeError(f"unknown faults {sorted(unknown)}; known: {', '.join(known)}")
@@ -67,10 +71,19 @@ def parse(argv):
                         "pause-zookeeper (SIGSTOP past the session timeout: every session expires at once)\n"
                         "act on a ZooKeeper the run starts for itself, and are dropped with --zk or\n"
                         "$PULSAR_TEST_ZK); the optional kill-proxy (kill -9, down 1-6 s, started\n"
-                        "again on its port) needs --proxy and is dropped without it)")
+                        "again on its port) needs --proxy and is dropped without it; the optional\n"
+                        "kill-remote and pause-remote act on the --replicate standalone and are\n"
+                        "dropped without it)")
     p.add_argument("--proxy", action="store_true",
                    help="run a Pulsar proxy (brokers discovered from the metadata store) and\n"
                         "connect every producer, consumer and reader through it")
+    p.add_argument("--replicate", action="store_true",
+                   help="geo-replicate the namespace to a standalone of the run's own (cluster\n"
+                        "'remote'), set up before the workload; after the cluster's read-back,\n"
+                        "wait for the replicators' backlogs to be 0 and check the remote's copy:\n"
+                        "every message acked on the cluster there, once, in order per producer")
+    p.add_argument("--replication-timeout", type=float, default=90.0,
+                   help="seconds to wait for the replicators' backlogs to reach 0 (default 90)")
     p.add_argument("--max-entries-per-ledger", type=int, default=100,
                    help="managedLedgerMaxEntriesPerLedger of the brokers (default 100: every partition "
                         "switches ledgers about once a second, under the faults)")
@@ -89,7 +102,7 @@ def table(paths) -> str:
     """One line per run: seed, quorum, faults and the verdict's figures."""
     head = (f"{'seed':>4} {'E/Qw/Qa':>7} {'faults':>6} {'sent':>6} {'acked':>6} {'-1:-1':>5} "
             f"{'failed':>6} {'unansw':>6} {'lost':>5} {'twice':>5} {'st-ord':>6} {'c-ord':>5} "
-            f"{'undeliv':>7} {'slow':>5}  file")
+            f"{'undeliv':>7} {'slow':>5} {'r-lost':>6} {'r-twice':>7} {'r-ord':>5} {'r-unrep':>7}  file")
     lines = [head]
     for path in paths:
         with open(path) as f:
@@ -97,12 +110,16 @@ def table(paths) -> str:
         if "verdict" not in data:
             continue                      # a --history file, not a verdict
         meta, v = data["meta"], data["verdict"]
+        r = (data.get("replication") or {}).get("verdict")
+        remote = (f"{r['lost']:>6} {r['stored_twice']:>7} {r['storage_order_violations']:>5} "
+                  f"{data['replication']['unreplicated']:>7}" if r else f"{'-':>6} {'-':>7} "
+                  f"{'-':>5} {'-':>7}")
         lines.append(
             f"{meta['seed']:>4} {'/'.join(map(str, meta['quorum'])):>7} {len(data['faults']):>6} "
             f"{v['sent']:>6} {v['acked']:>6} {v['duplicate_receipts']:>5} {v['failed']:>6} "
             f"{v['unanswered']:>6} {v['lost']:>5} {v['stored_twice']:>5} "
             f"{v['storage_order_violations']:>6} {sum(v['consumer_order_violations'].values()):>5} "
-            f"{sum(v['undelivered'].values()):>7} {v.get('slow_after_heal', 0):>5}  "
+            f"{sum(v['undelivered'].values()):>7} {v.get('slow_after_heal', 0):>5} {remote}  "
             f"{os.path.basename(path)}")
     return "\n".join(lines)
 
@@ -134,6 +151,7 @@ def main(argv=None) -> int:
                          brokers=args.brokers, bookies=args.bookies, producers=args.producers,
                          rate=args.rate, kinds=kinds, zk_hosts=args.zk, keep_logs=args.keep_logs,
                          max_entries_per_ledger=args.max_entries_per_ledger, proxy=args.proxy,
+                         replicate=args.replicate, replication_timeout=args.replication_timeout,
                          log=log)
     log(f"chaos run: {' '.join(sys.argv)}")
     try:
@@ -149,13 +167,18 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"meta": history.meta, "verdict": verdict.to_json(),
+                       "replication": history.meta.get("replication"),
                        "faults": [f.__dict__ for f in history.faults]}, f, indent=1, default=str)
     print(f"faults: " + "; ".join(f"{f.kind} {f.target}{' (' + f.note.strip() + ')' if f.note else ''}"
                                   for f in history.faults))
     print(f"daemon tracebacks: {history.meta.get('tracebacks') or 'none'}; nemesis errors: "
           f"{len(history.meta.get('nemesis_errors', []))}")
     print(checker.format_verdict(verdict))
-    return 0 if verdict.ok else 1
+    replication = history.meta.get("replication")
+    if replication is not None:
+        from pulsar_twisted.testing.chaos.replica import format_replication
+        print(format_replication(replication))
+    return 0 if verdict.ok and (replication is None or replication["ok"]) else 1
 
 
 if __name__ == "__main__":

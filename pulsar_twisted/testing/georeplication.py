@@ -71,17 +71,9 @@ class GeoPair:
     # ------------------------------------------------------------------ set-up
     def register_clusters(self) -> None:
         """Every site holds every cluster's data (its own updated, its peers' created)."""
-        for cluster in self.clusters:
-            admin = self.admin(cluster)
-            for named, site in self.sites.items():
-                data = {"serviceUrl": site.web_service_url, "brokerServiceUrl": site.service_url}
-                path = f"/admin/v2/clusters/{named}"
-                try:
-                    admin.put(path, data)
-                except HttpError as e:
-                    if e.status != 409:   # already there (a standalone registers its own)
-                        raise
-                    admin.post(path, data)
+        register_cluster_data({c: self.admin(c) for c in self.clusters},
+                              {c: cluster_data(s.web_service_url, s.service_url)
+                               for c, s in self.sites.items()})
 
     def register(self, tenant: str, namespace: str, replicated: bool = True,
                  dedup: bool = True) -> None:
@@ -90,58 +82,33 @@ class GeoPair:
         self.register_clusters()
         for cluster in self.clusters:
             admin = self.admin(cluster)
-            admin.put(f"/admin/v2/tenants/{tenant}",
-                      {"adminRoles": [], "allowedClusters": list(self.clusters)})
+            allow_tenant(admin, tenant, self.clusters)
             admin.put(f"/admin/v2/namespaces/{tenant}/{namespace}", {})
-            path = f"/admin/v2/namespaces/{tenant}/{namespace}"
-            admin.post(f"{path}/deduplication", dedup)
-            admin.post(f"{path}/retention", {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1})
+            namespace_policies(admin, tenant, namespace, dedup)
         if replicated:
             self.set_clusters(tenant, namespace, self.clusters)
 
     def set_clusters(self, tenant: str, namespace: str, clusters) -> None:
         """``namespaces set-clusters`` on every site (each keeps its own policies)."""
         for cluster in self.clusters:
-            self.admin(cluster).post(f"/admin/v2/namespaces/{tenant}/{namespace}/replication",
-                                     list(clusters))
+            set_replication_clusters(self.admin(cluster), tenant, namespace, clusters)
 
     # ------------------------------------------------------------------ observation
     def topic_stats(self, cluster: str, topic: str) -> dict:
-        """The topic's stats on ``cluster`` (``topic``: ``persistent://t/ns/name``); {} when the
-        site does not answer or has no such topic."""
-        path = "/admin/v2/persistent/" + topic.split("://", 1)[1] + "/stats"
-        try:
-            return self.admin(cluster, timeout=10).get(path) or {}
-        except (CommandError, OSError):
-            return {}
+        """``topic_stats`` on ``cluster``'s site."""
+        return topic_stats(self.admin(cluster, timeout=10), topic)
 
     def internal_stats(self, cluster: str, topic: str) -> dict:
-        """The topic's internal stats on ``cluster``; {} when unknown."""
-        path = "/admin/v2/persistent/" + topic.split("://", 1)[1] + "/internalStats"
-        try:
-            return self.admin(cluster, timeout=10).get(path) or {}
-        except (CommandError, OSError):
-            return {}
+        """``internal_stats`` on ``cluster``'s site."""
+        return internal_stats(self.admin(cluster, timeout=10), topic)
 
     def entries(self, cluster: str, topic: str):
         """The topic's ``numberOfEntries`` on ``cluster`` (internal stats), None if unknown."""
         return self.internal_stats(cluster, topic).get("numberOfEntries")
 
     def replication_backlog(self, cluster: str, topic: str, remote: str):
-        """``replication.<remote>.replicationBacklog`` of the topic on ``cluster``; when the
-        stats have no such entry, 0 or 1 from the internal stats (whether the replicator's cursor
-        ``pulsar.repl.<remote>`` has deleted up to the last confirmed entry); None when neither
-        says (no replicator there, or a broker without geo-replication)."""
-        stats = self.topic_stats(cluster, topic).get("replication") or {}
-        backlog = (stats.get(remote) or {}).get("replicationBacklog")
-        if backlog is not None:
-            return backlog
-        internal = self.internal_stats(cluster, topic)
-        cursor = (internal.get("cursors") or {}).get(f"pulsar.repl.{remote}")
-        if cursor is None or not internal.get("lastConfirmedEntry"):
-            return None
-        return 0 if (_position(cursor["markDeletePosition"])
-                     >= _position(internal["lastConfirmedEntry"])) else 1
+        """``replication_backlog`` of the topic on ``cluster``'s site."""
+        return replication_backlog(self.admin(cluster, timeout=10), topic, remote)
 
     def wait_drained(self, topics, timeout: float, stable: float = 5.0) -> str:
         """Wait until every topic's replicators on every site report a backlog of 0
@@ -165,6 +132,93 @@ class GeoPair:
                 return "stable (no replication stats)"
             time.sleep(0.5)
         return f"timed out: backlogs {figures}, entries {last}"
+
+
+# ---------------------------------------------------------------------- shared set-up steps
+# What a Pulsar operator does for geo-replication, one admin client (``AdminClient``) per
+# cluster; used by ``GeoPair`` and by the chaos runner's ``--replicate`` (a cluster of brokers
+# replicating to a standalone).
+
+def cluster_data(service_url: str, broker_service_url: str) -> dict:
+    """A cluster's data as ``PUT /admin/v2/clusters/<name>`` takes it."""
+    return {"serviceUrl": service_url, "brokerServiceUrl": broker_service_url}
+
+
+def register_cluster_data(admins: dict, data: dict) -> None:
+    """Every cluster of ``admins`` (name -> AdminClient) holds the data of every cluster of
+    ``data`` (name -> ``cluster_data``): created, or updated where it is already (409: a
+    standalone or ``initialize-cluster-metadata`` registers the cluster's own)."""
+    for admin in admins.values():
+        for named, body in data.items():
+            path = f"/admin/v2/clusters/{named}"
+            try:
+                admin.put(path, body)
+            except HttpError as e:
+                if e.status != 409:
+                    raise
+                admin.post(path, body)
+
+
+def allow_tenant(admin: AdminClient, tenant: str, clusters) -> None:
+    """``tenant`` exists on the admin's cluster and is allowed on ``clusters`` (created, or
+    updated when it exists already, as ``public`` does)."""
+    body = {"adminRoles": [], "allowedClusters": list(clusters)}
+    try:
+        admin.put(f"/admin/v2/tenants/{tenant}", body)
+    except HttpError as e:
+        if e.status != 409:
+            raise
+        admin.post(f"/admin/v2/tenants/{tenant}", body)
+
+
+def namespace_policies(admin: AdminClient, tenant: str, namespace: str, dedup: bool) -> None:
+    """Deduplication as asked and infinite retention (a read from the earliest position still
+    finds every replicated message) on the namespace."""
+    path = f"/admin/v2/namespaces/{tenant}/{namespace}"
+    admin.post(f"{path}/deduplication", dedup)
+    admin.post(f"{path}/retention", {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1})
+
+
+def set_replication_clusters(admin: AdminClient, tenant: str, namespace: str, clusters) -> None:
+    """``namespaces set-clusters`` on the admin's cluster."""
+    admin.post(f"/admin/v2/namespaces/{tenant}/{namespace}/replication", list(clusters))
+
+
+def topic_stats(admin: AdminClient, topic: str) -> dict:
+    """The topic's stats (``topic``: ``persistent://t/ns/name``); {} when the cluster does not
+    answer or has no such topic. A broker that does not own the topic redirects to its owner,
+    which ``AdminClient`` follows."""
+    path = "/admin/v2/persistent/" + topic.split("://", 1)[1] + "/stats"
+    try:
+        return admin.get(path) or {}
+    except (CommandError, OSError):
+        return {}
+
+
+def internal_stats(admin: AdminClient, topic: str) -> dict:
+    """The topic's internal stats; {} when unknown."""
+    path = "/admin/v2/persistent/" + topic.split("://", 1)[1] + "/internalStats"
+    try:
+        return admin.get(path) or {}
+    except (CommandError, OSError):
+        return {}
+
+
+def replication_backlog(admin: AdminClient, topic: str, remote: str):
+    """``replication.<remote>.replicationBacklog`` of the topic; when the stats have no such
+    entry, 0 or 1 from the internal stats (whether the replicator's cursor
+    ``pulsar.repl.<remote>`` has deleted up to the last confirmed entry); None when neither says
+    (no replicator there, or a broker without geo-replication)."""
+    stats = topic_stats(admin, topic).get("replication") or {}
+    backlog = (stats.get(remote) or {}).get("replicationBacklog")
+    if backlog is not None:
+        return backlog
+    internal = internal_stats(admin, topic)
+    cursor = (internal.get("cursors") or {}).get(f"pulsar.repl.{remote}")
+    if cursor is None or not internal.get("lastConfirmedEntry"):
+        return None
+    return 0 if (_position(cursor["markDeletePosition"])
+                 >= _position(internal["lastConfirmedEntry"])) else 1
 
 
 def _position(text: str) -> tuple:

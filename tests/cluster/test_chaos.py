@@ -3,7 +3,8 @@ The chaos harness (``pulsar_twisted.testing.chaos``, issue 11).
 
 ``CheckerTests`` and ``HistoryTests``: the checker on hand-made histories, no processes.
 The nemesis's optional kinds on fakes (``PowerLossNemesisTests``, ``ZooKeeperNemesisTests``,
-``ProxyNemesisTests``) and the runner's proxy wiring (``ProxyRunWiringTests``), no processes either.
+``ProxyNemesisTests``, ``RemoteNemesisTests``), the runner's proxy wiring (``ProxyRunWiringTests``)
+and ``--replicate``'s set-up and check (``ReplicateWiringTests``), no processes either.
 ``ShortChaosRunTests``: a short seeded run on a real cluster (ZooKeeper, 3 bookies, 2 brokers, the
 official client), bounded to about two minutes with start-up; skipped without ZooKeeper or the
 official client. It fails while the cluster loses, duplicates or reorders acknowledged messages.
@@ -779,6 +780,280 @@ class ProxyRunWiringTests(SynchronousTestCase):
         target = tempfile.mkdtemp()
         _copy_logs(cluster, target)
         self.assertIn("proxy0.log", os.listdir(target))
+
+
+class RemoteNemesisTests(SynchronousTestCase):
+    """The optional ``kill-remote`` and ``pause-remote`` faults of a ``--replicate`` run on fakes:
+    the remote standalone killed -9 and started again, or frozen for a session timeout and the
+    hold; only when the run has a remote; thawed and started again by ``heal()``."""
+
+    def make(self, kinds=("kill-remote",), remote=True, seed=5, faults=1):
+        from pulsar_twisted.testing.chaos.nemesis import Nemesis
+        cluster = _FakeCluster(None)
+        cluster.proxies = []
+        calls = cluster.bookies[0].calls
+        history = _history()
+        nemesis = Nemesis(cluster, history, seed=seed, kinds=kinds, rest=(0, 0),
+                          log=lambda _: None, session_timeout=4.0,
+                          remote=_FakeDaemon("remote", calls) if remote else None)
+        sleeps = _record_sleeps(nemesis, history, calls, faults)
+        return nemesis, calls, sleeps
+
+    def test_kill_remote(self):
+        """kill -9 the remote, a hold of 1-6 s, started again; recorded in the History."""
+        nemesis, calls, sleeps = self.make()
+        nemesis.run(1000)
+        self.assertEqual(calls, [("sleep",), ("kill9", "remote"), ("sleep",), ("start", "remote"),
+                                 ("sleep",)])
+        self.assertTrue(1.0 <= sleeps[1] <= 6.0, sleeps)
+        self.assertEqual(nemesis.history.faults[0].kind, "kill-remote")
+
+    def test_pause_remote(self):
+        """SIGSTOP for the session timeout and a hold of 0.5-3 s, then SIGCONT."""
+        nemesis, calls, sleeps = self.make(kinds=("pause-remote",))
+        resumed = []
+        nemesis.remotes[0].resume = lambda: resumed.append(True)
+        nemesis.run(1000)
+        self.assertEqual(calls[:2], [("sleep",), ("pause", "remote")])
+        self.assertTrue(4.5 <= sleeps[1] <= 7.0, sleeps)
+        self.assertEqual(resumed, [True])
+        self.assertIn("stopped", nemesis.history.faults[0].note)
+
+    def test_dropped_without_a_remote(self):
+        """Without a remote the kinds are dropped (the others kept); they are not default kinds."""
+        from pulsar_twisted.testing.chaos.nemesis import KINDS, PARTITION_KINDS, REMOTE_KINDS
+        nemesis, _, _ = self.make(kinds=("kill-remote", "pause-remote", "kill-broker"),
+                                  remote=False)
+        self.assertEqual(nemesis.kinds, ("kill-broker",))
+        self.assertFalse(set(REMOTE_KINDS) & set(KINDS + PARTITION_KINDS))
+
+    def test_heal_starts_the_remote(self):
+        """heal() starts a remote that is down (a fault cut short by stop())."""
+        nemesis, calls, _ = self.make()
+        nemesis.remotes[0].running = lambda: False
+        nemesis.heal()
+        self.assertEqual(calls, [("start", "remote")])
+
+
+class _FakeAdmin:
+    """``AdminClient``'s put/post/get on one base URL, recording ``(base, method, path, body)``
+    in ``calls``; ``answers`` maps (method, path) to a value returned or an exception raised
+    (a list: one per call, the last repeated)."""
+
+    def __init__(self, base, calls, answers, timeout=None):
+        self.base, self.calls, self.answers = base, calls, answers
+
+    def _call(self, method, path, body=None):
+        self.calls.append((self.base, method, path, body))
+        answer = self.answers.get((self.base, method, path))
+        if isinstance(answer, list):
+            answer = answer.pop(0) if len(answer) > 1 else answer[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def get(self, path, **kw):
+        return self._call("GET", path)
+
+    def put(self, path, body=None, **kw):
+        return self._call("PUT", path, body)
+
+    def post(self, path, body=None, **kw):
+        return self._call("POST", path, body)
+
+
+class _Site:
+    def __init__(self, name, port):
+        self.name, self.host, self.port = name, "127.0.0.1", port
+        self.web_service_url = f"http://127.0.0.1:{port + 1}"
+        self.service_url = f"pulsar://127.0.0.1:{port}"
+
+
+class _TwoBrokers:
+    def __init__(self):
+        self.brokers = [_Site("broker0", 7000), _Site("broker1", 7100)]
+        for broker in self.brokers:
+            broker.settings = {"clusterName": "test"}
+
+
+class ReplicateWiringTests(SynchronousTestCase):
+    """``--replicate`` (``chaos.replica``) without processes: the set-up's admin calls on both
+    clusters, the partitioned topic checked (and made) on the remote, the wait for the
+    replicators' backlogs, the remote copy's check, and the runner's remote standalone."""
+
+    def admin_factory(self, answers=None):
+        self.calls = []
+        answers = {} if answers is None else answers
+        return lambda base, timeout=None: _FakeAdmin(base, self.calls, answers)
+
+    def test_setup(self):
+        """Both clusters' data on both (409 -> update), the tenant allowed on both, the namespace
+        made on the remote with dedup and retention, replication [local, remote] on both."""
+        from pulsar_twisted.cli.admin import HttpError
+        from pulsar_twisted.testing.chaos import replica
+        cluster, remote = _TwoBrokers(), _Site("remote", 9000)
+        local_web, remote_web = cluster.brokers[0].web_service_url, remote.web_service_url
+        conflict = HttpError(409, "exists")
+        answers = {(local_web, "PUT", "/admin/v2/clusters/test"): conflict,
+                   (remote_web, "PUT", "/admin/v2/clusters/remote"): conflict,
+                   (local_web, "PUT", "/admin/v2/tenants/public"): conflict,
+                   (remote_web, "PUT", "/admin/v2/tenants/public"): conflict,
+                   (remote_web, "PUT", "/admin/v2/namespaces/public/default"): conflict}
+        replica.setup(cluster, remote, "public/default", admin=self.admin_factory(answers))
+        test_data = {"serviceUrl": local_web,
+                     "brokerServiceUrl": "pulsar://127.0.0.1:7000,127.0.0.1:7100"}
+        remote_data = {"serviceUrl": remote_web, "brokerServiceUrl": remote.service_url}
+        tenant = {"adminRoles": [], "allowedClusters": ["test", "remote"]}
+        for base in (local_web, remote_web):
+            mine = [c[1:] for c in self.calls if c[0] == base]
+            self.assertIn(("POST", "/admin/v2/clusters/test", test_data) if base == local_web
+                          else ("PUT", "/admin/v2/clusters/test", test_data), mine)
+            self.assertIn(("POST", "/admin/v2/clusters/remote", remote_data) if base == remote_web
+                          else ("PUT", "/admin/v2/clusters/remote", remote_data), mine)
+            self.assertIn(("POST", "/admin/v2/tenants/public", tenant), mine)
+            self.assertEqual(mine[-1], ("POST", "/admin/v2/namespaces/public/default/replication",
+                                        ["test", "remote"]))
+        remote_calls = [c[1:] for c in self.calls if c[0] == remote_web]
+        self.assertIn(("POST", "/admin/v2/namespaces/public/default/deduplication", True),
+                      remote_calls)
+        self.assertIn(("POST", "/admin/v2/namespaces/public/default/retention",
+                       {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1}), remote_calls)
+
+    def test_partitioned_topic_made_by_the_broker(self):
+        """The remote shows the partitions the cluster's broker made there: nothing created."""
+        from pulsar_twisted.testing.chaos import replica
+        remote = _Site("remote", 9000)
+        path = "/admin/v2/persistent/public/default/t/partitions"
+        admin = self.admin_factory({(remote.web_service_url, "GET", path):
+                                    [{"partitions": 0}, {"partitions": 3}]})
+        note = replica.ensure_partitioned(remote, "persistent://public/default/t", 3, admin=admin,
+                                          sleep=lambda s: None)
+        self.assertEqual([c[1] for c in self.calls], ["GET", "GET"])
+        self.assertIn("by the cluster's broker", note)
+
+    def test_partitioned_topic_made_by_the_harness(self):
+        """The broker never made it there: the harness makes it, and says so."""
+        from pulsar_twisted.testing.chaos import replica
+        remote = _Site("remote", 9000)
+        path = "/admin/v2/persistent/public/default/t/partitions"
+        now = [0.0]
+
+        def sleep(seconds):
+            now[0] += seconds
+        admin = self.admin_factory({(remote.web_service_url, "GET", path): {"partitions": 0}})
+        note = replica.ensure_partitioned(remote, "persistent://public/default/t", 3, timeout=2,
+                                          admin=admin, sleep=sleep, monotonic=lambda: now[0])
+        self.assertEqual(self.calls[-1], (remote.web_service_url, "PUT", path, 3))
+        self.assertIn("NOT created", note)
+
+    def test_wait_replicated(self):
+        """Each partition's backlog asked of the brokers in turn until one answers (the other
+        has no stats for it); drained once every backlog is 0."""
+        from pulsar_twisted.testing.chaos import replica
+        stats = "/admin/v2/persistent/public/default/t-partition-0/stats"
+        internal = "/admin/v2/persistent/public/default/t-partition-0/internalStats"
+        answers = {("a", "GET", stats): {}, ("a", "GET", internal): {},
+                   ("b", "GET", stats): [{"replication": {"remote": {"replicationBacklog": 7}}},
+                                         {"replication": {"remote": {"replicationBacklog": 0}}}]}
+        admins = [_FakeAdmin(base, [], answers) for base in ("a", "b")]
+        slept = []
+        status, figures = replica.wait_replicated(
+            admins, ["persistent://public/default/t-partition-0"], "remote", 60,
+            sleep=slept.append, monotonic=lambda: 0.0)
+        self.assertEqual((status, figures, len(slept)),
+                         ("drained", {"persistent://public/default/t-partition-0": 0}, 1))
+
+    def test_wait_replicated_times_out(self):
+        """A backlog that stays: timed out, with the last figures."""
+        from pulsar_twisted.testing.chaos import replica
+        stats = "/admin/v2/persistent/public/default/t-partition-0/stats"
+        answers = {("a", "GET", stats): {"replication": {"remote": {"replicationBacklog": 4}}}}
+        now = [0.0]
+
+        def sleep(seconds):
+            now[0] += seconds
+        status, figures = replica.wait_replicated(
+            [_FakeAdmin("a", [], answers)], ["persistent://public/default/t-partition-0"],
+            "remote", 5, sleep=sleep, monotonic=lambda: now[0])
+        self.assertEqual((status, list(figures.values())), ("timed out", [4]))
+
+    def test_check_copy(self):
+        """The remote copy against the cluster's acked sends and storage: a message missing
+        there is lost (and unreplicated), one stored twice and one out of order are counted, a
+        failed send stored on the cluster and missing remotely is unreplicated only."""
+        from pulsar_twisted.testing.chaos import replica
+        history = _history(partitions=2)
+        for seq in range(5):
+            _acked(history, "p0", seq, (1, seq, 0))
+            _store(history, 0, "p0", seq, (1, seq, 0))
+        history.record_send("p1", 0, None)
+        history.record_outcome("p1", 0, False, reason="Timeout")
+        _store(history, 1, "p1", 0, (2, 0, 1))
+        stored = _history(partitions=2)
+        for seq in (0, 2, 1, 2, 3):                 # 4 missing, 2 twice, 1 after 2
+            _store(stored, 0, "p0", seq, (9, len(stored.storage.get(0, [])), 0))
+        stored.storage.setdefault(1, [])
+        verdict = replica.check_copy(history, stored, "test", "remote", ["p0", "p1"])
+        v = verdict.replicated["test->remote"]
+        self.assertEqual((v.sent, v.lost, v.stored_twice, v.storage_order_violations),
+                         (5, 1, 1, 1))
+        self.assertEqual(verdict.unreplicated["test->remote"], 2)
+        self.assertFalse(verdict.ok)
+
+    def test_check_copy_clean(self):
+        """An exact copy is clean."""
+        from pulsar_twisted.testing.chaos import replica
+        history = _history(partitions=1)
+        for seq in range(3):
+            _acked(history, "p0", seq, (1, seq, 0))
+            _store(history, 0, "p0", seq, (1, seq, 0))
+        stored = _history(partitions=1)
+        for seq in range(3):
+            _store(stored, 0, "p0", seq, (5, seq, 0))
+        verdict = replica.check_copy(history, stored, "test", "remote", ["p0"])
+        self.assertTrue(verdict.ok, verdict.violations)
+        self.assertEqual(verdict.crossed, {"test->remote": 3})
+
+    def test_runner_remote(self):
+        """With ``replicate`` the runner has a remote standalone named by cluster, its ledgers as
+        small as the cluster's; its log is kept as remote-*.log; none without."""
+        from pulsar_twisted.testing.chaos.runner import ChaosConfig, _copy_logs, make_cluster, make_remote
+        from pulsar_twisted.testing.cluster import ZooKeeperServer
+        self.assertIsNone(make_remote(ChaosConfig()))
+        remote = make_remote(ChaosConfig(replicate=True, max_entries_per_ledger=50))
+        self.addCleanup(remote.cleanup)
+        with open(remote.config_path) as f:
+            text = f.read()
+        for line in ("clusterName=remote", "managedLedgerMaxEntriesPerLedger=50",
+                     "brokerDeduplicationEnabled=true", "defaultRetentionTimeInMinutes=-1"):
+            self.assertIn(line, text.splitlines())
+        self.assertEqual(remote.name, "remote")
+        with open(remote.log_path, "w") as f:
+            f.write("remote log\n")
+        cluster = make_cluster(ChaosConfig(), ZooKeeperServer("127.0.0.1:2181"))
+        self.addCleanup(cluster.cleanup)
+        target = tempfile.mkdtemp()
+        _copy_logs(cluster, target, remote)
+        self.assertIn("remote-standalone.log", os.listdir(target))
+
+    def test_table(self):
+        """The script's table lines up the remote copy's figures beside the cluster's."""
+        import importlib.util
+        import json
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        spec = importlib.util.spec_from_file_location(
+            "chaos_script", os.path.join(root, "scripts", "chaos.py"))
+        script = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(script)
+        path = os.path.join(tempfile.mkdtemp(), "v.json")
+        verdict = checker.check(_clean()).to_json()
+        remote = checker.check(_clean()).to_json()
+        remote["lost"] = 2
+        with open(path, "w") as f:
+            json.dump({"meta": {"seed": 3, "quorum": [3, 3, 2]}, "verdict": verdict, "faults": [],
+                       "replication": {"verdict": remote, "unreplicated": 1}}, f)
+        line = script.table([path]).splitlines()[1].split()
+        self.assertEqual(line[-5:-1], ["2", "0", "0", "1"])
 
 
 class ZooKeeperServerFaultTests(SynchronousTestCase):

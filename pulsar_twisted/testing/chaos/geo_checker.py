@@ -151,21 +151,28 @@ def check_geo(geo: GeoHistory) -> GeoVerdict:
     for cluster in geo.clusters:
         verdict.local[cluster] = checker.check(local_view(geo, cluster))
     for source, target in geo.directions():
-        direction = f"{source}->{target}"
-        verdict.replicated[direction] = checker.check(replica_view(geo, source, target))
-        mine = lambda p, source=source: geo.sources.get(p) == source  # noqa: E731
-        at_source = _names(_storage_of(geo.stored[source], mine))
-        at_target = _names(_storage_of(geo.stored[target], mine))
-        readable = not geo.stored[source].unreadable and not geo.stored[target].unreadable
-        missing = sorted(at_source - at_target) if readable else []
-        verdict.unreplicated[direction] = len(missing)
-        extra = sorted(at_target - at_source) if readable else []
-        verdict.not_at_source[direction] = len(extra)
-        if missing:
-            verdict.examples[f"{direction}:unreplicated"] = [list(m) for m in missing[:EXAMPLES]]
-        if extra:
-            verdict.examples[f"{direction}:not_at_source"] = [list(m) for m in extra[:EXAMPLES]]
+        check_direction(geo, source, target, verdict)
     return verdict
+
+
+def check_direction(geo: GeoHistory, source: str, target: str, verdict: GeoVerdict) -> None:
+    """The figures of the direction ``source``->``target`` (its replica view, unreplicated and
+    not at source), added to ``verdict``. Alone, it checks a one-way copy (the chaos runner's
+    ``--replicate``: a cluster's topic replicated to a standalone)."""
+    direction = f"{source}->{target}"
+    verdict.replicated[direction] = checker.check(replica_view(geo, source, target))
+    mine = lambda p: geo.sources.get(p) == source  # noqa: E731
+    at_source = _names(_storage_of(geo.stored[source], mine))
+    at_target = _names(_storage_of(geo.stored[target], mine))
+    readable = not geo.stored[source].unreadable and not geo.stored[target].unreadable
+    missing = sorted(at_source - at_target) if readable else []
+    verdict.unreplicated[direction] = len(missing)
+    extra = sorted(at_target - at_source) if readable else []
+    verdict.not_at_source[direction] = len(extra)
+    if missing:
+        verdict.examples[f"{direction}:unreplicated"] = [list(m) for m in missing[:EXAMPLES]]
+    if extra:
+        verdict.examples[f"{direction}:not_at_source"] = [list(m) for m in extra[:EXAMPLES]]
 
 
 def _line(name: str, v: checker.Verdict, what_lost: str) -> str:

@@ -41,6 +41,12 @@ Faults (``KINDS``):
   then see is the proxy's recovery, not the brokers'. Only when the cluster has a proxy
   (``cluster.proxies``); else dropped.
 
+- ``kill-remote`` / ``pause-remote`` (``REMOTE_KINDS``, optional): the remote cluster of a
+  ``--replicate`` run (a standalone the cluster's replicators publish to) killed -9, down for
+  1-6 s and started again on its data and ports, or SIGSTOPped for a session timeout and 0.5-3 s
+  more (it has no session in the cluster's ZooKeeper to wait on), then SIGCONT. Only when the
+  run has a remote (``remote``); else dropped.
+
 Run it on the thread that will outlive the daemons it restarts (the main thread): a cluster child
 asks for SIGKILL when the thread that spawned it exits (PR_SET_PDEATHSIG is per thread).
 
@@ -55,6 +61,7 @@ import time
 
 from pulsar_twisted.testing.chaos.history import Fault, History
 from pulsar_twisted.testing.cluster import Cluster, ClusterError, wait_for
+from pulsar_twisted.testing.process import StandaloneError
 
 KINDS = ("kill-bookie", "kill-broker", "pause-bookie", "pause-broker")
 PARTITION_KINDS = ("partition-bookie", "partition-broker")
@@ -62,6 +69,7 @@ DISK_KINDS = ("powerloss-bookie",)
 BUNDLE_KINDS = ("unload-bundle", "split-bundle")
 ZK_KINDS = ("kill-zookeeper", "pause-zookeeper")
 PROXY_KINDS = ("kill-proxy",)
+REMOTE_KINDS = ("kill-remote", "pause-remote")
 #: What applies to a geo-replication pair of standalones (``chaos.geo``), each one a "broker".
 GEO_KINDS = ("kill-broker", "pause-broker", "unload-bundle")
 
@@ -72,7 +80,7 @@ class Nemesis:
 
     def __init__(self, cluster: Cluster, history: History, seed: int, kinds=KINDS,
                  session_timeout: float = 4.0, rest=(2.0, 5.0), log=print,
-                 namespace: str = "public/default"):
+                 namespace: str = "public/default", remote=None):
         self.cluster = cluster
         self.history = history
         self.rng = random.Random(seed)
@@ -94,6 +102,11 @@ class Nemesis:
         self.proxies = list(getattr(cluster, "proxies", ()))
         if not self.proxies:
             self.kinds = tuple(k for k in self.kinds if k not in PROXY_KINDS)
+        #: The remote cluster's standalone the remote kinds act on (and ``heal()`` thaws and
+        #: starts again): none, no remote kinds.
+        self.remotes = [remote] if remote is not None else []
+        if not self.remotes:
+            self.kinds = tuple(k for k in self.kinds if k not in REMOTE_KINDS)
         self.session_timeout = session_timeout
         self.namespace = namespace
         self.rest = rest
@@ -122,6 +135,8 @@ class Nemesis:
                 group = [self.zookeeper]
             if kind in PROXY_KINDS:
                 group = self.proxies
+            if kind in REMOTE_KINDS:
+                group = self.remotes
             if kind.startswith("partition"):
                 group = [p for p in group if getattr(p, "isolation", None) is not None]
                 if not group:
@@ -139,6 +154,8 @@ class Nemesis:
                     fault.note = self._bundle(kind, target, hold)
                 elif kind == "pause-zookeeper":
                     fault.note = self._pause_zookeeper(target, hold)
+                elif kind == "pause-remote":
+                    fault.note = self._pause_remote(target, hold)
                 elif kind == "kill-zookeeper":
                     fault.note = self._kill_zookeeper(target, hold)
                 elif kind.startswith("kill"):
@@ -252,6 +269,17 @@ class Nemesis:
             target.resume()
         return "session expired" if expired else "session did NOT expire"
 
+    def _pause_remote(self, target, hold: float) -> str:
+        """As long as a paused broker of the cluster (whose session lasts ``session_timeout``)
+        at least stays frozen; the remote has no session here to watch."""
+        frozen = self.session_timeout + hold
+        target.pause()
+        try:
+            self._sleep(frozen)
+        finally:
+            target.resume()
+        return f"stopped {frozen:.1f}s"
+
     def _partition(self, target, hold: float) -> str:
         old = self.cluster.session_of(target.registration)
         target.isolation.cut()
@@ -272,7 +300,7 @@ class Nemesis:
         if not process.running():
             try:
                 process.start()
-            except ClusterError as e:
+            except (ClusterError, StandaloneError) as e:
                 self.errors.append(f"restart {process.name}: {e}")
 
     def _settle(self, seconds: float) -> None:
@@ -296,7 +324,7 @@ class Nemesis:
                           + 0.5 - time.monotonic())
                 if settle > 0:
                     self._settle(settle)
-        for process in self.cluster.bookies + self.cluster.brokers + self.proxies:
+        for process in self.cluster.bookies + self.cluster.brokers + self.proxies + self.remotes:
             self._heal_one(process)
         wait_for(lambda: all(self.cluster.session_of(p.registration) is not None
                              for p in self.cluster.bookies + self.cluster.brokers),

@@ -4,7 +4,9 @@ partitioned topic, subscribe, publish, run the nemesis, heal, let the producers 
 partition back, drain the subscriptions, check. ``run(ChaosConfig(...))`` returns (History,
 Verdict); every process and namespace it made is gone when it returns or raises (Ctrl-C included).
 With ``proxy`` every client goes through a Pulsar proxy (``twistd pulsar-proxy``) instead of to the
-brokers directly.
+brokers directly. With ``replicate`` the namespace is geo-replicated to a standalone of the run's
+own (``replica``), and after the cluster's read-back the remote copy is checked too
+(``history.meta["replication"]``).
 """
 
 import json
@@ -18,9 +20,9 @@ from dataclasses import dataclass, field
 
 from pulsar_twisted.testing.chaos import checker
 from pulsar_twisted.testing.chaos.history import History
-from pulsar_twisted.testing.chaos import netns
+from pulsar_twisted.testing.chaos import netns, replica
 from pulsar_twisted.testing.chaos.nemesis import (DISK_KINDS, KINDS, PARTITION_KINDS, PROXY_KINDS,
-                                                  ZK_KINDS, Nemesis)
+                                                  REMOTE_KINDS, ZK_KINDS, Nemesis)
 from pulsar_twisted.testing.chaos.workload import (Consumers, Producers, make_client, read_back)
 from pulsar_twisted.testing.cluster import ZK_ENV, Cluster, ClusterError, ZooKeeperServer
 
@@ -61,6 +63,11 @@ class ChaosConfig:
     #: brokers; the producers, consumers and readers connect to it alone, so every fault is seen
     #: through the proxy's lookups and relays (and ``kill-proxy`` has a target).
     proxy: bool = False
+    #: The namespace replicated to a standalone of the run's own (cluster ``replica.REMOTE``),
+    #: set up before the workload; after the cluster's read-back, the replicators waited for (at
+    #: most ``replication_timeout``) and the remote copy read back and checked.
+    replicate: bool = False
+    replication_timeout: float = 90.0
     keep_logs: str = None             # copy the daemons' and clients' logs here before cleanup
     log: object = field(default=print, repr=False)
 
@@ -131,9 +138,19 @@ def client_service_url(cluster: Cluster) -> str:
     return "pulsar://" + ",".join(f"{b.host}:{b.port}" for b in cluster.brokers)
 
 
-def _daemons(cluster: Cluster) -> list:
+def _daemons(cluster: Cluster, remote=None) -> list:
     """The processes the run kills on its way out and whose logs it keeps."""
-    return cluster.proxies + cluster.brokers + cluster.bookies
+    return cluster.proxies + cluster.brokers + cluster.bookies + ([remote] if remote else [])
+
+
+def make_remote(config: ChaosConfig):
+    """The remote standalone of a ``replicate`` run (None without): ledgers as small as the
+    cluster's, so its reads also cross ledger switches."""
+    if not config.replicate:
+        return None
+    return replica.make_remote({
+        "managedLedgerMaxEntriesPerLedger": config.max_entries_per_ledger,
+        "managedLedgerMinLedgerRolloverTimeMinutes": 0})
 
 
 def run(config: ChaosConfig) -> tuple:
@@ -151,10 +168,19 @@ def run(config: ChaosConfig) -> tuple:
         log(f"no ZooKeeper faults: the ZooKeeper at {zk.hosts} was not started by the harness")
     if any(k in PROXY_KINDS for k in config.kinds) and not config.proxy:
         log("no proxy faults: the run has no proxy (ChaosConfig.proxy, --proxy)")
+    if any(k in REMOTE_KINDS for k in config.kinds) and not config.replicate:
+        log("no remote faults: the run replicates nowhere (ChaosConfig.replicate, --replicate)")
+    try:
+        remote = make_remote(config)
+    except BaseException:
+        cluster.cleanup()
+        if private_zk:
+            zk.stop()
+        raise
     history = History(partitions=config.partitions)
     history.meta.update(seed=config.seed, duration=config.duration, quorum=list(config.quorum),
                         dedup=config.dedup, kinds=list(config.kinds), brokers=config.brokers,
-                        proxy=config.proxy, bookies=config.bookies, rate=config.rate,
+                        proxy=config.proxy, replicate=config.replicate, bookies=config.bookies, rate=config.rate,
                         producers=config.producers, directory=cluster.directory)
     clients = []
     nemesis = None
@@ -162,11 +188,15 @@ def run(config: ChaosConfig) -> tuple:
     disks = []
     try:
         started = time.monotonic()
-        isolations = _isolate(cluster, config)
+        isolations = _isolate(cluster, config, remote)
         history.meta["isolated"] = [i.process.name for i in isolations]
         disks = _lazy_disks(cluster, config)
         history.meta["lazyfs_bookies"] = [b.name for b in cluster.bookies if b.disk is not None]
+        if remote is not None:
+            remote.spawn()                 # starting beside the cluster
         cluster.start()
+        if remote is not None:
+            remote.wait_ready()
         for proxy in cluster.proxies:      # after the brokers: it discovers them on its lookups
             proxy.start()
         log(f"cluster up in {time.monotonic() - started:.1f}s ({cluster.directory})")
@@ -180,8 +210,16 @@ def run(config: ChaosConfig) -> tuple:
         # find every entry ever stored, not only what trimming left.
         admin(f"{web}/admin/v2/namespaces/public/default/retention", "POST",
               {"retentionTimeInMinutes": -1, "retentionSizeInMB": -1})
+        if remote is not None:
+            # Before the topic exists: its replicators' cursors start at its (empty) end.
+            replica.setup(cluster, remote, "public/default")
         admin(f"{web}/admin/v2/persistent/public/default/{topic.rsplit('/', 1)[1]}/partitions",
               "PUT", config.partitions)
+        if remote is not None:
+            history.meta["remote_topic"] = replica.ensure_partitioned(remote, topic,
+                                                                      config.partitions)
+            log(f"replicating public/default to {remote.name} ({remote.service_url}); "
+                f"partitioned topic {history.meta['remote_topic']}")
         service_url = client_service_url(cluster)
         consumer_client = make_client(service_url, f"{cluster.directory}/client-consumers.log")
         clients.append(consumer_client)
@@ -198,7 +236,8 @@ def run(config: ChaosConfig) -> tuple:
         time.sleep(config.warmup)
 
         nemesis = Nemesis(cluster, history, config.seed, kinds=config.kinds,
-                          session_timeout=config.session_timeout_ms / 1000.0, log=log)
+                          session_timeout=config.session_timeout_ms / 1000.0, log=log,
+                          remote=remote)
         # On this (the main) thread, not a helper: a child asks for SIGKILL when the thread that
         # spawned it exits (PR_SET_PDEATHSIG follows the thread), so daemons restarted from a
         # short-lived thread would die with it.
@@ -227,20 +266,28 @@ def run(config: ChaosConfig) -> tuple:
             f"(unreadable partitions: {history.unreadable or 'none'}); draining subscriptions")
         consumers.drain(stored, config.drain_idle, config.drain_timeout)
         consumers.stop()
+        if remote is not None:
+            figures = replica.check_replication(
+                cluster, remote, topic, config.partitions, history, producers.names,
+                config.replication_timeout, config.read_timeout, log=log)
+            figures["remote_topic"] = history.meta.get("remote_topic")
+            history.meta["replication"] = figures
         history.meta["seconds"] = round(time.monotonic() - started, 1)
         history.meta["nemesis_errors"] = list(nemesis.errors)
         history.meta["tracebacks"] = {name: len(blocks)
                                       for name, blocks in cluster.tracebacks().items()}
+        if remote is not None and "Traceback" in remote.log_text():
+            history.meta["tracebacks"][remote.name] = remote.log_text().count("Traceback")
         return history, checker.check(history)
     finally:
         if nemesis is not None:
             nemesis.stop()
         for client in clients:
             close_in_background(client)
-        for process in _daemons(cluster):
+        for process in _daemons(cluster, remote):
             process.kill9()
         if config.keep_logs:
-            _copy_logs(cluster, config.keep_logs)
+            _copy_logs(cluster, config.keep_logs, remote)
         for disk in disks:   # unmounted before cleanup removes the directories under them
             disk.stop()
         if zk.owned:         # a run stopped inside a ZooKeeper fault: the chroot is removed
@@ -248,15 +295,19 @@ def run(config: ChaosConfig) -> tuple:
             if not zk.running():
                 _quietly(zk.start)
         cluster.cleanup()
+        if remote is not None:
+            remote.cleanup()
         for isolation in isolations:
             isolation.cleanup()
         if private_zk:
             zk.stop()
 
 
-def _isolate(cluster: Cluster, config: ChaosConfig) -> list:
+def _isolate(cluster: Cluster, config: ChaosConfig, remote=None) -> list:
     """Put ``config.isolate``'s daemons in network namespaces of their own (before they start),
-    if partitions are asked for and possible; the Isolations made."""
+    if partitions are asked for and possible; the Isolations made. An isolated broker reaches
+    the ``remote`` standalone's ports too (its replicators publish there; its admin API creates
+    partitioned topics there)."""
     if not any(k.startswith("partition") for k in config.kinds):
         return []
     why = netns.available()
@@ -266,6 +317,7 @@ def _isolate(cluster: Cluster, config: ChaosConfig) -> list:
     zk_ports = [int(h.rsplit(":", 1)[1]) for h in cluster.zk_server.hosts.split(",")]
     bookie_ports = [b.port for b in cluster.bookies]
     broker_ports = [p for b in cluster.brokers for p in (b.port, b.web_port)]
+    broker_ports += [remote.port, remote.web_port] if remote is not None else []
     isolations = []
     try:
         for process in cluster.bookies + cluster.brokers:
@@ -313,12 +365,16 @@ def _lazy_disks(cluster: Cluster, config: ChaosConfig) -> list:
     return disks
 
 
-def _copy_logs(cluster: Cluster, target: str) -> None:
-    """The daemons' logs and the clients' (not the bookies' entry logs, also named *.log)."""
+def _copy_logs(cluster: Cluster, target: str, remote=None) -> None:
+    """The daemons' logs and the clients' (not the bookies' entry logs, also named *.log); the
+    remote standalone's as ``remote-*.log``."""
     os.makedirs(target, exist_ok=True)
-    paths = [p.log_path for p in _daemons(cluster)]
-    paths += [os.path.join(cluster.directory, n) for n in os.listdir(cluster.directory)
+    paths = [(p.log_path, os.path.basename(p.log_path)) for p in _daemons(cluster)]
+    paths += [(os.path.join(cluster.directory, n), n) for n in os.listdir(cluster.directory)
               if n.startswith("client-")]
-    for path in paths:
+    if remote is not None:
+        paths += [(os.path.join(remote.directory, n), f"{remote.name}-{n}")
+                  for n in os.listdir(remote.directory) if n.endswith(".log")]
+    for path, name in paths:
         if os.path.exists(path):
-            shutil.copy(path, os.path.join(target, os.path.basename(path)))
+            shutil.copy(path, os.path.join(target, name))
