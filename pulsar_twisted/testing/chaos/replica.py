@@ -104,21 +104,36 @@ def ensure_partitioned(remote, topic: str, partitions: int, timeout: float = 15.
             f"(saw {seen!r}): created there by the harness")
 
 
+def backlogs(admins, topics, remote: str) -> dict:
+    """{topic: its replicator's backlog to ``remote``, or None}, asking each admin client in
+    turn (any broker of the cluster answers, redirecting to the owner) until one knows."""
+    figures = {}
+    for topic in topics:
+        figures[topic] = None
+        for client in admins:
+            backlog = replication_backlog(client, topic, remote)
+            if backlog is not None:
+                figures[topic] = backlog
+                break
+    return figures
+
+
+def sample_backlogs(cluster, remote, topic: str, partitions: int, admin=AdminClient) -> dict:
+    """``backlogs`` of every partition of ``topic`` once, by partition index (the run samples
+    them when its producers stop: how far behind replication is then)."""
+    admins = [admin(b.web_service_url, timeout=10) for b in cluster.brokers]
+    names = [f"{topic}-partition-{p}" for p in range(partitions)]
+    return {p: v for p, v in enumerate(backlogs(admins, names, remote.name).values())}
+
+
 def wait_replicated(admins, topics, remote: str, timeout: float, sleep=time.sleep,
                     monotonic=time.monotonic) -> tuple:
     """Wait until every topic's replicator to ``remote`` reports a backlog of 0, asking each
     admin client in turn (any broker of the cluster answers, redirecting to the owner) until one
     knows; at most ``timeout`` seconds. ("drained" or "timed out", {topic: last backlog})."""
     deadline = monotonic() + timeout
-    figures = {}
     while True:
-        for topic in topics:
-            figures[topic] = None
-            for client in admins:
-                backlog = replication_backlog(client, topic, remote)
-                if backlog is not None:
-                    figures[topic] = backlog
-                    break
+        figures = backlogs(admins, topics, remote)
         if all(v == 0 for v in figures.values()):
             return "drained", figures
         if monotonic() >= deadline:
@@ -173,8 +188,10 @@ def format_replication(figures: dict) -> str:
     """The figures of ``check_replication`` as a few lines for a terminal."""
     v = figures["verdict"]
     lines = [
-        f"replication {figures['direction']}: {figures['drain']} after "
-        f"{figures['drain_seconds']}s; partitioned topic: {figures.get('remote_topic', '?')}",
+        f"replication {figures['direction']}: backlogs when the producers stopped "
+        f"{figures.get('backlog_at_stop', '?')}; {figures['drain']} "
+        f"{figures['drain_seconds']}s after the cluster's read-back; partitioned topic: "
+        f"{figures.get('remote_topic', '?')}",
         f"  remote: acked on the cluster {v['sent']}  stored {v['stored']} entries, "
         f"{v['stored_distinct']} distinct  LOST {v['lost']}  STORED TWICE {v['stored_twice']} "
         f"({v['extra_copies']} copies)  ORDER {v['storage_order_violations']}  unreplicated "

@@ -257,6 +257,9 @@ def run(config: ChaosConfig) -> tuple:
         producers.stop()
         unanswered = producers.wait_answered(config.settle)
         log(f"producers stopped; {unanswered} sends still unanswered after {config.settle:.0f}s")
+        if remote is not None:
+            history.meta["replication_backlog_at_stop"] = replica.sample_backlogs(
+                cluster, remote, topic, config.partitions)
 
         reader_client = make_client(service_url, f"{cluster.directory}/client-readers.log")
         clients.append(reader_client)
@@ -271,6 +274,7 @@ def run(config: ChaosConfig) -> tuple:
                 cluster, remote, topic, config.partitions, history, producers.names,
                 config.replication_timeout, config.read_timeout, log=log)
             figures["remote_topic"] = history.meta.get("remote_topic")
+            figures["backlog_at_stop"] = history.meta.get("replication_backlog_at_stop")
             history.meta["replication"] = figures
         history.meta["seconds"] = round(time.monotonic() - started, 1)
         history.meta["nemesis_errors"] = list(nemesis.errors)
