@@ -17,13 +17,17 @@ at a time, then heal, drain and check.
   (``testing.georeplication.GeoPair``): producers on both clusters, the nemesis on either, and
   ``checker.check`` on a view per cluster (lost locally) and per direction (lost in replication,
   stored twice and out of order per original producer); ``scripts/chaos_replication.py``.
+- ``replica``: ``--replicate`` of a cluster run: the namespace geo-replicated to a standalone of
+  the run's own, set up before the workload; after the read-back the replicators waited for and
+  the remote copy checked (``geo_checker.check_direction``).
 - ``runner``: one bounded run end to end, cleaning up every process and namespace it made whatever
   happens (Ctrl-C and SIGTERM included; a SIGKILLed harness still takes its daemons and relays down
   through PR_SET_PDEATHSIG, but leaves its namespaces: ``ip netns list | grep chaos-``).
 
 Runs: ``python scripts/chaos.py --seed 1 --quorum 3/3/2`` (75 s of faults, 7 producers, 280 msg/s;
 ``--help`` for the rest); ``--proxy`` puts every client behind a Pulsar proxy (and allows the
-``kill-proxy`` fault); ``--faults ''`` is a fault-free control run; ``--table *.json`` lines up
+``kill-proxy`` fault); ``--replicate`` adds the remote copy's check (and allows ``kill-remote``,
+``pause-remote``); ``--faults ''`` is a fault-free control run; ``--table *.json`` lines up
 the verdicts of several runs. ``tests/cluster/test_chaos.py`` holds the checker's unit tests and a
 short run for CI.
 
