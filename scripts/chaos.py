@@ -23,13 +23,11 @@ the way out, Ctrl-C and SIGTERM included.
 import argparse
 import json
 import os
-import signal
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from pulsar_twisted.testing.chaos import checker  # noqa: E402
+from pulsar_twisted.testing.chaos import checker, script  # noqa: E402
 from pulsar_twisted.testing.chaos.history import History  # noqa: E402
 from pulsar_twisted.testing.chaos.nemesis import (  # noqa: E402
     BUNDLE_KINDS, DISK_KINDS, KINDS, PARTITION_KINDS, PROXY_KINDS, REMOTE_KINDS, ZK_KINDS)
@@ -42,16 +40,6 @@ def _quorum(text: str) -> tuple:
     return parts
 
 
-def _kinds(text: str) -> tuple:
-    kinds = tuple(k for k in text.split(",") if k)
-    known = (KINDS + PARTITION_KINDS + DISK_KINDS + BUNDLE_KINDS + ZK_KINDS + PROXY_KINDS
-             + REMOTE_KINDS)
-    unknown = set(kinds) - set(known)
-    if unknown:
-        raise argparse.ArgumentTypeError(f"unknown faults {sorted(unknown)}; known: {', '.join(known)}")
-    return kinds
-
-
 def parse(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--seed", type=int, default=1)
@@ -61,7 +49,9 @@ def parse(argv):
     p.add_argument("--bookies", type=int, default=3)
     p.add_argument("--producers", type=int, default=7)
     p.add_argument("--rate", type=float, default=280.0, help="msg/s, all producers (default 280)")
-    p.add_argument("--faults", type=_kinds, default=KINDS + PARTITION_KINDS,
+    p.add_argument("--faults", type=script.fault_kinds(
+        KINDS + PARTITION_KINDS + DISK_KINDS + BUNDLE_KINDS + ZK_KINDS + PROXY_KINDS + REMOTE_KINDS),
+                   default=KINDS + PARTITION_KINDS,
                    help="comma-separated fault kinds; empty for a fault-free control run\n"
                         f"(default {','.join(KINDS + PARTITION_KINDS)}; partitions put bookie2\n"
                         "and broker1 in network namespaces, needs root and ip netns; the optional\n"
@@ -124,11 +114,6 @@ def table(paths) -> str:
     return "\n".join(lines)
 
 
-def _terminate(signum, frame):
-    # SIGTERM unwinds like Ctrl-C, so the run's finally clause kills what it started.
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def main(argv=None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     if args.table:
@@ -140,28 +125,18 @@ def main(argv=None) -> int:
         return 0 if verdict.ok else 1
 
     from pulsar_twisted.testing.chaos.runner import ChaosConfig, run
-    signal.signal(signal.SIGTERM, _terminate)
     kinds = tuple(args.faults)
-    started = time.monotonic()
-
-    def log(text):
-        print(f"[{time.monotonic() - started:6.1f}s] {text}", flush=True)
-
+    log = script.start("chaos run")
     config = ChaosConfig(seed=args.seed, duration=args.duration, quorum=args.quorum,
                          brokers=args.brokers, bookies=args.bookies, producers=args.producers,
                          rate=args.rate, kinds=kinds, zk_hosts=args.zk, keep_logs=args.keep_logs,
                          max_entries_per_ledger=args.max_entries_per_ledger, proxy=args.proxy,
                          replicate=args.replicate, replication_timeout=args.replication_timeout,
                          log=log)
-    log(f"chaos run: {' '.join(sys.argv)}")
-    try:
-        history, verdict = run(config)
-    except KeyboardInterrupt:
-        log("interrupted: every process of the run was killed")
-        return 130
-    except Exception as e:
-        log(f"the run failed: {type(e).__name__}: {e}")
-        return 2
+    outcome = script.run_guarded(run, config, log)
+    if isinstance(outcome, int):
+        return outcome
+    history, verdict = outcome
     if args.history:
         history.dump(args.history)
     if args.json:
@@ -169,8 +144,7 @@ def main(argv=None) -> int:
             json.dump({"meta": history.meta, "verdict": verdict.to_json(),
                        "replication": history.meta.get("replication"),
                        "faults": [f.__dict__ for f in history.faults]}, f, indent=1, default=str)
-    print(f"faults: " + "; ".join(f"{f.kind} {f.target}{' (' + f.note.strip() + ')' if f.note else ''}"
-                                  for f in history.faults))
+    print(script.faults_line(history.faults))
     print(f"daemon tracebacks: {history.meta.get('tracebacks') or 'none'}; nemesis errors: "
           f"{len(history.meta.get('nemesis_errors', []))}")
     print(checker.format_verdict(verdict))

@@ -19,30 +19,21 @@ out, Ctrl-C and SIGTERM included.
 import argparse
 import json
 import os
-import signal
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pulsar_twisted.testing.chaos.geo_checker import (  # noqa: E402
     GeoHistory, check_geo, format_geo_verdict)
+from pulsar_twisted.testing.chaos import script  # noqa: E402
 from pulsar_twisted.testing.chaos.nemesis import GEO_KINDS as KINDS  # noqa: E402
-
-
-def _kinds(text: str) -> tuple:
-    kinds = tuple(k for k in text.split(",") if k)
-    unknown = set(kinds) - set(KINDS)
-    if unknown:
-        raise argparse.ArgumentTypeError(f"unknown faults {sorted(unknown)}; known: {', '.join(KINDS)}")
-    return kinds
 
 
 def parse(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--duration", type=float, default=90.0, help="seconds of faults (default 90)")
-    p.add_argument("--faults", type=_kinds, default=KINDS,
+    p.add_argument("--faults", type=script.fault_kinds(KINDS), default=KINDS,
                    help=f"comma-separated fault kinds, empty for none (default {','.join(KINDS)};\n"
                         "kill-broker and pause-broker act on a standalone)")
     p.add_argument("--producers", type=int, default=2, help="unbatched producers per cluster")
@@ -74,10 +65,6 @@ def parse(argv):
     return p.parse_args(argv)
 
 
-def _terminate(signum, frame):
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def _status(verdict, require_crossing: bool) -> int:
     if not verdict.ok:
         return 1
@@ -94,27 +81,17 @@ def main(argv=None) -> int:
         return _status(verdict, args.require_crossing)
 
     from pulsar_twisted.testing.chaos.geo import GeoChaosConfig, run_geo
-    signal.signal(signal.SIGTERM, _terminate)
-    started = time.monotonic()
-
-    def log(text):
-        print(f"[{time.monotonic() - started:6.1f}s] {text}", flush=True)
-
+    log = script.start("geo-replication chaos run")
     config = GeoChaosConfig(seed=args.seed, duration=args.duration, kinds=tuple(args.faults),
                             producers=args.producers, rate=args.rate, batched_rate=args.batched_rate,
                             partitions=args.partitions, partitioned_rate=args.partitioned_rate,
                             chunked_rate=args.chunked_rate, pause=tuple(args.pause),
                             dedup=not args.no_dedup, operation_timeout=args.operation_timeout,
                             keep_logs=args.keep_logs, log=log)
-    log(f"geo-replication chaos run: {' '.join(sys.argv)}")
-    try:
-        geo, verdict = run_geo(config)
-    except KeyboardInterrupt:
-        log("interrupted: every process of the run was killed")
-        return 130
-    except Exception as e:
-        log(f"the run failed: {type(e).__name__}: {e}")
-        return 2
+    outcome = script.run_guarded(run_geo, config, log)
+    if isinstance(outcome, int):
+        return outcome
+    geo, verdict = outcome
     if args.history:
         geo.dump(args.history)
     meta = geo.sends.meta
@@ -122,8 +99,7 @@ def main(argv=None) -> int:
         with open(args.json, "w") as f:
             json.dump({"meta": meta, "verdict": verdict.to_json(),
                        "faults": [f.__dict__ for f in geo.sends.faults]}, f, indent=1, default=str)
-    print("faults: " + "; ".join(f"{f.kind} {f.target}{' (' + f.note.strip() + ')' if f.note else ''}"
-                                 for f in geo.sends.faults))
+    print(script.faults_line(geo.sends.faults))
     if meta.get("partitioned_topic"):
         print(f"partitioned topic: {meta['partitioned_topic']}")
     print(f"replication: {meta.get('drain')} after {meta.get('drain_seconds')}s; standalone "

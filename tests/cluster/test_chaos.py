@@ -1123,9 +1123,8 @@ class ZooKeeperServerFaultTests(SynchronousTestCase):
         self.assertTrue(self.server.running())
 
 
-class ShortChaosRunTests(SynchronousTestCase):
-    """A short seeded chaos run on real processes: every acknowledged message is stored once, in
-    order, and delivered; every send is answered (issue 11)."""
+class _RealClusterRun(SynchronousTestCase):
+    """Skipped without the official client or a ZooKeeper (``self.zk``, the shared one)."""
 
     def setUp(self):
         from tests.cluster.test_processes import pulsar
@@ -1136,6 +1135,11 @@ class ShortChaosRunTests(SynchronousTestCase):
             self.zk = ZooKeeperServer.shared()
         except ZooKeeperUnavailable as e:
             raise self.skipTest(str(e))
+
+
+class ShortChaosRunTests(_RealClusterRun):
+    """A short seeded chaos run on real processes: every acknowledged message is stored once, in
+    order, and delivered; every send is answered (issue 11)."""
 
     def test_short_run(self):
         """Seed 49, E/Qw/Qa 3/3/2, 35 s of faults (as root: SIGSTOP of a broker, kill -9 of a
@@ -1156,20 +1160,10 @@ class ShortChaosRunTests(SynchronousTestCase):
         self.assertTrue(verdict.ok, f"violations: {verdict.violations}")
 
 
-class ShortReplicatedChaosRunTests(SynchronousTestCase):
+class ShortReplicatedChaosRunTests(_RealClusterRun):
     """A short seeded run with ``--replicate``: the cluster's namespace geo-replicated to a
     standalone while brokers are killed and paused past their session; every message acknowledged
     on the cluster is on the remote, once, in order per producer."""
-
-    def setUp(self):
-        from tests.cluster.test_processes import pulsar
-        if pulsar is None:
-            raise self.skipTest("the official pulsar-client package is not installed")
-        from pulsar_twisted.testing.cluster import ZooKeeperServer, ZooKeeperUnavailable
-        try:
-            self.zk = ZooKeeperServer.shared()
-        except ZooKeeperUnavailable as e:
-            raise self.skipTest(str(e))
 
     def test_short_replicated_run(self):
         """Seed 1, 15 s of kill -9 and SIGSTOP of brokers, then heal, drain, and the remote copy

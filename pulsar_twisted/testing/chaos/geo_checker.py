@@ -26,17 +26,16 @@ decides whether that is a failure (the trial test does: a harness that replicate
 not pass).
 """
 
-import json
 from dataclasses import dataclass, field, replace
 
 from pulsar_twisted.testing.chaos import checker
-from pulsar_twisted.testing.chaos.history import History
+from pulsar_twisted.testing.chaos.history import History, JsonFile
 
 EXAMPLES = checker.EXAMPLES
 
 
 @dataclass
-class GeoHistory:
+class GeoHistory(JsonFile):
     """The record of one run: ``sends`` (every send, the faults, ``meta``), ``stored`` (cluster
     -> a History holding only that cluster's ``storage``, ``unreadable`` and ``undecodable``,
     keyed by topic index), ``sources`` (producer -> the cluster it publishes on), ``topics``
@@ -66,15 +65,6 @@ class GeoHistory:
                    stored={c: History.from_json(h) for c, h in data["stored"].items()},
                    sources=dict(data["sources"]),
                    topics={int(i): name for i, name in data["topics"].items()})
-
-    def dump(self, path: str) -> None:
-        with open(path, "w") as f:
-            json.dump(self.to_json(), f)
-
-    @classmethod
-    def load(cls, path: str) -> "GeoHistory":
-        with open(path) as f:
-            return cls.from_json(json.load(f))
 
 
 def _storage_of(held: History, keep) -> dict:

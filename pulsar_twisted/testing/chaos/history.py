@@ -76,8 +76,22 @@ class Fault:
     note: str = ""
 
 
+class JsonFile:
+    """``dump(path)`` / ``cls.load(path)`` for a class with ``to_json`` and ``from_json``: a run's
+    record written by ``--history`` and checked again by ``--check``."""
+
+    def dump(self, path: str) -> None:
+        with open(path, "w") as f:
+            json.dump(self.to_json(), f)
+
+    @classmethod
+    def load(cls, path: str):
+        with open(path) as f:
+            return cls.from_json(json.load(f))
+
+
 @dataclass
-class History:
+class History(JsonFile):
     #: subscription name -> subscription type.
     subscriptions: dict = field(default_factory=dict)
     partitions: int = 0
@@ -149,12 +163,3 @@ class History:
         history.deliveries = [Delivery(**d) for d in data["deliveries"]]
         history.faults = [Fault(**f) for f in data["faults"]]
         return history
-
-    def dump(self, path: str) -> None:
-        with open(path, "w") as f:
-            json.dump(self.to_json(), f)
-
-    @classmethod
-    def load(cls, path: str) -> "History":
-        with open(path) as f:
-            return cls.from_json(json.load(f))
