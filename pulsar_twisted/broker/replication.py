@@ -54,6 +54,7 @@ from pulsar_twisted.broker import schema as schemas
 from pulsar_twisted.broker.cnx import peer_text
 from pulsar_twisted.broker.entryinfo import num_messages
 from pulsar_twisted.broker.rates import RateMeter
+from pulsar_twisted.common.backoff import Backoff
 from pulsar_twisted.common.lograte import LogRate
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.wire.frames import FrameError, split_message
@@ -190,23 +191,6 @@ class ReplicationClients:
         return defer.DeferredList([d for d in ds if d is not None], consumeErrors=True)
 
 
-class _Backoff:
-    """Delays between attempts: 0.1 s doubling to 60 s (Pulsar's replicator back-off)."""
-
-    __slots__ = ("_next",)
-    INITIAL, MAXIMUM = 0.1, 60.0
-
-    def __init__(self):
-        self._next = self.INITIAL
-
-    def next(self) -> float:
-        delay, self._next = self._next, min(self._next * 2, self.MAXIMUM)
-        return delay
-
-    def reset(self) -> None:
-        self._next = self.INITIAL
-
-
 # Replicator states
 STARTING, RUNNING, CLOSED = "starting", "running", "closed"
 
@@ -229,7 +213,7 @@ class _ReplicatorBase:
         self.name = producer_name(local, remote)
         self.state = STARTING
         self.producer = None
-        self.backoff = _Backoff()
+        self.backoff = Backoff(0.1, 60.0)
         self._retry_call = None
         self._epoch = 0             # which producer incarnation a send belongs to
         self.msg_out = 0

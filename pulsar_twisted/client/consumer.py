@@ -25,7 +25,7 @@ from pulsar_twisted.wire.errors import CodecError
 from pulsar_twisted.wire.frames import ChecksumMismatch, FrameError, split_message
 from pulsar_twisted.client import errors
 from pulsar_twisted.client import batch_ack
-from pulsar_twisted.client.backoff import Backoff
+from pulsar_twisted.common.backoff import Backoff
 from pulsar_twisted.client.batch_receive import PendingBatches, as_policy
 from pulsar_twisted.client.chunking import ChunkAssembler
 from pulsar_twisted.client.connection import T, command

@@ -1,5 +1,7 @@
 """Reconnection delays: doubling from ``initial`` up to ``maximum`` seconds, as the Java client's
-``Backoff`` does (without its random jitter, so tests on a ``task.Clock`` are exact)."""
+``Backoff`` does (without its random jitter, so tests on a ``task.Clock`` are exact). Used by our
+client's producers and consumers and by the broker's geo-replicators (Pulsar's replicator back-off
+is 0.1 s to 60 s too)."""
 
 
 class Backoff:
