@@ -28,7 +28,7 @@ from pulsar_twisted.wire.compression import compression_type as _compression_typ
 from pulsar_twisted.wire.errors import UnknownCompression
 from pulsar_twisted.wire.frames import FRAME_PADDING, encode_message, encode_payload_command
 from pulsar_twisted.client import errors
-from pulsar_twisted.client.backoff import Backoff
+from pulsar_twisted.common.backoff import Backoff
 from pulsar_twisted.client.chunking import (
     ChunkMessageId, chunk_payload_size, chunk_uuid, split)
 from pulsar_twisted.client.connection import DEFAULT_MAX_MESSAGE_SIZE, T, command
@@ -421,8 +421,12 @@ class Producer(ConnectionHandler):
                       num_messages=max(1, len(messages)))
         if batched:
             cmd.send.highest_sequence_id = last
-        op = _OpSend(first, last, encode_payload_command(cmd, part), messages,
-                     self.clock.seconds(), batched, chunk_ids)
+        self._queue(_OpSend(first, last, encode_payload_command(cmd, part), messages,
+                            self.clock.seconds(), batched, chunk_ids))
+
+    def _queue(self, op):
+        """Put ``op`` in flight: pending in order, written now if connected (else by the
+        reconnection), under the send timeout."""
         self._pending.append(op)
         if self.state == READY and self.cnx is not None:
             self.cnx.write_raw(op.frame)
@@ -456,12 +460,8 @@ class Producer(ConnectionHandler):
         chunk = {"is_chunk": True} if metadata.num_chunks_from_msg > 1 else {}
         cmd = command(T.SEND, "send", producer_id=self.producer_id, sequence_id=sequence_id,
                       num_messages=max(1, num_messages), **chunk)
-        op = _OpSend(sequence_id, sequence_id, encode_payload_command(cmd, part), [message],
-                     self.clock.seconds(), False)
-        self._pending.append(op)
-        if self.state == READY and self.cnx is not None:
-            self.cnx.write_raw(op.frame)
-        self._arm_timeout()
+        self._queue(_OpSend(sequence_id, sequence_id, encode_payload_command(cmd, part), [message],
+                            self.clock.seconds(), False))
         return message.deferred
 
     # ------------------------------------------------------------------ batching
