@@ -35,17 +35,9 @@ class _Answer:
         self.highest = highest
         self.counted = counted
         self.size = size
-        #: A replicated message's ``(producer name, sequence id, highest sequence id)`` from its
-        #: metadata (``_original_ids``), which deduplication records instead of the SEND's; None.
+        #: A replicated message's ``(producer name, highest sequence id)`` from its metadata,
+        #: which deduplication records instead of the SEND's; None for any other message.
         self.original = original
-
-
-def _original_ids(message: bytes) -> tuple:
-    """``(producer name, sequence id, highest sequence id)`` of a replicated message, from its
-    metadata (a batch's highest is its last member's)."""
-    metadata = lenient_metadata(message)
-    sequence_id = metadata.sequence_id
-    return (metadata.producer_name, sequence_id, max(sequence_id, metadata.highest_sequence_id))
 
 
 class Producer:
@@ -151,14 +143,19 @@ class Producer:
             original = None
             if dedup is not None:
                 name, dedup_id, dedup_highest = self.name, sequence_id, highest
+                metadata = None
                 if name.startswith(replication.NAME_PREFIX):
                     # Another cluster's replicator: the message keeps its producer's name and
                     # sequence id, and those are what deduplicate it (Pulsar does the same), so
                     # that a message the replicator sends again, or one that reached this cluster
-                    # by two routes, is stored once.
-                    name, dedup_id, dedup_highest = original = _original_ids(message)
+                    # by two routes, is stored once. (A batch's highest is its last member's.)
+                    metadata = lenient_metadata(message)
+                    name, dedup_id = metadata.producer_name, metadata.sequence_id
+                    dedup_highest = max(dedup_id, metadata.highest_sequence_id)
+                    original = (name, dedup_highest)
                 if is_chunk:
-                    counted = is_last_chunk(lenient_metadata(message))
+                    counted = is_last_chunk(metadata if metadata is not None
+                                            else lenient_metadata(message))
                 status = (dedup.check(name, dedup_id, dedup_highest) if counted
                           else dedup.check_chunk(name, dedup_id))
                 if status != dedup_states.NOT_DUP:
@@ -216,7 +213,7 @@ class Producer:
                         if original is None:
                             dedup.persisted(self.name, highest, position)
                         else:
-                            dedup.persisted(original[0], original[2], position)
+                            dedup.persisted(original[0], original[1], position)
                     receipts.append((answer.sequence_id, highest, position[0], position[1]))
                 if not self.closed:
                     self.cnx.sender.send_receipts(self.producer_id, receipts)
