@@ -163,3 +163,11 @@ class IManagedCursor(Interface):
 
     def internal_stats():
         """Pulsar's CursorStats of this cursor (a JSON-ready dict)."""
+
+
+class OffloadAlreadyRunningError(ManagedLedgerError):
+    """An offload was asked for while one is still running on the same topic (Pulsar answers 409)."""
+
+
+class OffloadNotConfiguredError(ManagedLedgerError):
+    """An offload was asked for and the topic has no offload driver configured."""
