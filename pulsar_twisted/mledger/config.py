@@ -46,6 +46,21 @@ class ManagedLedgerConfig:
     """Ledger password (managedLedgerDigestType/password)."""
     max_pending_adds: int = 10_000
     """Adds in flight above which throttle listeners are told to pause producers."""
+    offloader: object = None
+    """The namespace's ``offload.offloader.LedgerOffloader``; None: no tiered storage
+    (managedLedgerOffloadDriver unset)."""
+    offload_threshold_bytes: int = -1
+    """Offload the oldest sealed ledgers once the ledgers after them hold more than this;
+    0 every sealed ledger, < 0 never by size (managedLedgerOffloadThresholdInBytes)."""
+    offload_threshold_seconds: int = -1
+    """Offload sealed ledgers closed longer ago than this; < 0 never by age
+    (managedLedgerOffloadThresholdInSeconds)."""
+    offload_deletion_lag_ms: int = 4 * 3600 * 1000
+    """Delete an offloaded ledger from the bookies this long after its offload; < 0 never
+    (managedLedgerOffloadDeletionLagMs)."""
+    offload_read_tiered_first: bool = True
+    """Read an offloaded ledger from tiered storage even while the bookies still have it
+    (managedLedgerDataReadPriority=tiered-storage-first)."""
 
     @classmethod
     def from_config(cls, config) -> "ManagedLedgerConfig":

@@ -10,7 +10,7 @@ from twisted.python.failure import Failure
 from twisted.logger import Logger
 from zope.interface import implementer
 
-from pulsar_twisted.mledger import formats
+from pulsar_twisted.mledger import formats, offloads
 from pulsar_twisted.mledger.config import ManagedLedgerConfig
 from pulsar_twisted.mledger.interfaces import (
     IManagedLedgerFactory, ManagedLedgerClosedError, ManagedLedgerError)
@@ -29,11 +29,17 @@ class ManagedLedgerFactory:
     """
     ``ManagedLedgerFactory(ledger_client, metadata_store, reactor, default_config=None)``;
     ``default_config`` None means ``ManagedLedgerConfig()``. ``reactor`` provides
-    ``callLater``/``seconds`` for rollover timers and listener coalescing.
+    ``callLater``/``seconds`` for rollover timers and listener coalescing. ``offloaders``: the
+    broker's ``offload.offloader.OffloaderRegistry`` (reads of offloaded ledgers find their blob
+    store through it), None without tiered storage.
     """
 
-    def __init__(self, ledger_client, metadata_store, reactor, default_config=None):
+    def __init__(self, ledger_client, metadata_store, reactor, default_config=None, offloaders=None):
         self.ledger_client = ledger_client
+        self.offloaders = offloaders
+        #: managed ledger -> its ``offloads.OffloadState`` once an offload ran (weak: a dropped
+        #: instance leaves nothing; not a slot of the managed ledger, which most never offload).
+        self.offload_states = weakref.WeakKeyDictionary()
         self.store = metadata_store
         self.reactor = reactor
         self.default_config = default_config if default_config is not None else ManagedLedgerConfig()
@@ -156,7 +162,9 @@ class ManagedLedgerFactory:
         res = await self.store.get(path)
         if res is None:
             return None
-        ledger_ids = [row[0] for row in formats.decode_ledger_info(res[0])[0]]
+        rows = formats.decode_ledger_info(res[0])[0]
+        ledger_ids = [row[0] for row in rows if row[4] is None or not row[4].bk_deleted]
+        offloaded = [(row[0], row[4]) for row in rows if row[4] is not None]
         for child in await self.store.get_children(path):
             cres = await self.store.get(f"{path}/{child}")
             if cres is not None:
@@ -172,6 +180,8 @@ class ManagedLedgerFactory:
                 await self.ledger_client.delete_ledger(lid)
             except Exception as e:
                 log.warn("deleting managed ledger {name}: ledger {lid}: {err}", name=name, lid=lid, err=e)
+        for lid, context in offloaded:
+            await offloads.delete_objects(self, name, lid, context)
         return None
 
     async def _close_for_delete(self, ml, name):

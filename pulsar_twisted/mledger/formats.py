@@ -12,6 +12,16 @@ Ledger node (``/managed-ledgers/<quoted name>``)::
     {"v": 1, "ledgers": [[id, entries, size, timestamp_ms], ...], "props": {...},
      "terminated": [ledger, entry] | null}
 
+Version 2 is written once a ledger has been offloaded to tiered storage (``mledger/offloads.py``):
+such a ledger's row has a fifth element, its offload context (Pulsar's ``OffloadContext``)::
+
+    {"uid": "<hex uuid>", "complete": bool, "bkDeleted": bool, "ts": offload_time_ms,
+     "driver": "aws-s3", "meta": {"bucket": ..., "region": ..., "endpoint": ...}}
+
+``uid`` names the objects of the offload (``mledger/offload/format.py``); ``complete`` says they are
+whole and may be read; ``bkDeleted`` that the bookies' copy is gone; ``driver`` and ``meta`` where
+the objects are, as they were when written.
+
 Cursor node (``/managed-ledgers/<quoted name>/<quoted cursor>``)::
 
     {"v": 2, "ledger": cursor_ledger_id | -1, "md": [ledger, entry], "props": {...},
@@ -39,14 +49,56 @@ from pulsar_twisted.common.position import Position
 from pulsar_twisted.metadata.layout import MANAGED_LEDGERS_ROOT as ROOT
 from pulsar_twisted.mledger.bitset import int_to_words, is_int64, words_to_int
 
-#: Version of the ledger node.
-VERSION = 1
+#: Version of the ledger node (2: offload contexts; written only when a ledger has one).
+VERSION = 2
+VERSION_PLAIN = 1
 #: Version of the cursor node and cursor snapshots (2: batch deleted indexes, ``bi``).
 CURSOR_VERSION = 2
 
 
 class FormatError(ValueError):
     """Stored bytes that are not one of our formats (or of a newer version)."""
+
+
+class OffloadContext:
+    """Where and how far a ledger was offloaded (immutable: a change is a new context)."""
+
+    __slots__ = ("uid", "complete", "bk_deleted", "timestamp", "driver", "metadata")
+
+    def __init__(self, uid: str, complete=False, bk_deleted=False, timestamp=0, driver="", metadata=None):
+        self.uid = uid
+        self.complete = complete
+        self.bk_deleted = bk_deleted
+        self.timestamp = timestamp
+        self.driver = driver
+        self.metadata = dict(metadata or {})
+
+    def replace(self, **changes) -> "OffloadContext":
+        values = {name: getattr(self, name) for name in self.__slots__}
+        values.update(changes)
+        return OffloadContext(**values)
+
+    def to_json(self) -> dict:
+        return {"uid": self.uid, "complete": self.complete, "bkDeleted": self.bk_deleted,
+                "ts": self.timestamp, "driver": self.driver, "meta": self.metadata}
+
+    @classmethod
+    def from_json(cls, obj) -> "OffloadContext":
+        if not isinstance(obj, dict):
+            raise FormatError(f"bad offload context {obj!r}")
+        uid, driver, meta = obj.get("uid"), obj.get("driver", ""), obj.get("meta", {})
+        complete, deleted, ts = obj.get("complete"), obj.get("bkDeleted"), obj.get("ts", 0)
+        if (not isinstance(uid, str) or not uid or not isinstance(driver, str)
+                or not isinstance(meta, dict) or not isinstance(complete, bool)
+                or not isinstance(deleted, bool) or not isinstance(ts, int)):
+            raise FormatError(f"bad offload context {obj!r}")
+        return cls(uid, complete, deleted, ts, driver, meta)
+
+    def __eq__(self, other):
+        return isinstance(other, OffloadContext) and self.to_json() == other.to_json()
+
+    def __repr__(self):
+        return f"OffloadContext({self.to_json()!r})"
 
 
 #: Names made only of what ``quote(name, safe="")`` keeps as it is, and '/'.
@@ -108,39 +160,51 @@ def _props(value) -> dict:
 
 
 def encode_ledger_info(ledgers, properties, terminated=None) -> bytes:
-    """``ledgers``: iterable of objects with ledger_id, entries, size, timestamp. Without properties
-    or termination (a new topic's node, most writes) made by hand, byte for byte ``_dump``'s: 1.5 us
-    where ``json.dumps`` took 8 (issue 14)."""
-    if not properties and terminated is None:
-        ledgers = list(ledgers)     # may be a generator: json.dumps below must still find them all
+    """``ledgers``: iterable of objects with ledger_id, entries, size, timestamp and offload (an
+    OffloadContext or None). Without properties, termination or offloads (a new topic's node, most
+    writes) made by hand, byte for byte ``_dump``'s: 1.5 us where ``json.dumps`` took 8 (issue 14)."""
+    ledgers = list(ledgers)     # may be a generator: json.dumps below must still find them all
+    if not properties and terminated is None and all(li.offload is None for li in ledgers):
         rows = [(li.ledger_id, li.entries, li.size, li.timestamp) for li in ledgers]
         if all(type(n) is int for row in rows for n in row):
             return ('{"v":%d,"ledgers":[%s],"props":{},"terminated":null}'
-                    % (VERSION, ",".join(["[%d,%d,%d,%d]" % row for row in rows]))).encode()
+                    % (VERSION_PLAIN, ",".join(["[%d,%d,%d,%d]" % row for row in rows]))).encode()
     return _json_ledger_info(ledgers, properties, terminated)
 
 
+def _row(li) -> list:
+    row = [li.ledger_id, li.entries, li.size, li.timestamp]
+    if li.offload is not None:
+        row.append(li.offload.to_json())
+    return row
+
+
 def _json_ledger_info(ledgers, properties, terminated) -> bytes:
-    """``encode_ledger_info`` through ``json.dumps`` (the reference the hand-made form must equal)."""
+    """``encode_ledger_info`` through ``json.dumps`` (the reference the hand-made form must equal).
+    Version 1 unless a ledger has an offload context, so that a node without one stays readable by
+    a broker that predates tiered storage."""
     return _dump({
-        "v": VERSION,
-        "ledgers": [[li.ledger_id, li.entries, li.size, li.timestamp] for li in ledgers],
+        "v": VERSION if any(li.offload is not None for li in ledgers) else VERSION_PLAIN,
+        "ledgers": [_row(li) for li in ledgers],
         "props": dict(properties),
         "terminated": list(terminated) if terminated is not None else None,
     })
 
 
 def decode_ledger_info(data: bytes):
-    """Returns ``(ledgers, properties, terminated)``: ledgers as (id, entries, size, ts) tuples."""
+    """Returns ``(ledgers, properties, terminated)``: ledgers as (id, entries, size, ts, offload)
+    tuples, offload an OffloadContext or None."""
     obj = _load(data)
     rows = obj.get("ledgers")
     if not isinstance(rows, list):
         raise FormatError("bad ledger list")
     ledgers = []
     for row in rows:
-        if not isinstance(row, list) or len(row) != 4 or not all(isinstance(x, int) for x in row):
+        if (not isinstance(row, list) or len(row) not in (4, 5)
+                or not all(isinstance(x, int) for x in row[:4])):
             raise FormatError(f"bad ledger row {row!r}")
-        ledgers.append(tuple(row))
+        offload = OffloadContext.from_json(row[4]) if len(row) == 5 else None
+        ledgers.append((*row[:4], offload))
     term = obj.get("terminated")
     return ledgers, _props(obj.get("props")), (_position(term) if term is not None else None)
 

@@ -37,11 +37,12 @@ from pulsar_twisted.common.bk_errors import LedgerFencedError, NoSuchLedgerError
 from pulsar_twisted.common.position import EARLIEST, LATEST, Entry, Position
 from pulsar_twisted.common.waiters import tell_done, tell_failed
 from pulsar_twisted.metadata.interfaces import AlreadyExistsError, BadVersionError, NotFoundError
-from pulsar_twisted.mledger import formats
+from pulsar_twisted.mledger import formats, offloads
 from pulsar_twisted.mledger.cache import NO_ENTRY_CACHE, EntryCache
 from pulsar_twisted.mledger.config import ManagedLedgerConfig
 from pulsar_twisted.mledger.counters import ManagedLedgerCounters
 from pulsar_twisted.mledger.stats import iso_ms, position_text
+from pulsar_twisted.mledger.offload.offloader import OffloadedReadHandle
 from pulsar_twisted.mledger.interfaces import (
     CursorNotFoundError, IManagedLedger, ManagedLedgerClosedError, ManagedLedgerError,
     ManagedLedgerFencedError,
@@ -122,15 +123,17 @@ class State(enum.Enum):
 
 
 class LedgerInfo:
-    """One ledger of the list: entries and size are of confirmed entries; timestamp is its close time."""
+    """One ledger of the list: entries and size are of confirmed entries; timestamp is its close time;
+    offload: its ``formats.OffloadContext`` once an offload began (``offloads.py``), else None."""
 
-    __slots__ = ("ledger_id", "entries", "size", "timestamp")
+    __slots__ = ("ledger_id", "entries", "size", "timestamp", "offload")
 
-    def __init__(self, ledger_id, entries=0, size=0, timestamp=0):
+    def __init__(self, ledger_id, entries=0, size=0, timestamp=0, offload=None):
         self.ledger_id = ledger_id
         self.entries = entries
         self.size = size
         self.timestamp = timestamp
+        self.offload = offload
 
 
 class AddOp:
@@ -356,8 +359,8 @@ class ManagedLedgerImpl:
         data, stat = res
         ledgers, self.properties, self._terminated_at = formats.decode_ledger_info(data)
         self._meta_version = stat.version
-        for lid, entries, size, ts in ledgers:
-            self._add_ledger_info(LedgerInfo(lid, entries, size, ts))
+        for lid, entries, size, ts, offload in ledgers:
+            self._add_ledger_info(LedgerInfo(lid, entries, size, ts, offload))
         if self._ledger_ids:
             await self._recover_last_ledger()
         self._last_confirmed = self._compute_last_confirmed()
@@ -750,6 +753,7 @@ class ManagedLedgerImpl:
             self.counters.ledger_switched(started)
         # The full ledger may be trimmable now; its write comes after the switch's, not before.
         self._trim_in_background()
+        self.maybe_offload()
 
     def _close_failed(self, failure, handle):
         log.warn("managed ledger {name}: closing ledger {lid} failed: {err}",
@@ -1217,7 +1221,26 @@ class ManagedLedgerImpl:
     def ledgers_info(self):
         """For internal stats: ``[{"ledgerId", "entries", "size", "timestamp"}, ...]``."""
         return [{"ledgerId": i.ledger_id, "entries": i.entries, "size": i.size,
-                 "timestamp": i.timestamp} for i in (self._ledgers[lid] for lid in self._ledger_ids)]
+                 "timestamp": i.timestamp, "offloaded": i.offload is not None and i.offload.complete}
+                for i in (self._ledgers[lid] for lid in self._ledger_ids)]
+
+    # -- tiered storage (offloads.py) --------------------------------------------------------
+
+    def offloaded_size(self) -> int:
+        """Bytes of the ledgers whose offload is complete (topic stats' offloadedStorageSize)."""
+        return sum(i.size for i in self._ledgers.values() if i.offload is not None and i.offload.complete)
+
+    def offload_prefix(self, position):
+        """Offload the sealed ledgers before ``position``'s (``offloads.offload_prefix``)."""
+        return offloads.offload_prefix(self, position)
+
+    def offload_status(self) -> dict:
+        return offloads.status(self)
+
+    def maybe_offload(self) -> None:
+        """Offload what the thresholds choose, in the background (``offloads.maybe_offload``)."""
+        if self._state not in (State.CLOSED, State.FENCED, State.INITIALIZING):
+            offloads.maybe_offload(self)
 
     def internal_stats(self) -> dict:
         """Pulsar's ManagedLedgerInternalStats of this ledger and its durable cursors (the
@@ -1236,7 +1259,7 @@ class ManagedLedgerImpl:
             "lastConfirmedEntry": position_text(self.last_confirmed_entry()),
             "state": self.state.name,
             "ledgers": [{"ledgerId": i["ledgerId"], "entries": i["entries"], "size": i["size"],
-                         "offloaded": False, "underReplicated": False} for i in ledgers],
+                         "offloaded": i["offloaded"], "underReplicated": False} for i in ledgers],
             "cursors": {name: cursor.internal_stats() for name, cursor in list(self.cursors.items())},
         }
 
@@ -1320,9 +1343,30 @@ class ManagedLedgerImpl:
         if cached is not None:
             return defer.succeed(cached)
         d = self._get_read_handle(lid)
-        d.addCallback(lambda handle: handle.read_entries(first, last))
+        d.addCallback(self._read_handle_entries, lid, first, last)
         d.addCallback(lambda les: [Entry(Position(le.ledger_id, le.entry_id), le.data) for le in les])
         return d
+
+    def _read_handle_entries(self, handle, lid, first, last):
+        d = handle.read_entries(first, last)
+        info = self._ledgers.get(lid)
+        if isinstance(handle, OffloadedReadHandle) and info is not None and info.offload is not None \
+                and not info.offload.bk_deleted:
+            # Tiered storage first, the bookies' copy while it lasts (a damaged or unreachable
+            # object does not stop the topic's readers then).
+            d.addErrback(self._offloaded_read_failed, lid, first, last)
+        return d
+
+    def _offloaded_read_failed(self, failure, lid, first, last):
+        log.warn("managed ledger {name}: ledger {lid}: reading its offloaded copy failed ({err}); "
+                 "reading the bookies' copy", name=self.name, lid=lid, err=failure.getErrorMessage())
+        self._forget_read_handle(lid)
+        d = self.ledger_client.open_ledger(lid, self.config.password, recovery=True)
+        return d.addCallback(lambda handle: handle.read_entries(first, last))
+
+    def _forget_read_handle(self, lid):
+        if lid in self._read_handles:
+            del self._read_handles[lid]
 
     def _get_read_handle(self, lid):
         if self._current is not None and self._current.ledger_id == lid:
@@ -1356,8 +1400,21 @@ class ManagedLedgerImpl:
         # recorded (the client completes it locally when its metadata session expired). A new
         # owner recovers only the last ledger of the list; read without recovery, an open ledger
         # ends at the LAC its bookies know, one entry short of what was acknowledged.
-        self.ledger_client.open_ledger(lid, self.config.password, recovery=True).addCallbacks(opened, failed)
+        info = self._ledgers.get(lid)
+        if info is not None and offloads.reads_offloaded(self, info):
+            opening = offloads.open_offloaded(self, lid, info.offload)
+            if not info.offload.bk_deleted:
+                # Tiered storage first, the bookies' copy while it lasts.
+                opening.addErrback(self._offloaded_open_failed, lid)
+        else:
+            opening = self.ledger_client.open_ledger(lid, self.config.password, recovery=True)
+        opening.addCallbacks(opened, failed)
         return d
+
+    def _offloaded_open_failed(self, failure, lid):
+        log.warn("managed ledger {name}: ledger {lid}: opening its offloaded copy failed ({err}); "
+                 "reading the bookies' copy", name=self.name, lid=lid, err=failure.getErrorMessage())
+        return self.ledger_client.open_ledger(lid, self.config.password, recovery=True)
 
     async def _read_positions(self, positions):
         """Entries at the given sorted positions (skipping ones no longer stored)."""
@@ -1593,38 +1650,61 @@ class ManagedLedgerImpl:
         if self._state in (State.CLOSED, State.FENCED, State.INITIALIZING):
             return defer.succeed([])
         doomed = self._ledgers_to_trim()
-        if not doomed:
+        # Offloaded ledgers past the deletion lag leave the bookies (offloads.py, step 4).
+        unbooked = [lid for lid in offloads.to_delete_from_bookies(self, self._now_ms())
+                    if lid not in doomed]
+        if not doomed and not unbooked:
             return defer.succeed([])
         removed = [self._remove_ledger_info(lid) for lid in doomed]
+        marked = []
+        for lid in unbooked:
+            info = self._ledgers[lid]
+            marked.append((info, info.offload))
+            info.offload = info.offload.replace(bk_deleted=True)
 
         def recorded(_):
             first_left = self._ledger_ids[0] if self._ledger_ids else None
             if first_left is not None:
                 for c in list(self._non_durable):
                     c._ledgers_trimmed(first_left)
+            if unbooked:
+                log.info("managed ledger {name}: offloaded ledgers {ids} deleted from the bookies",
+                         name=self.name, ids=unbooked)
+                for lid in unbooked:
+                    self._forget_read_handle(lid)
+                    self._delete_ledger_quietly(lid)
+            if not doomed:
+                return doomed
             log.info("managed ledger {name}: trimmed ledgers {ids}", name=self.name, ids=doomed)
             deleted = defer.Deferred()
-            self._delete_trimmed(list(doomed), deleted)
+            self._delete_trimmed(removed, deleted)
             return deleted.addCallback(lambda _: doomed)
 
         def failed(f):
             if self._state is not State.FENCED:
                 for info in removed:
                     self._add_ledger_info(info)
+                for info, before in marked:
+                    if info.offload is not None and info.offload.uid == before.uid:
+                        info.offload = before
             return f
 
         return self._write_metadata().addCallbacks(recorded, failed)
 
-    def _delete_trimmed(self, lids: list, done: defer.Deferred) -> None:
-        """Forget and delete the trimmed ``lids``, ``TRIM_SLICE`` per reactor turn (the first slice
+    def _delete_trimmed(self, infos: list, done: defer.Deferred) -> None:
+        """Forget and delete the trimmed ledgers ``infos`` (from the bookies unless gone from there
+        already, from tiered storage if offloaded), ``TRIM_SLICE`` per reactor turn (the first slice
         at once); ``done`` fires once every deletion is issued. They are out of the metadata already,
         so no read reaches them meanwhile."""
-        for lid in lids[:TRIM_SLICE]:
+        for info in infos[:TRIM_SLICE]:
+            lid = info.ledger_id
             self._cache.invalidate_ledger(lid)
-            if lid in self._read_handles:
-                del self._read_handles[lid]
-            self._delete_ledger_quietly(lid)
-        rest = lids[TRIM_SLICE:]
+            self._forget_read_handle(lid)
+            if info.offload is None or not info.offload.bk_deleted:
+                self._delete_ledger_quietly(lid)
+            if info.offload is not None:
+                offloads.delete_objects(self.factory, self.name, lid, info.offload)
+        rest = infos[TRIM_SLICE:]
         if rest:
             self.reactor.callLater(0, self._delete_trimmed, rest, done)
         else:

@@ -1,5 +1,6 @@
 """Tests of the stored formats and the cache."""
 
+import json
 from hypothesis import given, strategies as st
 from twisted.trial import unittest
 
@@ -41,7 +42,7 @@ class FormatTests(unittest.TestCase):
         odd = [LedgerInfo(3, 1, 2, 1.5)]
         self.assertEqual(formats.encode_ledger_info(odd, {}), formats._json_ledger_info(odd, {}, None))
         self.assertEqual(formats.decode_ledger_info(formats.encode_ledger_info([LedgerInfo(3, 1, 2, 4)], {})),
-                         ([(3, 1, 2, 4)], {}, None))
+                         ([(3, 1, 2, 4, None)], {}, None))
 
     def test_ledger_info_from_a_generator(self):
         """The ledgers may come as a generator (``ManagedLedger._encode_info``): a field that sends
@@ -55,7 +56,26 @@ class FormatTests(unittest.TestCase):
 
     def test_ledger_info_round_trip(self):
         data = formats.encode_ledger_info([LedgerInfo(3, 10, 100, 5)], {"k": "v"}, Position(3, 9))
-        self.assertEqual(formats.decode_ledger_info(data), ([(3, 10, 100, 5)], {"k": "v"}, Position(3, 9)))
+        self.assertEqual(formats.decode_ledger_info(data), ([(3, 10, 100, 5, None)], {"k": "v"}, Position(3, 9)))
+
+    def test_offloaded_ledger_round_trip(self):
+        """A ledger with an offload context is written as version 2 with a fifth element, read back
+        equal; a node without one stays version 1, byte for byte as before tiered storage."""
+        ctx = formats.OffloadContext("u-1", complete=True, bk_deleted=False, timestamp=77,
+                                     driver="aws-s3", metadata={"bucket": "b", "region": "r"})
+        infos = [LedgerInfo(3, 10, 100, 5, ctx), LedgerInfo(4, 1, 2, 6)]
+        data = formats.encode_ledger_info(infos, {})
+        self.assertEqual(json.loads(data)["v"], 2)
+        self.assertEqual(formats.decode_ledger_info(data),
+                         ([(3, 10, 100, 5, ctx), (4, 1, 2, 6, None)], {}, None))
+        self.assertEqual(json.loads(formats.encode_ledger_info([LedgerInfo(4, 1, 2, 6)], {}))["v"], 1)
+
+    def test_bad_offload_context_is_refused(self):
+        for bad in ("x", {"uid": ""}, {"uid": "u", "complete": "yes", "bkDeleted": False},
+                    {"uid": "u", "complete": True, "bkDeleted": False, "meta": []}):
+            data = json.dumps({"v": 2, "ledgers": [[3, 1, 2, 4, bad]], "props": {},
+                               "terminated": None}).encode()
+            self.assertRaises(formats.FormatError, formats.decode_ledger_info, data)
 
     def test_cursor_snapshot_round_trip_and_truncation(self):
         """Only max_ranges ranges are kept, the lowest ones."""

@@ -1,0 +1,284 @@
+"""
+Offloading a managed ledger's sealed ledgers to tiered storage (Pulsar's ``asyncOffloadPrefix`` and
+``maybeOffloadInBackground``), reading them back, and deleting them from the bookies after the lag.
+
+The order that keeps every acknowledged entry readable, whatever fails or whoever takes over:
+
+1. **Record the attempt.** The ledger's row gets an offload context with a NEW uid, not complete,
+   written by compare-and-set like every change of the ledger list. A crash or a failure after this
+   leaves objects that only an incomplete context names; nobody reads them.
+2. **Copy.** Data object, then index (``offload/offloader.py``), from the bookies.
+3. **Mark it complete** (with the time), by compare-and-set again. From then on reads may go to the
+   objects, and the objects are never deleted while the ledger is in the list.
+4. **Delete from the bookies**, ``offload_deletion_lag_ms`` later, during a trim: the row is marked
+   ``bkDeleted`` first, the ledger deleted after that write succeeded.
+
+Objects are deleted only when no stored context can name them as complete: a failed copy's (its
+context is still incomplete), an earlier incomplete attempt's once a newer uid replaced it in the
+list, and a trimmed or deleted ledger's. A failed step 3 deletes nothing: the write may have been
+applied before the connection broke, and then the objects are the only copy after step 4 elsewhere.
+
+A paused broker that wakes up and goes on is stopped by the compare-and-set of step 1 or 3: the new
+owner changed the list's version, our write fails and fences this instance (``ledger.py``).
+"""
+
+import uuid
+
+from twisted.internet import defer
+from twisted.logger import Logger
+
+from pulsar_twisted.common.position import Position
+from pulsar_twisted.mledger.interfaces import (
+    ManagedLedgerClosedError, ManagedLedgerError, OffloadAlreadyRunningError,
+    OffloadNotConfiguredError)
+
+log = Logger()
+
+NOT_RUN, RUNNING, SUCCESS, ERROR = "NOT_RUN", "RUNNING", "SUCCESS", "ERROR"
+
+
+class OffloadState:
+    """A managed ledger's offloads: one runs at a time (``lock``); ``status``, ``last_error`` and
+    ``first_unoffloaded`` are of the last one asked for by hand (Pulsar's ``OffloadProcessStatus``)."""
+
+    def __init__(self):
+        self.lock = defer.DeferredLock()
+        self.status = NOT_RUN
+        self.last_error = ""
+        self.first_unoffloaded = None
+
+    def to_json(self) -> dict:
+        pos = self.first_unoffloaded if self.status == SUCCESS else Position(-1, -1)
+        return {"status": self.status, "lastError": self.last_error,
+                "firstUnoffloadedMessage": {"ledgerId": pos[0], "entryId": pos[1]}}
+
+
+def state_of(ml) -> OffloadState:
+    states = ml.factory.offload_states
+    state = states.get(ml)
+    if state is None:
+        state = states[ml] = OffloadState()
+    return state
+
+
+def status(ml) -> dict:
+    state = ml.factory.offload_states.get(ml)
+    return (state or OffloadState()).to_json()
+
+
+# ------------------------------------------------------------------------------------ choosing
+def _sealed(ml) -> list:
+    """Ids of the ledgers that are closed and may be offloaded, oldest first: never the current
+    ledger, nor the last of the list (the current, or the next one being recorded), nor an empty one."""
+    ids = ml._ledger_ids[:-1]
+    if ml._current is not None:
+        current = ml._current.ledger_id
+        ids = [lid for lid in ids if lid < current]
+    return [lid for lid in ids if ml._ledgers[lid].entries > 0]
+
+
+def _done(info) -> bool:
+    return info.offload is not None and info.offload.complete
+
+
+def to_offload_by_threshold(ml, now_ms: int) -> list:
+    """Pulsar's automatic choice: walking from the newest ledger back, every sealed ledger not yet
+    offloaded once the sizes summed pass ``offload_threshold_bytes`` (0: all of them), and every one
+    closed more than ``offload_threshold_seconds`` ago."""
+    cfg = ml.config
+    by_size, by_age = cfg.offload_threshold_bytes, cfg.offload_threshold_seconds
+    if by_size < 0 and by_age < 0:
+        return []
+    sealed = set(_sealed(ml))
+    chosen = []
+    summed = 0
+    for lid in reversed(ml._ledger_ids):
+        info = ml._ledgers[lid]
+        summed += info.size
+        if lid not in sealed or _done(info):
+            continue
+        over = by_size >= 0 and summed > by_size
+        old = by_age >= 0 and info.timestamp and now_ms - info.timestamp > by_age * 1000
+        if over or old:
+            chosen.append(lid)
+    return sorted(chosen)
+
+
+# ------------------------------------------------------------------------------------ running
+def offload_prefix(ml, position):
+    """Offload every sealed ledger before ``position``'s ledger (Pulsar's asyncOffloadPrefix, which
+    ``pulsar-admin topics offload`` asks for). Raises OffloadAlreadyRunningError while one asked for
+    by hand runs, OffloadNotConfiguredError without an offloader; else the offload runs (after an
+    automatic one, if one runs) and the returned Deferred fires with the first position not
+    offloaded. Its outcome is what ``status`` tells."""
+    state = state_of(ml)
+    if state.status == RUNNING:
+        raise OffloadAlreadyRunningError("Offload already running")
+    if ml.config.offloader is None:
+        raise OffloadNotConfiguredError(
+            f"no offload driver is configured for {ml.name} (managedLedgerOffloadDriver)")
+    position = Position(*position)
+    state.status, state.last_error, state.first_unoffloaded = RUNNING, "", None
+
+    def done(first):
+        state.status, state.first_unoffloaded = SUCCESS, first
+        return first
+
+    def failed(f):
+        state.status, state.last_error = ERROR, f.getErrorMessage() or f.type.__name__
+        log.warn("managed ledger {name}: offload up to {pos} failed: {err}",
+                 name=ml.name, pos=str(position), err=state.last_error)
+        return f
+
+    d = state.lock.run(lambda: defer.Deferred.fromCoroutine(_offload_prefix(ml, position)))
+    return d.addCallbacks(done, failed)
+
+
+async def _offload_prefix(ml, position):
+    info = ml._ledgers.get(position[0])
+    if info is None or not 0 <= position[1] < max(info.entries, 1):
+        raise ManagedLedgerError(f"Invalid position for offload: {position}")
+    offloader = ml.config.offloader
+    for lid in _sealed(ml):
+        if lid >= position[0]:
+            break
+        info = ml._ledgers.get(lid)
+        if info is not None and not _done(info):
+            await _offload_ledger(ml, offloader, lid)
+    return first_unoffloaded(ml)
+
+
+def first_unoffloaded(ml) -> Position:
+    for lid in ml._ledger_ids:
+        if not _done(ml._ledgers[lid]):
+            return Position(lid, 0)
+    return Position(ml._last_confirmed[0], ml._last_confirmed[1] + 1)
+
+
+def maybe_offload(ml) -> None:
+    """After a ledger switch and at each retention check: offload what the thresholds choose, in the
+    background, unless an offload runs already (the next switch or check comes back to it)."""
+    cfg = ml.config
+    if cfg.offloader is None or (cfg.offload_threshold_bytes < 0 and cfg.offload_threshold_seconds < 0):
+        return
+    state = state_of(ml)
+    if state.lock.locked or not to_offload_by_threshold(ml, ml._now_ms()):
+        return
+
+    async def run():
+        for lid in to_offload_by_threshold(ml, ml._now_ms()):
+            await _offload_ledger(ml, cfg.offloader, lid)
+
+    d = state.lock.run(lambda: defer.Deferred.fromCoroutine(run()))
+    d.addErrback(lambda f: log.warn("managed ledger {name}: automatic offload failed: {err}",
+                                    name=ml.name, err=f.getErrorMessage()))
+
+
+def _check_open(ml) -> None:
+    from pulsar_twisted.mledger.ledger import State
+    if ml.state in (State.CLOSED, State.FENCED, State.INITIALIZING):
+        raise ManagedLedgerClosedError(f"managed ledger {ml.name} is {ml.state.value}: offload stopped")
+
+
+async def _offload_ledger(ml, offloader, lid):
+    """Steps 1-3 of the module text for ledger ``lid``."""
+    _check_open(ml)
+    info = ml._ledgers.get(lid)
+    if info is None or _done(info):
+        return
+    earlier = info.offload
+    context = _new_context(offloader)
+    info.offload = context
+    try:
+        await ml._write_metadata()
+    except Exception:
+        if info.offload is context:
+            info.offload = earlier
+        raise
+    if earlier is not None:
+        # An incomplete earlier attempt, no longer named by the stored list.
+        delete_objects(ml.factory, ml.name, lid, earlier)
+    log.info("managed ledger {name}: offloading ledger {lid} ({n} entries, {size} bytes) as {uid}",
+             name=ml.name, lid=lid, n=info.entries, size=info.size, uid=context.uid)
+    started = ml.reactor.seconds()
+    try:
+        handle = await ml._get_read_handle(lid)
+        await offloader.offload(handle, context.uid, info.entries - 1)
+    except Exception as e:
+        if ml._ledgers.get(lid) is info and info.offload is context:
+            # Named only by an incomplete context: nobody reads these objects.
+            delete_objects(ml.factory, ml.name, lid, context)
+        raise ManagedLedgerError(f"offloading ledger {lid}: {e}") from e
+    _check_open(ml)
+    if ml._ledgers.get(lid) is not info or info.offload is not context:
+        # Trimmed meanwhile (its objects were deleted with it): nothing to record.
+        raise ManagedLedgerError(f"ledger {lid} left the ledger list during its offload")
+    info.offload = context.replace(complete=True, timestamp=ml._now_ms())
+    # A failure here is the caller's; the objects stay (module text) and the next metadata write
+    # records the completion anyway.
+    await ml._write_metadata()
+    if ml.config.offload_read_tiered_first:
+        ml._forget_read_handle(lid)
+    log.info("managed ledger {name}: ledger {lid} offloaded in {s:.2f} s", name=ml.name, lid=lid,
+             s=ml.reactor.seconds() - started)
+
+
+def _new_context(offloader):
+    from pulsar_twisted.mledger.formats import OffloadContext
+    return OffloadContext(str(uuid.uuid4()), driver=offloader.driver_name, metadata=offloader.metadata)
+
+
+# ------------------------------------------------------------------------------------ reading
+def open_offloaded(ml, lid, context):
+    """Deferred firing with the read handle of ledger ``lid``'s offloaded copy."""
+    registry = ml.factory.offloaders
+    if registry is None:
+        return defer.fail(ManagedLedgerError(
+            f"ledger {lid} of {ml.name} is offloaded ({context.driver}) and this broker has no "
+            f"offloaders"))
+    try:
+        offloader = registry.for_context(context.driver, context.metadata)
+    except ValueError as e:
+        return defer.fail(ManagedLedgerError(f"ledger {lid} of {ml.name}: {e}"))
+    return offloader.open(context.uid, lid)
+
+
+def reads_offloaded(ml, info) -> bool:
+    """Whether ledger ``info`` is read from tiered storage."""
+    off = info.offload
+    return off is not None and off.complete and (off.bk_deleted or ml.config.offload_read_tiered_first)
+
+
+# ------------------------------------------------------------------------------------ deleting
+def to_delete_from_bookies(ml, now_ms: int) -> list:
+    """Offloaded ledgers whose bookie copy is past the deletion lag (never with a negative lag)."""
+    lag = ml.config.offload_deletion_lag_ms
+    if lag < 0:
+        return []
+    sealed = set(_sealed(ml))
+    out = []
+    for lid in ml._ledger_ids:
+        off = ml._ledgers[lid].offload
+        if (lid in sealed and off is not None and off.complete and not off.bk_deleted
+                and now_ms - off.timestamp >= lag):
+            out.append(lid)
+    return out
+
+
+def delete_objects(factory, name, lid, context):
+    """Delete the objects of offload ``context`` of ledger ``lid``, logging a failure (a leftover
+    object costs storage, never correctness). Deferred."""
+    registry = factory.offloaders
+    if registry is None:
+        log.warn("managed ledger {name}: ledger {lid}'s offloaded objects ({uid}) are not deleted: "
+                 "no offloaders", name=name, lid=lid, uid=context.uid)
+        return defer.succeed(None)
+    try:
+        offloader = registry.for_context(context.driver, context.metadata)
+    except ValueError as e:
+        log.warn("managed ledger {name}: ledger {lid}'s offloaded objects ({uid}) are not deleted: "
+                 "{err}", name=name, lid=lid, uid=context.uid, err=e)
+        return defer.succeed(None)
+    return offloader.delete(context.uid, lid).addErrback(
+        lambda f: log.warn("managed ledger {name}: deleting ledger {lid}'s offloaded objects ({uid}): "
+                           "{err}", name=name, lid=lid, uid=context.uid, err=f.getErrorMessage()))
