@@ -13,6 +13,9 @@ the periodic checks:
 policy (Policies field)        effect                                            when
 =============================  ================================================  ==========================
 retention_policies             the topic's managed-ledger retention + a trim     at load and on change
+offload_policies,              the topic's tiered storage: offloader, thresholds at load and on change
+offload_threshold,             deletion lag, read priority (mledger/offloads.py)
+offload_deletion_lag_ms
 message_ttl_in_seconds         unacked messages older than it acknowledged       every
                                                                                  messageExpiryCheckInterval
                                                                                  InMinutes, and on change
@@ -81,6 +84,7 @@ def apply_to_topic(topic, policies: NamespacePolicies) -> None:
                      policies.max_consumers_per_subscription)
     if hasattr(topic, "set_retention"):
         topic.set_retention(policies.retention_time_minutes, policies.retention_size_mb)
+        topic.set_offload(policies.offload)
     if hasattr(topic, "set_deduplication"):
         d = topic.set_deduplication(policies.deduplication_enabled)
         if isinstance(d, defer.Deferred):
@@ -91,14 +95,43 @@ def apply_to_topic(topic, policies: NamespacePolicies) -> None:
     ratelimit.apply_policies(topic, policies)
 
 
-def ledger_config_of(policies: NamespacePolicies, default_config):
+def ledger_config_of(policies: NamespacePolicies, default_config, offloaders=None):
     """``PolicyService.ledger_config`` of a namespace with ``policies``: None for
-    ``default_config`` itself, else a copy with the namespace's retention."""
+    ``default_config`` itself, else a copy with the namespace's retention and tiered storage
+    (``offloaders``: the broker's OffloaderRegistry, None without one)."""
     minutes, size_mb = policies.retention_time_minutes, policies.retention_size_mb
     time_ms = minutes * 60_000 if minutes >= 0 else -1
-    if (default_config.retention_time_ms, default_config.retention_size_mb) == (time_ms, size_mb):
+    changes = {"retention_time_ms": time_ms, "retention_size_mb": size_mb,
+               **offload_settings(policies.offload, offloaders)}
+    if all(getattr(default_config, key) == value for key, value in changes.items()):
         return None
-    return dataclasses.replace(default_config, retention_time_ms=time_ms, retention_size_mb=size_mb)
+    return dataclasses.replace(default_config, **changes)
+
+
+#: Offload settings already found unusable (each logged once, not once per topic).
+_unusable_offload = set()
+
+
+def offload_settings(offload, offloaders) -> dict:
+    """The ManagedLedgerConfig fields of a namespace's effective OffloadPolicies: its offloader (None
+    without a driver, or when its settings are unusable: an error line says why, once) and the
+    thresholds, deletion lag and read priority."""
+    offloader = None
+    if offload.driver:
+        try:
+            if offloaders is None:
+                raise ValueError("this broker has no offloaders")
+            offloader = offloaders.for_policies(offload)
+        except ValueError as e:
+            if str(e) not in _unusable_offload:
+                _unusable_offload.add(str(e))
+                log.error("tiered storage: {err}; topics using these offload policies are not "
+                          "offloaded", err=e)
+    return {"offloader": offloader,
+            "offload_threshold_bytes": offload.threshold_bytes,
+            "offload_threshold_seconds": offload.threshold_seconds,
+            "offload_deletion_lag_ms": offload.deletion_lag_ms,
+            "offload_read_tiered_first": offload.read_priority != "bookkeeper-first"}
 
 
 class PolicyService(service.Service):
@@ -168,7 +201,8 @@ class PolicyService(service.Service):
         """The managed-ledger config a topic of ``name``'s namespace opens with: the namespace's
         retention from the start (as Pulsar builds it from the policies), so that opening the
         ledger never trims what the namespace retains."""
-        return self.policies_of(name.namespace_name).addCallback(ledger_config_of, default_config)
+        return self.policies_of(name.namespace_name).addCallback(
+            ledger_config_of, default_config, self.broker.ml_factory.offloaders)
 
     def apply_cached(self, topic) -> bool:
         """``topic_loaded`` without a Deferred when the namespace's policies are known already

@@ -163,9 +163,12 @@ class BrokerService(service.Service):
         self.policies.startService()
 
     def _check_retention(self):
-        """Time-based retention: consumed ledgers age past the limit without any new ack."""
+        """Time-based retention: consumed ledgers age past the limit without any new ack; offloaded
+        ledgers past their deletion lag leave the bookies (in the trim), and an automatic offload
+        that failed (or a threshold by age) is tried again."""
         for topic in list(self.topics.values()):
             if topic.persistent:
+                topic.ledger.maybe_offload()
                 d = defer.maybeDeferred(topic.ledger.trim_consumed_ledgers)
                 d.addErrback(lambda f, name=topic.name: self.log.failure(
                     "retention check of {topic} failed", f, topic=name))

@@ -77,7 +77,8 @@ class TopicLoader:
         factory = broker.ml_factory
         policies = broker.policies.cached(name.namespace_name)
         if policies is not None:
-            d = factory.open(name.managed_ledger_name, ledger_config_of(policies, factory.default_config))
+            d = factory.open(name.managed_ledger_name,
+                             ledger_config_of(policies, factory.default_config, factory.offloaders))
         else:
             d = broker.policies.ledger_config(name, factory.default_config)
             d.addCallback(lambda config: factory.open(name.managed_ledger_name, config))
@@ -125,6 +126,8 @@ class TopicLoader:
         broker = self.broker
         broker.topics[topic.name] = topic  # the topic's own name string as the key: one copy per topic
         broker.load_log.add(topic.name)
+        if topic.persistent and broker.config.triggerOffloadOnTopicLoad:
+            topic.ledger.maybe_offload()
         return topic
 
     def _failed(self, failure, topic, name):

@@ -148,6 +148,7 @@ class BrokerClusterService(BrokerListeners, Daemon):
             Step("bookie metadata store", self._start_bookie_store, self._stop_bookie_store),
             Step("bookie client", self._start_bookie_client, lambda: self.bookie_client.close()),
             Step("ledger client", self._start_ledger_client),
+            Step("offloaders", self._start_offloaders, lambda: self.offloaders.stopService()),
             Step("managed ledgers", self._start_managed_ledgers, lambda: self.ml_factory.shutdown()),
             Step("broker", self._start_broker),
             # Topics are unloaded (the broker step below stops) before the bundles are given back:
@@ -214,9 +215,13 @@ class BrokerClusterService(BrokerListeners, Daemon):
                           "({e}): topics cannot be created until more bookies join",
                           n=bookies, e=self.config.managedLedgerDefaultEnsembleSize)
 
+    def _start_offloaders(self):
+        self.offloaders = start_offloaders(self.config, self.reactor)
+
     def _start_managed_ledgers(self):
         self.ml_factory = ManagedLedgerFactory(self.ledger_client, self.store, self.reactor,
-                                               ManagedLedgerConfig.from_config(self.config))
+                                               ManagedLedgerConfig.from_config(self.config),
+                                               offloaders=self.offloaders)
 
     def _start_broker(self):
         self.broker = BrokerService(self.config, self.ml_factory, self.store, self.reactor,

@@ -82,6 +82,7 @@ class StandaloneService(BrokerListeners, Daemon):
             Step("metadata store", self._start_store, lambda: self.store.close()),
             Step("bookie", self._start_bookie, lambda: self.bookie.stop()),
             Step("ledger client", self._start_ledger_client),
+            Step("offloaders", self._start_offloaders, lambda: self.offloaders.stopService()),
             Step("managed ledgers", self._start_managed_ledgers, lambda: self.ml_factory.shutdown()),
             Step("broker", self._start_broker, lambda: self.broker.stopService()),
             Step("admin", self._start_admin, lambda: self.admin.stopService()),
@@ -122,9 +123,13 @@ class StandaloneService(BrokerListeners, Daemon):
             self.store, LocalBookieClient({self.bookie_id: self.bookie}), self.reactor)
         return self.ledger_client.start()
 
+    def _start_offloaders(self):
+        self.offloaders = start_offloaders(self.config, self.reactor)
+
     def _start_managed_ledgers(self):
         self.ml_factory = ManagedLedgerFactory(self.ledger_client, self.store, self.reactor,
-                                               ManagedLedgerConfig.from_config(self.config))
+                                               ManagedLedgerConfig.from_config(self.config),
+                                               offloaders=self.offloaders)
 
     async def _start_broker(self):
         self.broker = BrokerService(self.config, self.ml_factory, self.store, self.reactor,
