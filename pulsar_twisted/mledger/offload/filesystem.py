@@ -97,7 +97,10 @@ class FileSystemBlobStore(BlobStore):
                     break
                 path = parent
             for directory in reversed(missing):
-                os.mkdir(directory)
+                try:
+                    os.mkdir(directory)
+                except FileExistsError:
+                    continue    # another store on the same directory (or process) made it
                 _fsync_directory(os.path.dirname(directory))
 
     def _failure(self, operation: str, key, error: OSError) -> BlobStoreError:
