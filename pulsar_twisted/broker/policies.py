@@ -84,7 +84,7 @@ def apply_to_topic(topic, policies: NamespacePolicies) -> None:
                      policies.max_consumers_per_subscription)
     if hasattr(topic, "set_retention"):
         topic.set_retention(policies.retention_time_minutes, policies.retention_size_mb)
-        topic.set_offload(policies.offload)
+        set_offload(topic.ledger, policies.offload)
     if hasattr(topic, "set_deduplication"):
         d = topic.set_deduplication(policies.deduplication_enabled)
         if isinstance(d, defer.Deferred):
@@ -106,6 +106,15 @@ def ledger_config_of(policies: NamespacePolicies, default_config, offloaders=Non
     if all(getattr(default_config, key) == value for key, value in changes.items()):
         return None
     return dataclasses.replace(default_config, **changes)
+
+
+def set_offload(ledger, offload) -> None:
+    """A topic's managed ledger follows its namespace's tiered storage (OffloadPolicies) from now on."""
+    config = ledger.config
+    changes = offload_settings(offload, ledger.factory.offloaders)
+    if any(getattr(config, key) != value for key, value in changes.items()):
+        # The factory's config object is shared by every ledger: this one gets its own.
+        ledger.config = dataclasses.replace(config, **changes)
 
 
 #: Offload settings already found unusable (each logged once, not once per topic).

@@ -20,7 +20,6 @@ from pulsar_twisted.broker.consumer import Consumer
 from pulsar_twisted.broker import replication
 from pulsar_twisted.broker.dedup import DEDUP_CURSOR, MessageDeduplication
 from pulsar_twisted.broker.entryinfo import num_messages
-from pulsar_twisted.broker.policies import offload_settings
 from pulsar_twisted.broker.producer import Producer, TopicFencedError
 from pulsar_twisted.broker.storage_stats import LedgerWriteStats, StorageWriteStats
 from pulsar_twisted.broker.subscription import NonPersistentSubscription, PersistentSubscription
@@ -747,13 +746,6 @@ class PersistentTopic(TopicBase):
                                                      retention_size_mb=size_mb)
             self.ledger.trim_consumed_ledgers().addErrback(
                 lambda f: self.log.failure("{topic}: trim after a retention change", f, topic=self.name))
-
-    def set_offload(self, offload) -> None:
-        """The namespace's tiered storage (resources.policies.OffloadPolicies) from now on."""
-        config = self.ledger.config
-        changes = offload_settings(offload, self.ledger.factory.offloaders)
-        if any(getattr(config, key) != value for key, value in changes.items()):
-            self.ledger.config = dataclasses.replace(config, **changes)
 
     def trigger_offload(self, ledger_id: int, entry_id: int) -> None:
         """Offload the sealed ledgers before ``ledger_id`` in the background (Pulsar's

@@ -42,6 +42,7 @@ from pulsar_twisted.broker.service import BrokerService
 from pulsar_twisted.config import BrokerConfig, ConfigError
 from pulsar_twisted.daemons.gctune import limit_malloc_arenas
 from pulsar_twisted.daemons.listeners import BrokerListeners
+from pulsar_twisted.daemons.offloaders import start_offloaders
 from pulsar_twisted.daemons.options import config_options
 from pulsar_twisted.daemons.replication_client import use_replication_clients
 from pulsar_twisted.daemons.owner_probe import owner_alive
@@ -136,7 +137,7 @@ class BrokerClusterService(BrokerListeners, Daemon):
         self.config = config
         self.addresses = BrokerAddresses(config)
         self.store = self.bookie_store = self.bookie_client = self.ledger_client = None
-        self.ml_factory = self.broker = self.ownership = self.admin = None
+        self.offloaders = self.ml_factory = self.broker = self.ownership = self.admin = None
         self.registration = self.leader = self.load_manager = None
         self._bookie_tls = None
         self._bookies_at_start = 0

@@ -32,6 +32,7 @@ from pulsar_twisted.broker.service import BrokerService
 from pulsar_twisted.config import ConfigError, StandaloneConfig
 from pulsar_twisted.daemons.gctune import limit_malloc_arenas
 from pulsar_twisted.daemons.listeners import BrokerListeners
+from pulsar_twisted.daemons.offloaders import start_offloaders
 from pulsar_twisted.daemons.options import config_options
 from pulsar_twisted.daemons.replication_client import use_replication_clients
 from pulsar_twisted.daemons.startup import Daemon
@@ -73,7 +74,7 @@ class StandaloneService(BrokerListeners, Daemon):
     def __init__(self, config: StandaloneConfig, reactor=None):
         super().__init__("pulsar-standalone", reactor, config.brokerShutdownTimeoutMs / 1000.0)
         self.config = config
-        self.store = self.bookie = self.ledger_client = self.ml_factory = None
+        self.store = self.bookie = self.ledger_client = self.offloaders = self.ml_factory = None
         self.broker = self.admin = self.functions_worker = None
         self.bookie_id = f"{config.advertisedAddress}:3181"
         self.addresses = BrokerAddresses(config)

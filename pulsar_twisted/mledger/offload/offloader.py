@@ -21,7 +21,7 @@ from twisted.logger import Logger
 from twisted.python.threadpool import ThreadPool
 
 from pulsar_twisted.ledger.interfaces import LedgerEntry
-from pulsar_twisted.mledger.offload import format as fmt
+from pulsar_twisted.mledger.offload import drivers, format as fmt
 
 log = Logger()
 
@@ -220,7 +220,6 @@ class OffloaderRegistry(service.Service):
         key = (driver, json.dumps(settings, sort_keys=True))
         offloader = self._offloaders.get(key)
         if offloader is None:
-            from pulsar_twisted.mledger.offload import drivers
             offloader = self.add(drivers.open_blob_store(driver, settings), block_size, read_buffer_size)
         return offloader
 
@@ -241,7 +240,6 @@ class OffloaderRegistry(service.Service):
         ValueError (naming the setting) when the driver or its settings are not usable."""
         if not policies.driver:
             return None
-        from pulsar_twisted.mledger.offload import drivers
         settings = drivers.settings_from(policies.driver, policies.bucket, policies.region,
                                          policies.endpoint, policies.file_system_uri)
         return self._get(policies.driver, settings, policies.max_block_size, policies.read_buffer_size)
