@@ -203,6 +203,15 @@ class S3Server:
             self.process.wait(self.stop_timeout)
         self._reap()
 
+    def pause(self) -> None:
+        """SIGSTOP: connections are accepted and never answered (a hung endpoint); data kept."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGCONT)
+
     def restart(self):
         """Kill if running, then start again on the same port: same endpoint, no data."""
         self.kill()
