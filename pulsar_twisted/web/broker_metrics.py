@@ -107,7 +107,7 @@ _TOPIC_STORAGE = (("backlog_size", "pulsar_storage_backlog_size",
                   ("logical_size", "pulsar_storage_logical_size",
                    "Bytes the topic stores, without replicas"),
                   ("offloaded_size", "pulsar_storage_offloaded_size",
-                   "Bytes of the topic offloaded to tiered storage"),
+                   "Bytes offloaded to tiered storage"),
                   ("write_rate", "pulsar_storage_write_rate", "Entries per second written to storage"),
                   ("read_rate", "pulsar_storage_read_rate", "Entries per second read from storage"))
 #: pulsar_replication_<name>: (name, ReplicatorStats key, help); the two counts are 1 or 0 per
