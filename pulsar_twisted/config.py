@@ -62,9 +62,12 @@ class Key:
     default: Any
     doc: str
     section: str = ""
+    #: Optional check of a parsed value: returns it (possibly normalised) or raises ValueError.
+    check: Optional[Callable[[Any], Any]] = None
 
     def parse(self, text: str) -> Any:
-        return _PARSERS[self.type](text)
+        value = _PARSERS[self.type](text)
+        return self.check(value) if self.check is not None else value
 
     def render(self, value: Any) -> str:
         if self.type is bool:
@@ -400,6 +403,30 @@ _STORAGE_KEYS = [
 ]
 
 
+#: Pulsar's offload driver names (OffloadPoliciesImpl.DRIVER_NAMES, matched case-insensitively)
+#: and the ones this implementation has a store for.
+OFFLOAD_DRIVER_NAMES = ("S3", "aws-s3", "google-cloud-storage", "filesystem", "azureblob", "aliyun-oss")
+SUPPORTED_OFFLOAD_DRIVERS = ("S3", "aws-s3", "filesystem")
+#: Pulsar's OffloadedReadPriority values (matched exactly, as Pulsar's fromString does).
+READ_PRIORITIES = ("bookkeeper-first", "tiered-storage-first")
+
+
+def _check_offload_driver(value: str) -> str:
+    if value and value.lower() not in (d.lower() for d in SUPPORTED_OFFLOAD_DRIVERS):
+        if value.lower() in (d.lower() for d in OFFLOAD_DRIVER_NAMES):
+            raise ValueError(f"offload driver {value!r} is not supported here (use one of "
+                             f"{', '.join(SUPPORTED_OFFLOAD_DRIVERS)})")
+        raise ValueError(f"unknown offload driver {value!r} (Pulsar's drivers: "
+                         f"{', '.join(OFFLOAD_DRIVER_NAMES)})")
+    return value
+
+
+def _check_read_priority(value: str) -> str:
+    if value not in READ_PRIORITIES:
+        raise ValueError(f"must be one of {', '.join(READ_PRIORITIES)}, got {value!r}")
+    return value
+
+
 _BROKER_KEYS = [
     # --- service ---
     Key("clusterName", str, "standalone", "Name of the cluster this broker belongs to.", "Service"),
@@ -601,6 +628,49 @@ _BROKER_KEYS = [
         "Ranges of individually acked messages persisted per cursor.", "Storage"),
     Key("managedLedgerMaxPendingAddsPerTopic", int, 5000,
         "Adds in flight per topic before its producers' connections are paused.", "Storage"),
+    # --- tiered storage (mledger/offload/; a namespace's offload_policies override these,
+    # resources/policies.py OffloadPolicies) ---
+    Key("managedLedgerOffloadDriver", str, "",
+        "Where sealed ledgers are offloaded: aws-s3 (or S3) for an S3 bucket, filesystem for\n"
+        "fileSystemURI; empty: no offload. Pulsar's other drivers (google-cloud-storage, azureblob,\n"
+        "aliyun-oss) are refused at start-up.", "Tiered storage", _check_offload_driver),
+    Key("managedLedgerOffloadMaxThreads", int, 2, "Threads that copy ledgers to the offload store.",
+        "Tiered storage"),
+    Key("managedLedgerOffloadThresholdInBytes", int, -1,
+        "Offload a topic's oldest sealed ledgers once it keeps more than this many bytes in the\n"
+        "bookies (0: every sealed ledger; negative: no automatic offload by size). Pulsar's\n"
+        "managedLedgerOffloadAutoTriggerSizeThresholdBytes sets the same value.", "Tiered storage"),
+    Key("managedLedgerOffloadThresholdInSeconds", int, -1,
+        "Offload sealed ledgers older than this many seconds (negative: no automatic offload by\n"
+        "age).", "Tiered storage"),
+    Key("managedLedgerOffloadDeletionLagMs", int, 4 * 3600 * 1000,
+        "Milliseconds between a ledger's offload and its deletion from the bookies (negative: never\n"
+        "deleted from the bookies).", "Tiered storage"),
+    Key("managedLedgerDataReadPriority", str, "tiered-storage-first",
+        "Where entries found both offloaded and in the bookies are read from: tiered-storage-first\n"
+        "or bookkeeper-first.", "Tiered storage", _check_read_priority),
+    Key("managedLedgerOffloadBucket", str, "",
+        "Bucket of the offload store (any driver); s3ManagedLedgerOffloadBucket wins for S3.",
+        "Tiered storage"),
+    Key("managedLedgerOffloadRegion", str, "",
+        "Region of the offload store; s3ManagedLedgerOffloadRegion wins for S3.", "Tiered storage"),
+    Key("managedLedgerOffloadServiceEndpoint", str, "",
+        "Endpoint URL of the offload store (an S3-compatible service);\n"
+        "s3ManagedLedgerOffloadServiceEndpoint wins for S3.", "Tiered storage"),
+    Key("s3ManagedLedgerOffloadBucket", str, "", "S3 bucket ledgers are offloaded to.",
+        "Tiered storage"),
+    Key("s3ManagedLedgerOffloadRegion", str, "", "Region of the S3 bucket.", "Tiered storage"),
+    Key("s3ManagedLedgerOffloadServiceEndpoint", str, "",
+        "Endpoint URL of the S3 service (empty: AWS's endpoint of the region).", "Tiered storage"),
+    Key("s3ManagedLedgerOffloadMaxBlockSizeInBytes", int, 64 * 1024 * 1024,
+        "Largest block (multipart upload part) written to S3.", "Tiered storage"),
+    Key("s3ManagedLedgerOffloadReadBufferSizeInBytes", int, 1024 * 1024,
+        "Bytes read from S3 at a time when reading an offloaded ledger.", "Tiered storage"),
+    Key("fileSystemURI", str, "",
+        "Root of the filesystem driver's store (file:///path, or a plain path).", "Tiered storage"),
+    Key("triggerOffloadOnTopicLoad", bool, False,
+        "Check a topic's offload thresholds as soon as it loads, not only at its next ledger\n"
+        "roll-over (PIP-348).", "Tiered storage"),
     # --- load balancing (cluster brokers: broker/loadbalance/) ---
     # The *Minutes intervals are Pulsar's integers; fractions are accepted too (tests run in seconds).
     Key("defaultNumberOfNamespaceBundles", int, 4,
@@ -728,7 +798,11 @@ def _broker_metadata_store_url(config) -> str:
 
 
 #: Pulsar's names of keys we hold under another name.
-_BROKER_ALIASES = {"isSchemaValidationEnforced": "schemaValidationEnforced"}
+_BROKER_ALIASES = {"isSchemaValidationEnforced": "schemaValidationEnforced",
+                   # ServiceConfiguration's field; Pulsar's offload policies also read the key
+                   # below from the file (OffloadPoliciesImpl), so both names set one value.
+                   "managedLedgerOffloadAutoTriggerSizeThresholdBytes":
+                       "managedLedgerOffloadThresholdInBytes"}
 
 
 class BrokerConfig(Config):
@@ -933,7 +1007,7 @@ def _picked(keys, names, section=None) -> list:
     out = []
     for name in names:
         key = by_name[name]
-        out.append(Key(key.name, key.type, key.default, key.doc, section or key.section))
+        out.append(Key(key.name, key.type, key.default, key.doc, section or key.section, key.check))
     return out
 
 

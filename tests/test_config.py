@@ -60,3 +60,43 @@ class ConfigTests(unittest.SynchronousTestCase):
         for key in StandaloneConfig.keys():
             self.assertEqual(getattr(config, key.name), StandaloneConfig().default_of(key), key.name)
         BrokerConfig.from_file(os.path.join(ROOT, "conf", "broker.conf"))
+
+
+class TieredStorageKeyTests(unittest.SynchronousTestCase):
+    def test_defaults_in_both_daemons(self):
+        """The offload keys have Pulsar's defaults in the broker and the standalone configuration."""
+        for config in (BrokerConfig(), StandaloneConfig()):
+            self.assertEqual(config.managedLedgerOffloadDriver, "")
+            self.assertEqual(config.managedLedgerOffloadMaxThreads, 2)
+            self.assertEqual(config.managedLedgerOffloadThresholdInBytes, -1)
+            self.assertEqual(config.managedLedgerOffloadThresholdInSeconds, -1)
+            self.assertEqual(config.managedLedgerOffloadDeletionLagMs, 14400000)
+            self.assertEqual(config.managedLedgerDataReadPriority, "tiered-storage-first")
+            self.assertEqual(config.s3ManagedLedgerOffloadMaxBlockSizeInBytes, 64 * 1024 * 1024)
+            self.assertEqual(config.s3ManagedLedgerOffloadReadBufferSizeInBytes, 1024 * 1024)
+            self.assertEqual(config.fileSystemURI, "")
+            self.assertFalse(config.triggerOffloadOnTopicLoad)
+
+    def test_bad_read_priority_named(self):
+        """A read priority Pulsar does not know stops start-up, naming the key."""
+        e = self.assertRaises(ConfigError, BrokerConfig().update_from_text,
+                              "managedLedgerDataReadPriority=tiered-first\n", "b.conf")
+        self.assertIn("managedLedgerDataReadPriority", str(e))
+        self.assertIn("b.conf:1", str(e))
+
+    def test_drivers(self):
+        """Our drivers in any case; Pulsar's other drivers and unknown names refused at start-up."""
+        config = BrokerConfig()
+        config.update_from_text("managedLedgerOffloadDriver=AWS-S3\n")
+        self.assertEqual(config.managedLedgerOffloadDriver, "AWS-S3")
+        for bad in ("google-cloud-storage", "hdfs"):
+            e = self.assertRaises(ConfigError, BrokerConfig().update_from_text,
+                                  f"managedLedgerOffloadDriver={bad}\n")
+            self.assertIn("managedLedgerOffloadDriver", str(e))
+
+    def test_service_configuration_name_of_size_threshold(self):
+        """Pulsar's managedLedgerOffloadAutoTriggerSizeThresholdBytes sets the size threshold."""
+        config = StandaloneConfig()
+        config.update_from_text("managedLedgerOffloadAutoTriggerSizeThresholdBytes=1000\n")
+        self.assertEqual(config.managedLedgerOffloadThresholdInBytes, 1000)
+        self.assertEqual(config.unimplemented_keys(), [])

@@ -24,9 +24,10 @@ from dataclasses import dataclass, field
 
 from twisted.logger import Logger
 
+from pulsar_twisted.config import OFFLOAD_DRIVER_NAMES, READ_PRIORITIES, SUPPORTED_OFFLOAD_DRIVERS
 from pulsar_twisted.resources.checks import (
     InvalidValue, OutOfRange, ValueCheckError, check_bool, check_choice, check_int, check_object,
-    check_string_list, minimum, optional_int)
+    check_str, check_string_list, minimum, optional_int)
 
 log = Logger()
 
@@ -87,6 +88,28 @@ class InactiveTopicPolicies:
     delete_while_inactive: bool = False
     max_inactive_seconds: int = 60
     mode: str = DELETE_WHEN_NO_SUBSCRIPTIONS
+
+
+@dataclass(frozen=True)
+class OffloadPolicies:
+    """
+    The tiered-storage settings in force for a namespace's topics: the broker configuration,
+    overridden field by field by the namespace's ``offload_policies`` (Pulsar's OffloadPoliciesImpl)
+    and its older ``offload_threshold`` / ``offload_threshold_in_seconds`` /
+    ``offload_deletion_lag_ms`` fields (``offload_policies_of``).
+    """
+
+    driver: str = ""                  # "" = no offloader
+    bucket: str = ""
+    region: str = ""
+    endpoint: str = ""
+    file_system_uri: str = ""
+    threshold_bytes: int = -1         # < 0: no automatic offload by size; 0: every sealed ledger
+    threshold_seconds: int = -1       # < 0: none
+    deletion_lag_ms: int = 4 * 3600 * 1000   # < 0: never delete from the bookies (PIP-350)
+    read_priority: str = "tiered-storage-first"
+    max_block_size: int = 64 * 1024 * 1024
+    read_buffer_size: int = 1024 * 1024
 
 
 # ------------------------------------------------------------------------------------ checks
@@ -177,6 +200,232 @@ NAMESPACE_POLICIES = {
     "subscriptionDispatchRate": PolicyField("subscriptionDispatchRate", check_dispatch_rate,
                                             per_cluster=True),
 }
+
+
+# ------------------------------------------------------------------------------------ offload policies
+#: The Policies fields that hold offload settings: Pulsar's OffloadPoliciesImpl object, and the
+#: three fields it replaced (still read, and folded into the object on every offload write).
+OFFLOAD_POLICIES = "offload_policies"
+OLD_OFFLOAD_THRESHOLD = "offload_threshold"
+OLD_OFFLOAD_THRESHOLD_SECONDS = "offload_threshold_in_seconds"
+OLD_OFFLOAD_DELETION_LAG = "offload_deletion_lag_ms"
+
+# OffloadPoliciesImpl's JSON field names.
+OFFLOAD_DRIVER = "managedLedgerOffloadDriver"
+OFFLOAD_THRESHOLD_BYTES = "managedLedgerOffloadThresholdInBytes"
+OFFLOAD_THRESHOLD_SECONDS = "managedLedgerOffloadThresholdInSeconds"
+OFFLOAD_DELETION_LAG = "managedLedgerOffloadDeletionLagInMillis"
+OFFLOAD_READ_PRIORITY = "managedLedgerOffloadedReadPriority"
+_MIB = 1024 * 1024
+
+#: What Pulsar's OffloadPoliciesImpl holds for a field the client leaves out (its constructor's
+#: values): a namespace's stored object carries them, and they win over the broker's keys.
+OFFLOAD_POLICIES_DEFAULTS = {
+    "offloadersDirectory": "./offloaders",
+    "managedLedgerOffloadMaxThreads": 2,
+    "managedLedgerOffloadPrefetchRounds": 1,
+    OFFLOAD_READ_PRIORITY: "TIERED_STORAGE_FIRST",
+    "s3ManagedLedgerOffloadMaxBlockSizeInBytes": 64 * _MIB,
+    "s3ManagedLedgerOffloadReadBufferSizeInBytes": _MIB,
+    "s3ManagedLedgerOffloadRoleSessionName": "pulsar-s3-offload",
+    "gcsManagedLedgerOffloadMaxBlockSizeInBytes": 64 * _MIB,
+    "gcsManagedLedgerOffloadReadBufferSizeInBytes": _MIB,
+}
+_OFFLOAD_INTS = (OFFLOAD_THRESHOLD_BYTES, OFFLOAD_THRESHOLD_SECONDS, OFFLOAD_DELETION_LAG,
+                 "managedLedgerOffloadMaxThreads", "managedLedgerOffloadPrefetchRounds",
+                 "s3ManagedLedgerOffloadMaxBlockSizeInBytes", "s3ManagedLedgerOffloadReadBufferSizeInBytes",
+                 "gcsManagedLedgerOffloadMaxBlockSizeInBytes",
+                 "gcsManagedLedgerOffloadReadBufferSizeInBytes", "managedLedgerOffloadMaxBlockSizeInBytes",
+                 "managedLedgerOffloadReadBufferSizeInBytes")
+_OFFLOAD_STRINGS = (OFFLOAD_DRIVER, "offloadersDirectory", "s3ManagedLedgerOffloadRegion",
+                    "s3ManagedLedgerOffloadBucket", "s3ManagedLedgerOffloadServiceEndpoint",
+                    "s3ManagedLedgerOffloadCredentialId", "s3ManagedLedgerOffloadCredentialSecret",
+                    "s3ManagedLedgerOffloadRole", "s3ManagedLedgerOffloadRoleSessionName",
+                    "gcsManagedLedgerOffloadRegion", "gcsManagedLedgerOffloadBucket",
+                    "gcsManagedLedgerOffloadServiceAccountKeyFile", "fileSystemProfilePath",
+                    "fileSystemURI", "managedLedgerOffloadBucket", "managedLedgerOffloadRegion",
+                    "managedLedgerOffloadServiceEndpoint")
+#: OffloadedReadPriority: the JSON enum name (as Jackson writes it) -> the value (as the broker
+#: configuration and the CLI spell it). Both spellings are read.
+_READ_PRIORITY_NAMES = {"BOOKKEEPER_FIRST": "bookkeeper-first",
+                        "TIERED_STORAGE_FIRST": "tiered-storage-first"}
+
+
+def read_priority_value(value) -> str:
+    """``"bookkeeper-first"``/``"tiered-storage-first"`` from either spelling (InvalidValue else)."""
+    if isinstance(value, str):
+        if value in _READ_PRIORITY_NAMES:
+            return _READ_PRIORITY_NAMES[value]
+        if value in READ_PRIORITIES:
+            return value
+    raise InvalidValue(f"{OFFLOAD_READ_PRIORITY} must be one of {list(READ_PRIORITIES)}")
+
+
+def _is_s3(driver) -> bool:
+    return isinstance(driver, str) and driver.lower() in ("s3", "aws-s3")
+
+
+def check_offload_policies(value) -> dict:
+    """
+    The OffloadPoliciesImpl document to store for a POST of ``value``: fields type-checked, the
+    defaults Pulsar's object carries filled in. Refusals are Pulsar's 412s (OutOfRange): no
+    policies, a driver Pulsar does not know (or that has no store here), no bucket where the
+    driver needs one (Pulsar's ``bucketValid``).
+    """
+    if value is None:
+        raise OutOfRange("The offloadPolicies must be specified for namespace offload.")
+    if not isinstance(value, dict):
+        raise InvalidValue("OffloadPolicies must be a JSON object")
+    out = dict(OFFLOAD_POLICIES_DEFAULTS)
+    for key, item in value.items():
+        if item is None:
+            continue
+        if key in _OFFLOAD_INTS:
+            item = check_int(item, key)
+        elif key in _OFFLOAD_STRINGS:
+            item = check_str(item, key)
+        elif key == OFFLOAD_READ_PRIORITY:
+            item = {v: k for k, v in _READ_PRIORITY_NAMES.items()}[read_priority_value(item)]
+        out[key] = item
+    driver = out.get(OFFLOAD_DRIVER) or ""
+    if driver.lower() not in (d.lower() for d in OFFLOAD_DRIVER_NAMES) or \
+            driver.lower() not in (d.lower() for d in SUPPORTED_OFFLOAD_DRIVERS):
+        # Pulsar's message lists its drivers; ours are the ones that have a store here.
+        raise OutOfRange("The driver is not supported, support value: "
+                         + ",".join(SUPPORTED_OFFLOAD_DRIVERS))
+    if not _offload_bucket_valid(out):
+        raise OutOfRange("The bucket must be specified for namespace offload.")
+    return out
+
+
+def _offload_bucket_valid(policies: dict) -> bool:
+    """Pulsar's OffloadPoliciesImpl.bucketValid."""
+    driver = (policies.get(OFFLOAD_DRIVER) or "").lower()
+    if policies.get("managedLedgerOffloadBucket"):
+        return True
+    if _is_s3(driver):
+        return bool(policies.get("s3ManagedLedgerOffloadBucket"))
+    if driver == "google-cloud-storage":
+        return bool(policies.get("gcsManagedLedgerOffloadBucket"))
+    return driver == "filesystem"
+
+
+def _fold_old_offload_fields(policies: dict) -> None:
+    """
+    Pulsar's NamespacesBase.mergeOffloadThresholdsForCompatibility: the three pre-2.6 fields fill
+    the same settings of ``offload_policies`` where it has none, then are reset, so that once an
+    offload policy is written the object alone holds the namespace's values.
+    """
+    lag = policies.get(OLD_OFFLOAD_DELETION_LAG)
+    threshold = policies.get(OLD_OFFLOAD_THRESHOLD, -1)
+    seconds = policies.get(OLD_OFFLOAD_THRESHOLD_SECONDS, -1)
+    if lag is None and threshold == -1 and seconds == -1:
+        return
+    offload = policies[OFFLOAD_POLICIES]
+    for key, old, unset in ((OFFLOAD_DELETION_LAG, lag, None),
+                            (OFFLOAD_THRESHOLD_BYTES, threshold, -1),
+                            (OFFLOAD_THRESHOLD_SECONDS, seconds, -1)):
+        if offload.get(key) is None and old != unset:
+            offload[key] = old
+    policies.pop(OLD_OFFLOAD_DELETION_LAG, None)
+    policies[OLD_OFFLOAD_THRESHOLD] = -1
+    if OLD_OFFLOAD_THRESHOLD_SECONDS in policies:
+        policies[OLD_OFFLOAD_THRESHOLD_SECONDS] = -1
+
+
+def put_offload_policies(policies: dict, offload: dict) -> dict:
+    """The Policies document with ``offload`` (checked) as its offload_policies (Pulsar's POST)."""
+    policies[OFFLOAD_POLICIES] = offload
+    _fold_old_offload_fields(policies)
+    return policies
+
+
+def put_offload_setting(policies: dict, key: str, value) -> dict:
+    """The Policies document with one OffloadPoliciesImpl field set (None: cleared), the object
+    created with Pulsar's defaults when there was none (the offloadThreshold,
+    offloadThresholdInSeconds and offloadDeletionLagMs sub-resources)."""
+    offload = dict(policies.get(OFFLOAD_POLICIES) or OFFLOAD_POLICIES_DEFAULTS)
+    if value is None:
+        offload.pop(key, None)
+    else:
+        offload[key] = value
+    policies[OFFLOAD_POLICIES] = offload
+    _fold_old_offload_fields(policies)
+    return policies
+
+
+def remove_offload_policies(policies: dict) -> dict:
+    """Pulsar's removeOffloadPolicies: the object and the three old fields, all unset."""
+    policies.pop(OFFLOAD_POLICIES, None)
+    policies.pop(OLD_OFFLOAD_DELETION_LAG, None)
+    policies[OLD_OFFLOAD_THRESHOLD] = -1
+    if OLD_OFFLOAD_THRESHOLD_SECONDS in policies:
+        policies[OLD_OFFLOAD_THRESHOLD_SECONDS] = -1
+    return policies
+
+
+def offload_setting(policies: dict, key: str, old_field: str, unset):
+    """What GET of offloadThreshold / offloadThresholdInSeconds / offloadDeletionLagMs answers:
+    the object's field when there is an object, else the old field (``unset`` when neither)."""
+    offload = policies.get(OFFLOAD_POLICIES)
+    value = offload.get(key) if isinstance(offload, dict) else policies.get(old_field)
+    return unset if value is None else value
+
+
+def broker_offload_fields(config) -> dict:
+    """The broker's offload keys as OffloadPoliciesImpl fields (Pulsar's mergeConfiguration reads
+    the broker properties under these names); empty values are left out, as unset."""
+    def key(name, default=""):
+        return getattr(config, name, default)
+    fields = {
+        OFFLOAD_DRIVER: key("managedLedgerOffloadDriver"),
+        OFFLOAD_THRESHOLD_BYTES: key("managedLedgerOffloadThresholdInBytes", -1),
+        OFFLOAD_THRESHOLD_SECONDS: key("managedLedgerOffloadThresholdInSeconds", -1),
+        OFFLOAD_DELETION_LAG: key("managedLedgerOffloadDeletionLagMs", 4 * 3600 * 1000),
+        OFFLOAD_READ_PRIORITY: key("managedLedgerDataReadPriority", "tiered-storage-first"),
+        "fileSystemURI": key("fileSystemURI"),
+    }
+    for name in ("managedLedgerOffloadBucket", "managedLedgerOffloadRegion",
+                 "managedLedgerOffloadServiceEndpoint", "s3ManagedLedgerOffloadBucket",
+                 "s3ManagedLedgerOffloadRegion", "s3ManagedLedgerOffloadServiceEndpoint"):
+        fields[name] = key(name)
+    fields["s3ManagedLedgerOffloadMaxBlockSizeInBytes"] = key(
+        "s3ManagedLedgerOffloadMaxBlockSizeInBytes", 64 * _MIB)
+    fields["s3ManagedLedgerOffloadReadBufferSizeInBytes"] = key(
+        "s3ManagedLedgerOffloadReadBufferSizeInBytes", _MIB)
+    return {k: v for k, v in fields.items() if v is not None and v != ""}
+
+
+def resolve_offload(fields: dict) -> OffloadPolicies:
+    """
+    The OffloadPolicies of merged OffloadPoliciesImpl ``fields``. For an S3 driver the s3* bucket,
+    region, endpoint and block sizes win over the generic managedLedgerOffload* ones (Pulsar's
+    TieredStorageConfiguration reads the s3 name first); other drivers read the generic ones.
+    """
+    driver = fields.get(OFFLOAD_DRIVER) or ""
+    s3 = _is_s3(driver)
+
+    def pick(suffix, default):
+        value = fields.get(f"s3ManagedLedgerOffload{suffix}") if s3 else None
+        if value in (None, ""):
+            value = fields.get(f"managedLedgerOffload{suffix}")
+        return default if value in (None, "") else value
+
+    def number(key, default):
+        value = fields.get(key)
+        return default if value is None else check_int(value, key)
+
+    priority = fields.get(OFFLOAD_READ_PRIORITY)
+    return OffloadPolicies(
+        driver=check_str(driver, OFFLOAD_DRIVER),
+        bucket=pick("Bucket", ""), region=pick("Region", ""), endpoint=pick("ServiceEndpoint", ""),
+        file_system_uri=fields.get("fileSystemURI") or "",
+        threshold_bytes=number(OFFLOAD_THRESHOLD_BYTES, -1),
+        threshold_seconds=number(OFFLOAD_THRESHOLD_SECONDS, -1),
+        deletion_lag_ms=number(OFFLOAD_DELETION_LAG, 4 * 3600 * 1000),
+        read_priority=read_priority_value(priority) if priority is not None else "tiered-storage-first",
+        max_block_size=check_int(pick("MaxBlockSizeInBytes", 64 * _MIB), "maxBlockSizeInBytes"),
+        read_buffer_size=check_int(pick("ReadBufferSizeInBytes", _MIB), "readBufferSizeInBytes"))
 
 
 # ------------------------------------------------------------------------------------ documents
@@ -319,6 +568,11 @@ class NamespacePolicies:
     #: The clusters the namespace's persistent topics replicate to (this one among them when it
     #: is set at all; broker/replication.py). Empty: the namespace is local.
     replication_clusters: tuple = ()
+    #: Tiered storage (broker/topic.py and mledger/offload/ act on it).
+    offload: OffloadPolicies = OffloadPolicies()
+    #: The broker's offload keys as OffloadPoliciesImpl fields, under which a namespace's stored
+    #: fields are merged (not a policy of its own).
+    broker_offload: dict = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def defaults(cls, config) -> "NamespacePolicies":
@@ -346,7 +600,8 @@ class NamespacePolicies:
                 (config.brokerDeleteInactiveTopicsMaxInactiveDurationSeconds
                  or config.brokerDeleteInactiveTopicsFrequencySeconds),
                 config.brokerDeleteInactiveTopicsMode),
-            cluster=config.clusterName, **_config_rates(config))
+            cluster=config.clusterName, offload=resolve_offload(broker_offload_fields(config)),
+            broker_offload=broker_offload_fields(config), **_config_rates(config))
 
     @classmethod
     def from_json(cls, data, config, where: str = "") -> "NamespacePolicies":
@@ -481,6 +736,27 @@ def _rate(json_key, attribute, parse):
     return parse_field
 
 
+def _offload(data, base):
+    """Pulsar's OffloadPoliciesImpl.oldPoliciesCompatible then mergeConfiguration: each field of
+    the stored object, else of the old Policies fields (threshold -1 and lag null being unset),
+    else the broker's."""
+    stored = data.get(OFFLOAD_POLICIES)
+    threshold = data.get(OLD_OFFLOAD_THRESHOLD, -1)
+    seconds = data.get(OLD_OFFLOAD_THRESHOLD_SECONDS, -1)
+    lag = data.get(OLD_OFFLOAD_DELETION_LAG)
+    if stored is None and threshold in (None, -1) and seconds in (None, -1) and lag is None:
+        return {}
+    if stored is not None and not isinstance(stored, dict):
+        raise InvalidValue("must be a JSON object")
+    namespace = {k: v for k, v in (stored or {}).items() if v is not None}
+    for key, old, unset in ((OFFLOAD_THRESHOLD_BYTES, threshold, -1),
+                            (OFFLOAD_THRESHOLD_SECONDS, seconds, -1),
+                            (OFFLOAD_DELETION_LAG, lag, None)):
+        if key not in namespace and old is not None and old != unset:
+            namespace[key] = check_int(old, key)
+    return {"offload": resolve_offload({**base.broker_offload, **namespace})}
+
+
 _FIELDS = [
     ("retention_policies", _retention),
     ("message_ttl_in_seconds", _simple("message_ttl_in_seconds", "message_ttl_seconds")),
@@ -498,4 +774,5 @@ _FIELDS = [
     ("subscriptionDispatchRate", _rate("subscriptionDispatchRate", "subscription_dispatch_rate",
                                        dispatch_rate_from_json)),
     ("replication_clusters", _replication_clusters),
+    ("offload_policies", _offload),
 ]

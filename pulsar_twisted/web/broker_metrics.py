@@ -32,6 +32,7 @@ since the one before, on the injected clock. As in Pulsar all of these are gauge
 
 from collections import defaultdict
 
+from pulsar_twisted.broker.admin.stats import offloaded_size
 from pulsar_twisted.broker.broker_counters import LOOKUP_QUANTILES
 from pulsar_twisted.broker.replication_stats import outbound_rates, topic_replication
 from pulsar_twisted.mledger.counters import (
@@ -106,7 +107,7 @@ _TOPIC_STORAGE = (("backlog_size", "pulsar_storage_backlog_size",
                   ("logical_size", "pulsar_storage_logical_size",
                    "Bytes the topic stores, without replicas"),
                   ("offloaded_size", "pulsar_storage_offloaded_size",
-                   "Bytes offloaded to tiered storage (none here)"),
+                   "Bytes offloaded to tiered storage"),
                   ("write_rate", "pulsar_storage_write_rate", "Entries per second written to storage"),
                   ("read_rate", "pulsar_storage_read_rate", "Entries per second read from storage"))
 #: pulsar_replication_<name>: (name, ReplicatorStats key, help); the two counts are 1 or 0 per
@@ -201,7 +202,8 @@ class BrokerFamilies:
             write_rate, read_rate = self._storage_rates(topic)
             storage = self.storage
             for key, value in (("backlog_size", topic.backlog_size()),
-                               ("logical_size", topic.storage_size()), ("offloaded_size", 0),
+                               ("logical_size", topic.storage_size()),
+                               ("offloaded_size", offloaded_size(topic)),
                                ("write_rate", write_rate), ("read_rate", read_rate)):
                 storage[key].add(labels_text, ns_labels, value)
             self._ml_topic(topic, subscriptions)

@@ -130,6 +130,8 @@ def add_namespace_routes(router, admin) -> None:
     def remove_backlog_quota(request, tenant, namespace):
         return admin.remove_backlog_quota(tenant, namespace, query(request, "backlogQuotaType"))
 
+    _add_offload_routes(router, admin, ns)
+
     @router.route("GET", f"{ns}/permissions")
     def permissions(request, tenant, namespace):
         return admin.get_permissions(tenant, namespace)
@@ -157,3 +159,36 @@ def _add_policy_routes(router, admin, template: str, name: str) -> None:
     router.add("POST", template, set_)
     router.add("PUT", template, set_)
     router.add("DELETE", template, remove)
+
+
+def _add_offload_routes(router, admin, ns: str) -> None:
+    """Tiered storage: Pulsar's offloadThreshold and offloadThresholdInSeconds (GET, PUT),
+    offloadDeletionLagMs (GET, PUT, DELETE), offloadPolicies (GET, POST) and
+    removeOffloadPolicies (DELETE)."""
+    for name in ("offloadThreshold", "offloadThresholdInSeconds", "offloadDeletionLagMs"):
+        template = f"{ns}/{name}"
+
+        def get(request, tenant, namespace, _name=name):
+            return admin.get_offload_setting(tenant, namespace, _name)
+
+        def put(request, tenant, namespace, _name=name):
+            return admin.set_offload_setting(tenant, namespace, _name, text_or_json_body(request))
+
+        router.add("GET", template, get)
+        router.add("PUT", template, put)
+
+    @router.route("DELETE", f"{ns}/offloadDeletionLagMs")
+    def clear_deletion_lag(request, tenant, namespace):
+        return admin.set_offload_setting(tenant, namespace, "offloadDeletionLagMs", None)
+
+    @router.route("GET", f"{ns}/offloadPolicies")
+    def get_offload_policies(request, tenant, namespace):
+        return admin.get_offload_policies(tenant, namespace)
+
+    @router.route("POST", f"{ns}/offloadPolicies")
+    def set_offload_policies(request, tenant, namespace):
+        return admin.set_offload_policies(tenant, namespace, json_body(request, required=False))
+
+    @router.route("DELETE", f"{ns}/removeOffloadPolicies")
+    def remove_offload_policies(request, tenant, namespace):
+        return admin.remove_offload_policies(tenant, namespace)

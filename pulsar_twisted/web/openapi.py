@@ -165,6 +165,19 @@ SCHEMAS = {
                          "individuallyDeletedMessages": _STR, "state": _STR,
                          "numberOfEntriesSinceFirstNotAckedMessage": _INT,
                          "properties": _map(_ANY)}),
+    "OffloadProcessStatus": _obj({
+        "status": {"type": "string", "enum": ["NOT_RUN", "RUNNING", "SUCCESS", "ERROR"]},
+        "lastError": _STR, "firstUnoffloadedMessage": _ref("MessageId")}, required=("status",)),
+    "OffloadPolicies": _obj({
+        "managedLedgerOffloadDriver": _STR, "managedLedgerOffloadThresholdInBytes": _INT,
+        "managedLedgerOffloadThresholdInSeconds": _INT, "managedLedgerOffloadDeletionLagInMillis": _INT,
+        "managedLedgerOffloadedReadPriority": {"type": "string", "enum": [
+            "TIERED_STORAGE_FIRST", "BOOKKEEPER_FIRST", "tiered-storage-first", "bookkeeper-first"]},
+        "s3ManagedLedgerOffloadBucket": _STR, "s3ManagedLedgerOffloadRegion": _STR,
+        "s3ManagedLedgerOffloadServiceEndpoint": _STR, "s3ManagedLedgerOffloadMaxBlockSizeInBytes": _INT,
+        "s3ManagedLedgerOffloadReadBufferSizeInBytes": _INT, "managedLedgerOffloadBucket": _STR,
+        "managedLedgerOffloadRegion": _STR, "managedLedgerOffloadServiceEndpoint": _STR,
+        "fileSystemURI": _STR}),
     "LedgerInfo": _obj({"ledgerId": _INT, "entries": _INT, "size": _INT, "offloaded": _BOOL}),
     "PersistentTopicInternalStats": _obj({
         "entriesAddedCounter": _INT, "numberOfEntries": _INT, "totalSize": _INT,
@@ -301,6 +314,15 @@ def _operations() -> dict:
         ("PUT", _TOPIC + "/compaction"): op("Trigger compaction", "topics"),
         ("GET", _TOPIC + "/compaction"): op("Compaction status", "topics",
                                             {200: _ref("LongRunningProcessStatus")}),
+        ("PUT", _TOPIC + "/offload"): op("Offload the ledgers before a message id to tiered storage",
+                                         "topics", body=_ref("MessageId"), errors=(405, 409)),
+        ("GET", _TOPIC + "/offload"): op("Offload status", "topics", {200: _ref("OffloadProcessStatus")}),
+        ("GET", _NS + "/offloadPolicies"): op("Offload policies (204 when unset)", "namespaces",
+                                              {200: _ref("OffloadPolicies"), 204: None}),
+        ("POST", _NS + "/offloadPolicies"): op("Set the offload policies", "namespaces",
+                                               body=_ref("OffloadPolicies")),
+        ("DELETE", _NS + "/removeOffloadPolicies"): op("Remove the offload policies", "namespaces"),
+        ("DELETE", _NS + "/offloadDeletionLagMs"): op("Clear the offload deletion lag", "namespaces"),
         ("GET", _TOPIC + "/permissions"): op("Permissions on a topic", "topics",
                                              {200: _map(_array(_ref("AuthAction")))}),
         ("POST", _TOPIC + "/permissions/{role}"): op("Grant permissions on a topic", "topics",
@@ -339,6 +361,10 @@ def _operations() -> dict:
         ("GET", OPENAPI_PATH): op("This document", "openapi", {200: {"type": "object"}}),
     }
     ops[("PUT", _NS + "/backlogQuota")] = ops[("POST", _NS + "/backlogQuota")]
+    for name in ("offloadThreshold", "offloadThresholdInSeconds", "offloadDeletionLagMs"):
+        ops[("GET", f"{_NS}/{name}")] = op(f"Namespace setting {name}", "namespaces",
+                                           {200: _INT, 204: None})
+        ops[("PUT", f"{_NS}/{name}")] = op(f"Set namespace setting {name}", "namespaces", body=_INT)
     for name, schema in POLICY_SCHEMAS.items():
         _add_policy(ops, name, schema)
     return ops

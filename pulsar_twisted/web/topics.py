@@ -112,6 +112,14 @@ def add_topic_routes(router, admin) -> None:
     def compaction_status(request, domain, tenant, namespace, topic):
         return admin.compaction_status(name(domain, tenant, namespace, topic))
 
+    @add("PUT", f"{topic}/offload")
+    def trigger_offload(request, domain, tenant, namespace, topic):
+        return admin.trigger_offload(name(domain, tenant, namespace, topic), json_body(request))
+
+    @add("GET", f"{topic}/offload")
+    def offload_status(request, domain, tenant, namespace, topic):
+        return admin.offload_status(name(domain, tenant, namespace, topic))
+
     @add("POST", f"{topic}/terminate")
     def terminate(request, domain, tenant, namespace, topic):
         return admin.terminate(name(domain, tenant, namespace, topic))

@@ -166,7 +166,7 @@ class TopicStatsTests(StatsCase):
         total = {"msgRateIn": 0.0, "msgThroughputIn": 0.0, "msgRateOut": 0.0,
                  "msgThroughputOut": 0.0, "bytesInCounter": 0, "msgInCounter": 0,
                  "bytesOutCounter": 0, "msgOutCounter": 0, "storageSize": 0, "backlogSize": 0,
-                 "publishers": [], "subscriptions": {}, "replication": {}}
+                 "offloadedStorageSize": 0, "publishers": [], "subscriptions": {}, "replication": {}}
         admin_stats._add_partition(total, one)
         admin_stats._add_partition(total, one)
         self.assertEqual((total["replication"]["c2"]["msgRateOut"],

@@ -374,3 +374,30 @@ class SchemaMetricsTests(MetricsCase):
         # The first version meets no existing one, the second passes FULL, the third is refused.
         self.assertEqual(self.value(samples, "pulsar_schema_compatible_total", ns), 2)
         self.assertEqual(self.value(samples, "pulsar_schema_incompatible_total", ns), 1)
+
+
+class OffloadedSizeMetricTests(MetricsCase):
+    def test_offloaded_size_of_the_ledger(self):
+        """pulsar_storage_offloaded_size is the managed ledger's offloaded_size(), per topic."""
+        self.producer_client(2)
+        topic = self.topic_object()
+        ledger = topic.ledger
+
+        class Offloading:
+            def __getattr__(self, name):
+                return getattr(ledger, name)
+
+            def offloaded_size(self):
+                return 1234
+        self.harness.broker.topics[TOPIC] = _with_ledger(topic, Offloading())
+        self.addCleanup(self.harness.broker.topics.__setitem__, TOPIC, topic)
+        samples = self.scrape()
+        self.assertEqual(self.value(samples, "pulsar_storage_offloaded_size", TOPIC_LABELS), 1234)
+
+
+def _with_ledger(topic, ledger):
+    """``topic`` seen with another ``ledger`` (the topic class has __slots__)."""
+    class Topic:
+        def __getattr__(self, name):
+            return ledger if name == "ledger" else getattr(topic, name)
+    return Topic()

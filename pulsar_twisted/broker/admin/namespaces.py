@@ -8,9 +8,21 @@ from pulsar_twisted.broker.admin.base import (
     DOMAINS, AdminArea, check_name, create_or_409, namespace_key, read_or_404, update_or_404)
 from pulsar_twisted.broker.admin.errors import BadRequest, Conflict, NotAllowed, NotFound, PreconditionFailed
 from pulsar_twisted.common.naming import parse_topic
+from pulsar_twisted.resources.checks import check_int
 from pulsar_twisted.resources.policies import (
-    NAMESPACE_POLICIES, QUOTA_TYPES, PolicyField, check_backlog_quota, check_new_namespace,
-    with_defaults)
+    NAMESPACE_POLICIES, OFFLOAD_DELETION_LAG, OFFLOAD_POLICIES, OFFLOAD_THRESHOLD_BYTES,
+    OFFLOAD_THRESHOLD_SECONDS, OLD_OFFLOAD_DELETION_LAG, OLD_OFFLOAD_THRESHOLD,
+    OLD_OFFLOAD_THRESHOLD_SECONDS, QUOTA_TYPES, PolicyField, check_backlog_quota,
+    check_new_namespace, check_offload_policies, offload_setting, put_offload_policies,
+    put_offload_setting, remove_offload_policies, with_defaults)
+
+#: The single-value offload sub-resources: URL name -> (OffloadPoliciesImpl field, the old
+#: Policies field it replaced, what GET answers when neither is set).
+OFFLOAD_SETTINGS = {
+    "offloadThreshold": (OFFLOAD_THRESHOLD_BYTES, OLD_OFFLOAD_THRESHOLD, -1),
+    "offloadThresholdInSeconds": (OFFLOAD_THRESHOLD_SECONDS, OLD_OFFLOAD_THRESHOLD_SECONDS, -1),
+    "offloadDeletionLagMs": (OFFLOAD_DELETION_LAG, OLD_OFFLOAD_DELETION_LAG, None),
+}
 
 
 class NamespacesAdmin(AdminArea):
@@ -149,3 +161,42 @@ class NamespacesAdmin(AdminArea):
             p["backlog_quota_map"] = quotas
             return p
         await self.change_policies(tenant, ns, change)
+
+    # ---------------------------------------------------------------- tiered storage
+    # Pulsar keeps a namespace's offload settings in its offload_policies object; the older
+    # offload_threshold / offload_threshold_in_seconds / offload_deletion_lag_ms fields are
+    # still read, and folded into the object by every write here (resources/policies.py).
+    async def get_offload_setting(self, tenant: str, ns: str, name: str):
+        """offloadThreshold / offloadThresholdInSeconds (-1 when unset) or offloadDeletionLagMs
+        (None, Pulsar's 204, when unset)."""
+        key, old_field, unset = OFFLOAD_SETTINGS[name]
+        return offload_setting(await self.get_policies(tenant, ns), key, old_field, unset)
+
+    async def set_offload_setting(self, tenant: str, ns: str, name: str, value) -> None:
+        """Pulsar's PUT of a long (any value: negative ones disable); None clears (DELETE of
+        offloadDeletionLagMs, the only one Pulsar lets clear)."""
+        key, _, _ = OFFLOAD_SETTINGS[name]
+        if value is not None:
+            value = check_int(_as_long(value), name)
+        await self.change_policies(tenant, ns, lambda p: put_offload_setting(p, key, value))
+
+    async def get_offload_policies(self, tenant: str, ns: str):
+        """The stored OffloadPoliciesImpl, or None (204) when the namespace has none."""
+        return (await self.get_policies(tenant, ns)).get(OFFLOAD_POLICIES)
+
+    async def set_offload_policies(self, tenant: str, ns: str, value) -> None:
+        offload = check_offload_policies(value)
+        await self.change_policies(tenant, ns, lambda p: put_offload_policies(p, offload))
+
+    async def remove_offload_policies(self, tenant: str, ns: str) -> None:
+        await self.change_policies(tenant, ns, remove_offload_policies)
+
+
+def _as_long(value):
+    """A long body as Pulsar's clients send it: JSON ``5`` or the text ``5``."""
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            raise BadRequest(f"Cannot read a long from {value!r}")
+    return value

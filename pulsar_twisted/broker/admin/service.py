@@ -122,6 +122,11 @@ class AdminService(service.Service):
     get_backlog_quota_map = _On("namespaces")
     set_backlog_quota = _On("namespaces")
     remove_backlog_quota = _On("namespaces")
+    get_offload_setting = _On("namespaces")
+    set_offload_setting = _On("namespaces")
+    get_offload_policies = _On("namespaces")
+    set_offload_policies = _On("namespaces")
+    remove_offload_policies = _On("namespaces")
     # bundles: unload, split, a topic's bundle, the load manager's decisions
     unload_namespace = _On("bundles")
     unload_bundle = _On("bundles")
@@ -150,6 +155,8 @@ class AdminService(service.Service):
     terminate = _On("topics")
     compact = _On("topics")
     compaction_status = _On("topics")
+    trigger_offload = _On("topics")
+    offload_status = _On("topics")
     # subscriptions
     list_subscriptions = _On("subscriptions")
     create_subscription = _On("subscriptions")

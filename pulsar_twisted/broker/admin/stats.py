@@ -25,7 +25,8 @@ _SUB_TYPE_NAMES = {api.CommandSubscribe.Exclusive: "Exclusive", api.CommandSubsc
                    api.CommandSubscribe.Failover: "Failover", api.CommandSubscribe.Key_Shared: "Key_Shared"}
 #: Counters summed over the partitions of a partitioned topic.
 _SUMMED = ("msgRateIn", "msgThroughputIn", "msgRateOut", "msgThroughputOut", "bytesInCounter",
-           "msgInCounter", "bytesOutCounter", "msgOutCounter", "storageSize", "backlogSize")
+           "msgInCounter", "bytesOutCounter", "msgOutCounter", "storageSize", "backlogSize",
+           "offloadedStorageSize")
 
 #: Subscription fields summed over the partitions.
 _SUMMED_PER_SUBSCRIPTION = ("msgBacklog", "msgOutCounter", "bytesOutCounter", "msgRateOut",
@@ -84,7 +85,7 @@ class StatsAdmin(AdminArea):
             "msgChunkPublished": counters.chunk_published,
             "storageSize": topic.storage_size(),
             "backlogSize": backlog_size,
-            "offloadedStorageSize": 0,
+            "offloadedStorageSize": offloaded_size(topic),
             "publishers": publishers,
             "waitingPublishers": len(topic.access.waiting),
             "subscriptions": subscriptions,
@@ -142,7 +143,8 @@ class StatsAdmin(AdminArea):
             raise NotFound("Partitioned topic does not exist")
         total = {"msgRateIn": 0.0, "msgThroughputIn": 0.0, "msgRateOut": 0.0, "msgThroughputOut": 0.0,
                  "bytesInCounter": 0, "msgInCounter": 0, "bytesOutCounter": 0, "msgOutCounter": 0,
-                 "averageMsgSize": 0.0, "storageSize": 0, "backlogSize": 0, "publishers": [],
+                 "averageMsgSize": 0.0, "storageSize": 0, "backlogSize": 0,
+                 "offloadedStorageSize": 0, "publishers": [],
                  "subscriptions": {}, "replication": {},
                  "metadata": {"partitions": partitions}, "partitions": {}}
         for i in range(partitions):
@@ -168,6 +170,14 @@ class StatsAdmin(AdminArea):
         stats["compactedLedger"] = {"ledgerId": -1, "entries": -1, "size": -1, "offloaded": False,
                                     "underReplicated": False}
         return stats
+
+
+def offloaded_size(topic) -> int:
+    """Bytes of the topic's ledgers held in tiered storage (0 for non-persistent topics and
+    managed ledgers that do not offload)."""
+    ledger = getattr(topic, "ledger", None) if topic.persistent else None
+    measure = getattr(ledger, "offloaded_size", None)
+    return measure() if measure is not None else 0
 
 
 def _consumer_stats(consumer) -> dict:

@@ -4,10 +4,11 @@ deletion of topics and partitioned topics, unloading, termination, last message 
 """
 
 from twisted.internet import defer
+from twisted.logger import Logger
 
 from pulsar_twisted.broker import replication
 from pulsar_twisted.broker.admin.base import (
-    DOMAINS, AdminArea, message_id_json, namespace_key, update_or_404)
+    DOMAINS, AdminArea, message_id_json, namespace_key, position_from, update_or_404)
 from pulsar_twisted.broker.admin.errors import (
     BadRequest, Conflict, NotAcceptable, NotAllowed, NotFound, PreconditionFailed)
 from pulsar_twisted.broker.ownership import NotOwnedError
@@ -15,12 +16,19 @@ from pulsar_twisted.broker.service import TopicBusyError
 from pulsar_twisted.common import errors
 from pulsar_twisted.common.naming import PERSISTENT, TopicName
 from pulsar_twisted.metadata.interfaces import AlreadyExistsError
+from pulsar_twisted.mledger.interfaces import OffloadAlreadyRunningError, OffloadNotConfiguredError
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.resources.checks import check_int
 
 _MODES = {"PERSISTENT": api.CommandGetTopicsOfNamespace.PERSISTENT,
           "NON_PERSISTENT": api.CommandGetTopicsOfNamespace.NON_PERSISTENT,
           "ALL": api.CommandGetTopicsOfNamespace.ALL}
+
+
+log = Logger()
+
+#: Pulsar's OffloadProcessStatus status values.
+OFFLOAD_STATUSES = ("NOT_RUN", "RUNNING", "SUCCESS", "ERROR")
 
 
 class TopicsAdmin(AdminArea):
@@ -203,3 +211,42 @@ class TopicsAdmin(AdminArea):
     async def compaction_status(self, name: TopicName) -> dict:
         await self.load(name)
         return self.broker.compactor.status(str(name))
+
+    # ---------------------------------------------------------------- tiered storage
+    async def trigger_offload(self, name: TopicName, message_id) -> None:
+        """Pulsar's triggerOffload: offload, in the background, the ledgers before ``message_id``
+        ({ledgerId, entryId}); 409 while a run is in progress."""
+        position = position_from(message_id)
+        topic = await self._offloadable(name)
+        try:
+            # Topics without the method (storage that cannot offload) count as not configured.
+            trigger = getattr(topic, "trigger_offload", None)
+            if trigger is None:
+                raise OffloadNotConfiguredError(str(name))
+            trigger(position.ledger_id, position.entry_id)
+        except OffloadAlreadyRunningError:
+            raise Conflict("Offload already running")
+        except OffloadNotConfiguredError:
+            # Pulsar accepts the request and its run fails at once ("NullLedgerOffloader"),
+            # which offload-status then reports; the answer itself is a success.
+            log.info("{topic}: offload requested but no offload driver is configured", topic=str(name))
+
+    async def offload_status(self, name: TopicName) -> dict:
+        """Pulsar's OffloadProcessStatus: status, lastError and firstUnoffloadedMessage (with
+        the partition index of the topic name; -1:-1 before any run)."""
+        topic = await self._offloadable(name)
+        report = getattr(topic, "offload_status", None)
+        status = (report() if report is not None else None) or {}
+        first = status.get("firstUnoffloadedMessage") or {}
+        return {
+            "status": status.get("status") or "NOT_RUN",
+            "lastError": status.get("lastError") or "",
+            "firstUnoffloadedMessage": message_id_json(first.get("ledgerId", -1), first.get("entryId", -1),
+                                                       name.partition_index),
+        }
+
+    async def _offloadable(self, name: TopicName):
+        """The loaded persistent topic ``name`` (on its owner: a non-owner answers 307)."""
+        if not name.persistent:
+            raise NotAllowed("Offload is not supported on non-persistent topics")
+        return await self.load(name)

@@ -367,6 +367,7 @@ def _namespaces(sub):
            lambda a, c, p, r=resource: c.post(p + r, a.value),
            ((short, flag), {"required": True, "type": int, "dest": "value"}))
         ns(f"get-max-{what}-per-topic", f"Max {what} per topic", lambda a, c, p, r=resource: c.get(p + r))
+    offload.add_namespace_verbs(ns)
 
 
 def _minutes(seconds: int) -> int:
@@ -457,6 +458,7 @@ def _topics(sub):
     topic("terminate", "Terminate a topic", _terminate)
     topic("compact", "Trigger compaction", _compact)
     topic("compaction-status", "Compaction status", lambda a, c, p: c.get(p + "/compaction"))
+    offload.add_topic_verbs(topic)
 
 
 def _create_subscription(a, c, path):
@@ -526,7 +528,7 @@ def _brokers(sub):
 
 # The group modules use the helpers above, so they are imported once those exist.
 from pulsar_twisted.cli.admin import bookies, broker_stats, functions, proxy_stats, schemas  # noqa: E402
-from pulsar_twisted.cli.admin import io  # noqa: E402
+from pulsar_twisted.cli.admin import io, offload  # noqa: E402
 
 FAMILIES = {"clusters": _clusters, "tenants": _tenants, "namespaces": _namespaces, "topics": _topics,
             "brokers": _brokers, "schemas": schemas.add, "broker-stats": broker_stats.add,
