@@ -108,15 +108,18 @@ def to_offload_by_threshold(ml, now_ms: int) -> list:
 def offload_prefix(ml, position):
     """Offload every sealed ledger before ``position``'s ledger (Pulsar's asyncOffloadPrefix, which
     ``pulsar-admin topics offload`` asks for). Raises OffloadAlreadyRunningError while one asked for
-    by hand runs, OffloadNotConfiguredError without an offloader; else the offload runs (after an
-    automatic one, if one runs) and the returned Deferred fires with the first position not
-    offloaded. Its outcome is what ``status`` tells."""
+    by hand runs; else the offload runs (after an automatic one, if one runs) and the returned
+    Deferred fires with the first position not offloaded (OffloadNotConfiguredError without an
+    offloader). Its outcome is what ``status`` tells."""
     state = state_of(ml)
     if state.status == RUNNING:
         raise OffloadAlreadyRunningError("Offload already running")
     if ml.config.offloader is None:
-        raise OffloadNotConfiguredError(
-            f"no offload driver is configured for {ml.name} (managedLedgerOffloadDriver)")
+        # As Pulsar's NullLedgerOffloader: the request is taken, the offload fails.
+        state.status, state.last_error = ERROR, (
+            f"NullLedgerOffloader: no offload driver is configured for {ml.name} "
+            f"(managedLedgerOffloadDriver, or the namespace's offload policies)")
+        return defer.fail(OffloadNotConfiguredError(state.last_error))
     position = Position(*position)
     state.status, state.last_error, state.first_unoffloaded = RUNNING, "", None
 

@@ -147,8 +147,12 @@ class OffloadPrefixTests(OffloadHarness, unittest.TestCase):
         self.assertEqual(ml.offload_status()["status"], "SUCCESS")
 
     def test_without_an_offloader(self):
+        """As Pulsar's NullLedgerOffloader: the offload fails, and its status says why."""
         ml = self.open(NAME, offloader=None)
-        self.assertRaises(OffloadNotConfiguredError, ml.offload_prefix, Position(0, 0))
+        self.failureResultOf(ml.offload_prefix(Position(0, 0)), OffloadNotConfiguredError)
+        status = ml.offload_status()
+        self.assertEqual(status["status"], "ERROR")
+        self.assertIn("managedLedgerOffloadDriver", status["lastError"])
 
     def test_invalid_position(self):
         ml, positions, ledgers = self.filled()

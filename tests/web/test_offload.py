@@ -5,7 +5,7 @@ import json
 
 from twisted.internet import defer
 
-from pulsar_twisted.mledger.interfaces import OffloadAlreadyRunningError, OffloadNotConfiguredError
+from pulsar_twisted.mledger.interfaces import OffloadAlreadyRunningError
 from tests.web.support import WebTestCase
 
 V2 = "/admin/v2"
@@ -170,9 +170,13 @@ class TopicOffloadTests(WebTestCase):
 
     @defer.inlineCallbacks
     def test_not_configured_accepted(self):
-        """No offload driver: accepted, as Pulsar does (its run then fails)."""
-        yield self.stub_topic(error=OffloadNotConfiguredError("none"))
+        """No offload driver (the real topic of a broker without one): accepted, as Pulsar does;
+        the run fails at once and the status says why."""
+        yield self.expect("PUT", f"{P}/t", 204)
         yield self.expect("PUT", f"{P}/t/offload", 204, {"ledgerId": 3, "entryId": 0})
+        body = yield self.expect("GET", f"{P}/t/offload", 200)
+        self.assertEqual(body["status"], "ERROR")
+        self.assertIn("NullLedgerOffloader", body["lastError"])
 
     @defer.inlineCallbacks
     def test_bad_message_id(self):
@@ -192,7 +196,7 @@ class TopicOffloadTests(WebTestCase):
 
     @defer.inlineCallbacks
     def test_status_before_any_run(self):
-        yield self.stub_topic(status={"status": "NOT_RUN"})
+        yield self.expect("PUT", f"{P}/t", 204)
         body = yield self.expect("GET", f"{P}/t/offload", 200)
         self.assertEqual(body["status"], "NOT_RUN")
         self.assertEqual(body["lastError"], "")

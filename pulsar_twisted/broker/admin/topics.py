@@ -16,7 +16,7 @@ from pulsar_twisted.broker.service import TopicBusyError
 from pulsar_twisted.common import errors
 from pulsar_twisted.common.naming import PERSISTENT, TopicName
 from pulsar_twisted.metadata.interfaces import AlreadyExistsError
-from pulsar_twisted.mledger.interfaces import OffloadAlreadyRunningError, OffloadNotConfiguredError
+from pulsar_twisted.mledger.interfaces import OffloadAlreadyRunningError
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.resources.checks import check_int
 
@@ -219,31 +219,20 @@ class TopicsAdmin(AdminArea):
         position = position_from(message_id)
         topic = await self._offloadable(name)
         try:
-            # Topics without the method (storage that cannot offload) count as not configured.
-            trigger = getattr(topic, "trigger_offload", None)
-            if trigger is None:
-                raise OffloadNotConfiguredError(str(name))
-            trigger(position.ledger_id, position.entry_id)
+            # Without an offload driver the run fails at once (Pulsar's "NullLedgerOffloader"),
+            # which offload-status then reports; the answer itself is a success, as Pulsar's.
+            topic.trigger_offload(position.ledger_id, position.entry_id)
         except OffloadAlreadyRunningError:
             raise Conflict("Offload already running")
-        except OffloadNotConfiguredError:
-            # Pulsar accepts the request and its run fails at once ("NullLedgerOffloader"),
-            # which offload-status then reports; the answer itself is a success.
-            log.info("{topic}: offload requested but no offload driver is configured", topic=str(name))
 
     async def offload_status(self, name: TopicName) -> dict:
         """Pulsar's OffloadProcessStatus: status, lastError and firstUnoffloadedMessage (with
         the partition index of the topic name; -1:-1 before any run)."""
         topic = await self._offloadable(name)
-        report = getattr(topic, "offload_status", None)
-        status = (report() if report is not None else None) or {}
-        first = status.get("firstUnoffloadedMessage") or {}
-        return {
-            "status": status.get("status") or "NOT_RUN",
-            "lastError": status.get("lastError") or "",
-            "firstUnoffloadedMessage": message_id_json(first.get("ledgerId", -1), first.get("entryId", -1),
-                                                       name.partition_index),
-        }
+        status = topic.offload_status()
+        first = status["firstUnoffloadedMessage"]
+        return {**status, "firstUnoffloadedMessage": message_id_json(
+            first["ledgerId"], first["entryId"], name.partition_index)}
 
     async def _offloadable(self, name: TopicName):
         """The loaded persistent topic ``name`` (on its owner: a non-owner answers 307)."""
