@@ -43,6 +43,8 @@ class OffloadState:
 
     def __init__(self):
         self.lock = defer.DeferredLock()
+        #: An automatic offload was due while the lock was held: look again when it is released.
+        self.again = False
         self.status = NOT_RUN
         self.last_error = ""
         self.first_unoffloaded = None
@@ -133,8 +135,19 @@ def offload_prefix(ml, position):
                  name=ml.name, pos=str(position), err=state.last_error)
         return f
 
-    d = state.lock.run(lambda: defer.Deferred.fromCoroutine(_offload_prefix(ml, position)))
+    d = _locked(ml, state, lambda: _offload_prefix(ml, position))
     return d.addCallbacks(done, failed)
+
+
+def _locked(ml, state, run):
+    """Run the coroutine function ``run`` under the state's lock; once released, an automatic
+    offload that was due meanwhile runs."""
+    def released(result):
+        if state.again:
+            state.again = False
+            ml.maybe_offload()
+        return result
+    return state.lock.run(lambda: defer.Deferred.fromCoroutine(run())).addBoth(released)
 
 
 async def _offload_prefix(ml, position):
@@ -165,14 +178,24 @@ def maybe_offload(ml) -> None:
     if cfg.offloader is None or (cfg.offload_threshold_bytes < 0 and cfg.offload_threshold_seconds < 0):
         return
     state = state_of(ml)
-    if state.lock.locked or not to_offload_by_threshold(ml, ml._now_ms()):
+    if state.lock.locked:
+        state.again = True
+        return
+    if not to_offload_by_threshold(ml, ml._now_ms()):
         return
 
     async def run():
-        for lid in to_offload_by_threshold(ml, ml._now_ms()):
-            await _offload_ledger(ml, cfg.offloader, lid)
+        # Ledgers sealed during the run are taken too; a failure ends it (the next switch or
+        # retention check tries again).
+        done = set()
+        while True:
+            chosen = [lid for lid in to_offload_by_threshold(ml, ml._now_ms()) if lid not in done]
+            if not chosen:
+                return
+            await _offload_ledger(ml, ml.config.offloader, chosen[0])
+            done.add(chosen[0])
 
-    d = state.lock.run(lambda: defer.Deferred.fromCoroutine(run()))
+    d = _locked(ml, state, run)
     d.addErrback(lambda f: log.warn("managed ledger {name}: automatic offload failed: {err}",
                                     name=ml.name, err=f.getErrorMessage()))
 

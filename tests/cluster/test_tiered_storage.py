@@ -163,7 +163,7 @@ class TieredStorageTests(SynchronousTestCase):
             reader.close()
         finally:
             self.s3.resume()
-        self.assertEqual(self.read_all(len(sent), timeout_ms=WAIT * 1000), sent)
+        self.assertEqual(self.read_all(len(sent), timeout_ms=int(WAIT * 1000)), sent)
 
     def test_threshold_offloads_automatically(self):
         """Namespace offloadThreshold 0: every ledger is offloaded as soon as it is sealed."""
@@ -197,7 +197,7 @@ class TieredStorageTests(SynchronousTestCase):
         self.assertEqual(self.read_all(len(sent)), sent)
 
     def test_kill_during_offload(self):
-        """kill -9 while an offload copies: after the restart every message is read back, in
+        """kill -9 while an offload copies (some objects written, the next hanging): after the restart every message is read back, in
         order; a new offload succeeds, and after it (and the bookies' copies gone) still every
         message is read back."""
         sent = self.produce(8 * ENTRIES_PER_LEDGER + 5, size=20_000)
@@ -205,8 +205,17 @@ class TieredStorageTests(SynchronousTestCase):
         status, text = self.admin("PUT", f"/admin/v2/persistent/{self.path}/offload",
                                   {"ledgerId": last, "entryId": 0, "partitionIndex": -1})
         self.assertIn(status, (200, 204), text)
-        time.sleep(0.3)
-        self.standalone.kill9()
+        # Caught half-way: once the first object is there, the S3 server is paused (the copy of
+        # the next one hangs) and the broker killed; then the server answers again.
+        deadline = time.monotonic() + WAIT
+        while not self.objects() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.s3.pause()
+        try:
+            self.assertEqual(self.wait_offload(timeout=0.5)["status"], "RUNNING")
+            self.standalone.kill9()
+        finally:
+            self.s3.resume()
         self.standalone.start()
         self.assertEqual(self.read_all(len(sent)), sent)
         status = self.offload_all()

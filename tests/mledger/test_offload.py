@@ -9,7 +9,7 @@ from twisted.internet import defer
 from twisted.trial import unittest
 
 from pulsar_twisted.common.position import Position
-from pulsar_twisted.mledger import formats, offloads
+from pulsar_twisted.mledger import formats
 from pulsar_twisted.mledger.interfaces import (
     ManagedLedgerFencedError, OffloadAlreadyRunningError, OffloadNotConfiguredError)
 from pulsar_twisted.mledger.offload import format as fmt
