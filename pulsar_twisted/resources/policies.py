@@ -110,6 +110,10 @@ class OffloadPolicies:
     read_priority: str = "tiered-storage-first"
     max_block_size: int = 64 * 1024 * 1024
     read_buffer_size: int = 1024 * 1024
+    #: The namespace's own S3 credentials (s3ManagedLedgerOffloadCredentialId / ...Secret); empty:
+    #: boto3's default chain (the broker's environment, ~/.aws), as Pulsar's default provider.
+    credential_id: str = ""
+    credential_secret: str = field(default="", repr=False)
 
 
 # ------------------------------------------------------------------------------------ checks
@@ -295,6 +299,16 @@ def check_offload_policies(value) -> dict:
                          + ",".join(SUPPORTED_OFFLOAD_DRIVERS))
     if not _offload_bucket_valid(out):
         raise OutOfRange("The bucket must be specified for namespace offload.")
+    if out.get("s3ManagedLedgerOffloadRole"):
+        # Assuming a role (STS) is not built here; taking the policies and then offloading with
+        # other credentials would be wrong, so they are refused.
+        raise OutOfRange("s3ManagedLedgerOffloadRole is not supported: give "
+                         "s3ManagedLedgerOffloadCredentialId/Secret, or credentials in the brokers' "
+                         "environment")
+    if bool(out.get("s3ManagedLedgerOffloadCredentialId")) != \
+            bool(out.get("s3ManagedLedgerOffloadCredentialSecret")):
+        raise OutOfRange("s3ManagedLedgerOffloadCredentialId and s3ManagedLedgerOffloadCredentialSecret "
+                         "go together")
     return out
 
 
@@ -425,7 +439,9 @@ def resolve_offload(fields: dict) -> OffloadPolicies:
         deletion_lag_ms=number(OFFLOAD_DELETION_LAG, 4 * 3600 * 1000),
         read_priority=read_priority_value(priority) if priority is not None else "tiered-storage-first",
         max_block_size=check_int(pick("MaxBlockSizeInBytes", 64 * _MIB), "maxBlockSizeInBytes"),
-        read_buffer_size=check_int(pick("ReadBufferSizeInBytes", _MIB), "readBufferSizeInBytes"))
+        read_buffer_size=check_int(pick("ReadBufferSizeInBytes", _MIB), "readBufferSizeInBytes"),
+        credential_id=(fields.get("s3ManagedLedgerOffloadCredentialId") or "") if s3 else "",
+        credential_secret=(fields.get("s3ManagedLedgerOffloadCredentialSecret") or "") if s3 else "")
 
 
 # ------------------------------------------------------------------------------------ documents

@@ -4,6 +4,7 @@ ledger client, the in-memory metadata store and an in-memory blob store whose ca
 """
 
 import json
+import os
 
 from twisted.internet import defer
 from twisted.trial import unittest
@@ -327,3 +328,31 @@ class ThresholdTests(OffloadHarness, unittest.TestCase):
         self.assertTrue(all(c is None for c in self.contexts().values()))
         self.assertEqual(json.loads(self.successResultOf(
             self.store.get(formats.ledger_path(NAME)))[0])["v"], 1)
+
+
+class FileSystemOffloadTests(OffloadHarness, unittest.TestCase):
+    """The same path on the ``filesystem`` driver (a directory), through the registry as a broker
+    builds it from a namespace's OffloadPolicies."""
+
+    def setUp(self):
+        super().setUp()
+        from pulsar_twisted.resources.policies import OffloadPolicies
+        self.directory = os.path.abspath(self.mktemp())
+        self.policies = OffloadPolicies(driver="filesystem", file_system_uri="file://" + self.directory)
+        self.offloader = self.registry.for_policies(self.policies)
+
+    def test_one_offloader_per_location(self):
+        """Every topic of the namespace, and every reader of a recorded context, share one."""
+        self.assertIs(self.registry.for_policies(self.policies), self.offloader)
+        self.assertIs(self.registry.for_context("filesystem", self.offloader.metadata), self.offloader)
+
+    def test_offload_and_read_back_after_the_bookies_copy_is_gone(self):
+        ml, positions, ledgers = self.filled(offload_deletion_lag_ms=0)
+        self.successResultOf(ml.offload_prefix(Position(ledgers[-1], 0)))
+        self.successResultOf(ml.trim_consumed_ledgers())
+        self.assertEqual(sorted(self.bk.deleted), ledgers[:-1])
+        objects = [n for n in os.listdir(self.directory) if not n.startswith(".")]
+        self.assertEqual(len(objects), 2 * len(ledgers[:-1]))
+        self.successResultOf(ml.close())
+        ml2 = self.open(NAME, max_entries_per_ledger=3)
+        self.assertEqual(self.read_all(ml2), [data(i) for i in range(12)])

@@ -89,6 +89,20 @@ class DocumentWriteTests(unittest.SynchronousTestCase):
         self.assertRaises(InvalidValue, check_offload_policies, {
             "managedLedgerOffloadDriver": "filesystem", "managedLedgerOffloadedReadPriority": "x"})
 
+    def test_namespace_credentials(self):
+        """A namespace's own S3 credentials reach its OffloadPolicies (the secret not in its repr);
+        an id without its secret, and an STS role (not built here), are refused."""
+        stored = check_offload_policies({
+            "managedLedgerOffloadDriver": "S3", "s3ManagedLedgerOffloadBucket": "b",
+            "s3ManagedLedgerOffloadCredentialId": "id", "s3ManagedLedgerOffloadCredentialSecret": "s3cr3t"})
+        offload = effective({"offload_policies": stored})
+        self.assertEqual((offload.credential_id, offload.credential_secret), ("id", "s3cr3t"))
+        self.assertNotIn("s3cr3t", repr(offload))
+        for extra in ({"s3ManagedLedgerOffloadCredentialId": "id"},
+                      {"s3ManagedLedgerOffloadRole": "arn:aws:iam::1:role/x"}):
+            self.assertRaises(OutOfRange, check_offload_policies, {
+                "managedLedgerOffloadDriver": "S3", "s3ManagedLedgerOffloadBucket": "b", **extra})
+
     def test_setting_folds_old_fields(self):
         """Pulsar's mergeOffloadThresholdsForCompatibility on every offload write."""
         document = {"offload_threshold": 7, "offload_deletion_lag_ms": 3}

@@ -23,8 +23,10 @@ def _unsupported(driver) -> ValueError:
                       f"use aws-s3, S3 or filesystem")
 
 
-def open_blob_store(driver: str, settings: dict) -> BlobStore:
-    """A new store for ``driver``; ValueError naming the configuration key that is missing."""
+def open_blob_store(driver: str, settings: dict, credentials=None) -> BlobStore:
+    """A new store for ``driver``; ValueError naming the configuration key that is missing.
+    ``credentials``: ``(access key id, secret)`` of an S3 driver, else boto3's default chain; never
+    part of the settings, which are recorded with every offloaded ledger."""
     if driver in S3_DRIVERS:
         bucket = settings.get("bucket") or ""
         if not bucket:
@@ -32,7 +34,7 @@ def open_blob_store(driver: str, settings: dict) -> BlobStore:
                              f"set s3ManagedLedgerOffloadBucket")
         from .s3 import S3BlobStore
         return S3BlobStore(driver, bucket, region=settings.get("region") or "",
-                           endpoint=settings.get("endpoint") or "")
+                           endpoint=settings.get("endpoint") or "", credentials=credentials)
     if driver == FILESYSTEM:
         uri = settings.get("uri") or ""
         if not uri:

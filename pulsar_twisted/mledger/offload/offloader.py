@@ -207,20 +207,29 @@ class OffloaderRegistry(service.Service):
         for pool in (self.copy_pool, self.read_pool):
             if pool.started:
                 pool.stop()
-        for offloader in self._offloaders.values():
+        for offloader in {id(o): o for o in self._offloaders.values()}.values():
             try:
                 offloader.store.close()
             except Exception:
                 log.failure("closing the blob store of {driver}", driver=offloader.driver_name)
         self._offloaders.clear()
 
-    def _get(self, driver, settings, block_size=64 * 1024 * 1024, read_buffer_size=1024 * 1024):
-        # One offloader per location: the sizes are those of the first to ask (a namespace's
-        # policies usually, a reader of a recorded context sometimes).
+    def _get(self, driver, settings, block_size=64 * 1024 * 1024, read_buffer_size=1024 * 1024,
+             credentials=None):
+        # One offloader per location: the sizes and credentials are those of the first to ask (a
+        # namespace's policies usually, as topics load before their ledgers are read).
         key = (driver, json.dumps(settings, sort_keys=True))
         offloader = self._offloaders.get(key)
         if offloader is None:
-            offloader = self.add(drivers.open_blob_store(driver, settings), block_size, read_buffer_size)
+            store = drivers.open_blob_store(driver, settings, credentials)
+            # The store's metadata may name the location with defaults filled in (a region): the
+            # offloader of a recorded context must be this same one.
+            offloader = self._offloaders.get((store.driver_name, json.dumps(store.metadata, sort_keys=True)))
+            if offloader is None:
+                offloader = self.add(store, block_size, read_buffer_size)
+            else:
+                store.close()
+            self._offloaders[key] = offloader
         return offloader
 
     def add(self, store, block_size=64 * 1024 * 1024, read_buffer_size=1024 * 1024):
@@ -242,7 +251,11 @@ class OffloaderRegistry(service.Service):
             return None
         settings = drivers.settings_from(policies.driver, policies.bucket, policies.region,
                                          policies.endpoint, policies.file_system_uri)
-        return self._get(policies.driver, settings, policies.max_block_size, policies.read_buffer_size)
+        credentials = None
+        if policies.credential_id:
+            credentials = (policies.credential_id, policies.credential_secret)
+        return self._get(policies.driver, settings, policies.max_block_size, policies.read_buffer_size,
+                         credentials)
 
     def for_context(self, driver: str, metadata: dict):
         return self._get(driver, dict(metadata))

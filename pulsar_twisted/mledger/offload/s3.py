@@ -58,7 +58,8 @@ class S3BlobStore(BlobStore):
     min_part_size = 5 * 1024 * 1024
 
     def __init__(self, driver_name: str, bucket: str, region: str = "", endpoint: str = "", *,
-                 connect_timeout: float = CONNECT_TIMEOUT, read_timeout: float = READ_TIMEOUT):
+                 connect_timeout: float = CONNECT_TIMEOUT, read_timeout: float = READ_TIMEOUT,
+                 credentials=None):
         if not bucket:
             raise ValueError("an S3 blob store needs a bucket")
         self.driver_name = driver_name
@@ -78,8 +79,12 @@ class S3BlobStore(BlobStore):
                            response_checksum_validation="when_required")
         # One client for all threads: botocore clients are thread-safe once created (a Session is
         # not, hence a private one created here, in the constructor's thread).
+        keys = {}
+        if credentials:
+            keys = {"aws_access_key_id": credentials[0], "aws_secret_access_key": credentials[1]}
         self._client = boto3.session.Session().client(
-            "s3", region_name=self.region, endpoint_url=endpoint or None, config=Config(**options))
+            "s3", region_name=self.region, endpoint_url=endpoint or None, config=Config(**options),
+            **keys)
 
     def __repr__(self):
         return f"<S3BlobStore {self.driver_name} {self._where()}>"
