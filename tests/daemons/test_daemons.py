@@ -182,7 +182,7 @@ class TreeShapeTests(unittest.SynchronousTestCase):
         """The functions worker (functionsWorkerEnabled, on by default) starts after the listeners
         its instances connect to."""
         self.assertEqual(self.names(StandaloneService(StandaloneConfig(), reactor=object())), [
-            "metadata store", "bookie", "ledger client", "managed ledgers", "broker", "admin", "web",
+            "metadata store", "bookie", "ledger client", "offloaders", "managed ledgers", "broker", "admin", "web",
             "binary", "functions worker"])
 
     def test_standalone_without_functions_worker(self):
@@ -245,7 +245,8 @@ class TreeShapeTests(unittest.SynchronousTestCase):
         root = BrokerClusterService(BrokerConfig(metadataStoreUrl="zk:h:1"), reactor=object())
         self.assertEqual(self.names(root), [
             "metadata store", "bookie metadata store", "bookie client", "ledger client",
-            "managed ledgers", "broker", "bundle ownership", "broker service", "admin", "web", "binary",
+            "offloaders", "managed ledgers", "broker", "bundle ownership", "broker service", "admin",
+            "web", "binary",
             "registration", "leader election", "load manager"])
 
     def test_bookie(self):
