@@ -231,13 +231,15 @@ async def _offload_ledger(ml, offloader, lid):
         handle = await ml._get_read_handle(lid)
         await offloader.offload(handle, context.uid, info.entries - 1)
     except Exception as e:
-        if ml._ledgers.get(lid) is info and info.offload is context:
-            # Named only by an incomplete context: nobody reads these objects.
-            delete_objects(ml.factory, ml.name, lid, context)
+        # This uid was never recorded complete (only this run could): nobody reads its objects,
+        # whether the ledger is still listed, was trimmed meanwhile or another owner took over.
+        delete_objects(ml.factory, ml.name, lid, context)
         raise ManagedLedgerError(f"offloading ledger {lid}: {e}") from e
     _check_open(ml)
     if ml._ledgers.get(lid) is not info or info.offload is not context:
-        # Trimmed meanwhile (its objects were deleted with it): nothing to record.
+        # Trimmed meanwhile (the trim's delete may have come before the last object): nothing to
+        # record, and the objects go.
+        delete_objects(ml.factory, ml.name, lid, context)
         raise ManagedLedgerError(f"ledger {lid} left the ledger list during its offload")
     info.offload = context.replace(complete=True, timestamp=ml._now_ms())
     # A failure here is the caller's; the objects stay (module text) and the next metadata write

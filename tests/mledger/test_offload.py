@@ -292,6 +292,24 @@ class DeletionTests(OffloadHarness, unittest.TestCase):
         self.assertEqual(self.blobs.objects, {})
         self.assertTrue(set(ledgers[:-1]) <= set(self.bk.deleted))
 
+    def test_ledger_trimmed_during_its_offload(self):
+        """A ledger trimmed while it is being copied: the offload ends in error and leaves no
+        object behind, whichever of the trim's delete and the last upload came first."""
+        ml, positions, ledgers = self.filled()
+        cursor = self.cursor(ml)
+        self.registry.held = []
+        d = ml.offload_prefix(Position(ledgers[1], 0))
+        ml.config = self.config(max_entries_per_ledger=3, retention_time_ms=0, retention_size_mb=0)
+        self.successResultOf(cursor.mark_delete(positions[-1]))
+        self.successResultOf(ml.trim_consumed_ledgers())
+        self.assertIn(ledgers[0], self.bk.deleted)
+        while self.registry.held:
+            self.registry.release()
+            self.registry.held = []
+        self.registry.held = None
+        self.failureResultOf(d)
+        self.assertEqual(self.blobs.objects, {})
+
     def test_deleting_the_managed_ledger_deletes_the_objects(self):
         ml, positions, ledgers = self.filled()
         self.successResultOf(ml.offload_prefix(Position(ledgers[-1], 0)))
