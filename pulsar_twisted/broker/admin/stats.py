@@ -173,11 +173,8 @@ class StatsAdmin(AdminArea):
 
 
 def offloaded_size(topic) -> int:
-    """Bytes of the topic's ledgers held in tiered storage (0 for non-persistent topics and
-    managed ledgers that do not offload)."""
-    ledger = getattr(topic, "ledger", None) if topic.persistent else None
-    measure = getattr(ledger, "offloaded_size", None)
-    return measure() if measure is not None else 0
+    """Bytes of the topic's ledgers held in tiered storage (0 for a non-persistent topic)."""
+    return topic.ledger.offloaded_size() if topic.persistent else 0
 
 
 def _consumer_stats(consumer) -> dict:
