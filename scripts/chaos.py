@@ -19,8 +19,9 @@ the run's own when a ZooKeeper fault is asked for, the only case the nemesis may
 Prints the figures (with --replicate, the remote copy's beside them; with --offload, the ledgers
 offloaded and read from S3 alone); exit status 0 only if nothing acknowledged was lost and no
 violation was seen (on the cluster nor, with --replicate, on the remote; with --offload, a run that
-offloaded nothing or read nothing from S3 alone is a violation), 1 on violations, 2 if the run itself could not be made. Every process the run started is killed on
-the way out, Ctrl-C and SIGTERM included.
+offloaded nothing or read nothing from S3 alone is a violation), 1 on violations, 2 if the run
+itself could not be made. Every process the run started is killed on the way out, Ctrl-C and
+SIGTERM included.
 """
 
 import argparse
