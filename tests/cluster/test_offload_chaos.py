@@ -7,7 +7,7 @@ waits and figures of ``tiered`` on fake admin clients, a fake ZooKeeper and key 
 ``OffloadCheckerTests`` (the checker's offload figures on hand-made histories),
 ``OffloadWiringTests`` (the brokers' keys, the script's option and fault kind).
 ``ShortOffloadChaosRunTests``: a short seeded run on a real cluster offloading to moto (about
-60 s with start-up), skipped without ZooKeeper, the official client or moto. It fails while the
+40 s with start-up), skipped without ZooKeeper, the official client or moto. It fails while the
 cluster loses, duplicates or reorders acknowledged messages with ledgers read from S3 alone, and
 when nothing was offloaded or read from S3 alone.
 """
@@ -370,9 +370,10 @@ class ShortOffloadChaosRunTests(SynchronousTestCase):
             raise self.skipTest(str(e))
 
     def test_short_offload_run(self):
-        """Seed 21, 15 s of kill -9 of brokers and bookies and SIGSTOP of S3, then heal, offloads
-        caught up, bookie copies deleted, read back: the verdict is clean, ledgers were offloaded
-        and entries read from S3 alone. About 60 s with start-up."""
+        """Seed 21, 15 s of faults drawn from kill -9 of brokers and bookies and SIGSTOP of S3
+        (the seed draws a pause of S3, then a broker kill), then heal, offloads caught up, bookie
+        copies deleted, read back: the verdict is clean, ledgers were offloaded and entries read
+        from S3 alone. About 40 s with start-up."""
         from pulsar_twisted.testing.chaos.runner import ChaosConfig, run
         lines = []
         config = ChaosConfig(seed=21, duration=15.0,
