@@ -104,11 +104,12 @@ def parse(argv):
 
 
 def table(paths) -> str:
-    """One line per run: seed, quorum, faults and the verdict's figures."""
+    """One line per run: seed, quorum, faults and the verdict's figures (with --offload, ledgers
+    offloaded, in S3 only, and entries read back from those; with --replicate, the remote's)."""
     head = (f"{'seed':>4} {'E/Qw/Qa':>7} {'faults':>6} {'sent':>6} {'acked':>6} {'-1:-1':>5} "
             f"{'failed':>6} {'unansw':>6} {'lost':>5} {'twice':>5} {'st-ord':>6} {'c-ord':>5} "
-            f"{'undeliv':>7} {'slow':>5} {'r-lost':>6} {'r-twice':>7} {'r-ord':>5} {'r-unrep':>7} "
-            f"{'offl':>5} {'s3only':>6} {'s3read':>6}  file")
+            f"{'undeliv':>7} {'slow':>5} {'offl':>5} {'s3only':>6} {'s3read':>6} {'r-lost':>6} "
+            f"{'r-twice':>7} {'r-ord':>5} {'r-unrep':>7}  file")
     lines = [head]
     for path in paths:
         with open(path) as f:
@@ -128,8 +129,8 @@ def table(paths) -> str:
             f"{v['sent']:>6} {v['acked']:>6} {v['duplicate_receipts']:>5} {v['failed']:>6} "
             f"{v['unanswered']:>6} {v['lost']:>5} {v['stored_twice']:>5} "
             f"{v['storage_order_violations']:>6} {sum(v['consumer_order_violations'].values()):>5} "
-            f"{sum(v['undelivered'].values()):>7} {v.get('slow_after_heal', 0):>5} {remote} "
-            f"{offload}  {os.path.basename(path)}")
+            f"{sum(v['undelivered'].values()):>7} {v.get('slow_after_heal', 0):>5} {offload} "
+            f"{remote}  {os.path.basename(path)}")
     return "\n".join(lines)
 
 

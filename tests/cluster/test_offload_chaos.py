@@ -337,19 +337,42 @@ class OffloadWiringTests(SynchronousTestCase):
                            "defaultRetentionSizeInMB": -1}.items():
             self.assertEqual(settings[key], value, key)
 
-    def test_script_option(self):
-        """``--offload`` and ``pause-s3`` parse; ``pause-s3`` is not a default kind."""
+    def script(self):
         import importlib.util
         import os
         path = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "chaos.py")
         spec = importlib.util.spec_from_file_location("chaos_script", path)
         script = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(script)
+        return script
+
+    def test_script_option(self):
+        """``--offload`` and ``pause-s3`` parse; ``pause-s3`` is not a default kind."""
+        script = self.script()
         args = script.parse(["--offload", "--faults", "pause-s3,kill-broker"])
         self.assertTrue(args.offload)
         self.assertEqual(args.faults, ("pause-s3", "kill-broker"))
         self.assertNotIn("pause-s3", script.parse([]).faults)
         self.assertFalse(script.parse([]).offload)
+
+    def test_table(self):
+        """``--table`` shows ledgers offloaded, in S3 only and entries read from those; '-' for
+        a run without offload."""
+        import json
+        history = _offloaded_history({"offloaded": 2, "tiered_only": [7]})
+        verdict = checker.check(history)
+        paths = []
+        for name, meta in (("offload.json", history.meta), ("plain.json", {})):
+            path = self.mktemp()
+            with open(path, "w") as f:
+                json.dump({"meta": dict(meta, seed=1, quorum=[3, 3, 2]),
+                           "verdict": verdict.to_json(), "faults": []}, f)
+            paths.append(path)
+        head, offloaded, plain = [line.split() for line in self.script().table(paths).splitlines()]
+        at = head.index("offl")
+        self.assertEqual(head[at:at + 3], ["offl", "s3only", "s3read"])
+        self.assertEqual(offloaded[at:at + 3], ["2", "1", "1"])
+        self.assertEqual(plain[at:at + 3], ["-", "-", "-"])
 
 
 class ShortOffloadChaosRunTests(SynchronousTestCase):
