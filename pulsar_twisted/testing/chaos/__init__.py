@@ -20,6 +20,9 @@ at a time, then heal, drain and check.
 - ``replica``: ``--replicate`` of a cluster run: the namespace geo-replicated to a standalone of
   the run's own, set up before the workload; after the read-back the replicators waited for and
   the remote copy checked (``geo_checker.check_direction``).
+- ``tiered``: ``--offload`` of a cluster run: every sealed ledger offloaded to an S3 server (moto)
+  of the run's own, the ``pause-s3`` fault's target; before the read-back the offloads waited for
+  and the bookies' copies deleted, so that old ledgers are read from S3 alone.
 - ``runner``: one bounded run end to end, cleaning up every process and namespace it made whatever
   happens (Ctrl-C and SIGTERM included; a SIGKILLed harness still takes its daemons and relays down
   through PR_SET_PDEATHSIG, but leaves its namespaces: ``ip netns list | grep chaos-``).
@@ -27,7 +30,8 @@ at a time, then heal, drain and check.
 Runs: ``python scripts/chaos.py --seed 1 --quorum 3/3/2`` (75 s of faults, 7 producers, 280 msg/s;
 ``--help`` for the rest); ``--proxy`` puts every client behind a Pulsar proxy (and allows the
 ``kill-proxy`` fault); ``--replicate`` adds the remote copy's check (and allows ``kill-remote``,
-``pause-remote``); ``--faults ''`` is a fault-free control run; ``--table *.json`` lines up
+``pause-remote``); ``--offload`` offloads to S3 and reads old ledgers back from there (and allows
+``pause-s3``); ``--faults ''`` is a fault-free control run; ``--table *.json`` lines up
 the verdicts of several runs. ``tests/cluster/test_chaos.py`` holds the checker's unit tests and a
 short run for CI.
 

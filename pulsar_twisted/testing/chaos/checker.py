@@ -20,6 +20,11 @@ What it counts, and why each is a violation of what a Pulsar cluster with dedupl
 - **slow after heal**: when the history says when the cluster was healed (``meta["healed_at"]``), a
   send made after it that was not acked within ``LIVENESS`` seconds (issue 11: once every process is
   back, every producer's sends are answered within 10 s).
+- **offload** (a run with tiered storage, ``meta["offload"]`` from ``tiered.settle``): sealed ledgers
+  still not offloaded after the bounded wait (``offload_pending``: an offload that never completes),
+  offloads recorded complete whose objects are not all in the bucket (``offload_missing_objects``),
+  and ``offload_unexercised`` when nothing was offloaded or the read-back read no entry from a ledger
+  whose only copy is in tiered storage: a run that proves nothing about offload must not pass.
 
 Also counted, as evidence rather than a verdict of its own: **delivered then gone**, messages some
 consumer received that the read-back no longer finds (stored once, then lost or served from a ledger
@@ -66,6 +71,13 @@ class Verdict:
     redeliveries: dict = field(default_factory=dict)   # subscription -> deliveries of seen messages
     unreadable_partitions: dict = field(default_factory=dict)
     undecodable: int = 0
+    #: Tiered storage (a run with ``meta["offload"]``; see the module docstring).
+    offloaded_ledgers: int = 0
+    tiered_only_ledgers: int = 0
+    read_from_tiered_only: int = 0    # entries read back from ledgers whose only copy is offloaded
+    offload_pending: int = 0
+    offload_missing_objects: int = 0
+    offload_unexercised: int = 0
     examples: dict = field(default_factory=dict)                    # figure -> [example]
 
     @property
@@ -78,7 +90,9 @@ class Verdict:
             "unanswered": self.unanswered, "undelivered": sum(self.undelivered.values()),
             "receipt_mismatches": self.receipt_mismatches, "slow_after_heal": self.slow_after_heal,
             "unreadable_partitions": len(self.unreadable_partitions),
-            "undecodable": self.undecodable,
+            "undecodable": self.undecodable, "offload_pending": self.offload_pending,
+            "offload_missing_objects": self.offload_missing_objects,
+            "offload_unexercised": self.offload_unexercised,
         }
         return {name: count for name, count in figures.items() if count}
 
@@ -109,7 +123,29 @@ def check(history: History) -> Verdict:
     _check_losses(history, verdict, stored_at)
     _check_consumer_order(history, verdict)
     _check_backlog(history, verdict)
+    _check_offload(history, verdict)
     return verdict
+
+
+def _check_offload(history: History, verdict: Verdict) -> None:
+    figures = history.meta.get("offload")
+    if figures is None:
+        return
+    tiered_only = set(figures.get("tiered_only", ()))
+    verdict.offloaded_ledgers = figures.get("offloaded", 0)
+    verdict.tiered_only_ledgers = len(tiered_only)
+    verdict.read_from_tiered_only = sum(1 for entries in history.storage.values() for e in entries
+                                        if e.message_id and e.message_id[0] in tiered_only)
+    pending = figures.get("pending") or {}
+    verdict.offload_pending = sum(len(v) if isinstance(v, list) else 1 for v in pending.values())
+    for topic, ids in sorted(pending.items()):
+        verdict._example("offload_pending", (topic, ids))
+    missing = figures.get("complete_missing_objects", ())
+    verdict.offload_missing_objects = len(missing)
+    for lid in missing:
+        verdict._example("offload_missing_objects", lid)
+    verdict.offload_unexercised = int(not verdict.offloaded_ledgers
+                                      or not verdict.read_from_tiered_only)
 
 
 def _check_sends(history: History, verdict: Verdict) -> None:
@@ -269,6 +305,12 @@ def format_verdict(verdict: Verdict) -> str:
         f"receipt mismatches {verdict.receipt_mismatches}  unreadable partitions "
         f"{verdict.unreadable_partitions or 0}  undecodable {verdict.undecodable}",
     ]
+    if verdict.offloaded_ledgers or verdict.offload_unexercised:
+        lines.append(
+            f"OFFLOAD ledgers offloaded {verdict.offloaded_ledgers}, in tiered storage only "
+            f"{verdict.tiered_only_ledgers}, entries read back from those {verdict.read_from_tiered_only}"
+            f"  pending {verdict.offload_pending}  complete but missing objects "
+            f"{verdict.offload_missing_objects}  unexercised {verdict.offload_unexercised}")
     for figure, examples in sorted(verdict.examples.items()):
         lines.append(f"  e.g. {figure}: {examples}")
     lines.append("VERDICT: " + ("ok" if verdict.ok else f"VIOLATIONS {verdict.violations}"))

@@ -47,6 +47,12 @@ Faults (``KINDS``):
   more (it has no session in the cluster's ZooKeeper to wait on), then SIGCONT. Only when the
   run has a remote (``remote``); else dropped.
 
+- ``pause-s3`` (``OFFLOAD_KINDS``, optional): the S3 server of an ``--offload`` run (``s3``, the
+  tiered storage every broker offloads to) SIGSTOPped for a session timeout and 0.5-3 s more, then
+  SIGCONT: copies and reads of offloaded ledgers hang meanwhile (connections accepted, never
+  answered). Never killed: the server keeps its objects in memory, and losing them is not a fault
+  an object store's users must survive. Only when the run has one; else dropped.
+
 Run it on the thread that will outlive the daemons it restarts (the main thread): a cluster child
 asks for SIGKILL when the thread that spawned it exits (PR_SET_PDEATHSIG is per thread).
 
@@ -70,6 +76,7 @@ BUNDLE_KINDS = ("unload-bundle", "split-bundle")
 ZK_KINDS = ("kill-zookeeper", "pause-zookeeper")
 PROXY_KINDS = ("kill-proxy",)
 REMOTE_KINDS = ("kill-remote", "pause-remote")
+OFFLOAD_KINDS = ("pause-s3",)
 #: What applies to a geo-replication pair of standalones (``chaos.geo``), each one a "broker".
 GEO_KINDS = ("kill-broker", "pause-broker", "unload-bundle")
 
@@ -80,7 +87,7 @@ class Nemesis:
 
     def __init__(self, cluster: Cluster, history: History, seed: int, kinds=KINDS,
                  session_timeout: float = 4.0, rest=(2.0, 5.0), log=print,
-                 namespace: str = "public/default", remote=None):
+                 namespace: str = "public/default", remote=None, s3=None):
         self.cluster = cluster
         self.history = history
         self.rng = random.Random(seed)
@@ -107,6 +114,11 @@ class Nemesis:
         self.remotes = [remote] if remote is not None else []
         if not self.remotes:
             self.kinds = tuple(k for k in self.kinds if k not in REMOTE_KINDS)
+        #: The S3 server ``pause-s3`` freezes (and ``heal()`` thaws, never restarts: its objects
+        #: live in its memory): none, no offload kinds.
+        self.s3s = [s3] if s3 is not None else []
+        if not self.s3s:
+            self.kinds = tuple(k for k in self.kinds if k not in OFFLOAD_KINDS)
         self.session_timeout = session_timeout
         self.namespace = namespace
         self.rest = rest
@@ -137,6 +149,8 @@ class Nemesis:
                 group = self.proxies
             if kind in REMOTE_KINDS:
                 group = self.remotes
+            if kind in OFFLOAD_KINDS:
+                group = self.s3s
             if kind.startswith("partition"):
                 group = [p for p in group if getattr(p, "isolation", None) is not None]
                 if not group:
@@ -154,7 +168,7 @@ class Nemesis:
                     fault.note = self._bundle(kind, target, hold)
                 elif kind == "pause-zookeeper":
                     fault.note = self._pause_zookeeper(target, hold)
-                elif kind == "pause-remote":
+                elif kind in ("pause-remote", "pause-s3"):
                     fault.note = self._pause_remote(target, hold)
                 elif kind == "kill-zookeeper":
                     fault.note = self._kill_zookeeper(target, hold)
@@ -170,7 +184,10 @@ class Nemesis:
                 fault.note += f" error: {type(e).__name__}: {str(e)[:300]}"
                 self.errors.append(f"{kind} {target.name}: {e}")
                 self.log(f"nemesis: {kind} {target.name} failed: {str(e)[:300]}")
-                self._heal_one(target)
+                if target in self.s3s:
+                    target.resume()
+                else:
+                    self._heal_one(target)
             fault.ended = time.time()
             if self._sleep(self.rng.uniform(*self.rest)):
                 return
@@ -271,7 +288,7 @@ class Nemesis:
 
     def _pause_remote(self, target, hold: float) -> str:
         """As long as a paused broker of the cluster (whose session lasts ``session_timeout``)
-        at least stays frozen; the remote has no session here to watch."""
+        at least stays frozen; the remote (or the S3 server) has no session here to watch."""
         frozen = self.session_timeout + hold
         target.pause()
         try:
@@ -308,9 +325,9 @@ class Nemesis:
 
     def heal(self, timeout: float = 60.0) -> None:
         """Every process thawed, connected and running (a proxy too: started again, it accepts
-        connections), and every bookie and broker registered in ZooKeeper again (ClusterError
-        after ``timeout``). ZooKeeper first, if the nemesis may touch it: thawed, and
-        started again if it is down."""
+        connections; the S3 server thawed), and every bookie and broker registered in ZooKeeper
+        again (ClusterError after ``timeout``). ZooKeeper first, if the nemesis may touch it:
+        thawed, and started again if it is down."""
         if self.zookeeper is not None:
             if self.zookeeper.paused or not self.zookeeper.running():
                 self._heal_one(self.zookeeper)
@@ -324,6 +341,8 @@ class Nemesis:
                           + 0.5 - time.monotonic())
                 if settle > 0:
                     self._settle(settle)
+        for s3 in self.s3s:        # first: a broker's offload or tiered read may wait on it
+            s3.resume()
         for process in self.cluster.bookies + self.cluster.brokers + self.proxies + self.remotes:
             self._heal_one(process)
         wait_for(lambda: all(self.cluster.session_of(p.registration) is not None

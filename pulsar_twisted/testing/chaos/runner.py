@@ -6,12 +6,16 @@ Verdict); every process and namespace it made is gone when it returns or raises 
 With ``proxy`` every client goes through a Pulsar proxy (``twistd pulsar-proxy``) instead of to the
 brokers directly. With ``replicate`` the namespace is geo-replicated to a standalone of the run's
 own (``replica``), and after the cluster's read-back the remote copy is checked too
-(``history.meta["replication"]``).
+(``history.meta["replication"]``). With ``offload`` the brokers offload every sealed ledger to an
+S3 server of the run's own (``tiered``), and before the read-back the offloads are waited for and
+the bookies' copies deleted, so that the read-back reads old ledgers from S3 alone
+(``history.meta["offload"]``, which the checker judges).
 """
 
 import json
 import os
 import shutil
+import tempfile
 import threading
 import time
 import urllib.request
@@ -20,9 +24,9 @@ from dataclasses import dataclass, field
 
 from pulsar_twisted.testing.chaos import checker
 from pulsar_twisted.testing.chaos.history import History
-from pulsar_twisted.testing.chaos import netns, replica
-from pulsar_twisted.testing.chaos.nemesis import (DISK_KINDS, KINDS, PARTITION_KINDS, PROXY_KINDS,
-                                                  REMOTE_KINDS, ZK_KINDS, Nemesis)
+from pulsar_twisted.testing.chaos import netns, replica, tiered
+from pulsar_twisted.testing.chaos.nemesis import (DISK_KINDS, KINDS, OFFLOAD_KINDS, PARTITION_KINDS,
+                                                  PROXY_KINDS, REMOTE_KINDS, ZK_KINDS, Nemesis)
 from pulsar_twisted.testing.chaos.workload import (Consumers, Producers, make_client, read_back)
 from pulsar_twisted.testing.cluster import ZK_ENV, Cluster, ClusterError, ZooKeeperServer
 
@@ -68,6 +72,11 @@ class ChaosConfig:
     #: most ``replication_timeout``) and the remote copy read back and checked.
     replicate: bool = False
     replication_timeout: float = 90.0
+    #: Tiered storage (``tiered``): an S3 server (moto) of the run's own, every sealed ledger
+    #: offloaded to it and deleted from the bookies at the next trim; before the read-back, the
+    #: offloads waited for (at most ``offload_timeout``) and the bookies' copies deleted.
+    offload: bool = False
+    offload_timeout: float = 60.0
     keep_logs: str = None             # copy the daemons' and clients' logs here before cleanup
     log: object = field(default=print, repr=False)
 
@@ -109,7 +118,9 @@ def make_zookeeper(config: ChaosConfig) -> ZooKeeperServer:
     return ZooKeeperServer.shared()
 
 
-def make_cluster(config: ChaosConfig, zk: ZooKeeperServer = None) -> Cluster:
+def make_cluster(config: ChaosConfig, zk: ZooKeeperServer = None, s3=None) -> Cluster:
+    """The run's cluster (not started); with ``s3`` (an ``offload`` run's server) every broker
+    offloads to it."""
     zk = zk if zk is not None else make_zookeeper(config)
     ensemble, write, ack = config.quorum
     broker_config = {
@@ -122,6 +133,8 @@ def make_cluster(config: ChaosConfig, zk: ZooKeeperServer = None) -> Cluster:
         "managedLedgerMaxEntriesPerLedger": config.max_entries_per_ledger,
         "managedLedgerMinLedgerRolloverTimeMinutes": 0,
     }
+    if s3 is not None:
+        broker_config.update(tiered.broker_config(s3))
     bookie_config = {"zkTimeout": config.session_timeout_ms}
     cluster = Cluster(zk, bookies=config.bookies, brokers=config.brokers,
                       broker_config=broker_config, bookie_config=bookie_config)
@@ -153,14 +166,35 @@ def make_remote(config: ChaosConfig):
         "managedLedgerMinLedgerRolloverTimeMinutes": 0})
 
 
+def make_s3(config: ChaosConfig):
+    """The S3 server of an ``offload`` run, started with its bucket (None without); the caller
+    stops it (``stop_s3``)."""
+    if not config.offload:
+        return None
+    return tiered.make_s3(tempfile.mkdtemp(prefix="pulsar-chaos-s3-"))
+
+
+def stop_s3(s3, keep_logs: str = None) -> None:
+    if s3 is None:
+        return
+    s3.stop()
+    if keep_logs and os.path.exists(s3.log_path):
+        os.makedirs(keep_logs, exist_ok=True)
+        shutil.copy(s3.log_path, os.path.join(keep_logs, "s3-moto.log"))
+    shutil.rmtree(s3.workdir, ignore_errors=True)
+
+
 def run(config: ChaosConfig) -> tuple:
     """(History, Verdict) of one run; ClusterError if the cluster could not be started."""
     log = config.log
     zk = make_zookeeper(config)
     private_zk = zk.owned and zk is not ZooKeeperServer._shared
+    s3 = None
     try:
-        cluster = make_cluster(config, zk)
+        s3 = make_s3(config)
+        cluster = make_cluster(config, zk, s3)
     except BaseException:
+        stop_s3(s3)
         if private_zk:
             zk.stop()
         raise
@@ -170,17 +204,21 @@ def run(config: ChaosConfig) -> tuple:
         log("no proxy faults: the run has no proxy (ChaosConfig.proxy, --proxy)")
     if any(k in REMOTE_KINDS for k in config.kinds) and not config.replicate:
         log("no remote faults: the run replicates nowhere (ChaosConfig.replicate, --replicate)")
+    if any(k in OFFLOAD_KINDS for k in config.kinds) and not config.offload:
+        log("no S3 faults: the run offloads nowhere (ChaosConfig.offload, --offload)")
     try:
         remote = make_remote(config)
     except BaseException:
         cluster.cleanup()
+        stop_s3(s3)
         if private_zk:
             zk.stop()
         raise
     history = History(partitions=config.partitions)
     history.meta.update(seed=config.seed, duration=config.duration, quorum=list(config.quorum),
                         dedup=config.dedup, kinds=list(config.kinds), brokers=config.brokers,
-                        proxy=config.proxy, replicate=config.replicate, bookies=config.bookies, rate=config.rate,
+                        proxy=config.proxy, replicate=config.replicate, offload=config.offload,
+                        bookies=config.bookies, rate=config.rate,
                         producers=config.producers, directory=cluster.directory)
     clients = []
     nemesis = None
@@ -199,7 +237,8 @@ def run(config: ChaosConfig) -> tuple:
             remote.wait_ready()
         for proxy in cluster.proxies:      # after the brokers: it discovers them on its lookups
             proxy.start()
-        log(f"cluster up in {time.monotonic() - started:.1f}s ({cluster.directory})")
+        log(f"cluster up in {time.monotonic() - started:.1f}s ({cluster.directory})"
+            + (f"; offloading to {s3.endpoint}/{tiered.BUCKET}" if s3 is not None else ""))
         topic = f"persistent://public/default/chaos-{uuid.uuid4().hex[:8]}"
         history.meta["topic"] = topic
         # Admin through a broker picked by the seed: on today's code, which broker handles
@@ -237,7 +276,7 @@ def run(config: ChaosConfig) -> tuple:
 
         nemesis = Nemesis(cluster, history, config.seed, kinds=config.kinds,
                           session_timeout=config.session_timeout_ms / 1000.0, log=log,
-                          remote=remote)
+                          remote=remote, s3=s3)
         # On this (the main) thread, not a helper: a child asks for SIGKILL when the thread that
         # spawned it exits (PR_SET_PDEATHSIG follows the thread), so daemons restarted from a
         # short-lived thread would die with it.
@@ -260,6 +299,15 @@ def run(config: ChaosConfig) -> tuple:
         if remote is not None:
             history.meta["replication_backlog_at_stop"] = replica.sample_backlogs(
                 cluster, remote, topic, config.partitions)
+        if s3 is not None:
+            # Before the read-back, so that it reads the offloaded ledgers from S3 alone.
+            try:
+                history.meta["offload"] = tiered.settle(cluster, s3, topic, config.partitions,
+                                                        config.offload_timeout, log=log)
+            except Exception as e:
+                # No figures: the checker then finds the offload unexercised.
+                history.meta["offload"] = {"error": f"{type(e).__name__}: {str(e)[:500]}"}
+                log(f"offload: no figures: {history.meta['offload']['error']}")
 
         reader_client = make_client(service_url, f"{cluster.directory}/client-readers.log")
         clients.append(reader_client)
@@ -301,6 +349,7 @@ def run(config: ChaosConfig) -> tuple:
         cluster.cleanup()
         if remote is not None:
             remote.cleanup()
+        stop_s3(s3, config.keep_logs)
         for isolation in isolations:
             isolation.cleanup()
         if private_zk:
