@@ -29,7 +29,7 @@ from twisted.logger import Logger
 
 from pulsar_twisted.common.position import Position
 from pulsar_twisted.mledger.interfaces import (
-    ManagedLedgerClosedError, ManagedLedgerError, OffloadAlreadyRunningError,
+    ManagedLedgerClosedError, ManagedLedgerError, ManagedLedgerFencedError, OffloadAlreadyRunningError,
     OffloadNotConfiguredError)
 
 log = Logger()
@@ -196,8 +196,17 @@ def maybe_offload(ml) -> None:
             done.add(chosen[0])
 
     d = _locked(ml, state, run)
-    d.addErrback(lambda f: log.warn("managed ledger {name}: automatic offload failed: {err}",
-                                    name=ml.name, err=f.getErrorMessage()))
+    d.addErrback(_automatic_failed, ml)
+
+
+def _automatic_failed(failure, ml):
+    if failure.check(ManagedLedgerClosedError, ManagedLedgerFencedError):
+        # Closed (an unload, a shutdown) or taken over: the next owner's switch or check goes on.
+        log.info("managed ledger {name}: automatic offload stopped: {err}", name=ml.name,
+                 err=failure.getErrorMessage())
+    else:
+        log.warn("managed ledger {name}: automatic offload failed: {err}", name=ml.name,
+                 err=failure.getErrorMessage())
 
 
 def _check_open(ml) -> None:
