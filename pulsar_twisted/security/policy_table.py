@@ -102,6 +102,17 @@ def _routes() -> dict:
         ("GET", f"{_NS}/permissions"): TENANT_ADMIN,
         ("POST", f"{_NS}/permissions/{{role}}"): TENANT_ADMIN,
         ("DELETE", f"{_NS}/permissions/{{role}}"): TENANT_ADMIN,
+        # offload settings: validateNamespacePolicyOperation(OFFLOAD, READ / WRITE)
+        ("GET", f"{_NS}/offloadThreshold"): TENANT_ADMIN,
+        ("PUT", f"{_NS}/offloadThreshold"): TENANT_ADMIN,
+        ("GET", f"{_NS}/offloadThresholdInSeconds"): TENANT_ADMIN,
+        ("PUT", f"{_NS}/offloadThresholdInSeconds"): TENANT_ADMIN,
+        ("GET", f"{_NS}/offloadDeletionLagMs"): TENANT_ADMIN,
+        ("PUT", f"{_NS}/offloadDeletionLagMs"): TENANT_ADMIN,
+        ("DELETE", f"{_NS}/offloadDeletionLagMs"): TENANT_ADMIN,
+        ("GET", f"{_NS}/offloadPolicies"): TENANT_ADMIN,
+        ("POST", f"{_NS}/offloadPolicies"): TENANT_ADMIN,
+        ("DELETE", f"{_NS}/removeOffloadPolicies"): TENANT_ADMIN,
         # unload and split-bundle: validateSuperUserAccess (NamespacesBase)
         ("PUT", f"{_NS}/unload"): SUPER_USER,
         ("PUT", f"{_NS}/{{bundle}}/unload"): SUPER_USER,
@@ -124,6 +135,9 @@ def _routes() -> dict:
         ("GET", f"{_TOPIC}/bundle"): TOPIC_LOOKUP,
         ("PUT", f"{_TOPIC}/compaction"): TENANT_ADMIN,
         ("GET", f"{_TOPIC}/compaction"): TENANT_ADMIN,
+        # triggerOffload / offloadStatus: validateTopicOperation(..., OFFLOAD), a tenant admin's
+        ("PUT", f"{_TOPIC}/offload"): TENANT_ADMIN,
+        ("GET", f"{_TOPIC}/offload"): TENANT_ADMIN,
         ("POST", f"{_TOPIC}/terminate"): TENANT_ADMIN,
         ("GET", f"{_TOPIC}/subscriptions"): TOPIC_CONSUME,
         ("PUT", _SUB): TOPIC_CONSUME,
