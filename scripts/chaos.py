@@ -70,7 +70,9 @@ def parse(argv):
                         "again on its port) needs --proxy and is dropped without it; the optional\n"
                         "kill-remote and pause-remote act on the --replicate standalone and are\n"
                         "dropped without it; the optional pause-s3 (SIGSTOP of the S3 server for a\n"
-                        "session timeout and 0.5-3 s) needs --offload and is dropped without it)")
+                        "session timeout and 0.5-3 s) and kill-broker-offloading (S3 stopped, then a\n"
+                        "broker killed -9 with its copies half-way) need --offload and are dropped\n"
+                        "without it)")
     p.add_argument("--proxy", action="store_true",
                    help="run a Pulsar proxy (brokers discovered from the metadata store) and\n"
                         "connect every producer, consumer and reader through it")

@@ -74,6 +74,23 @@ class OffloadNemesisTests(SynchronousTestCase):
         self.assertEqual((fault.kind, fault.target), ("pause-s3", "s3"))
         self.assertIn("stopped", fault.note)
 
+    def test_kill_broker_offloading(self):
+        """S3 frozen first, the broker killed 1-2 s later and started again after the hold, and
+        only then S3 thawed: the broker dies with its copies hanging half-way."""
+        nemesis, calls, sleeps = self.make(kinds=("kill-broker-offloading",))
+        nemesis.run(1000)
+        kinds = [c[0] for c in calls]
+        self.assertEqual(kinds[:2], ["sleep", "s3-pause"])
+        self.assertLess(kinds.index("s3-pause"), [i for i, k in enumerate(kinds) if "kill" in k][0])
+        self.assertGreater(kinds.index("s3-resume"), [i for i, k in enumerate(kinds) if "start" in k][0])
+        self.assertTrue(1.0 <= sleeps[1] <= 2.0, sleeps)
+        fault = nemesis.history.faults[0]
+        self.assertEqual(fault.kind, "kill-broker-offloading")
+        self.assertTrue(fault.target.startswith("broker"))
+        self.assertIn("before the kill", fault.note)
+        self.assertEqual(self.make(kinds=("kill-broker-offloading", "kill-broker"), s3=False)[0].kinds,
+                         ("kill-broker",))
+
     def test_dropped_without_s3(self):
         """Without an S3 server the kind is dropped (the others kept); not a default kind."""
         from pulsar_twisted.testing.chaos.nemesis import KINDS, OFFLOAD_KINDS, PARTITION_KINDS

@@ -53,6 +53,11 @@ Faults (``KINDS``):
   answered). Never killed: the server keeps its objects in memory, and losing them is not a fault
   an object store's users must survive. Only when the run has one; else dropped.
 
+- ``kill-broker-offloading`` (``OFFLOAD_KINDS``, optional): two faults at once, so that a broker
+  dies in the middle of a copy: the S3 server is SIGSTOPped, and 1-2 s later (offloads in flight
+  now hang half-way) a broker is killed -9; it starts again after the hold, and only then does the
+  S3 server answer again. Only with an S3 server; else dropped.
+
 Run it on the thread that will outlive the daemons it restarts (the main thread): a cluster child
 asks for SIGKILL when the thread that spawned it exits (PR_SET_PDEATHSIG is per thread).
 
@@ -76,7 +81,7 @@ BUNDLE_KINDS = ("unload-bundle", "split-bundle")
 ZK_KINDS = ("kill-zookeeper", "pause-zookeeper")
 PROXY_KINDS = ("kill-proxy",)
 REMOTE_KINDS = ("kill-remote", "pause-remote")
-OFFLOAD_KINDS = ("pause-s3",)
+OFFLOAD_KINDS = ("pause-s3", "kill-broker-offloading")
 #: What applies to a geo-replication pair of standalones (``chaos.geo``), each one a "broker".
 GEO_KINDS = ("kill-broker", "pause-broker", "unload-bundle")
 
@@ -149,7 +154,7 @@ class Nemesis:
                 group = self.proxies
             if kind in REMOTE_KINDS:
                 group = self.remotes
-            if kind in OFFLOAD_KINDS:
+            if kind == "pause-s3":
                 group = self.s3s
             if kind.startswith("partition"):
                 group = [p for p in group if getattr(p, "isolation", None) is not None]
@@ -172,6 +177,8 @@ class Nemesis:
                     fault.note = self._pause_remote(target, hold)
                 elif kind == "kill-zookeeper":
                     fault.note = self._kill_zookeeper(target, hold)
+                elif kind == "kill-broker-offloading":
+                    fault.note = self._kill_offloading(target, hold)
                 elif kind.startswith("kill"):
                     self._kill(target, hold)
                 elif kind in DISK_KINDS:
@@ -296,6 +303,18 @@ class Nemesis:
         finally:
             target.resume()
         return f"stopped {frozen:.1f}s"
+
+    def _kill_offloading(self, broker, hold: float) -> str:
+        """S3 frozen, then ``broker`` killed -9 while its copies hang; started again, then S3 thawed."""
+        s3 = self.s3s[0]
+        s3.pause()
+        try:
+            frozen = self.rng.uniform(1.0, 2.0)
+            self._sleep(frozen)
+            self._kill(broker, hold)
+        finally:
+            s3.resume()
+        return f"s3 stopped {frozen:.1f}s before the kill"
 
     def _partition(self, target, hold: float) -> str:
         old = self.cluster.session_of(target.registration)
