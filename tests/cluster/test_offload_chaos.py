@@ -322,11 +322,14 @@ class OffloadCheckerTests(SynchronousTestCase):
 
     def test_without_offload(self):
         """A run without offload has no offload figures, and no line for them."""
-        history = _offloaded_history(None)
-        del history.meta["offload"]
-        verdict = checker.check(history)
-        self.assertTrue(verdict.ok)
-        self.assertNotIn("OFFLOAD", checker.format_verdict(verdict))
+        for flag in (None, False):      # no key at all, or a run's flag (an older history)
+            history = _offloaded_history(None)
+            del history.meta["offload"]
+            if flag is not None:
+                history.meta["offload"] = flag
+            verdict = checker.check(history)
+            self.assertTrue(verdict.ok)
+            self.assertNotIn("OFFLOAD", checker.format_verdict(verdict))
 
 
 class OffloadWiringTests(SynchronousTestCase):

@@ -129,7 +129,8 @@ def check(history: History) -> Verdict:
 
 def _check_offload(history: History, verdict: Verdict) -> None:
     figures = history.meta.get("offload")
-    if figures is None:
+    if not isinstance(figures, dict):
+        # Not an offload run (histories written before the figures had their key: a flag).
         return
     tiered_only = set(figures.get("tiered_only", ()))
     verdict.offloaded_ledgers = figures.get("offloaded", 0)

@@ -217,7 +217,7 @@ def run(config: ChaosConfig) -> tuple:
     history = History(partitions=config.partitions)
     history.meta.update(seed=config.seed, duration=config.duration, quorum=list(config.quorum),
                         dedup=config.dedup, kinds=list(config.kinds), brokers=config.brokers,
-                        proxy=config.proxy, replicate=config.replicate, offload=config.offload,
+                        proxy=config.proxy, replicate=config.replicate, offloading=config.offload,
                         bookies=config.bookies, rate=config.rate,
                         producers=config.producers, directory=cluster.directory)
     clients = []
