@@ -1350,18 +1350,26 @@ class ManagedLedgerImpl:
     def _read_handle_entries(self, handle, lid, first, last):
         d = handle.read_entries(first, last)
         info = self._ledgers.get(lid)
-        if isinstance(handle, OffloadedReadHandle) and info is not None and info.offload is not None \
-                and not info.offload.bk_deleted:
-            # Tiered storage first, the bookies' copy while it lasts (a damaged or unreachable
-            # object does not stop the topic's readers then).
-            d.addErrback(self._offloaded_read_failed, lid, first, last)
+        context = info.offload if info is not None else None
+        if context is not None and context.complete:
+            tiered = isinstance(handle, OffloadedReadHandle)
+            if not (tiered and context.bk_deleted):
+                # The other copy when one fails: a damaged or unreachable object while the bookies
+                # still have the ledger, or a ledger the bookies no longer have (deleted after its
+                # offload, not yet recorded) read bookkeeper-first.
+                d.addErrback(self._read_other_copy, lid, first, last, tiered, context)
         return d
 
-    def _offloaded_read_failed(self, failure, lid, first, last):
-        log.warn("managed ledger {name}: ledger {lid}: reading its offloaded copy failed ({err}); "
-                 "reading the bookies' copy", name=self.name, lid=lid, err=failure.getErrorMessage())
+    def _read_other_copy(self, failure, lid, first, last, tiered, context):
+        log.warn("managed ledger {name}: ledger {lid}: reading its {copy} failed ({err}); reading "
+                 "the {other}", name=self.name, lid=lid, err=failure.getErrorMessage(),
+                 copy="offloaded copy" if tiered else "bookies' copy",
+                 other="bookies' copy" if tiered else "offloaded copy")
         self._forget_read_handle(lid)
-        d = self.ledger_client.open_ledger(lid, self.config.password, recovery=True)
+        if tiered:
+            d = self.ledger_client.open_ledger(lid, self.config.password, recovery=True)
+        else:
+            d = offloads.open_offloaded(self, lid, context)
         return d.addCallback(lambda handle: handle.read_entries(first, last))
 
     def _forget_read_handle(self, lid):
@@ -1408,6 +1416,9 @@ class ManagedLedgerImpl:
                 opening.addErrback(self._offloaded_open_failed, lid)
         else:
             opening = self.ledger_client.open_ledger(lid, self.config.password, recovery=True)
+            if info is not None and info.offload is not None and info.offload.complete:
+                # Read bookkeeper-first, or deleted from the bookies and not yet recorded.
+                opening.addErrback(self._bookies_open_failed, lid, info.offload)
         opening.addCallbacks(opened, failed)
         return d
 
@@ -1415,6 +1426,11 @@ class ManagedLedgerImpl:
         log.warn("managed ledger {name}: ledger {lid}: opening its offloaded copy failed ({err}); "
                  "reading the bookies' copy", name=self.name, lid=lid, err=failure.getErrorMessage())
         return self.ledger_client.open_ledger(lid, self.config.password, recovery=True)
+
+    def _bookies_open_failed(self, failure, lid, context):
+        log.info("managed ledger {name}: ledger {lid}: the bookies' copy cannot be opened ({err}); "
+                 "reading the offloaded copy", name=self.name, lid=lid, err=failure.getErrorMessage())
+        return offloads.open_offloaded(self, lid, context)
 
     async def _read_positions(self, positions):
         """Entries at the given sorted positions (skipping ones no longer stored)."""
@@ -1649,32 +1665,26 @@ class ManagedLedgerImpl:
     def _do_trim(self):
         if self._state in (State.CLOSED, State.FENCED, State.INITIALIZING):
             return defer.succeed([])
-        doomed = self._ledgers_to_trim()
-        # Offloaded ledgers past the deletion lag leave the bookies (offloads.py, step 4).
-        unbooked = [lid for lid in offloads.to_delete_from_bookies(self, self._now_ms())
-                    if lid not in doomed]
-        if not doomed and not unbooked:
+        # Offloaded ledgers past the deletion lag leave the bookies first (offloads.py, step 4);
+        # those gone are recorded bkDeleted with the trim's write (or one of their own).
+        unbooked = offloads.to_delete_from_bookies(self, self._now_ms())
+        if unbooked:
+            return offloads.delete_from_bookies(self, unbooked).addCallback(self._trim_and_record)
+        return self._trim_and_record(False)
+
+    def _trim_and_record(self, marked: bool):
+        if self._state in (State.CLOSED, State.FENCED, State.INITIALIZING):
             return defer.succeed([])
+        doomed = self._ledgers_to_trim()
+        if not doomed:
+            return self._write_metadata().addCallback(lambda _: doomed) if marked else defer.succeed([])
         removed = [self._remove_ledger_info(lid) for lid in doomed]
-        marked = []
-        for lid in unbooked:
-            info = self._ledgers[lid]
-            marked.append((info, info.offload))
-            info.offload = info.offload.replace(bk_deleted=True)
 
         def recorded(_):
             first_left = self._ledger_ids[0] if self._ledger_ids else None
             if first_left is not None:
                 for c in list(self._non_durable):
                     c._ledgers_trimmed(first_left)
-            if unbooked:
-                log.info("managed ledger {name}: offloaded ledgers {ids} deleted from the bookies",
-                         name=self.name, ids=unbooked)
-                for lid in unbooked:
-                    self._forget_read_handle(lid)
-                    self._delete_ledger_quietly(lid)
-            if not doomed:
-                return doomed
             log.info("managed ledger {name}: trimmed ledgers {ids}", name=self.name, ids=doomed)
             deleted = defer.Deferred()
             self._delete_trimmed(removed, deleted)
@@ -1684,9 +1694,6 @@ class ManagedLedgerImpl:
             if self._state is not State.FENCED:
                 for info in removed:
                     self._add_ledger_info(info)
-                for info, before in marked:
-                    if info.offload is not None and info.offload.uid == before.uid:
-                        info.offload = before
             return f
 
         return self._write_metadata().addCallbacks(recorded, failed)

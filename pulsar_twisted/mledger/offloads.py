@@ -10,8 +10,9 @@ The order that keeps every acknowledged entry readable, whatever fails or whoeve
 2. **Copy.** Data object, then index (``offload/offloader.py``), from the bookies.
 3. **Mark it complete** (with the time), by compare-and-set again. From then on reads may go to the
    objects, and the objects are never deleted while the ledger is in the list.
-4. **Delete from the bookies**, ``offload_deletion_lag_ms`` later, during a trim: the row is marked
-   ``bkDeleted`` first, the ledger deleted after that write succeeded.
+4. **Delete from the bookies**, ``offload_deletion_lag_ms`` later, during a trim: the ledger is
+   deleted, then its row marked ``bkDeleted`` (Pulsar marks first: a delete that then fails, a
+   ZooKeeper connection lost, leaves the ledger on the bookies for good, marked as gone).
 
 Objects are deleted only when no stored context can name them as complete: a failed copy's (its
 context is still incomplete), an earlier incomplete attempt's once a newer uid replaced it in the
@@ -27,6 +28,7 @@ import uuid
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from pulsar_twisted.common.bk_errors import NoSuchLedgerError
 from pulsar_twisted.common.position import Position
 from pulsar_twisted.mledger.interfaces import (
     ManagedLedgerClosedError, ManagedLedgerError, ManagedLedgerFencedError, OffloadAlreadyRunningError,
@@ -300,6 +302,37 @@ def to_delete_from_bookies(ml, now_ms: int) -> list:
                 and now_ms - off.timestamp >= lag):
             out.append(lid)
     return out
+
+
+def delete_from_bookies(ml, lids):
+    """Delete the offloaded ledgers ``lids`` from the bookies, then mark those gone (also those
+    gone already) bkDeleted in memory; the caller's metadata write records it. Deferred firing
+    with whether any was marked. Deleting before recording leaves nothing behind whatever fails:
+    a ledger whose delete failed stays unmarked and the next trim deletes it again, and one deleted
+    but not recorded (a crash, a lost write) is found gone by the next owner's trim. Meanwhile reads
+    go to tiered storage (``ledger._get_read_handle`` falls back there when the bookies say no)."""
+    for lid in lids:
+        ml._forget_read_handle(lid)
+    deletes = [ml.ledger_client.delete_ledger(lid) for lid in lids]
+    return defer.DeferredList(deletes, consumeErrors=True).addCallback(_deleted_from_bookies, ml, lids)
+
+
+def _deleted_from_bookies(results, ml, lids) -> bool:
+    gone = []
+    for lid, (ok, value) in zip(lids, results):
+        if not ok and not value.check(NoSuchLedgerError):
+            log.warn("managed ledger {name}: offloaded ledger {lid} could not be deleted from the "
+                     "bookies ({err}); the next trim tries again", name=ml.name, lid=lid,
+                     err=value.getErrorMessage())
+            continue
+        info = ml._ledgers.get(lid)
+        if info is not None and info.offload is not None and info.offload.complete:
+            info.offload = info.offload.replace(bk_deleted=True)
+            gone.append(lid)
+    if gone:
+        log.info("managed ledger {name}: offloaded ledgers {ids} deleted from the bookies",
+                 name=ml.name, ids=gone)
+    return bool(gone)
 
 
 def delete_objects(factory, name, lid, context):

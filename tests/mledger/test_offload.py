@@ -272,6 +272,35 @@ class DeletionTests(OffloadHarness, unittest.TestCase):
         ml2 = self.open(NAME, max_entries_per_ledger=3)
         self.assertEqual(self.read_all(ml2), [data(i) for i in range(12)])
 
+    def test_failed_bookie_delete_is_tried_again(self):
+        """A delete from the bookies that fails (ZooKeeper away) leaves the row unmarked, and the
+        next trim deletes the ledger and marks it: nothing is left on the bookies for good."""
+        ml, positions, ledgers = self.filled(offload_deletion_lag_ms=0)
+        self.successResultOf(ml.offload_prefix(Position(ledgers[-1], 0)))
+        self.bk.fail_next_deletes(1)
+        self.successResultOf(ml.trim_consumed_ledgers())
+        contexts = self.contexts()
+        left = [lid for lid in ledgers[:-1] if not contexts[lid].bk_deleted]
+        self.assertEqual(len(left), 1)
+        self.assertIn(left[0], self.bk.ledger_ids())
+        self.successResultOf(ml.trim_consumed_ledgers())
+        self.assertNotIn(left[0], self.bk.ledger_ids())
+        self.assertTrue(self.contexts()[left[0]].bk_deleted)
+
+    def test_deleted_from_bookies_before_recorded(self):
+        """A ledger gone from the bookies while its row still says otherwise (a crash between the
+        delete and the write): read bookkeeper-first, it comes from tiered storage; the next trim
+        finds it gone and records it."""
+        ml, positions, ledgers = self.filled(offload_deletion_lag_ms=-1, offload_read_tiered_first=False)
+        self.successResultOf(ml.offload_prefix(Position(ledgers[-1], 0)))
+        self.successResultOf(ml.close())
+        self.successResultOf(self.bk.delete_ledger(ledgers[0]))
+        ml2 = self.open(NAME, max_entries_per_ledger=3, offload_read_tiered_first=False,
+                        offload_deletion_lag_ms=0)
+        self.assertEqual(self.read_all(ml2), [data(i) for i in range(12)])
+        self.successResultOf(ml2.trim_consumed_ledgers())
+        self.assertTrue(all(self.contexts()[lid].bk_deleted for lid in ledgers[:-1]))
+
     def test_negative_lag_never_deletes(self):
         ml, positions, ledgers = self.filled(offload_deletion_lag_ms=-1)
         self.successResultOf(ml.offload_prefix(Position(ledgers[-1], 0)))
