@@ -1353,6 +1353,8 @@ class ManagedLedgerImpl:
         context = info.offload if info is not None else None
         if context is not None and context.complete:
             tiered = isinstance(handle, OffloadedReadHandle)
+            if tiered:
+                d.addBoth(offloads.count_read, self)
             if not (tiered and context.bk_deleted):
                 # The other copy when one fails: a damaged or unreachable object while the bookies
                 # still have the ledger, or a ledger the bookies no longer have (deleted after its

@@ -27,9 +27,11 @@ import uuid
 
 from twisted.internet import defer
 from twisted.logger import Logger
+from twisted.python.failure import Failure
 
 from pulsar_twisted.common.bk_errors import NoSuchLedgerError
 from pulsar_twisted.common.position import Position
+from pulsar_twisted.mledger.offload.blobstore import BlobStoreError
 from pulsar_twisted.mledger.interfaces import (
     ManagedLedgerClosedError, ManagedLedgerError, ManagedLedgerFencedError, OffloadAlreadyRunningError,
     OffloadNotConfiguredError)
@@ -44,6 +46,11 @@ class OffloadState:
     ``first_unoffloaded`` are of the last one asked for by hand (Pulsar's ``OffloadProcessStatus``)."""
 
     def __init__(self):
+        #: Counters of /metrics' brk_ledgeroffloader_* (Pulsar's LedgerOffloaderStats): bytes
+        #: copied out and read back, offloads that failed (of which on a blob-store write), reads
+        #: from tiered storage that failed.
+        self.offload_bytes = self.offload_errors = self.write_errors = 0
+        self.read_bytes = self.read_errors = 0
         self.lock = defer.DeferredLock()
         #: An automatic offload was due while the lock was held: look again when it is released.
         self.again = False
@@ -238,10 +245,14 @@ async def _offload_ledger(ml, offloader, lid):
     log.info("managed ledger {name}: offloading ledger {lid} ({n} entries, {size} bytes) as {uid}",
              name=ml.name, lid=lid, n=info.entries, size=info.size, uid=context.uid)
     started = ml.reactor.seconds()
+    state = state_of(ml)
     try:
         handle = await ml._get_read_handle(lid)
-        await offloader.offload(handle, context.uid, info.entries - 1)
+        state.offload_bytes += await offloader.offload(handle, context.uid, info.entries - 1)
     except Exception as e:
+        state.offload_errors += 1
+        if isinstance(e, BlobStoreError):
+            state.write_errors += 1
         # This uid was never recorded complete (only this run could): nobody reads its objects,
         # whether the ledger is still listed, was trimmed meanwhile or another owner took over.
         delete_objects(ml.factory, ml.name, lid, context)
@@ -280,6 +291,16 @@ def open_offloaded(ml, lid, context):
     except ValueError as e:
         return defer.fail(ManagedLedgerError(f"ledger {lid} of {ml.name}: {e}"))
     return offloader.open(context.uid, lid)
+
+
+def count_read(result, ml):
+    """A read from tiered storage ended (``result``: its entries or a Failure): counted."""
+    state = state_of(ml)
+    if isinstance(result, Failure):
+        state.read_errors += 1
+    else:
+        state.read_bytes += sum(len(le.data) for le in result)
+    return result
 
 
 def reads_offloaded(ml, info) -> bool:

@@ -16,6 +16,9 @@ The /metrics families Pulsar's Grafana dashboards query beyond the per-topic bas
 * topic storage (``cluster, namespace, topic``): ``pulsar_storage_backlog_size``,
   ``pulsar_storage_logical_size``, ``pulsar_storage_offloaded_size``, ``pulsar_storage_write_rate``,
   ``pulsar_storage_read_rate`` (entries per second), ``pulsar_consumer_msg_ack_rate``;
+* tiered storage, per topic that offloaded or read offloaded ledgers (``cluster, namespace, topic``;
+  Pulsar's LedgerOffloaderStats): ``brk_ledgeroffloader_offload_error``, ``_offload_rate``,
+  ``_write_storage_error``, ``_read_offload_error``, ``_read_offload_rate`` (bytes per second);
 * broker aggregates (``cluster``): ``pulsar_broker_*`` (topics, subscriptions, producers, consumers,
   rates, throughputs, storage, backlog);
 * managed ledgers summed per namespace (``cluster, namespace``): ``pulsar_ml_*``, with
@@ -110,6 +113,14 @@ _TOPIC_STORAGE = (("backlog_size", "pulsar_storage_backlog_size",
                    "Bytes offloaded to tiered storage"),
                   ("write_rate", "pulsar_storage_write_rate", "Entries per second written to storage"),
                   ("read_rate", "pulsar_storage_read_rate", "Entries per second read from storage"))
+#: brk_ledgeroffloader_<name> (Pulsar's LedgerOffloaderStats): (name, OffloadState counter, kind,
+#: help); the two rates are bytes per second between scrapes.
+_OFFLOADER = (("offload_error", "offload_errors", "counter", "Offloads of a ledger that failed"),
+              ("offload_rate", "offload_bytes", "gauge", "Bytes per second copied to tiered storage"),
+              ("write_storage_error", "write_errors", "counter",
+               "Offloads that failed on a write to tiered storage"),
+              ("read_offload_error", "read_errors", "counter", "Reads from tiered storage that failed"),
+              ("read_offload_rate", "read_bytes", "gauge", "Bytes per second read from tiered storage"))
 #: pulsar_replication_<name>: (name, ReplicatorStats key, help); the two counts are 1 or 0 per
 #: replicator, by its ``connected``.
 _CONNECTED, _DISCONNECTED = object(), object()
@@ -157,6 +168,8 @@ class BrokerFamilies:
             self.consumers = {n: fam(f"pulsar_consumer_{n}", doc, mode=DROPPED)
                               for n, doc in _CONSUMER_NAMES if n != "msg_ack_rate"}
         self.storage = {key: fam(name, doc, mode=FOLDED) for key, name, doc in _TOPIC_STORAGE}
+        self.offloader = [(fam(f"brk_ledgeroffloader_{name}", doc, kind=kind, mode=FOLDED), key)
+                          for name, key, kind, doc in _OFFLOADER]
         self.replication = None
         if getattr(self.broker.config, "replicationMetricsEnabled", True):
             self.replication = [(fam(f"pulsar_replication_{name}", doc, mode=FOLDED), key)
@@ -207,9 +220,22 @@ class BrokerFamilies:
                                ("write_rate", write_rate), ("read_rate", read_rate)):
                 storage[key].add(labels_text, ns_labels, value)
             self._ml_topic(topic, subscriptions)
+            self._offloader(topic, labels_text, ns_labels)
         if self.replication is not None:
             self._replication(topic, ns_labels)
         self._add_totals(topic, subscriptions, write_rate, read_rate)
+
+    def _offloader(self, topic, labels_text: str, ns_labels: str) -> None:
+        """The brk_ledgeroffloader_* series of a topic that offloaded or read offloaded ledgers."""
+        ml = topic.ledger
+        state = ml.factory.offload_states.get(ml)
+        if state is None:
+            return
+        for family, key in self.offloader:
+            value = getattr(state, key)
+            if key.endswith("bytes"):
+                value = self.rates.rate((state, key), value)
+            family.add(labels_text, ns_labels, value)
 
     def _replication(self, topic, ns_labels: str) -> None:
         """One series per family and remote cluster the topic replicates to (none otherwise);

@@ -10,7 +10,7 @@ from twisted.internet import defer
 from twisted.trial import unittest
 
 from pulsar_twisted.common.position import Position
-from pulsar_twisted.mledger import formats
+from pulsar_twisted.mledger import formats, offloads
 from pulsar_twisted.mledger.interfaces import (
     ManagedLedgerFencedError, OffloadAlreadyRunningError, OffloadNotConfiguredError)
 from pulsar_twisted.mledger.offload import format as fmt
@@ -119,6 +119,9 @@ class OffloadPrefixTests(OffloadHarness, unittest.TestCase):
         before = self.blobs.calls.get("get_range", 0)
         self.assertEqual(self.read_all(ml), [data(i) for i in range(12)])
         self.assertGreater(self.blobs.calls.get("get_range", 0), before)
+        state = offloads.state_of(ml)      # what /metrics' brk_ledgeroffloader_* show
+        self.assertGreater(state.offload_bytes, 0)
+        self.assertEqual(state.read_bytes, sum(len(data(i)) for i in range(9)))
 
     def test_many_parts(self):
         """A ledger larger than a block goes up as a multipart upload and reads back whole."""
@@ -174,6 +177,8 @@ class FailureTests(OffloadHarness, unittest.TestCase):
         status = ml.offload_status()
         self.assertEqual(status["status"], "ERROR")
         self.assertIn("injected failure", status["lastError"])
+        state = offloads.state_of(ml)
+        self.assertEqual((state.offload_errors, state.write_errors), (1, 1))
         context = self.contexts()[ledgers[0]]
         self.assertFalse(context.complete)
         self.assertEqual(self.blobs.objects, {})

@@ -401,3 +401,24 @@ def _with_ledger(topic, ledger):
         def __getattr__(self, name):
             return ledger if name == "ledger" else getattr(topic, name)
     return Topic()
+
+
+class OffloaderMetricTests(MetricsCase):
+    def test_offloader_counters_and_rates(self):
+        """brk_ledgeroffloader_*: a topic that offloaded has its errors as counters and its bytes
+        copied and read back as rates between two scrapes; a topic that never did has none."""
+        from pulsar_twisted.mledger import offloads
+        self.producer_client(2)
+        self.assertFalse([k for k in self.scrape() if "offloader" in k[0]])
+        state = offloads.state_of(self.topic_object().ledger)
+        state.offload_errors, state.write_errors, state.read_errors = 3, 2, 1
+        self.scrape()
+        state.offload_bytes += 5000
+        state.read_bytes += 1000
+        self.clock.advance(10)
+        samples = self.scrape()
+        # Counters are exposed with the _total suffix, as Pulsar's Java client writes them.
+        for name, value in (("offload_error_total", 3), ("write_storage_error_total", 2),
+                            ("read_offload_error_total", 1), ("offload_rate", 500),
+                            ("read_offload_rate", 100)):
+            self.assertEqual(self.value(samples, f"brk_ledgeroffloader_{name}", TOPIC_LABELS), value)
