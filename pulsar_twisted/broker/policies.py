@@ -131,7 +131,7 @@ def offload_settings(offload, offloaders) -> dict:
             if offloaders is None:
                 raise ValueError("this broker has no offloaders")
             offloader = offloaders.for_policies(offload)
-        except ValueError as e:
+        except Exception as e:      # ValueError; a store that cannot be made here (a directory)
             if str(e) not in _unusable_offload:
                 _unusable_offload.add(str(e))
                 log.error("tiered storage: {err}; topics using these offload policies are not "

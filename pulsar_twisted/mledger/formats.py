@@ -60,6 +60,10 @@ class FormatError(ValueError):
     """Stored bytes that are not one of our formats (or of a newer version)."""
 
 
+#: An offload's uid: a UUID's text (letters, digits, '-').
+_UID = re.compile(r"[A-Za-z0-9-]{1,64}")
+
+
 class OffloadContext:
     """Where and how far a ledger was offloaded (immutable: a change is a new context)."""
 
@@ -88,9 +92,13 @@ class OffloadContext:
             raise FormatError(f"bad offload context {obj!r}")
         uid, driver, meta = obj.get("uid"), obj.get("driver", ""), obj.get("meta", {})
         complete, deleted, ts = obj.get("complete"), obj.get("bkDeleted"), obj.get("ts", 0)
-        if (not isinstance(uid, str) or not uid or not isinstance(driver, str)
+        if (not isinstance(uid, str) or not _UID.fullmatch(uid) or not isinstance(driver, str)
                 or not isinstance(meta, dict) or not isinstance(complete, bool)
-                or not isinstance(deleted, bool) or not isinstance(ts, int)):
+                or not isinstance(deleted, bool) or not isinstance(ts, int)
+                or not all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items())
+                or (deleted and not complete)):
+            # The uid names objects, the meta a store: neither may be anything; and only a
+            # complete offload can have left the bookies.
             raise FormatError(f"bad offload context {obj!r}")
         return cls(uid, complete, deleted, ts, driver, meta)
 

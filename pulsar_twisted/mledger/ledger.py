@@ -1668,10 +1668,14 @@ class ManagedLedgerImpl:
         if self._state in (State.CLOSED, State.FENCED, State.INITIALIZING):
             return defer.succeed([])
         # Offloaded ledgers past the deletion lag leave the bookies first (offloads.py, step 4);
-        # those gone are recorded bkDeleted with the trim's write (or one of their own).
-        unbooked = offloads.to_delete_from_bookies(self, self._now_ms())
-        if unbooked:
-            return offloads.delete_from_bookies(self, unbooked).addCallback(self._trim_and_record)
+        # those gone are recorded bkDeleted with the trim's write (or one of their own). Their
+        # completion must be stored before: a write of the ledger list that starts now carries it
+        # (the completion's own write may still be in flight, or have failed).
+        if offloads.to_delete_from_bookies(self, self._now_ms()):
+            d = self._write_metadata()
+            d.addCallback(lambda _: offloads.delete_from_bookies(
+                self, offloads.to_delete_from_bookies(self, self._now_ms())))
+            return d.addCallback(self._trim_and_record)
         return self._trim_and_record(False)
 
     def _trim_and_record(self, marked: bool):

@@ -10,7 +10,8 @@ The order that keeps every acknowledged entry readable, whatever fails or whoeve
 2. **Copy.** Data object, then index (``offload/offloader.py``), from the bookies.
 3. **Mark it complete** (with the time), by compare-and-set again. From then on reads may go to the
    objects, and the objects are never deleted while the ledger is in the list.
-4. **Delete from the bookies**, ``offload_deletion_lag_ms`` later, during a trim: the ledger is
+4. **Delete from the bookies**, ``offload_deletion_lag_ms`` later, during a trim that first writes
+   the ledger list (so the completion is stored, whatever became of its own write): the ledger is
    deleted, then its row marked ``bkDeleted`` (Pulsar marks first: a delete that then fails, a
    ZooKeeper connection lost, leaves the ledger on the bookies for good, marked as gone).
 
@@ -218,9 +219,12 @@ def _automatic_failed(failure, ml):
                  err=failure.getErrorMessage())
 
 
+#: The managed-ledger states (``ledger.State`` values) in which nothing is offloaded or deleted.
+_STOPPED = frozenset({"closed", "fenced", "initializing"})
+
+
 def _check_open(ml) -> None:
-    from pulsar_twisted.mledger.ledger import State
-    if ml.state in (State.CLOSED, State.FENCED, State.INITIALIZING):
+    if ml.state.value in _STOPPED:
         raise ManagedLedgerClosedError(f"managed ledger {ml.name} is {ml.state.value}: offload stopped")
 
 
@@ -257,11 +261,11 @@ async def _offload_ledger(ml, offloader, lid):
         # whether the ledger is still listed, was trimmed meanwhile or another owner took over.
         delete_objects(ml.factory, ml.name, lid, context)
         raise ManagedLedgerError(f"offloading ledger {lid}: {e}") from e
-    _check_open(ml)
-    if ml._ledgers.get(lid) is not info or info.offload is not context:
-        # Trimmed meanwhile (the trim's delete may have come before the last object): nothing to
-        # record, and the objects go.
+    if ml.state.value in _STOPPED or ml._ledgers.get(lid) is not info or info.offload is not context:
+        # Closed, taken over or trimmed meanwhile: this run never marks it complete, so its
+        # objects go (a trim's delete may also have come before the last of them).
         delete_objects(ml.factory, ml.name, lid, context)
+        _check_open(ml)
         raise ManagedLedgerError(f"ledger {lid} left the ledger list during its offload")
     info.offload = context.replace(complete=True, timestamp=ml._now_ms())
     # A failure here is the caller's; the objects stay (module text) and the next metadata write
@@ -288,7 +292,7 @@ def open_offloaded(ml, lid, context):
             f"offloaders"))
     try:
         offloader = registry.for_context(context.driver, context.metadata)
-    except ValueError as e:
+    except Exception as e:
         return defer.fail(ManagedLedgerError(f"ledger {lid} of {ml.name}: {e}"))
     return offloader.open(context.uid, lid)
 
@@ -332,6 +336,8 @@ def delete_from_bookies(ml, lids):
     a ledger whose delete failed stays unmarked and the next trim deletes it again, and one deleted
     but not recorded (a crash, a lost write) is found gone by the next owner's trim. Meanwhile reads
     go to tiered storage (``ledger._get_read_handle`` falls back there when the bookies say no)."""
+    if ml.state.value in _STOPPED or not lids:
+        return defer.succeed(False)
     for lid in lids:
         ml._forget_read_handle(lid)
     deletes = [ml.ledger_client.delete_ledger(lid) for lid in lids]
@@ -366,7 +372,7 @@ def delete_objects(factory, name, lid, context):
         return defer.succeed(None)
     try:
         offloader = registry.for_context(context.driver, context.metadata)
-    except ValueError as e:
+    except Exception as e:
         log.warn("managed ledger {name}: ledger {lid}'s offloaded objects ({uid}) are not deleted: "
                  "{err}", name=name, lid=lid, uid=context.uid, err=e)
         return defer.succeed(None)

@@ -408,3 +408,80 @@ class FileSystemOffloadTests(OffloadHarness, unittest.TestCase):
         self.successResultOf(ml.close())
         ml2 = self.open(NAME, max_entries_per_ledger=3)
         self.assertEqual(self.read_all(ml2), [data(i) for i in range(12)])
+
+
+class ReviewedFailureTests(OffloadHarness, unittest.TestCase):
+    """Failure paths a review found (each lost data or stuck a topic before its fix)."""
+
+    def fail_puts(self, n, skip=0):
+        """The next ``n`` metadata writes (after ``skip``) fail without being applied."""
+        real = getattr(self, "_real_put", None) or self.store.put
+        self._real_put = real
+        left = {"n": n, "skip": skip}
+
+        def put(*a, **kw):
+            if left["skip"] > 0:
+                left["skip"] -= 1
+                return real(*a, **kw)
+            if left["n"] > 0:
+                left["n"] -= 1
+                return defer.fail(ConnectionError("connection loss (not applied)"))
+            return real(*a, **kw)
+        self.store.put = put
+
+    def test_unrecorded_completion_is_stored_before_the_bookies_copy_goes(self):
+        """The completion's write fails (not applied), then the trim's write too: the bookies keep
+        the ledger, and a new owner reads every entry."""
+        ml, positions, ledgers = self.filled(offload_deletion_lag_ms=0)
+        self.fail_puts(1, skip=1)
+        self.failureResultOf(ml.offload_prefix(Position(ledgers[1], 0)))
+        self.assertFalse(self.contexts()[ledgers[0]].complete)
+        self.fail_puts(1)
+        self.failureResultOf(ml.trim_consumed_ledgers())
+        self.assertEqual(self.bk.deleted, [])
+        self.successResultOf(ml.trim_consumed_ledgers())
+        self.assertTrue(self.contexts()[ledgers[0]].complete)
+        self.successResultOf(ml.close())
+        ml2 = self.open(NAME, max_entries_per_ledger=3, offload_deletion_lag_ms=0)
+        self.assertEqual(self.read_all(ml2), [data(i) for i in range(12)])
+
+    def test_completion_write_in_flight_keeps_the_bookies_copy(self):
+        """A trim while the completion's write is in flight (lag 0) deletes nothing from the bookies
+        until a write carrying the completion landed; a crash meanwhile loses nothing."""
+        ml, positions, ledgers = self.filled(offload_deletion_lag_ms=0)
+        real = self.store.put
+        held = []
+
+        def put(*a, **kw):
+            if put.calls >= 1:          # the completion's write (and later ones) never land
+                d = defer.Deferred()
+                held.append(d)
+                return d
+            put.calls += 1
+            return real(*a, **kw)
+        put.calls = 0
+        self.store.put = put
+        self.assertNoResult(ml.offload_prefix(Position(ledgers[1], 0)))
+        ml.trim_consumed_ledgers()
+        self.assertEqual(self.bk.deleted, [])
+        self.store.put = real           # kill -9; a new owner
+        other = self.new_factory()
+        ml2 = self.successResultOf(other.open(NAME, self.config(max_entries_per_ledger=3)))
+        self.assertEqual(self.read_all(ml2), [data(i) for i in range(12)])
+
+    def test_a_store_that_cannot_be_opened_fails_the_read(self):
+        """A blob store that cannot be made on this broker (a directory, a credentials profile):
+        the read fails, it does not wait for good, and a later read works once it can be made."""
+        ml, positions, ledgers = self.filled(offload_deletion_lag_ms=0)
+        self.successResultOf(ml.offload_prefix(Position(ledgers[1], 0)))
+        self.successResultOf(ml.trim_consumed_ledgers())
+        ml._cache.clear()
+        ml._read_handles.clear()
+
+        def cannot(driver, metadata):
+            raise RuntimeError("no such directory")
+        self.registry.for_context = cannot
+        self.failureResultOf(ml.read_entries(Position(-1, -1), 1000))
+        self.assertEqual(dict(ml._opening_handles), {})
+        del self.registry.for_context
+        self.assertEqual(self.read_all(ml), [data(i) for i in range(12)])

@@ -27,6 +27,10 @@ log = Logger()
 
 #: Threads reading offloaded ledgers (Pulsar's managedLedgerOffloadReadThreads default).
 READ_THREADS = 2
+#: Upper bounds of a namespace's block size and read buffer (s3ManagedLedgerOffloadMaxBlockSizeInBytes,
+#: ...ReadBufferSizeInBytes): S3 takes parts up to 5 GiB, a broker's memory less.
+MAX_BLOCK_SIZE = 256 * 1024 * 1024
+MAX_READ_BUFFER = 64 * 1024 * 1024
 #: Entries asked of the bookies at a time while copying: the first batch, and the most.
 FIRST_READ_BATCH = 16
 MAX_READ_BATCH = 1000
@@ -41,12 +45,17 @@ class LedgerOffloader:
     """The offloader of one blob store. ``copy`` / ``read``: ``call(fn, *args) -> Deferred`` running
     a blocking store call off the reactor thread (``in_pool``), for copies and for reads."""
 
-    def __init__(self, store, copy, read, block_size=64 * 1024 * 1024, read_buffer_size=1024 * 1024):
+    def __init__(self, store, copy, read, block_size=64 * 1024 * 1024, read_buffer_size=1024 * 1024,
+                 limit=None, credentials=None):
         self.store = store
         self._copy = copy
         self._read_call = read
-        self.block_size = max(block_size, store.min_part_size)
-        self.read_buffer_size = max(read_buffer_size, 4096)
+        # Bounded whatever a namespace's policies say: a copy holds up to two blocks in memory.
+        self.block_size = min(max(block_size, store.min_part_size), MAX_BLOCK_SIZE)
+        self.read_buffer_size = min(max(read_buffer_size, 4096), MAX_READ_BUFFER)
+        #: Copies at once, broker-wide (a DeferredSemaphore shared by the registry's offloaders).
+        self.limit = limit if limit is not None else defer.DeferredSemaphore(1)
+        self.credentials = credentials
 
     @property
     def driver_name(self) -> str:
@@ -60,9 +69,10 @@ class LedgerOffloader:
 
     def offload(self, handle, uid: str, last_entry: int):
         """Copy entries ``0..last_entry`` of the ledger ``handle`` reads (a closed ledger) under
-        ``uid``. Deferred firing once both objects are whole; on failure a multipart upload in
-        progress is aborted, and objects already written stay (the caller deletes them by uid)."""
-        return defer.Deferred.fromCoroutine(self._offload(handle, uid, last_entry))
+        ``uid``. Deferred firing with the bytes written once both objects are whole; on failure a
+        multipart upload in progress is aborted, and objects already written stay (the caller
+        deletes them by uid). Copies wait for a turn (``limit``) before they buffer anything."""
+        return self.limit.run(lambda: defer.Deferred.fromCoroutine(self._offload(handle, uid, last_entry)))
 
     async def _offload(self, handle, uid, last_entry):
         lid = handle.ledger_id
@@ -194,6 +204,8 @@ class OffloaderRegistry(service.Service):
     def __init__(self, reactor, max_threads: int = 2):
         self.reactor = reactor
         self.copy_pool = ThreadPool(minthreads=0, maxthreads=max(1, max_threads), name="offload-copy")
+        #: As many copies at once as copying threads, whatever the number of topics offloading.
+        self.copy_limit = defer.DeferredSemaphore(max(1, max_threads))
         self.read_pool = ThreadPool(minthreads=0, maxthreads=READ_THREADS, name="offload-read")
         self._offloaders = {}
 
@@ -216,25 +228,42 @@ class OffloaderRegistry(service.Service):
 
     def _get(self, driver, settings, block_size=64 * 1024 * 1024, read_buffer_size=1024 * 1024,
              credentials=None):
-        # One offloader per location: the sizes and credentials are those of the first to ask (a
-        # namespace's policies usually, as topics load before their ledgers are read).
+        # One offloader per location: the sizes are those of the first to ask (a namespace's
+        # policies usually, as topics load before their ledgers are read); credentials given by
+        # a namespace's policies replace the default chain's (a reader of a recorded context gives
+        # none, and keeps what the location has).
         key = (driver, json.dumps(settings, sort_keys=True))
         offloader = self._offloaders.get(key)
+        if offloader is not None and credentials is not None and offloader.credentials != credentials:
+            offloader.store = self._open(driver, settings, credentials)
+            offloader.credentials = credentials
         if offloader is None:
-            store = drivers.open_blob_store(driver, settings, credentials)
+            store = self._open(driver, settings, credentials)
             # The store's metadata may name the location with defaults filled in (a region): the
             # offloader of a recorded context must be this same one.
             offloader = self._offloaders.get((store.driver_name, json.dumps(store.metadata, sort_keys=True)))
             if offloader is None:
-                offloader = self.add(store, block_size, read_buffer_size)
+                offloader = self.add(store, block_size, read_buffer_size, credentials)
             else:
                 store.close()
             self._offloaders[key] = offloader
         return offloader
 
-    def add(self, store, block_size=64 * 1024 * 1024, read_buffer_size=1024 * 1024):
+    @staticmethod
+    def _open(driver, settings, credentials):
+        """``drivers.open_blob_store``, any failure a ValueError naming the store (a directory that
+        cannot be made, a credentials profile boto3 does not find...)."""
+        try:
+            return drivers.open_blob_store(driver, settings, credentials)
+        except ValueError:
+            raise
+        except Exception as e:
+            raise ValueError(f"the {driver} offload store {settings}: {e}") from e
+
+    def add(self, store, block_size=64 * 1024 * 1024, read_buffer_size=1024 * 1024, credentials=None):
         """The offloader of ``store`` from now on (tests give theirs this way)."""
-        offloader = LedgerOffloader(store, self.copy_call(), self.read_call(), block_size, read_buffer_size)
+        offloader = LedgerOffloader(store, self.copy_call(), self.read_call(), block_size,
+                                    read_buffer_size, self.copy_limit, credentials)
         self._offloaders[(store.driver_name, json.dumps(store.metadata, sort_keys=True))] = offloader
         return offloader
 
