@@ -197,21 +197,20 @@ class TieredStorageTests(SynchronousTestCase):
         self.assertEqual(self.read_all(len(sent)), sent)
 
     def test_kill_during_offload(self):
-        """kill -9 while an offload copies (some objects written, the next hanging): after the restart every message is read back, in
-        order; a new offload succeeds, and after it (and the bookies' copies gone) still every
-        message is read back."""
+        """kill -9 while an offload copies (its attempt recorded, its upload hanging): after the
+        restart every message is read back, in order; a new offload succeeds, and after it (and
+        the bookies' copies gone) still every message is read back."""
         sent = self.produce(8 * ENTRIES_PER_LEDGER + 5, size=20_000)
         last = self.internal_stats()["ledgers"][-1]["ledgerId"]
-        status, text = self.admin("PUT", f"/admin/v2/persistent/{self.path}/offload",
-                                  {"ledgerId": last, "entryId": 0, "partitionIndex": -1})
-        self.assertIn(status, (200, 204), text)
-        # Caught half-way: once the first object is there, the S3 server is paused (the copy of
-        # the next one hangs) and the broker killed; then the server answers again.
-        deadline = time.monotonic() + WAIT
-        while not self.objects() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        # Caught half-way: the S3 server is paused before the offload starts, so that its attempt
+        # is recorded and its first upload hangs; then the broker is killed, and only then does
+        # the server answer again.
         self.s3.pause()
         try:
+            status, text = self.admin("PUT", f"/admin/v2/persistent/{self.path}/offload",
+                                      {"ledgerId": last, "entryId": 0, "partitionIndex": -1})
+            self.assertIn(status, (200, 204), text)
+            time.sleep(1.0)
             self.assertEqual(self.wait_offload(timeout=0.5)["status"], "RUNNING")
             self.standalone.kill9()
         finally:
