@@ -101,20 +101,23 @@ def ledger_config_of(policies: NamespacePolicies, default_config, offloaders=Non
     (``offloaders``: the broker's OffloaderRegistry, None without one)."""
     minutes, size_mb = policies.retention_time_minutes, policies.retention_size_mb
     time_ms = minutes * 60_000 if minutes >= 0 else -1
-    changes = {"retention_time_ms": time_ms, "retention_size_mb": size_mb,
-               **offload_settings(policies.offload, offloaders)}
-    if all(getattr(default_config, key) == value for key, value in changes.items()):
-        return None
-    return dataclasses.replace(default_config, **changes)
+    return _changed(default_config, {"retention_time_ms": time_ms, "retention_size_mb": size_mb,
+                                     **offload_settings(policies.offload, offloaders)})
 
 
 def set_offload(ledger, offload) -> None:
     """A topic's managed ledger follows its namespace's tiered storage (OffloadPolicies) from now on."""
-    config = ledger.config
-    changes = offload_settings(offload, ledger.factory.offloaders)
-    if any(getattr(config, key) != value for key, value in changes.items()):
+    config = _changed(ledger.config, offload_settings(offload, ledger.factory.offloaders))
+    if config is not None:
         # The factory's config object is shared by every ledger: this one gets its own.
-        ledger.config = dataclasses.replace(config, **changes)
+        ledger.config = config
+
+
+def _changed(config, changes: dict):
+    """A copy of ManagedLedgerConfig ``config`` with ``changes``; None when it has them already."""
+    if all(getattr(config, key) == value for key, value in changes.items()):
+        return None
+    return dataclasses.replace(config, **changes)
 
 
 #: Offload settings already found unusable (each logged once, not once per topic).

@@ -135,6 +135,11 @@ class LedgerInfo:
         self.timestamp = timestamp
         self.offload = offload
 
+    @property
+    def offloaded(self) -> bool:
+        """Whether its offload is complete (its objects may be read)."""
+        return self.offload is not None and self.offload.complete
+
 
 class AddOp:
     """One ``add_entry`` in flight: its bytes, the caller's Deferred and the ledger it went to."""
@@ -1221,14 +1226,14 @@ class ManagedLedgerImpl:
     def ledgers_info(self):
         """For internal stats: ``[{"ledgerId", "entries", "size", "timestamp"}, ...]``."""
         return [{"ledgerId": i.ledger_id, "entries": i.entries, "size": i.size,
-                 "timestamp": i.timestamp, "offloaded": i.offload is not None and i.offload.complete}
+                 "timestamp": i.timestamp, "offloaded": i.offloaded}
                 for i in (self._ledgers[lid] for lid in self._ledger_ids)]
 
     # -- tiered storage (offloads.py) --------------------------------------------------------
 
     def offloaded_size(self) -> int:
         """Bytes of the ledgers whose offload is complete (topic stats' offloadedStorageSize)."""
-        return sum(i.size for i in self._ledgers.values() if i.offload is not None and i.offload.complete)
+        return sum(i.size for i in self._ledgers.values() if i.offloaded)
 
     def offload_prefix(self, position):
         """Offload the sealed ledgers before ``position``'s (``offloads.offload_prefix``)."""
@@ -1350,29 +1355,32 @@ class ManagedLedgerImpl:
     def _read_handle_entries(self, handle, lid, first, last):
         d = handle.read_entries(first, last)
         info = self._ledgers.get(lid)
-        context = info.offload if info is not None else None
-        if context is not None and context.complete:
+        if info is not None and info.offloaded:
             tiered = isinstance(handle, OffloadedReadHandle)
             if tiered:
                 d.addBoth(offloads.count_read, self)
-            if not (tiered and context.bk_deleted):
+            if not (tiered and info.offload.bk_deleted):
                 # The other copy when one fails: a damaged or unreachable object while the bookies
                 # still have the ledger, or a ledger the bookies no longer have (deleted after its
                 # offload, not yet recorded) read bookkeeper-first.
-                d.addErrback(self._read_other_copy, lid, first, last, tiered, context)
+                d.addErrback(self._read_other_copy, lid, first, last, tiered, info.offload)
         return d
 
     def _read_other_copy(self, failure, lid, first, last, tiered, context):
-        log.warn("managed ledger {name}: ledger {lid}: reading its {copy} failed ({err}); reading "
-                 "the {other}", name=self.name, lid=lid, err=failure.getErrorMessage(),
+        self._forget_read_handle(lid)
+        d = self._open_other_copy(failure, lid, tiered, context)
+        return d.addCallback(lambda handle: handle.read_entries(first, last))
+
+    def _open_other_copy(self, failure, lid, tiered, context):
+        """After the offloaded copy (``tiered``) or the bookies' failed to open or read: a Deferred
+        opening the other."""
+        log.warn("managed ledger {name}: ledger {lid}: the {copy} failed ({err}); reading the "
+                 "{other}", name=self.name, lid=lid, err=failure.getErrorMessage(),
                  copy="offloaded copy" if tiered else "bookies' copy",
                  other="bookies' copy" if tiered else "offloaded copy")
-        self._forget_read_handle(lid)
         if tiered:
-            d = self.ledger_client.open_ledger(lid, self.config.password, recovery=True)
-        else:
-            d = offloads.open_offloaded(self, lid, context)
-        return d.addCallback(lambda handle: handle.read_entries(first, last))
+            return self.ledger_client.open_ledger(lid, self.config.password, recovery=True)
+        return offloads.open_offloaded(self, lid, context)
 
     def _forget_read_handle(self, lid):
         if lid in self._read_handles:
@@ -1411,28 +1419,17 @@ class ManagedLedgerImpl:
         # owner recovers only the last ledger of the list; read without recovery, an open ledger
         # ends at the LAC its bookies know, one entry short of what was acknowledged.
         info = self._ledgers.get(lid)
-        if info is not None and offloads.reads_offloaded(self, info):
+        tiered = info is not None and offloads.reads_offloaded(self, info)
+        if tiered:
             opening = offloads.open_offloaded(self, lid, info.offload)
-            if not info.offload.bk_deleted:
-                # Tiered storage first, the bookies' copy while it lasts.
-                opening.addErrback(self._offloaded_open_failed, lid)
         else:
             opening = self.ledger_client.open_ledger(lid, self.config.password, recovery=True)
-            if info is not None and info.offload is not None and info.offload.complete:
-                # Read bookkeeper-first, or deleted from the bookies and not yet recorded.
-                opening.addErrback(self._bookies_open_failed, lid, info.offload)
+        if info is not None and info.offloaded and not (tiered and info.offload.bk_deleted):
+            # Tiered storage first and the bookies' copy while it lasts; or bookkeeper-first (or
+            # deleted from the bookies and not yet recorded) and the offloaded copy.
+            opening.addErrback(self._open_other_copy, lid, tiered, info.offload)
         opening.addCallbacks(opened, failed)
         return d
-
-    def _offloaded_open_failed(self, failure, lid):
-        log.warn("managed ledger {name}: ledger {lid}: opening its offloaded copy failed ({err}); "
-                 "reading the bookies' copy", name=self.name, lid=lid, err=failure.getErrorMessage())
-        return self.ledger_client.open_ledger(lid, self.config.password, recovery=True)
-
-    def _bookies_open_failed(self, failure, lid, context):
-        log.info("managed ledger {name}: ledger {lid}: the bookies' copy cannot be opened ({err}); "
-                 "reading the offloaded copy", name=self.name, lid=lid, err=failure.getErrorMessage())
-        return offloads.open_offloaded(self, lid, context)
 
     async def _read_positions(self, positions):
         """Entries at the given sorted positions (skipping ones no longer stored)."""

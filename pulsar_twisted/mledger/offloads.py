@@ -89,10 +89,6 @@ def _sealed(ml) -> list:
     return [lid for lid in ids if ml._ledgers[lid].entries > 0]
 
 
-def _done(info) -> bool:
-    return info.offload is not None and info.offload.complete
-
-
 def to_offload_by_threshold(ml, now_ms: int) -> list:
     """Pulsar's automatic choice: walking from the newest ledger back, every sealed ledger not yet
     offloaded once the sizes summed pass ``offload_threshold_bytes`` (0: all of them), and every one
@@ -107,7 +103,7 @@ def to_offload_by_threshold(ml, now_ms: int) -> list:
     for lid in reversed(ml._ledger_ids):
         info = ml._ledgers[lid]
         summed += info.size
-        if lid not in sealed or _done(info):
+        if lid not in sealed or info.offloaded:
             continue
         over = by_size >= 0 and summed > by_size
         old = by_age >= 0 and info.timestamp and now_ms - info.timestamp > by_age * 1000
@@ -169,14 +165,14 @@ async def _offload_prefix(ml, position):
         if lid >= position[0]:
             break
         info = ml._ledgers.get(lid)
-        if info is not None and not _done(info):
+        if info is not None and not info.offloaded:
             await _offload_ledger(ml, offloader, lid)
     return first_unoffloaded(ml)
 
 
 def first_unoffloaded(ml) -> Position:
     for lid in ml._ledger_ids:
-        if not _done(ml._ledgers[lid]):
+        if not ml._ledgers[lid].offloaded:
             return Position(lid, 0)
     return Position(ml._last_confirmed[0], ml._last_confirmed[1] + 1)
 
@@ -232,7 +228,7 @@ async def _offload_ledger(ml, offloader, lid):
     """Steps 1-3 of the module text for ledger ``lid``."""
     _check_open(ml)
     info = ml._ledgers.get(lid)
-    if info is None or _done(info):
+    if info is None or info.offloaded:
         return
     earlier = info.offload
     context = _new_context(offloader)
@@ -285,16 +281,22 @@ def _new_context(offloader):
 # ------------------------------------------------------------------------------------ reading
 def open_offloaded(ml, lid, context):
     """Deferred firing with the read handle of ledger ``lid``'s offloaded copy."""
-    registry = ml.factory.offloaders
-    if registry is None:
-        return defer.fail(ManagedLedgerError(
-            f"ledger {lid} of {ml.name} is offloaded ({context.driver}) and this broker has no "
-            f"offloaders"))
     try:
-        offloader = registry.for_context(context.driver, context.metadata)
-    except Exception as e:
+        offloader = _offloader_of(ml.factory, context)
+    except ManagedLedgerError as e:
         return defer.fail(ManagedLedgerError(f"ledger {lid} of {ml.name}: {e}"))
     return offloader.open(context.uid, lid)
+
+
+def _offloader_of(factory, context):
+    """The offloader of the blob store ``context`` was written to; ManagedLedgerError saying why
+    there is none (no registry, a store that cannot be made here)."""
+    if factory.offloaders is None:
+        raise ManagedLedgerError(f"offloaded with {context.driver}, and this broker has no offloaders")
+    try:
+        return factory.offloaders.for_context(context.driver, context.metadata)
+    except Exception as e:
+        raise ManagedLedgerError(str(e)) from e
 
 
 def count_read(result, ml):
@@ -309,8 +311,7 @@ def count_read(result, ml):
 
 def reads_offloaded(ml, info) -> bool:
     """Whether ledger ``info`` is read from tiered storage."""
-    off = info.offload
-    return off is not None and off.complete and (off.bk_deleted or ml.config.offload_read_tiered_first)
+    return info.offloaded and (info.offload.bk_deleted or ml.config.offload_read_tiered_first)
 
 
 # ------------------------------------------------------------------------------------ deleting
@@ -319,12 +320,10 @@ def to_delete_from_bookies(ml, now_ms: int) -> list:
     lag = ml.config.offload_deletion_lag_ms
     if lag < 0:
         return []
-    sealed = set(_sealed(ml))
     out = []
-    for lid in ml._ledger_ids:
-        off = ml._ledgers[lid].offload
-        if (lid in sealed and off is not None and off.complete and not off.bk_deleted
-                and now_ms - off.timestamp >= lag):
+    for lid in _sealed(ml):
+        info = ml._ledgers[lid]
+        if info.offloaded and not info.offload.bk_deleted and now_ms - info.offload.timestamp >= lag:
             out.append(lid)
     return out
 
@@ -353,7 +352,7 @@ def _deleted_from_bookies(results, ml, lids) -> bool:
                      err=value.getErrorMessage())
             continue
         info = ml._ledgers.get(lid)
-        if info is not None and info.offload is not None and info.offload.complete:
+        if info is not None and info.offloaded:
             info.offload = info.offload.replace(bk_deleted=True)
             gone.append(lid)
     if gone:
@@ -365,14 +364,9 @@ def _deleted_from_bookies(results, ml, lids) -> bool:
 def delete_objects(factory, name, lid, context):
     """Delete the objects of offload ``context`` of ledger ``lid``, logging a failure (a leftover
     object costs storage, never correctness). Deferred."""
-    registry = factory.offloaders
-    if registry is None:
-        log.warn("managed ledger {name}: ledger {lid}'s offloaded objects ({uid}) are not deleted: "
-                 "no offloaders", name=name, lid=lid, uid=context.uid)
-        return defer.succeed(None)
     try:
-        offloader = registry.for_context(context.driver, context.metadata)
-    except Exception as e:
+        offloader = _offloader_of(factory, context)
+    except ManagedLedgerError as e:
         log.warn("managed ledger {name}: ledger {lid}'s offloaded objects ({uid}) are not deleted: "
                  "{err}", name=name, lid=lid, uid=context.uid, err=e)
         return defer.succeed(None)

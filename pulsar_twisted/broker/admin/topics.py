@@ -4,7 +4,6 @@ deletion of topics and partitioned topics, unloading, termination, last message 
 """
 
 from twisted.internet import defer
-from twisted.logger import Logger
 
 from pulsar_twisted.broker import replication
 from pulsar_twisted.broker.admin.base import (
@@ -23,12 +22,6 @@ from pulsar_twisted.resources.checks import check_int
 _MODES = {"PERSISTENT": api.CommandGetTopicsOfNamespace.PERSISTENT,
           "NON_PERSISTENT": api.CommandGetTopicsOfNamespace.NON_PERSISTENT,
           "ALL": api.CommandGetTopicsOfNamespace.ALL}
-
-
-log = Logger()
-
-#: Pulsar's OffloadProcessStatus status values.
-OFFLOAD_STATUSES = ("NOT_RUN", "RUNNING", "SUCCESS", "ERROR")
 
 
 class TopicsAdmin(AdminArea):
