@@ -782,6 +782,20 @@ _BROKER_KEYS = [
     Key("brokerClientTrustCertsFilePath", str, "",
         "PEM CA certificate(s) of the remote clusters' brokers, for brokerClientTlsEnabled.",
         "Replication"),
+    # --- replicated subscriptions (broker/replicated_subscriptions.py) ---
+    Key("enableReplicatedSubscriptions", bool, True,
+        "Keep the position of subscriptions made with replicateSubscriptionState in step across\n"
+        "the clusters a topic replicates to (snapshot markers written into the topic).",
+        "Replication"),
+    Key("replicatedSubscriptionsSnapshotFrequencyMillis", int, 1000,
+        "How often a topic with replicated subscriptions starts a snapshot of the clusters'\n"
+        "positions (only when messages were published since the last one).", "Replication"),
+    Key("replicatedSubscriptionsSnapshotTimeoutSeconds", int, 30,
+        "Seconds a snapshot waits for the other clusters' answers before it is given up.",
+        "Replication"),
+    Key("replicatedSubscriptionsSnapshotMaxCachedPerSubscription", int, 30,
+        "Snapshots a replicated subscription keeps ahead of its mark-delete position.",
+        "Replication"),
 ] + _SECURITY_KEYS
 
 
