@@ -8,11 +8,20 @@ restart, SIGSTOP and SIGCONT, bundle unloads) on either; see pulsar_twisted/test
     python scripts/chaos_replication.py --seed 2 --json /tmp/geo2.json --history /tmp/geo2.history.json
     python scripts/chaos_replication.py --check /tmp/geo2.history.json   # check a saved history again
     python scripts/chaos_replication.py --faults ''                      # fault-free control run
+    python scripts/chaos_replication.py --seed 3 --replicated-subscription  # + PIP-33 failover check
 
 Prints the figures per cluster (lost locally) and per direction (lost in replication, stored
 twice, out of order per original producer); exit status 0 only if every one is zero, 1 on
 violations, 2 if the run itself could not be made. ``--require-crossing`` also fails (1) a run
-in which some direction replicated nothing. Every process the run started is killed on the way
+in which some direction replicated nothing.
+
+``--replicated-subscription``: a consumer on east with a replicated subscription on the first
+topic acks as it consumes (individually, cumulatively, some never), through the faults; after
+the heal and the drain, the same subscription is consumed on west to the end. Printed: lost
+(never acked on east, not delivered on west: a violation), redelivered on west (acked on east:
+allowed, as a count and as shares), out of order on west and markers delivered (violations),
+and whether the state crossed (west did not start from the beginning; with
+``--require-crossing`` a run where it did not fails). Every process the run started is killed on the way
 out, Ctrl-C and SIGTERM included.
 """
 
@@ -57,6 +66,10 @@ def parse(argv):
                         "(the client's or a replicator's) show as STORED TWICE")
     p.add_argument("--require-crossing", action="store_true",
                    help="also fail when some direction replicated nothing")
+    p.add_argument("--replicated-subscription", action="store_true",
+                   help="a replicated subscription acked on east, consumed on west after the heal")
+    p.add_argument("--snapshot-ms", type=int, default=300,
+                   help="the brokers' replicatedSubscriptionsSnapshotFrequencyMillis (default 300)")
     p.add_argument("--json", default=None, help="write the verdict here as JSON")
     p.add_argument("--history", default=None, help="write the whole history here as JSON")
     p.add_argument("--keep-logs", default=None, help="copy the standalones' and clients' logs here")
@@ -69,6 +82,9 @@ def _status(verdict, require_crossing: bool) -> int:
     if not verdict.ok:
         return 1
     if require_crossing and not all(verdict.crossed.values()):
+        return 1
+    if (require_crossing and verdict.subscription_record is not None
+            and not (verdict.subscription and verdict.subscription.crossed)):
         return 1
     return 0
 
@@ -87,6 +103,8 @@ def main(argv=None) -> int:
                             partitions=args.partitions, partitioned_rate=args.partitioned_rate,
                             chunked_rate=args.chunked_rate, pause=tuple(args.pause),
                             dedup=not args.no_dedup, operation_timeout=args.operation_timeout,
+                            replicated_subscription=args.replicated_subscription,
+                            snapshot_ms=args.snapshot_ms,
                             keep_logs=args.keep_logs, log=log)
     outcome = script.run_guarded(run_geo, config, log)
     if isinstance(outcome, int):
@@ -107,6 +125,9 @@ def main(argv=None) -> int:
     print(format_geo_verdict(verdict))
     if not all(verdict.crossed.values()):
         print(f"NOTE: some direction replicated nothing: {verdict.crossed}")
+    if verdict.subscription_record is not None and not (verdict.subscription
+                                                        and verdict.subscription.crossed):
+        print("NOTE: the replicated subscription's state did not cross")
     return _status(verdict, args.require_crossing)
 
 

@@ -26,7 +26,15 @@ topics, producers and replicators closed and loaded again).
 After the faults: every site running and thawed, ``after_heal`` seconds more publishing, the
 producers stopped and their callbacks awaited, replication drained (``GeoPair.wait_drained``:
 every replication backlog 0, or the entry counts still, bounded), then every topic read from
-the earliest position on both clusters. ``run_geo(GeoChaosConfig(...))`` returns (GeoHistory,
+the earliest position on both clusters.
+
+With ``replicated_subscription`` (``replicated_subscription.py``): before the producers start, a
+consumer on the first cluster subscribes to topic 0 with ``replicate_subscription_state_enabled``
+and acknowledges as it receives, through the faults, until halfway through the after-heal
+publishing (the last seconds' messages are never acked there); after the drain the run waits for
+the second cluster's subscription of that name to settle, reads back, then consumes it there to
+the end (``subscription_checker``: lost, redelivered, order). The brokers take a snapshot every
+``snapshot_ms``. ``run_geo(GeoChaosConfig(...))`` returns (GeoHistory,
 GeoVerdict); every process it started is gone when it returns or raises.
 
 Blocking, like the rest of ``chaos``: run it on the main thread (a restarted standalone asks for
@@ -41,7 +49,10 @@ from dataclasses import dataclass, field
 
 from pulsar_twisted.testing.chaos.geo_checker import GeoHistory, check_geo
 from pulsar_twisted.testing.chaos.nemesis import GEO_KINDS as KINDS, Nemesis
+from pulsar_twisted.testing.chaos.replicated_subscription import (
+    SUBSCRIPTION, AckingConsumer, consume_to_end, wait_settled)
 from pulsar_twisted.testing.chaos.runner import close_in_background
+from pulsar_twisted.testing.chaos.subscription_checker import SubscriptionRecord
 from pulsar_twisted.testing.chaos.workload import Producers, make_client, read_topics
 from pulsar_twisted.testing.georeplication import GeoPair
 from pulsar_twisted.testing.process import StandaloneError
@@ -113,6 +124,13 @@ class GeoChaosConfig:
     settle: float = 45.0              # for the last callbacks (longer than the send timeout)
     drain_timeout: float = 60.0
     read_timeout: float = 60.0        # per cluster, every topic
+    #: A replicated subscription on topic 0, acked on the first cluster, consumed on the second.
+    replicated_subscription: bool = False
+    snapshot_ms: int = 300            # replicatedSubscriptionsSnapshotFrequencyMillis
+    cumulative_share: float = 0.02    # of the messages the first cluster's consumer acks
+    skip_share: float = 0.03          # cumulatively / never
+    settle_stable: float = 3.0        # the second cluster's subscription still this long: crossed
+    settle_timeout: float = 30.0
     keep_logs: str = None
     log: object = field(default=print, repr=False)
 
@@ -168,15 +186,31 @@ def _producers(config, pair, geo, parted, clients) -> list:
     return groups
 
 
+def _acking_consumer(config, pair, geo, clients) -> AckingConsumer:
+    """The replicated subscription's consumer on the first cluster (not started), its record
+    in ``geo.subscription``."""
+    source, target = config.clusters[0], config.clusters[1]
+    geo.subscription = SubscriptionRecord(SUBSCRIPTION, 0, source, target)
+    site = pair.sites[source]
+    client = make_client(site.service_url, os.path.join(site.directory, "client-subscription.log"),
+                         config.operation_timeout)
+    clients.append(client)
+    return AckingConsumer(client, geo.topics[0], geo.subscription, config.seed,
+                          cumulative=config.cumulative_share, skip=config.skip_share)
+
+
 def run_geo(config: GeoChaosConfig) -> tuple:
     """(GeoHistory, GeoVerdict) of one run; StandaloneError or an admin error if the clusters
     could not be set up."""
     log = config.log
-    pair = GeoPair(config.clusters, {
+    settings = {
         "managedLedgerMaxEntriesPerLedger": config.max_entries_per_ledger,
         "managedLedgerMinLedgerRolloverTimeMinutes": 0,
         "maxMessageSize": config.max_message_size,
-        "brokerDeduplicationEnabled": str(config.dedup).lower()})
+        "brokerDeduplicationEnabled": str(config.dedup).lower()}
+    if config.replicated_subscription:
+        settings["replicatedSubscriptionsSnapshotFrequencyMillis"] = config.snapshot_ms
+    pair = GeoPair(config.clusters, settings)
     topics, parted = _topics(config)
     geo = GeoHistory(config.clusters, topics=topics)
     meta = geo.sends.meta
@@ -185,8 +219,10 @@ def run_geo(config: GeoChaosConfig) -> tuple:
                 rate=config.rate, batched_rate=config.batched_rate, producers=config.producers,
                 partitions=config.partitions, partitioned_rate=config.partitioned_rate,
                 chunked_rate=config.chunked_rate, chunk_size=config.chunk_size,
+                replicated_subscription=config.replicated_subscription,
+                snapshot_ms=config.snapshot_ms,
                 topics=dict(geo.topics), directories={c: s.directory for c, s in pair.sites.items()})
-    clients, groups, nemesis = [], [], None
+    clients, groups, nemesis, acking = [], [], None, None
     try:
         started = time.monotonic()
         pair.start()
@@ -196,6 +232,9 @@ def run_geo(config: GeoChaosConfig) -> tuple:
         if parted is not None:
             meta["partitioned_topic"] = _create_partitioned(config, pair, parted)
             log(f"partitioned topic {parted}: {meta['partitioned_topic']}")
+        if config.replicated_subscription:
+            acking = _acking_consumer(config, pair, geo, clients)
+            acking.start()
         groups = _producers(config, pair, geo, parted, clients)
         for group in groups:
             group.start()
@@ -213,7 +252,16 @@ def run_geo(config: GeoChaosConfig) -> tuple:
             log(f"heal incomplete: {str(e)[:300]}")
         meta["healed_at"] = time.time()
         log(f"healed; {len(geo.sends.faults)} faults; publishing {config.after_heal:.0f}s more")
-        time.sleep(config.after_heal)
+        if acking is not None:
+            time.sleep(config.after_heal / 2)
+            acking.stop()
+            log(f"{SUBSCRIPTION} on {geo.subscription.source}: "
+                f"{len(geo.subscription.source_deliveries)} deliveries, "
+                f"{len(geo.subscription.individual_acks)} individual and "
+                f"{len(geo.subscription.cumulative_acks)} cumulative acks; stopped")
+            time.sleep(config.after_heal / 2)
+        else:
+            time.sleep(config.after_heal)
         for group in groups:
             group.stop()
         unanswered = groups[0].wait_answered(config.settle)
@@ -222,12 +270,28 @@ def run_geo(config: GeoChaosConfig) -> tuple:
         drain_started = time.monotonic()
         meta["drain"] = pair.wait_drained(list(geo.topics.values()), config.drain_timeout)
         meta["drain_seconds"] = round(time.monotonic() - drain_started, 1)
-        log(f"replication: {meta['drain']} after {meta['drain_seconds']}s; reading back")
+        log(f"replication: {meta['drain']} after {meta['drain_seconds']}s")
+        record = geo.subscription
+        if record is not None:
+            record.meta["settled"] = wait_settled(pair, record.target, geo.topics[record.topic],
+                                                  record.name, config.settle_stable,
+                                                  config.settle_timeout)
+            log(f"{record.name} on {record.target}: {record.meta['settled']}")
+        log("reading back")
+        readers = {}
         for cluster, site in pair.sites.items():
             client = make_client(site.service_url, os.path.join(site.directory, "client-readers.log"),
                                  config.operation_timeout)
             clients.append(client)
+            readers[cluster] = client
             read_topics(client, geo.topics, geo.stored[cluster], timeout=config.read_timeout)
+        if record is not None:
+            stored = geo.stored[record.target].storage.get(record.topic) or []
+            last = (stored[-1].producer, stored[-1].seq) if stored else None
+            consume_to_end(readers[record.target], geo.topics[record.topic], record, last,
+                           timeout=config.read_timeout)
+            log(f"{record.name} consumed on {record.target}: "
+                f"{len(record.target_deliveries)} deliveries")
         meta["seconds"] = round(time.monotonic() - started, 1)
         meta["nemesis_errors"] = list(nemesis.errors)
         meta["tracebacks"] = {c: s.log_text().count("Traceback") for c, s in pair.sites.items()}
@@ -235,6 +299,8 @@ def run_geo(config: GeoChaosConfig) -> tuple:
     finally:
         if nemesis is not None:
             nemesis.stop()
+        if acking is not None:
+            acking.stop()
         for group in groups:
             group.stop()
         for client in clients:

@@ -24,12 +24,18 @@ Two figures of a direction S->T come from comparing the storages directly:
 A direction whose T stores nothing of S's (``crossed`` 0) is reported as such; the run's caller
 decides whether that is a failure (the trial test does: a harness that replicates nothing must
 not pass).
+
+A run with a replicated subscription (``GeoHistory.subscription``, a ``SubscriptionRecord``) also
+has ``subscription_checker``'s figures for it (``GeoVerdict.subscription``); its lost, out of
+order and undecodable are violations ``replicated-subscription:<figure>``.
 """
 
 from dataclasses import dataclass, field, replace
 
 from pulsar_twisted.testing.chaos import checker
 from pulsar_twisted.testing.chaos.history import History, JsonFile
+from pulsar_twisted.testing.chaos.subscription_checker import (
+    SubscriptionRecord, SubscriptionVerdict, check_subscription, format_subscription_verdict)
 
 EXAMPLES = checker.EXAMPLES
 
@@ -39,12 +45,14 @@ class GeoHistory(JsonFile):
     """The record of one run: ``sends`` (every send, the faults, ``meta``), ``stored`` (cluster
     -> a History holding only that cluster's ``storage``, ``unreadable`` and ``undecodable``,
     keyed by topic index), ``sources`` (producer -> the cluster it publishes on), ``topics``
-    (topic index -> full topic name)."""
+    (topic index -> full topic name), ``subscription`` (a ``SubscriptionRecord``, or None when
+    the run had no replicated subscription)."""
     clusters: tuple
     sends: History = field(default_factory=History)
     stored: dict = field(default_factory=dict)
     sources: dict = field(default_factory=dict)
     topics: dict = field(default_factory=dict)
+    subscription: SubscriptionRecord = None
 
     def __post_init__(self):
         for cluster in self.clusters:
@@ -57,14 +65,17 @@ class GeoHistory(JsonFile):
         return {"clusters": list(self.clusters), "sources": self.sources,
                 "topics": {str(i): name for i, name in self.topics.items()},
                 "sends": self.sends.to_json(),
-                "stored": {c: h.to_json() for c, h in self.stored.items()}}
+                "stored": {c: h.to_json() for c, h in self.stored.items()},
+                "subscription": self.subscription.to_json() if self.subscription else None}
 
     @classmethod
     def from_json(cls, data: dict) -> "GeoHistory":
         return cls(clusters=tuple(data["clusters"]), sends=History.from_json(data["sends"]),
                    stored={c: History.from_json(h) for c, h in data["stored"].items()},
                    sources=dict(data["sources"]),
-                   topics={int(i): name for i, name in data["topics"].items()})
+                   topics={int(i): name for i, name in data["topics"].items()},
+                   subscription=(SubscriptionRecord.from_json(data["subscription"])
+                                 if data.get("subscription") else None))
 
 
 def _storage_of(held: History, keep) -> dict:
@@ -106,6 +117,10 @@ class GeoVerdict:
     unreplicated: dict = field(default_factory=dict)     # "S->T" -> count
     not_at_source: dict = field(default_factory=dict)    # "S->T" -> count (evidence)
     examples: dict = field(default_factory=dict)
+    #: The replicated subscription's figures (None: no replicated subscription in the run, or
+    #: its topic could not be read back on either cluster).
+    subscription: SubscriptionVerdict = None
+    subscription_record: SubscriptionRecord = field(default=None, repr=False)
 
     @property
     def crossed(self) -> dict:
@@ -121,6 +136,9 @@ class GeoVerdict:
         for direction, count in self.unreplicated.items():
             if count:
                 out[f"{direction}:unreplicated"] = count
+        if self.subscription is not None:
+            for figure, count in self.subscription.violations.items():
+                out[f"replicated-subscription:{figure}"] = count
         return out
 
     @property
@@ -132,6 +150,7 @@ class GeoVerdict:
                 "replicated": {d: v.to_json() for d, v in self.replicated.items()},
                 "unreplicated": self.unreplicated, "not_at_source": self.not_at_source,
                 "crossed": self.crossed, "examples": self.examples,
+                "subscription": self.subscription.to_json() if self.subscription else None,
                 "violations": self.violations, "ok": self.ok}
 
 
@@ -142,6 +161,13 @@ def check_geo(geo: GeoHistory) -> GeoVerdict:
         verdict.local[cluster] = checker.check(local_view(geo, cluster))
     for source, target in geo.directions():
         check_direction(geo, source, target, verdict)
+    record = geo.subscription
+    if record is not None:
+        verdict.subscription_record = record
+        source, target = geo.stored[record.source], geo.stored[record.target]
+        if record.topic not in source.unreadable and record.topic not in target.unreadable:
+            verdict.subscription = check_subscription(
+                record, source.storage.get(record.topic, []), target.storage.get(record.topic, []))
     return verdict
 
 
@@ -192,5 +218,11 @@ def format_geo_verdict(verdict: GeoVerdict) -> str:
     for figure, examples in sorted(verdict.examples.items()):
         lines.append(f"  e.g. {figure}: {examples}")
     lines.append(f"crossed: {verdict.crossed}")
+    record = verdict.subscription_record
+    if record is not None and verdict.subscription is not None:
+        lines.append(format_subscription_verdict(record, verdict.subscription))
+    elif record is not None:
+        lines.append(f"replicated subscription {record.name}: NOT CHECKED (its topic could not be "
+                     f"read back)")
     lines.append("VERDICT: " + ("ok" if verdict.ok else f"VIOLATIONS {verdict.violations}"))
     return "\n".join(lines)
