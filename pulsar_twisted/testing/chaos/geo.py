@@ -14,8 +14,8 @@ harness waits for that and creates it there itself, noted in ``meta``, if it doe
 Each producer sends sequence-numbered payloads with ``send_async`` (sequence id = the payload's
 seq), each send and its callback recorded (``workload.Producers``). Every topic is made after
 the namespace is replicated, so the replicators' cursors (which start at the end of a topic)
-see every message. In the history, topics 0, 1 and 2 are storage indexes 0, 1 and 2, the
-partitions of the partitioned topic the indexes after them.
+see every message. In the history, topics 0, 1 and 2 are storage indexes 0, 1 and 2 (2 only
+with ``chunked_rate``), the partitions of the partitioned topic the indexes 3 and after.
 
 Faults (``GeoNemesis``, one at a time, a seeded schedule): ``kill-broker`` (a standalone killed
 -9, down 1-6 s, started again on its data and ports), ``pause-broker`` (SIGSTOP for ``pause``
@@ -139,7 +139,10 @@ def _topics(config: GeoChaosConfig) -> tuple:
     """(storage index -> topic or partition name, the partitioned topic's name or None)."""
     run = uuid.uuid4().hex[:6]
     base = f"persistent://{config.tenant}/{config.namespace}"
-    topics = {0: f"{base}/orders-{run}", 1: f"{base}/batched-{run}", 2: f"{base}/chunked-{run}"}
+    topics = {0: f"{base}/orders-{run}", 1: f"{base}/batched-{run}"}
+    if config.chunked_rate:
+        # Without its producer the topic is never made: the drain would wait for it in vain.
+        topics[2] = f"{base}/chunked-{run}"
     if not config.partitions:
         return topics, None
     parted = f"{base}/parted-{run}"
