@@ -20,7 +20,8 @@ topic acks as it consumes (individually, cumulatively, some never), through the 
 the heal and the drain, the same subscription is consumed on west to the end. Printed: lost
 (never acked on east, not delivered on west: a violation), redelivered on west (acked on east:
 allowed, as a count and as shares), out of order on west and markers delivered (violations),
-and whether the state crossed (west did not start from the beginning; with
+ahead of east (west's position, sampled through the run, past a message before east acked it:
+a violation), and whether the state crossed (west did not start from the beginning; with
 ``--require-crossing`` a run where it did not fails). Every process the run started is killed on the way
 out, Ctrl-C and SIGTERM included.
 """

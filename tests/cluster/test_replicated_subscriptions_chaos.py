@@ -28,11 +28,13 @@ def _storage(n, ledger=1, producer="e"):
     return [Stored(producer, seq, None, (ledger, seq, -1)) for seq in range(n)]
 
 
-def _record(delivered_on_west, individual=(), cumulative_upto=None):
+def _record(delivered_on_west, individual=(), cumulative_upto=None, at=0.0):
+    """East acked ``individual`` and, cumulatively, up to ``cumulative_upto``, all at ``at``;
+    west delivered ``delivered_on_west`` (west's copies at ``2:seq``)."""
     record = SubscriptionRecord("rs", 0, "east", "west")
-    record.individual_acks = [("e", seq) for seq in individual]
+    record.individual_acks = [("e", seq, at) for seq in individual]
     if cumulative_upto is not None:
-        record.cumulative_acks = [(1, cumulative_upto, -1)]
+        record.cumulative_acks = [((1, cumulative_upto, -1), at)]
     record.target_deliveries = [("e", seq, (2, seq, -1)) for seq in delivered_on_west]
     return record
 
@@ -79,6 +81,20 @@ class SubscriptionCheckerTests(SynchronousTestCase):
         v = check_subscription(record, _storage(10), _storage(10, ledger=2))
         self.assertEqual(v.violations, {"out_of_order": 1, "undecodable": 1})
 
+    def test_target_ahead_of_the_source(self):
+        """West's position sampled past a message before east acked it is a violation, even
+        though east acked it later (so that it is not lost at the end); a position reached
+        after the ack is not."""
+        record = _record([6, 7, 8, 9], individual=[4], cumulative_upto=3, at=10.0)
+        record.individual_acks.append(("e", 5, 30.0))
+        record.target_positions = [(5.0, "2:2"), (20.0, "2:4"), (25.0, "2:5"), (40.0, "2:5")]
+        v = check_subscription(record, _storage(10), _storage(10, ledger=2))
+        self.assertEqual((v.lost, v.samples), (0, 4))
+        # 0-2 passed at 5.0, acked at 10.0; 5 passed at 25.0, acked at 30.0; 3-4 passed after.
+        self.assertEqual(v.violations, {"ahead_of_source": 4})
+        self.assertEqual([e[:2] for e in v.examples["ahead_of_source"]],
+                         [["e", 0], ["e", 1], ["e", 2], ["e", 5]])
+
     def test_in_the_geo_verdict(self):
         """Through ``check_geo``: the subscription's violations are the run's, and the record
         survives a JSON round trip."""
@@ -86,6 +102,7 @@ class SubscriptionCheckerTests(SynchronousTestCase):
         geo.stored["east"].storage[0] = _storage(10)
         geo.stored["west"].storage[0] = _storage(10, ledger=2)
         geo.subscription = _record([7, 8, 9], cumulative_upto=5)
+        geo.subscription.target_positions = [(1.0, "2:5")]
         verdict = check_geo(geo)
         self.assertEqual(verdict.violations.get("replicated-subscription:lost"), 1)
         again = check_geo(GeoHistory.from_json(geo.to_json()))
@@ -99,7 +116,8 @@ class ShortReplicatedSubscriptionRunTests(SynchronousTestCase):
     def test_short_run(self):
         """25 s of seeded faults with a replicated subscription acked on east: after the heal,
         west's subscription loses nothing east did not ack, delivers in order and no marker,
-        and did not start from the beginning; geo-replication itself stays clean."""
+        and did not start from the beginning; sampled through the run, it was never past a
+        message east had not acked yet; geo-replication itself stays clean."""
         from pulsar_twisted.testing.chaos.geo import GeoChaosConfig, run_geo
         from pulsar_twisted.testing.chaos.geo_checker import format_geo_verdict
         lines = []
@@ -113,4 +131,5 @@ class ShortReplicatedSubscriptionRunTests(SynchronousTestCase):
         self.assertIsNotNone(verdict.subscription, report)
         self.assertEqual(verdict.subscription.lost, 0, report)
         self.assertTrue(verdict.subscription.crossed, report)
+        self.assertGreater(verdict.subscription.samples, 0, report)
         self.assertEqual(verdict.violations, {}, report)

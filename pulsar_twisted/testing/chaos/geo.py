@@ -33,8 +33,9 @@ consumer on the first cluster subscribes to topic 0 with ``replicate_subscriptio
 and acknowledges as it receives, through the faults, until halfway through the after-heal
 publishing (the last seconds' messages are never acked there); after the drain the run waits for
 the second cluster's subscription of that name to settle, reads back, then consumes it there to
-the end (``subscription_checker``: lost, redelivered, order). The brokers take a snapshot every
-``snapshot_ms``. ``run_geo(GeoChaosConfig(...))`` returns (GeoHistory,
+the end (``subscription_checker``: lost, redelivered, order). Until the settling, the second
+cluster's position of the subscription is sampled every half second (``PositionSampler``: was it
+ever past what the first had not acked?). The brokers take a snapshot every ``snapshot_ms``. ``run_geo(GeoChaosConfig(...))`` returns (GeoHistory,
 GeoVerdict); every process it started is gone when it returns or raises.
 
 Blocking, like the rest of ``chaos``: run it on the main thread (a restarted standalone asks for
@@ -50,7 +51,7 @@ from dataclasses import dataclass, field
 from pulsar_twisted.testing.chaos.geo_checker import GeoHistory, check_geo
 from pulsar_twisted.testing.chaos.nemesis import GEO_KINDS as KINDS, Nemesis
 from pulsar_twisted.testing.chaos.replicated_subscription import (
-    SUBSCRIPTION, AckingConsumer, consume_to_end, wait_settled)
+    SUBSCRIPTION, AckingConsumer, PositionSampler, consume_to_end, wait_settled)
 from pulsar_twisted.testing.chaos.runner import close_in_background
 from pulsar_twisted.testing.chaos.subscription_checker import SubscriptionRecord
 from pulsar_twisted.testing.chaos.workload import Producers, make_client, read_topics
@@ -225,7 +226,7 @@ def run_geo(config: GeoChaosConfig) -> tuple:
                 replicated_subscription=config.replicated_subscription,
                 snapshot_ms=config.snapshot_ms,
                 topics=dict(geo.topics), directories={c: s.directory for c, s in pair.sites.items()})
-    clients, groups, nemesis, acking = [], [], None, None
+    clients, groups, nemesis, acking, sampler = [], [], None, None, None
     try:
         started = time.monotonic()
         pair.start()
@@ -238,6 +239,8 @@ def run_geo(config: GeoChaosConfig) -> tuple:
         if config.replicated_subscription:
             acking = _acking_consumer(config, pair, geo, clients)
             acking.start()
+            sampler = PositionSampler(pair, geo.topics[0], geo.subscription)
+            sampler.start()
         groups = _producers(config, pair, geo, parted, clients)
         for group in groups:
             group.start()
@@ -279,7 +282,9 @@ def run_geo(config: GeoChaosConfig) -> tuple:
             record.meta["settled"] = wait_settled(pair, record.target, geo.topics[record.topic],
                                                   record.name, config.settle_stable,
                                                   config.settle_timeout)
-            log(f"{record.name} on {record.target}: {record.meta['settled']}")
+            sampler.stop()               # before the target's own consumer moves it
+            log(f"{record.name} on {record.target}: {record.meta['settled']}; "
+                f"{len(record.target_positions)} positions sampled")
         log("reading back")
         readers = {}
         for cluster, site in pair.sites.items():
@@ -304,6 +309,8 @@ def run_geo(config: GeoChaosConfig) -> tuple:
             nemesis.stop()
         if acking is not None:
             acking.stop()
+        if sampler is not None:
+            sampler.stop()
         for group in groups:
             group.stop()
         for client in clients:

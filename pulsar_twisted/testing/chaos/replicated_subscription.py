@@ -86,13 +86,14 @@ class AckingConsumer:
             message_id = message_id_tuple(message.message_id())
             record.source_deliveries.append((producer, seq, message_id))
             how = self.decide(producer, seq)
+            at = time.time()             # before the ack: the checker errs towards passing
             try:
                 if how == "cumulative":
                     self.consumer.acknowledge_cumulative(message)
-                    record.cumulative_acks.append(message_id)
+                    record.cumulative_acks.append((message_id, at))
                 elif how == "individual":
                     self.consumer.acknowledge(message)
-                    record.individual_acks.append((producer, seq))
+                    record.individual_acks.append((producer, seq, at))
             except Exception:
                 pass                     # not acked: it counts as never acked
 
@@ -101,6 +102,39 @@ def cursor_position(pair, cluster: str, topic: str, name: str):
     """The subscription's mark-delete position on ``cluster`` (``L:E``), None if it has none."""
     cursors = pair.internal_stats(cluster, topic).get("cursors") or {}
     return (cursors.get(name) or {}).get("markDeletePosition")
+
+
+class PositionSampler:
+    """Samples the target's mark-delete position of ``record.name`` every ``interval`` seconds
+    in a thread, from ``start()`` to ``stop()``, recording ``(time, "L:E")`` in
+    ``record.target_positions`` each time it moved (the time taken once the answer came)."""
+
+    def __init__(self, pair, topic: str, record, interval: float = 0.5):
+        self.pair, self.topic, self.record, self.interval = pair, topic, record, interval
+        self._stop = threading.Event()
+        self._thread = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="chaos-position-sampler",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(15)
+
+    def _run(self) -> None:
+        last = None
+        while not self._stop.wait(self.interval):
+            try:
+                position = cursor_position(self.pair, self.record.target, self.topic,
+                                           self.record.name)
+            except Exception:
+                continue                 # the target down or paused: no sample
+            if position is not None and position != last:
+                self.record.target_positions.append((time.time(), position))
+                last = position
 
 
 def wait_settled(pair, cluster: str, topic: str, name: str, stable: float = 3.0,

@@ -23,7 +23,16 @@ replicated, and only as far as the last snapshot it passed, so the promise is *a
   update) that reached a consumer. Must be 0.
 - **skipped**: messages the target stores before the first one it delivers. 0 means the target's
   subscription started from the beginning: the state did not cross (``crossed`` False).
+- **ahead of the source**: a message the target's subscription passed (its mark-delete position,
+  sampled through the run, at or beyond the message's position there) before the source's
+  consumer had acknowledged it. Must be 0: a failover at that moment would have skipped it. The
+  final figures cannot show this (a message acked on the source later is no longer lost), so the
+  run samples the target's position while the faults go on (``target_positions``, each sample
+  timed after its answer came) and times each ack before it is made: the check errs towards
+  passing, never towards a false alarm.
 """
+
+from bisect import bisect_left
 
 from dataclasses import dataclass, field
 
@@ -37,9 +46,12 @@ def _mid(value):
 @dataclass
 class SubscriptionRecord:
     """What the replicated-subscription part of a run saw. ``topic`` is the storage index of
-    the topic; deliveries are ``(producer, seq, message id)`` in arrival order; ``cumulative_acks``
-    are the source message ids acked cumulatively; ``undecodable`` counts, per cluster,
-    deliveries that were no workload payload; ``meta`` says how the state crossed."""
+    the topic; deliveries are ``(producer, seq, message id)`` in arrival order;
+    ``individual_acks`` are ``(producer, seq, time)``, ``cumulative_acks`` ``(source message id,
+    time)`` (``time.time()`` just before the ack was made); ``target_positions`` are ``(time,
+    "L:E")``, the target's mark-delete position each time a sample found it moved (timed once
+    the answer came); ``undecodable`` counts, per cluster, deliveries that were no workload
+    payload; ``meta`` says how the state crossed."""
     name: str
     topic: int
     source: str
@@ -48,6 +60,7 @@ class SubscriptionRecord:
     individual_acks: list = field(default_factory=list)
     cumulative_acks: list = field(default_factory=list)
     target_deliveries: list = field(default_factory=list)
+    target_positions: list = field(default_factory=list)
     undecodable: dict = field(default_factory=dict)
     meta: dict = field(default_factory=dict)
 
@@ -56,8 +69,9 @@ class SubscriptionRecord:
                 "target": self.target,
                 "source_deliveries": [list(d[:2]) + [_mid(d[2])] for d in self.source_deliveries],
                 "individual_acks": [list(a) for a in self.individual_acks],
-                "cumulative_acks": [list(m) for m in self.cumulative_acks],
+                "cumulative_acks": [[list(m), t] for m, t in self.cumulative_acks],
                 "target_deliveries": [list(d[:2]) + [_mid(d[2])] for d in self.target_deliveries],
+                "target_positions": [list(p) for p in self.target_positions],
                 "undecodable": dict(self.undecodable), "meta": dict(self.meta)}
 
     @classmethod
@@ -66,8 +80,9 @@ class SubscriptionRecord:
                    target=data["target"],
                    source_deliveries=[(p, s, _mid(m)) for p, s, m in data["source_deliveries"]],
                    individual_acks=[tuple(a) for a in data["individual_acks"]],
-                   cumulative_acks=[tuple(m) for m in data["cumulative_acks"]],
+                   cumulative_acks=[(tuple(m), t) for m, t in data["cumulative_acks"]],
                    target_deliveries=[(p, s, _mid(m)) for p, s, m in data["target_deliveries"]],
+                   target_positions=[tuple(p) for p in data.get("target_positions", [])],
                    undecodable=dict(data.get("undecodable", {})), meta=dict(data.get("meta", {})))
 
 
@@ -83,6 +98,8 @@ class SubscriptionVerdict:
     out_of_order: int = 0
     skipped: int = 0
     undecodable: int = 0
+    ahead: int = 0               # passed on the target before the source acked them
+    samples: int = 0             # target positions sampled
     examples: dict = field(default_factory=dict)
 
     @property
@@ -93,7 +110,7 @@ class SubscriptionVerdict:
     @property
     def violations(self) -> dict:
         figures = {"lost": self.lost, "out_of_order": self.out_of_order,
-                   "undecodable": self.undecodable}
+                   "undecodable": self.undecodable, "ahead_of_source": self.ahead}
         return {name: count for name, count in figures.items() if count}
 
     def share(self, part: int, whole: int) -> str:
@@ -105,6 +122,7 @@ class SubscriptionVerdict:
                 "lost": self.lost, "redelivered": self.redelivered,
                 "delivered_twice": self.delivered_twice, "out_of_order": self.out_of_order,
                 "skipped": self.skipped, "undecodable": self.undecodable,
+                "ahead": self.ahead, "samples": self.samples,
                 "crossed": self.crossed, "examples": self.examples,
                 "violations": self.violations}
 
@@ -114,12 +132,9 @@ def check_subscription(record: SubscriptionRecord, source_storage: list,
     """The figures of the module docstring; the storages are the topic's ``Stored`` entries on
     the source and on the target, in storage order."""
     verdict = SubscriptionVerdict()
-    covered = set()
-    if record.cumulative_acks:
-        furthest = max(tuple(m[:2]) for m in record.cumulative_acks)
-        covered = {(e.producer, e.seq) for e in source_storage
-                   if tuple(e.message_id[:2]) <= furthest}
-    acked = covered | {tuple(a) for a in record.individual_acks}
+    acked_at = _ack_times(record, source_storage)
+    covered = set(_cumulative_times(record, source_storage))
+    acked = set(acked_at)
     stored = []
     for entry in target_storage:
         name = (entry.producer, entry.seq)
@@ -152,7 +167,59 @@ def check_subscription(record: SubscriptionRecord, source_storage: list,
     first = delivered[0] if delivered else None
     verdict.skipped = stored.index(first) if first in universe else len(stored)
     verdict.undecodable = sum(record.undecodable.values())
+    _check_ahead(record, target_storage, acked_at, verdict)
     return verdict
+
+
+def _position(text: str) -> tuple:
+    ledger, entry = text.split(":")
+    return int(ledger), int(entry)
+
+
+def _cumulative_times(record: SubscriptionRecord, source_storage: list) -> dict:
+    """(producer, seq) -> the earliest time a cumulative ack covered it on the source."""
+    acks = sorted((tuple(m[:2]), t) for m, t in record.cumulative_acks)
+    positions = [p for p, _ in acks]
+    earliest = [t for _, t in acks]
+    for i in range(len(earliest) - 2, -1, -1):      # earliest ack at or after each position
+        earliest[i] = min(earliest[i], earliest[i + 1])
+    out = {}
+    for entry in source_storage:
+        i = bisect_left(positions, tuple(entry.message_id[:2]))
+        if i < len(positions):
+            name = (entry.producer, entry.seq)
+            out[name] = min(out.get(name, earliest[i]), earliest[i])
+    return out
+
+
+def _ack_times(record: SubscriptionRecord, source_storage: list) -> dict:
+    """(producer, seq) -> the earliest time the source's consumer acknowledged it, either way."""
+    out = _cumulative_times(record, source_storage)
+    for producer, seq, t in record.individual_acks:
+        out[(producer, seq)] = min(out.get((producer, seq), t), t)
+    return out
+
+
+def _check_ahead(record, target_storage: list, acked_at: dict, verdict) -> None:
+    samples = sorted((t, _position(text)) for t, text in record.target_positions)
+    verdict.samples = len(samples)
+    times, furthest = [], []
+    for t, position in samples:
+        # A position never goes back; the running maximum guards against a stale answer.
+        furthest.append(max(position, furthest[-1]) if furthest else position)
+        times.append(t)
+    ahead = set()
+    for entry in target_storage:
+        i = bisect_left(furthest, tuple(entry.message_id[:2]))
+        if i == len(furthest):
+            continue                     # never passed while sampled
+        name = (entry.producer, entry.seq)
+        if name not in ahead and acked_at.get(name, float("inf")) > times[i]:
+            ahead.add(name)
+            _example(verdict, "ahead_of_source",
+                     [entry.producer, entry.seq, f"passed by {times[i]:.3f}",
+                      f"acked at {acked_at.get(name)}"])
+    verdict.ahead = len(ahead)
 
 
 def _example(verdict: SubscriptionVerdict, figure: str, example) -> None:
@@ -173,6 +240,8 @@ def format_subscription_verdict(record: SubscriptionRecord, v: SubscriptionVerdi
         f"{v.share(v.redelivered, v.delivered)} of {record.target}'s deliveries)  delivered twice "
         f"{v.delivered_twice}  out of order {v.out_of_order}  markers/undecodable delivered "
         f"{v.undecodable} {record.undecodable or ''}",
+        f"  AHEAD of {record.source} {v.ahead} (of {v.samples} samples of {record.target}'s "
+        f"position during the run)",
         f"  state crossed: {'yes' if v.crossed else 'NO (the target started from the beginning)'}"
         f"; {record.target}'s subscription: {record.meta.get('settled', '?')}"]
     for figure, examples in sorted(v.examples.items()):
