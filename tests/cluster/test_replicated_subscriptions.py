@@ -288,7 +288,8 @@ class ReplicatedSubscriptionTests(ReplicatedSubscriptionCase):
         """With snapshot and update markers in the topic (and last in it), a reader from the
         earliest position and a plain consumer get exactly the produced payloads in order on
         both clusters, ``has_message_available()`` then says False, and east's replicated
-        subscription, all acked, has no backlog left (markers are acknowledged for it)."""
+        subscription and the plain ones, all acked, have no backlog left (markers are
+        acknowledged for every subscription)."""
         east = self.subscribe(self.east)
         self.phase(10)
         self.phase(10)
@@ -303,11 +304,12 @@ class ReplicatedSubscriptionTests(ReplicatedSubscriptionCase):
             self.assertEqual(self.read_strictly(site), expected, site.name)
             plain = self.subscribe(site, f"plain-{site.name}", replicated=False)
             self.assertEqual(self.drain(plain, last=payload(19), idle=2.0), expected, site.name)
-        deadline = time.monotonic() + WAIT
-        while (self.subscription_stats(self.east) or {}).get("msgBacklog") != 0:
-            self.assertLess(time.monotonic(), deadline,
-                            f"east's rs keeps a backlog: {self.subscription_stats(self.east)}")
-            time.sleep(0.2)
+        for site, name in ((self.east, SUB), (self.east, "plain-east"), (self.west, "plain-west")):
+            deadline = time.monotonic() + WAIT
+            while (self.subscription_stats(site, name) or {}).get("msgBacklog") != 0:
+                self.assertLess(time.monotonic(), deadline, f"{name} on {site.name} keeps a "
+                                f"backlog: {self.subscription_stats(site, name)}")
+                time.sleep(0.2)
 
     def test_reader_ending_on_markers(self):
         """A topic whose last entries are markers (its messages all before them):
