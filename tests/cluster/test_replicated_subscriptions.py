@@ -338,6 +338,28 @@ class ReplicatedSubscriptionTests(ReplicatedSubscriptionCase):
                           f"entry being the marker at {last_entry}")
             self.assertLess(time.monotonic() - started, 5.0)
 
+    def test_latest_inclusive_reader_ending_on_markers(self):
+        """On a topic whose last entries are markers, a reader at ``MessageId.latest`` with
+        ``start_message_id_inclusive`` has the last message available, at its first
+        ``has_message_available()`` (as without markers: the official client compares the
+        answer's mark-delete position, the reader's at the end of the topic, with the last
+        message id)."""
+        east = self.subscribe(self.east)
+        self.phase(5)
+        east.acknowledge_cumulative(self.receive(east, 5)[-1])
+        time.sleep(PAUSE)
+        for site in (self.east, self.west):
+            reader = self.client(site).create_reader(self.topic, pulsar.MessageId.latest,
+                                                     start_message_id_inclusive=True)
+            self.addCleanup(reader.close)
+            finished, first = _call_within(HANG, reader.has_message_available)
+            self.assertTrue(finished, f"{site.name}: has_message_available() hangs")
+            internal = self.pair.internal_stats(site.name, self.topic)
+            self.assertIs(first, True, f"{site.name}: the first has_message_available() of a "
+                          f"latest, inclusive reader -> {first!r} (lastConfirmedEntry "
+                          f"{internal.get('lastConfirmedEntry')}, a marker)")
+            self.assertEqual(reader.read_next(timeout_millis=int(WAIT * 1000)).data(), payload(4))
+
 
 class RestartTests(ReplicatedSubscriptionCase):
 
