@@ -151,16 +151,19 @@ class ReplicatedSubscriptionCase(GeoCase):
         """The subscription's entry in the topic stats on ``site``, None if it has none."""
         return (self.pair.topic_stats(site.name, self.topic).get("subscriptions") or {}).get(name)
 
-    def cursor(self, site, name=SUB):
-        return (self.pair.internal_stats(site.name, self.topic).get("cursors") or {}).get(name)
+    def cursor(self, site, name=SUB, topic=None):
+        internal = self.pair.internal_stats(site.name, topic or self.topic)
+        return (internal.get("cursors") or {}).get(name)
 
-    def wait_settled(self, site, name=SUB, after=None) -> tuple:
-        """The subscription's mark-delete position on ``site`` once it exists, is past
-        ``after`` (a position) and has not moved for ``STABLE`` seconds; fails after ``WAIT``."""
+    def wait_settled(self, site, name=SUB, after=None, topic=None) -> tuple:
+        """The subscription's mark-delete position on ``site`` (on ``topic``, the test's by
+        default) once it exists, is past ``after`` (a position) and has not moved for
+        ``STABLE`` seconds; fails after ``WAIT``."""
+        topic = topic or self.topic
         deadline = time.monotonic() + WAIT
         seen, since = None, None
         while time.monotonic() < deadline:
-            cursor = self.cursor(site, name)
+            cursor = self.cursor(site, name, topic)
             position = _position(cursor and cursor.get("markDeletePosition"))
             if position is not None and (after is None or position > after):
                 if position != seen:
@@ -170,7 +173,7 @@ class ReplicatedSubscriptionCase(GeoCase):
             time.sleep(0.2)
         self.fail(f"subscription {name!r} on {site.name} did not settle (past {after}) within "
                   f"{WAIT}s: last position {seen}; cursors "
-                  f"{sorted((self.pair.internal_stats(site.name, self.topic).get('cursors') or {}))}")
+                  f"{sorted((self.pair.internal_stats(site.name, topic).get('cursors') or {}))}")
 
     def read_strictly(self, site) -> list:
         """Every payload of the topic on ``site`` from the earliest position, read while
@@ -393,3 +396,35 @@ class RestartTests(ReplicatedSubscriptionCase):
         self.assertEqual(sorted({payload(i) for i in range(36, 40)} - set(got)), [], got)
         self.assertGreaterEqual(index(got[0]), 30, f"west did not follow east: {got}")
         self.assertLessEqual(index(got[0]), 36, got)
+
+
+class PartitionedTopicTests(ReplicatedSubscriptionCase):
+
+    def test_each_partition_crosses(self):
+        """On a topic of two partitions (made on east, and by east's broker on west), each
+        partition's state crosses on its own: m<even> on partition 0, m<odd> on 1, in two
+        phases; east acks all but m10 and m11 (each partition's first of phase 2); west then
+        delivers exactly m10-m19."""
+        path = "/admin/v2/persistent/" + self.topic.split("://", 1)[1] + "/partitions"
+        self.pair.admin("east").put(path, 2)
+        deadline = time.monotonic() + WAIT
+        while (self.pair.admin("west").get(path) or {}).get("partitions") != 2:
+            self.assertLess(time.monotonic(), deadline, "no partitioned topic on west")
+            time.sleep(0.2)
+        east = self.subscribe(self.east)
+        client = self.client(self.east)
+        producers = [client.create_producer(f"{self.topic}-partition-{p}", batching_enabled=False)
+                     for p in (0, 1)]
+        for phase in (range(0, 10), range(10, 20)):
+            for i in phase:
+                producers[i % 2].send(payload(i))
+            time.sleep(PAUSE)
+        messages = self.receive(east, 20)
+        self.assertEqual(sorted(m.data() for m in messages), [payload(i) for i in range(20)])
+        for message in messages:
+            if index(message.data()) not in (10, 11):
+                east.acknowledge(message)
+        for p in (0, 1):
+            self.wait_settled(self.west, topic=f"{self.topic}-partition-{p}")
+        got = self.drain(self.subscribe(self.west), last=payload(19))
+        self.assertEqual(sorted(got), [payload(i) for i in range(10, 20)])
