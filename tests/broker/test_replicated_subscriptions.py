@@ -59,24 +59,26 @@ class SnapshotCacheTests(unittest.SynchronousTestCase):
     def test_newest_passed_is_answered_and_older_dropped(self):
         cache = rsubs.SnapshotCache(10)
         for entry in (5, 10, 15):
-            cache.add(snapshot_at(1, entry), Position(1, 0))
+            cache.add(snapshot_at(1, entry))
         self.assertIsNone(cache.advanced(Position(1, 4)))
         self.assertEqual(cache.advanced(Position(1, 12)).snapshot_id, "1:10")
         self.assertEqual(len(cache), 1)
         self.assertIsNone(cache.advanced(Position(1, 14)))
         self.assertEqual(cache.advanced(Position(2, 0)).snapshot_id, "1:15")
 
-    def test_acknowledged_or_out_of_order_snapshots_are_not_kept(self):
+    def test_out_of_order_snapshots_are_not_kept_but_passed_ones_are(self):
         cache = rsubs.SnapshotCache(10)
-        cache.add(snapshot_at(1, 3), Position(1, 5))
-        cache.add(snapshot_at(1, 8), Position(1, 5))
-        cache.add(snapshot_at(1, 7), Position(1, 5))     # read again after a rewind
-        self.assertEqual(len(cache), 1)
+        cache.add(snapshot_at(1, 3))
+        cache.add(snapshot_at(1, 8))
+        cache.add(snapshot_at(1, 7))     # read again after a rewind
+        self.assertEqual(len(cache), 2)
+        # Already passed when met (a consumer that keeps up): handed on at once.
+        self.assertEqual(cache.advanced(Position(1, 9)).snapshot_id, "1:8")
 
     def test_full_cache_keeps_the_oldest_and_stays_spread(self):
         cache = rsubs.SnapshotCache(4)
         for entry in range(1, 21):
-            cache.add(snapshot_at(1, entry), Position(1, 0))
+            cache.add(snapshot_at(1, entry))
         kept = [position.entry_id for position, _, _ in cache._items]
         self.assertEqual(len(kept), 4)
         self.assertEqual(kept[0], 1)    # the one nearest the mark-delete stays until passed
@@ -240,6 +242,45 @@ class ReplicatedSubscriptionTests(ReplicatedSubscriptionCase):
         self.from_west(rsubs.RESPONSE, response, replicate_to=("east",))
         self.assertEqual(stats.completed, 0)
 
+    def test_a_consumer_that_keeps_up_sends_updates(self):
+        """Everything acknowledged before the snapshot marker is read: the dispatcher's ack of
+        the answer already moved the mark-delete past the snapshot's position (review)."""
+        consumer = self.subscribe()
+        self.publish(self.client, self.pid, b"a")
+        ledger, entry, _ = self.delivered(consumer)[0]
+        consumer.send(T(type=T.ACK, ack=api.CommandAck(
+            consumer_id=1, ack_type=api.CommandAck.Individual,
+            message_id=[api.MessageIdData(ledgerId=ledger, entryId=entry)])))
+        self.harness.pump()
+        self.clock.advance(1.0)
+        self.harness.pump()
+        self.answer_request((7, 42))
+        [(_, body)] = self.sent_markers(rsubs.UPDATE)
+        update = pm.ReplicatedSubscriptionsUpdate.FromString(body)
+        self.assertEqual([(c.cluster, c.message_id.entry_id) for c in update.clusters],
+                         [("west", 42)])
+
+    def test_reserved_names(self):
+        """No update and no SUBSCRIBE may take a cursor of the broker's own (review)."""
+        topic = self.topic()
+        self.publish(self.client, self.pid, b"a")
+        replicator_cursor = topic.ledger.cursors["pulsar.repl.west"]
+        before = replicator_cursor.mark_delete_position
+        update = pm.ReplicatedSubscriptionsUpdate(subscription_name="pulsar.repl.west")
+        mine = update.clusters.add(cluster="east")
+        last = topic.ledger.last_confirmed_entry()
+        mine.message_id.ledger_id, mine.message_id.entry_id = last.ledger_id, last.entry_id
+        self.from_west(rsubs.UPDATE, update)
+        self.assertNotIn("pulsar.repl.west", topic.subscriptions)
+        self.assertEqual(replicator_cursor.mark_delete_position, before)
+        for name in ("pulsar.repl.west", "pulsar.dedup"):
+            consumer = self.subscribe(name, replicated=False, consumer_id=7)
+            [error] = consumer.commands(T.ERROR)
+            self.assertEqual((error.error.error, error.error.message),
+                             (api.ProducerBusy,
+                              "Subscription with reserved subscription name attempted"))
+            self.assertNotIn(name, topic.subscriptions)
+
     def test_markers_are_never_delivered_to_any_subscription(self):
         plain = self.subscribe("plain", replicated=False, consumer_id=2)
         self.subscribe()
@@ -328,6 +369,19 @@ class ReplicatedSubscriptionTests(ReplicatedSubscriptionCase):
         last = self.successResultOf(self.topic().last_message_id())
         self.assertEqual(last, (data_position.ledger_id, data_position.entry_id, -1))
 
+    def test_last_message_id_follows_new_markers_and_new_data(self):
+        self.publish(self.client, self.pid, b"a")
+        a = self.topic().ledger.last_confirmed_entry()
+        for _ in range(3):
+            self.from_west(rsubs.UPDATE, pm.ReplicatedSubscriptionsUpdate(subscription_name="x"))
+            self.assertEqual(self.successResultOf(self.topic().last_message_id())[:2],
+                             (a.ledger_id, a.entry_id))
+        self.publish(self.client, self.pid, b"b")
+        b = self.topic().ledger.last_confirmed_entry()
+        self.from_west(rsubs.UPDATE, pm.ReplicatedSubscriptionsUpdate(subscription_name="x"))
+        self.assertEqual(self.successResultOf(self.topic().last_message_id())[:2],
+                         (b.ledger_id, b.entry_id))
+
     def test_a_topic_of_markers_only_answers_no_message(self):
         self.from_west(rsubs.UPDATE, pm.ReplicatedSubscriptionsUpdate(subscription_name="x"))
         ledger_id, entry_id, _ = self.successResultOf(self.topic().last_message_id())
@@ -393,7 +447,23 @@ class ThreeClusterTests(ReplicatedSubscriptionCase):
         self.assertTrue(attempt.first_round_done)
         self.assertEqual(attempt.missing, {"west", "north"})
         self.assertEqual(len(self.sent_markers(rsubs.REQUEST)), requests + 1)
-        self.answer_request()
-        controller.received_marker(Position(99, 1), rsubs.RESPONSE, response.SerializeToString())
+        # North's first answer again (its replicator sent it twice): not the second round's.
+        controller.received_marker(Position(99, 9), rsubs.RESPONSE, response.SerializeToString())
+        self.assertEqual(attempt.missing, {"west", "north"})
+        response.cluster.message_id.entry_id = 8
+        controller.received_marker(Position(99, 10), rsubs.RESPONSE, response.SerializeToString())
+        self.assertEqual(attempt.missing, {"west"})
+        # West's second answer is met last, at a lower position than north's (the replicators
+        # run apart): the snapshot takes the highest of the round (review).
+        self.answer_request((7, 50))
         self.harness.pump()
         self.assertEqual(stats.completed, 1)
+        snapshots = [rsubs.parse_snapshot(e.data) for e in self.successResultOf(
+            topic.ledger.read_entries(topic.ledger.first_position(), 1000))
+            if frames.entry_metadata(e.data).marker_type == rsubs.SNAPSHOT]
+        [snapshot] = snapshots
+        self.assertEqual((snapshot.local_message_id.ledger_id, snapshot.local_message_id.entry_id),
+                         (99, 10))
+        # The first round's positions are the ones kept.
+        self.assertEqual({c.cluster: c.message_id.entry_id for c in snapshot.clusters},
+                         {"west": 42, "north": 4})
