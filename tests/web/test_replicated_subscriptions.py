@@ -6,6 +6,7 @@ Replicated subscription status over the admin REST API (Pulsar's PersistentTopic
 
 import treq
 from twisted.internet import defer
+from twisted.trial.unittest import SkipTest
 
 from pulsar_twisted.broker.ownership import NotOwnedError
 from pulsar_twisted.broker.subscription import PersistentSubscription
@@ -21,11 +22,12 @@ def status_path(topic: str = "t", sub: str = "s", base: str = P) -> str:
     return f"{base}/{topic}/subscription/{sub}/replicatedSubscriptionStatus"
 
 
-def install_fake_replication(case) -> None:
+def install_fake_replication(case) -> bool:
     """Until the broker core has them: ``PersistentSubscription.replicated`` and
-    ``set_replicated(enabled) -> Deferred`` (the cursor property pulsar.replicated.subscription)."""
+    ``set_replicated(enabled) -> Deferred`` (the cursor property pulsar.replicated.subscription).
+    True when the fake was installed (removed at the end of ``case``)."""
     if hasattr(PersistentSubscription, "set_replicated"):
-        return
+        return False
 
     def set_replicated(self, enabled):
         if enabled:
@@ -42,6 +44,7 @@ def install_fake_replication(case) -> None:
         del PersistentSubscription.set_replicated
         del PersistentSubscription.replicated
     case.addCleanup(remove)
+    return True
 
 
 class ReplicatedStatusCase(WebTestCase):
@@ -49,7 +52,7 @@ class ReplicatedStatusCase(WebTestCase):
 
     @defer.inlineCallbacks
     def setUp(self):
-        install_fake_replication(self)
+        self.fake_replication = install_fake_replication(self)
         yield super().setUp()
         yield self.expect("PUT", f"{P}/t", 204)
         yield self.expect("PUT", f"{P}/t/subscription/s", 204)
@@ -84,6 +87,30 @@ class SetAndGetTests(ReplicatedStatusCase):
                          {"persistent://public/default/pt-partition-1": True})
         self.assertEqual((yield self.expect("GET", status_path("pt-partition-0"), 200)),
                          {"persistent://public/default/pt-partition-0": False})
+
+    @defer.inlineCallbacks
+    def test_internal_stats_show_the_cursor_property(self):
+        """Internal stats print the cursor's properties as Pulsar's do: pulsar.replicated.subscription
+        is the long 1 while replicated, absent otherwise."""
+        key = "pulsar.replicated.subscription"
+        stats = yield self.expect("GET", f"{P}/t/internalStats", 200)
+        self.assertNotIn(key, stats["cursors"]["s"]["properties"])
+        yield self.expect("POST", status_path(), 204, True)
+        stats = yield self.expect("GET", f"{P}/t/internalStats", 200)
+        self.assertIs(type(stats["cursors"]["s"]["properties"][key]), int)
+        self.assertEqual(stats["cursors"]["s"]["properties"][key], 1)
+        yield self.expect("POST", status_path(), 204, False)
+        stats = yield self.expect("GET", f"{P}/t/internalStats", 200)
+        self.assertNotIn(key, stats["cursors"]["s"]["properties"])
+
+    @defer.inlineCallbacks
+    def test_survives_unload(self):
+        """The status is durable: the topic unloaded and loaded again still has it."""
+        if self.fake_replication:
+            raise SkipTest("needs the broker core's set_replicated (the fake is in memory only)")
+        yield self.expect("POST", status_path(), 204, True)
+        yield self.expect("PUT", f"{P}/t/unload", 204)
+        self.assertEqual((yield self.expect("GET", status_path(), 200)), {TOPIC: True})
 
 
 class PartitionedTests(ReplicatedStatusCase):
