@@ -1,7 +1,8 @@
 """
 Broker-wide counters for /metrics that no topic owns: connections (Pulsar's
 ``pulsar_active_connections``, ``pulsar_connection_created_total_count``, ...) and topic lookups
-(``pulsar_broker_lookup_*`` and the ``pulsar_broker_lookup`` latency summary).
+(``pulsar_broker_lookup_*`` and the ``pulsar_broker_lookup`` latency summary), and the replicated
+subscriptions' snapshots (``pulsar_replicated_subscriptions_*``).
 
 Lookups are counted where Pulsar counts them (its ``TopicLookupBase``): every binary LOOKUP and
 every HTTP ``/lookup/v2`` goes through ``BrokerService.lookup``. An answer naming another broker
@@ -14,6 +15,7 @@ import functools
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
+from pulsar_twisted.broker.replicated_subscriptions import SnapshotStats
 from pulsar_twisted.common.latency import LatencySummary
 
 #: Quantiles of the lookup latency summary, Pulsar's (``TopicLookupBase.lookupLatency``).
@@ -32,6 +34,8 @@ class BrokerCounters:
         self.lookup_failures = 0
         self.lookup_pending = 0
         self.lookup_latency = LatencySummary()
+        #: The replicated subscriptions' snapshots (``pulsar_replicated_subscriptions_*``).
+        self.snapshots = SnapshotStats()
 
     def connection_opened(self) -> None:
         self.connections_created += 1

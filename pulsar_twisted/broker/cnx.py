@@ -110,6 +110,7 @@ def subscribe_request(request: api.CommandSubscribe) -> SubscribeRequest:
         key_shared_meta=(key_shared_meta(request.keySharedMeta)
                          if request.HasField("keySharedMeta") else None),
         read_compacted=request.read_compacted, force_topic_creation=request.force_topic_creation,
+        replicate_subscription_state=request.replicate_subscription_state,
         schema=schema_spec(request.schema) if request.HasField("schema") else None)
 
 

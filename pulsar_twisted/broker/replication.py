@@ -18,7 +18,8 @@ For each remote cluster a topic has one ``Replicator``:
   properties, batch, compression) but for ``replicated_from`` = the local cluster; it is deleted
   from the cursor once the remote cluster has stored it. Entries already replicated from
   elsewhere (``replicated_from`` set), entries whose ``replicate_to`` leaves the remote out, and
-  markers are deleted without being sent;
+  markers other than the replicated-subscription ones (replicated_subscriptions.py) are deleted
+  without being sent;
 - a message written with a schema carries this cluster's version of it: the replicator
   registers that schema on the remote topic first (GET_OR_CREATE_SCHEMA, as Java's producer
   does for a message with its own schema) and sends the message with the remote's version,
@@ -50,6 +51,7 @@ from urllib.parse import quote
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from pulsar_twisted.broker import replicated_subscriptions as rsubs
 from pulsar_twisted.broker import schema as schemas
 from pulsar_twisted.broker.cnx import peer_text
 from pulsar_twisted.broker.entryinfo import num_messages
@@ -292,18 +294,25 @@ class _ReplicatorBase:
         return defer.succeed(None)
 
     # ---------------------------------------------------------------- what is sent
-    def _outgoing(self, data: bytes):
+    def _outgoing(self, data: bytes, position=None):
         """``(metadata, payload)`` to send for the stored or published message ``data``, with
         ``replicated_from`` set; None when it is not for the remote cluster; ValueError when
-        its metadata cannot be read."""
+        its metadata cannot be read. A replicated-subscription marker from the remote cluster,
+        stored at ``position`` (persistent topics), goes to the topic: this replicator meets it
+        after everything it sends back before it (replicated_subscriptions.py)."""
         try:
             raw_metadata, payload = split_message(data, verify=False)
             metadata = api.MessageMetadata.FromString(raw_metadata)
         except (FrameError, Exception) as e:
             raise ValueError(str(e)) from None
+        if metadata.HasField("marker_type"):
+            crossing = metadata.marker_type in rsubs.CROSSING_MARKERS
+            if crossing and position is not None and metadata.replicated_from == self.remote:
+                rsubs.marker_received(self.topic, position, metadata.marker_type, payload)
+            if not crossing:
+                return None
         if (metadata.HasField("replicated_from")
-                or (metadata.replicate_to and self.remote not in metadata.replicate_to)
-                or metadata.HasField("marker_type")):
+                or (metadata.replicate_to and self.remote not in metadata.replicate_to)):
             return None
         metadata.replicated_from = self.local
         return metadata, payload
@@ -478,7 +487,7 @@ class Replicator(_ReplicatorBase):
     def _replicate(self, entry, epoch) -> bool:
         """Send ``entry`` (or skip it); False when it must wait for its schema's remote version."""
         try:
-            outgoing = self._outgoing(entry.data)
+            outgoing = self._outgoing(entry.data, entry.position)
         except ValueError as e:
             # Pulsar deletes an entry it cannot deserialize (it could never be sent).
             self._warn("{what}: entry {position} has unreadable metadata ({error}); skipped",

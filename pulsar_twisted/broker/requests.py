@@ -74,4 +74,7 @@ class SubscribeRequest:
     key_shared_meta: KeySharedMeta = None
     read_compacted: bool = False
     force_topic_creation: bool = True
+    #: Keep the subscription's position in step across replicated clusters (Pulsar's
+    #: replicateSubscriptionState).
+    replicate_subscription_state: bool = False
     schema: SchemaSpec = None

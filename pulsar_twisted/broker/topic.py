@@ -14,13 +14,12 @@ from twisted.internet import defer
 from twisted.logger import Logger
 from twisted.python.failure import Failure
 
-from pulsar_twisted.broker import compaction, seek_time
+from pulsar_twisted.broker import compaction, last_message, seek_time
 from pulsar_twisted.broker.access_modes import ProducerAccess
 from pulsar_twisted.broker.consumer import Consumer
-from pulsar_twisted.broker import replication
+from pulsar_twisted.broker import replicated_subscriptions, replication
 from pulsar_twisted.broker.dedup import DEDUP_CURSOR, MessageDeduplication
-from pulsar_twisted.broker.entryinfo import num_messages
-from pulsar_twisted.broker.producer import Producer, TopicFencedError
+from pulsar_twisted.broker.producer import Producer, TopicFencedError, producer_class
 from pulsar_twisted.broker.storage_stats import LedgerWriteStats, StorageWriteStats
 from pulsar_twisted.broker.subscription import NonPersistentSubscription, PersistentSubscription
 from pulsar_twisted.common import errors
@@ -31,7 +30,6 @@ from pulsar_twisted.mledger.interfaces import ManagedLedgerFencedError
 from pulsar_twisted.metadata.interfaces import MetadataUnavailableError
 from pulsar_twisted.mledger.ledger import ManagedLedgerTerminatedError
 from pulsar_twisted.proto import PulsarApi_pb2 as api
-from pulsar_twisted.wire.frames import entry_metadata
 
 Sub = api.CommandSubscribe
 
@@ -211,8 +209,9 @@ class TopicBase:
         def create():
             if self.producers.get(name) is not None:
                 raise errors.ProducerBusy(f"Producer with name '{name}' is already connected to topic")
-            producer = Producer(self, cnx, request.producer_id, name, request.access_mode,
-                                request.user_provided_name, dict(request.metadata), schema_version)
+            producer = producer_class(name)(
+                self, cnx, request.producer_id, name, request.access_mode,
+                request.user_provided_name, dict(request.metadata), schema_version)
             producer.connected_since = self.service.now_iso()
             if self.dedup is not None:
                 producer.last_sequence_id = self.dedup.last_sequence_id(name)
@@ -327,7 +326,8 @@ class PersistentTopic(TopicBase):
     persistent = True
 
     __slots__ = ("ledger", "pending_adds", "max_pending_adds", "_throttled", "fenced", "_unfence_call",
-                 "dedup_error", "unreadable_entries", "replicators", "_replication")
+                 "dedup_error", "unreadable_entries", "replicators", "_replication",
+                 "replicated_subscriptions")
 
     def __init__(self, service, topic_name, ledger, clock, config):
         super().__init__(service, topic_name, clock, config)
@@ -349,6 +349,8 @@ class PersistentTopic(TopicBase):
         #: The replication being set up (a Deferred: the topic is not ready before its
         #: replicators' cursors exist), a retry's DelayedCall, or None.
         self._replication = None
+        #: The ReplicatedSubscriptionsController while there is one (replicated_subscriptions.py).
+        self.replicated_subscriptions = None
         for name, cursor in ledger.cursors.items():
             if name == DEDUP_CURSOR or replication.is_replicator_cursor(name):
                 continue  # the deduplication snapshots' and the replicators' cursors
@@ -434,6 +436,7 @@ class PersistentTopic(TopicBase):
             replicator.start()
         if not self.replicators:
             self.replicators = TopicBase.replicators
+        replicated_subscriptions.check_controller(self)
 
     def _replication_changed(self, result, clusters):
         self._replication = None
@@ -678,10 +681,13 @@ class PersistentTopic(TopicBase):
         name = request.subscription
         subscription = self.subscriptions.get(name)
         self.check_consumer_limits(subscription)
+        replicated = replicated_subscriptions.asked_for(self, request)
         if subscription is None:
             if request.durable:
                 initial = "earliest" if request.initial_position == Sub.Earliest else "latest"
-                cursor = yield self.ledger.open_cursor(name, initial)
+                properties = ({replicated_subscriptions.REPLICATED_PROPERTY: 1} if replicated
+                              else None)
+                cursor = yield self.ledger.open_cursor(name, initial, properties)
             else:
                 cursor = self.ledger.new_non_durable_cursor(self._start_position(request), name=name)
             # Another SUBSCRIBE may have created it while we waited.
@@ -690,6 +696,8 @@ class PersistentTopic(TopicBase):
                 subscription = PersistentSubscription(self, name, cursor, self.clock, self.config,
                                                       durable=request.durable)
                 self._add_subscription(name, subscription)
+        if replicated:
+            yield subscription.set_replicated(True)
         compaction.apply_read_compacted(self, subscription, request)
         consumer = self.make_consumer(subscription, cnx, request)
         subscription.add_consumer(consumer)
@@ -722,15 +730,16 @@ class PersistentTopic(TopicBase):
         return defer.succeed(None)
 
     @defer.inlineCallbacks
-    def create_subscription(self, name: str, position=None):
+    def create_subscription(self, name: str, position=None, properties=None):
         """A durable subscription without consumers at ``position`` (None: the end)."""
-        cursor = yield self.ledger.open_cursor(name, "latest")
+        cursor = yield self.ledger.open_cursor(name, "latest", properties)
         if position is not None:
             yield cursor.reset_cursor(self.clamp_position(position))
         subscription = self.subscriptions.get(name)
         if subscription is None:
             subscription = PersistentSubscription(self, name, cursor, self.clock, self.config)
             self._add_subscription(name, subscription)
+            replicated_subscriptions.check_controller(self)
         return subscription
 
     def set_retention(self, minutes: int, size_mb: int) -> None:
@@ -759,18 +768,9 @@ class PersistentTopic(TopicBase):
         return self.ledger.offload_status()
 
     # ---------------------------------------------------------------- queries
-    @defer.inlineCallbacks
     def last_message_id(self):
-        """``(ledger_id, entry_id, batch_index)`` of the last message (entry_id -1 when empty)."""
-        last = self.ledger.last_confirmed_entry()
-        batch_index = -1
-        if last.entry_id >= 0:
-            entries = yield self.ledger.read_entries(last, 1)
-            if entries:
-                count = num_messages(entry_metadata(entries[0].data))
-                if count > 1:
-                    batch_index = count - 1
-        return (last.ledger_id, last.entry_id, batch_index)
+        """Deferred ``(ledger_id, entry_id, batch_index)`` of the last message (last_message.py)."""
+        return last_message.last_message_id(self)
 
     @defer.inlineCallbacks
     def find_position_by_time(self, publish_time_ms: int):
@@ -789,6 +789,9 @@ class PersistentTopic(TopicBase):
         replicators, self.replicators = self.replicators, TopicBase.replicators
         for replicator in replicators.values():
             replicator.close()
+        if self.replicated_subscriptions is not None:
+            self.replicated_subscriptions.close()
+            self.replicated_subscriptions = None
         if self._replication is not None and not isinstance(self._replication, defer.Deferred):
             if self._replication.active():
                 self._replication.cancel()

@@ -458,6 +458,10 @@ class Producer(ConnectionHandler):
         # deduplicates a chunk other than the last apart from whole messages (all the chunks of
         # a message carry its sequence id), and would drop the second as a duplicate otherwise.
         chunk = {"is_chunk": True} if metadata.num_chunks_from_msg > 1 else {}
+        if metadata.HasField("marker_type"):
+            # A broker's marker (replicated subscriptions): the SEND says so, as Java's does, so
+            # that a receiving Pulsar broker does not deduplicate it by its sequence id.
+            chunk["marker"] = True
         cmd = command(T.SEND, "send", producer_id=self.producer_id, sequence_id=sequence_id,
                       num_messages=max(1, num_messages), **chunk)
         self._queue(_OpSend(sequence_id, sequence_id, encode_payload_command(cmd, part), [message],

@@ -82,8 +82,13 @@ class ManagedCursorImpl:
         self._ledger_entries = 0
         self._old_ledger_id = -1
         self._node_version = None
-        self._node_writes = 0       # node writes in flight
+        self._node_writes = 0       # node writes in flight or queued
         self._node_idle = []        # Deferreds waiting for them to settle
+        #: One node write at a time: each carries the version the one before it left, so two
+        #: writes of ours never race each other's compare-and-set (only another owner's can).
+        self._node_lock = defer.DeferredLock()
+        #: The cursor ledger our last node write named (-1: none, the state in the node alone).
+        self._node_ledger = -1
         self._waiting = []
         self._persisting = False
         self._idle_waiters = []
@@ -556,17 +561,10 @@ class ManagedCursorImpl:
             w.errback(error)
 
     def _write_node(self, ledger_id):
-        """CAS the cursor node; its version is kept so a concurrent owner makes ours fail."""
-        data = formats.encode_cursor_node(
-            ledger_id, self.mark_delete_position, self.properties, self._acked,
-            self.ml.config.max_unacked_ranges_to_persist, self.ml._now_ms(), self._batch_deleted)
-        expected = -1 if self._node_version is None else self._node_version
-        d = self.ml.store.put(formats.cursor_path(self.ml.name, self.name), data,
-                              expected_version=expected)
+        """CAS the cursor node (after any node write of ours still in flight, whose version it
+        expects); its version is kept so a concurrent owner makes ours fail."""
         self._node_writes += 1
-
-        def written(stat):
-            self._node_version = stat.version
+        d = self._node_lock.run(self._put_node, ledger_id)
 
         def settled(result):
             self._node_writes -= 1
@@ -575,7 +573,43 @@ class ManagedCursorImpl:
                 for w in waiters:
                     w.callback(None)
             return result
-        return d.addCallback(written).addBoth(settled)
+        return d.addBoth(settled)
+
+    def _put_node(self, ledger_id):
+        if ledger_id is None:
+            ledger_id = self._node_ledger
+        data = formats.encode_cursor_node(
+            ledger_id, self.mark_delete_position, self.properties, self._acked,
+            self.ml.config.max_unacked_ranges_to_persist, self.ml._now_ms(), self._batch_deleted)
+        expected = -1 if self._node_version is None else self._node_version
+        d = self.ml.store.put(formats.cursor_path(self.ml.name, self.name), data,
+                              expected_version=expected)
+
+        def written(stat):
+            self._node_version = stat.version
+            self._node_ledger = ledger_id
+        return d.addCallback(written)
+
+    def set_properties(self, properties: dict):
+        """
+        Replace the cursor's properties (Pulsar's cursor properties: a replicated subscription's
+        flag) and store them in the cursor node: Deferred firing once they are durable. Fails
+        with ManagedLedgerClosedError on a closed or deleted cursor, and with
+        ManagedLedgerFencedError when another owner has the node (the cursor is fenced then).
+        """
+        if self._state in (CursorState.CLOSED, CursorState.DELETED):
+            return defer.fail(ManagedLedgerClosedError(f"cursor {self.name} is closed"))
+        self.properties = dict(properties)
+        # The node keeps naming the ledger it names (None): a switch under way records its new
+        # one itself, before or after this write.
+        d = self._write_node(None)
+
+        def failed(failure):
+            if failure.check(*_NODE_CAS_LOST):
+                self._become_fenced([])
+                raise ManagedLedgerFencedError(f"cursor {self.name} is fenced")
+            return failure
+        return d.addErrback(failed)
 
     def _wait_node_writes(self):
         """Deferred firing once no node write of ours is in flight (so our version is current)."""
@@ -631,6 +665,7 @@ class ManagedCursorImpl:
         data, stat = res
         self._node_version = stat.version
         ledger_id, md, self.properties, ranges, batch_indexes = formats.decode_cursor_node_full(data)
+        self._node_ledger = ledger_id
         md_props = {}
         if ledger_id >= 0:
             self._old_ledger_id = ledger_id

@@ -128,7 +128,7 @@ class StatsAdmin(AdminArea):
             "msgRateExpired": subscription.expired_rate(),
             "consumers": [_consumer_stats(c) for c in consumers],
             "isDurable": subscription.durable,
-            "isReplicated": False,
+            "isReplicated": getattr(subscription, "replicated", False),
             "nonContiguousDeletedMessagesRanges": ranges,
             **extra,
         }

@@ -107,7 +107,7 @@ class PersistentDispatcher:
     # ---------------------------------------------------------------- unreadable entries
     def metadata_or_skip(self, entry):
         """
-        The entry's MessageMetadata, or None after skipping it: an entry whose metadata does not
+        The entry's MessageMetadata, or None after skipping it (a marker, below): an entry whose metadata does not
         parse is never sent and is acknowledged on behalf of the subscription, as Pulsar's
         AbstractBaseDispatcher.filterEntriesForConsumer does ("message metadata was corrupted"),
         so it cannot hold a backlog forever. Counted on the subscription; logged once per topic.
@@ -115,6 +115,11 @@ class PersistentDispatcher:
         metadata = readable_metadata(entry.data)
         if metadata is None:
             self.skip_unreadable(entry)
+        elif metadata.HasField("marker_type"):
+            # A marker is for the brokers (replicated subscriptions): never delivered, and
+            # acknowledged for the subscription as it passes (Pulsar's dispatchers do the same).
+            self.subscription.marker_met(entry, metadata)
+            return None
         return metadata
 
     def skip_unreadable(self, entry) -> None:
