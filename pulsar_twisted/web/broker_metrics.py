@@ -30,7 +30,7 @@ The /metrics families Pulsar's Grafana dashboards query beyond the per-topic bas
   and snapshot builder): ``pulsar_replicated_subscriptions_pending_snapshots`` (gauge),
   ``pulsar_replicated_subscriptions_timedout_snapshots`` (counter, sample ``_total``) and
   ``pulsar_replicated_subscriptions_snapshot_ms`` (summary of the completed snapshots' durations,
-  ``_count`` and ``_sum``), from the broker's ``replicated_subscription_stats``.
+  ``_count`` and ``_sum``), from the broker's ``counters.snapshots`` (a ``SnapshotStats``).
 
 Rates (per second) that the broker does not compute itself are taken between two scrapes from
 the counters (``ScrapeRates``): the first scrape shows 0, every later one the counters' growth
@@ -430,16 +430,14 @@ class BrokerFamilies:
     def _replicated_subscriptions(self) -> None:
         """Pulsar registers these three once per broker, so they show (at 0) before any
         snapshot; a counter's sample carries ``_total`` as its Prometheus client writes it."""
-        stats = getattr(self.broker, "replicated_subscription_stats", None)
-        values = {key: getattr(stats, key, 0) for key in ("pending", "timed_out", "completed",
-                                                           "duration_ms_sum")}
+        stats = self.broker.counters.snapshots
         cluster = self.cluster_labels
-        self.rs_pending.add_plain(cluster, values["pending"])
-        self.rs_timed_out.add_plain(cluster, values["timed_out"],
+        self.rs_pending.add_plain(cluster, stats.pending)
+        self.rs_timed_out.add_plain(cluster, stats.timed_out,
                                     sample="pulsar_replicated_subscriptions_timedout_snapshots_total")
-        self.rs_snapshot.add_plain(cluster, values["completed"],
+        self.rs_snapshot.add_plain(cluster, stats.completed,
                                    sample="pulsar_replicated_subscriptions_snapshot_ms_count")
-        self.rs_snapshot.add_plain(cluster, values["duration_ms_sum"],
+        self.rs_snapshot.add_plain(cluster, stats.duration_ms_sum,
                                    sample="pulsar_replicated_subscriptions_snapshot_ms_sum")
 
 

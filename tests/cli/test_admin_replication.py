@@ -12,7 +12,6 @@ from twisted.internet import defer
 from pulsar_twisted.broker.admin import stats as admin_stats
 from tests.broker.test_replication_stats import REPLICATOR_STATS_KEYS, FakeReplicator
 from tests.cli.test_admin_groups import AdminCliCase
-from tests.web.test_replicated_subscriptions import install_fake_replication
 
 
 class NamespaceClustersTests(AdminCliCase):
@@ -84,7 +83,6 @@ class ReplicatedSubscriptionStatusTests(AdminCliCase):
 
     @defer.inlineCallbacks
     def setUp(self):
-        install_fake_replication(self)
         yield super().setUp()
         yield self.ok("topics", "create", "persistent://public/default/rs")
         yield self.ok("topics", "create-subscription", "rs", "-s", "sub")

@@ -1,7 +1,7 @@
 """
 /metrics for replicated subscriptions (web/broker_metrics.py): Pulsar's broker-wide
 ``pulsar_replicated_subscriptions_pending_snapshots`` (gauge), ``..._timedout_snapshots``
-(counter) and ``..._snapshot_ms`` (summary) from the broker's ``replicated_subscription_stats``.
+(counter) and ``..._snapshot_ms`` (summary) from the broker's ``counters.snapshots``.
 """
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -15,19 +15,12 @@ SNAPSHOT = "pulsar_replicated_subscriptions_snapshot_ms"
 
 class ReplicatedSubscriptionMetricsTests(MetricsCase):
     def stats(self):
-        """The broker's stats object (a stand-in with the same attributes until it has one)."""
-        stats = getattr(self.harness.broker, "replicated_subscription_stats", None)
-        if stats is None:
-            class Stats:
-                pending = timed_out = completed = duration_ms_sum = 0
-            stats = self.harness.broker.replicated_subscription_stats = Stats()
-            self.addCleanup(delattr, self.harness.broker, "replicated_subscription_stats")
-        return stats
+        """The broker's SnapshotStats (replicated_subscriptions.py)."""
+        return self.harness.broker.counters.snapshots
 
     def test_zero_before_any_snapshot(self):
         """The three families show at 0 on a broker that took no snapshot (Pulsar registers them
         once per broker)."""
-        self.stats()
         samples = self.scrape()
         self.assertEqual(self.value(samples, PENDING, CLUSTER), 0)
         self.assertEqual(self.value(samples, TIMED_OUT + "_total", CLUSTER), 0)

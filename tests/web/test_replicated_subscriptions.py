@@ -6,7 +6,6 @@ Replicated subscription status over the admin REST API (Pulsar's PersistentTopic
 
 import treq
 from twisted.internet import defer
-from twisted.trial.unittest import SkipTest
 
 from pulsar_twisted.broker.ownership import NotOwnedError
 from pulsar_twisted.broker.subscription import PersistentSubscription
@@ -22,37 +21,11 @@ def status_path(topic: str = "t", sub: str = "s", base: str = P) -> str:
     return f"{base}/{topic}/subscription/{sub}/replicatedSubscriptionStatus"
 
 
-def install_fake_replication(case) -> bool:
-    """Until the broker core has them: ``PersistentSubscription.replicated`` and
-    ``set_replicated(enabled) -> Deferred`` (the cursor property pulsar.replicated.subscription).
-    True when the fake was installed (removed at the end of ``case``)."""
-    if hasattr(PersistentSubscription, "set_replicated"):
-        return False
-
-    def set_replicated(self, enabled):
-        if enabled:
-            self.cursor.properties["pulsar.replicated.subscription"] = 1
-        else:
-            self.cursor.properties.pop("pulsar.replicated.subscription", None)
-        return defer.succeed(None)
-
-    PersistentSubscription.set_replicated = set_replicated
-    PersistentSubscription.replicated = property(
-        lambda self: "pulsar.replicated.subscription" in self.cursor.properties)
-
-    def remove():
-        del PersistentSubscription.set_replicated
-        del PersistentSubscription.replicated
-    case.addCleanup(remove)
-    return True
-
-
 class ReplicatedStatusCase(WebTestCase):
     """A topic ``t`` with the durable subscription ``s``."""
 
     @defer.inlineCallbacks
     def setUp(self):
-        self.fake_replication = install_fake_replication(self)
         yield super().setUp()
         yield self.expect("PUT", f"{P}/t", 204)
         yield self.expect("PUT", f"{P}/t/subscription/s", 204)
@@ -73,8 +46,12 @@ class SetAndGetTests(ReplicatedStatusCase):
         yield self.expect("POST", status_path(), 204, True)
         self.assertTrue(self.subscription().replicated)
         self.assertEqual((yield self.expect("GET", status_path(), 200)), {TOPIC: True})
+        stats = yield self.expect("GET", f"{P}/t/stats", 200)
+        self.assertIs(stats["subscriptions"]["s"]["isReplicated"], True)
         yield self.expect("POST", status_path(), 204, False)
         self.assertFalse(self.subscription().replicated)
+        stats = yield self.expect("GET", f"{P}/t/stats", 200)
+        self.assertIs(stats["subscriptions"]["s"]["isReplicated"], False)
         self.assertEqual((yield self.expect("GET", status_path(), 200)), {TOPIC: False})
 
     @defer.inlineCallbacks
@@ -106,8 +83,6 @@ class SetAndGetTests(ReplicatedStatusCase):
     @defer.inlineCallbacks
     def test_survives_unload(self):
         """The status is durable: the topic unloaded and loaded again still has it."""
-        if self.fake_replication:
-            raise SkipTest("needs the broker core's set_replicated (the fake is in memory only)")
         yield self.expect("POST", status_path(), 204, True)
         yield self.expect("PUT", f"{P}/t/unload", 204)
         self.assertEqual((yield self.expect("GET", status_path(), 200)), {TOPIC: True})
