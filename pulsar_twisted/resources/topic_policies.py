@@ -63,6 +63,15 @@ class TopicPoliciesResources(Documents):
             pass
 
     @deferred
+    async def delete_namespace(self, namespace) -> None:
+        """Forget the policies of every topic of ``namespace`` (it was deleted: a namespace made
+        again with its name must not find them)."""
+        try:
+            await self.store.delete_recursive(layout.topic_policies_namespace_path(namespace))
+        except NotFoundError:
+            pass
+
+    @deferred
     async def of_namespace(self, namespace) -> dict:
         """``{"domain://tenant/ns/topic": document}`` of every topic of ``namespace`` with
         policies."""

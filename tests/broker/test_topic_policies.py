@@ -126,3 +126,11 @@ class TopicPoliciesTests(PolicyCase):
         self.successResultOf(defer.Deferred.fromCoroutine(
             admin.delete_topic(parse_topic(TOPIC), force=True)))
         self.assertIsNone(self.successResultOf(self.resources.get(parse_topic(TOPIC))))
+
+    def test_deleting_the_namespace_deletes_its_topics_policies(self):
+        from pulsar_twisted.broker.admin.service import AdminService
+        admin = AdminService(self.broker, self.harness.store, self.harness.config, self.clock)
+        self.run_async(admin.create_namespace("public", "gone"))
+        self.set_topic(topic="persistent://public/gone/t", max_producers_per_topic=1)
+        self.run_async(admin.delete_namespace("public", "gone", force=True))
+        self.assertEqual(self.successResultOf(self.resources.of_namespace("public/gone")), {})
