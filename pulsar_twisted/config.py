@@ -421,6 +421,14 @@ def _check_offload_driver(value: str) -> str:
     return value
 
 
+def _check_at_least(least: int):
+    def check(value: int) -> int:
+        if value < least:
+            raise ValueError(f"must be {least} or more, got {value}")
+        return value
+    return check
+
+
 def _check_read_priority(value: str) -> str:
     if value not in READ_PRIORITIES:
         raise ValueError(f"must be one of {', '.join(READ_PRIORITIES)}, got {value!r}")
@@ -794,8 +802,8 @@ _BROKER_KEYS = [
         "Seconds a snapshot waits for the other clusters' answers before it is given up.",
         "Replication"),
     Key("replicatedSubscriptionsSnapshotMaxCachedPerSubscription", int, 30,
-        "Snapshots a replicated subscription keeps ahead of its mark-delete position.",
-        "Replication"),
+        "Snapshots a replicated subscription keeps ahead of its mark-delete position (3 at\n"
+        "least, as Pulsar requires).", "Replication", _check_at_least(3)),
 ] + _SECURITY_KEYS
 
 

@@ -114,9 +114,12 @@ class MessageDeduplication:
                     self.log.warn("{topic}: entry {position} has unreadable metadata; skipped in "
                                   "dedup replay", topic=self.name, position=entry.position)
                     continue
-                if metadata.num_chunks_from_msg > 1 and metadata.chunk_id < metadata.num_chunks_from_msg - 1:
+                if (metadata.HasField("marker_type") or (metadata.num_chunks_from_msg > 1 and
+                        metadata.chunk_id < metadata.num_chunks_from_msg - 1)):
+                    # A marker is never deduplicated (replicated_subscriptions.py); a chunked
+                    # message counts once its last chunk is stored.
                     replayed += 1
-                    continue    # the message counts once its last chunk is stored
+                    continue
                 sequence_id = max(_signed(metadata.sequence_id), _signed(metadata.highest_sequence_id))
                 producer = metadata.producer_name
                 if sequence_id > self.persisted_ids.get(producer, -1):

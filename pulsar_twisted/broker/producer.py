@@ -129,7 +129,8 @@ class Producer:
                 # client drop its whole connection. So: neither stored nor answered.
                 self.cnx.publish_answered(size)
                 continue
-            if self.from_replicator and self._is_marker(message):
+            metadata = lenient_metadata(message) if self.from_replicator else None
+            if metadata is not None and metadata.HasField("marker_type"):
                 # Another cluster's marker (replicated_subscriptions.py): stored as it is, never
                 # deduplicated (every marker is "pulsar.marker" with sequence id 0) and not
                 # counted as published data (a snapshot starts only after data).
@@ -157,13 +158,11 @@ class Producer:
             original = None
             if dedup is not None:
                 name, dedup_id, dedup_highest = self.name, sequence_id, highest
-                metadata = None
-                if self.from_replicator:
+                if metadata is not None:
                     # Another cluster's replicator: the message keeps its producer's name and
                     # sequence id, and those are what deduplicate it (Pulsar does the same), so
                     # that a message the replicator sends again, or one that reached this cluster
                     # by two routes, is stored once. (A batch's highest is its last member's.)
-                    metadata = lenient_metadata(message)
                     name, dedup_id = metadata.producer_name, metadata.sequence_id
                     dedup_highest = max(dedup_id, metadata.highest_sequence_id)
                     original = (name, dedup_highest)
@@ -184,10 +183,6 @@ class Producer:
             if publish_all is None or topic.closed or topic.fenced:
                 self._hand_over(publish_all, messages, counts, answers)
         self._hand_over(publish_all, messages, counts, answers)
-
-    @staticmethod
-    def _is_marker(message: bytes) -> bool:
-        return lenient_metadata(message).HasField("marker_type")
 
     def _hand_over(self, publish_all, messages, counts, answers) -> None:
         """Publish the gathered ``messages`` (emptying the lists): ``publish_all``, the topic's

@@ -43,6 +43,7 @@ import uuid
 from twisted.internet import defer
 from twisted.logger import Logger
 
+from pulsar_twisted.common import errors
 from pulsar_twisted.common.position import Position
 from pulsar_twisted.proto import PulsarApi_pb2 as api
 from pulsar_twisted.proto import PulsarMarkers_pb2 as pm
@@ -53,6 +54,10 @@ log = Logger()
 #: The cursor property that makes a subscription replicated (Pulsar's
 #: ``PersistentSubscription.REPLICATED_SUBSCRIPTION_PROPERTY``; a long 1 there).
 REPLICATED_PROPERTY = "pulsar.replicated.subscription"
+#: Cursor names of the broker's own: replication.NAME_PREFIX and dedup.DEDUP_CURSOR (not
+#: imported: both modules import this one).
+REPLICATOR_PREFIX = "pulsar.repl."
+DEDUP_CURSOR = "pulsar.dedup"
 #: Producer name of every marker (Pulsar's ``Markers``).
 MARKER_PRODUCER = "pulsar.marker"
 
@@ -90,10 +95,17 @@ def parse_snapshot(data: bytes):
         return None
 
 
+def is_reserved(name: str) -> bool:
+    """Whether ``name`` is a cursor of the broker's own (a replicator's, deduplication's), which
+    no subscription may take (Pulsar refuses such subscription names)."""
+    return name.startswith(REPLICATOR_PREFIX) or name == DEDUP_CURSOR
+
+
 def is_replicated(properties) -> bool:
-    """Whether cursor ``properties`` mark a replicated subscription."""
+    """Whether cursor ``properties`` mark a replicated subscription (the value 1, as Pulsar
+    reads it)."""
     value = (properties or {}).get(REPLICATED_PROPERTY)
-    return value not in (None, 0, "0", False, "false")
+    return value is not True and value in (1, "1")
 
 
 class SnapshotStats:
@@ -119,20 +131,22 @@ class SnapshotCache:
     __slots__ = ("max_size", "_items", "_serial")
 
     def __init__(self, max_size: int):
-        self.max_size = max(1, max_size)
+        self.max_size = max(3, max_size)
         self._items = []        # (local position, serial, snapshot)
         self._serial = 0
 
     def __len__(self):
         return len(self._items)
 
-    def add(self, snapshot, mark_delete) -> None:
-        """Keep ``snapshot`` (a ReplicatedSubscriptionsSnapshot) unless its local position is
-        already acknowledged, or not after the newest kept (read again after a rewind)."""
+    def add(self, snapshot) -> None:
+        """Keep ``snapshot`` (a ReplicatedSubscriptionsSnapshot) unless its local position is not
+        after the newest kept (read again after a rewind). One already passed is kept too: the
+        subscription's next ``advanced`` hands it on (a consumer that keeps up has acknowledged
+        everything up to the answer before the snapshot marker written after it is read)."""
         local = snapshot.local_message_id
         position = Position(local.ledger_id, local.entry_id)
         items = self._items
-        if position <= mark_delete or (items and position <= items[-1][0]):
+        if items and position <= items[-1][0]:
             return
         self._serial += 1
         items.append((position, self._serial, snapshot))
@@ -167,7 +181,7 @@ class _Attempt:
     """One snapshot under way (Pulsar's ReplicatedSubscriptionsSnapshotBuilder)."""
 
     __slots__ = ("id", "remotes", "missing", "two_rounds", "first_round_done", "writing",
-                 "started", "published", "responses")
+                 "started", "published", "responses", "local")
 
     def __init__(self, remotes, started: float, published: int):
         self.id = str(uuid.uuid4())
@@ -181,6 +195,9 @@ class _Attempt:
         self.started = started
         self.published = published     # the topic's published count when it began
         self.responses = {}     # cluster -> MarkersMessageIdData (its first answer)
+        #: The highest local position of the last round's answers: everything each cluster had
+        #: up to its answer is here before it, whatever order the replicators met them in.
+        self.local = None
 
 
 class ReplicatedSubscriptionsController:
@@ -294,21 +311,34 @@ class ReplicatedSubscriptionsController:
         if attempt is None:
             return  # late (timed out), or a copy of an answer already counted
         cluster = response.cluster.cluster
-        if cluster not in attempt.remotes:
+        if cluster not in attempt.remotes or cluster not in attempt.missing:
             return
-        attempt.responses.setdefault(cluster, response.cluster.message_id)
+        remote = response.cluster.message_id
+        first = attempt.responses.get(cluster)
+        if first is not None and (remote.ledger_id, remote.entry_id) <= (first.ledger_id,
+                                                                         first.entry_id):
+            # A copy of the first round's answer (its replicator sent it again): the second
+            # round's is taken after our second request reached that cluster, so it is later.
+            return
+        if first is None:
+            # The first round's position stays: the lower one, the safe one to move a
+            # subscription there to (Pulsar keeps the first answer too).
+            attempt.responses[cluster] = remote
         attempt.missing.discard(cluster)
+        if attempt.local is None or position > attempt.local:
+            attempt.local = position
         if attempt.missing or attempt.writing:
             return
         if attempt.two_rounds and not attempt.first_round_done:
             attempt.first_round_done = True
             attempt.missing = set(attempt.remotes)
+            attempt.local = None
             self._write(REQUEST, pm.ReplicatedSubscriptionsSnapshotRequest(
                 snapshot_id=attempt.id, source_cluster=self.local))
             return
         attempt.writing = True
         snapshot = pm.ReplicatedSubscriptionsSnapshot(snapshot_id=attempt.id)
-        snapshot.local_message_id.CopyFrom(_marker_id(position))
+        snapshot.local_message_id.CopyFrom(_marker_id(attempt.local))
         for name in sorted(attempt.responses):
             entry = snapshot.clusters.add()
             entry.cluster = name
@@ -413,6 +443,10 @@ def apply_update(topic, name: str, position):
     """Another cluster's replicated subscription ``name`` acknowledged everything up to
     ``position`` of ``topic``: ours moves there, made first (replicated, at that position) if it
     does not exist (module docstring: Pulsar makes it at the end instead)."""
+    if is_reserved(name):
+        log.warn("{topic}: update of subscription {sub} ignored: a reserved name",
+                 topic=topic.name, sub=name)
+        return
     last = topic.ledger.last_confirmed_entry()
     if position > last:
         log.warn("{topic}: update of subscription {sub} to {position}, after the last entry "
@@ -428,9 +462,18 @@ def apply_update(topic, name: str, position):
     yield subscription.move_mark_delete(position)
 
 
-def asked_for(topic, request) -> bool:
-    """Whether the SubscribeRequest ``request`` makes its subscription replicated: asked for
-    on a durable subscription, on a broker enabling replicated subscriptions (else logged)."""
+def refuse_reserved(topic, name: str) -> None:
+    """A subscription may not take a cursor of the broker's own (Pulsar's error, its code)."""
+    if is_reserved(name):
+        log.warn("{topic}: subscription {sub} refused: a reserved name", topic=topic.name, sub=name)
+        raise errors.ProducerBusy("Subscription with reserved subscription name attempted")
+
+
+def check_subscribe(topic, request) -> bool:
+    """Refuse a reserved subscription name (``refuse_reserved``); then whether the
+    SubscribeRequest ``request`` makes its subscription replicated: asked for on a durable
+    subscription, on a broker enabling replicated subscriptions (else logged)."""
+    refuse_reserved(topic, request.subscription)
     replicated = request.replicate_subscription_state and request.durable
     if replicated and not topic.config.enableReplicatedSubscriptions:
         log.info("{topic}: subscription {sub} asks for a replicated state, which this broker does "

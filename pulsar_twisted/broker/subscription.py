@@ -103,7 +103,8 @@ class PersistentSubscription(SubscriptionCounters):
         #: A replicated subscription's snapshots ahead of its mark-delete (a SnapshotCache),
         #: else None: the flag is the cursor property ``pulsar.replicated.subscription``.
         self.snapshots = None
-        if durable and rsubs.is_replicated(getattr(cursor, "properties", None)):
+        if (durable and config.enableReplicatedSubscriptions
+                and rsubs.is_replicated(getattr(cursor, "properties", None))):
             self.snapshots = rsubs.SnapshotCache(
                 config.replicatedSubscriptionsSnapshotMaxCachedPerSubscription)
 
@@ -128,6 +129,9 @@ class PersistentSubscription(SubscriptionCounters):
         if not self.durable:
             raise errors.NotAllowedError("A non-durable subscription cannot be replicated")
         enabled = bool(enabled)
+        if enabled and not self.config.enableReplicatedSubscriptions:
+            raise errors.NotAllowedError("Replicated subscriptions are disabled on this broker "
+                                         "(enableReplicatedSubscriptions=false)")
         if enabled == self.replicated:
             if enabled:
                 rsubs.check_controller(self.topic)
@@ -152,7 +156,7 @@ class PersistentSubscription(SubscriptionCounters):
         if self.snapshots is not None and metadata.marker_type == rsubs.SNAPSHOT:
             snapshot = rsubs.parse_snapshot(entry.data)
             if snapshot is not None:
-                self.snapshots.add(snapshot, self.cursor.mark_delete_position)
+                self.snapshots.add(snapshot)
         self.redelivery_counts.pop(entry.position, None)
         d = self.cursor.delete([entry.position])
         d.addErrback(self._marker_ack_failed, entry.position)
@@ -319,6 +323,8 @@ class PersistentSubscription(SubscriptionCounters):
         self.redelivery_counts.clear()
         if self.batch_acks is not None:
             self.batch_acks.clear()
+        if self.snapshots is not None:
+            self.snapshots.clear()     # met again as the dispatcher reads from there
         return defer.maybeDeferred(self.cursor.reset_cursor, self.topic.clamp_position(position))
 
     @defer.inlineCallbacks
@@ -369,77 +375,6 @@ class NonPersistentSubscription(SubscriptionCounters):
     @property
     def consumers(self):
         return self.dispatcher.consumers if self.dispatcher is not None else []
-
-    # ---------------------------------------------------------------- replicated state
-    @property
-    def replicated(self) -> bool:
-        """Whether the mark-delete position follows to the other clusters
-        (replicated_subscriptions.py)."""
-        return self.snapshots is not None
-
-    @defer.inlineCallbacks
-    def set_replicated(self, enabled: bool):
-        """Make the subscription replicated or not, durably (the cursor property, as Pulsar
-        keeps it): Deferred firing once stored."""
-        if not self.durable:
-            raise errors.NotAllowedError("A non-durable subscription cannot be replicated")
-        enabled = bool(enabled)
-        if enabled == self.replicated:
-            if enabled:
-                rsubs.check_controller(self.topic)
-            return
-        properties = dict(self.cursor.properties or {})
-        if enabled:
-            properties[rsubs.REPLICATED_PROPERTY] = 1
-        else:
-            properties.pop(rsubs.REPLICATED_PROPERTY, None)
-        yield self.cursor.set_properties(properties)
-        self.snapshots = (rsubs.SnapshotCache(
-            self.config.replicatedSubscriptionsSnapshotMaxCachedPerSubscription) if enabled
-            else None)
-        self.log.info("{sub}: replicated state {state}", sub=self.describe(),
-                      state="enabled" if enabled else "disabled")
-        if enabled:
-            rsubs.check_controller(self.topic)
-
-    def marker_met(self, entry, metadata) -> None:
-        """The dispatcher read a marker: never delivered, acknowledged for this subscription (as
-        Pulsar's dispatchers do); a snapshot is kept first if the subscription is replicated."""
-        if self.snapshots is not None and metadata.marker_type == rsubs.SNAPSHOT:
-            snapshot = rsubs.parse_snapshot(entry.data)
-            if snapshot is not None:
-                self.snapshots.add(snapshot, self.cursor.mark_delete_position)
-        self.redelivery_counts.pop(entry.position, None)
-        d = self.cursor.delete([entry.position])
-        d.addErrback(self._marker_ack_failed, entry.position)
-        if self.snapshots is not None:
-            self._state_moved()
-
-    def _marker_ack_failed(self, failure, position) -> None:
-        self.log.info("{sub}: acknowledging marker {position} failed ({error})",
-                      sub=self.describe(), position=position, error=failure.getErrorMessage())
-
-    def _state_moved(self) -> None:
-        """The mark-delete may have passed a snapshot: the other clusters hear of it."""
-        snapshot = self.snapshots.advanced(self.cursor.mark_delete_position)
-        if snapshot is not None:
-            controller = self.topic.replicated_subscriptions
-            if controller is not None:
-                controller.subscription_advanced(self.name, snapshot)
-
-    def move_mark_delete(self, position):
-        """Another cluster's update: everything up to ``position`` acknowledged here (a
-        cumulative acknowledgment by no consumer; nothing happens if it is behind)."""
-        if position <= self.cursor.mark_delete_position:
-            return defer.succeed(None)
-        d = self.cursor.mark_delete(position)
-        counts = self.redelivery_counts
-        if counts:
-            for p in [p for p in counts if p <= position]:
-                del counts[p]
-        if self.snapshots is not None:
-            self._state_moved()
-        return d
 
     @property
     def dropped(self) -> int:

@@ -681,7 +681,7 @@ class PersistentTopic(TopicBase):
         name = request.subscription
         subscription = self.subscriptions.get(name)
         self.check_consumer_limits(subscription)
-        replicated = replicated_subscriptions.asked_for(self, request)
+        replicated = replicated_subscriptions.check_subscribe(self, request)
         if subscription is None:
             if request.durable:
                 initial = "earliest" if request.initial_position == Sub.Earliest else "latest"
@@ -946,6 +946,7 @@ class NonPersistentTopic(TopicBase):
 
     def subscribe(self, cnx, request):
         name = request.subscription
+        replicated_subscriptions.refuse_reserved(self, name)
         subscription = self.subscriptions.get(name)
         try:
             self.check_consumer_limits(subscription)

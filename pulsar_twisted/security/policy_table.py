@@ -18,7 +18,7 @@ Each entry names one ``Rule`` (Pulsar's check for that endpoint, from ``BrokersB
 * ``TOPIC_LOOKUP`` / ``TOPIC_PRODUCE`` / ``TOPIC_CONSUME``: a tenant admin, or a role granted the
   action on the topic or its namespace (lookup = produce or consume: TopicOperation.LOOKUP,
   GET_STATS, GET_METADATA; consume: GET_SUBSCRIPTIONS, SUBSCRIBE, UNSUBSCRIBE, SKIP, EXPIRE_MESSAGES,
-  RESET_CURSOR, PEEK_MESSAGES);
+  RESET_CURSOR, PEEK_MESSAGES, SET/GET_REPLICATED_SUBSCRIPTION_STATUS);
 * ``SCOPED`` (binary only): a command acting on a producer or consumer of the connection, which was
   authorized when it was created (SEND, ACK, FLOW...): nothing more to check;
 * ``METRICS``: Pulsar's ``authenticateMetricsEndpoint``: public when false (Pulsar's default),
@@ -148,6 +148,9 @@ def _routes() -> dict:
         ("POST", f"{_SUB}/resetcursor"): TOPIC_CONSUME,
         ("POST", f"{_SUB}/expireMessages/{{seconds}}"): TOPIC_CONSUME,
         ("GET", f"{_SUB}/position/{{position}}"): TOPIC_CONSUME,
+        # TopicOperation.SET/GET_REPLICATED_SUBSCRIPTION_STATUS: canConsume in Pulsar's provider
+        ("POST", f"{_SUB}/replicatedSubscriptionStatus"): TOPIC_CONSUME,
+        ("GET", f"{_SUB}/replicatedSubscriptionStatus"): TOPIC_CONSUME,
         ("GET", f"{_TOPIC}/permissions"): TENANT_ADMIN,
         ("POST", f"{_TOPIC}/permissions/{{role}}"): TENANT_ADMIN,
         ("DELETE", f"{_TOPIC}/permissions/{{role}}"): TENANT_ADMIN,

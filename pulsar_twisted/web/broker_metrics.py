@@ -26,6 +26,11 @@ The /metrics families Pulsar's Grafana dashboards query beyond the per-topic bas
 * connections (``cluster, broker``) and lookups (``cluster``);
 * schema compatibility checks (``cluster, namespace``): ``pulsar_schema_compatible_total``,
   ``pulsar_schema_incompatible_total`` (counters, as Pulsar's).
+* replicated subscriptions, broker-wide (``cluster``; Pulsar's ReplicatedSubscriptionsController
+  and snapshot builder): ``pulsar_replicated_subscriptions_pending_snapshots`` (gauge),
+  ``pulsar_replicated_subscriptions_timedout_snapshots`` (counter, sample ``_total``) and
+  ``pulsar_replicated_subscriptions_snapshot_ms`` (summary of the completed snapshots' durations,
+  ``_count`` and ``_sum``), from the broker's ``counters.snapshots`` (a ``SnapshotStats``).
 
 Rates (per second) that the broker does not compute itself are taken between two scrapes from
 the counters (``ScrapeRates``): the first scrape shows 0, every later one the counters' growth
@@ -202,6 +207,14 @@ class BrokerFamilies:
                               kind="counter")
         self.incompatible = fam("pulsar_schema_incompatible_total", "Schemas found incompatible",
                                 kind="counter")
+        # Pulsar's help texts (its gauge is documented as a counter).
+        self.rs_pending = fam("pulsar_replicated_subscriptions_pending_snapshots",
+                              "Counter of currently pending snapshots")
+        self.rs_timed_out = fam("pulsar_replicated_subscriptions_timedout_snapshots",
+                                "Counter of timed out snapshots", kind="counter")
+        self.rs_snapshot = fam("pulsar_replicated_subscriptions_snapshot_ms",
+                               "Time taken to create a consistent snapshot across clusters",
+                               kind="summary")
 
     # ---------------------------------------------------------------- per topic
     def topic(self, topic, labels_text: str, ns_labels: str) -> None:
@@ -361,6 +374,7 @@ class BrokerFamilies:
                 family.add_plain(self._tail_labels(family.name), value)
             self._lookup_summary()
             self._schema_checks()
+            self._replicated_subscriptions()
         finally:
             self.rates.end()
 
@@ -412,6 +426,19 @@ class BrokerFamilies:
             ns_labels = labels(cluster=self.cluster, namespace=namespace)
             self.compatible.add_plain(ns_labels, ok)
             self.incompatible.add_plain(ns_labels, refused)
+
+    def _replicated_subscriptions(self) -> None:
+        """Pulsar registers these three once per broker, so they show (at 0) before any
+        snapshot; a counter's sample carries ``_total`` as its Prometheus client writes it."""
+        stats = self.broker.counters.snapshots
+        cluster = self.cluster_labels
+        self.rs_pending.add_plain(cluster, stats.pending)
+        self.rs_timed_out.add_plain(cluster, stats.timed_out,
+                                    sample="pulsar_replicated_subscriptions_timedout_snapshots_total")
+        self.rs_snapshot.add_plain(cluster, stats.completed,
+                                   sample="pulsar_replicated_subscriptions_snapshot_ms_count")
+        self.rs_snapshot.add_plain(cluster, stats.duration_ms_sum,
+                                   sample="pulsar_replicated_subscriptions_snapshot_ms_sum")
 
 
 _ML_NAMES = ("AddEntryBytesRate", "AddEntryWithReplicasBytesRate", "AddEntryMessagesRate",

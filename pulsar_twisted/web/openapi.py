@@ -32,7 +32,7 @@ _DOMAIN = re.compile(r"/(persistent|non-persistent)/")
 COMMON_ERRORS = (400, 404, 405, 409, 412)
 _REASONS = {400: "Bad request", 401: "Not authenticated", 403: "Not authorized", 404: "Not found",
             405: "Not allowed", 406: "Not acceptable", 409: "Conflict", 412: "Precondition failed",
-            503: "Service not ready"}
+            500: "Server error", 503: "Service not ready"}
 
 
 def _ref(name: str) -> dict:
@@ -350,6 +350,12 @@ def _operations() -> dict:
         ("POST", _SUB + "/resetcursor"): op("Reset the cursor to a message id", "subscriptions",
                                             body=_ref("MessageId"), query={"isExcluded": _BOOL}),
         ("POST", _SUB + "/expireMessages/{seconds}"): op("Expire old messages", "subscriptions"),
+        ("POST", _SUB + "/replicatedSubscriptionStatus"): op(
+            "Enable or disable a replicated subscription (every partition of a partitioned topic)",
+            "subscriptions", body=_BOOL, errors=(500,)),
+        ("GET", _SUB + "/replicatedSubscriptionStatus"): op(
+            "Whether the subscription is replicated, per topic or partition", "subscriptions",
+            {200: _map(_BOOL)}),
         ("GET", _SUB + "/position/{position}"): op("Peek the n-th unacknowledged message",
                                                    "subscriptions", {200: "bytes"}),
         # -- lookup, metrics, this document

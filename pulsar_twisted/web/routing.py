@@ -355,10 +355,11 @@ class RouterResource(resource.Resource):
             request.finish()
             return
         status = http_status_of(failure.value)
-        if status in (501, 503):
+        if status in (501, 503) or (status >= 500 and isinstance(failure.value, AdminError)):
             # Service unavailable is an expected answer (a listener this broker lacks, a bundle
             # changing hands), as is not implemented (a documented gap, such as Pulsar IO on the
-            # functions worker): a log line, not a traceback.
+            # functions worker) and any 5xx an admin area raises on purpose (Pulsar's 500
+            # "Failed to update cursor properties"): a log line, not a traceback.
             self.log.warn("{method} {path}: {reason}", method=request.method.decode("ascii", "replace"),
                           path=request.path.decode("ascii", "replace"), reason=str(failure.value))
             reason = str(failure.value)

@@ -163,6 +163,16 @@ def add_topic_routes(router, admin) -> None:
         return admin.expire_messages(name(domain, tenant, namespace, topic), sub,
                                      int_param(seconds, "expireTimeInSeconds"))
 
+    @add("POST", f"{sub}/replicatedSubscriptionStatus")
+    def set_replicated_status(request, domain, tenant, namespace, topic, sub):
+        # The body is a JSON boolean (400 for anything else, in the admin area).
+        return admin.set_replicated_subscription_status(name(domain, tenant, namespace, topic), sub,
+                                                        json_body(request))
+
+    @add("GET", f"{sub}/replicatedSubscriptionStatus")
+    def replicated_status(request, domain, tenant, namespace, topic, sub):
+        return admin.replicated_subscription_status(name(domain, tenant, namespace, topic), sub)
+
     @add("GET", f"{sub}/position/{{position}}")
     async def peek(request, domain, tenant, namespace, topic, sub, position):
         headers, body = await admin.peek_message(name(domain, tenant, namespace, topic), sub,

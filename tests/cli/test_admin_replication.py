@@ -1,7 +1,8 @@
 """
 ``pulsar-admin`` for geo-replication, against an in-process broker's HTTP service:
 ``namespaces set-clusters`` / ``get-clusters`` (POST/GET .../replication) and ``topics stats`` /
-``partitioned-stats`` printing the ``replication`` map (ReplicatorStats per remote cluster).
+``partitioned-stats`` printing the ``replication`` map (ReplicatorStats per remote cluster), and
+``topics set-/get-replicated-subscription-status``.
 """
 
 import json
@@ -74,3 +75,57 @@ class TopicStatsTests(AdminCliCase):
         self.assertEqual(stats["replication"]["c2"]["replicationBacklog"], 4)
         self.assertEqual([p["replication"]["c2"]["replicationBacklog"]
                           for p in stats["partitions"].values()], [2, 2])
+
+
+class ReplicatedSubscriptionStatusTests(AdminCliCase):
+    """topics set-replicated-subscription-status / get-replicated-subscription-status (Pulsar's
+    CmdTopics verbs and flags)."""
+
+    @defer.inlineCallbacks
+    def setUp(self):
+        yield super().setUp()
+        yield self.ok("topics", "create", "persistent://public/default/rs")
+        yield self.ok("topics", "create-subscription", "rs", "-s", "sub")
+
+    @defer.inlineCallbacks
+    def test_enable_get_disable(self):
+        """-e then get prints Pulsar's pretty map; --disable turns it off again."""
+        self.assertEqual((yield self.ok("topics", "set-replicated-subscription-status", "rs",
+                                        "-s", "sub", "-e")), "")
+        out = yield self.ok("topics", "get-replicated-subscription-status", "rs", "-s", "sub")
+        self.assertEqual(out, '{\n  "persistent://public/default/rs" : true\n}\n')
+        yield self.ok("topics", "set-replicated-subscription-status", "persistent://public/default/rs",
+                      "--subscription", "sub", "--disable")
+        out = yield self.ok("topics", "get-replicated-subscription-status", "rs", "--subscription", "sub")
+        self.assertEqual(json.loads(out), {"persistent://public/default/rs": False})
+
+    @defer.inlineCallbacks
+    def test_partitioned_topic(self):
+        """On a partitioned topic: every partition set, one line per partition in the map."""
+        yield self.ok("topics", "create-partitioned-topic", "prs", "-p", "2")
+        yield self.ok("topics", "create-subscription", "prs", "-s", "sub")
+        yield self.ok("topics", "set-replicated-subscription-status", "prs", "-s", "sub", "--enable")
+        out = yield self.ok("topics", "get-replicated-subscription-status", "prs", "-s", "sub")
+        self.assertEqual(json.loads(out), {"persistent://public/default/prs-partition-0": True,
+                                           "persistent://public/default/prs-partition-1": True})
+
+    @defer.inlineCallbacks
+    def test_usage_errors(self):
+        """Neither or both of --enable/--disable, or a non-persistent topic: Pulsar's texts, exit 1,
+        no request made."""
+        for flags in ((), ("-e", "-d")):
+            code, _, err = yield self.pulsar_admin("topics", "set-replicated-subscription-status", "rs",
+                                                   "-s", "sub", *flags)
+            self.assertEqual((code, err), (1, "Need to specify either --enable or --disable\n"))
+        code, _, err = yield self.pulsar_admin("topics", "get-replicated-subscription-status",
+                                               "non-persistent://public/default/x", "-s", "sub")
+        self.assertEqual((code, err), (1, "Need to provide a persistent topic name\n"))
+
+    @defer.inlineCallbacks
+    def test_server_errors(self):
+        """The server's 404 printed as Pulsar's CLI does."""
+        code, _, err = yield self.pulsar_admin("topics", "get-replicated-subscription-status", "rs",
+                                               "-s", "nope")
+        self.assertEqual(code, 1)
+        self.assertIn("HTTP 404 Not Found", err)
+        self.assertIn("Subscription nope not found for topic persistent://public/default/rs", err)

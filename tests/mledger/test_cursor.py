@@ -1,12 +1,14 @@
 """Tests of durable and non-durable cursors."""
 
+from twisted.internet import defer
 from twisted.trial import unittest
 from zope.interface.verify import verifyObject
 
 from pulsar_twisted.common.bk_errors import BookieUnavailableError
 from pulsar_twisted.common.position import EARLIEST, LATEST, Position
 from pulsar_twisted.mledger import formats
-from pulsar_twisted.mledger.interfaces import IManagedCursor, ManagedLedgerFencedError
+from pulsar_twisted.mledger.interfaces import (
+    IManagedCursor, ManagedLedgerClosedError, ManagedLedgerFencedError)
 from pulsar_twisted.mledger.rangeset import PositionRangeSet
 
 from tests.mledger.test_support import ManagedLedgerHarness, data
@@ -457,3 +459,60 @@ class BatchDeletedIndexesFormatTests(unittest.TestCase):
             self.assertRaises(formats.FormatError, formats.decode_cursor_snapshot_full, data)
         self.assertRaises(formats.FormatError, formats.decode_cursor_snapshot_full,
                           b'{"v":3,"md":[1,1]}')
+
+
+class CursorPropertiesTests(ManagedLedgerHarness, unittest.TestCase):
+    """``set_properties``: durable in the cursor node; node writes one at a time."""
+
+    def test_properties_survive_a_restart(self):
+        ml = self.open()
+        c = self.cursor(ml)
+        ps = self.add(ml, 3)
+        self.successResultOf(c.mark_delete(ps[0]))
+        self.successResultOf(c.set_properties({"pulsar.replicated.subscription": 1}))
+        self.successResultOf(c.delete([ps[2]]))
+        self.successResultOf(self.factory.shutdown())
+        c2 = self.open(factory=self.new_factory()).get_cursor("sub")
+        self.assertEqual(c2.properties, {"pulsar.replicated.subscription": 1})
+        self.assertEqual(c2.mark_delete_position, ps[0])
+        self.assertEqual([e.position for e in self.read(c2)], [ps[1]])
+
+    def test_node_writes_wait_for_each_other(self):
+        """Two writes in flight at once would carry the same expected version, and the second
+        would find the cursor fenced: the second starts once the first is stored."""
+        ml = self.open()
+        c = self.cursor(ml)
+        self.add(ml, 2)
+        real_put = self.store.put
+        held = []
+
+        def put(path, data, expected_version=-1):
+            d = defer.Deferred()
+            held.append((d, path, data, expected_version))
+            return d
+        self.store.put = put
+        first = c.set_properties({"k": 1})
+        second = c.set_properties({"k": 2})
+        self.assertEqual(len(held), 1)
+        while held:
+            d, path, data, version = held.pop(0)
+            real_put(path, data, expected_version=version).chainDeferred(d)
+        self.store.put = real_put
+        self.successResultOf(first)
+        self.successResultOf(second)
+        self.successResultOf(self.factory.shutdown())
+        c2 = self.open(factory=self.new_factory()).get_cursor("sub")
+        self.assertEqual(c2.properties, {"k": 2})
+
+    def test_a_closed_cursor_refuses(self):
+        ml = self.open()
+        c = self.cursor(ml)
+        self.successResultOf(c.close())
+        self.failureResultOf(c.set_properties({"k": 1}), ManagedLedgerClosedError)
+
+    def test_another_owner_fences_it(self):
+        ml = self.open()
+        c = self.cursor(ml)
+        self.add(ml, 1)
+        self.open(factory=self.new_factory())       # a new owner rewrites the node
+        self.failureResultOf(c.set_properties({"k": 1}), ManagedLedgerFencedError)

@@ -167,6 +167,8 @@ class AdminService(service.Service):
     reset_cursor_to_id = _On("subscriptions")
     expire_messages = _On("subscriptions")
     peek_message = _On("subscriptions")
+    set_replicated_subscription_status = _On("subscriptions")
+    replicated_subscription_status = _On("subscriptions")
     # stats
     sample_rates = _On("stats")
     topic_stats = _On("stats")

@@ -1,13 +1,13 @@
 """
 Subscriptions of the admin API (Pulsar's ``PersistentTopicsBase``, subscription level): listing,
-creation and deletion, skip, clear backlog, reset cursor, expiry and peek. On a partitioned topic
-each operation runs on every partition (Pulsar's behaviour), except reset to a message id and
-peek, which name one partition.
+creation and deletion, skip, clear backlog, reset cursor, expiry, peek and the replicated
+subscription status. On a partitioned topic each operation runs on every partition (Pulsar's
+behaviour), except reset to a message id and peek, which name one partition.
 """
 
 from pulsar_twisted.broker.admin.base import AdminArea, position_from
 from pulsar_twisted.broker.admin.errors import (
-    Conflict, NotAllowed, NotFound, PreconditionFailed)
+    AdminError, BadRequest, Conflict, NotAllowed, NotFound, PreconditionFailed)
 from pulsar_twisted.common import errors
 from pulsar_twisted.common.naming import TopicName, subscription_name_problem
 from pulsar_twisted.common.position import Position
@@ -148,6 +148,78 @@ class SubscriptionsAdmin(AdminArea):
             raise NotFound("Message not found")
         return entry_response(entries[0].position, entries[0].data,
                               self.context.config.maxMessageSize + frames.FRAME_PADDING)
+
+
+    # ------------------------------------------------------------ replicated subscriptions
+    async def set_replicated_subscription_status(self, name: TopicName, sub: str, enabled) -> None:
+        """
+        Mark the subscription replicated (or not) on the topic or on every partition of a
+        partitioned one (Pulsar's ``internalSetReplicatedSubscriptionStatus``). ``enabled`` is the
+        request's JSON body: a boolean, else 400. 405 on a non-persistent topic; 404 for a missing
+        topic or subscription; 500 "Failed to update cursor properties" when enabling on a broker
+        with ``enableReplicatedSubscriptions=false`` (Pulsar's ``setReplicated`` then stores
+        nothing and answers that).
+        """
+        if not isinstance(enabled, bool):
+            # Pulsar's body is a Java boolean; Jackson's coercions (1, "true", null) are not
+            # copied: anything but true/false is refused.
+            raise BadRequest("Body must be a JSON boolean: true or false")
+        if not name.persistent:
+            raise NotAllowed("Cannot enable/disable replicated subscriptions on non-persistent topics")
+
+        async def apply(topic_name):
+            _topic, subscription = await self._replicated_subscription(topic_name, sub)
+            if enabled and not self.context.config.enableReplicatedSubscriptions:
+                raise CursorUpdateFailed("Failed to update cursor properties: "
+                                         "enableReplicatedSubscriptions is false on this broker")
+            await subscription.set_replicated(enabled)
+        await self._every_partition(name, apply)
+
+    async def replicated_subscription_status(self, name: TopicName, sub: str) -> dict:
+        """``{topic name: replicated}`` for the topic, or one entry per partition of a partitioned
+        one (Pulsar's ``internalGetReplicatedSubscriptionStatus``); 405 on a non-persistent topic,
+        404 for a missing topic or subscription."""
+        if not name.persistent:
+            raise NotAllowed("Cannot get replicated subscriptions on non-persistent topics")
+        status = {}
+
+        async def read(topic_name):
+            _topic, subscription = await self._replicated_subscription(topic_name, sub)
+            status[str(topic_name)] = bool(subscription.replicated)
+        await self._every_partition(name, read)
+        return status
+
+    async def _replicated_subscription(self, name: TopicName, sub: str):
+        """The topic and its subscription with Pulsar's texts for these two routes."""
+        topic = await self.load(name)
+        subscription = topic.subscriptions.get(sub)
+        if subscription is None:
+            raise NotFound(f"Subscription {sub} not found for topic {name}")
+        return topic, subscription
+
+    async def _every_partition(self, name: TopicName, call) -> None:
+        """``each_partition`` that, on a partitioned topic, goes on past a partition that lacks
+        the topic or subscription and then answers Pulsar's 404 "Topic or subscription not found"
+        (its broker calls every partition and waits for them all); any other failure stops."""
+        partitions = 0 if name.partition_index >= 0 else await self.broker.partitions_of(name)
+        if not partitions:
+            await call(name)
+            return
+        await self.check_namespace(name)
+        missing = False
+        for i in range(partitions):
+            try:
+                await call(name.partition(i))
+            except NotFound:
+                missing = True
+        if missing:
+            raise NotFound("Topic or subscription not found")
+
+
+class CursorUpdateFailed(AdminError):
+    """Pulsar's 500 when ``PersistentSubscription.setReplicated`` reports nothing stored."""
+
+    status = 500
 
 
 def _previous_position(ledger, position):

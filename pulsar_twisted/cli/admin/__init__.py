@@ -453,12 +453,35 @@ def _topics(sub):
     topic("peek-messages", "Peek messages", _peek, sub_arg,
           (("-n", "--count"), {"type": int, "default": 1}))
     topic("last-message-id", "Last message id", lambda a, c, p: c.get(p + "/lastMessageId"))
+    topic("set-replicated-subscription-status", "Enable or disable a replicated subscription on a topic",
+          _set_replicated_status, (("-s", "--subscription"), {
+              "required": True, "help": "Subscription name to enable or disable replication"}),
+          (("-e", "--enable"), {"action": "store_true", "help": "Enable replication"}),
+          (("-d", "--disable"), {"action": "store_true", "help": "Disable replication"}))
+    topic("get-replicated-subscription-status", "Get replicated subscription status on a topic",
+          lambda a, c, p: c.get(_persistent(p) + f"/subscription/{_q(a.subscription)}"
+                                "/replicatedSubscriptionStatus"), sub_arg)
     topic("unload", "Unload a topic", lambda a, c, p: c.put(p + "/unload"))
     topic("bundle-range", "The namespace bundle a topic belongs to", lambda a, c, p: c.get(p + "/bundle"))
     topic("terminate", "Terminate a topic", _terminate)
     topic("compact", "Trigger compaction", _compact)
     topic("compaction-status", "Compaction status", lambda a, c, p: c.get(p + "/compaction"))
     offload.add_topic_verbs(topic)
+
+
+def _persistent(path: str) -> str:
+    """``path`` if it names a persistent topic (Pulsar's validatePersistentTopic), else the CLI's
+    error before any request."""
+    if not path.startswith(f"{V2}/persistent/"):
+        raise CommandError("Need to provide a persistent topic name")
+    return path
+
+
+def _set_replicated_status(a, c, path):
+    if a.enable == a.disable:
+        raise CommandError("Need to specify either --enable or --disable")
+    return c.post(_persistent(path) + f"/subscription/{_q(a.subscription)}/replicatedSubscriptionStatus",
+                  a.enable)
 
 
 def _create_subscription(a, c, path):
