@@ -71,6 +71,9 @@ def parse(argv):
                    help="a replicated subscription acked on east, consumed on west after the heal")
     p.add_argument("--snapshot-ms", type=int, default=300,
                    help="the brokers' replicatedSubscriptionsSnapshotFrequencyMillis (default 300)")
+    p.add_argument("--snapshot-timeout", type=int, default=None,
+                   help="the brokers' replicatedSubscriptionsSnapshotTimeoutSeconds (default theirs,\n"
+                        "30; below the pauses, snapshots time out and answers come late)")
     p.add_argument("--json", default=None, help="write the verdict here as JSON")
     p.add_argument("--history", default=None, help="write the whole history here as JSON")
     p.add_argument("--keep-logs", default=None, help="copy the standalones' and clients' logs here")
@@ -105,7 +108,7 @@ def main(argv=None) -> int:
                             chunked_rate=args.chunked_rate, pause=tuple(args.pause),
                             dedup=not args.no_dedup, operation_timeout=args.operation_timeout,
                             replicated_subscription=args.replicated_subscription,
-                            snapshot_ms=args.snapshot_ms,
+                            snapshot_ms=args.snapshot_ms, snapshot_timeout=args.snapshot_timeout,
                             keep_logs=args.keep_logs, log=log)
     outcome = script.run_guarded(run_geo, config, log)
     if isinstance(outcome, int):

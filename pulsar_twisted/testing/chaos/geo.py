@@ -128,6 +128,7 @@ class GeoChaosConfig:
     #: A replicated subscription on topic 0, acked on the first cluster, consumed on the second.
     replicated_subscription: bool = False
     snapshot_ms: int = 300            # replicatedSubscriptionsSnapshotFrequencyMillis
+    snapshot_timeout: int = None      # replicatedSubscriptionsSnapshotTimeoutSeconds (None: 30)
     cumulative_share: float = 0.02    # of the messages the first cluster's consumer acks
     skip_share: float = 0.03          # cumulatively / never
     settle_stable: float = 3.0        # the second cluster's subscription still this long: crossed
@@ -214,6 +215,8 @@ def run_geo(config: GeoChaosConfig) -> tuple:
         "brokerDeduplicationEnabled": str(config.dedup).lower()}
     if config.replicated_subscription:
         settings["replicatedSubscriptionsSnapshotFrequencyMillis"] = config.snapshot_ms
+        if config.snapshot_timeout is not None:
+            settings["replicatedSubscriptionsSnapshotTimeoutSeconds"] = config.snapshot_timeout
     pair = GeoPair(config.clusters, settings)
     topics, parted = _topics(config)
     geo = GeoHistory(config.clusters, topics=topics)
@@ -224,7 +227,7 @@ def run_geo(config: GeoChaosConfig) -> tuple:
                 partitions=config.partitions, partitioned_rate=config.partitioned_rate,
                 chunked_rate=config.chunked_rate, chunk_size=config.chunk_size,
                 replicated_subscription=config.replicated_subscription,
-                snapshot_ms=config.snapshot_ms,
+                snapshot_ms=config.snapshot_ms, snapshot_timeout=config.snapshot_timeout,
                 topics=dict(geo.topics), directories={c: s.directory for c, s in pair.sites.items()})
     clients, groups, nemesis, acking, sampler = [], [], None, None, None
     try:
