@@ -560,6 +560,11 @@ class ServerConnection(protocol.Protocol):
         def answer(result):
             (ledger_id, entry_id, batch_index) = result
             mark_delete = consumer.subscription.mark_delete_position()
+            if entry_id >= 0 and mark_delete > (ledger_id, entry_id):
+                # Past the last message only by markers it acknowledged (replicated
+                # subscriptions): the last message, so that a client comparing the two (an
+                # inclusive reader at "latest") still finds that message.
+                mark_delete = Position(ledger_id, entry_id)
             self.sender.send_last_message_id(request.request_id, ledger_id, entry_id,
                                              consumer.partition, batch_index, mark_delete)
 
