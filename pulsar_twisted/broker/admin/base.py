@@ -17,6 +17,7 @@ from pulsar_twisted.resources.clusters import ClusterResources
 from pulsar_twisted.resources.namespaces import NamespaceResources
 from pulsar_twisted.resources.partitioned import PartitionedTopicResources
 from pulsar_twisted.resources.tenants import TenantResources
+from pulsar_twisted.resources.topic_policies import TopicPoliciesResources
 
 #: Topics walked per reactor turn by the admin work over every topic (broker-stats, the rate
 #: sampler): a broker of 100k topics keeps serving its clients meanwhile.
@@ -54,6 +55,7 @@ class AdminContext:
         self.tenants = TenantResources(store)
         self.namespaces = NamespaceResources(store)
         self.partitioned = PartitionedTopicResources(store)
+        self.topic_policies = TopicPoliciesResources(store)
 
 
 # ------------------------------------------------------------------------------------ names
