@@ -55,10 +55,12 @@ from pulsar_twisted.broker.backlog_quota import BacklogQuotaEnforcer
 from pulsar_twisted.common import errors
 from pulsar_twisted.config import ConfigError
 from pulsar_twisted.resources.base import CorruptMetadataError
+from pulsar_twisted.common.naming import parse_topic
 from pulsar_twisted.resources.namespaces import NamespaceResources
 from pulsar_twisted.resources.policies import (
     DELETE_WHEN_NO_SUBSCRIPTIONS, DELETE_WHEN_SUBSCRIPTIONS_CAUGHT_UP, INACTIVE_TOPIC_MODES,
     RETENTION_POLICIES, NamespacePolicies)
+from pulsar_twisted.resources.topic_policies import TopicPoliciesResources
 
 log = Logger()
 
@@ -158,11 +160,16 @@ class PolicyService(service.Service):
         self.broker = broker
         self.store = store
         self.namespaces = NamespaceResources(store)
+        self.topic_policies = TopicPoliciesResources(store)
         self.config = config
         self.clock = clock
         self.defaults = NamespacePolicies.defaults(config)
         self.quotas = BacklogQuotaEnforcer(clock)
         self._cache = {}            # "tenant/ns" -> NamespacePolicies
+        #: "tenant/ns" -> {"domain://tenant/ns/topic": its topic policies document}, read with
+        #: the namespace's policies and kept current by the store's notifications.
+        self._topic_docs = {}
+        self._loading = {}          # "tenant/ns" -> topics changed while its documents are read
         self._listening = False
         self._loops = []
         self._topic_idle = {}       # topic name -> (topic, idle since, counter totals)
@@ -173,10 +180,12 @@ class PolicyService(service.Service):
         if not self._listening:
             self._listening = True
             self.namespaces.watch(self._on_change)
+            self.topic_policies.watch(self._on_topic_change)
 
     def _on_change(self, namespace: str, kind: str) -> None:
         if kind == "deleted":
             self._cache.pop(namespace, None)
+            self._topic_docs.pop(namespace, None)
             return
         self.refresh(namespace).addErrback(
             lambda f: log.failure("applying policies of {ns}", f, ns=namespace))
@@ -200,9 +209,74 @@ class PolicyService(service.Service):
 
         async def read():
             policies = await self._read(key)
+            await self._read_topic_docs(key)
             self._cache.setdefault(key, policies)
             return self._cache[key]
         return defer.Deferred.fromCoroutine(read())
+
+    # ---------------------------------------------------------------- topic policies
+    async def _read_topic_docs(self, namespace: str) -> None:
+        """Read the topic policies of ``namespace`` once (then notifications keep them)."""
+        if namespace in self._topic_docs:
+            return
+        changed = self._loading.setdefault(namespace, set())
+        try:
+            documents = await self.topic_policies.of_namespace(namespace)
+        finally:
+            self._loading.pop(namespace, None)
+        if namespace in self._topic_docs:
+            return      # another read finished first
+        for key in changed:     # changed while being read: read again
+            document = await self.topic_policies.get(parse_topic(key))
+            documents.pop(key, None)
+            if document:
+                documents[key] = document
+        self._topic_docs[namespace] = documents
+
+    def _on_topic_change(self, namespace: str, key: str, kind: str) -> None:
+        loading = self._loading.get(namespace)
+        if loading is not None:
+            loading.add(key)
+        if namespace in self._topic_docs:
+            self.refresh_topic(namespace, key).addErrback(
+                lambda f: log.failure("applying topic policies of {topic}", f, topic=key))
+
+    def refresh_topic(self, namespace: str, key: str) -> defer.Deferred:
+        """Re-read the policies of topic ``key`` and apply them to its loaded topics (its
+        partitions) at once."""
+        async def run():
+            document = await self.topic_policies.get(parse_topic(key))
+            documents = self._topic_docs.get(namespace)
+            if documents is None:
+                return
+            if document:
+                documents[key] = document
+            else:
+                documents.pop(key, None)
+            base = self._cache.get(namespace)
+            if base is None:
+                return
+            for topic in self._topics_of(namespace):
+                if str(topic.topic_name.partitioned_topic_name) == key:
+                    apply_to_topic(topic, self.effective(topic.topic_name, base))
+                    await self._guard(self._check_topic_now, topic)
+        return defer.Deferred.fromCoroutine(run())
+
+    def effective(self, name, base: NamespacePolicies) -> NamespacePolicies:
+        """The policies of topic ``name``: its own over ``base`` (its namespace's)."""
+        documents = self._topic_docs.get(str(name.namespace_name))
+        if not documents:
+            return base
+        key = str(name.partitioned_topic_name)
+        document = documents.get(key)
+        if not document:
+            return base
+        return NamespacePolicies.from_json(document, self.config, where=key, base=base)
+
+    def effective_for(self, name) -> defer.Deferred:
+        """Deferred policies in force for topic ``name`` (topic over namespace over broker)."""
+        return self.policies_of(name.namespace_name).addCallback(
+            lambda base: self.effective(name, base))
 
     def cached(self, namespace):
         """The NamespacePolicies of ``namespace`` if known already, else None (``policies_of``
@@ -213,7 +287,7 @@ class PolicyService(service.Service):
         """The managed-ledger config a topic of ``name``'s namespace opens with: the namespace's
         retention from the start (as Pulsar builds it from the policies), so that opening the
         ledger never trims what the namespace retains."""
-        return self.policies_of(name.namespace_name).addCallback(
+        return self.effective_for(name).addCallback(
             ledger_config_of, default_config, self.broker.ml_factory.offloaders)
 
     def apply_cached(self, topic) -> bool:
@@ -223,12 +297,12 @@ class PolicyService(service.Service):
         policies = self.cached(topic.topic_name.namespace_name)
         if policies is None:
             return False
-        apply_to_topic(topic, policies)
+        apply_to_topic(topic, self.effective(topic.topic_name, policies))
         return True
 
     def topic_loaded(self, topic) -> defer.Deferred:
         """Apply the namespace's policies to a topic being loaded (before it serves clients)."""
-        d = self.policies_of(topic.topic_name.namespace_name)
+        d = self.effective_for(topic.topic_name)
         d.addCallback(lambda policies: apply_to_topic(topic, policies))
         return d
 
@@ -239,9 +313,10 @@ class PolicyService(service.Service):
 
         async def run():
             policies = await self._read(key)
+            await self._read_topic_docs(key)
             self._cache[key] = policies
             for topic in self._topics_of(key):
-                apply_to_topic(topic, policies)
+                apply_to_topic(topic, self.effective(topic.topic_name, policies))
             for topic in self._topics_of(key):
                 await self._guard(self._check_topic_now, topic)
             return policies

@@ -18,6 +18,11 @@ Pulsar (configuration and local metadata store):
 * ``/counters/producer-name/broker-<seq>``                       producer-name prefixes
 * ``/bookies``                                                   bookie rack placement JSON
 
+Ours (Pulsar keeps topic policies in each namespace's ``__change_events`` system topic):
+
+* ``/admin/topic-policies/<tenant>/<ns>/<domain>/<topic>``       a topic's policies (Policies
+  field names), keyed by its partitioned base name
+
 BookKeeper (``bookkeeper shell metaformat``'s tree):
 
 * ``/ledgers/L<id>``, ``/ledgers/idgen/ID-<seq>``, ``/ledgers/INSTANCEID``
@@ -29,6 +34,7 @@ BookKeeper (``bookkeeper shell metaformat``'s tree):
 CLUSTERS_ROOT = "/admin/clusters"
 POLICIES_ROOT = "/admin/policies"
 PARTITIONED_ROOT = "/admin/partitioned-topics"
+TOPIC_POLICIES_ROOT = "/admin/topic-policies"
 OWNERSHIP_ROOT = "/namespace"
 BROKERS_ROOT = "/loadbalance/brokers"
 LEADER_PATH = "/loadbalance/leader"
@@ -93,6 +99,28 @@ def partitioned_namespace_path(tenant: str, namespace: str, domain: str = "") ->
 def partitioned_topic_path(name) -> str:
     """The partitioned-topic metadata node of a TopicName (its partitioned base name)."""
     return f"{PARTITIONED_ROOT}/{name.tenant}/{name.namespace}/{name.domain}/{name.local_name}"
+
+
+def topic_policies_path(name) -> str:
+    """The topic-policies node of a TopicName (of its partitioned base name)."""
+    name = name.partitioned_topic_name
+    return f"{TOPIC_POLICIES_ROOT}/{name.tenant}/{name.namespace}/{name.domain}/{name.local_name}"
+
+
+def topic_policies_namespace_path(namespace) -> str:
+    return f"{TOPIC_POLICIES_ROOT}/{namespace}"
+
+
+def topic_of_policies_path(path: str):
+    """``("tenant/ns", "domain://tenant/ns/topic")`` when ``path`` is a topic-policies node,
+    else None."""
+    if not path.startswith(TOPIC_POLICIES_ROOT + "/"):
+        return None
+    parts = path[len(TOPIC_POLICIES_ROOT) + 1:].split("/")
+    if len(parts) != 4:
+        return None
+    tenant, namespace, domain, topic = parts
+    return f"{tenant}/{namespace}", f"{domain}://{tenant}/{namespace}/{topic}"
 
 
 def ownership_path(namespace: str, range_name: str) -> str:

@@ -586,8 +586,9 @@ class NamespacePolicies:
     replication_clusters: tuple = ()
     #: Tiered storage (broker/topic.py and mledger/offload/ act on it).
     offload: OffloadPolicies = OffloadPolicies()
-    #: The broker's offload keys as OffloadPoliciesImpl fields, under which a namespace's stored
-    #: fields are merged (not a policy of its own).
+    #: The offload settings in force as OffloadPoliciesImpl fields (the broker's keys, with the
+    #: namespace's stored fields over them), under which a level below (a namespace's, a topic's)
+    #: merges its own (not a policy of its own).
     broker_offload: dict = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
@@ -620,12 +621,14 @@ class NamespacePolicies:
             broker_offload=broker_offload_fields(config), **_config_rates(config))
 
     @classmethod
-    def from_json(cls, data, config, where: str = "") -> "NamespacePolicies":
+    def from_json(cls, data, config, where: str = "", base=None) -> "NamespacePolicies":
         """
-        Resolve a stored Policies document (a dict). A field whose value cannot be used is logged
-        and left at the broker's default, so that one bad field does not disable the others.
+        Resolve a stored Policies document (a dict) over ``base`` (None: the broker's defaults;
+        a topic's policies resolve over its namespace's). A field whose value cannot be used is
+        logged and left at ``base``'s value, so that one bad field does not disable the others.
         """
-        base = cls.defaults(config)
+        if base is None:
+            base = cls.defaults(config)
         if not isinstance(data, dict):
             log.warn("policies {where}: not a JSON object; broker defaults apply", where=where)
             return base
@@ -770,7 +773,9 @@ def _offload(data, base):
                             (OFFLOAD_DELETION_LAG, lag, None)):
         if key not in namespace and old is not None and old != unset:
             namespace[key] = check_int(old, key)
-    return {"offload": resolve_offload({**base.broker_offload, **namespace})}
+    merged = {**base.broker_offload, **namespace}
+    # The merged fields are what a level below (a topic's policies) merges its own over.
+    return {"offload": resolve_offload(merged), "broker_offload": merged}
 
 
 _FIELDS = [

@@ -1,53 +1,102 @@
 """
-STAND-IN for the core's TopicPoliciesResources (branch tp-admin only; replaced by main's module at
-the merge). Same interface: ``get`` / ``update`` / ``delete`` of one JSON document per partitioned
-topic name, with the namespace Policies field names.
+Topic-level policies (Pulsar's PIP-39 ``TopicPolicies``): ``/admin/topic-policies/<tenant>/<ns>/
+<domain>/<topic>``, one JSON document per topic, keyed by its partitioned base name (a partition
+has its partitioned topic's policies, as in Pulsar).
+
+A document holds only the policies set on the topic, with the field names (and value shapes) of
+the namespace Policies document (``policies.NAMESPACE_POLICIES``), so that the namespace's
+parsers resolve it over the namespace's values (``NamespacePolicies.from_json(..., base=...)``).
+Pulsar stores them as events in each namespace's ``__change_events`` topic; here they are
+metadata, read once per namespace by each broker and watched, like the namespace's own.
 """
 
-from pulsar_twisted.metadata.interfaces import NotFoundError
-from pulsar_twisted.resources.base import JsonNodes, deferred
+from pulsar_twisted.metadata import layout
+from pulsar_twisted.metadata.interfaces import AlreadyExistsError, BadVersionError, NotFoundError
+from pulsar_twisted.resources.base import (
+    UPDATE_ATTEMPTS, ConcurrentModificationError, Documents, deferred)
+from pulsar_twisted.resources.policies import to_json
 
-ROOT = "/admin/topic-policies"
+#: Notification kinds that change a topic's policies.
+_CHANGES = ("created", "modified", "deleted")
 
 
-def _base(topic_name):
-    return topic_name.partitioned_topic_name if topic_name.partition_index >= 0 else topic_name
+class TopicPoliciesResources(Documents):
+    """``TopicPoliciesResources(store)``: keys are TopicNames (any partition of a topic names
+    its partitioned topic's document)."""
 
-
-class TopicPoliciesResources:
-    def __init__(self, store):
-        self.store = store
-        self._nodes = JsonNodes(store)
-
-    def path(self, topic_name) -> str:
-        name = _base(topic_name)
-        return f"{ROOT}/{name.tenant}/{name.namespace}/{name.domain}/{name.local_name}"
+    def path(self, name) -> str:
+        return layout.topic_policies_path(name)
 
     @deferred
-    async def get(self, topic_name):
-        node = await self._nodes.read(self.path(topic_name))
-        return None if node is None else node[0]
-
-    @deferred
-    async def update(self, topic_name, changes: dict):
-        path = self.path(topic_name)
-
-        def change(document):
+    async def update(self, name, changes: dict) -> dict:
+        """Set each ``field: value`` of ``changes`` (``None`` removes the field): compare-and-set,
+        the node made when missing and deleted once empty. Returns the new document."""
+        path = self.path(name)
+        for _ in range(UPDATE_ATTEMPTS):
+            current = await self._nodes.read(path)
+            document = dict(current[0]) if current is not None else {}
             for key, value in changes.items():
                 if value is None:
                     document.pop(key, None)
                 else:
                     document[key] = value
-            return document
-        if not await self._nodes.exists(path):
-            await self._nodes.ensure(path, {})
-        new = await self._nodes.update(path, change)
-        if not new:
             try:
-                await self._nodes.delete(path)
-            except NotFoundError:
-                pass
-        return new
+                if current is None:
+                    if document:
+                        await self._nodes.create(path, document)
+                elif not document:
+                    await self.store.delete(path, expected_version=current[1].version)
+                else:
+                    await self.store.put(path, to_json(document),
+                                         expected_version=current[1].version)
+                return document
+            except (AlreadyExistsError, NotFoundError, BadVersionError):
+                continue
+        raise ConcurrentModificationError(f"concurrent modification of {path}")
 
-    def delete(self, topic_name):
-        return self._nodes.delete(self.path(topic_name))
+    @deferred
+    async def delete(self, name) -> None:
+        """Forget every policy of the topic (it was deleted)."""
+        try:
+            await self.store.delete(self.path(name))
+        except NotFoundError:
+            pass
+
+    @deferred
+    async def delete_namespace(self, namespace) -> None:
+        """Forget the policies of every topic of ``namespace`` (it was deleted: a namespace made
+        again with its name must not find them)."""
+        try:
+            await self.store.delete_recursive(layout.topic_policies_namespace_path(namespace))
+        except NotFoundError:
+            pass
+
+    @deferred
+    async def of_namespace(self, namespace) -> dict:
+        """``{"domain://tenant/ns/topic": document}`` of every topic of ``namespace`` with
+        policies."""
+        documents = {}
+        root = layout.topic_policies_namespace_path(namespace)
+        for domain in await _children(self.store, root):
+            for topic in await _children(self.store, f"{root}/{domain}"):
+                node = await self._nodes.read(f"{root}/{domain}/{topic}")
+                if node is not None and isinstance(node[0], dict):
+                    documents[f"{domain}://{namespace}/{topic}"] = node[0]
+        return documents
+
+    def watch(self, callback) -> None:
+        """Call ``callback(namespace, topic, kind)`` ("tenant/ns", "domain://tenant/ns/topic";
+        "created", "modified" or "deleted") whenever a topic's policies change in the store."""
+        def notified(notification):
+            if notification.kind in _CHANGES:
+                found = layout.topic_of_policies_path(notification.path)
+                if found is not None:
+                    callback(found[0], found[1], notification.kind)
+        self.store.register_listener(notified)
+
+
+async def _children(store, path) -> list:
+    try:
+        return list(await store.get_children(path))
+    except NotFoundError:
+        return []

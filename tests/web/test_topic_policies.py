@@ -44,7 +44,7 @@ class TopicPolicyCase(WebTestCase):
         yield self.expect("PUT", T, 204)
 
     def stored(self, topic=TOPIC):
-        return self.admin.context.topic_policies.get(parse_topic(topic))
+        return self.broker.policies.topic_policies.get(parse_topic(topic))
 
 
 class SetGetRemoveTests(TopicPolicyCase):
@@ -442,3 +442,68 @@ class AuthorizationTests(TopicPolicyCase):
         self.assertEqual(set(policy_table.TOPIC_POLICY_NAMES), set(TOPIC_POLICIES))
         template = "/admin/v2/non-persistent/{tenant}/{namespace}/{topic}/offloadPolicies"
         self.assertEqual(policy_table.http_rule("DELETE", template), policy_table.TENANT_ADMIN)
+
+
+class EnforcementTests(TopicPolicyCase):
+    """Set through the routes, enforced by the broker (the core's PolicyService)."""
+
+    @defer.inlineCallbacks
+    def test_max_producers_refuses_the_extra_producer(self):
+        """maxProducers=1 on the topic (its namespace has no limit): a loaded topic refuses the
+        second producer at once; removed, a new one is accepted again."""
+        from pulsar_twisted.proto import PulsarApi_pb2 as api
+        from tests.web.support import T as Command, settle
+        yield self.producer(TOPIC, 1, name="p1")
+        yield self.expect("POST", f"{T}/maxProducers", 204, 1)
+        client = self.client()
+        client.send(Command(type=Command.PRODUCER, producer=api.CommandProducer(
+            topic=TOPIC, producer_id=2, request_id=2)))
+        yield settle()
+        [error] = client.commands(Command.ERROR)
+        self.assertEqual(error.error.error, api.ProducerBusy)
+        yield self.expect("DELETE", f"{T}/maxProducers", 204)
+        client.send(Command(type=Command.PRODUCER, producer=api.CommandProducer(
+            topic=TOPIC, producer_id=3, request_id=3)))
+        yield settle()
+        self.assertEqual(len(client.commands(Command.PRODUCER_SUCCESS)), 1)
+
+    @defer.inlineCallbacks
+    def test_retention_reaches_the_managed_ledger(self):
+        """retention on the topic: the loaded topic's managed-ledger config retains it."""
+        topic = yield self.broker.get_topic(TOPIC)
+        yield self.expect("POST", f"{T}/retention", 204, {"retentionTimeInMinutes": -1, "retentionSizeInMB": 5})
+        config = topic.ledger.config
+        self.assertEqual((config.retention_time_ms, config.retention_size_mb), (-1, 5))
+
+    @defer.inlineCallbacks
+    def test_partitioned_topic_policy_reaches_every_partition(self):
+        """Set on the partitioned topic's name, in force on each loaded partition."""
+        p = f"{V2}/persistent/public/default/p"
+        yield self.expect("PUT", f"{p}/partitions", 204, 2)
+        partitions = []
+        for i in range(2):
+            partitions.append((yield self.broker.get_topic(f"persistent://public/default/p-partition-{i}")))
+        yield self.expect("POST", f"{p}/maxConsumers", 204, 4)
+        self.assertEqual([t.policies.max_consumers_per_topic for t in partitions], [4, 4])
+
+    @defer.inlineCallbacks
+    def test_applied_is_what_the_broker_enforces(self):
+        """GET ?applied=true answers what the PolicyService resolves for the topic, level by
+        level (topic over namespace over broker)."""
+        name = parse_topic(TOPIC)
+
+        @defer.inlineCallbacks
+        def both():
+            applied = yield self.expect("GET", f"{T}/maxProducers?applied=true", 200)
+            ttl = yield self.expect("GET", f"{T}/messageTTL?applied=true", 200)
+            effective = yield self.broker.policies.effective_for(name)
+            self.assertEqual((applied, ttl), (effective.max_producers_per_topic,
+                                              effective.message_ttl_seconds))
+            return applied, ttl
+        self.assertEqual((yield both()), (0, 0))
+        yield self.expect("POST", f"{NS}/maxProducersPerTopic", 204, 5)
+        yield self.expect("POST", f"{NS}/messageTTL", 204, 50)
+        self.assertEqual((yield both()), (5, 50))
+        yield self.expect("POST", f"{T}/maxProducers", 204, 2)
+        yield self.expect("POST", f"{T}/messageTTL?messageTTL=20", 204)
+        self.assertEqual((yield both()), (2, 20))

@@ -17,7 +17,6 @@ from pulsar_twisted.resources.clusters import ClusterResources
 from pulsar_twisted.resources.namespaces import NamespaceResources
 from pulsar_twisted.resources.partitioned import PartitionedTopicResources
 from pulsar_twisted.resources.tenants import TenantResources
-from pulsar_twisted.resources.topic_policies import TopicPoliciesResources
 
 #: Topics walked per reactor turn by the admin work over every topic (broker-stats, the rate
 #: sampler): a broker of 100k topics keeps serving its clients meanwhile.
@@ -55,7 +54,6 @@ class AdminContext:
         self.tenants = TenantResources(store)
         self.namespaces = NamespaceResources(store)
         self.partitioned = PartitionedTopicResources(store)
-        self.topic_policies = TopicPoliciesResources(store)
 
 
 # ------------------------------------------------------------------------------------ names

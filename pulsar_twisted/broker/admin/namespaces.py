@@ -83,6 +83,7 @@ class NamespacesAdmin(AdminArea):
                 pass
         await self.context.namespaces.delete(key)
         await self.context.partitioned.delete_namespace(tenant, ns)
+        await self.broker.policies.topic_policies.delete_namespace(key)
 
     # ---------------------------------------------------------------- policy sub-resources
     @staticmethod

@@ -152,7 +152,8 @@ class TopicPoliciesAdmin(AdminArea):
 
     @property
     def resources(self):
-        return self.context.topic_policies
+        """The TopicPoliciesResources the broker's PolicyService watches."""
+        return self.broker.policies.topic_policies
 
     @staticmethod
     def _policy(policy: str) -> TopicPolicy:
@@ -234,7 +235,13 @@ class TopicPoliciesAdmin(AdminArea):
             else:
                 rates[self.cluster] = value
             value = rates or None
-        await self.resources.update(name, {spec.field: value})
+        await self._update(name, {spec.field: value})
+
+    async def _update(self, name: TopicName, changes: dict) -> None:
+        await self.resources.update(name, changes)
+        # Applied to the loaded topics before answering, as the namespace policies are (the
+        # store's watch does it too, but a client acting on the 204 must find it in force).
+        await self.broker.policies.refresh_topic(str(name.namespace_name), str(name))
 
     async def _check_replication_clusters(self, name: TopicName, clusters: list) -> None:
         """Pulsar's topic-level checks: 403 for a cluster that does not exist or that the tenant
@@ -306,7 +313,7 @@ class TopicPoliciesAdmin(AdminArea):
             quotas.pop(quota_type, None)
         else:
             quotas[quota_type] = quota
-        await self.resources.update(name, {BACKLOG_QUOTA_MAP: quotas or None})
+        await self._update(name, {BACKLOG_QUOTA_MAP: quotas or None})
 
 
 def _quota_type(quota_type) -> str:

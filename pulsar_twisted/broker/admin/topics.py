@@ -96,6 +96,9 @@ class TopicsAdmin(AdminArea):
             raise NotFound("Topic not found")
         except TopicBusyError as e:
             raise PreconditionFailed(str(e))
+        if name.partition_index < 0:
+            # Its policies go with it (Pulsar's too); a partition's are its partitioned topic's.
+            await self.broker.policies.topic_policies.delete(name)
 
     async def unload_topic(self, name: TopicName) -> None:
         """Close the topic (clients reconnect); the next use loads it again."""
@@ -177,6 +180,7 @@ class TopicsAdmin(AdminArea):
             except NotFound:
                 pass
         await self.context.partitioned.delete(name)
+        await self.broker.policies.topic_policies.delete(name)
 
     # ---------------------------------------------------------------- topic operations
     async def last_message_id(self, name: TopicName) -> dict:
