@@ -57,6 +57,11 @@ def add_topic_policy_routes(router, admin) -> None:
         _add_backlog_quota(router, admin, domain, base)
 
 
+def _is_global(request, policy: str) -> bool:
+    # Pulsar's replication routes take no isGlobal (ignored there, as by Jersey).
+    return policy != "replication" and query_bool(request, "isGlobal")
+
+
 def _add_policy(router, admin, domain, base, policy) -> None:
     template = f"{base}/{policy}"
     schema = SCHEMAS[policy]
@@ -65,16 +70,16 @@ def _add_policy(router, admin, domain, base, policy) -> None:
     def get(request, tenant, namespace, topic):
         return admin.get_topic_policy(admin.topic_name(domain, tenant, namespace, topic), policy,
                                       applied=query_bool(request, "applied"),
-                                      is_global=query_bool(request, "isGlobal"))
+                                      is_global=_is_global(request, policy))
 
     def set_(request, tenant, namespace, topic):
         name = admin.topic_name(domain, tenant, namespace, topic)
         return admin.set_topic_policy(name, policy, _setting(request, policy),
-                                      is_global=query_bool(request, "isGlobal"))
+                                      is_global=_is_global(request, policy))
 
     def remove(request, tenant, namespace, topic):
         return admin.remove_topic_policy(admin.topic_name(domain, tenant, namespace, topic), policy,
-                                         is_global=query_bool(request, "isGlobal"))
+                                         is_global=_is_global(request, policy))
 
     router.add("GET", template, get, doc=Operation(
         f"Topic policy {policy} (204 when unset; applied: the value in force)", "topic policies",

@@ -216,18 +216,32 @@ class AppliedTests(TopicPolicyCase):
         yield self.expect("GET", path, 204)
 
     @defer.inlineCallbacks
-    def test_offload_policies(self):
-        """applied without a topic or namespace value: the broker's offload settings."""
-        self.harness.config.managedLedgerOffloadDriver = "filesystem"
-        applied = yield self.expect("GET", f"{T}/offloadPolicies?applied=true", 200)
-        self.assertEqual(applied["managedLedgerOffloadDriver"], "filesystem")
-
-    @defer.inlineCallbacks
     def test_no_applied_where_pulsar_has_none(self):
         """publishRate and maxConsumersPerSubscription: Pulsar's GET takes no applied."""
         yield self.expect("POST", f"{NS}/maxConsumersPerSubscription", 204, 3)
         yield self.expect("GET", f"{T}/maxConsumersPerSubscription?applied=true", 204)
         yield self.expect("GET", f"{T}/publishRate?applied=true", 204)
+
+
+class OffloadAppliedTests(TopicPolicyCase):
+    config = dict(managedLedgerOffloadDriver="filesystem", fileSystemURI="file:///tmp/broker")
+
+    @defer.inlineCallbacks
+    def test_offload_policies(self):
+        """applied: the broker's offload settings, with the namespace's fields over them and the
+        topic's over both (field by field, as Pulsar's mergeConfiguration and the broker)."""
+        applied = yield self.expect("GET", f"{T}/offloadPolicies?applied=true", 200)
+        self.assertEqual(applied["managedLedgerOffloadDriver"], "filesystem")
+        yield self.expect("PUT", f"{NS}/offloadThreshold", 204, 2048)
+        yield self.expect("POST", f"{T}/offloadPolicies", 204, {
+            "managedLedgerOffloadDriver": "filesystem", "fileSystemURI": "file:///tmp/topic",
+            "managedLedgerOffloadDeletionLagInMillis": 1000})
+        applied = yield self.expect("GET", f"{T}/offloadPolicies?applied=true", 200)
+        self.assertEqual((applied["fileSystemURI"], applied["managedLedgerOffloadThresholdInBytes"],
+                          applied["managedLedgerOffloadDeletionLagInMillis"]),
+                         ("file:///tmp/topic", 2048, 1000))
+        own = yield self.expect("GET", f"{T}/offloadPolicies", 200)
+        self.assertNotIn("managedLedgerOffloadThresholdInBytes", own)
 
 
 class BacklogQuotaTests(TopicPolicyCase):
@@ -368,6 +382,8 @@ class RefusalTests(TopicPolicyCase):
             self.assertIn("isGlobal", reply["reason"])
         self.assertFalse((yield self.stored()))
         yield self.expect("POST", f"{T}/maxProducers?isGlobal=false", 204, 1)
+        # Pulsar's replication routes take no isGlobal: ignored there.
+        yield self.expect("POST", f"{T}/replication?isGlobal=true", 204, ["standalone"])
 
     @defer.inlineCallbacks
     def test_disabled(self):

@@ -15,8 +15,10 @@ topics. This module only checks and writes, with Pulsar's answers:
   every cluster would be silently wrong;
 * a GET of an unset policy answers 204 (Pulsar resumes with null); ``applied=true`` answers what is
   in force, each level's stored JSON as Pulsar answers it: the topic's value, else the namespace's,
-  else the broker configuration's (``internalGet*(applied)``). ``publishRate`` and
-  ``maxConsumersPerSubscription`` have no ``applied`` in Pulsar and ignore it here too;
+  else the broker configuration's (``internalGet*(applied)``); for ``offloadPolicies`` the
+  field-by-field merge of the three (Pulsar's mergeConfiguration), as the PolicyService resolves
+  it (``effective_for``). ``publishRate`` and ``maxConsumersPerSubscription`` have no ``applied``
+  in Pulsar and ignore it here too;
 * values are checked by the namespace policies' checks (``NAMESPACE_POLICIES``: same rules, 400
   for a wrong type, 412 out of range) with Pulsar's topic-level texts where it has its own.
 """
@@ -93,6 +95,9 @@ class TopicPolicy:
     check: object
     per_cluster: bool = False
     broker_default: object = None
+    #: ``effective(NamespacePolicies) -> value``: what ``applied`` answers when it is the merge
+    #: the broker resolves rather than one level's value (offload settings merge field by field).
+    effective: object = None
 
 
 def _from_namespace(name: str, **kw) -> TopicPolicy:
@@ -127,8 +132,11 @@ TOPIC_POLICIES = {
         "dispatchThrottlingRatePerTopicInMsg", "dispatchThrottlingRatePerTopicInByte")),
     "subscriptionDispatchRate": _from_namespace("subscriptionDispatchRate", broker_default=_rate_default(
         "dispatchThrottlingRatePerSubscriptionInMsg", "dispatchThrottlingRatePerSubscriptionInByte")),
+    # applied: Pulsar's OffloadPoliciesImpl.mergeConfiguration, each field from the topic, else
+    # the namespace, else the broker: the merge the PolicyService resolves and enforces.
     "offloadPolicies": TopicPolicy(OFFLOAD_POLICIES, lambda value, what: check_offload_policies(value),
-                                   broker_default=broker_offload_fields),
+                                   broker_default=broker_offload_fields,
+                                   effective=lambda policies: policies.broker_offload),
 }
 
 
@@ -201,6 +209,8 @@ class TopicPoliciesAdmin(AdminArea):
         spec = self._policy(policy)
         await self._pre_validation(name, is_global)
         value = self._level_value(await self._topic_document(name), spec)
+        if applied and spec.effective is not None:
+            return spec.effective(await self.broker.policies.effective_for(name))
         if value is not None or not applied or spec.broker_default is None:
             return value
         value = self._level_value(await self._namespace_document(name), spec)
