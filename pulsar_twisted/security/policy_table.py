@@ -42,6 +42,12 @@ from pulsar_twisted.resources.policies import NAMESPACE_POLICIES
 
 T = api.BaseCommand
 
+#: The topic policy sub-resources (``web/topic_policies.py``; broker/admin/topic_policies.py's
+#: TOPIC_POLICIES, named here because security sits below broker in the layering).
+TOPIC_POLICY_NAMES = ("retention", "messageTTL", "deduplicationEnabled", "replication", "maxProducers",
+                      "maxConsumers", "maxConsumersPerSubscription", "inactiveTopicPolicies",
+                      "publishRate", "dispatchRate", "subscriptionDispatchRate", "offloadPolicies")
+
 
 class Rule(typing.NamedTuple):
     """One kind of check: ``kind`` and, for namespace and topic rules, the ``action``."""
@@ -182,6 +188,15 @@ def _routes() -> dict:
         ("GET", f"{V2}/openapi.json"): AUTHENTICATED,
     }
     table.update(_v3_routes())
+    # Topic policies (PersistentTopicsBase get/set/remove*): validateTopicPolicyOperation, which
+    # Pulsar's default provider grants to tenant admins (allowTopicPolicyOperationAsync ->
+    # validateTenantAdminAccess), reads as well as writes.
+    for name in TOPIC_POLICY_NAMES:
+        for method in ("GET", "POST", "DELETE"):
+            table[(method, f"{_TOPIC}/{name}")] = TENANT_ADMIN
+    table[("GET", f"{_TOPIC}/backlogQuotaMap")] = TENANT_ADMIN
+    table[("POST", f"{_TOPIC}/backlogQuota")] = TENANT_ADMIN
+    table[("DELETE", f"{_TOPIC}/backlogQuota")] = TENANT_ADMIN
     # Namespace policies (NamespacesBase get/set/remove*): validateNamespacePolicyOperation,
     # which Pulsar's default provider grants to tenant admins.
     for name in NAMESPACE_POLICIES:

@@ -25,6 +25,7 @@ from pulsar_twisted.web.functions import add_function_routes
 from pulsar_twisted.web.routing import Router, RouterResource
 from pulsar_twisted.security.http import guard_site, secure
 from pulsar_twisted.web.permissions import add_topic_permission_routes
+from pulsar_twisted.web.topic_policies import add_topic_policy_routes
 from pulsar_twisted.web.topics import add_lookup_routes, add_topic_routes
 
 
@@ -40,6 +41,7 @@ def make_router(admin_service, config, metrics_collectors=()) -> Router:
     add_lookup_routes(router, admin_service)
     add_metrics_routes(router, make_page(admin_service, config.clusterName, metrics_collectors))
     add_topic_permission_routes(router, admin_service)
+    add_topic_policy_routes(router, admin_service)
     add_broker_stats_routes(router, admin_service)
     add_bookie_routes(router, admin_service)
     add_openapi_route(router)  # last: the document describes the whole table

@@ -4,8 +4,8 @@ its metadata store. The web resources (``pulsar_twisted.web``) only parse reques
 method here and serialise what it returns; everything Pulsar decides (what exists, what conflicts,
 which defaults a namespace has) is decided by the admin areas this service fronts, one per
 resource as Pulsar splits them (``ClustersBase``, ``TenantsBase``, ``NamespacesBase``,
-``PersistentTopicsBase``, ``BrokersBase``): clusters, tenants, namespaces, topics, subscriptions,
-stats, permissions and brokers.
+``PersistentTopicsBase``, ``BrokersBase``): clusters, tenants, namespaces, topics, topic-level
+policies, subscriptions, stats, permissions and brokers.
 
 Every public method is a coroutine (``async def``) or returns a plain value; failures are
 ``AdminError`` subclasses (``errors.py``) carrying the HTTP status Pulsar answers with. The
@@ -26,6 +26,7 @@ from pulsar_twisted.broker.admin.permissions import PermissionsAdmin
 from pulsar_twisted.broker.admin.stats import StatsAdmin
 from pulsar_twisted.broker.admin.subscriptions import SubscriptionsAdmin
 from pulsar_twisted.broker.admin.tenants import TenantsAdmin
+from pulsar_twisted.broker.admin.topic_policies import TopicPoliciesAdmin
 from pulsar_twisted.broker.admin.topics import TopicsAdmin
 
 
@@ -73,6 +74,7 @@ class AdminService(service.Service):
         self._sampler = None
         # Built in dependency order: each area gets the ones its operations cascade to.
         self.topics = TopicsAdmin(self.context)
+        self.topic_policies = TopicPoliciesAdmin(self.context)
         self.subscriptions = SubscriptionsAdmin(self.context)
         self.stats = StatsAdmin(self.context)
         self.namespaces = NamespacesAdmin(self.context, self.topics)
@@ -157,6 +159,13 @@ class AdminService(service.Service):
     compaction_status = _On("topics")
     trigger_offload = _On("topics")
     offload_status = _On("topics")
+    # topic-level policies (PIP-39)
+    get_topic_policy = _On("topic_policies")
+    set_topic_policy = _On("topic_policies")
+    remove_topic_policy = _On("topic_policies")
+    get_topic_backlog_quota_map = _On("topic_policies")
+    set_topic_backlog_quota = _On("topic_policies")
+    remove_topic_backlog_quota = _On("topic_policies")
     # subscriptions
     list_subscriptions = _On("subscriptions")
     create_subscription = _On("subscriptions")

@@ -467,6 +467,7 @@ def _topics(sub):
     topic("compact", "Trigger compaction", _compact)
     topic("compaction-status", "Compaction status", lambda a, c, p: c.get(p + "/compaction"))
     offload.add_topic_verbs(topic)
+    topic_policies.add_topic_verbs(topic)
 
 
 def _persistent(path: str) -> str:
@@ -551,7 +552,7 @@ def _brokers(sub):
 
 # The group modules use the helpers above, so they are imported once those exist.
 from pulsar_twisted.cli.admin import bookies, broker_stats, functions, proxy_stats, schemas  # noqa: E402
-from pulsar_twisted.cli.admin import io, offload  # noqa: E402
+from pulsar_twisted.cli.admin import io, offload, topic_policies  # noqa: E402
 
 FAMILIES = {"clusters": _clusters, "tenants": _tenants, "namespaces": _namespaces, "topics": _topics,
             "brokers": _brokers, "schemas": schemas.add, "broker-stats": broker_stats.add,
