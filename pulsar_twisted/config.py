@@ -790,6 +790,11 @@ _BROKER_KEYS = [
     Key("brokerClientTrustCertsFilePath", str, "",
         "PEM CA certificate(s) of the remote clusters' brokers, for brokerClientTlsEnabled.",
         "Replication"),
+    # --- topic policies (resources/topic_policies.py) ---
+    Key("topicLevelPoliciesEnabled", bool, True,
+        "Policies set on a topic (pulsar-admin topics set-retention ...) override its namespace's;\n"
+        "false: the topic-policy admin paths answer 405 and stored topic policies are ignored.",
+        "Policies"),
     # --- replicated subscriptions (broker/replicated_subscriptions.py) ---
     Key("enableReplicatedSubscriptions", bool, True,
         "Keep the position of subscriptions made with replicateSubscriptionState in step across\n"

@@ -265,7 +265,7 @@ class PolicyService(service.Service):
     def effective(self, name, base: NamespacePolicies) -> NamespacePolicies:
         """The policies of topic ``name``: its own over ``base`` (its namespace's)."""
         documents = self._topic_docs.get(str(name.namespace_name))
-        if not documents:
+        if not documents or not self.config.topicLevelPoliciesEnabled:
             return base
         key = str(name.partitioned_topic_name)
         document = documents.get(key)
@@ -438,6 +438,7 @@ class PolicyService(service.Service):
             log.info("Deleting topic {topic}: inactive for {s} s ({mode})", topic=topic.name,
                      s=int(now - entry[1]), mode=inactive.mode)
             await self.broker.delete_topic(topic.name, force=False)
+            await self.topic_policies.delete(topic.topic_name)     # its policies go with it
         return self._each_topic(check)
 
     def check_subscription_expiry(self) -> defer.Deferred:

@@ -172,7 +172,7 @@ class TopicPoliciesAdmin(AdminArea):
 
     # ---------------------------------------------------------------- Pulsar's preValidation
     async def _pre_validation(self, name: TopicName, is_global: bool = False) -> None:
-        if not getattr(self.context.config, "topicLevelPoliciesEnabled", True):
+        if not self.context.config.topicLevelPoliciesEnabled:
             raise TopicPoliciesDisabled(
                 "Topic level policies is disabled, to enable the topic level policy and retry.")
         if name.partition_index >= 0:
