@@ -4,38 +4,11 @@ they make, Pulsar's texts, and the size-threshold choice of ``topics offload``."
 from twisted.trial.unittest import SynchronousTestCase
 
 from pulsar_twisted.cli import admin as cli
+from tests.cli.recording import RecordingClient
 from pulsar_twisted.cli.admin import offload
 
 NS = "/admin/v2/namespaces/public/default"
 TOPIC = "/admin/v2/persistent/public/default/t"
-
-
-class RecordingClient:
-    """AdminClient's four verbs: requests recorded, answers from ``answers[(method, path)]``
-    (a list is consumed one answer per call)."""
-
-    def __init__(self, answers=None):
-        self.answers = answers or {}
-        self.requests = []
-
-    def _call(self, method, path, body=None, **kw):
-        self.requests.append((method, path, body))
-        answer = self.answers.get((method, path))
-        if isinstance(answer, list):
-            return answer.pop(0)
-        return answer
-
-    def get(self, path, **kw):
-        return self._call("GET", path, **kw)
-
-    def put(self, path, body=None, **kw):
-        return self._call("PUT", path, body, **kw)
-
-    def post(self, path, body=None, **kw):
-        return self._call("POST", path, body, **kw)
-
-    def delete(self, path, **kw):
-        return self._call("DELETE", path, **kw)
 
 
 def run(argv, client):

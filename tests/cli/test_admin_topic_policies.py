@@ -7,37 +7,14 @@ from twisted.internet import defer, threads
 from twisted.trial.unittest import SynchronousTestCase
 
 from pulsar_twisted.cli import admin as cli
+from tests.cli.recording import RecordingClient
 from tests.web.support import WebTestCase
 
 T = "/admin/v2/persistent/public/default/t"
 
 
-class RecordingClient:
-    """AdminClient's verbs: ``(method, path, body, query)`` recorded; answers from ``answers``."""
-
-    def __init__(self, answers=None):
-        self.answers = answers or {}
-        self.requests = []
-
-    def _call(self, method, path, body=None, query=None, **kw):
-        self.requests.append((method, path, body, query))
-        return self.answers.get((method, path))
-
-    def get(self, path, **kw):
-        return self._call("GET", path, **kw)
-
-    def put(self, path, body=None, **kw):
-        return self._call("PUT", path, body, **kw)
-
-    def post(self, path, body=None, **kw):
-        return self._call("POST", path, body, **kw)
-
-    def delete(self, path, **kw):
-        return self._call("DELETE", path, **kw)
-
-
 def run(argv, client=None):
-    client = client or RecordingClient()
+    client = client or RecordingClient(queries=True)
     args = cli.build_parser().parse_args(argv)
     args.run(args, client)
     return client.requests
