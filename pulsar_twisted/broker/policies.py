@@ -170,6 +170,9 @@ class PolicyService(service.Service):
         #: the namespace's policies and kept current by the store's notifications.
         self._topic_docs = {}
         self._loading = {}          # "tenant/ns" -> topics changed while its documents are read
+        #: Bumped whenever policies change here: a topic still loading (not yet reachable by a
+        #: refresh) applies them again before it serves (topic_loader).
+        self.generation = 0
         self._listening = False
         self._loops = []
         self._topic_idle = {}       # topic name -> (topic, idle since, counter totals)
@@ -222,16 +225,18 @@ class PolicyService(service.Service):
         changed = self._loading.setdefault(namespace, set())
         try:
             documents = await self.topic_policies.of_namespace(namespace)
+            while changed:      # changed while being read (also while read again): read again
+                key = changed.pop()
+                document = await self.topic_policies.read(parse_topic(key))
+                documents.pop(key, None)
+                if document:
+                    documents[key] = document
         finally:
-            self._loading.pop(namespace, None)
-        if namespace in self._topic_docs:
-            return      # another read finished first
-        for key in changed:     # changed while being read: read again
-            document = await self.topic_policies.get(parse_topic(key))
-            documents.pop(key, None)
-            if document:
-                documents[key] = document
-        self._topic_docs[namespace] = documents
+            if self._loading.get(namespace) is changed:
+                del self._loading[namespace]
+        if namespace not in self._topic_docs:   # (else another read finished first)
+            self._topic_docs[namespace] = documents
+            self.generation += 1
 
     def _on_topic_change(self, namespace: str, key: str, kind: str) -> None:
         loading = self._loading.get(namespace)
@@ -245,7 +250,7 @@ class PolicyService(service.Service):
         """Re-read the policies of topic ``key`` and apply them to its loaded topics (its
         partitions) at once."""
         async def run():
-            document = await self.topic_policies.get(parse_topic(key))
+            document = await self.topic_policies.read(parse_topic(key))
             documents = self._topic_docs.get(namespace)
             if documents is None:
                 return
@@ -253,6 +258,7 @@ class PolicyService(service.Service):
                 documents[key] = document
             else:
                 documents.pop(key, None)
+            self.generation += 1
             base = self._cache.get(namespace)
             if base is None:
                 return
@@ -315,6 +321,7 @@ class PolicyService(service.Service):
             policies = await self._read(key)
             await self._read_topic_docs(key)
             self._cache[key] = policies
+            self.generation += 1
             for topic in self._topics_of(key):
                 apply_to_topic(topic, self.effective(topic.topic_name, policies))
             for topic in self._topics_of(key):

@@ -77,6 +77,7 @@ class TopicLoader:
         factory = broker.ml_factory
         policies = broker.policies.cached(name.namespace_name)
         if policies is not None:
+            policies = broker.policies.effective(name, policies)    # the topic's own over them
             d = factory.open(name.managed_ledger_name,
                              ledger_config_of(policies, factory.default_config, factory.offloaders))
         else:
@@ -89,6 +90,7 @@ class TopicLoader:
         return PersistentTopic(broker, name, ledger, broker.clock, broker.config)
 
     def _apply_policies(self, topic, name, ownership):
+        generation = self.broker.policies.generation
         try:
             d = self._policies_applied(topic, name)
             if d is None:
@@ -98,9 +100,10 @@ class TopicLoader:
         if d is None:
             # Applied and ready at once: no Deferred for the steps left (as with addCallbacks
             # below, a failure of _ready itself is not _failed's).
-            return self._ready(None, topic)
+            return self._ready(None, topic, generation)
         d.addCallback(self._still_owned, name, ownership)
-        return d.addCallbacks(self._ready, self._failed, callbackArgs=(topic,), errbackArgs=(topic, name))
+        return d.addCallbacks(self._ready, self._failed, callbackArgs=(topic, generation),
+                              errbackArgs=(topic, name))
 
     def _policies_applied(self, topic, name):
         """Namespace policies applied before any client sees the topic and, for a persistent
@@ -122,8 +125,11 @@ class TopicLoader:
         if ownership_service is not None and not ownership_service.still_owns(ownership):
             raise errors.ServiceNotReady(f"{name}: this broker lost its bundle while loading it")
 
-    def _ready(self, _, topic):
+    def _ready(self, _, topic, generation):
         broker = self.broker
+        if broker.policies.generation != generation:
+            # Policies changed while the topic loaded, when no refresh could reach it yet.
+            broker.policies.apply_cached(topic)
         broker.topics[topic.name] = topic  # the topic's own name string as the key: one copy per topic
         broker.load_log.add(topic.name)
         if topic.persistent and broker.config.triggerOffloadOnTopicLoad:

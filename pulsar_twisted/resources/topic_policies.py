@@ -10,11 +10,15 @@ Pulsar stores them as events in each namespace's ``__change_events`` topic; here
 metadata, read once per namespace by each broker and watched, like the namespace's own.
 """
 
+from twisted.logger import Logger
+
 from pulsar_twisted.metadata import layout
 from pulsar_twisted.metadata.interfaces import AlreadyExistsError, BadVersionError, NotFoundError
 from pulsar_twisted.resources.base import (
-    UPDATE_ATTEMPTS, ConcurrentModificationError, Documents, deferred)
+    UPDATE_ATTEMPTS, ConcurrentModificationError, CorruptMetadataError, Documents, deferred)
 from pulsar_twisted.resources.policies import to_json
+
+log = Logger()
 
 #: Notification kinds that change a topic's policies.
 _CHANGES = ("created", "modified", "deleted")
@@ -29,13 +33,18 @@ class TopicPoliciesResources(Documents):
 
     @deferred
     async def update(self, name, changes: dict) -> dict:
-        """Set each ``field: value`` of ``changes`` (``None`` removes the field): compare-and-set,
-        the node made when missing and deleted once empty. Returns the new document."""
+        """Set each ``field: value`` of ``changes`` (``None`` removes the field; a callable gets
+        the field's current value, or None, and returns the new one: a map's entry changed
+        within the same compare-and-set, not over another writer's): the node made when missing
+        and deleted once empty. Returns the new document. An unreadable document is replaced
+        (logged)."""
         path = self.path(name)
         for _ in range(UPDATE_ATTEMPTS):
-            current = await self._nodes.read(path)
+            current = await self._read(path)
             document = dict(current[0]) if current is not None else {}
             for key, value in changes.items():
+                if callable(value):
+                    value = value(document.get(key))
                 if value is None:
                     document.pop(key, None)
                 else:
@@ -53,6 +62,29 @@ class TopicPoliciesResources(Documents):
             except (AlreadyExistsError, NotFoundError, BadVersionError):
                 continue
         raise ConcurrentModificationError(f"concurrent modification of {path}")
+
+    async def _read(self, path):
+        """``(document, stat)`` or None; an unreadable node (not a JSON object) reads as an empty
+        document with a warning, so that one bad node neither stops its namespace's topics nor
+        resists being written again."""
+        try:
+            node = await self._nodes.read(path)
+        except CorruptMetadataError:
+            node = None
+            raw = await self.store.get(path)
+            if raw is not None:
+                log.warn("topic policies at {path} are not JSON; ignored", path=path)
+                return {}, raw[1]
+        if node is not None and not isinstance(node[0], dict):
+            log.warn("topic policies at {path} are not a JSON object; ignored", path=path)
+            return {}, node[1]
+        return node
+
+    @deferred
+    async def read(self, name):
+        """``get`` for the broker: an unreadable document reads as none (logged)."""
+        node = await self._read(self.path(name))
+        return node[0] if node is not None and node[0] else None
 
     @deferred
     async def delete(self, name) -> None:
@@ -79,8 +111,8 @@ class TopicPoliciesResources(Documents):
         root = layout.topic_policies_namespace_path(namespace)
         for domain in await _children(self.store, root):
             for topic in await _children(self.store, f"{root}/{domain}"):
-                node = await self._nodes.read(f"{root}/{domain}/{topic}")
-                if node is not None and isinstance(node[0], dict):
+                node = await self._read(f"{root}/{domain}/{topic}")
+                if node is not None and node[0]:
                     documents[f"{domain}://{namespace}/{topic}"] = node[0]
         return documents
 

@@ -16,7 +16,8 @@ from tests.broker.test_policies import TOPIC, PolicyCase
 T = api.BaseCommand
 
 
-class TopicPoliciesTests(PolicyCase):
+class TopicPoliciesCase(PolicyCase):
+    """A PolicyCase with the topic policies' resource and helpers (no tests of its own)."""
 
     @defer.inlineCallbacks
     def setUp(self):
@@ -31,6 +32,9 @@ class TopicPoliciesTests(PolicyCase):
 
     def effective(self, topic=TOPIC):
         return self.successResultOf(self.service.effective_for(parse_topic(topic)))
+
+
+class TopicPoliciesTests(TopicPoliciesCase):
 
     def test_resource_round_trip(self):
         name = parse_topic(TOPIC)

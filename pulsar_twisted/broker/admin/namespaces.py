@@ -81,9 +81,11 @@ class NamespacesAdmin(AdminArea):
                 await self.topics.delete_topic(parse_topic(name), force=True)
             except NotFound:
                 pass
+        # Its topics' policies first: a failure after them leaves nothing a namespace made again
+        # under this name would inherit.
+        await self.broker.policies.topic_policies.delete_namespace(key)
         await self.context.namespaces.delete(key)
         await self.context.partitioned.delete_namespace(tenant, ns)
-        await self.broker.policies.topic_policies.delete_namespace(key)
 
     # ---------------------------------------------------------------- policy sub-resources
     @staticmethod

@@ -239,12 +239,7 @@ class TopicPoliciesAdmin(AdminArea):
     async def _write(self, name: TopicName, spec: TopicPolicy, value) -> None:
         if spec.per_cluster:
             # This cluster's entry of the map (the map holds only ours: topic policies are local).
-            rates = dict((await self._topic_document(name)).get(spec.field) or {})
-            if value is None:
-                rates.pop(self.cluster, None)
-            else:
-                rates[self.cluster] = value
-            value = rates or None
+            value = _entry_change(self.cluster, value)
         await self._update(name, {spec.field: value})
 
     async def _update(self, name: TopicName, changes: dict) -> None:
@@ -318,12 +313,20 @@ class TopicPoliciesAdmin(AdminArea):
         await self._write_quota(name, await self._topic_document(name), quota_type, None)
 
     async def _write_quota(self, name, document, quota_type, quota) -> None:
-        quotas = dict(document.get(BACKLOG_QUOTA_MAP) or {})
-        if quota is None:
-            quotas.pop(quota_type, None)
+        await self._update(name, {BACKLOG_QUOTA_MAP: _entry_change(quota_type, quota)})
+
+
+def _entry_change(key: str, value):
+    """The change of one entry of a map field (``value`` None: removed), made on the stored map
+    within the update's compare-and-set, so that two writers of different entries both stay."""
+    def change(current):
+        entries = dict(current or {})
+        if value is None:
+            entries.pop(key, None)
         else:
-            quotas[quota_type] = quota
-        await self._update(name, {BACKLOG_QUOTA_MAP: quotas or None})
+            entries[key] = value
+        return entries or None
+    return change
 
 
 def _quota_type(quota_type) -> str:
