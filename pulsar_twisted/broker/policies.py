@@ -222,6 +222,9 @@ class PolicyService(service.Service):
         """Read the topic policies of ``namespace`` once (then notifications keep them)."""
         if namespace in self._topic_docs:
             return
+        if not self.config.topicLevelPoliciesEnabled:
+            self._topic_docs[namespace] = {}
+            return
         changed = self._loading.setdefault(namespace, set())
         try:
             documents = await self.topic_policies.of_namespace(namespace)
