@@ -205,11 +205,14 @@ class ReplicatedSubscriptionTests(ReplicatedSubscriptionCase):
 
     def test_state_crosses(self):
         """Acked on east (cumulatively up to m39, then individually m40-m59 but m45), west's
-        subscription delivers every message east did not ack and starts past the snapshot
-        between the first two phases (m30 at the earliest), not from m0."""
+        subscription (none before the first update, made by it, replicated as east's) delivers
+        every message east did not ack and starts past the snapshot between the first two
+        phases (m30 at the earliest), not from m0."""
         east = self.subscribe(self.east)
         self.phase(30)                       # m0-m29, snapshot
         self.phase(30)                       # m30-m59, snapshot
+        self.assertIsNone(self.subscription_stats(self.west),
+                          "west has the subscription before any update")
         messages = self.receive(east, 60)
         self.assertEqual([m.data() for m in messages], [payload(i) for i in range(60)])
         east.acknowledge_cumulative(messages[39])
@@ -218,6 +221,10 @@ class ReplicatedSubscriptionTests(ReplicatedSubscriptionCase):
                 east.acknowledge(messages[i])
         self.phase(40)                       # m60-m99: production goes on
         self.wait_settled(self.west)
+        # The update made west's subscription, replicated as east's is.
+        for site in (self.east, self.west):
+            stats = self.subscription_stats(site)
+            self.assertTrue((stats or {}).get("isReplicated"), f"{site.name}: {stats}")
         got = self.drain(self.subscribe(self.west), last=payload(99))
         unacked = {payload(i) for i in [45] + list(range(60, 100))}
         self.assertEqual(sorted(unacked - set(got)), [], f"west skipped unacked messages: {got}")
@@ -251,23 +258,6 @@ class ReplicatedSubscriptionTests(ReplicatedSubscriptionCase):
         self.assertEqual(sorted({payload(i) for i in range(76, 80)} - set(got)), [], got)
         self.assertGreaterEqual(index(got[0]), 70, f"east did not follow west back: {got}")
         self.assertLessEqual(index(got[0]), 76, got)
-
-    def test_created_on_west_by_the_update(self):
-        """West has no subscription of that name until east's mark-delete passes a snapshot;
-        the update makes it, shown in west's topic stats as replicated (as on east)."""
-        east = self.subscribe(self.east)
-        self.phase(10)
-        self.phase(10)
-        self.assertIsNone(self.subscription_stats(self.west),
-                          "west has the subscription before any update")
-        messages = self.receive(east, 20)
-        east.acknowledge_cumulative(messages[-1])
-        self.wait_settled(self.west)
-        west = self.subscription_stats(self.west)
-        self.assertIsNotNone(west, "west's topic stats have no subscription rs")
-        self.assertTrue(self.subscription_stats(self.east).get("isReplicated"),
-                        f"east: {self.subscription_stats(self.east)}")
-        self.assertTrue(west.get("isReplicated"), f"west: {west}")
 
     def test_plain_subscriptions_stay(self):
         """Beside a replicated subscription that crosses, a plain subscription present on both
@@ -314,10 +304,12 @@ class ReplicatedSubscriptionTests(ReplicatedSubscriptionCase):
                                 f"backlog: {self.subscription_stats(site, name)}")
                 time.sleep(0.2)
 
-    def test_reader_ending_on_markers(self):
-        """A topic whose last entries are markers (its messages all before them):
-        ``has_message_available()`` answers at once, and False, after the last message, on
-        both clusters."""
+    def test_readers_on_a_topic_ending_on_markers(self):
+        """A topic whose last entries are markers (its messages all before them): after the
+        last message, ``has_message_available()`` answers at once, and False; a reader at
+        ``MessageId.latest`` with ``start_message_id_inclusive`` has the last message available
+        at its first call (as without markers: the official client compares the answer's
+        mark-delete position with the last message id); on both clusters."""
         east = self.subscribe(self.east)
         self.phase(5)
         east.acknowledge_cumulative(self.receive(east, 5)[-1])
@@ -340,28 +332,15 @@ class ReplicatedSubscriptionTests(ReplicatedSubscriptionCase):
                           f"the last message {last.data()!r} (at {last.message_id()}), the last "
                           f"entry being the marker at {last_entry}")
             self.assertLess(time.monotonic() - started, 5.0)
-
-    def test_latest_inclusive_reader_ending_on_markers(self):
-        """On a topic whose last entries are markers, a reader at ``MessageId.latest`` with
-        ``start_message_id_inclusive`` has the last message available, at its first
-        ``has_message_available()`` (as without markers: the official client compares the
-        answer's mark-delete position, the reader's at the end of the topic, with the last
-        message id)."""
-        east = self.subscribe(self.east)
-        self.phase(5)
-        east.acknowledge_cumulative(self.receive(east, 5)[-1])
-        time.sleep(PAUSE)
-        for site in (self.east, self.west):
-            reader = self.client(site).create_reader(self.topic, pulsar.MessageId.latest,
+            latest = self.client(site).create_reader(self.topic, pulsar.MessageId.latest,
                                                      start_message_id_inclusive=True)
-            self.addCleanup(reader.close)
-            finished, first = _call_within(HANG, reader.has_message_available)
+            self.addCleanup(latest.close)
+            finished, first = _call_within(HANG, latest.has_message_available)
             self.assertTrue(finished, f"{site.name}: has_message_available() hangs")
-            internal = self.pair.internal_stats(site.name, self.topic)
             self.assertIs(first, True, f"{site.name}: the first has_message_available() of a "
                           f"latest, inclusive reader -> {first!r} (lastConfirmedEntry "
-                          f"{internal.get('lastConfirmedEntry')}, a marker)")
-            self.assertEqual(reader.read_next(timeout_millis=int(WAIT * 1000)).data(), payload(4))
+                          f"{last_entry}, a marker)")
+            self.assertEqual(latest.read_next(timeout_millis=int(WAIT * 1000)).data(), payload(4))
 
 
 class RestartTests(ReplicatedSubscriptionCase):
