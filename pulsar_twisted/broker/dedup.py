@@ -67,6 +67,12 @@ class MessageDeduplication:
         self.max_producers = config.brokerDeduplicationMaxNumberOfProducers
         self.pushed = {}
         self.persisted_ids = {}
+        #: A chunked message on its way: producer -> (sequence id, chunk id) of its last chunk
+        #: taken (pushed) / stored (persisted). A chunk sent again (a client's or a replicator's
+        #: resend after a reconnect) up to it is a duplicate: a reader drops a message whose
+        #: chunks are stored twice.
+        self.chunks_pushed = {}
+        self.chunks_persisted = {}
         self.cursor = None
         self.ready = None
         self.recovering = True
@@ -93,6 +99,7 @@ class MessageDeduplication:
                               topic=self.name, producer=producer, value=value)
         replayed = await self._replay(cursor.mark_delete_position)
         self.pushed.update(self.persisted_ids)
+        self.chunks_pushed.update(self.chunks_persisted)
         self.recovering = False
         self.log.info("{topic}: deduplication ready ({producers} producers, {replayed} entries replayed)",
                       topic=self.name, producers=len(self.persisted_ids), replayed=replayed)
@@ -114,12 +121,18 @@ class MessageDeduplication:
                     self.log.warn("{topic}: entry {position} has unreadable metadata; skipped in "
                                   "dedup replay", topic=self.name, position=entry.position)
                     continue
-                if (metadata.HasField("marker_type") or (metadata.num_chunks_from_msg > 1 and
-                        metadata.chunk_id < metadata.num_chunks_from_msg - 1)):
-                    # A marker is never deduplicated (replicated_subscriptions.py); a chunked
-                    # message counts once its last chunk is stored.
+                if metadata.HasField("marker_type"):
+                    replayed += 1   # never deduplicated (replicated_subscriptions.py)
+                    continue
+                if (metadata.num_chunks_from_msg > 1
+                        and metadata.chunk_id < metadata.num_chunks_from_msg - 1):
+                    # A chunked message counts once its last chunk is stored; until then its
+                    # chunks stored so far are known, so that a resend does not store them again.
+                    self.chunks_persisted[metadata.producer_name] = (
+                        _signed(metadata.sequence_id), metadata.chunk_id)
                     replayed += 1
                     continue
+                self.chunks_persisted.pop(metadata.producer_name, None)
                 sequence_id = max(_signed(metadata.sequence_id), _signed(metadata.highest_sequence_id))
                 producer = metadata.producer_name
                 if sequence_id > self.persisted_ids.get(producer, -1):
@@ -147,18 +160,31 @@ class MessageDeduplication:
         self.pushed[producer_name] = _signed(highest)
         return NOT_DUP
 
-    def check_chunk(self, producer_name: str, sequence_id: int) -> int:
-        """A chunk other than the last of its message: DUP once the message is stored."""
+    def check_chunk(self, producer_name: str, sequence_id: int, chunk_id: int = -1) -> int:
+        """A chunk other than the last of its message: DUP once the message is stored, or once
+        this chunk of it was taken already."""
         persisted = self.persisted_ids.get(producer_name)
-        if persisted is not None and _signed(sequence_id) <= persisted:
+        sequence_id = _signed(sequence_id)
+        if persisted is not None and sequence_id <= persisted:
             return DUP
+        last = self.chunks_pushed.get(producer_name)
+        if last is not None and last[0] == sequence_id and chunk_id <= last[1]:
+            return DUP
+        self.chunks_pushed[producer_name] = (sequence_id, chunk_id)
         return NOT_DUP
+
+    def chunk_persisted(self, producer_name: str, sequence_id: int, chunk_id: int) -> None:
+        """A chunk other than the last is durable (its message's last one goes to
+        ``persisted``)."""
+        self.chunks_persisted[producer_name] = (_signed(sequence_id), chunk_id)
 
     def persisted(self, producer_name: str, highest: int, position) -> None:
         """An entry is durable: record it, and snapshot every ``snapshot_interval`` entries."""
         highest = _signed(highest)
         if highest > self.persisted_ids.get(producer_name, -1):
             self.persisted_ids[producer_name] = highest
+        if self.chunks_persisted:
+            self.chunks_persisted.pop(producer_name, None)   # its message is whole now
         self._since_snapshot += 1
         if self._since_snapshot >= self.snapshot_interval and not self.recovering:
             self.take_snapshot(Position(*position))
@@ -170,6 +196,7 @@ class MessageDeduplication:
         called while nothing is being written (topic.PersistentTopic._unfence).
         """
         self.pushed = dict(self.persisted_ids)
+        self.chunks_pushed = dict(self.chunks_persisted)
 
     # ---------------------------------------------------------------- snapshots
     def take_snapshot(self, position: Position):

@@ -28,9 +28,9 @@ def is_last_chunk(metadata) -> bool:
 class _Answer:
     """What answering one publish needs (its ctx in ``topic.publish_all``)."""
 
-    __slots__ = ("sequence_id", "highest", "counted", "size", "original")
+    __slots__ = ("sequence_id", "highest", "counted", "size", "original", "chunk")
 
-    def __init__(self, sequence_id, highest, counted, size, original=None):
+    def __init__(self, sequence_id, highest, counted, size, original=None, chunk=None):
         self.sequence_id = sequence_id
         self.highest = highest
         self.counted = counted
@@ -38,6 +38,9 @@ class _Answer:
         #: A replicated message's ``(producer name, highest sequence id)`` from its metadata,
         #: which deduplication records instead of the SEND's; None for any other message.
         self.original = original
+        #: A chunk other than the last of its message: ``(producer name, sequence id, chunk id)``
+        #: as deduplication knows it; else None.
+        self.chunk = chunk
 
 
 class Producer:
@@ -156,6 +159,7 @@ class Producer:
             dedup = topic.dedup
             counted = True
             original = None
+            chunk = None
             if dedup is not None:
                 name, dedup_id, dedup_highest = self.name, sequence_id, highest
                 if metadata is not None:
@@ -167,10 +171,13 @@ class Producer:
                     dedup_highest = max(dedup_id, metadata.highest_sequence_id)
                     original = (name, dedup_highest)
                 if is_chunk:
-                    counted = is_last_chunk(metadata if metadata is not None
-                                            else lenient_metadata(message))
+                    if metadata is None:
+                        metadata = lenient_metadata(message)
+                    counted = is_last_chunk(metadata)
+                    if not counted:
+                        chunk = (name, dedup_id, metadata.chunk_id)
                 status = (dedup.check(name, dedup_id, dedup_highest) if counted
-                          else dedup.check_chunk(name, dedup_id))
+                          else dedup.check_chunk(name, dedup_id, metadata.chunk_id))
                 if status != dedup_states.NOT_DUP:
                     self._hand_over(publish_all, messages, counts, answers)
                     self._answer_duplicate(status, sequence_id, highest)
@@ -179,7 +186,7 @@ class Producer:
             self.pending += 1
             messages.append(message)
             counts.append(num_messages)
-            answers.append(_Answer(sequence_id, highest, counted, size, original))
+            answers.append(_Answer(sequence_id, highest, counted, size, original, chunk))
             if publish_all is None or topic.closed or topic.fenced:
                 self._hand_over(publish_all, messages, counts, answers)
         self._hand_over(publish_all, messages, counts, answers)
@@ -227,6 +234,8 @@ class Producer:
                             dedup.persisted(self.name, highest, position)
                         else:
                             dedup.persisted(original[0], original[1], position)
+                    elif dedup is not None and answer.chunk is not None:
+                        dedup.chunk_persisted(*answer.chunk)
                     receipts.append((answer.sequence_id, highest, position[0], position[1]))
                 if not self.closed:
                     self.cnx.sender.send_receipts(self.producer_id, receipts)
