@@ -105,8 +105,7 @@ class PersistentSubscription(SubscriptionCounters):
         self.snapshots = None
         if (durable and config.enableReplicatedSubscriptions
                 and rsubs.is_replicated(getattr(cursor, "properties", None))):
-            self.snapshots = rsubs.SnapshotCache(
-                config.replicatedSubscriptionsSnapshotMaxCachedPerSubscription)
+            self.snapshots = self._snapshot_cache()
 
     def describe(self) -> str:
         return f"{self.topic.name} [{self.name}]"
@@ -142,13 +141,15 @@ class PersistentSubscription(SubscriptionCounters):
         else:
             properties.pop(rsubs.REPLICATED_PROPERTY, None)
         yield self.cursor.set_properties(properties)
-        self.snapshots = (rsubs.SnapshotCache(
-            self.config.replicatedSubscriptionsSnapshotMaxCachedPerSubscription) if enabled
-            else None)
+        self.snapshots = self._snapshot_cache() if enabled else None
         self.log.info("{sub}: replicated state {state}", sub=self.describe(),
                       state="enabled" if enabled else "disabled")
         if enabled:
             rsubs.check_controller(self.topic)
+
+    def _snapshot_cache(self):
+        size = self.config.replicatedSubscriptionsSnapshotMaxCachedPerSubscription
+        return rsubs.SnapshotCache(size)
 
     def marker_met(self, entry, metadata) -> None:
         """The dispatcher read a marker: never delivered, acknowledged for this subscription (as
@@ -181,13 +182,17 @@ class PersistentSubscription(SubscriptionCounters):
         if position <= self.cursor.mark_delete_position:
             return defer.succeed(None)
         d = self.cursor.mark_delete(position)
+        self._forget_counts_up_to(position)
+        if self.snapshots is not None:
+            self._state_moved()
+        return d
+
+    def _forget_counts_up_to(self, position) -> None:
+        """Redelivery counts of the positions a cumulative acknowledgment covered."""
         counts = self.redelivery_counts
         if counts:
             for p in [p for p in counts if p <= position]:
                 del counts[p]
-        if self.snapshots is not None:
-            self._state_moved()
-        return d
 
     # ---------------------------------------------------------------- consumers
     def add_consumer(self, consumer) -> None:
@@ -249,9 +254,7 @@ class PersistentSubscription(SubscriptionCounters):
         if cumulative:
             position = positions[-1]
             d = self.cursor.mark_delete(position)
-            if counts:
-                for p in [p for p in counts if p <= position]:
-                    del counts[p]
+            self._forget_counts_up_to(position)
             self.dispatcher.acked_cumulative(consumer, position)
         else:
             d = self.cursor.delete(positions)
